@@ -1,0 +1,27 @@
+# Set-up and entry points. Every target installs what it needs into .venv first (pinned by constraints.txt).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+RUN ?= artifacts/quickstart
+
+.PHONY: install quickstart test lint bench
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	touch $@
+
+install: $(BIN)/.installed
+
+quickstart: $(BIN)/.installed
+	$(BIN)/rts data --config configs/quickstart.yaml --run $(RUN)
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check rtscore flows tasks tests bench
+	$(BIN)/ruff format --check rtscore flows tasks tests bench
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/data_bench.py

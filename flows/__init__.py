@@ -1,0 +1,1 @@
+"""Prefect flows: compose rtscore stages, publish Prefect artifacts."""

@@ -1,0 +1,149 @@
+"""The `rts` command: thin wrappers over rtscore (heavy imports only inside the command that needs them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from rtscore.config import GenerationConfig, load_config
+    from rtscore.data.generate import generate_synthetic
+
+    if args.source != "synthetic":
+        raise SystemExit(f"rts generate: --source {args.source} is not available yet (only 'synthetic')")
+    cfg = load_config(GenerationConfig, args.config)
+    attrs = generate_synthetic(
+        cfg, Path(args.output), overwrite=args.overwrite, restart=args.restart, progress=True, num_workers=args.workers
+    )
+    counts = attrs["counts"]
+    print(
+        f"wrote {args.output}: {counts['n_tiles']} tiles ({counts['n_positive']} positive, "
+        f"{counts['n_negative']} negative, {counts['n_full_nodata']} full NoData), "
+        f"prevalence {attrs['prevalence']['exact']:.5f}"
+    )
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+
+    extra = None
+    clip = tuple(args.clip) if args.clip else None
+    if args.config:
+        from rtscore.config import load_pipeline_config
+
+        cfg = load_pipeline_config(args.config)
+        extra = [c.name for c in cfg.channels.extra]
+        clip = clip or cfg.normalization.clip_percentiles
+    stats = compute_normalization_stats(args.dataset, extra_channels=extra, clip_percentiles=clip, progress=True)
+    out = Path(args.output) if args.output else Path(args.dataset).parent / "normalization_stats.json"
+    write_normalization_stats(stats, out)
+    print(json.dumps(stats.to_json(), indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from rtscore.config import load_pipeline_config
+    from rtscore.data.validation import validate_data
+
+    cfg = load_pipeline_config(args.config)
+    root = Path(args.dataset)
+    stores = {s: root / f"{s}.zarr" for s in ("train", "val", "test") if (root / f"{s}.zarr").exists()}
+    if not stores and (root / "zarr.json").exists():  # a single store
+        from rtscore.data.store import read_store_attrs
+
+        stores = {read_store_attrs(root)["split"]: root}
+        root = root.parent
+    stats = Path(args.stats) if args.stats else root / "normalization_stats.json"
+    if not stats.exists() and (root.parent / "normalization_stats.json").exists():
+        stats = root.parent / "normalization_stats.json"
+    out = Path(args.output) if args.output else root / "validation"
+    report = validate_data(cfg, stores, stats, out, max_batches=args.max_batches, num_workers=args.workers)
+    for split, s in report["splits"].items():
+        print(f"{split}: {s['n_usable']} usable tiles, {s['n_positive']} positive, prevalence {s['prevalence']:.5f}")
+    for w in report["warnings"]:
+        print(f"warning: {w}")
+    print(f"validation passed; report in {out}")
+    return 0
+
+
+def _import_npz(args: argparse.Namespace) -> int:
+    from rtscore.data.legacy_npz import import_npz
+
+    attrs = import_npz(
+        args.input, args.output, split=args.split, shard_tiles=args.shard_tiles, overwrite=args.overwrite, progress=True
+    )
+    print(f"wrote {args.output}: {attrs['counts']['n_tiles']} tiles")
+    return 0
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:  # type: ignore[type-arg]
+    """The library's commands; the orchestration layer (flows/cli.py) adds the flow commands."""
+    p = argparse.ArgumentParser(prog="rts", description="RTS segmentation pipeline (rtscore + Prefect flows).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    g = sub.add_parser("generate", help="generate a tile store (one split) from a generation config")
+    g.add_argument("--source", default="synthetic", choices=["synthetic", "geotiff"], help="data source")
+    g.add_argument("--config", required=True, help="generation config YAML (configs/generation/...)")
+    g.add_argument("--output", required=True, help="output store, e.g. datasets/train.zarr")
+    g.add_argument("--workers", type=int, default=None, help="worker processes (default: processing.num_workers)")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    g.add_argument("--restart", action="store_true", help="discard an interrupted generation instead of resuming")
+    g.set_defaults(func=_generate)
+
+    s = sub.add_parser("stats", help="normalization stats of a train store (train split only)")
+    s.add_argument("--dataset", required=True, help="the train store (.zarr)")
+    s.add_argument("--config", help="pipeline config (selects channels.extra and clipping)")
+    s.add_argument("--clip", type=float, nargs=2, metavar=("LOW", "HIGH"), help="percentile clipping")
+    s.add_argument("--output", help="default: normalization_stats.json next to the store")
+    s.set_defaults(func=_stats)
+
+    v = sub.add_parser("validate", help="check the datasets through the DataLoader and write a report")
+    v.add_argument("--dataset", required=True, help="a directory with <split>.zarr stores, or one store")
+    v.add_argument("--config", required=True, help="pipeline/training config YAML")
+    v.add_argument("--stats", help="normalization_stats.json (default: next to the datasets)")
+    v.add_argument("--output", help="report directory (default: <dataset>/validation)")
+    v.add_argument("--max-batches", type=int, default=None, help="check at most this many batches per split")
+    v.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    v.set_defaults(func=_validate)
+
+    i = sub.add_parser("import-npz", help="convert a legacy batched .npz dataset into a Zarr tile store")
+    i.add_argument("--input", required=True, help="legacy dataset dir (with exact_masks/ or metadata.json)")
+    i.add_argument("--output", required=True, help="output store (.zarr)")
+    i.add_argument("--split", required=True, choices=["train", "val", "test"], help="split the data belongs to")
+    i.add_argument("--shard-tiles", type=int, default=32, help="tiles per shard")
+    i.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    i.set_defaults(func=_import_npz)
+    return p, sub
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse and dispatch, turning known errors into one clear line and exit code 2."""
+    args = parser.parse_args(argv)
+    from rtscore.config.base import ConfigError
+    from rtscore.data.store import TileStoreError
+    from rtscore.storage import StorageError
+
+    known: tuple[type[BaseException], ...] = (ConfigError, TileStoreError, StorageError, ValueError, FileNotFoundError)
+    try:
+        return int(args.func(args))
+    except known as err:
+        print(f"rts {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rts {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser()[0], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

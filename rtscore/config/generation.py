@@ -1,0 +1,149 @@
+"""Config of one generated tile store (one split): source, counts, scene content, store layout."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rtscore.config.base import SCHEMA_VERSION, StrictModel
+
+Split = Literal["train", "val", "test"]
+SyntheticExtraChannel = Literal["ndvi", "slope"]
+
+
+class NoisyLabelConfig(StrictModel):
+    """Annotator-like degradation applied to the `noisy` label variant."""
+
+    boundary_jitter_px: float = Field(
+        2.0, ge=0.0, le=32.0, description="Typical boundary displacement (pixels) of the noisy outline."
+    )
+    miss_probability: float = Field(
+        0.05, ge=0.0, le=1.0, description="Probability that the annotator missed an RTS entirely (labelled 0)."
+    )
+
+
+class SyntheticConfig(StrictModel):
+    """Procedural RTS scene generation (the embedded default data source)."""
+
+    n_positive: int = Field(..., ge=0, description="Tiles containing at least one RTS (before rotation expansion).")
+    n_negative: int = Field(..., ge=0, description="Tiles without RTS, many with hard negatives.")
+    n_full_nodata: int = Field(
+        0, ge=0, description="Extra tiles that are entirely NoData (alpha 0); readers must skip them."
+    )
+    regions: list[str] = Field(
+        ..., min_length=1, description="Region names for this split (spatial blocking: no region in two splits)."
+    )
+    extra_channels: list[SyntheticExtraChannel] = Field(
+        default_factory=list, description="Auxiliary float32 bands rendered with the scene (EXTRA dataset stand-in)."
+    )
+    rts_diameter_fraction: tuple[float, float] = Field(
+        (0.03, 1.3),
+        description="Log-uniform range of RTS diameter as a fraction of the tile size (>1 = larger than a tile).",
+    )
+    max_rts_per_tile: int = Field(3, ge=1, le=20, description="Most RTS placed in one positive tile.")
+    hard_negative_probability: float = Field(
+        0.7, ge=0.0, le=1.0, description="Probability that a tile contains hard negatives (lakes, rivers, roads ...)."
+    )
+    cloud_probability: float = Field(0.15, ge=0.0, le=1.0, description="Probability of a cloud and its shadow.")
+    partial_nodata_probability: float = Field(
+        0.08, ge=0.0, le=1.0, description="Probability that a tile has a partial NoData region (alpha 0)."
+    )
+    dark_pixel_probability: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="Probability that a tile holds valid pitch-dark pixels (0,0,0 with alpha 255) in shadow or water.",
+    )
+    noisy_labels: NoisyLabelConfig = Field(
+        default_factory=NoisyLabelConfig, description="How the `noisy` label variant is degraded."
+    )
+    generation_batch_size: int = Field(
+        16, ge=1, le=4096, description="Tiles rendered per batch (lower = less RAM during generation)."
+    )
+
+    @field_validator("regions")
+    @classmethod
+    def _unique_regions(cls, v: list[str]) -> list[str]:
+        dupes = sorted({r for r in v if v.count(r) > 1})
+        if dupes:
+            raise ValueError(f"region names must be unique; repeated: {dupes}")
+        if any(not r.strip() for r in v):
+            raise ValueError("region names must be non-empty")
+        return v
+
+    @field_validator("rts_diameter_fraction")
+    @classmethod
+    def _diameter_range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        lo, hi = v
+        if not 0 < lo <= hi <= 4.0:
+            raise ValueError(f"expected 0 < min <= max <= 4.0; got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _check_counts(self) -> SyntheticConfig:
+        if self.n_positive + self.n_negative + self.n_full_nodata == 0:
+            raise ValueError("n_positive + n_negative + n_full_nodata must be > 0 (the split would be empty)")
+        return self
+
+
+class AugmentationAtGeneration(StrictModel):
+    """Offline augmentation applied while generating (the notes' processing.augmentation)."""
+
+    rotations: bool = Field(False, description="Store each tile 4 times, rotated by 0/90/180/270 degrees.")
+
+
+class ProcessingConfig(StrictModel):
+    """Parallelism of generation."""
+
+    num_workers: int = Field(1, ge=1, le=256, description="Worker processes; each owns whole shards.")
+    augmentation: AugmentationAtGeneration = Field(
+        default_factory=AugmentationAtGeneration, description="Offline augmentation at generation."
+    )
+
+
+class StoreConfig(StrictModel):
+    """Zarr layout: one tile per inner chunk, many tiles per shard."""
+
+    shard_tiles: int = Field(32, ge=1, le=4096, description="Tiles per shard (the unit stored as one file/object).")
+    compressor: Literal["zstd", "lz4", "none"] = Field("zstd", description="Blosc codec for pixel chunks.")
+    clevel: int = Field(3, ge=0, le=9, description="Compression level.")
+    write_noisy_labels: bool = Field(True, description="Also store the `noisy` label variant.")
+
+
+class GenerationConfig(StrictModel):
+    """One generated split: `rts generate --config <this> --output <split>.zarr`."""
+
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="Config schema version.")
+    dataset_version: str = Field("1.0", description="Version string recorded in the store and the stats file.")
+    source: Literal["synthetic"] = Field("synthetic", description="Where tiles come from.")
+    split: Split = Field(..., description="The split this store holds.")
+    seed: int = Field(42, ge=0, description="Seed: same config + seed gives a byte-identical store.")
+    tile_size: int = Field(512, ge=32, le=4096, description="Tile height and width in pixels.")
+    synthetic: SyntheticConfig = Field(..., description="Synthetic scene settings.")
+    processing: ProcessingConfig = Field(default_factory=ProcessingConfig, description="Parallelism.")
+    store: StoreConfig = Field(default_factory=StoreConfig, description="Zarr layout and compression.")
+
+    @field_validator("tile_size")
+    @classmethod
+    def _multiple_of_32(cls, v: int) -> int:
+        if v % 32:
+            raise ValueError(f"must be a multiple of 32 (encoder strides); got {v}")
+        return v
+
+    @property
+    def channel_names(self) -> list[str]:
+        return ["R", "G", "B", *self.synthetic.extra_channels]
+
+    @property
+    def rotations(self) -> int:
+        return 4 if self.processing.augmentation.rotations else 1
+
+    @property
+    def n_source_tiles(self) -> int:
+        s = self.synthetic
+        return s.n_positive + s.n_negative + s.n_full_nodata
+
+    @property
+    def n_tiles(self) -> int:
+        return self.n_source_tiles * self.rotations

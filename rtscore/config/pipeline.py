@@ -1,0 +1,459 @@
+"""The training/pipeline config (`configs/baseline.yaml`): every section the training guide cites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from rtscore.config.base import (
+    SCHEMA_VERSION,
+    ConfigError,
+    StrictModel,
+    format_validation_error,
+    read_yaml,
+)
+from rtscore.config.deployment import DeploymentConfig, Precision
+from rtscore.config.generation import GenerationConfig
+
+RGB_NAMES = ("R", "G", "B")
+
+
+# --------------------------------------------------------------------------- data
+class LoaderConfig(StrictModel):
+    """DataLoader settings (guide §9.1, Data Loading)."""
+
+    num_workers: int = Field(8, ge=0, le=128, description="DataLoader worker processes (per GPU).")
+    pin_memory: bool = Field(True, description="Pin host memory for faster host-to-GPU copies.")
+    prefetch_factor: int = Field(2, ge=1, le=64, description="Batches prefetched per worker.")
+    persistent_workers: bool = Field(True, description="Keep workers alive across epochs.")
+    drop_last: bool = Field(True, description="Drop the last incomplete training batch.")
+
+
+class GenerationRefs(StrictModel):
+    """Generation config per split: a path (relative to this config file) or an inline mapping."""
+
+    train: GenerationConfig | None = Field(None, description="Generation config of the train split.")
+    val: GenerationConfig | None = Field(None, description="Generation config of the validation split.")
+    test: GenerationConfig | None = Field(None, description="Generation config of the test split.")
+
+    @field_validator("train", "val", "test", mode="before")
+    @classmethod
+    def _load_path(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, str):
+            base = Path((info.context or {}).get("base_dir", "."))
+            path = (base / v).resolve()
+            data = read_yaml(path)
+            if not isinstance(data, dict):
+                raise ValueError(f"generation config {path} must be a mapping")
+            try:
+                return GenerationConfig.model_validate(data)
+            except ValidationError as err:  # re-raised with the file and the inner key paths named
+                raise ValueError(format_validation_error(err, str(path))) from None
+        return v
+
+    def items(self) -> list[tuple[str, GenerationConfig]]:
+        return [(s, g) for s in ("train", "val", "test") if (g := getattr(self, s)) is not None]
+
+
+class DataConfig(StrictModel):
+    """Which datasets the run uses and how they are read."""
+
+    generation: GenerationRefs = Field(default_factory=GenerationRefs, description="Per-split generation configs.")
+    tile_size: int = Field(512, ge=32, le=4096, description="Model input size; must match the stores.")
+    mask_type: Literal["exact", "noisy"] = Field("exact", description="Which label variant trains the model.")
+    nodata_handling: bool = Field(
+        True,
+        description="Alpha-keyed NoData: alpha-0 pixels get label 255 and the channel's training mean "
+        "(never keyed off zero-valued pixels, guide §4.4 caveat).",
+    )
+    exclude_full_nodata: bool = Field(True, description="Skip tiles that are entirely NoData (guide §4.4).")
+    skip_generation: bool = Field(False, description="Use existing stores in the run directory; do not generate.")
+    additional_roots: list[str] = Field(
+        default_factory=list, description="Extra train stores (e.g. a 0.5x context-expanded store) joined to train."
+    )
+    loader: LoaderConfig = Field(default_factory=LoaderConfig, description="DataLoader settings.")
+
+
+class ExtraChannel(StrictModel):
+    """One auxiliary band of the EXTRA raster."""
+
+    name: str = Field(..., min_length=1, description="Channel name; binds normalization stats to this band.")
+    band: int = Field(..., ge=0, description="0-based band index in the EXTRA file.")
+
+
+class ChannelsConfig(StrictModel):
+    """Input channels: RGB always, then the listed EXTRA bands (early fusion)."""
+
+    extra: list[ExtraChannel] = Field(default_factory=list, description="Auxiliary channels appended after RGB.")
+
+    @field_validator("extra")
+    @classmethod
+    def _unique(cls, v: list[ExtraChannel]) -> list[ExtraChannel]:
+        names = [c.name for c in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"extra channel names must be unique; repeated: {dupes}")
+        clash = sorted(set(names) & set(RGB_NAMES))
+        if clash:
+            raise ValueError(f"extra channel names may not reuse RGB names {list(RGB_NAMES)}; got {clash}")
+        return v
+
+    @property
+    def names(self) -> list[str]:
+        return [*RGB_NAMES, *(c.name for c in self.extra)]
+
+    @property
+    def count(self) -> int:
+        return 3 + len(self.extra)
+
+
+class SplitsConfig(StrictModel):
+    """Spatial blocking: region names per split (whole regions go to one split)."""
+
+    train: list[str] | None = Field(None, description="Regions of the train split (None: take from the data).")
+    val: list[str] | None = Field(None, description="Regions of the validation split.")
+    test: list[str] | None = Field(None, description="Regions of the test split.")
+    min_test_positives: int = Field(100, ge=0, description="Least positive tiles the test split must hold.")
+    min_val_regions: int = Field(2, ge=1, description="Least regions the validation split must span.")
+
+    @model_validator(mode="after")
+    def _check_disjoint(self) -> SplitsConfig:
+        seen: dict[str, str] = {}
+        for split in ("train", "val", "test"):
+            for region in getattr(self, split) or []:
+                if region in seen:
+                    raise ValueError(f"region {region!r} is in splits.{seen[region]} and splits.{split}")
+                seen[region] = split
+        return self
+
+
+class NormalizationConfig(StrictModel):
+    """Per-channel statistics from the train split only (guide §4.1, §4.5)."""
+
+    clip_percentiles: tuple[float, float] | None = Field(
+        None, description="Clip values to these percentiles before computing mean/std (null: no clipping)."
+    )
+    max_tiles: int | None = Field(None, ge=1, description="Use at most this many train tiles (null: all).")
+
+    @field_validator("clip_percentiles")
+    @classmethod
+    def _pct(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not 0.0 <= v[0] < v[1] <= 100.0:
+            raise ValueError(f"expected 0 <= low < high <= 100; got {v}")
+        return v
+
+
+# --------------------------------------------------------------------------- sampling
+class CurriculumStage(StrictModel):
+    """Negatives per positive for an inclusive 1-based epoch range."""
+
+    start_epoch: int = Field(..., ge=1, description="First epoch of the stage (1-based, inclusive).")
+    end_epoch: int | None = Field(..., description="Last epoch (inclusive); null = until training ends.")
+    neg_per_pos: float = Field(..., ge=0.0, description="Negative tiles per positive tile in the epoch.")
+
+
+def _default_curriculum() -> list[CurriculumStage]:
+    rows = [(1, 10, 1.0), (11, 30, 5.0), (31, 50, 10.0), (51, 100, 15.0), (101, None, 20.0)]
+    return [CurriculumStage(start_epoch=a, end_epoch=b, neg_per_pos=r) for a, b, r in rows]
+
+
+class SamplingConfig(StrictModel):
+    """Balanced batch sampling and the negative-ratio curriculum (guide §7)."""
+
+    balanced: bool = Field(True, description="Compose batches from positive and negative tiles.")
+    positive_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="Share of positive tiles per batch.")
+    curriculum_schedule: list[CurriculumStage] = Field(
+        default_factory=_default_curriculum, description="Step-wise epoch ranges of neg:pos (guide §7.3)."
+    )
+
+    @field_validator("curriculum_schedule")
+    @classmethod
+    def _contiguous(cls, v: list[CurriculumStage]) -> list[CurriculumStage]:
+        if not v:
+            raise ValueError("needs at least one stage")
+        if v[0].start_epoch != 1:
+            raise ValueError(f"the first stage must start at epoch 1; got {v[0].start_epoch}")
+        for i, (a, b) in enumerate(zip(v, v[1:], strict=False)):
+            if a.end_epoch is None:
+                raise ValueError(f"stage [{i}] is open-ended (end_epoch null) but stage [{i + 1}] follows")
+            if a.end_epoch < a.start_epoch:
+                raise ValueError(f"stage [{i}] ends ({a.end_epoch}) before it starts ({a.start_epoch})")
+            if b.start_epoch != a.end_epoch + 1:
+                kind = "gap" if b.start_epoch > a.end_epoch + 1 else "overlap"
+                raise ValueError(
+                    f"{kind} between stage [{i}] (ends {a.end_epoch}) and [{i + 1}] (starts {b.start_epoch})"
+                )
+        last = v[-1]
+        if last.end_epoch is not None and last.end_epoch < last.start_epoch:
+            raise ValueError(f"last stage ends ({last.end_epoch}) before it starts ({last.start_epoch})")
+        return v
+
+
+# --------------------------------------------------------------------------- augmentation
+class ProbOnly(StrictModel):
+    p: float = Field(0.5, ge=0.0, le=1.0, description="Probability of applying the transform.")
+
+
+class AffineAug(StrictModel):
+    """Shift-scale-rotate as one Affine (ShiftScaleRotate is deprecated in albumentations 2)."""
+
+    p: float = Field(0.5, ge=0.0, le=1.0, description="Probability.")
+    shift: float = Field(0.1, ge=0.0, le=0.5, description="Max translation as a fraction of the tile.")
+    scale: float = Field(0.2, ge=0.0, le=0.9, description="Max relative scale change (1 +- scale).")
+    rotate: float = Field(45.0, ge=0.0, le=180.0, description="Max rotation in degrees.")
+
+
+class ShearAug(StrictModel):
+    p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
+    shear: float = Field(10.0, ge=0.0, le=45.0, description="Max shear in degrees (both axes).")
+
+
+class ElasticAug(StrictModel):
+    p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
+    alpha: float = Field(120.0, ge=0.0, description="Displacement magnitude.")
+    sigma: float = Field(6.0, gt=0.0, description="Gaussian smoothing of the displacement field.")
+
+
+class ColorAug(StrictModel):
+    p: float = Field(0.5, ge=0.0, le=1.0, description="Probability of ColorJitter.")
+    brightness: float = Field(0.2, ge=0.0, le=1.0, description="Brightness jitter (+-).")
+    contrast: float = Field(0.2, ge=0.0, le=1.0, description="Contrast jitter (+-).")
+    saturation: float = Field(0.2, ge=0.0, le=1.0, description="Saturation jitter (+-).")
+
+
+class NoiseAug(StrictModel):
+    p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
+    std_range: tuple[float, float] = Field(
+        (0.012, 0.028),
+        description="Noise std as a fraction of 255 (the guide's var_limit (10, 50) is std 3.2-7.1 of 255).",
+    )
+
+
+class ClaheAug(StrictModel):
+    p: float = Field(0.2, ge=0.0, le=1.0, description="Probability.")
+    clip_limit: float = Field(4.0, gt=0.0, description="CLAHE clip limit.")
+    tile_grid_size: int = Field(8, ge=1, le=64, description="CLAHE grid (square).")
+
+
+class RandomScaleAug(StrictModel):
+    p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
+    scale_range: tuple[float, float] = Field((0.5, 1.0), description="Scale factors; padded areas become ignore.")
+
+
+class AugmentationConfig(StrictModel):
+    """On-the-fly augmentation (guide §9.2); geometric on all channels + mask, colour on RGB only."""
+
+    enabled: bool = Field(True, description="Master switch (validation and evaluation never augment).")
+    rotate90: ProbOnly = Field(default_factory=lambda: ProbOnly(p=0.5), description="Random 90-degree rotation.")
+    hflip: ProbOnly = Field(default_factory=lambda: ProbOnly(p=0.5), description="Horizontal flip.")
+    vflip: ProbOnly = Field(default_factory=lambda: ProbOnly(p=0.5), description="Vertical flip.")
+    affine: AffineAug = Field(default_factory=AffineAug, description="Shift-scale-rotate.")
+    elastic: ElasticAug = Field(default_factory=ElasticAug, description="Elastic transform.")
+    shear: ShearAug = Field(default_factory=ShearAug, description="Affine shear.")
+    color: ColorAug = Field(default_factory=ColorAug, description="Brightness/contrast/saturation (RGB only).")
+    gauss_noise: NoiseAug = Field(default_factory=NoiseAug, description="Gaussian noise (RGB only).")
+    clahe: ClaheAug = Field(default_factory=ClaheAug, description="CLAHE (RGB only).")
+    random_scale: RandomScaleAug = Field(default_factory=RandomScaleAug, description="RandomScale + pad/crop.")
+
+
+# --------------------------------------------------------------------------- loss
+class LossConfig(StrictModel):
+    """Loss on logits (guide §5); ignore index 255 always honoured."""
+
+    name: Literal["focal", "bce", "dice", "tversky", "compound", "class_balanced_ce"] = Field(
+        "focal", description="Loss family."
+    )
+    focal_gamma: float = Field(2.0, ge=0.0, le=10.0, description="Focal gamma.")
+    focal_alpha: float = Field(0.25, gt=0.0, lt=1.0, description="Focal alpha (weight of the positive class).")
+    tversky_alpha: float = Field(0.3, gt=0.0, lt=1.0, description="Tversky weight on false negatives.")
+    tversky_beta: float = Field(0.7, gt=0.0, lt=1.0, description="Tversky weight on false positives.")
+    compound_focal_weight: float = Field(1.0, ge=0.0, description="lambda_1 of focal + dice.")
+    compound_dice_weight: float = Field(1.0, ge=0.0, description="lambda_2 of focal + dice.")
+    class_weighting: Literal["linear", "sqrt", "log"] = Field(
+        "sqrt", description="Class-balanced CE positive weight from bg/rts pixel counts."
+    )
+    boundary_handling: Literal["none", "ignore", "soft_labels"] = Field(
+        "none", description="Label-boundary treatment (guide §5.5)."
+    )
+    boundary_ignore_width: int = Field(2, ge=0, le=64, description="Pixels each side of a boundary set to ignore.")
+    soft_label_value: float = Field(0.05, ge=0.0, lt=0.5, description="Soft target near boundaries (bg side).")
+
+
+# --------------------------------------------------------------------------- training
+class EarlyStoppingConfig(StrictModel):
+    metric: Literal["val_realistic_pr_auc_geomean"] = Field(
+        "val_realistic_pr_auc_geomean", description="Geomean of Val-Realistic PR-AUC at 1:200/1:500/1:1000."
+    )
+    patience: int = Field(8, ge=1, description="Validation events without improvement before stopping.")
+    min_delta: float = Field(0.005, ge=0.0, description="Least improvement of the smoothed metric that counts.")
+    start_epoch: int = Field(101, ge=1, description="Stopping is disabled before this epoch.")
+    smoothing_window: int = Field(3, ge=1, description="Moving average over this many validations.")
+
+
+class CheckpointConfig(StrictModel):
+    save_every_n_epochs: int = Field(10, ge=1, description="Write resume_latest.pth every N epochs.")
+    keep_last_n: int = Field(3, ge=1, description="Rotating resume checkpoints kept.")
+
+
+class TrainingConfig(StrictModel):
+    """Loop settings (guide §9.1)."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available.")
+    precision: Precision = Field("bf16", description="Autocast precision; must equal deployment.precision.")
+    batch_size: int = Field(32, ge=1, description="Per-GPU batch size.")
+    max_epochs: int = Field(300, ge=1, description="Upper bound on epochs.")
+    steps_per_epoch: int | None = Field(
+        None, ge=1, description="Batches per epoch (null: as many as the curriculum's epoch pool gives)."
+    )
+    val_frequency: int = Field(5, ge=1, description="Validate every N epochs.")
+    seed: int = Field(42, ge=0, description="Seed of a single-seed run.")
+    seeds: list[int] = Field(default_factory=lambda: [42, 43, 44], description="Seeds of the final multi-seed run.")
+    deterministic: bool = Field(True, description="cudnn.deterministic, no benchmark, deterministic algorithms.")
+    torch_compile: bool = Field(False, description="Compile the model with torch.compile.")
+    channels_last: bool = Field(True, description="channels_last memory format on CUDA.")
+    grad_clip_norm: float = Field(1.0, gt=0.0, description="Gradient clipping max norm.")
+    early_stopping: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig, description="Early stopping.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Resume checkpoints.")
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v) or any(s < 0 for s in v):
+            raise ValueError(f"expected a non-empty list of distinct non-negative seeds; got {v}")
+        return v
+
+
+class OptimizerConfig(StrictModel):
+    name: Literal["adamw"] = Field("adamw", description="Optimizer.")
+    weight_decay: float = Field(1e-2, ge=0.0, description="Decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
+
+
+class LRScheduleConfig(StrictModel):
+    """Frozen phase at frozen_lr, then warmup + cosine (guide §9.1)."""
+
+    frozen_lr: float = Field(1e-3, gt=0.0, description="Constant LR while the backbone is frozen.")
+    base_lr: float = Field(1e-4, gt=0.0, description="Peak LR after unfreezing (decoder).")
+    backbone_lr_multiplier: float = Field(0.1, gt=0.0, le=1.0, description="Encoder LR = base_lr x this.")
+    freeze_backbone_epochs: int = Field(10, ge=0, description="Epochs with the encoder frozen.")
+    warmup_epochs: int = Field(5, ge=0, description="Linear warmup epochs after unfreezing.")
+    warmup_start_lr: float = Field(1e-6, gt=0.0, description="LR at the start of warmup.")
+    min_lr: float = Field(1e-6, ge=0.0, description="Floor of the cosine.")
+
+
+class EMAConfig(StrictModel):
+    enabled: bool = Field(True, description="Keep an EMA of the weights; validate and ship it.")
+    decay: float = Field(0.999, gt=0.0, lt=1.0, description="EMA decay per optimizer step.")
+
+
+class ModelConfig(StrictModel):
+    architecture: Literal["unetplusplus", "unet", "segformer"] = Field("unetplusplus", description="smp architecture.")
+    backbone: str = Field("efficientnet-b5", min_length=1, description="smp encoder name.")
+    encoder_weights: str | None = Field(
+        "imagenet", description="'imagenet', null (random init) or a local weights file."
+    )
+
+
+class MetricsConfig(StrictModel):
+    ratios: list[int] = Field(default_factory=lambda: [200, 500, 1000], description="Val/Test-Realistic 1:N.")
+    reporting_threshold: float = Field(0.5, gt=0.0, lt=1.0, description="In-training reference threshold.")
+    object_iou_thresholds: list[float] = Field(
+        default_factory=lambda: [0.1, 0.3, 0.5], description="IoU thresholds for object matching."
+    )
+    min_blob_size_px: int = Field(16, ge=1, description="Connected components smaller than this are dropped.")
+    pr_bins: int = Field(2048, ge=64, le=65536, description="Histogram bins for streaming PR-AUC.")
+    bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples for PR-AUC intervals.")
+
+
+class MLflowConfig(StrictModel):
+    enabled: bool = Field(True, description="Track runs in MLflow.")
+    tracking_uri: str | None = Field(None, description="Tracking URI; null = SQLite under the artifact root.")
+    experiment_name: str = Field("rts-segmentation", min_length=1, description="MLflow experiment.")
+
+
+class PipelineConfig(StrictModel):
+    """The whole run: data stages, training, calibration inputs (one YAML, guide's baseline.yaml)."""
+
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="Config schema version.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Datasets and loading.")
+    channels: ChannelsConfig = Field(default_factory=ChannelsConfig, description="Input channels.")
+    splits: SplitsConfig = Field(default_factory=SplitsConfig, description="Spatial blocking.")
+    normalization: NormalizationConfig = Field(default_factory=NormalizationConfig, description="Stats.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Balanced curriculum sampling.")
+    augmentation: AugmentationConfig = Field(default_factory=AugmentationConfig, description="Augmentation.")
+    loss: LossConfig = Field(default_factory=LossConfig, description="Loss.")
+    training: TrainingConfig = Field(default_factory=TrainingConfig, description="Training loop.")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer.")
+    lr_schedule: LRScheduleConfig = Field(default_factory=LRScheduleConfig, description="LR schedule.")
+    ema: EMAConfig = Field(default_factory=EMAConfig, description="EMA.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Model.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Metrics.")
+    mlflow: MLflowConfig = Field(default_factory=MLflowConfig, description="Tracking.")
+    deployment: DeploymentConfig = Field(default_factory=DeploymentConfig, description="Deployment numerics.")
+
+    @model_validator(mode="after")
+    def check_precision_parity(self) -> PipelineConfig:
+        if self.training.precision != self.deployment.precision:
+            raise ValueError(
+                f"training.precision ({self.training.precision}) must equal deployment.precision "
+                f"({self.deployment.precision}) (guide §4.6, calibration-deployment parity)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def check_tile_sizes(self) -> PipelineConfig:
+        for split, gen in self.data.generation.items():
+            if gen.tile_size != self.data.tile_size:
+                raise ValueError(
+                    f"data.generation.{split}.tile_size ({gen.tile_size}) differs from data.tile_size "
+                    f"({self.data.tile_size})"
+                )
+            if gen.split != split:
+                raise ValueError(f"data.generation.{split} generates split {gen.split!r}, expected {split!r}")
+        return self
+
+    @model_validator(mode="after")
+    def check_schedule(self) -> PipelineConfig:
+        lr = self.lr_schedule
+        if self.training.max_epochs <= lr.freeze_backbone_epochs + lr.warmup_epochs:
+            raise ValueError(
+                f"training.max_epochs ({self.training.max_epochs}) must exceed lr_schedule.freeze_backbone_epochs "
+                f"+ lr_schedule.warmup_epochs ({lr.freeze_backbone_epochs + lr.warmup_epochs}): cosine T_max <= 0"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def check_extra_channels_generated(self) -> PipelineConfig:
+        names = [c.name for c in self.channels.extra]
+        for split, gen in self.data.generation.items():
+            missing = [n for n in names if n not in gen.synthetic.extra_channels]
+            if missing:
+                raise ValueError(
+                    f"channels.extra names {missing} are not generated by data.generation.{split} "
+                    f"(extra_channels: {gen.synthetic.extra_channels})"
+                )
+        return self
+
+
+def load_pipeline_config(path: str | Path) -> PipelineConfig:
+    """Load a pipeline config, resolving generation-config paths relative to the file."""
+    p = Path(path)
+    data = read_yaml(p)
+    if data is None or not isinstance(data, dict):
+        raise ConfigError(f"invalid config {p}: expected a mapping at the top level")
+    try:
+        return PipelineConfig.model_validate(data, context={"base_dir": str(p.resolve().parent)})
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, str(p))) from None
+
+
+def parse_pipeline_config(data: dict[str, Any], base_dir: str | Path = ".") -> PipelineConfig:
+    """Validate an in-memory pipeline config (paths resolved against ``base_dir``)."""
+    try:
+        return PipelineConfig.model_validate(data, context={"base_dir": str(base_dir)})
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, "<dict>")) from None
+
+

@@ -1,0 +1,426 @@
+"""The Zarr v3 tile store: shard-aligned writer with resumable staging, and a lazy random-access reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile, StoredSample
+from rtscore.storage import publish_dir
+
+FORMAT = "rts-tile-store"
+FORMAT_VERSION = 1
+ATTRS_KEY = "rtscore"
+PROGRESS_DIR = ".progress"
+MASK_TYPES = ("exact", "noisy")
+_TRANSIENT_RETRIES = 3
+
+
+class TileStoreError(RuntimeError):
+    """A tile store is missing, incomplete, corrupt or inconsistent; the message names it."""
+
+
+# Per-tile metadata arrays (readable without touching pixel chunks).
+_META_FIELDS: dict[str, Any] = {
+    "tile_id": "str",
+    "region": "str",
+    "kind": np.uint8,
+    "is_positive": np.bool_,
+    "n_positive_px": np.int32,
+    "n_positive_px_noisy": np.int32,
+    "n_ignore_px": np.int32,
+    "n_nodata_px": np.int32,
+    "n_objects": np.int16,
+    "source_index": np.int32,
+    "rotation": np.uint8,
+}
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """Shapes and codecs of a store, fixed when the staging store is created."""
+
+    n_tiles: int
+    tile_size: int
+    extra_channel_names: tuple[str, ...]
+    shard_tiles: int
+    compressor: str = "zstd"
+    clevel: int = 3
+    write_noisy: bool = True
+
+    @property
+    def n_shards(self) -> int:
+        return -(-self.n_tiles // self.shard_tiles)
+
+    def shard_range(self, shard: int) -> tuple[int, int]:
+        start = shard * self.shard_tiles
+        return start, min(start + self.shard_tiles, self.n_tiles)
+
+
+def _compressors(layout: StoreLayout, typesize: int) -> Any:
+    from zarr.codecs import BloscCodec
+
+    if layout.compressor == "none":
+        return None
+    shuffle = "bitshuffle" if typesize == 1 else "shuffle"
+    return BloscCodec(cname=layout.compressor, clevel=layout.clevel, shuffle=shuffle)
+
+
+def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any]) -> None:
+    """Create an empty store of fixed size; shards are filled later by any process that owns them."""
+    import zarr
+
+    n, s, h = layout.n_tiles, layout.shard_tiles, layout.tile_size
+    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+
+    def pixels(name: str, channels: int | None, dtype: Any, fill: int | float) -> None:
+        shape = (n, h, h) if channels is None else (n, channels, h, h)
+        chunk = (1, h, h) if channels is None else (1, channels, h, h)
+        shard = (s, *chunk[1:])
+        group.create_array(
+            name,
+            shape=shape,
+            chunks=chunk,
+            shards=shard,
+            dtype=dtype,
+            fill_value=fill,
+            compressors=_compressors(layout, np.dtype(dtype).itemsize),
+        )
+
+    pixels("images", 3, np.uint8, 0)
+    pixels("alpha", None, np.uint8, 0)
+    pixels("labels_exact", None, np.uint8, IGNORE_INDEX)
+    if layout.write_noisy:
+        pixels("labels_noisy", None, np.uint8, IGNORE_INDEX)
+    if layout.extra_channel_names:
+        pixels("extra", len(layout.extra_channel_names), np.float32, 0.0)
+    meta = group.require_group("meta")
+    for name, dtype in _META_FIELDS.items():
+        dt = np.dtypes.StringDType() if dtype == "str" else dtype
+        # One metadata chunk per shard so that shard owners never share a chunk.
+        meta.create_array(name, shape=(n,), chunks=(s,), dtype=dt, compressors=None if dtype == "str" else "auto")
+    group.attrs.update({"rtscore_staging": staging_attrs})
+    (path / PROGRESS_DIR).mkdir(exist_ok=True)
+
+
+def _tile_meta(tile: RawTile, kind_code: int) -> dict[str, Any]:
+    exact = tile.label_exact
+    noisy = tile.label_noisy if tile.label_noisy is not None else exact
+    return {
+        "tile_id": tile.tile_id,
+        "region": tile.region,
+        "kind": kind_code,
+        "is_positive": bool((exact == 1).any()),
+        "n_positive_px": int((exact == 1).sum()),
+        "n_positive_px_noisy": int((noisy == 1).sum()),
+        "n_ignore_px": int((exact == IGNORE_INDEX).sum()),
+        "n_nodata_px": int((tile.alpha == 0).sum()),
+        "n_objects": tile.n_objects,
+        "source_index": tile.source_index,
+        "rotation": tile.rotation,
+    }
+
+
+def check_tile(tile: RawTile, layout: StoreLayout) -> None:
+    """Reject a tile whose shapes, dtypes or label values do not fit the store."""
+    h = layout.tile_size
+    expected = {"rgb": ((3, h, h), np.uint8), "alpha": ((h, h), np.uint8), "label_exact": ((h, h), np.uint8)}
+    if layout.write_noisy:
+        expected["label_noisy"] = ((h, h), np.uint8)
+    if layout.extra_channel_names:
+        expected["extra"] = ((len(layout.extra_channel_names), h, h), np.float32)
+    for name, (shape, dtype) in expected.items():
+        arr = getattr(tile, name)
+        if arr is None or arr.shape != shape or arr.dtype != dtype:
+            found = None if arr is None else f"{arr.shape} {arr.dtype}"
+            raise TileStoreError(f"tile {tile.tile_id}: {name} must be {shape} {np.dtype(dtype)}; got {found}")
+    for name in ("label_exact", "label_noisy"):
+        arr = getattr(tile, name)
+        if arr is not None:
+            bad = np.setdiff1d(np.unique(arr), LABEL_VALUES)
+            if bad.size:
+                raise TileStoreError(
+                    f"tile {tile.tile_id}: {name} has values {bad.tolist()} outside {{0, 1, 255}}"
+                )
+
+
+class ShardWriter:
+    """Buffers the tiles of one shard and writes the shard whole (never a partial shard)."""
+
+    def __init__(self, path: Path, layout: StoreLayout, shard: int) -> None:
+        self.path, self.layout, self.shard = path, layout, shard
+        self.start, self.stop = layout.shard_range(shard)
+        n, h = self.stop - self.start, layout.tile_size
+        self.images = np.zeros((n, 3, h, h), np.uint8)
+        self.alpha = np.zeros((n, h, h), np.uint8)
+        self.labels_exact = np.zeros((n, h, h), np.uint8)
+        self.labels_noisy = np.zeros((n, h, h), np.uint8) if layout.write_noisy else None
+        e = len(layout.extra_channel_names)
+        self.extra = np.zeros((n, e, h, h), np.float32) if e else None
+        self.meta: list[dict[str, Any]] = []
+
+    @property
+    def full(self) -> bool:
+        return len(self.meta) == self.stop - self.start
+
+    def add(self, tiles: Sequence[RawTile], kind_codes: Sequence[int]) -> None:
+        """Add a batch (e.g. one generation batch) to the shard buffer."""
+        for tile, code in zip(tiles, kind_codes, strict=True):
+            if self.full:
+                raise TileStoreError(f"shard {self.shard} is full ({self.stop - self.start} tiles)")
+            check_tile(tile, self.layout)
+            i = len(self.meta)
+            self.images[i], self.alpha[i], self.labels_exact[i] = tile.rgb, tile.alpha, tile.label_exact
+            if self.labels_noisy is not None:
+                self.labels_noisy[i] = tile.label_noisy
+            if self.extra is not None:
+                self.extra[i] = tile.extra
+            self.meta.append(_tile_meta(tile, code))
+
+    def write(self) -> dict[str, Any]:
+        """Write every array's slice of this shard, then the shard's completion marker (last)."""
+        import zarr
+
+        if not self.full:
+            raise TileStoreError(f"shard {self.shard}: {len(self.meta)} of {self.stop - self.start} tiles buffered")
+        group = zarr.open_group(str(self.path), mode="r+")
+        sl = slice(self.start, self.stop)
+        group["images"][sl] = self.images
+        group["alpha"][sl] = self.alpha
+        group["labels_exact"][sl] = self.labels_exact
+        if self.labels_noisy is not None:
+            group["labels_noisy"][sl] = self.labels_noisy
+        if self.extra is not None:
+            group["extra"][sl] = self.extra
+        for name, dtype in _META_FIELDS.items():
+            values = [m[name] for m in self.meta]
+            arr = np.array(values, dtype=np.dtypes.StringDType() if dtype == "str" else dtype)
+            group["meta"][name][sl] = arr
+        summary = {"shard": self.shard, "start": self.start, "stop": self.stop}
+        marker = self.path / PROGRESS_DIR / f"shard_{self.shard:06d}.json"
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps(summary))
+        tmp.replace(marker)
+        return summary
+
+
+def completed_shards(path: Path) -> set[int]:
+    progress = path / PROGRESS_DIR
+    if not progress.is_dir():
+        return set()
+    return {int(p.stem.split("_")[1]) for p in progress.glob("shard_*.json")}
+
+
+def staging_attrs(path: Path) -> dict[str, Any] | None:
+    """The attributes a staging store was created with, or None if there is no usable one."""
+    meta = path / "zarr.json"
+    if not meta.is_file():
+        return None
+    try:
+        return json.loads(meta.read_text()).get("attributes", {}).get("rtscore_staging")
+    except ValueError:
+        return None
+
+
+def summarize(path: Path) -> dict[str, Any]:
+    """Counts and prevalence from the metadata arrays (no pixel chunk is read)."""
+    import zarr
+
+    meta = zarr.open_group(str(path), mode="r")["meta"]
+    kind = meta["kind"][:]
+    n_pos = meta["n_positive_px"][:].astype(np.int64)
+    n_pos_noisy = meta["n_positive_px_noisy"][:].astype(np.int64)
+    n_ign = meta["n_ignore_px"][:].astype(np.int64)
+    h = zarr.open_group(str(path), mode="r")["alpha"].shape[-1]
+    labelled = np.maximum(h * h - n_ign, 0).sum()
+    regions = meta["region"][:]
+    return {
+        "n_tiles": int(kind.size),
+        "n_positive": int(meta["is_positive"][:].sum()),
+        "n_negative": int(((kind == KIND_CODES["negative"]) | ((kind == KIND_CODES["positive"]) & (n_pos == 0))).sum()),
+        "n_full_nodata": int((kind == KIND_CODES["full_nodata"]).sum()),
+        "n_regions": len(set(regions.tolist())),
+        "regions": sorted(set(regions.tolist())),
+        "prevalence": {
+            "exact": float(n_pos.sum() / labelled) if labelled else 0.0,
+            "noisy": float(n_pos_noisy.sum() / labelled) if labelled else 0.0,
+        },
+    }
+
+
+def finalize(staging: Path, final: Path, store_attrs: dict[str, Any]) -> dict[str, Any]:
+    """Check all shards are done, write the store's attributes and publish it atomically."""
+    import zarr
+
+    attrs = staging_attrs(staging) or {}
+    n_shards = int(attrs["n_shards"])
+    missing = sorted(set(range(n_shards)) - completed_shards(staging))
+    if missing:
+        raise TileStoreError(f"store {staging}: shards {missing[:10]} were never completed; cannot publish")
+    summary = summarize(staging)
+    group = zarr.open_group(str(staging), mode="r+")
+    full_attrs = {**store_attrs, "counts": {k: v for k, v in summary.items() if k != "prevalence"}}
+    full_attrs["prevalence"] = summary["prevalence"]
+    group.attrs.put({ATTRS_KEY: full_attrs})
+    shutil.rmtree(staging / PROGRESS_DIR)
+    publish_dir(staging, final)
+    return full_attrs
+
+
+# --------------------------------------------------------------------------- reader
+@dataclass
+class TileMetadata:
+    """Per-tile metadata held in memory (small: a few dozen bytes per tile)."""
+
+    tile_id: np.ndarray
+    region: np.ndarray
+    kind: np.ndarray
+    is_positive: np.ndarray
+    n_positive_px: np.ndarray
+    n_ignore_px: np.ndarray
+    n_nodata_px: np.ndarray
+    tile_size: int
+
+    def __len__(self) -> int:
+        return int(self.kind.size)
+
+    @property
+    def full_nodata(self) -> np.ndarray:
+        return self.n_nodata_px >= self.tile_size * self.tile_size
+
+
+def _retry(fn: Callable[[], Any], what: str) -> Any:
+    """Retry transient I/O errors (network filesystems, object stores) before giving up."""
+    for attempt in range(_TRANSIENT_RETRIES):
+        try:
+            return fn()
+        except (TimeoutError, ConnectionError, InterruptedError):
+            if attempt == _TRANSIENT_RETRIES - 1:
+                raise
+            time.sleep(0.2 * 2**attempt)
+        except OSError as err:  # EIO etc. may be transient on network mounts; a missing file is not
+            if isinstance(err, FileNotFoundError) or attempt == _TRANSIENT_RETRIES - 1:
+                raise TileStoreError(f"{what}: {err}") from err
+            time.sleep(0.2 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+class ZarrTileStore:
+    """Random access to the tiles of one published store; opens the arrays lazily per process."""
+
+    def __init__(self, path: str | Path, mask_type: str = "exact", extra_channels: list[str] | None = None) -> None:
+        self.path = Path(path)
+        if mask_type not in MASK_TYPES:
+            raise TileStoreError(f"mask_type must be one of {MASK_TYPES}; got {mask_type!r}")
+        self.attrs = read_store_attrs(self.path)
+        if mask_type not in self.attrs["mask_types"]:
+            raise TileStoreError(f"store {self.path} has no {mask_type!r} labels (has {self.attrs['mask_types']})")
+        self.mask_type = mask_type
+        self.tile_size = int(self.attrs["tile_size"])
+        stored_extra = list(self.attrs["extra_channel_names"])
+        wanted = stored_extra if extra_channels is None else list(extra_channels)
+        missing = [c for c in wanted if c not in stored_extra]
+        if missing:
+            raise TileStoreError(f"store {self.path} has no extra channels {missing} (has {stored_extra})")
+        self._extra_idx = [stored_extra.index(c) for c in wanted]
+        self.channel_names: list[str] = ["R", "G", "B", *wanted]
+        self.n_tiles = int(self.attrs["counts"]["n_tiles"])
+        self._arrays: dict[str, Any] | None = None
+        self._pid: int | None = None
+        self._meta: TileMetadata | None = None
+
+    def __len__(self) -> int:
+        return self.n_tiles
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_arrays"], state["_pid"] = None, None  # reopened in each DataLoader worker
+        return state
+
+    def _open(self) -> dict[str, Any]:
+        if self._arrays is None or self._pid != os.getpid():
+            import zarr
+
+            group = zarr.open_group(str(self.path), mode="r")
+            names = ["images", "alpha", f"labels_{self.mask_type}"]
+            if self._extra_idx:
+                names.append("extra")
+            self._arrays = {n: group[n] for n in names}
+            self._pid = os.getpid()
+        return self._arrays
+
+    @property
+    def metadata(self) -> TileMetadata:
+        if self._meta is None:
+            import zarr
+
+            meta = zarr.open_group(str(self.path), mode="r")["meta"]
+            positive_key = "n_positive_px" if self.mask_type == "exact" else "n_positive_px_noisy"
+            n_pos = meta[positive_key][:]
+            self._meta = TileMetadata(
+                tile_id=meta["tile_id"][:].astype(object),
+                region=meta["region"][:].astype(object),
+                kind=meta["kind"][:],
+                is_positive=n_pos > 0,
+                n_positive_px=n_pos,
+                n_ignore_px=meta["n_ignore_px"][:],
+                n_nodata_px=meta["n_nodata_px"][:],
+                tile_size=self.tile_size,
+            )
+        return self._meta
+
+    def __getitem__(self, index: int) -> StoredSample:
+        if not -self.n_tiles <= index < self.n_tiles:
+            raise IndexError(f"tile index {index} out of range for {self.n_tiles} tiles in {self.path}")
+        i = int(index) % self.n_tiles
+        arrays = self._open()
+        where = f"store {self.path}, tile index {i}"
+
+        def read() -> tuple[np.ndarray, ...]:
+            return tuple(np.asarray(arrays[n][i]) for n in arrays)
+
+        try:
+            values = _retry(read, where)
+        except TileStoreError:
+            raise
+        except Exception as err:  # codec errors on a truncated or corrupt shard
+            raise TileStoreError(f"{where}: cannot decode ({type(err).__name__}: {err}); shard may be corrupt") from err
+        rgb, alpha, label = values[0], values[1], values[2]
+        extra = values[3][self._extra_idx] if len(values) > 3 else None
+        meta = self.metadata
+        # A missing shard object reads back as fill values; the metadata written with it tells.
+        if int((alpha == 0).sum()) != int(meta.n_nodata_px[i]):
+            raise TileStoreError(
+                f"{where} ({meta.tile_id[i]}): pixel data disagrees with the tile's metadata "
+                f"({int((alpha == 0).sum())} vs {int(meta.n_nodata_px[i])} NoData pixels); a shard is missing or corrupt"
+            )
+        return StoredSample(
+            index=i, tile_id=str(meta.tile_id[i]), region=str(meta.region[i]), rgb=rgb, alpha=alpha, label=label, extra=extra
+        )
+
+
+def read_store_attrs(path: Path) -> dict[str, Any]:
+    """The published store's attributes, or a clear error if it is missing or unpublished."""
+    meta = path / "zarr.json"
+    if not meta.is_file():
+        partial = path.with_name(f".{path.name}.partial")
+        hint = f" (an interrupted generation is staged at {partial}; re-run to resume)" if partial.exists() else ""
+        raise TileStoreError(f"tile store not found: {path}{hint}")
+    try:
+        attrs = json.loads(meta.read_text()).get("attributes", {})
+    except ValueError as err:
+        raise TileStoreError(f"tile store {path}: zarr.json is not valid JSON ({err})") from None
+    store = attrs.get(ATTRS_KEY)
+    if not store or store.get("format") != FORMAT:
+        raise TileStoreError(f"{path} is not a published rts tile store (no '{ATTRS_KEY}' attributes)")
+    if int(store.get("format_version", 0)) > FORMAT_VERSION:
+        raise TileStoreError(f"tile store {path} has format_version {store['format_version']}; this rtscore reads up to {FORMAT_VERSION}")
+    return dict(store)

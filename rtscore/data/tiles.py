@@ -1,0 +1,84 @@
+"""In-memory tile records shared by every source (synthetic, GeoTIFF, legacy npz) and the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+IGNORE_INDEX = 255
+LABEL_VALUES = (0, 1, IGNORE_INDEX)
+TileKind = Literal["positive", "negative", "full_nodata"]
+KIND_CODES: dict[str, int] = {"negative": 0, "positive": 1, "full_nodata": 2}
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """What one source tile will be, fixed before any pixel is rendered (so workers agree)."""
+
+    index: int
+    tile_id: str
+    region: str
+    kind: TileKind
+    seed: int
+
+    def rng(self) -> np.random.Generator:
+        """The tile's own generator: a function of (config seed, tile index) only."""
+        return np.random.default_rng([self.seed, self.index])
+
+
+@dataclass
+class RawTile:
+    """One tile as stored: uint8 RGB, alpha, labels in {0, 1, 255}, optional float32 extra bands."""
+
+    tile_id: str
+    region: str
+    rgb: np.ndarray  # (3, H, W) uint8
+    alpha: np.ndarray  # (H, W) uint8, 0 = NoData, 255 = valid
+    label_exact: np.ndarray  # (H, W) uint8 in {0, 1, 255}
+    label_noisy: np.ndarray | None = None  # (H, W) uint8 in {0, 1, 255}
+    extra: np.ndarray | None = None  # (E, H, W) float32
+    n_objects: int = 0  # complete RTS (label 1) in the tile
+    source_index: int = -1
+    rotation: int = 0  # k of np.rot90 applied at generation
+    meta: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return int(self.rgb.shape[-1])
+
+    def rotated(self, k: int) -> RawTile:
+        """The tile rotated by k x 90 degrees (offline 4-way expansion)."""
+        if k % 4 == 0:
+            return self
+
+        def rot(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(np.rot90(a, k, axes=(-2, -1)))
+
+        return RawTile(
+            tile_id=f"{self.tile_id}_r{90 * (k % 4)}",
+            region=self.region,
+            rgb=rot(self.rgb),  # type: ignore[arg-type]
+            alpha=rot(self.alpha),  # type: ignore[arg-type]
+            label_exact=rot(self.label_exact),  # type: ignore[arg-type]
+            label_noisy=rot(self.label_noisy),
+            extra=rot(self.extra),
+            n_objects=self.n_objects,
+            source_index=self.source_index,
+            rotation=k % 4,
+            meta=dict(self.meta),
+        )
+
+
+@dataclass
+class StoredSample:
+    """What every tile source returns from ``__getitem__``: one tile with the selected label variant."""
+
+    index: int
+    tile_id: str
+    region: str
+    rgb: np.ndarray  # (3, H, W) uint8
+    alpha: np.ndarray  # (H, W) uint8, 0 = NoData
+    label: np.ndarray  # (H, W) uint8 in {0, 1, 255}
+    extra: np.ndarray | None = None  # (E, H, W) float32

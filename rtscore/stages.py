@@ -1,0 +1,119 @@
+"""Pipeline stages over a run directory: each writes its artifacts atomically and records them in the manifest."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from rtscore.config.base import config_hash, dump_yaml
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.storage import RunDir, StorageError, staged_dir
+
+# Modules whose code decides each stage's output (part of the cache key of the orchestration layer).
+STAGE_MODULES: dict[str, tuple[str, ...]] = {
+    "generate-dataset": ("data/synthetic.py", "data/store.py", "data/generate.py", "data/tiles.py"),
+    "normalization-stats": ("data/normalization.py", "data/store.py"),
+    "validate-data": (
+        "data/validation.py",
+        "data/dataset.py",
+        "data/transforms.py",
+        "data/sample_grid.py",
+        "data/normalization.py",
+        "data/store.py",
+    ),
+}
+
+
+class ArtifactRef(BaseModel):
+    """What a stage hands to the next: where its artifact is and its content fingerprint."""
+
+    uri: str = Field(..., description="Local path or URI of the artifact.")
+    path: str = Field(..., description="Path relative to the run directory.")
+    sha256: str = Field(..., description="Content fingerprint (see storage.fingerprint).")
+    bytes: int = Field(..., description="Size in bytes.")
+    stage: str = Field(..., description="Producing stage.")
+
+
+def stage_code_hash(stage: str) -> str:
+    """sha256 of the source files that implement a stage."""
+    root = Path(__file__).parent
+    h = hashlib.sha256(stage.encode())
+    for rel in STAGE_MODULES[stage]:
+        h.update((root / rel).read_bytes())
+    return h.hexdigest()
+
+
+def _ref(run: RunDir, rel: str, stage: str, chash: str) -> ArtifactRef:
+    e = run.record(rel, stage, chash)
+    return ArtifactRef(uri=str(run.path(rel)), path=rel, sha256=e.sha256, bytes=e.bytes, stage=stage)
+
+
+def save_resolved_config(run_dir: str, cfg: PipelineConfig) -> ArtifactRef:
+    """`config.resolved.yaml`: the config every stage of the run used, generation configs inlined."""
+    run = RunDir(run_dir)
+    dump_yaml(cfg, run.path("config.resolved.yaml"))
+    return _ref(run, "config.resolved.yaml", "config", config_hash(cfg))
+
+
+def generate_dataset(
+    run_dir: str, cfg: PipelineConfig, split: str, *, progress: bool = False, restart: bool = False
+) -> ArtifactRef:
+    """Generate ``datasets/<split>.zarr`` (or adopt the existing store when data.skip_generation)."""
+    from rtscore.data.generate import generate_synthetic
+    from rtscore.data.store import read_store_attrs
+
+    run = RunDir(run_dir)
+    rel = f"datasets/{split}.zarr"
+    gen = getattr(cfg.data.generation, split)
+    if cfg.data.skip_generation:
+        attrs = read_store_attrs(run.path(rel))  # clear error if it does not exist
+        return _ref(run, rel, "generate-dataset", str(attrs.get("config_hash", "")))
+    if gen is None:
+        raise StorageError(f"data.generation.{split} is not set; give a generation config or set data.skip_generation")
+    run.forget(rel)
+    generate_synthetic(gen, run.path(rel), overwrite=True, restart=restart, progress=progress)
+    return _ref(run, rel, "generate-dataset", config_hash(gen))
+
+
+def normalization_stats(run_dir: str, cfg: PipelineConfig, *, progress: bool = False) -> ArtifactRef:
+    """`normalization_stats.json` from the train store only."""
+    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+
+    run = RunDir(run_dir)
+    run.require("datasets/train.zarr")
+    stats = compute_normalization_stats(
+        run.dataset("train"),
+        extra_channels=[c.name for c in cfg.channels.extra],
+        clip_percentiles=cfg.normalization.clip_percentiles,
+        max_tiles=cfg.normalization.max_tiles,
+        progress=progress,
+    )
+    rel = "normalization_stats.json"
+    run.forget(rel)
+    write_normalization_stats(stats, run.path(rel))
+    return _ref(run, rel, "normalization-stats", config_hash(cfg))
+
+
+def validate_data(
+    run_dir: str, cfg: PipelineConfig, *, max_batches: int | None = None, num_workers: int = 0, progress: bool = False
+) -> ArtifactRef:
+    """`validation/`: report.json, report.md, samples.png; raises if a check fails (report still written)."""
+    from rtscore.data.validation import DataValidationError
+    from rtscore.data.validation import validate_data as run_checks
+
+    run = RunDir(run_dir)
+    stores = {s: run.dataset(s) for s in ("train", "val", "test") if run.entry(f"datasets/{s}.zarr")}
+    run.require("normalization_stats.json")
+    rel = "validation"
+    run.forget(rel)
+    failure: DataValidationError | None = None
+    with staged_dir(run.path(rel)) as tmp:
+        try:
+            run_checks(cfg, stores, run.normalization_stats, tmp, max_batches=max_batches, num_workers=num_workers)
+        except DataValidationError as err:
+            failure = err
+    if failure is not None:
+        raise DataValidationError(str(failure).replace(str(tmp), str(run.path(rel))))
+    return _ref(run, rel, "validate-data", config_hash(cfg))

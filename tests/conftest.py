@@ -1,0 +1,82 @@
+"""Shared fixtures: tiny tiles and configs built in code, an isolated Prefect home."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# Isolate Prefect before anything imports it (results, SQLite database, settings).
+_PREFECT_HOME = tempfile.mkdtemp(prefix="rts-prefect-home-")
+os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+from rtscore.config.generation import GenerationConfig  # noqa: E402
+from rtscore.data.tiles import RawTile  # noqa: E402
+
+
+def make_tile(
+    i: int,
+    size: int = 32,
+    *,
+    positive: bool = True,
+    extra: int = 0,
+    nodata_rows: int = 0,
+    region: str = "r0",
+    seed: int = 0,
+) -> RawTile:
+    """A small deterministic tile: a labelled square on a noisy background."""
+    rng = np.random.default_rng([seed, i])
+    rgb = rng.integers(20, 230, (3, size, size), dtype=np.uint8)
+    label = np.zeros((size, size), np.uint8)
+    if positive:
+        label[size // 4 : size // 2, size // 4 : size // 2] = 1
+    alpha = np.full((size, size), 255, np.uint8)
+    if nodata_rows:
+        alpha[:nodata_rows] = 0
+        rgb[:, :nodata_rows] = 0
+        label[:nodata_rows] = 255
+    return RawTile(
+        tile_id=f"t{i:04d}",
+        region=region,
+        rgb=rgb,
+        alpha=alpha,
+        label_exact=label,
+        label_noisy=label.copy(),
+        extra=rng.normal(0, 1, (extra, size, size)).astype(np.float32) if extra else None,
+        n_objects=int(positive),
+        source_index=i,
+    )
+
+
+@pytest.fixture
+def gen_config() -> GenerationConfig:
+    return GenerationConfig(
+        split="train",
+        tile_size=64,
+        seed=7,
+        synthetic={
+            "n_positive": 6,
+            "n_negative": 5,
+            "n_full_nodata": 1,
+            "regions": ["alpha tundra", "beta tundra"],
+            "extra_channels": ["ndvi"],
+            "generation_batch_size": 3,
+        },
+        store={"shard_tiles": 4},
+    )
+
+
+@pytest.fixture
+def tmp_cwd(tmp_path: Path) -> Iterator[Path]:
+    old = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        os.chdir(old)

@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtscore.data.generate import base_attrs, staging_path, write_store
+from rtscore.data.store import StoreLayout, TileStoreError, ZarrTileStore, read_store_attrs
+from rtscore.data.tiles import KIND_CODES, RawTile
+from tests.conftest import make_tile
+
+SIZE = 32
+
+
+class ListProducer:
+    """Deterministic tiles; optionally fails at one shard start, and logs which ranges it produced."""
+
+    def __init__(self, n: int, *, extra: int = 0, fail_at: int | None = None, log: Path | None = None) -> None:
+        self.n, self.extra, self.fail_at, self.log = n, extra, fail_at, log
+
+    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
+        if self.log is not None:
+            with self.log.open("a") as f:
+                f.write(f"{start}\n")
+        if self.fail_at is not None and start == self.fail_at:
+            raise RuntimeError("simulated crash")
+        for a in range(start, stop, 3):  # batches of 3, smaller than a shard
+            tiles = [
+                make_tile(i, SIZE, positive=i % 2 == 0, extra=self.extra, nodata_rows=4 if i % 5 == 0 else 0,
+                          region=f"r{i % 3}")
+                for i in range(a, min(a + 3, stop))
+            ]
+            yield tiles, [KIND_CODES["positive" if t.n_objects else "negative"] for t in tiles]
+
+
+def _layout(n: int, extra: int = 0, shard: int = 4) -> StoreLayout:
+    return StoreLayout(n_tiles=n, tile_size=SIZE, extra_channel_names=tuple(f"e{i}" for i in range(extra)), shard_tiles=shard)
+
+
+def _attrs(extra: int = 0, chash: str = "h1") -> dict:
+    a = base_attrs(split="train", source="test", tile_size=SIZE, extra=[f"e{i}" for i in range(extra)],
+                   mask_types=["exact", "noisy"], dataset_version="t")
+    a.update({"config": {}, "config_hash": chash, "seed": 0, "shard_tiles": 4})
+    return a
+
+
+def test_roundtrip_and_metadata(tmp_path: Path) -> None:
+    out = tmp_path / "train.zarr"
+    attrs = write_store(ListProducer(10, extra=2), _layout(10, 2), out, _attrs(2))
+    assert attrs["counts"]["n_tiles"] == 10 and attrs["counts"]["n_positive"] == 5
+    store = ZarrTileStore(out)
+    assert len(store) == 10 and store.channel_names == ["R", "G", "B", "e0", "e1"]
+    for i in (0, 3, 9):
+        want = make_tile(i, SIZE, positive=i % 2 == 0, extra=2, nodata_rows=4 if i % 5 == 0 else 0)
+        got = store[i]
+        assert got.tile_id == want.tile_id and got.region == f"r{i % 3}"
+        np.testing.assert_array_equal(got.rgb, want.rgb)
+        np.testing.assert_array_equal(got.label, want.label_exact)
+        np.testing.assert_array_equal(got.alpha, want.alpha)
+        np.testing.assert_array_equal(got.extra, want.extra)
+    meta = store.metadata
+    assert meta.is_positive.tolist() == [i % 2 == 0 for i in range(10)]
+    assert int(meta.n_nodata_px[5]) == 4 * SIZE
+    assert not (tmp_path / ".train.zarr.partial").exists()
+    # Channel selection by name (EXTRA {name, band} selection downstream).
+    sel = ZarrTileStore(out, extra_channels=["e1"])
+    np.testing.assert_array_equal(sel[3].extra, store[3].extra[1:2])
+    with pytest.raises(TileStoreError, match=r"no extra channels \['ndvi'\]"):
+        ZarrTileStore(out, extra_channels=["ndvi"])
+
+
+def test_parallel_workers_own_whole_shards(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    write_store(ListProducer(13), _layout(13), a, _attrs())
+    write_store(ListProducer(13), _layout(13), b, _attrs(), num_workers=2)
+    sa, sb = ZarrTileStore(a), ZarrTileStore(b)
+    for i in range(13):  # no tile lost, none mixed up
+        np.testing.assert_array_equal(sa[i].rgb, sb[i].rgb)
+        assert sa[i].tile_id == sb[i].tile_id
+
+
+def test_same_input_gives_byte_identical_store(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    write_store(ListProducer(9), _layout(9), a, _attrs())
+    write_store(ListProducer(9), _layout(9), b, _attrs())
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files_a == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    for rel in files_a:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+def test_interrupted_generation_resumes_from_last_complete_shard(tmp_path: Path) -> None:
+    out, log = tmp_path / "train.zarr", tmp_path / "log.txt"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        write_store(ListProducer(14, fail_at=8, log=log), _layout(14), out, _attrs())
+    assert not out.exists(), "a half-written store must never be visible under its final name"
+    with pytest.raises(TileStoreError, match="interrupted generation is staged"):
+        ZarrTileStore(out)
+    log.write_text("")
+    write_store(ListProducer(14, log=log), _layout(14), out, _attrs())
+    assert log.read_text().split() == ["8", "12"], "only the unfinished shards are produced again"
+    ref = tmp_path / "ref.zarr"
+    write_store(ListProducer(14), _layout(14), ref, _attrs())
+    for i in range(14):
+        np.testing.assert_array_equal(ZarrTileStore(out)[i].rgb, ZarrTileStore(ref)[i].rgb)
+
+
+def test_staged_generation_of_another_config_is_not_mixed_in(tmp_path: Path) -> None:
+    out = tmp_path / "train.zarr"
+    with pytest.raises(RuntimeError):
+        write_store(ListProducer(8, fail_at=4), _layout(8), out, _attrs(chash="old"))
+    with pytest.raises(TileStoreError, match="different config is staged"):
+        write_store(ListProducer(8), _layout(8), out, _attrs(chash="new"))
+    write_store(ListProducer(8), _layout(8), out, _attrs(chash="new"), restart=True)
+    assert read_store_attrs(out)["config_hash"] == "new"
+    assert not staging_path(out).exists()
+
+
+def test_existing_output_needs_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "train.zarr"
+    write_store(ListProducer(4), _layout(4), out, _attrs())
+    with pytest.raises(TileStoreError, match="already exists; pass overwrite"):
+        write_store(ListProducer(4), _layout(4), out, _attrs())
+    write_store(ListProducer(4), _layout(4), out, _attrs(), overwrite=True)
+
+
+class BadLabelProducer(ListProducer):
+    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
+        for tiles, codes in super().batches(start, stop):
+            for t in tiles:
+                if t.source_index == 6:
+                    t.label_exact[0, 0] = 7
+            yield tiles, codes
+
+
+def test_label_values_outside_set_name_the_tile(tmp_path: Path) -> None:
+    out = tmp_path / "train.zarr"
+    with pytest.raises(TileStoreError, match=r"tile t0006: label_exact has values \[7\] outside \{0, 1, 255\}"):
+        write_store(BadLabelProducer(8), _layout(8), out, _attrs())
+    assert not out.exists()
+
+
+def test_truncated_shard_gives_clear_error(tmp_path: Path) -> None:
+    out = tmp_path / "train.zarr"
+    write_store(ListProducer(8), _layout(8), out, _attrs())
+    shard = out / "images" / "c" / "1" / "0" / "0" / "0"
+    assert shard.is_file()
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 3])
+    store = ZarrTileStore(out)
+    np.testing.assert_array_equal(store[1].rgb, make_tile(1, SIZE, positive=False).rgb)  # other shards still read
+    with pytest.raises(TileStoreError, match=rf"store {out}, tile index 5: .*corrupt"):
+        store[5]
+
+
+def test_not_a_store(tmp_path: Path) -> None:
+    with pytest.raises(TileStoreError, match="tile store not found"):
+        ZarrTileStore(tmp_path / "missing.zarr")
+    import zarr
+
+    zarr.open_group(str(tmp_path / "plain.zarr"), mode="w")
+    with pytest.raises(TileStoreError, match="not a published rts tile store"):
+        ZarrTileStore(tmp_path / "plain.zarr")
+
+
+def test_reader_pickles_without_open_handles(tmp_path: Path) -> None:
+    import pickle
+
+    out = tmp_path / "train.zarr"
+    write_store(ListProducer(4), _layout(4), out, _attrs())
+    store = ZarrTileStore(out)
+    _ = store[0]
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone._arrays is None
+    np.testing.assert_array_equal(clone[1].rgb, store[1].rgb)
+
+
+def test_missing_shard_is_detected_not_read_as_nodata(tmp_path: Path) -> None:
+    out = tmp_path / "train.zarr"
+    write_store(ListProducer(8), _layout(8), out, _attrs())
+    (out / "alpha" / "c" / "1" / "0" / "0").unlink()
+    with pytest.raises(TileStoreError, match="tile index 6 .*t0006.*shard is missing or corrupt"):
+        ZarrTileStore(out)[6]
