@@ -15,7 +15,9 @@ SPLITS = ("train", "val", "test")
 
 
 @flow(name="generate-dataset")
-def generate_dataset(config: str, run_dir: str, splits: list[str] | None = None, refresh: bool = False) -> list[ArtifactRef]:
+def generate_dataset(
+    config: str, run_dir: str, splits: list[str] | None = None, refresh: bool = False
+) -> list[ArtifactRef]:
     """Generate the tile store of each split into `<run_dir>/datasets/<split>.zarr`."""
     cfg = load_config(config)
     refs = [run_stage(t.generate_dataset, run_dir, cfg, split, refresh=refresh) for split in splits or SPLITS]

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-
 def _generate(args: argparse.Namespace) -> int:
     from rtscore.config import GenerationConfig, load_config
     from rtscore.data.generate import generate_synthetic

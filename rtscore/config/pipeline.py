@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -175,7 +176,7 @@ class SamplingConfig(StrictModel):
             raise ValueError("needs at least one stage")
         if v[0].start_epoch != 1:
             raise ValueError(f"the first stage must start at epoch 1; got {v[0].start_epoch}")
-        for i, (a, b) in enumerate(zip(v, v[1:], strict=False)):
+        for i, (a, b) in enumerate(pairwise(v)):
             if a.end_epoch is None:
                 raise ValueError(f"stage [{i}] is open-ended (end_epoch null) but stage [{i + 1}] follows")
             if a.end_epoch < a.start_epoch:
@@ -240,6 +241,13 @@ class ClaheAug(StrictModel):
 class RandomScaleAug(StrictModel):
     p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
     scale_range: tuple[float, float] = Field((0.5, 1.0), description="Scale factors; padded areas become ignore.")
+
+    @field_validator("scale_range")
+    @classmethod
+    def _range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 < v[0] <= v[1] <= 4.0:
+            raise ValueError(f"expected 0 < low <= high <= 4; got {v}")
+        return v
 
 
 class AugmentationConfig(StrictModel):
@@ -455,5 +463,3 @@ def parse_pipeline_config(data: dict[str, Any], base_dir: str | Path = ".") -> P
         return PipelineConfig.model_validate(data, context={"base_dir": str(base_dir)})
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, "<dict>")) from None
-
-

@@ -91,7 +91,7 @@ class TileDataset:
     def __getitem__(self, item: int | tuple[int, int]) -> dict[str, Any]:
         import torch
 
-        position, aug_seed = (item if isinstance(item, tuple) else (item, None))
+        position, aug_seed = item if isinstance(item, tuple) else (item, None)
         src_index = int(self.indices[position])
         s = self.source[src_index]
         rgb, extra = s.rgb, s.extra

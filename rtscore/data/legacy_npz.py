@@ -142,7 +142,9 @@ class NpzProducer:
             s = exact[i]
             n = noisy[i] if noisy else None
             if n is not None and n.tile_id != s.tile_id:
-                raise LegacyNpzError(f"tile {i}: {self.noisy_dir} holds {n.tile_id}, {self.exact_dir} holds {s.tile_id}")
+                raise LegacyNpzError(
+                    f"tile {i}: {self.noisy_dir} holds {n.tile_id}, {self.exact_dir} holds {s.tile_id}"
+                )
             tiles.append(
                 RawTile(
                     tile_id=s.tile_id,

@@ -147,9 +147,7 @@ def check_tile(tile: RawTile, layout: StoreLayout) -> None:
         if arr is not None:
             bad = np.setdiff1d(np.unique(arr), LABEL_VALUES)
             if bad.size:
-                raise TileStoreError(
-                    f"tile {tile.tile_id}: {name} has values {bad.tolist()} outside {{0, 1, 255}}"
-                )
+                raise TileStoreError(f"tile {tile.tile_id}: {name} has values {bad.tolist()} outside {{0, 1, 255}}")
 
 
 class ShardWriter:
@@ -349,11 +347,14 @@ class ZarrTileStore:
         if self._arrays is None or self._pid != os.getpid():
             import zarr
 
+            from rtscore.data.shard_reader import FastShardArray
+
             group = zarr.open_group(str(self.path), mode="r")
             names = ["images", "alpha", f"labels_{self.mask_type}"]
             if self._extra_idx:
                 names.append("extra")
-            self._arrays = {n: group[n] for n in names}
+            # Direct shard reads for our own layout (zarr's per-call overhead dominates one tile); zarr otherwise.
+            self._arrays = {n: FastShardArray.open(self.path / n) or group[n] for n in names}
             self._pid = os.getpid()
         return self._arrays
 
@@ -397,13 +398,20 @@ class ZarrTileStore:
         extra = values[3][self._extra_idx] if len(values) > 3 else None
         meta = self.metadata
         # A missing shard object reads back as fill values; the metadata written with it tells.
-        if int((alpha == 0).sum()) != int(meta.n_nodata_px[i]):
+        n_nodata = int((alpha == 0).sum())
+        if n_nodata != int(meta.n_nodata_px[i]):
             raise TileStoreError(
                 f"{where} ({meta.tile_id[i]}): pixel data disagrees with the tile's metadata "
-                f"({int((alpha == 0).sum())} vs {int(meta.n_nodata_px[i])} NoData pixels); a shard is missing or corrupt"
+                f"({n_nodata} vs {int(meta.n_nodata_px[i])} NoData pixels); a shard is missing or corrupt"
             )
         return StoredSample(
-            index=i, tile_id=str(meta.tile_id[i]), region=str(meta.region[i]), rgb=rgb, alpha=alpha, label=label, extra=extra
+            index=i,
+            tile_id=str(meta.tile_id[i]),
+            region=str(meta.region[i]),
+            rgb=rgb,
+            alpha=alpha,
+            label=label,
+            extra=extra,
         )
 
 
@@ -422,5 +430,7 @@ def read_store_attrs(path: Path) -> dict[str, Any]:
     if not store or store.get("format") != FORMAT:
         raise TileStoreError(f"{path} is not a published rts tile store (no '{ATTRS_KEY}' attributes)")
     if int(store.get("format_version", 0)) > FORMAT_VERSION:
-        raise TileStoreError(f"tile store {path} has format_version {store['format_version']}; this rtscore reads up to {FORMAT_VERSION}")
+        raise TileStoreError(
+            f"tile store {path} has format_version {store['format_version']}; this rtscore reads up to {FORMAT_VERSION}"
+        )
     return dict(store)

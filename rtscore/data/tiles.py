@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,8 +25,11 @@ class TilePlan:
     seed: int
 
     def rng(self) -> np.random.Generator:
-        """The tile's own generator: a function of (config seed, tile index) only."""
-        return np.random.default_rng([self.seed, self.index])
+        """The tile's own generator: a function of (seed, index, tile id) only, so any process agrees.
+
+        The tile id names the split, so splits generated with the same seed never share scenes.
+        """
+        return np.random.default_rng([self.seed, self.index, zlib.crc32(self.tile_id.encode("utf-8"))])
 
 
 @dataclass

@@ -64,9 +64,21 @@ def _check_batch(batch: Mapping[str, Any], split: str, n_channels: int, tile_siz
     img, lab, valid, ids = batch["image"], batch["label"], batch["valid"], batch["tile_id"]
     want = (n_channels, tile_size, tile_size)
     if tuple(img.shape[1:]) != want or img.dtype != torch.float32:
-        return out.add("image_shape_dtype", False, f"image {tuple(img.shape[1:])} {img.dtype}, expected {want} float32", split, ids[0])
+        return out.add(
+            "image_shape_dtype",
+            False,
+            f"image {tuple(img.shape[1:])} {img.dtype}, expected {want} float32",
+            split,
+            ids[0],
+        )
     if tuple(lab.shape[1:]) != want[1:] or lab.dtype != torch.int64:
-        return out.add("label_shape_dtype", False, f"label {tuple(lab.shape[1:])} {lab.dtype}, expected {want[1:]} int64", split, ids[0])
+        return out.add(
+            "label_shape_dtype",
+            False,
+            f"label {tuple(lab.shape[1:])} {lab.dtype}, expected {want[1:]} int64",
+            split,
+            ids[0],
+        )
     for i, tid in enumerate(ids):
         bad = np.setdiff1d(torch.unique(lab[i]).numpy(), LABEL_VALUES)
         if bad.size:
@@ -165,8 +177,15 @@ def validate_data(
         )
         regions[split], tile_ids[split] = set(sm.regions), set(meta.tile_id.tolist())
         out.add("store_split", attrs["split"] == split, f"store {stores[split]} holds split {attrs['split']!r}", split)
-        out.add("tile_size", store.tile_size == cfg.data.tile_size, f"tiles {store.tile_size} px, config {cfg.data.tile_size}", split)
-        out.add("channel_count", len(store.channel_names) == cfg.channels.count, f"channels {store.channel_names}", split)
+        out.add(
+            "tile_size",
+            store.tile_size == cfg.data.tile_size,
+            f"tiles {store.tile_size} px, config {cfg.data.tile_size}",
+            split,
+        )
+        out.add(
+            "channel_count", len(store.channel_names) == cfg.channels.count, f"channels {store.channel_names}", split
+        )
         if split == "train" and sm.n_positive == 0:
             out.add("train_positives", False, "the train split holds no positive tile", split)
         configured = getattr(cfg.splits, split)
@@ -174,7 +193,15 @@ def validate_data(
             stray = sorted(set(sm.regions) - set(configured))
             out.add("configured_regions", not stray, f"regions {stray} not in splits.{split}" if stray else "ok", split)
         moments[split] = _iterate_split(
-            cfg, split, stores[split], stats, out, sm, batch_size=batch_size, num_workers=num_workers, max_batches=max_batches
+            cfg,
+            split,
+            stores[split],
+            stats,
+            out,
+            sm,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            max_batches=max_batches,
         )
     _check_blocking(regions, tile_ids, out)
     norm = _check_normalization(cfg, moments.get("train"), stats, out)
@@ -231,7 +258,9 @@ def _check_normalization(cfg: PipelineConfig, moments: Any, stats: Any, out: _Co
     std = np.sqrt(np.maximum(s2 / n - mean**2, 0.0))
     result = {"channels": cfg.channels.names, "mean": mean.round(4).tolist(), "std": std.round(4).tolist()}
     if stats.clip_min is not None or cfg.normalization.max_tiles is not None:
-        out.add("normalized_train", True, f"mean {result['mean']} std {result['std']} (clipped/subset: not gated)", "train")
+        out.add(
+            "normalized_train", True, f"mean {result['mean']} std {result['std']} (clipped/subset: not gated)", "train"
+        )
         return result
     bad = [
         f"{name}: mean {m:+.3f}, std {s:.3f}"
@@ -241,13 +270,16 @@ def _check_normalization(cfg: PipelineConfig, moments: Any, stats: Any, out: _Co
     out.add(
         "normalized_train",
         not bad,
-        f"expected mean ~0 and std ~1 (+-{NORM_TOLERANCE}); " + ("; ".join(bad) if bad else f"mean {result['mean']}, std {result['std']}"),
+        f"expected mean ~0 and std ~1 (+-{NORM_TOLERANCE}); "
+        + ("; ".join(bad) if bad else f"mean {result['mean']}, std {result['std']}"),
         "train",
     )
     return result
 
 
-def write_report(report: dict[str, Any], stores: Mapping[str, Path], stats: Any, cfg: PipelineConfig, out_dir: Path) -> None:
+def write_report(
+    report: dict[str, Any], stores: Mapping[str, Path], stats: Any, cfg: PipelineConfig, out_dir: Path
+) -> None:
     """report.json, report.md and samples.png, each written atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / "report.json", report)
@@ -259,7 +291,10 @@ def write_report(report: dict[str, Any], stores: Mapping[str, Path], stats: Any,
 
 def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Data validation: {report['status'].upper()}", ""]
-    lines += ["| split | tiles | usable | positive | negative | full NoData excluded | prevalence | regions |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| split | tiles | usable | positive | negative | full NoData excluded | prevalence | regions |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for split, s in report["splits"].items():
         lines.append(
             f"| {split} | {s['n_tiles']} | {s['n_usable']} | {s['n_positive']} | {s['n_negative']} | "
@@ -267,9 +302,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
     norm = report.get("normalized_train")
     if norm:
-        lines += ["", "Normalized train pixels (valid only): " + ", ".join(
-            f"{c} {m:+.3f}/{s:.3f}" for c, m, s in zip(norm["channels"], norm["mean"], norm["std"], strict=True)
-        )]
+        lines += [
+            "",
+            "Normalized train pixels (valid only): "
+            + ", ".join(
+                f"{c} {m:+.3f}/{s:.3f}" for c, m, s in zip(norm["channels"], norm["mean"], norm["std"], strict=True)
+            ),
+        ]
     lines += ["", "| check | split | result | detail |", "|---|---|---|---|"]
     for c in report["checks"]:
         where = c["split"] or ""

@@ -100,7 +100,9 @@ def test_generation_paths_resolve_relative_to_file_and_errors_name_the_file(tmp_
     assert cfg.data.generation.train is not None and cfg.data.generation.train.synthetic.regions == ["a"]
     gen["synthetic"]["colour"] = 1
     _write(tmp_path / "gen", gen, "train.yaml")
-    with pytest.raises(ConfigError, match=r"(?s)data\.generation\.train: .*gen/train\.yaml.*synthetic\.colour: unknown key"):
+    with pytest.raises(
+        ConfigError, match=r"(?s)data\.generation\.train: .*gen/train\.yaml.*synthetic\.colour: unknown key"
+    ):
         load_pipeline_config(p)
 
 
@@ -117,10 +119,28 @@ def test_cross_field_errors_name_both_fields() -> None:
 @pytest.mark.parametrize(
     ("schedule", "message"),
     [
-        ([{"start_epoch": 1, "end_epoch": 5, "neg_per_pos": 1}, {"start_epoch": 7, "end_epoch": None, "neg_per_pos": 5}], "gap"),
-        ([{"start_epoch": 1, "end_epoch": 5, "neg_per_pos": 1}, {"start_epoch": 5, "end_epoch": None, "neg_per_pos": 5}], "overlap"),
+        (
+            [
+                {"start_epoch": 1, "end_epoch": 5, "neg_per_pos": 1},
+                {"start_epoch": 7, "end_epoch": None, "neg_per_pos": 5},
+            ],
+            "gap",
+        ),
+        (
+            [
+                {"start_epoch": 1, "end_epoch": 5, "neg_per_pos": 1},
+                {"start_epoch": 5, "end_epoch": None, "neg_per_pos": 5},
+            ],
+            "overlap",
+        ),
         ([{"start_epoch": 2, "end_epoch": None, "neg_per_pos": 1}], "must start at epoch 1"),
-        ([{"start_epoch": 1, "end_epoch": None, "neg_per_pos": 1}, {"start_epoch": 2, "end_epoch": None, "neg_per_pos": 5}], "open-ended"),
+        (
+            [
+                {"start_epoch": 1, "end_epoch": None, "neg_per_pos": 1},
+                {"start_epoch": 2, "end_epoch": None, "neg_per_pos": 5},
+            ],
+            "open-ended",
+        ),
     ],
 )
 def test_curriculum_gaps_and_overlaps_are_errors(schedule: list, message: str) -> None:
@@ -131,7 +151,9 @@ def test_curriculum_gaps_and_overlaps_are_errors(schedule: list, message: str) -
 def test_extra_channels_must_exist_in_generation() -> None:
     gen = {"split": "train", "tile_size": 512, "synthetic": {"n_positive": 1, "n_negative": 1, "regions": ["a"]}}
     with pytest.raises(ConfigError, match=r"channels.extra names \['ndvi'\] are not generated"):
-        parse_pipeline_config({"data": {"generation": {"train": gen}}, "channels": {"extra": [{"name": "ndvi", "band": 0}]}})
+        parse_pipeline_config(
+            {"data": {"generation": {"train": gen}}, "channels": {"extra": [{"name": "ndvi", "band": 0}]}}
+        )
 
 
 def test_hash_is_stable_across_key_order_and_formatting(tmp_path: Path) -> None:
@@ -143,7 +165,10 @@ def test_hash_is_stable_across_key_order_and_formatting(tmp_path: Path) -> None:
 
 
 def test_generation_config_validation(tmp_path: Path) -> None:
-    p = _write(tmp_path, {"split": "train", "tile_size": 100, "synthetic": {"n_positive": 1, "n_negative": 0, "regions": ["a"]}})
+    p = _write(
+        tmp_path,
+        {"split": "train", "tile_size": 100, "synthetic": {"n_positive": 1, "n_negative": 0, "regions": ["a"]}},
+    )
     with pytest.raises(ConfigError, match="tile_size: .*multiple of 32"):
         load_config(GenerationConfig, p)
     p = _write(tmp_path, {"split": "train", "synthetic": {"n_positive": 0, "n_negative": 0, "regions": ["a"]}})

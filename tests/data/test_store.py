@@ -6,44 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.generate import base_attrs, staging_path, write_store
-from rtscore.data.store import StoreLayout, TileStoreError, ZarrTileStore, read_store_attrs
-from rtscore.data.tiles import KIND_CODES, RawTile
+from rtscore.data.generate import staging_path, write_store
+from rtscore.data.store import TileStoreError, ZarrTileStore, read_store_attrs
+from rtscore.data.tiles import RawTile
 from tests.conftest import make_tile
-
-SIZE = 32
-
-
-class ListProducer:
-    """Deterministic tiles; optionally fails at one shard start, and logs which ranges it produced."""
-
-    def __init__(self, n: int, *, extra: int = 0, fail_at: int | None = None, log: Path | None = None) -> None:
-        self.n, self.extra, self.fail_at, self.log = n, extra, fail_at, log
-
-    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
-        if self.log is not None:
-            with self.log.open("a") as f:
-                f.write(f"{start}\n")
-        if self.fail_at is not None and start == self.fail_at:
-            raise RuntimeError("simulated crash")
-        for a in range(start, stop, 3):  # batches of 3, smaller than a shard
-            tiles = [
-                make_tile(i, SIZE, positive=i % 2 == 0, extra=self.extra, nodata_rows=4 if i % 5 == 0 else 0,
-                          region=f"r{i % 3}")
-                for i in range(a, min(a + 3, stop))
-            ]
-            yield tiles, [KIND_CODES["positive" if t.n_objects else "negative"] for t in tiles]
-
-
-def _layout(n: int, extra: int = 0, shard: int = 4) -> StoreLayout:
-    return StoreLayout(n_tiles=n, tile_size=SIZE, extra_channel_names=tuple(f"e{i}" for i in range(extra)), shard_tiles=shard)
-
-
-def _attrs(extra: int = 0, chash: str = "h1") -> dict:
-    a = base_attrs(split="train", source="test", tile_size=SIZE, extra=[f"e{i}" for i in range(extra)],
-                   mask_types=["exact", "noisy"], dataset_version="t")
-    a.update({"config": {}, "config_hash": chash, "seed": 0, "shard_tiles": 4})
-    return a
+from tests.helpers import SIZE, ListProducer, _attrs, _layout
 
 
 def test_roundtrip_and_metadata(tmp_path: Path) -> None:

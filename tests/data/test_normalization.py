@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtscore.data.normalization import (
+    NormalizationStatsError,
+    RunningMoments,
+    compute_normalization_stats,
+    load_normalization_stats,
+    write_normalization_stats,
+)
+from rtscore.data.store import ZarrTileStore
+from tests.helpers import write_test_store
+
+
+@pytest.fixture(scope="module")
+def train_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("norm") / "train.zarr"
+    write_test_store(path, 11, extra=2)
+    return path
+
+
+def _reference(store: Path) -> tuple[np.ndarray, np.ndarray]:
+    s = ZarrTileStore(store)
+    vals = []
+    for i in range(len(s)):
+        t = s[i]
+        stack = np.concatenate([t.rgb.astype(np.float64), t.extra.astype(np.float64)])
+        vals.append(stack[:, t.alpha > 0])
+    v = np.concatenate(vals, axis=1)
+    return v.mean(axis=1), v.std(axis=1)
+
+
+def test_stats_match_numpy_over_valid_pixels(train_store: Path) -> None:
+    stats = compute_normalization_stats(train_store)
+    mean, std = _reference(train_store)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-9)
+    np.testing.assert_allclose(stats.std, std, rtol=1e-6)
+    assert stats.channel_names == ["R", "G", "B", "e0", "e1"]
+    assert stats.n_tiles_used == 11
+
+
+def test_nodata_is_keyed_off_alpha_not_zero(tmp_path: Path) -> None:
+    """Valid pitch-dark (0,0,0) pixels count; alpha-0 pixels do not."""
+    from rtscore.data.generate import write_store
+    from tests.helpers import ListProducer, _attrs, _layout
+
+    class Dark(ListProducer):
+        def batches(self, start, stop):  # type: ignore[no-untyped-def]
+            for tiles, codes in super().batches(start, stop):
+                for t in tiles:
+                    t.rgb[:, -3:, :] = 0  # valid dark pixels, alpha stays 255
+                yield tiles, codes
+
+    out = tmp_path / "train.zarr"
+    write_store(Dark(5), _layout(5), out, _attrs())
+    stats = compute_normalization_stats(out)
+    s = ZarrTileStore(out)
+    v = np.concatenate([s[i].rgb[:, s[i].alpha > 0].astype(float) for i in range(5)], axis=1)
+    np.testing.assert_allclose(stats.mean, v.mean(axis=1))
+    assert (v == 0).all(axis=0).sum() == 5 * 3 * 32  # the dark rows were counted
+
+
+def test_json_schema_of_guide(train_store: Path, tmp_path: Path) -> None:
+    stats = compute_normalization_stats(train_store, extra_channels=["e1"])
+    path = write_normalization_stats(stats, tmp_path / "normalization_stats.json")
+    doc = json.loads(path.read_text())
+    assert list(doc) == ["dataset_version", "computed_date", "n_tiles_used", "rgb", "extra"]
+    assert doc["rgb"]["channel_names"] == ["R", "G", "B"] and list(doc["rgb"]) == ["channel_names", "mean", "std"]
+    assert doc["extra"]["channel_names"] == ["e1"] and len(doc["extra"]["mean"]) == 1
+    assert doc["computed_date"].endswith("Z")
+    loaded = load_normalization_stats(path, ["e1"])
+    np.testing.assert_allclose(loaded.mean, stats.mean)
+
+
+def test_channel_binding_is_enforced(train_store: Path, tmp_path: Path) -> None:
+    path = write_normalization_stats(compute_normalization_stats(train_store), tmp_path / "s.json")
+    with pytest.raises(
+        NormalizationStatsError, match=r"s\.json: extra\.channel_names \['e0', 'e1'\] do not match .*\['e1', 'e0'\]"
+    ):
+        load_normalization_stats(path, ["e1", "e0"])
+    with pytest.raises(NormalizationStatsError, match=r"do not match the config's channels.extra \[\]"):
+        load_normalization_stats(path, [])
+    doc = json.loads(path.read_text())
+    doc["rgb"]["channel_names"] = ["G", "R", "B"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(NormalizationStatsError, match=r"rgb.channel_names must be \['R', 'G', 'B'\]"):
+        load_normalization_stats(path, ["e0", "e1"])
+
+
+def test_train_split_only(tmp_path: Path) -> None:
+    out = tmp_path / "val.zarr"
+    write_test_store(out, 4, split="val")
+    with pytest.raises(NormalizationStatsError, match="train split only; .*val.zarr holds split 'val'"):
+        compute_normalization_stats(out)
+
+
+def test_percentile_clipping(train_store: Path) -> None:
+    plain = compute_normalization_stats(train_store)
+    clipped = compute_normalization_stats(train_store, clip_percentiles=(5.0, 95.0))
+    assert clipped.clip_min is not None and clipped.clip_max is not None
+    assert (clipped.std < plain.std).all()
+    assert (clipped.clip_min[:3] > 0).all() and (clipped.clip_max[:3] < 255).all()
+    doc = clipped.to_json()
+    assert len(doc["rgb"]["clip_min"]) == 3 and len(doc["extra"]["clip_max"]) == 2
+
+
+def test_running_moments_merge_equals_numpy() -> None:
+    rng = np.random.default_rng(0)
+    data = rng.normal(3, 2, (2, 1000))
+    m = RunningMoments.empty(2)
+    for part in np.array_split(data, 7, axis=1):
+        m.add(part)
+    np.testing.assert_allclose(m.mean, data.mean(axis=1))
+    np.testing.assert_allclose(m.std, data.std(axis=1))
+
+
+def test_malformed_stats_files(tmp_path: Path) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(NormalizationStatsError, match="bad.json is not valid JSON"):
+        load_normalization_stats(p)
+    p.write_text(json.dumps({"rgb": {"channel_names": ["R", "G", "B"], "mean": [1, 2, 3], "std": [1, 0, 1]}}))
+    with pytest.raises(NormalizationStatsError, match="std > 0"):
+        load_normalization_stats(p)
+    with pytest.raises(NormalizationStatsError, match="not found"):
+        load_normalization_stats(tmp_path / "missing.json")

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtscore import stages
+from rtscore.config import parse_pipeline_config
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.normalization import NormalizationStatsError
+from rtscore.data.validation import DataValidationError
+from tests.helpers import tiny_pipeline_config
+
+
+def _cfg(**overrides: object) -> PipelineConfig:
+    data = tiny_pipeline_config()
+    for dotted, value in overrides.items():
+        node = data
+        *path, last = dotted.split("__")
+        for key in path:
+            node = node[key]
+        node[last] = value
+    return parse_pipeline_config(data)
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("val") / "run"
+    cfg = _cfg()
+    for split in ("train", "val", "test"):
+        stages.generate_dataset(str(run), cfg, split)
+    stages.normalization_stats(str(run), cfg)
+    return run
+
+
+def _copy(run: Path, tmp: Path) -> Path:
+    dst = tmp / "run"
+    shutil.copytree(run, dst)
+    manifest = (dst / "manifest.json").read_text().replace(str(run), str(dst))
+    (dst / "manifest.json").write_text(manifest)
+    return dst
+
+
+def test_good_data_passes_and_writes_report(good_run: Path, tmp_path: Path) -> None:
+    run = _copy(good_run, tmp_path)
+    ref = stages.validate_data(str(run), _cfg())
+    report = json.loads((run / "validation" / "report.json").read_text())
+    assert report["status"] == "passed" and ref.path == "validation"
+    assert report["splits"]["train"]["n_full_nodata_excluded"] == 1
+    assert report["splits"]["val"]["tiles_checked"] == report["splits"]["val"]["n_usable"] == 12
+    norm = report["normalized_train"]
+    assert np.allclose(norm["mean"], 0, atol=0.05) and np.allclose(norm["std"], 1, atol=0.05)
+    names = {c["name"] for c in report["checks"]}
+    assert {"spatial_blocking", "normalized_train", "batches", "augmented_batches", "channel_count"} <= names
+    assert (run / "validation" / "report.md").read_text().startswith("# Data validation: PASSED")
+    from PIL import Image
+
+    assert Image.open(run / "validation" / "samples.png").size[0] > 100
+
+
+def test_label_value_outside_set_names_tile(good_run: Path, tmp_path: Path) -> None:
+    import zarr
+
+    run = _copy(good_run, tmp_path)
+    labels = zarr.open_group(str(run / "datasets" / "val.zarr"), mode="r+")["labels_exact"]
+    tile = labels[3]
+    tile[5, 5] = 7
+    labels[3] = tile
+    with pytest.raises(DataValidationError, match=r"'label_values' failed in split val at tile val_000003: .*\[7\]"):
+        stages.validate_data(str(run), _cfg())
+    report = json.loads((run / "validation" / "report.json").read_text())
+    assert report["status"] == "failed"
+    assert "validation" not in json.loads((run / "manifest.json").read_text())["artifacts"]
+
+
+def test_region_in_two_splits_fails(tmp_path: Path) -> None:
+    cfg = _cfg(data__generation__val__synthetic__regions=["ta", "vb"])
+    run = tmp_path / "run"
+    for split in ("train", "val", "test"):
+        stages.generate_dataset(str(run), cfg, split)
+    stages.normalization_stats(str(run), cfg)
+    with pytest.raises(DataValidationError, match=r"spatial_blocking.*region\(s\) \['ta'\] in both train and val"):
+        stages.validate_data(str(run), cfg)
+
+
+def test_empty_split_fails_clearly(tmp_path: Path) -> None:
+    cfg = _cfg(data__generation__test__synthetic__n_positive=0, data__generation__test__synthetic__n_negative=0)
+    run = tmp_path / "run"
+    for split in ("train", "val", "test"):
+        stages.generate_dataset(str(run), cfg, split)
+    stages.normalization_stats(str(run), cfg)
+    with pytest.raises(DataValidationError, match="split test has no usable tiles"):
+        stages.validate_data(str(run), cfg)
+
+
+def test_stats_of_other_channels_are_refused(good_run: Path, tmp_path: Path) -> None:
+    run = _copy(good_run, tmp_path)
+    cfg = _cfg(channels={"extra": []}, data__generation__train__synthetic__extra_channels=["ndvi"])
+    with pytest.raises(NormalizationStatsError, match=r"extra.channel_names \['ndvi'\] do not match .*\[\]"):
+        stages.validate_data(str(run), cfg)
+
+
+def test_validation_needs_its_inputs(tmp_path: Path) -> None:
+    from rtscore.storage import StorageError
+
+    with pytest.raises(StorageError, match="normalization_stats.json is missing"):
+        stages.validate_data(str(tmp_path / "empty"), _cfg())

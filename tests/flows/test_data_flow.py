@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import tiny_pipeline_config
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    p = tmp_path / "pipeline.yaml"
+    p.write_text(yaml.safe_dump(tiny_pipeline_config()))
+    return p
+
+
+def _created(run: Path) -> dict[str, str]:
+    doc = json.loads((run / "manifest.json").read_text())
+    return {k: v["created"] + v["sha256"] for k, v in doc["artifacts"].items()}
+
+
+@pytest.mark.slow
+def test_data_pipeline_runs_caches_and_refreshes(prefect_harness: None, config_file: Path, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    from flows.data import data_pipeline
+
+    run = tmp_path / "run"
+    refs = data_pipeline(config=str(config_file), run_dir=str(run))
+    assert set(refs) == {"config", "dataset_train", "dataset_val", "dataset_test", "normalization_stats", "validation"}
+    manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
+    assert {
+        "datasets/train.zarr",
+        "datasets/val.zarr",
+        "datasets/test.zarr",
+        "normalization_stats.json",
+        "validation",
+        "config.resolved.yaml",
+    } <= set(manifest)
+    assert manifest["datasets/train.zarr"]["stage"] == "generate-dataset"
+    report = json.loads((run / "validation" / "report.json").read_text())
+    assert report["status"] == "passed"
+    assert (run / "validation" / "samples.png").stat().st_size > 1000
+
+    import time
+
+    before = _created(run)
+    time.sleep(1.1)
+    data_pipeline(config=str(config_file), run_dir=str(run))
+    assert _created(run) == {**before, "config.resolved.yaml": _created(run)["config.resolved.yaml"]}, (
+        "a second run reuses every cached stage"
+    )
+
+    # A lost artifact is recomputed even though its task result is cached.
+    import shutil
+
+    shutil.rmtree(run / "validation")
+    data_pipeline(config=str(config_file), run_dir=str(run))
+    after = _created(run)
+    assert after["validation"] != before["validation"] and after["datasets/train.zarr"] == before["datasets/train.zarr"]
+
+    time.sleep(1.1)
+    data_pipeline(config=str(config_file), run_dir=str(run), refresh=True)
+    refreshed = _created(run)
+    assert refreshed["datasets/train.zarr"] != after["datasets/train.zarr"]
+    # Same seed: the regenerated store has the same content fingerprint.
+    assert refreshed["datasets/train.zarr"][-64:] == after["datasets/train.zarr"][-64:]
+
+    async def artifacts() -> list[str]:
+        async with get_client() as client:
+            return [a.key for a in await client.read_artifacts()]
+
+    import asyncio
+
+    assert "data-pipeline" in asyncio.run(artifacts())

@@ -1,0 +1,103 @@
+"""Test helpers importable by worker processes (spawn re-imports them by module name)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rtscore.data.generate import base_attrs, write_store
+from rtscore.data.store import StoreLayout
+from rtscore.data.tiles import KIND_CODES, RawTile
+from tests.conftest import make_tile
+
+SIZE = 32
+
+
+class ListProducer:
+    """Deterministic tiles; optionally fails at one shard start, and logs which ranges it produced."""
+
+    def __init__(self, n: int, *, extra: int = 0, fail_at: int | None = None, log: Path | None = None) -> None:
+        self.n, self.extra, self.fail_at, self.log = n, extra, fail_at, log
+
+    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
+        if self.log is not None:
+            with self.log.open("a") as f:
+                f.write(f"{start}\n")
+        if self.fail_at is not None and start == self.fail_at:
+            raise RuntimeError("simulated crash")
+        for a in range(start, stop, 3):  # batches of 3, smaller than a shard
+            tiles = [
+                make_tile(
+                    i,
+                    SIZE,
+                    positive=i % 2 == 0,
+                    extra=self.extra,
+                    nodata_rows=4 if i % 5 == 0 else 0,
+                    region=f"r{i % 3}",
+                )
+                for i in range(a, min(a + 3, stop))
+            ]
+            yield tiles, [KIND_CODES["positive" if t.n_objects else "negative"] for t in tiles]
+
+
+def _layout(n: int, extra: int = 0, shard: int = 4) -> StoreLayout:
+    return StoreLayout(
+        n_tiles=n, tile_size=SIZE, extra_channel_names=tuple(f"e{i}" for i in range(extra)), shard_tiles=shard
+    )
+
+
+def _attrs(extra: int = 0, chash: str = "h1", split: str = "train") -> dict:
+    a = base_attrs(
+        split=split,
+        source="test",
+        tile_size=SIZE,
+        extra=[f"e{i}" for i in range(extra)],
+        mask_types=["exact", "noisy"],
+        dataset_version="t",
+    )
+    a.update({"config": {}, "config_hash": chash, "seed": 0, "shard_tiles": 4})
+    return a
+
+
+def write_test_store(path: Path, n: int = 10, *, extra: int = 0, split: str = "train") -> dict[str, Any]:
+    """A small published store of :func:`make_tile` tiles (no synthetic renderer involved)."""
+    return write_store(ListProducer(n, extra=extra), _layout(n, extra), path, _attrs(extra, split=split))
+
+
+def tiny_pipeline_config(tile: int = 64, extra: bool = True) -> dict[str, Any]:
+    """A pipeline config (as YAML data) with three tiny synthetic splits, fast enough for flow tests."""
+
+    def gen(split: str, seed: int, pos: int, neg: int, regions: list[str]) -> dict[str, Any]:
+        return {
+            "split": split,
+            "seed": seed,
+            "tile_size": tile,
+            "synthetic": {
+                "n_positive": pos,
+                "n_negative": neg,
+                "n_full_nodata": 1,
+                "regions": regions,
+                "extra_channels": ["ndvi"] if extra else [],
+                "generation_batch_size": 4,
+            },
+            "store": {"shard_tiles": 8},
+        }
+
+    return {
+        "data": {
+            "tile_size": tile,
+            "generation": {
+                "train": gen("train", 1, 8, 8, ["ta", "tb"]),
+                "val": gen("val", 2, 3, 9, ["va", "vb"]),
+                "test": gen("test", 3, 3, 9, ["sa"]),
+            },
+            "loader": {"num_workers": 0, "persistent_workers": False, "pin_memory": False},
+        },
+        "channels": {"extra": [{"name": "ndvi", "band": 0}] if extra else []},
+        "splits": {"min_test_positives": 1},
+        "training": {"device": "cpu", "precision": "fp32", "batch_size": 4, "max_epochs": 4},
+        "lr_schedule": {"freeze_backbone_epochs": 1, "warmup_epochs": 1},
+        "model": {"architecture": "unet", "backbone": "resnet18", "encoder_weights": None},
+        "deployment": {"precision": "fp32"},
+    }

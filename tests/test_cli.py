@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from flows.cli import main
+from rtscore.data.store import ZarrTileStore
+from tests.helpers import tiny_pipeline_config
+
+
+@pytest.fixture
+def configs(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    data = tiny_pipeline_config()
+    gens = {}
+    for split, gen in data["data"]["generation"].items():
+        gens[split] = tmp_path / f"gen_{split}.yaml"
+        gens[split].write_text(yaml.safe_dump(gen))
+        data["data"]["generation"][split] = gens[split].name
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(yaml.safe_dump(data))
+    return pipeline, gens
+
+
+def test_generate_stats_validate_as_a_new_user_would(
+    configs: tuple[Path, dict[str, Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pipeline, gens = configs
+    ds = tmp_path / "datasets"
+    for split, gen in gens.items():
+        assert (
+            main(["generate", "--source", "synthetic", "--config", str(gen), "--output", str(ds / f"{split}.zarr")])
+            == 0
+        )
+    assert "wrote" in capsys.readouterr().out
+    assert main(["stats", "--dataset", str(ds / "train.zarr"), "--config", str(pipeline)]) == 0
+    assert (ds / "normalization_stats.json").exists()
+    assert main(["validate", "--dataset", str(ds), "--config", str(pipeline)]) == 0
+    assert "validation passed" in capsys.readouterr().out
+    assert (ds / "validation" / "report.md").exists()
+
+
+def test_same_seed_twice_gives_identical_arrays(configs: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
+    _, gens = configs
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    for out in (a, b):
+        assert main(["generate", "--config", str(gens["train"]), "--output", str(out)]) == 0
+    sa, sb = ZarrTileStore(a), ZarrTileStore(b)
+    for i in range(len(sa)):
+        for field in ("rgb", "alpha", "label", "extra"):
+            np.testing.assert_array_equal(getattr(sa[i], field), getattr(sb[i], field))
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files), "byte-identical store"
+
+
+def test_errors_are_one_clear_line_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "gen.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {"split": "train", "synthetic": {"n_positive": 1, "n_negative": 1, "regions": ["a"], "n_postive": 3}}
+        )
+    )
+    assert main(["generate", "--config", str(bad), "--output", str(tmp_path / "x.zarr")]) == 2
+    err = capsys.readouterr().err
+    assert "rts generate: error:" in err and "synthetic.n_postive: unknown key" in err
+    assert not (tmp_path / "x.zarr").exists()
+    assert main(["stats", "--dataset", str(tmp_path / "missing.zarr")]) == 2
+    assert "tile store not found" in capsys.readouterr().err
+
+
+def test_import_npz_command(tmp_path: Path) -> None:
+    from rtscore.data.legacy_npz import BatchWriter
+    from tests.conftest import make_tile
+
+    w = BatchWriter(tmp_path / "legacy" / "exact_masks", samples_per_batch=2)
+    for i in range(5):
+        w.add(make_tile(i))
+    w.finalize()
+    out = tmp_path / "train.zarr"
+    assert main(["import-npz", "--input", str(tmp_path / "legacy"), "--output", str(out), "--split", "train"]) == 0
+    assert len(ZarrTileStore(out)) == 5
+
+
+def test_rts_entry_point_help() -> None:
+    exe = Path(sys.executable).parent / "rts"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flows.cli"]
+    out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, check=True).stdout
+    for command in ("generate", "stats", "validate", "data", "import-npz"):
+        assert command in out

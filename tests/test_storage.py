@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rtscore.storage import RunDir, StorageError, atomic_write_text, fingerprint, staged_dir
+
+
+def test_record_and_verify_file_and_tree(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    atomic_write_text(run.path("a.json"), "{}")
+    (run.path("tree/sub")).mkdir(parents=True)
+    run.path("tree/sub/x.bin").write_bytes(b"x" * 10)
+    run.path("tree/y.bin").write_bytes(b"y")
+    ea = run.record("a.json", "stage-a", "cfg1")
+    et = run.record("tree", "stage-b", "cfg2")
+    assert ea.kind == "file" and ea.bytes == 2 and et.kind == "dir" and et.bytes == 11
+    manifest = json.loads(run.manifest_path.read_text())
+    assert set(manifest["artifacts"]) == {"a.json", "tree"}
+    assert manifest["artifacts"]["tree"]["stage"] == "stage-b"
+    run.verify("tree")
+    run.path("tree/y.bin").write_bytes(b"z")
+    with pytest.raises(StorageError, match="does not match the manifest"):
+        run.verify("tree")
+
+
+def test_tree_fingerprint_depends_on_names_and_content(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+    (a / "1").write_bytes(b"q")
+    (b / "2").write_bytes(b"q")
+    assert fingerprint(a)[0] != fingerprint(b)[0]
+
+
+def test_require_names_missing_input(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match=r"input artifact .*datasets/train.zarr is missing"):
+        RunDir(tmp_path).require("datasets/train.zarr")
+
+
+def test_staged_dir_publishes_only_on_success(tmp_path: Path) -> None:
+    final = tmp_path / "out"
+    with pytest.raises(RuntimeError), staged_dir(final) as tmp:
+        (tmp / "half").write_text("x")
+        raise RuntimeError("boom")
+    assert not final.exists() and list(tmp_path.iterdir()) == []
+    with staged_dir(final) as tmp:
+        (tmp / "done").write_text("x")
+    assert (final / "done").exists()
+    with staged_dir(final) as tmp:  # replaces the old version whole
+        (tmp / "v2").write_text("x")
+    assert sorted(p.name for p in final.iterdir()) == ["v2"]
+
+
+def test_forget_removes_stale_record(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    atomic_write_text(run.path("s.json"), "1")
+    run.record("s.json", "s", "c")
+    run.forget("s.json")
+    assert run.entry("s.json") is None
+
+
+def test_gcs_root_is_a_clear_error_for_now() -> None:
+    with pytest.raises(StorageError, match="gs:// run directories are not supported yet"):
+        RunDir("gs://bucket/run")
