@@ -62,8 +62,14 @@ def _validate(args: argparse.Namespace) -> int:
     stats = Path(args.stats) if args.stats else root / "normalization_stats.json"
     if not stats.exists() and (root.parent / "normalization_stats.json").exists():
         stats = root.parent / "normalization_stats.json"
+    if not stats.exists():
+        raise FileNotFoundError(
+            f"normalization stats not found at {stats}; run `rts stats --dataset <train.zarr>` first"
+        )
     out = Path(args.output) if args.output else root / "validation"
-    report = validate_data(cfg, stores, stats, out, max_batches=args.max_batches, num_workers=args.workers)
+    report = validate_data(
+        cfg, stores, stats, out, max_batches=args.max_batches, num_workers=args.workers, progress=True
+    )
     for split, s in report["splits"].items():
         print(f"{split}: {s['n_usable']} usable tiles, {s['n_positive']} positive, prevalence {s['prevalence']:.5f}")
     for w in report["warnings"]:

@@ -105,7 +105,12 @@ def _iterate_split(
     c = cfg.channels.count
     n, s1, s2 = np.zeros(c), np.zeros(c), np.zeros(c)
     ok = True
-    for b, batch in enumerate(loader):
+    batches: Any = loader
+    if kw["progress"]:
+        from tqdm import tqdm
+
+        batches = tqdm(loader, desc=f"validate {split}", unit="batch")
+    for b, batch in enumerate(batches):
         if kw["max_batches"] is not None and b >= kw["max_batches"]:
             break
         ok = _check_batch(batch, split, c, cfg.data.tile_size, out)
@@ -133,8 +138,6 @@ def _augmented_smoke(cfg: PipelineConfig, store: Path, stats: Any, out: _Collect
     for b, batch in enumerate(loader):
         if b >= 2 or not _check_batch(batch, "train", cfg.channels.count, cfg.data.tile_size, out):
             break
-    else:
-        pass
     if not out.failed:
         out.add("augmented_batches", True, "augmented train batches keep shapes, labels and finite values", "train")
 
@@ -202,6 +205,7 @@ def validate_data(
             batch_size=batch_size,
             num_workers=num_workers,
             max_batches=max_batches,
+            progress=progress,
         )
     _check_blocking(regions, tile_ids, out)
     norm = _check_normalization(cfg, moments.get("train"), stats, out)
