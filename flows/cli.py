@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,7 +11,13 @@ from pathlib import Path
 from rtscore.cli import build_parser, run
 
 
+def _quiet_ephemeral_prefect() -> None:
+    """No telemetry from the temporary local server (offline machines; it also races SQLite at start-up)."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
 def _data(args: argparse.Namespace) -> int:
+    _quiet_ephemeral_prefect()
     from flows.data import data_pipeline
 
     refs = data_pipeline(
