@@ -29,6 +29,24 @@ def _data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    _quiet_ephemeral_prefect()
+    from flows.train import multi_seed_train, train_seed
+
+    config, run = str(Path(args.config).resolve()), str(Path(args.run).resolve())
+    if args.seeds:
+        results = multi_seed_train(config=config, run_dir=run, seeds=args.seeds, fresh=args.fresh)
+    else:
+        results = [train_seed(config=config, run_dir=run, seed=args.seed, fresh=args.fresh)]
+    for r in results:
+        res = r.result
+        print(
+            f"seed {res.seed}: best val_realistic_pr_auc_geomean {res.best_metric:.4f} at epoch {res.best_epoch} "
+            f"({res.epochs_run} epochs) -> {res.seed_dir}"
+        )
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p, sub = build_parser()
     d = sub.add_parser("data", help="run the data-pipeline flow (generate -> stats -> validate) into a run dir")
@@ -36,6 +54,14 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--run", required=True, help="run directory, e.g. artifacts/quickstart")
     d.add_argument("--refresh", action="store_true", help="recompute every stage (ignore cached results)")
     d.set_defaults(func=_data)
+
+    t = sub.add_parser("train", help="train one seed (train-seed flow) or several (multi-seed-train flow)")
+    t.add_argument("--config", required=True, help="pipeline config YAML")
+    t.add_argument("--run", required=True, help="run directory holding the data stages' outputs")
+    t.add_argument("--seed", type=int, default=42, help="seed of a single-seed run (default 42)")
+    t.add_argument("--seeds", type=int, nargs="+", help="train these seeds in sequence under one parent run")
+    t.add_argument("--fresh", action="store_true", help="start over instead of resuming from resume_latest.pth")
+    t.set_defaults(func=_train)
     return p
 
 

@@ -10,11 +10,25 @@ from pydantic import BaseModel, Field
 from rtscore.config.base import config_hash, dump_yaml
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.storage import RunDir, StorageError, staged_dir
+from rtscore.train.result import SeedResult
 
 # Modules whose code decides each stage's output (part of the cache key of the orchestration layer).
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "generate-dataset": ("data/synthetic.py", "data/store.py", "data/generate.py", "data/tiles.py"),
     "normalization-stats": ("data/normalization.py", "data/store.py"),
+    "train-seed": (
+        "train/loop.py",
+        "train/data.py",
+        "train/validate.py",
+        "train/ema.py",
+        "train/schedule.py",
+        "train/early_stopping.py",
+        "data/sampler.py",
+        "data/transforms.py",
+        "models.py",
+        "losses/_functional.py",
+        "metrics/prauc.py",
+    ),
     "validate-data": (
         "data/validation.py",
         "data/dataset.py",
@@ -34,6 +48,13 @@ class ArtifactRef(BaseModel):
     sha256: str = Field(..., description="Content fingerprint (see storage.fingerprint).")
     bytes: int = Field(..., description="Size in bytes.")
     stage: str = Field(..., description="Producing stage.")
+
+
+class TrainResult(BaseModel):
+    """A trained seed: its summary and the artifacts recorded in the manifest."""
+
+    result: SeedResult = Field(..., description="Best metric, epochs, MLflow run of the seed.")
+    artifacts: list[ArtifactRef] = Field(default_factory=list, description="Recorded seed artifacts.")
 
 
 def stage_code_hash(stage: str) -> str:
@@ -117,3 +138,64 @@ def validate_data(
     if failure is not None:
         raise DataValidationError(str(failure).replace(str(tmp), str(run.path(rel))))
     return _ref(run, rel, "validate-data", config_hash(cfg))
+
+
+def train_seed(
+    run_dir: str,
+    cfg: PipelineConfig,
+    seed: int,
+    *,
+    fresh: bool = False,
+    parent_run_id: str | None = None,
+    progress: bool = False,
+) -> TrainResult:
+    """Train (or resume) one seed into ``seeds/seed_<seed>/`` and record its artifacts."""
+    from rtscore.train.loop import train_seed as run_training
+
+    run = RunDir(run_dir)
+    for rel in ("datasets/train.zarr", "datasets/val.zarr", "normalization_stats.json"):
+        run.require(rel)
+    result = run_training(cfg, run.root, seed, fresh=fresh, parent_run_id=parent_run_id, progress=progress)
+    base = f"seeds/seed_{seed}"
+    refs = [
+        _ref(run, f"{base}/{name}", "train-seed", config_hash(cfg))
+        for name in ("best_deployment.pth", "metrics.jsonl", "run_summary.json", "curves.png")
+        if run.path(f"{base}/{name}").exists()
+    ]
+    return TrainResult(result=result, artifacts=refs)
+
+
+def start_multiseed(run_dir: str, cfg: PipelineConfig, seeds: list[int]) -> str | None:
+    """The parent MLflow run of a multi-seed training (nested seed runs hang under it)."""
+    from rtscore.tracking import Tracker
+
+    tracker = Tracker(cfg.mlflow, RunDir(run_dir).root)
+    run_id = tracker.start_run(
+        "multi-seed", tags={"rts.seeds": ",".join(map(str, seeds)), "rts.config_hash": config_hash(cfg)}
+    )
+    tracker.log_params(run_id, {"seeds": seeds, "model": cfg.model.backbone, "architecture": cfg.model.architecture})
+    return run_id
+
+
+def finish_multiseed(
+    run_dir: str, cfg: PipelineConfig, parent_run_id: str | None, results: list[TrainResult]
+) -> ArtifactRef:
+    """`seeds/summary.json`: best metric per seed and mean +- std; logged on the parent run."""
+    import statistics
+
+    from rtscore.storage import atomic_write_json
+    from rtscore.tracking import Tracker
+
+    run = RunDir(run_dir)
+    values = [r.result.best_metric for r in results]
+    summary = {
+        "seeds": [r.result.model_dump() for r in results],
+        "best_val_realistic_pr_auc_geomean_mean": statistics.fmean(values) if values else None,
+        "best_val_realistic_pr_auc_geomean_std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "parent_mlflow_run_id": parent_run_id,
+    }
+    atomic_write_json(run.path("seeds/summary.json"), summary)
+    tracker = Tracker(cfg.mlflow, run.root)
+    tracker.log_metrics(parent_run_id, {k: v for k, v in summary.items() if isinstance(v, float)}, step=0)
+    tracker.end_run(parent_run_id)
+    return _ref(run, "seeds/summary.json", "multi-seed-train", config_hash(cfg))

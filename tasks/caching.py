@@ -12,7 +12,7 @@ from rtscore.stages import stage_code_hash
 from rtscore.storage import RunDir
 
 
-def stage_cache_key(stage: str, inputs: tuple[str, ...] = ()) -> Any:
+def stage_cache_key(stage: str, inputs: tuple[str, ...] = (), params: tuple[str, ...] = ("split",)) -> Any:
     """A Prefect ``cache_key_fn``: the URI of an input is not enough, its sha256 from the manifest is."""
 
     def key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
@@ -21,7 +21,8 @@ def stage_cache_key(stage: str, inputs: tuple[str, ...] = ()) -> Any:
         h.update(stage_code_hash(stage).encode())
         h.update(config_hash(parameters["cfg"]).encode())
         h.update(run.uri.encode())
-        h.update(str(parameters.get("split", "")).encode())
+        for name in params:
+            h.update(f"{name}={parameters.get(name, '')};".encode())
         for rel in inputs:
             entry = run.entry(rel)
             h.update((entry.sha256 if entry else "missing").encode())

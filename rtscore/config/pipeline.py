@@ -285,7 +285,9 @@ class LossConfig(StrictModel):
     boundary_handling: Literal["none", "ignore", "soft_labels"] = Field(
         "none", description="Label-boundary treatment (guide §5.5)."
     )
-    boundary_ignore_width: int = Field(2, ge=0, le=64, description="Pixels each side of a boundary set to ignore.")
+    boundary_ignore_width: int = Field(
+        2, ge=0, le=64, description="Pixels each side of a label boundary set to ignore (or softened, soft_labels)."
+    )
     soft_label_value: float = Field(0.05, ge=0.0, lt=0.5, description="Soft target near boundaries (bg side).")
 
 
@@ -354,6 +356,11 @@ class LRScheduleConfig(StrictModel):
 class EMAConfig(StrictModel):
     enabled: bool = Field(True, description="Keep an EMA of the weights; validate and ship it.")
     decay: float = Field(0.999, gt=0.0, lt=1.0, description="EMA decay per optimizer step.")
+    warmup: bool = Field(
+        True,
+        description="Ramp the decay as min(decay, (1 + n) / (10 + n)) over the first updates, so the EMA is not "
+        "dominated by the random initialisation in short runs; the guide's decay is the asymptote.",
+    )
 
 
 class ModelConfig(StrictModel):
@@ -361,6 +368,9 @@ class ModelConfig(StrictModel):
     backbone: str = Field("efficientnet-b5", min_length=1, description="smp encoder name.")
     encoder_weights: str | None = Field(
         "imagenet", description="'imagenet', null (random init) or a local weights file."
+    )
+    decoder_channels: list[int] | None = Field(
+        None, description="Decoder widths (null: smp's default for the architecture; small values for CPU runs)."
     )
 
 

@@ -40,9 +40,7 @@ def _check_config(cfg: LossConfig) -> None:
     check_range("loss.boundary_ignore_width", cfg.boundary_ignore_width, 0.0, 64.0)
     check_range("loss.soft_label_value", cfg.soft_label_value, 0.0, 0.5, high_open=True)
     if cfg.name == "compound" and cfg.compound_focal_weight == 0.0 and cfg.compound_dice_weight == 0.0:
-        raise ValueError(
-            "loss.compound_focal_weight and loss.compound_dice_weight are both 0; set at least one > 0"
-        )
+        raise ValueError("loss.compound_focal_weight and loss.compound_dice_weight are both 0; set at least one > 0")
     if cfg.class_weighting not in ("linear", "sqrt", "log"):
         raise ValueError(f"loss.class_weighting must be one of linear, sqrt, log; got {cfg.class_weighting!r}")
     if cfg.boundary_handling not in ("none", "ignore", "soft_labels"):

@@ -119,7 +119,7 @@ def soft_confusion(x: Tensor, t: Tensor, valid: Tensor) -> tuple[Tensor, Tensor,
 
 
 def tversky_index(tp: Tensor, fn: Tensor, fp: Tensor, alpha: float, beta: float, smooth: float, eps: float) -> Tensor:
-    """``(TP + s) / (TP + alpha·FN + beta·FP + s)``, the denominator floored at ``eps`` so ``s = 0`` cannot divide by 0."""
+    """``(TP + s) / (TP + alpha·FN + beta·FP + s)``; the denominator is floored at ``eps`` (safe for ``s = 0``)."""
     return (tp + smooth) / (tp + alpha * fn + beta * fp + smooth).clamp_min(eps)
 
 

@@ -318,7 +318,18 @@ def test_soft_boundary_targets_hand_row() -> None:
     assert torch.allclose(soft_boundary_targets(row, width=2, soft_value=0.1), torch.tensor([[0.9, 0.0, 0.1]]))
 
 
-@pytest.mark.parametrize("width", [0, 1, 2, 3])
+def scipy_band(target: np.ndarray, width: int) -> np.ndarray:
+    """Reference band of one (H,W) label with scipy: each class dilated by a (2w+1)^2 square."""
+    fg, bg = target == 1, target == 0
+    if width == 0:
+        return np.zeros_like(fg)
+    square = np.ones((2 * width + 1, 2 * width + 1), dtype=bool)
+    near_fg = ndimage.binary_dilation(fg, structure=square)
+    near_bg = ndimage.binary_dilation(bg, structure=square)
+    return (fg & near_bg) | (bg & near_fg)
+
+
+@pytest.mark.parametrize("width", [0, 1, 2, 3, 6])
 def test_boundary_band_matches_scipy(width: int) -> None:
     rng = np.random.default_rng(width)
     target = np.zeros((2, 9, 11), dtype=np.int64)
@@ -327,14 +338,8 @@ def test_boundary_band_matches_scipy(width: int) -> None:
     target[:, 0, :4] = 255
     band = boundary_band(torch.from_numpy(target), width).numpy()
     for b in range(2):
-        fg, bg = target[b] == 1, target[b] == 0
-        if width == 0:
-            expected = np.zeros_like(fg)
-        else:
-            square = np.ones((2 * width + 1, 2 * width + 1), dtype=bool)
-            dilate = lambda m: ndimage.binary_dilation(m, structure=square)  # noqa: E731
-            expected = (fg & dilate(bg)) | (bg & dilate(fg))
-        assert np.array_equal(band[b], expected)
+        assert np.array_equal(band[b], scipy_band(target[b], width))
+    assert np.array_equal(boundary_band(torch.from_numpy(target[0]), width).numpy(), scipy_band(target[0], width))
 
 
 def test_soft_boundary_rejects_bad_arguments() -> None:

@@ -1,0 +1,72 @@
+"""Streaming validation metrics: per-tile logit histograms, PR-AUC at prevalence ratios, pixel and object scores."""
+
+from rtscore.metrics.histograms import LogitBins, TileHistogramAccumulator, TileHistograms, as_tile_batch
+from rtscore.metrics.objects import (
+    EIGHT_CONNECTED,
+    ObjectCounter,
+    ObjectScores,
+    TileObjects,
+    match_objects,
+    object_metrics,
+    object_metrics_at_ratios,
+    recall_by_size,
+)
+from rtscore.metrics.pixel import (
+    ConfusionCounts,
+    PixelConfusion,
+    confusion_counts,
+    confusion_from_hist,
+    pixel_confusion,
+    pixel_metrics_at_ratios,
+    prob_to_logit,
+)
+from rtscore.metrics.prauc import (
+    OperatingPoint,
+    PRCurve,
+    average_precision_from_hist,
+    bootstrap_pr_auc,
+    pr_auc,
+    pr_auc_at_ratios,
+    precision_recall_curve_from_hist,
+    random_subsample_pr_auc,
+    threshold_for_precision,
+    tile_weights,
+    weighted_hist,
+)
+from rtscore.metrics.prevalence import geometric_mean, negative_weight, ratio_tag
+
+__all__ = [
+    "EIGHT_CONNECTED",
+    "ConfusionCounts",
+    "LogitBins",
+    "ObjectCounter",
+    "ObjectScores",
+    "OperatingPoint",
+    "PRCurve",
+    "PixelConfusion",
+    "TileHistogramAccumulator",
+    "TileHistograms",
+    "TileObjects",
+    "as_tile_batch",
+    "average_precision_from_hist",
+    "bootstrap_pr_auc",
+    "confusion_counts",
+    "confusion_from_hist",
+    "geometric_mean",
+    "match_objects",
+    "negative_weight",
+    "object_metrics",
+    "object_metrics_at_ratios",
+    "pixel_confusion",
+    "pixel_metrics_at_ratios",
+    "pr_auc",
+    "pr_auc_at_ratios",
+    "precision_recall_curve_from_hist",
+    "prob_to_logit",
+    "random_subsample_pr_auc",
+    "ratio_tag",
+    "recall_by_size",
+    "threshold_for_precision",
+    "tile_weights",
+    "weighted_hist",
+]

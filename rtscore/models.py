@@ -1,0 +1,133 @@
+"""smp model factory: architecture x encoder from config, in_channels from channels, one logit out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rtscore.config.pipeline import ChannelsConfig, ModelConfig
+
+if TYPE_CHECKING:
+    import torch
+
+ARCHITECTURES = {"unetplusplus": "UnetPlusPlus", "unet": "Unet", "segformer": "Segformer"}
+_DOWNLOAD_TIMEOUT_S = "15"
+
+
+class ModelConfigError(ValueError):
+    """The model cannot be built as configured (unknown backbone, weights unavailable, ...)."""
+
+
+def known_encoders() -> list[str]:
+    from segmentation_models_pytorch.encoders import get_encoder_names
+
+    return list(get_encoder_names())
+
+
+def check_model_config(cfg: ModelConfig) -> None:
+    """Fail before any training step on a backbone smp does not know or an incompatible pairing."""
+    names = known_encoders()
+    if cfg.backbone not in names and not cfg.backbone.startswith("tu-"):
+        close = [n for n in names if cfg.backbone.split("-")[0] in n][:8]
+        raise ModelConfigError(
+            f"model.backbone {cfg.backbone!r} is not an smp encoder"
+            + (f"; similar: {close}" if close else "")
+            + " (see segmentation_models_pytorch.encoders.get_encoder_names())"
+        )
+    if cfg.architecture == "segformer" and not cfg.backbone.startswith("mit_b"):
+        raise ModelConfigError(f"model.architecture segformer expects a mit_b* backbone; got {cfg.backbone!r}")
+    w = cfg.encoder_weights
+    if w not in (None, "imagenet") and not Path(w).is_file():
+        raise ModelConfigError(f"model.encoder_weights must be 'imagenet', null or an existing file; got {w!r}")
+
+
+def _imagenet_weights_file(backbone: str) -> Path:
+    """Local path of smp's ImageNet weights: from the HF cache, else a bounded download, else a clear error."""
+    from segmentation_models_pytorch.encoders import encoders
+
+    settings = encoders[backbone]["pretrained_settings"].get("imagenet")
+    if settings is None:
+        raise ModelConfigError(f"smp has no ImageNet weights for model.backbone {backbone!r}")
+    repo, rev = settings["repo_id"], settings["revision"]
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo, "model.safetensors", revision=rev)
+    if isinstance(cached, str):
+        return Path(cached)
+    # Bounded network attempt: never hang (or sit in the hub client's retry loop) on a machine without network.
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", _DOWNLOAD_TIMEOUT_S)
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", _DOWNLOAD_TIMEOUT_S)
+    try:
+        _check_hub_reachable()
+        return Path(hf_hub_download(repo, filename="model.safetensors", revision=rev))
+    except Exception as err:  # offline, DNS failure, proxy, ...: all the same to the user
+        raise ModelConfigError(
+            f"ImageNet weights for {backbone} ({repo}) are not in the local cache and could not be downloaded "
+            f"({type(err).__name__}). On a machine with network run "
+            f"`huggingface-cli download {repo} --revision {rev}`, or set model.encoder_weights to a local "
+            "weights file, or to null for random initialisation."
+        ) from None
+
+
+def _check_hub_reachable(timeout_s: float = 3.0) -> None:
+    """One TCP connect to the hub (or HF_ENDPOINT): fails in seconds where the hub client would retry for ~30 s."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        raise ConnectionError("HF_HUB_OFFLINE is set")
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (443 if url.scheme == "https" else 80)
+    with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout_s):
+        pass
+
+
+def _load_state_dict(path: Path) -> dict[str, Any]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return dict(load_file(str(path), device="cpu"))
+    import torch
+
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    return obj.get("state_dict", obj) if isinstance(obj, dict) else obj
+
+
+def build_model(cfg: ModelConfig, channels: ChannelsConfig) -> torch.nn.Module:
+    """UNet++/Unet/SegFormer with ``3 + len(channels.extra)`` inputs and one logit channel (no activation)."""
+    import segmentation_models_pytorch as smp
+    import torch
+
+    check_model_config(cfg)
+    cls = getattr(smp, ARCHITECTURES[cfg.architecture])
+    kwargs: dict[str, Any] = {}
+    if cfg.decoder_channels is not None:
+        if cfg.architecture == "segformer":
+            raise ModelConfigError("model.decoder_channels applies to unet/unetplusplus, not segformer")
+        kwargs["decoder_channels"] = tuple(cfg.decoder_channels)
+    model = cls(encoder_name=cfg.backbone, encoder_weights=None, in_channels=3, classes=1, activation=None, **kwargs)
+    if cfg.encoder_weights is not None:
+        path = _imagenet_weights_file(cfg.backbone) if cfg.encoder_weights == "imagenet" else Path(cfg.encoder_weights)
+        state = _load_state_dict(path)
+        state = {k.removeprefix("encoder."): v for k, v in state.items()}
+        # nn.Module.load_state_dict: smp encoders override it (dropping classifier keys) and return None.
+        missing, unexpected = torch.nn.Module.load_state_dict(model.encoder, state, strict=False)
+        if missing:
+            raise ModelConfigError(
+                f"encoder weights {path} do not fit {cfg.backbone}: {len(missing)} missing keys, e.g. {missing[:3]}"
+            )
+        del unexpected  # classifier heads of ImageNet checkpoints are expected extras
+    if channels.count != 3:
+        # smp's own recipe: pretrained RGB filters reused cyclically for extra bands, random init otherwise.
+        model.encoder.set_in_channels(channels.count, pretrained=cfg.encoder_weights is not None)
+    return model
+
+
+def encoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return list(model.encoder.parameters())  # type: ignore[union-attr]
+
+
+def decoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    enc = {id(p) for p in encoder_parameters(model)}
+    return [p for p in model.parameters() if id(p) not in enc]

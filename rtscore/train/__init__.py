@@ -1,0 +1,1 @@
+"""Training: loop, EMA, LR schedule, early stopping, checkpoints, determinism."""

@@ -1,0 +1,61 @@
+"""Checkpoints (guide §4.3): best_deployment.pth (EMA weights only) and rotating resume checkpoints."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+BEST = "best_deployment.pth"
+RESUME_LATEST = "resume_latest.pth"
+RESUME_PATTERN = "resume_epoch_{epoch:04d}.pth"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, unreadable, or belongs to another configuration."""
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    """torch.save to a temporary name, fsync, then rename: a crash never leaves a torn checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load(path: Path) -> Any:
+    """Load with ``weights_only=True``: checkpoints may come from elsewhere, so never unpickle code."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"cannot load checkpoint {path}: {type(err).__name__}: {err}") from None
+
+
+def save_best(seed_dir: Path, ema_state_dict: dict[str, torch.Tensor]) -> Path:
+    path = seed_dir / BEST
+    save_atomic({k: v.detach().cpu() for k, v in ema_state_dict.items()}, path)
+    return path
+
+
+def save_resume(seed_dir: Path, state: dict[str, Any], epoch: int, keep_last_n: int) -> Path:
+    """Write ``resume_epoch_NNNN.pth`` and ``resume_latest.pth``; keep the last ``keep_last_n`` epochs."""
+    path = seed_dir / RESUME_PATTERN.format(epoch=epoch)
+    save_atomic(state, path)
+    tmp = seed_dir / f".{RESUME_LATEST}.{uuid.uuid4().hex[:8]}.tmp"
+    shutil.copyfile(path, tmp)
+    tmp.replace(seed_dir / RESUME_LATEST)
+    for old in sorted(seed_dir.glob("resume_epoch_*.pth"))[:-keep_last_n]:
+        old.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,346 @@
+"""The training loop of one seed (guide §9.1, §10.2): readable top to bottom, resumable exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rtscore.config.base import canonical_json, config_hash
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.train import checkpoint as ckpt
+from rtscore.train.determinism import rng_state, seed_everything, set_rng_state
+from rtscore.train.early_stopping import EarlyStopping
+from rtscore.train.ema import EMA
+from rtscore.train.result import METRIC, SeedResult
+from rtscore.train.schedule import EpochLR, lr_at
+
+# Settings that may change between a run and its resume (guide lesson: early stopping comes from the config).
+_RESUME_FREE = {
+    "training": {"early_stopping", "checkpoint", "device", "val_frequency"},
+    "data": {"loader"},
+    "mlflow": None,
+    "deployment": None,
+    "metrics": {"bootstrap_samples"},
+}
+
+
+class TrainingError(RuntimeError):
+    """Training cannot start or cannot go on (bad setup, non-finite loss, incompatible resume)."""
+
+
+def resume_hash(cfg: PipelineConfig) -> str:
+    """Hash of the settings a resumed run must share with the run that wrote the checkpoint."""
+    data = cfg.model_dump(mode="json")
+    for section, keys in _RESUME_FREE.items():
+        if keys is None:
+            data.pop(section, None)
+        else:
+            for k in keys:
+                data.get(section, {}).pop(k, None)
+    import hashlib
+
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+def select_device(cfg: PipelineConfig) -> torch.device:
+    want = cfg.training.device
+    if want == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("training.device is 'cuda' but no CUDA device is available (set 'auto' or 'cpu')")
+    return torch.device("cuda" if want in ("cuda", "auto") and torch.cuda.is_available() else "cpu")
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """Refuse a precision the device cannot run, before any step."""
+    if precision == "fp16" and device.type != "cuda":
+        raise TrainingError("training.precision fp16 needs a CUDA device (GradScaler); on CPU use bf16 or fp32")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise TrainingError("training.precision bf16 is not supported by this GPU; use fp16 (e.g. L4/T4) or fp32")
+
+
+def autocast(precision: str, device: torch.device) -> Any:
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+@dataclass
+class Setup:
+    """Everything the loop needs, built once."""
+
+    cfg: PipelineConfig
+    device: torch.device
+    model: torch.nn.Module
+    train_model: Any  # possibly torch.compile'd view of `model`
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    ema: EMA
+    loss_fn: torch.nn.Module
+    train_loader: Any
+    val_loader: Any
+    sampler: Any
+    seed_dir: Path
+
+
+def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
+    """Model, data, optimizer, EMA, loss: every error here comes before the first training step."""
+    from rtscore.data.dataset import build_dataset
+    from rtscore.data.normalization import load_normalization_stats
+    from rtscore.losses import build_loss
+    from rtscore.models import build_model, decoder_parameters, encoder_parameters
+    from rtscore.train.data import train_loader, val_loader
+
+    device = select_device(cfg)
+    check_precision(cfg.training.precision, device)
+    seed_everything(seed, cfg.training.deterministic)
+    stats = load_normalization_stats(run_dir / "normalization_stats.json", [c.name for c in cfg.channels.extra])
+    train_ds = build_dataset(cfg, run_dir / "datasets" / "train.zarr", stats, train=True, seed=seed)
+    val_ds = build_dataset(cfg, run_dir / "datasets" / "val.zarr", stats, train=False)
+    loader, sampler = train_loader(cfg, train_ds, seed)
+    model = build_model(cfg.model, cfg.channels).to(device)
+    if device.type == "cuda" and cfg.training.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decoder_parameters(model), "name": "decoder"},
+            {"params": encoder_parameters(model), "name": "encoder"},
+        ],
+        lr=cfg.lr_schedule.frozen_lr,
+        betas=cfg.optimizer.betas,
+        weight_decay=cfg.optimizer.weight_decay,
+    )
+    scaler = torch.amp.GradScaler("cuda") if cfg.training.precision == "fp16" else None
+    train_model: Any = torch.compile(model) if cfg.training.torch_compile else model
+    return Setup(
+        cfg=cfg,
+        device=device,
+        model=model,
+        train_model=train_model,
+        optimizer=optimizer,
+        scaler=scaler,
+        ema=EMA(model, cfg.ema.decay, cfg.ema.warmup),
+        loss_fn=build_loss(cfg.loss),
+        train_loader=loader,
+        val_loader=val_loader(cfg, val_ds),
+        sampler=sampler,
+        seed_dir=run_dir / "seeds" / f"seed_{seed}",
+    )
+
+
+def apply_lr(s: Setup, lr: EpochLR) -> None:
+    """Freeze or unfreeze the encoder and set both groups' LRs for this epoch."""
+    encoder = s.model.encoder  # type: ignore[union-attr]
+    for p in encoder.parameters():
+        p.requires_grad_(not lr.frozen)
+    for group in s.optimizer.param_groups:
+        group["lr"] = lr.encoder if group["name"] == "encoder" else lr.decoder
+
+
+def set_train_mode(s: Setup, frozen: bool) -> None:
+    s.model.train()
+    if frozen:
+        s.model.encoder.eval()  # type: ignore[union-attr]  # frozen backbone: BatchNorm statistics stay put too
+
+
+def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None = None) -> dict[str, float]:
+    """One pass over the epoch's balanced batches; returns train loss, IoU at 0.5 and throughput."""
+    from rtscore.losses import loss_soft_targets
+    from rtscore.metrics import PixelConfusion
+
+    cfg, dev = s.cfg, s.device
+    total, n_batches, n_samples = 0.0, 0, 0
+    confusion = PixelConfusion()
+    t0 = time.perf_counter()
+    for batch in s.train_loader:
+        x = batch["image"].to(dev, non_blocking=True)
+        y = batch["label"].to(dev, non_blocking=True)
+        if dev.type == "cuda" and cfg.training.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with autocast(cfg.training.precision, dev):
+            logits = s.train_model(x)[:, 0]
+        logits = logits.float()
+        loss = s.loss_fn(logits, y, loss_soft_targets(cfg.loss, y))
+        if not torch.isfinite(loss):
+            raise TrainingError(
+                f"non-finite training loss ({loss.item()}) at epoch {epoch}, batch {n_batches}; stopping. "
+                "The last good checkpoint is intact; lower the LR or use fp32 to investigate."
+            )
+        s.optimizer.zero_grad(set_to_none=True)
+        if s.scaler is not None:
+            s.scaler.scale(loss).backward()
+            s.scaler.unscale_(s.optimizer)
+            torch.nn.utils.clip_grad_norm_(s.model.parameters(), cfg.training.grad_clip_norm)
+            s.scaler.step(s.optimizer)
+            s.scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(s.model.parameters(), cfg.training.grad_clip_norm)
+            s.optimizer.step()
+        if cfg.ema.enabled:
+            s.ema.update(s.model)
+        confusion.update(logits.detach(), y)
+        total += float(loss.detach())
+        n_batches += 1
+        n_samples += x.shape[0]
+        if on_step is not None:
+            on_step(n_batches)
+    dt = time.perf_counter() - t0
+    if n_batches == 0:
+        raise TrainingError(f"epoch {epoch} had no training batches (train split too small for the batch size?)")
+    return {
+        "train_loss": total / n_batches,
+        "train_iou": confusion.compute().iou,
+        "train_samples_per_s": n_samples / dt if dt > 0 else math.nan,
+        "train_batches": float(n_batches),
+    }
+
+
+def resume_state(s: Setup, epoch: int, stopper: EarlyStopping, extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "live_state_dict": s.model.state_dict(),
+        "ema_state_dict": s.ema.state_dict(),
+        "ema_updates": s.ema.updates,
+        "optimizer_state_dict": s.optimizer.state_dict(),
+        "scheduler_state_dict": {"kind": "epoch_function", "epoch": epoch},
+        "scaler_state_dict": s.scaler.state_dict() if s.scaler is not None else {},
+        "epoch": epoch,
+        "sampler": {"epoch": epoch + 1, "skip_batches": 0},
+        "rng_states": rng_state(),
+        "early_stopping": stopper.state_dict(),
+        "resume_hash": resume_hash(s.cfg),
+        "extra": extra,
+    }
+
+
+def restore(s: Setup, state: dict[str, Any], stopper: EarlyStopping, path: Path) -> int:
+    """Load a resume checkpoint; refuses one written with an incompatible config."""
+    if state.get("resume_hash") != resume_hash(s.cfg):
+        raise TrainingError(
+            f"{path} was written with a different config (resume hash {str(state.get('resume_hash'))[:12]} vs "
+            f"{resume_hash(s.cfg)[:12]}); only training.early_stopping/checkpoint/device/val_frequency, "
+            "data.loader, mlflow and deployment may change on resume. Use --fresh to start over."
+        )
+    s.model.load_state_dict(state["live_state_dict"])
+    s.ema.load_state_dict(state["ema_state_dict"], int(state["ema_updates"]))
+    s.optimizer.load_state_dict(state["optimizer_state_dict"])
+    if s.scaler is not None and state["scaler_state_dict"]:
+        s.scaler.load_state_dict(state["scaler_state_dict"])
+    stopper.load_state_dict(state["early_stopping"])
+    set_rng_state(state["rng_states"])
+    return int(state["epoch"])
+
+
+def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def _truncate_jsonl(path: Path, last_epoch: int) -> None:
+    """On resume, drop rows of epochs that will be trained again."""
+    if not path.exists():
+        return
+    rows = [r for r in path.read_text().splitlines() if r and json.loads(r)["epoch"] <= last_epoch]
+    path.write_text("".join(r + "\n" for r in rows))
+
+
+def train_seed(
+    cfg: PipelineConfig,
+    run_dir: str | Path,
+    seed: int,
+    *,
+    fresh: bool = False,
+    parent_run_id: str | None = None,
+    progress: bool = False,
+    on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
+) -> SeedResult:
+    """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth."""
+    from rtscore.tracking import Tracker, flatten
+    from rtscore.train.report import write_seed_outputs
+    from rtscore.train.validate import evaluate
+
+    run = Path(run_dir)
+    s = build_setup(cfg, run, seed)
+    s.seed_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = s.seed_dir / "metrics.jsonl"
+    stopper = EarlyStopping(cfg.training.early_stopping)
+    start = 1
+    latest = s.seed_dir / ckpt.RESUME_LATEST
+    extra: dict[str, Any] = {"best_epoch": 0, "mlflow_run_id": None}
+    if fresh:
+        for p in [*s.seed_dir.glob("resume_*.pth"), s.seed_dir / ckpt.BEST, metrics_path]:
+            p.unlink(missing_ok=True)
+    elif latest.exists():
+        state = ckpt.load(latest)
+        start = restore(s, state, stopper, latest) + 1
+        extra = dict(state.get("extra", extra))
+        _truncate_jsonl(metrics_path, start - 1)
+    tracker = Tracker(cfg.mlflow, run)
+    run_id = extra.get("mlflow_run_id") or tracker.start_run(
+        f"seed_{seed}", parent_run_id, {"rts.seed": str(seed), "rts.config_hash": config_hash(cfg)}
+    )
+    extra["mlflow_run_id"] = run_id
+    tracker.log_params(run_id, {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed})
+    decision = None
+    epoch = start - 1
+    try:
+        for epoch in range(start, cfg.training.max_epochs + 1):
+            lr = lr_at(epoch, cfg.lr_schedule, cfg.training.max_epochs)
+            apply_lr(s, lr)
+            set_train_mode(s, lr.frozen)
+            s.sampler.set_epoch(epoch)
+            row: dict[str, Any] = {"epoch": epoch, "lr_decoder": lr.decoder, "lr_encoder": lr.encoder}
+            row["curriculum_neg_per_pos"] = s.sampler.ratio(epoch)
+            row.update(train_one_epoch(s, epoch))
+            if epoch % cfg.training.val_frequency == 0 or epoch == cfg.training.max_epochs:
+                with s.ema.swapped_in(s.model) if cfg.ema.enabled else nullcontext():
+                    row.update(evaluate(s.model, s.val_loader, cfg, s.device, loss_fn=s.loss_fn, seed=seed))
+                decision = stopper.update(epoch, row[METRIC])
+                row[f"{METRIC}_smoothed"] = decision.smoothed
+                if decision.is_best:
+                    ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
+                    extra.update(best_epoch=epoch, best_metric=decision.smoothed)
+            _append_jsonl(metrics_path, row)
+            tracker.log_metrics(run_id, row, step=epoch)
+            stop = decision is not None and decision.stop and row.get(f"{METRIC}_smoothed") is not None
+            if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == cfg.training.max_epochs:
+                ckpt.save_resume(
+                    s.seed_dir, resume_state(s, epoch, stopper, extra), epoch, cfg.training.checkpoint.keep_last_n
+                )
+            if progress:
+                shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
+                print(f"seed {seed} epoch {epoch}/{cfg.training.max_epochs} {shown}", flush=True)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, row)
+            if stop:
+                break
+    except BaseException:
+        tracker.end_run(run_id, status="FAILED" if not isinstance(sys_exc(), KeyboardInterrupt) else "KILLED")
+        raise
+    summary = write_seed_outputs(s.seed_dir, cfg, seed, extra, stopped_early=bool(decision and decision.stop))
+    for name in ("metrics.jsonl", "curves.png", "run_summary.md", "run_summary.json"):
+        tracker.log_artifact(run_id, s.seed_dir / name)
+    tracker.log_metrics(run_id, {"best_" + METRIC: float(extra.get("best_metric", math.nan))}, step=epoch)
+    tracker.end_run(run_id)
+    return SeedResult(
+        seed=seed,
+        seed_dir=str(s.seed_dir),
+        best_epoch=int(extra.get("best_epoch", 0)),
+        best_metric=float(extra.get("best_metric", math.nan)),
+        epochs_run=epoch,
+        stopped_early=bool(summary["stopped_early"]),
+        mlflow_run_id=run_id,
+    )
+
+
+def sys_exc() -> BaseException | None:
+    import sys
+
+    return sys.exc_info()[1]

@@ -1,0 +1,100 @@
+"""One inference pass over a validation pool, reduced to every metric of guide §6 and §10.3."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.metrics import (
+    LogitBins,
+    ObjectCounter,
+    TileHistogramAccumulator,
+    TileHistograms,
+    bootstrap_pr_auc,
+    object_metrics_at_ratios,
+    pixel_metrics_at_ratios,
+    pr_auc_at_ratios,
+    ratio_tag,
+)
+
+
+@dataclass
+class PoolStats:
+    """Everything later reductions need from one pass; memory grows with tiles x bins, not pixels."""
+
+    hist: TileHistograms
+    objects: ObjectCounter
+    loss: float
+
+
+@torch.inference_mode()
+def collect(
+    model: torch.nn.Module,
+    loader: Any,
+    cfg: PipelineConfig,
+    device: torch.device,
+    *,
+    loss_fn: torch.nn.Module | None = None,
+) -> PoolStats:
+    """Run the model once over the pool at the training precision; keep per-tile histograms and object counts."""
+    from rtscore.train.loop import autocast
+
+    m = cfg.metrics
+    acc = TileHistogramAccumulator(LogitBins(n_bins=m.pr_bins))
+    objects = ObjectCounter(
+        m.object_iou_thresholds, threshold=m.reporting_threshold, min_blob_size_px=m.min_blob_size_px
+    )
+    was_training = model.training
+    model.eval()
+    loss_sum, n = 0.0, 0
+    try:
+        for batch in loader:
+            x = batch["image"].to(device, non_blocking=True)
+            y = batch["label"].to(device, non_blocking=True)
+            if device.type == "cuda" and cfg.training.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with autocast(cfg.training.precision, device):
+                logits = model(x)[:, 0]
+            logits = logits.float()
+            if loss_fn is not None:
+                loss_sum += float(loss_fn(logits, y))
+                n += 1
+            acc.add_batch(logits, y, list(batch["tile_id"]))
+            objects.add_batch(logits, y)
+    finally:
+        model.train(was_training)
+    return PoolStats(acc.result(), objects, loss_sum / n if n else math.nan)
+
+
+def summarize(pool: PoolStats, cfg: PipelineConfig, *, prefix: str = "val", seed: int = 0) -> dict[str, float]:
+    """PR-AUC (1:1 and each 1:N, geomean), bootstrap intervals, pixel IoU/F1 at 0.5, object P/R/F1."""
+    m = cfg.metrics
+    out: dict[str, float] = {f"{prefix}_loss": pool.loss}
+    out.update(pr_auc_at_ratios(pool.hist, m.ratios, prefix=prefix))
+    out.update(pixel_metrics_at_ratios(pool.hist, m.ratios, threshold=m.reporting_threshold, prefix=prefix))
+    out.update(object_metrics_at_ratios(pool.objects, m.ratios, prefix=prefix))
+    if m.bootstrap_samples > 0 and pool.hist.n_pos_tiles > 0:
+        for r in m.ratios:
+            lo, hi, std = bootstrap_pr_auc(pool.hist, r, m.bootstrap_samples, seed)
+            tag = ratio_tag(r)
+            out[f"{prefix}_realistic_pr_auc_{tag}_ci_low"] = lo
+            out[f"{prefix}_realistic_pr_auc_{tag}_ci_high"] = hi
+            out[f"{prefix}_realistic_pr_auc_{tag}_boot_std"] = std
+    return out
+
+
+def evaluate(
+    model: torch.nn.Module,
+    loader: Any,
+    cfg: PipelineConfig,
+    device: torch.device,
+    *,
+    loss_fn: torch.nn.Module | None = None,
+    seed: int = 0,
+    prefix: str = "val",
+) -> dict[str, float]:
+    return summarize(collect(model, loader, cfg, device, loss_fn=loss_fn), cfg, prefix=prefix, seed=seed)

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rtscore.metrics import ObjectCounter, match_objects, object_metrics, object_metrics_at_ratios, recall_by_size
+
+SIZE = 48
+LOW, HIGH = -4.0, 4.0
+
+
+def canvas() -> tuple[np.ndarray, np.ndarray]:
+    return np.full((SIZE, SIZE), LOW, np.float32), np.zeros((SIZE, SIZE), np.uint8)
+
+
+def counts(tile) -> list[tuple[int, int, int]]:  # (TP, FP, FN) per IoU threshold 0.1, 0.3, 0.5
+    return [(int(a), int(b), int(c)) for a, b, c in zip(tile.tp, tile.fp, tile.fn, strict=True)]
+
+
+def test_one_to_one_perfect_match() -> None:
+    logits, target = canvas()
+    target[10:20, 10:20] = 1
+    logits[10:20, 10:20] = HIGH
+    tile = match_objects(logits, target)
+    assert counts(tile) == [(1, 0, 0)] * 3
+    assert tile.gt_area.tolist() == [100] and tile.is_positive_tile
+
+
+def test_shifted_prediction_matches_only_at_low_iou() -> None:
+    logits, target = canvas()
+    target[10:20, 10:20] = 1
+    logits[10:20, 17:27] = HIGH
+    # Overlap: 10 rows × 3 columns (17..19) = 30 px; union = 100 + 100 - 30 = 170; IoU = 30/170 ≈ 0.176.
+    tile = match_objects(logits, target)
+    assert counts(tile) == [(1, 0, 0), (0, 1, 1), (0, 1, 1)]
+
+
+def test_split_two_predictions_on_one_gt() -> None:
+    logits, target = canvas()
+    target[10:30, 10:20] = 1  # 200 px
+    logits[10:20, 10:20] = 1.0  # A: 100 px, IoU 100/200 = 0.5, mean p ≈ 0.73
+    logits[21:30, 10:20] = 3.0  # B: 90 px (row 20 apart), IoU 90/200 = 0.45, mean p ≈ 0.95
+    tile = match_objects(logits, target)
+    assert counts(tile) == [(1, 1, 0)] * 3
+    b = int(np.argmax(tile.pred_mean_prob))
+    a = 1 - b
+    assert tile.pred_area[b] == 90
+    # At 0.1 and 0.3 the more confident B matches although A has the higher IoU; A is the FP.
+    assert tile.pred_match[:2, b].tolist() == [0, 0] and tile.pred_match[:2, a].tolist() == [-1, -1]
+    # At 0.5 B (0.45) fails, and A (0.5) takes the still-unmatched GT.
+    assert tile.pred_match[2].tolist() == [0 if i == a else -1 for i in range(2)]
+
+
+def test_merge_one_prediction_over_two_gts() -> None:
+    logits, target = canvas()
+    target[10:20, 10:20] = 1  # G1: 100 px
+    target[10:20, 22:26] = 1  # G2: 40 px, two columns apart
+    logits[10:20, 10:26] = HIGH  # 160 px: IoU(G1) = 100/160 = 0.625, IoU(G2) = 40/160 = 0.25
+    tile = match_objects(logits, target)
+    assert counts(tile) == [(1, 0, 1)] * 3
+    assert tile.gt_area.tolist() == [100, 40]
+    assert tile.gt_matched.tolist() == [[True, False]] * 3
+
+
+def test_small_blobs_dropped_on_both_sides() -> None:
+    logits, target = canvas()
+    target[2:5, 2:5] = 1  # 9 px GT: dropped, not an FN
+    logits[30:33, 30:33] = HIGH  # 9 px prediction: dropped, not an FP
+    target[10:20, 10:20] = 1
+    logits[10:20, 10:20] = HIGH
+    tile = match_objects(logits, target, min_blob_size_px=16)
+    assert counts(tile) == [(1, 0, 0)] * 3
+    assert counts(match_objects(logits, target, min_blob_size_px=1)) == [(1, 1, 1)] * 3
+    only_small = target.copy()
+    only_small[10:20, 10:20] = 0
+    tile = match_objects(np.full_like(logits, LOW), only_small)
+    assert tile.is_positive_tile and counts(tile) == [(0, 0, 0)] * 3  # positive tile, no GT object
+
+
+def test_empty_tile_gives_zeros() -> None:
+    logits, target = canvas()
+    tile = match_objects(logits, target)
+    assert counts(tile) == [(0, 0, 0)] * 3 and not tile.is_positive_tile
+    assert tile.gt_matched.shape == (3, 0) and tile.pred_match.shape == (3, 0)
+
+
+def test_prediction_on_ignore_discarded() -> None:
+    logits, target = canvas()
+    target[10:20, 10:20] = 255
+    logits[10:20, 10:20] = HIGH  # entirely on ignore: discarded
+    target[30:40, 30:40] = 255
+    target[30:40, 36:40] = 0
+    logits[30:40, 30:40] = HIGH  # 60 % on ignore: discarded too
+    assert counts(match_objects(logits, target)) == [(0, 0, 0)] * 3
+    target[30:40, 34:40] = 0  # now 40 % on ignore: a real false positive
+    assert counts(match_objects(logits, target)) == [(0, 1, 0)] * 3
+
+
+def test_diagonal_contact_is_one_object() -> None:
+    logits, target = canvas()
+    logits[10:15, 10:15] = HIGH
+    logits[15:20, 15:20] = HIGH  # touches the first square only at a corner
+    target[10:20, 10:20] = 1
+    tile = match_objects(logits, target)
+    assert len(tile.pred_area) == 1 and tile.pred_area[0] == 50
+
+
+def test_counter_reweights_negative_tile_false_positives() -> None:
+    pos_l, pos_t = canvas()
+    pos_t[10:20, 10:20] = 1
+    pos_l[10:20, 10:20] = HIGH
+    neg_l, neg_t = canvas()
+    neg_l[30:40, 30:40] = HIGH  # one FP on a negative tile
+    counter = ObjectCounter()
+    counter.add_batch(torch.from_numpy(np.stack([pos_l, neg_l]))[:, None], torch.from_numpy(np.stack([pos_t, neg_t])))
+    assert (counter.n_pos_tiles, counter.n_neg_tiles) == (1, 1)
+    natural = object_metrics(counter)[0.3]
+    assert (natural.tp, natural.fp, natural.fn) == (1, 1, 0) and natural.precision == 0.5
+    at_200 = object_metrics(counter, 200)[0.3]  # w = 200 × 1 / 1
+    assert at_200.precision == pytest.approx(1 / 201) and at_200.recall == 1.0
+    assert at_200.f1 == pytest.approx(2 / (2 + 200))
+    out = object_metrics_at_ratios(counter, [200], prefix="test")
+    assert out["test_realistic_object_precision_iou30_1_200"] == pytest.approx(1 / 201)
+    assert out["test_balanced_object_recall_iou50"] == 1.0
+
+
+def test_recall_by_size_and_empty_counter() -> None:
+    counter = ObjectCounter(min_blob_size_px=4)
+    logits, target = canvas()
+    target[2:4, 2:4] = 1  # 4 px, missed
+    target[10:20, 10:20] = 1  # 100 px, found
+    logits[10:20, 10:20] = HIGH
+    counter.add(match_objects(logits, target, min_blob_size_px=4))
+    n, recall = recall_by_size(counter, [0, 10, 1000, 5000], 0.5)
+    assert n.tolist() == [1, 1, 0]
+    assert recall[:2].tolist() == [0.0, 1.0] and math.isnan(recall[2])
+    empty = object_metrics(ObjectCounter())[0.5]
+    assert math.isnan(empty.precision) and math.isnan(empty.recall) and math.isnan(empty.f1)
+
+
+def test_bad_arguments_raise() -> None:
+    logits, target = canvas()
+    with pytest.raises(ValueError, match="object_iou_thresholds"):
+        match_objects(logits, target, iou_thresholds=[0.0])
+    with pytest.raises(ValueError, match="same shape|one shape"):
+        match_objects(logits, target[:10])
+    with pytest.raises(ValueError, match="expects"):
+        ObjectCounter([0.5]).add(match_objects(logits, target))

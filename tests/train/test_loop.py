@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rtscore.train import checkpoint as ckpt
+from rtscore.train.loop import TrainingError, train_seed
+from tests.train.conftest import tiny_train_config
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    state = ckpt.load(path)
+    return state["live_state_dict"] if "live_state_dict" in state else state
+
+
+def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), k
+
+
+@pytest.mark.slow
+def test_trains_writes_outputs_and_same_seed_gives_same_weights(run_copy: Path, tmp_path: Path) -> None:
+    cfg = tiny_train_config()
+    r1 = train_seed(cfg, run_copy, 42)
+    seed_dir = Path(r1.seed_dir)
+    for name in (
+        "best_deployment.pth",
+        "resume_latest.pth",
+        "metrics.jsonl",
+        "curves.png",
+        "run_summary.json",
+        "run_summary.md",
+    ):
+        assert (seed_dir / name).exists(), name
+    assert sorted(p.name for p in seed_dir.glob("resume_epoch_*.pth")) == [
+        "resume_epoch_0003.pth",
+        "resume_epoch_0004.pth",
+    ]
+    rows = [json.loads(x) for x in (seed_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4]
+    assert rows[0]["lr_encoder"] == 0.0 and rows[1]["lr_encoder"] > 0  # frozen, then unfrozen
+    assert rows[0]["curriculum_neg_per_pos"] == 1 and rows[3]["curriculum_neg_per_pos"] == 2
+    assert {
+        "val_realistic_pr_auc_geomean",
+        "val_balanced_pr_auc",
+        "val_realistic_pr_auc_1_200_ci_low",
+        "val_realistic_effective_neg_tiles_1_200",
+        "val_balanced_iou_rts",
+        "val_realistic_object_precision_iou30_1_200",
+    } <= set(rows[-1])
+    best = ckpt.load(seed_dir / "best_deployment.pth")
+    assert all(isinstance(v, torch.Tensor) for v in best.values()) and "encoder.features.0.0.weight" in best
+    summary = json.loads((seed_dir / "run_summary.json").read_text())
+    assert "flags" in summary["overfitting"]
+    # Same seed, fresh start: bit-identical weights.
+    other = tmp_path / "again"
+    import shutil
+
+    shutil.copytree(run_copy, other, ignore=shutil.ignore_patterns("seeds"))
+    train_seed(cfg, other, 42)
+    _assert_identical(_weights(seed_dir / "resume_latest.pth"), _weights(other / "seeds/seed_42/resume_latest.pth"))
+
+
+@pytest.mark.slow
+def test_kill_and_resume_is_bit_identical(run_copy: Path, tmp_path: Path) -> None:
+    import shutil
+
+    cfg = tiny_train_config()
+    ref = tmp_path / "ref"
+    shutil.copytree(run_copy, ref)
+    train_seed(cfg, ref, 7)
+
+    def kill(epoch: int, row: dict) -> None:
+        if epoch == 2:
+            raise KeyboardInterrupt("simulated kill")
+
+    with pytest.raises(KeyboardInterrupt):
+        train_seed(cfg, run_copy, 7, on_epoch_end=kill)
+    assert ckpt.load(run_copy / "seeds/seed_7/resume_latest.pth")["epoch"] == 2
+    result = train_seed(cfg, run_copy, 7)  # the same command again resumes
+    assert result.epochs_run == 4
+    a, b = run_copy / "seeds/seed_7", ref / "seeds/seed_7"
+    _assert_identical(_weights(a / "resume_latest.pth"), _weights(b / "resume_latest.pth"))
+    _assert_identical(ckpt.load(a / "best_deployment.pth"), ckpt.load(b / "best_deployment.pth"))
+    assert ckpt.load(a / "resume_latest.pth")["ema_state_dict"].keys() == ckpt.load(b / "best_deployment.pth").keys()
+    rows = [json.loads(x)["epoch"] for x in (a / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_resume_with_a_different_config_is_refused_before_training(run_copy: Path) -> None:
+    cfg = tiny_train_config(max_epochs=3)
+    train_seed(cfg, run_copy, 1)
+    changed = tiny_train_config(max_epochs=3, batch_size=2)
+    with pytest.raises(TrainingError, match="written with a different config"):
+        train_seed(changed, run_copy, 1)
+    # Early-stopping settings may change on resume (they come from the config).
+    relaxed = tiny_train_config(max_epochs=3, early_stopping={"patience": 9})
+    train_seed(relaxed, run_copy, 1)
+
+
+def test_fp16_on_cpu_is_refused_before_any_step(run_copy: Path) -> None:
+    cfg = tiny_train_config(precision="fp16")
+    with pytest.raises(TrainingError, match="fp16 needs a CUDA device"):
+        train_seed(cfg, run_copy, 1)
+    assert not (run_copy / "seeds").exists()
+
+
+@pytest.mark.slow
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(run_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tiny_train_config(max_epochs=3)
+    import rtscore.train.loop as loop
+
+    real = loop.train_one_epoch
+
+    def poisoned(s, epoch, on_step=None):  # type: ignore[no-untyped-def]
+        if epoch == 2:
+            with torch.no_grad():
+                for p in s.model.parameters():
+                    p.fill_(float("nan"))
+        return real(s, epoch, on_step)
+
+    monkeypatch.setattr(loop, "train_one_epoch", poisoned)
+    with pytest.raises(TrainingError, match="non-finite training loss .* at epoch 2"):
+        train_seed(cfg, run_copy, 3)
+    state = ckpt.load(run_copy / "seeds/seed_3/resume_latest.pth")
+    assert state["epoch"] == 1
+    assert all(torch.isfinite(v).all() for v in state["live_state_dict"].values() if v.is_floating_point())
