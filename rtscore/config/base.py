@@ -46,7 +46,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
             lines.append(f"  {path}: unknown key (check spelling and nesting; it is not a field here)")
         elif kind == "missing":
             lines.append(f"  {path}: required key is missing")
-        elif not e["loc"] or kind == "value_error" and isinstance(e.get("input"), dict):
+        elif not e["loc"] or (kind == "value_error" and isinstance(e.get("input"), dict)):
             lines.append(f"  {path}: {e['msg'].removeprefix('Value error, ')}")
         else:
             found = e.get("input")

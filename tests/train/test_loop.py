@@ -13,7 +13,7 @@ from tests.train.conftest import tiny_train_config
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     state = ckpt.load(path)
-    return state["live_state_dict"] if "live_state_dict" in state else state
+    return state.get("live_state_dict", state)
 
 
 def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
