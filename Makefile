@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 install: $(BIN)/.installed
 
 quickstart: $(BIN)/.installed
-	$(BIN)/rts data --config configs/quickstart.yaml --run $(RUN)
+	$(BIN)/rts pipeline --config configs/quickstart.yaml --run $(RUN)
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest

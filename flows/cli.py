@@ -47,6 +47,29 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pipeline(args: argparse.Namespace) -> int:
+    _quiet_ephemeral_prefect()
+    from flows.pipeline import pipeline
+
+    refs = pipeline(
+        config=str(Path(args.config).resolve()),
+        run_dir=str(Path(args.run).resolve()),
+        seeds=args.seeds,
+        refresh=args.refresh,
+    )
+    for name, ref in refs.items():
+        if isinstance(ref, list):
+            for r in ref:
+                print(
+                    f"seed {r.result.seed:<15d} best val_realistic_pr_auc_geomean {r.result.best_metric:.4f} "
+                    f"(epoch {r.result.best_epoch}) {r.result.seed_dir}"
+                )
+        else:
+            print(f"{name:20s} {ref.uri}")
+    print(f"pipeline finished: {Path(args.run)}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p, sub = build_parser()
     d = sub.add_parser("data", help="run the data-pipeline flow (generate -> stats -> validate) into a run dir")
@@ -62,6 +85,13 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--seeds", type=int, nargs="+", help="train these seeds in sequence under one parent run")
     t.add_argument("--fresh", action="store_true", help="start over instead of resuming from resume_latest.pth")
     t.set_defaults(func=_train)
+
+    q = sub.add_parser("pipeline", help="the full pipeline flow (data stages, then multi-seed training)")
+    q.add_argument("--config", required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)")
+    q.add_argument("--run", required=True, help="run directory, e.g. artifacts/quickstart")
+    q.add_argument("--seeds", type=int, nargs="+", help="override training.seeds")
+    q.add_argument("--refresh", action="store_true", help="recompute every stage (ignore cached results)")
+    q.set_defaults(func=_pipeline)
     return p
 
 

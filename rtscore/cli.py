@@ -88,6 +88,31 @@ def _import_npz(args: argparse.Namespace) -> int:
     return 0
 
 
+def _noise_floor(args: argparse.Namespace) -> int:
+    from rtscore.config import load_pipeline_config
+    from rtscore.train.noise_floor import measure_noise_floor, render_noise_floor
+
+    cfg = load_pipeline_config(args.config)
+    report = measure_noise_floor(cfg, args.run, args.seed, repeats=args.repeats, draws_per_run=args.draws)
+    print(render_noise_floor(report))
+    return 0
+
+
+def _profile_batch(args: argparse.Namespace) -> int:
+    from rtscore.config import load_pipeline_config
+    from rtscore.storage import atomic_write_text
+    from rtscore.train.profile import profile_batch_sizes, render_profile
+
+    cfg = load_pipeline_config(args.config)
+    report = profile_batch_sizes(cfg, memory_cap_gib=args.max_memory_gb, max_batch=args.max_batch, steps=args.steps)
+    md = render_profile(report)
+    print(md)
+    if args.output:
+        atomic_write_text(Path(args.output), md)
+        print(f"wrote {args.output}")
+    return 0
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:  # type: ignore[type-arg]
     """The library's commands; the orchestration layer (flows/cli.py) adds the flow commands."""
     p = argparse.ArgumentParser(prog="rts", description="RTS segmentation pipeline (rtscore + Prefect flows).")
@@ -125,6 +150,22 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     i.add_argument("--shard-tiles", type=int, default=32, help="tiles per shard")
     i.add_argument("--overwrite", action="store_true", help="replace an existing store")
     i.set_defaults(func=_import_npz)
+
+    n = sub.add_parser("noise-floor", help="repeat validation on a seed's best checkpoint; suggest min_delta")
+    n.add_argument("--config", required=True, help="pipeline config YAML")
+    n.add_argument("--run", required=True, help="run directory with the trained seed")
+    n.add_argument("--seed", type=int, default=42, help="which seed's best_deployment.pth")
+    n.add_argument("--repeats", type=int, default=5, help="validation passes on the same checkpoint")
+    n.add_argument("--draws", type=int, default=4, help="random negative subsets per pass (the old method)")
+    n.set_defaults(func=_noise_floor)
+
+    b = sub.add_parser("profile-batch", help="largest batch size that fits the configured model on this device")
+    b.add_argument("--config", required=True, help="pipeline config YAML (model, tile size, precision)")
+    b.add_argument("--max-memory-gb", type=float, default=None, help="on CPU: treat peak RSS growth above this as OOM")
+    b.add_argument("--max-batch", type=int, default=512, help="stop the search at this batch size")
+    b.add_argument("--steps", type=int, default=2, help="timed training steps per batch size")
+    b.add_argument("--output", help="also write the markdown report here")
+    b.set_defaults(func=_profile_batch)
     return p, sub
 
 

@@ -19,6 +19,7 @@ from rtscore.metrics import (
     pixel_metrics_at_ratios,
     pr_auc_at_ratios,
     ratio_tag,
+    weighted_hist,
 )
 
 
@@ -77,6 +78,10 @@ def summarize(pool: PoolStats, cfg: PipelineConfig, *, prefix: str = "val", seed
     out.update(pr_auc_at_ratios(pool.hist, m.ratios, prefix=prefix))
     out.update(pixel_metrics_at_ratios(pool.hist, m.ratios, threshold=m.reporting_threshold, prefix=prefix))
     out.update(object_metrics_at_ratios(pool.objects, m.ratios, prefix=prefix))
+    for r in m.ratios:  # the PR-AUC of a no-skill model equals the (re-weighted) pixel prevalence
+        pos, neg = weighted_hist(pool.hist, r)
+        total = float(pos.sum() + neg.sum())
+        out[f"{prefix}_realistic_no_skill_{ratio_tag(r)}"] = float(pos.sum()) / total if total else math.nan
     if m.bootstrap_samples > 0 and pool.hist.n_pos_tiles > 0:
         for r in m.ratios:
             lo, hi, std = bootstrap_pr_auc(pool.hist, r, m.bootstrap_samples, seed)

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import tiny_pipeline_config
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    data = tiny_pipeline_config()
+    data["training"].update({"max_epochs": 3, "val_frequency": 1, "steps_per_epoch": 2, "seeds": [1, 2]})
+    data["lr_schedule"] = {"freeze_backbone_epochs": 1, "warmup_epochs": 1}
+    data["model"] = {
+        "architecture": "unet",
+        "backbone": "mobilenet_v2",
+        "encoder_weights": None,
+        "decoder_channels": [16, 16, 8, 8, 8],
+    }
+    data["metrics"] = {"bootstrap_samples": 10}
+    data["mlflow"] = {"experiment_name": "flow-test"}
+    p = tmp_path / "pipeline.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+@pytest.mark.slow
+def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
+    prefect_harness: None, config_file: Path, tmp_path: Path
+) -> None:
+    from flows.pipeline import pipeline
+    from rtscore.config import load_pipeline_config
+    from rtscore.tracking import Tracker
+
+    run = tmp_path / "run"
+    refs = pipeline(config=str(config_file), run_dir=str(run))
+    results = refs["training"]
+    assert isinstance(results, list) and [r.result.seed for r in results] == [1, 2]
+    manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
+    for seed in (1, 2):
+        assert f"seeds/seed_{seed}/best_deployment.pth" in manifest
+        assert manifest[f"seeds/seed_{seed}/metrics.jsonl"]["stage"] == "train-seed"
+    summary = json.loads((run / "seeds" / "summary.json").read_text())
+    assert summary["best_val_realistic_pr_auc_geomean_std"] >= 0.0
+    tracker = Tracker(load_pipeline_config(config_file).mlflow, run)
+    parent = summary["parent_mlflow_run_id"]
+    children = tracker.client.search_runs([tracker.experiment_id], f"tags.mlflow.parentRunId = '{parent}'")
+    assert sorted(c.info.run_name for c in children) == ["seed_1", "seed_2"]
+    assert all(c.info.status == "FINISHED" for c in children)
+
+    before = (run / "seeds/seed_1/best_deployment.pth").stat().st_mtime_ns
+    again = pipeline(config=str(config_file), run_dir=str(run))
+    assert (run / "seeds/seed_1/best_deployment.pth").stat().st_mtime_ns == before, "finished seeds are cached"
+    assert [r.result.best_metric for r in again["training"]] == [r.result.best_metric for r in results]
