@@ -251,6 +251,36 @@ def _truncate_jsonl(path: Path, last_epoch: int) -> None:
     path.write_text("".join(r + "\n" for r in rows))
 
 
+def run_epoch(
+    s: Setup, epoch: int, stopper: EarlyStopping, extra: dict[str, Any], seed: int
+) -> tuple[dict[str, Any], bool]:
+    """Train one epoch; validate on schedule with the EMA weights swapped in; keep the best checkpoint."""
+    from rtscore.train.validate import evaluate
+
+    cfg = s.cfg
+    lr = lr_at(epoch, cfg.lr_schedule, cfg.training.max_epochs)
+    apply_lr(s, lr)
+    set_train_mode(s, lr.frozen)
+    s.sampler.set_epoch(epoch)
+    row: dict[str, Any] = {"epoch": epoch, "lr_decoder": lr.decoder, "lr_encoder": lr.encoder}
+    row["curriculum_neg_per_pos"] = s.sampler.ratio(epoch)
+    t0 = time.perf_counter()
+    row.update(train_one_epoch(s, epoch))
+    stop = False
+    if epoch % cfg.training.val_frequency == 0 or epoch == cfg.training.max_epochs:
+        with s.ema.swapped_in(s.model) if cfg.ema.enabled else nullcontext():
+            row.update(evaluate(s.model, s.val_loader, cfg, s.device, loss_fn=s.loss_fn, seed=seed))
+        decision = stopper.update(epoch, row[METRIC])
+        row[f"{METRIC}_smoothed"] = decision.smoothed
+        row["early_stopping_bad_events"] = decision.bad_events
+        if decision.is_best:
+            ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
+            extra.update(best_epoch=epoch, best_metric=decision.smoothed)
+        stop = decision.stop
+    row["epoch_seconds"] = time.perf_counter() - t0
+    return row, stop
+
+
 def train_seed(
     cfg: PipelineConfig,
     run_dir: str | Path,
@@ -264,56 +294,39 @@ def train_seed(
     """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth."""
     from rtscore.tracking import Tracker, flatten
     from rtscore.train.report import write_seed_outputs
-    from rtscore.train.validate import evaluate
 
     run = Path(run_dir)
     s = build_setup(cfg, run, seed)
     s.seed_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = s.seed_dir / "metrics.jsonl"
     stopper = EarlyStopping(cfg.training.early_stopping)
-    start = 1
-    latest = s.seed_dir / ckpt.RESUME_LATEST
-    extra: dict[str, Any] = {"best_epoch": 0, "mlflow_run_id": None}
+    start, latest = 1, s.seed_dir / ckpt.RESUME_LATEST
+    extra: dict[str, Any] = {"best_epoch": 0, "mlflow_run_id": None, "stopped_early": False}
     if fresh:
         for p in [*s.seed_dir.glob("resume_*.pth"), s.seed_dir / ckpt.BEST, metrics_path]:
             p.unlink(missing_ok=True)
     elif latest.exists():
         state = ckpt.load(latest)
         start = restore(s, state, stopper, latest) + 1
-        extra = dict(state.get("extra", extra))
+        extra = {**extra, **state.get("extra", {})}
         _truncate_jsonl(metrics_path, start - 1)
     tracker = Tracker(cfg.mlflow, run)
-    run_id = extra.get("mlflow_run_id") or tracker.start_run(
+    run_id = extra["mlflow_run_id"] or tracker.start_run(
         f"seed_{seed}", parent_run_id, {"rts.seed": str(seed), "rts.config_hash": config_hash(cfg)}
     )
     extra["mlflow_run_id"] = run_id
     tracker.log_params(run_id, {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed})
-    decision = None
+    last = cfg.training.max_epochs if not extra["stopped_early"] else start - 1  # an early-stopped run stays done
     epoch = start - 1
     try:
-        for epoch in range(start, cfg.training.max_epochs + 1):
-            lr = lr_at(epoch, cfg.lr_schedule, cfg.training.max_epochs)
-            apply_lr(s, lr)
-            set_train_mode(s, lr.frozen)
-            s.sampler.set_epoch(epoch)
-            row: dict[str, Any] = {"epoch": epoch, "lr_decoder": lr.decoder, "lr_encoder": lr.encoder}
-            row["curriculum_neg_per_pos"] = s.sampler.ratio(epoch)
-            row.update(train_one_epoch(s, epoch))
-            if epoch % cfg.training.val_frequency == 0 or epoch == cfg.training.max_epochs:
-                with s.ema.swapped_in(s.model) if cfg.ema.enabled else nullcontext():
-                    row.update(evaluate(s.model, s.val_loader, cfg, s.device, loss_fn=s.loss_fn, seed=seed))
-                decision = stopper.update(epoch, row[METRIC])
-                row[f"{METRIC}_smoothed"] = decision.smoothed
-                if decision.is_best:
-                    ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
-                    extra.update(best_epoch=epoch, best_metric=decision.smoothed)
+        for epoch in range(start, last + 1):
+            row, stop = run_epoch(s, epoch, stopper, extra, seed)
+            extra["stopped_early"] = stop
             _append_jsonl(metrics_path, row)
             tracker.log_metrics(run_id, row, step=epoch)
-            stop = decision is not None and decision.stop and row.get(f"{METRIC}_smoothed") is not None
-            if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == cfg.training.max_epochs:
-                ckpt.save_resume(
-                    s.seed_dir, resume_state(s, epoch, stopper, extra), epoch, cfg.training.checkpoint.keep_last_n
-                )
+            if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == last:
+                state = resume_state(s, epoch, stopper, extra)
+                ckpt.save_resume(s.seed_dir, state, epoch, cfg.training.checkpoint.keep_last_n)
             if progress:
                 shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
                 print(f"seed {seed} epoch {epoch}/{cfg.training.max_epochs} {shown}", flush=True)
@@ -321,10 +334,10 @@ def train_seed(
                 on_epoch_end(epoch, row)
             if stop:
                 break
-    except BaseException:
-        tracker.end_run(run_id, status="FAILED" if not isinstance(sys_exc(), KeyboardInterrupt) else "KILLED")
+    except BaseException as err:
+        tracker.end_run(run_id, status="KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         raise
-    summary = write_seed_outputs(s.seed_dir, cfg, seed, extra, stopped_early=bool(decision and decision.stop))
+    write_seed_outputs(s.seed_dir, cfg, seed, extra, stopped_early=bool(extra["stopped_early"]))
     for name in ("metrics.jsonl", "curves.png", "run_summary.md", "run_summary.json"):
         tracker.log_artifact(run_id, s.seed_dir / name)
     tracker.log_metrics(run_id, {"best_" + METRIC: float(extra.get("best_metric", math.nan))}, step=epoch)
@@ -334,13 +347,7 @@ def train_seed(
         seed_dir=str(s.seed_dir),
         best_epoch=int(extra.get("best_epoch", 0)),
         best_metric=float(extra.get("best_metric", math.nan)),
-        epochs_run=epoch,
-        stopped_early=bool(summary["stopped_early"]),
+        epochs_run=max(epoch, start - 1),
+        stopped_early=bool(extra["stopped_early"]),
         mlflow_run_id=run_id,
     )
-
-
-def sys_exc() -> BaseException | None:
-    import sys
-
-    return sys.exc_info()[1]

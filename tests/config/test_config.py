@@ -177,3 +177,8 @@ def test_generation_config_validation(tmp_path: Path) -> None:
     p = _write(tmp_path, {"split": "train", "synthetic": {"n_positive": 1, "n_negative": 0, "regions": ["a", "a"]}})
     with pytest.raises(ConfigError, match="repeated"):
         load_config(GenerationConfig, p)
+
+
+def test_negative_boundary_width_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"loss\.boundary_ignore_width: .*greater than or equal to 0; got -1"):
+        parse_pipeline_config({"loss": {"boundary_ignore_width": -1}})

@@ -150,3 +150,25 @@ def test_missing_shard_is_detected_not_read_as_nodata(tmp_path: Path) -> None:
     (out / "alpha" / "c" / "1" / "0" / "0").unlink()
     with pytest.raises(TileStoreError, match="tile index 6 .*t0006.*shard is missing or corrupt"):
         ZarrTileStore(out)[6]
+
+
+def test_transient_read_errors_are_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from rtscore.data.shard_reader import FastShardArray
+
+    out = tmp_path / "train.zarr"
+    write_store(ListProducer(4), _layout(4), out, _attrs())
+    real = FastShardArray.__getitem__
+    calls = {"n": 0}
+
+    def flaky(self: FastShardArray, i: int) -> np.ndarray:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(errno.EIO, "Input/output error (network mount hiccup)")
+        return real(self, i)
+
+    monkeypatch.setattr(FastShardArray, "__getitem__", flaky)
+    monkeypatch.setattr("rtscore.data.store.time.sleep", lambda s: None)
+    tile = ZarrTileStore(out)[2]
+    assert tile.tile_id == "t0002" and calls["n"] > 1

@@ -130,3 +130,14 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(run_copy: Path, mo
     state = ckpt.load(run_copy / "seeds/seed_3/resume_latest.pth")
     assert state["epoch"] == 1
     assert all(torch.isfinite(v).all() for v in state["live_state_dict"].values() if v.is_floating_point())
+
+
+@pytest.mark.slow
+def test_early_stop_ends_the_run_and_a_rerun_does_not_continue_it(run_copy: Path) -> None:
+    cfg = tiny_train_config(max_epochs=4, early_stopping={"patience": 1, "min_delta": 10.0, "start_epoch": 1})
+    r = train_seed(cfg, run_copy, 9)
+    assert r.stopped_early and r.epochs_run == 2
+    again = train_seed(cfg, run_copy, 9)
+    assert again.stopped_early and again.epochs_run == 2
+    rows = (run_copy / "seeds/seed_9/metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 2
