@@ -101,3 +101,22 @@ def tiny_pipeline_config(tile: int = 64, extra: bool = True) -> dict[str, Any]:
         "model": {"architecture": "unet", "backbone": "resnet18", "encoder_weights": None},
         "deployment": {"precision": "fp32"},
     }
+
+
+def make_data_run(run: Path, cfg: Any) -> Path:
+    """Run the data stages (generate every split, normalization stats) into ``run``."""
+    from rtscore import stages
+
+    for split in ("train", "val", "test"):
+        stages.generate_dataset(str(run), cfg, split)
+    stages.normalization_stats(str(run), cfg)
+    return run
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    """A private copy of a run directory, its manifest pointing at the copy."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    (dst / "manifest.json").write_text((dst / "manifest.json").read_text().replace(str(src), str(dst)))
+    return dst

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ from rtscore.config import parse_pipeline_config
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization import NormalizationStatsError
 from rtscore.data.validation import DataValidationError
-from tests.helpers import tiny_pipeline_config
+from tests.helpers import copy_run, make_data_run, tiny_pipeline_config
 
 
 def _cfg(**overrides: object) -> PipelineConfig:
@@ -28,24 +27,11 @@ def _cfg(**overrides: object) -> PipelineConfig:
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run = tmp_path_factory.mktemp("val") / "run"
-    cfg = _cfg()
-    for split in ("train", "val", "test"):
-        stages.generate_dataset(str(run), cfg, split)
-    stages.normalization_stats(str(run), cfg)
-    return run
-
-
-def _copy(run: Path, tmp: Path) -> Path:
-    dst = tmp / "run"
-    shutil.copytree(run, dst)
-    manifest = (dst / "manifest.json").read_text().replace(str(run), str(dst))
-    (dst / "manifest.json").write_text(manifest)
-    return dst
+    return make_data_run(tmp_path_factory.mktemp("val") / "run", _cfg())
 
 
 def test_good_data_passes_and_writes_report(good_run: Path, tmp_path: Path) -> None:
-    run = _copy(good_run, tmp_path)
+    run = copy_run(good_run, tmp_path / "run")
     ref = stages.validate_data(str(run), _cfg())
     report = json.loads((run / "validation" / "report.json").read_text())
     assert report["status"] == "passed" and ref.path == "validation"
@@ -64,7 +50,7 @@ def test_good_data_passes_and_writes_report(good_run: Path, tmp_path: Path) -> N
 def test_label_value_outside_set_names_tile(good_run: Path, tmp_path: Path) -> None:
     import zarr
 
-    run = _copy(good_run, tmp_path)
+    run = copy_run(good_run, tmp_path / "run")
     labels = zarr.open_group(str(run / "datasets" / "val.zarr"), mode="r+")["labels_exact"]
     tile = labels[3]
     tile[5, 5] = 7
@@ -78,26 +64,20 @@ def test_label_value_outside_set_names_tile(good_run: Path, tmp_path: Path) -> N
 
 def test_region_in_two_splits_fails(tmp_path: Path) -> None:
     cfg = _cfg(data__generation__val__synthetic__regions=["ta", "vb"])
-    run = tmp_path / "run"
-    for split in ("train", "val", "test"):
-        stages.generate_dataset(str(run), cfg, split)
-    stages.normalization_stats(str(run), cfg)
+    run = make_data_run(tmp_path / "run", cfg)
     with pytest.raises(DataValidationError, match=r"spatial_blocking.*region\(s\) \['ta'\] in both train and val"):
         stages.validate_data(str(run), cfg)
 
 
 def test_empty_split_fails_clearly(tmp_path: Path) -> None:
     cfg = _cfg(data__generation__test__synthetic__n_positive=0, data__generation__test__synthetic__n_negative=0)
-    run = tmp_path / "run"
-    for split in ("train", "val", "test"):
-        stages.generate_dataset(str(run), cfg, split)
-    stages.normalization_stats(str(run), cfg)
+    run = make_data_run(tmp_path / "run", cfg)
     with pytest.raises(DataValidationError, match="split test has no usable tiles"):
         stages.validate_data(str(run), cfg)
 
 
 def test_stats_of_other_channels_are_refused(good_run: Path, tmp_path: Path) -> None:
-    run = _copy(good_run, tmp_path)
+    run = copy_run(good_run, tmp_path / "run")
     cfg = _cfg(channels={"extra": []}, data__generation__train__synthetic__extra_channels=["ndvi"])
     with pytest.raises(NormalizationStatsError, match=r"extra.channel_names \['ndvi'\] do not match .*\[\]"):
         stages.validate_data(str(run), cfg)

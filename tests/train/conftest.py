@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rtscore import stages
 from rtscore.config import parse_pipeline_config
 from rtscore.config.pipeline import PipelineConfig
-from tests.helpers import tiny_pipeline_config
+from tests.helpers import copy_run, make_data_run, tiny_pipeline_config
 
 
 def tiny_train_config(**training: Any) -> PipelineConfig:
@@ -46,18 +44,10 @@ def tiny_train_config(**training: Any) -> PipelineConfig:
 @pytest.fixture(scope="session")
 def data_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory with the data stages done (tiny synthetic splits)."""
-    run = tmp_path_factory.mktemp("train") / "run"
-    cfg = tiny_train_config()
-    for split in ("train", "val", "test"):
-        stages.generate_dataset(str(run), cfg, split)
-    stages.normalization_stats(str(run), cfg)
-    return run
+    return make_data_run(tmp_path_factory.mktemp("train") / "run", tiny_train_config())
 
 
 @pytest.fixture
 def run_copy(data_run: Path, tmp_path: Path) -> Path:
     """A private copy of the data run (training writes into it)."""
-    dst = tmp_path / "run"
-    shutil.copytree(data_run, dst)
-    (dst / "manifest.json").write_text((dst / "manifest.json").read_text().replace(str(data_run), str(dst)))
-    return dst
+    return copy_run(data_run, tmp_path / "run")
