@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -50,7 +50,7 @@ class TileDataset:
         *,
         augmentation: Any = None,
         nodata_handling: bool = True,
-        boundary_handling: str = "none",
+        boundary_handling: Literal["none", "ignore", "soft_labels"] = "none",
         boundary_ignore_width: int = 0,
         exclude_full_nodata: bool = True,
         indices: Sequence[int] | None = None,

@@ -56,7 +56,7 @@ def write_sample_grid(stores: Mapping[str, Path], cfg: PipelineConfig, path: Pat
         r, c = divmod(k, cols // 2)
         x, y = c * 2 * CELL, r * (CELL + 14)
         for j, arr in enumerate((raw, over)):
-            canvas.paste(Image.fromarray(arr).resize((CELL, CELL), Image.NEAREST), (x + j * CELL, y + 14))
+            canvas.paste(Image.fromarray(arr).resize((CELL, CELL), Image.Resampling.NEAREST), (x + j * CELL, y + 14))
         draw.text((x + 2, y + 1), name, fill=(230, 230, 230))
     tmp = path.with_name(f".{path.name}.tmp")
     canvas.save(tmp, format="PNG")

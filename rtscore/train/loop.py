@@ -137,7 +137,7 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
 
 def apply_lr(s: Setup, lr: EpochLR) -> None:
     """Freeze or unfreeze the encoder and set both groups' LRs for this epoch."""
-    encoder = s.model.encoder  # type: ignore[union-attr]
+    encoder: torch.nn.Module = s.model.encoder  # type: ignore[assignment]
     for p in encoder.parameters():
         p.requires_grad_(not lr.frozen)
     for group in s.optimizer.param_groups:
