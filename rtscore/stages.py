@@ -14,7 +14,7 @@ from rtscore.train.result import SeedResult
 
 # Modules whose code decides each stage's output (part of the cache key of the orchestration layer).
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
-    "generate-dataset": ("data/synthetic.py", "data/store.py", "data/generate.py", "data/tiles.py"),
+    "generate-dataset": ("data/synthetic", "data/store.py", "data/generate.py", "data/tiles.py"),
     "normalization-stats": ("data/normalization.py", "data/store.py"),
     "train-seed": (
         "train/loop.py",
@@ -62,7 +62,9 @@ def stage_code_hash(stage: str) -> str:
     root = Path(__file__).parent
     h = hashlib.sha256(stage.encode())
     for rel in STAGE_MODULES[stage]:
-        h.update((root / rel).read_bytes())
+        path = root / rel
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            h.update(f.read_bytes())
     return h.hexdigest()
 
 
