@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -206,8 +207,6 @@ def import_npz(
         mask_types=["exact", "noisy"] if noisy_dir else ["exact"],
         dataset_version=str(src.info.get("dataset_version", "legacy")),
     )
-    import hashlib
-
     source_fp = fingerprint(exact_dir)[0]
     attrs.update(
         {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -45,8 +46,6 @@ def resume_hash(cfg: PipelineConfig) -> str:
         else:
             for k in keys:
                 data.get(section, {}).pop(k, None)
-    import hashlib
-
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 
