@@ -25,3 +25,4 @@ lint: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/data_bench.py
+	$(BIN)/python bench/train_bench.py
