@@ -18,8 +18,9 @@ def load_config(config: str) -> PipelineConfig:
 
 def intact(run_dir: str, ref: ArtifactRef) -> bool:
     """A cached result is only reusable if its artifact is still recorded with the same fingerprint."""
-    entry = RunDir(run_dir).entry(ref.path)
-    return entry is not None and entry.sha256 == ref.sha256 and RunDir(run_dir).path(ref.path).exists()
+    run = RunDir(run_dir)
+    entry = run.entry(ref.path)
+    return entry is not None and entry.sha256 == ref.sha256 and run.path(ref.path).exists()
 
 
 def run_stage(task: Any, run_dir: str, *args: Any, refresh: bool = False, **kwargs: Any) -> ArtifactRef:

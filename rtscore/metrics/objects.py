@@ -13,7 +13,7 @@ from scipy.special import expit
 from rtscore.data.tiles import IGNORE_INDEX
 from rtscore.metrics.histograms import ArrayLike, as_tile_batch, to_numpy
 from rtscore.metrics.pixel import prob_to_logit
-from rtscore.metrics.prevalence import negative_weight, ratio_tag
+from rtscore.metrics.prevalence import negative_weight, ratio_pools
 
 # 8-connectivity: thresholded slump outlines are ragged and often touch only diagonally across thin necks;
 # 4-connectivity would shatter one slump into several blobs, each a spurious FP (or FN on the GT side).
@@ -289,10 +289,8 @@ def object_metrics_at_ratios(
     Keys look like `val_realistic_object_precision_iou30_1_200` and `val_balanced_object_f1_iou50`; recall does
     not depend on the ratio (negative tiles hold no GT) but is repeated per pool for a self-contained table.
     """
-    pools: list[tuple[str, str, float]] = [("balanced", "", 1.0)] if balanced else []
-    pools += [("realistic", f"_{ratio_tag(r)}", r) for r in ratios]
     out: dict[str, float] = {}
-    for pool, suffix, r in pools:
+    for pool, suffix, r in ratio_pools(ratios, balanced):
         for thr, s in object_metrics(counter, r).items():
             for name, value in (("precision", s.precision), ("recall", s.recall), ("f1", s.f1)):
                 out[f"{prefix}_{pool}_object_{name}_{iou_tag(thr)}{suffix}"] = value

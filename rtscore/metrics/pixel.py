@@ -12,7 +12,7 @@ import torch
 from rtscore.data.tiles import IGNORE_INDEX
 from rtscore.metrics.histograms import ArrayLike, LogitBins, TileHistograms, as_tile_batch
 from rtscore.metrics.prauc import weighted_hist
-from rtscore.metrics.prevalence import ratio_tag
+from rtscore.metrics.prevalence import ratio_pools
 
 
 def prob_to_logit(threshold: float) -> float:
@@ -88,10 +88,8 @@ def pixel_metrics_at_ratios(
     prefix: str = "val",
 ) -> dict[str, float]:
     """IoU_RTS and F1_RTS at 1:1 and each 1:N, keyed like `val_realistic_iou_rts_1_200`, `val_balanced_f1_rts`."""
-    pools: list[tuple[str, str, float]] = [("balanced", "", 1.0)] if balanced else []
-    pools += [("realistic", f"_{ratio_tag(r)}", r) for r in ratios]
     out: dict[str, float] = {}
-    for pool, suffix, r in pools:
+    for pool, suffix, r in ratio_pools(ratios, balanced):
         c = pixel_confusion(h, r, threshold)
         out[f"{prefix}_{pool}_iou_rts{suffix}"] = c.iou
         out[f"{prefix}_{pool}_f1_rts{suffix}"] = c.f1

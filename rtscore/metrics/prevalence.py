@@ -60,3 +60,9 @@ def geometric_mean(values: Iterable[float]) -> float:
     if any(v == 0 for v in vals):
         return 0.0
     return math.exp(math.fsum(math.log(v) for v in vals) / len(vals))
+
+
+def ratio_pools(ratios: Iterable[float], balanced: bool = True) -> list[tuple[str, str, float]]:
+    """(pool name, key suffix, ratio) for Val-Balanced 1:1 (when ``balanced``) and each Val-Realistic 1:N."""
+    pools: list[tuple[str, str, float]] = [("balanced", "", 1.0)] if balanced else []
+    return pools + [("realistic", f"_{ratio_tag(r)}", r) for r in ratios]
