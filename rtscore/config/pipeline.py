@@ -15,7 +15,7 @@ from rtscore.config.base import (
     format_validation_error,
     read_yaml,
 )
-from rtscore.config.deployment import DeploymentConfig, Precision
+from rtscore.config.deployment import DeploymentConfig, Fusion, Precision, TTAMode
 from rtscore.config.generation import GenerationConfig
 
 RGB_NAMES = ("R", "G", "B")
@@ -385,6 +385,85 @@ class MetricsConfig(StrictModel):
     bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples for PR-AUC intervals.")
 
 
+class CalibrationConfig(StrictModel):
+    """Post-training decisions on Val-Realistic (guide §10.4 steps 2-5, §11, §12), all from one cached pass."""
+
+    ratio: int = Field(
+        200, ge=1, description="Prevalence 1:N at which gates are judged and the operating threshold is chosen."
+    )
+    target_precision: float = Field(0.8, gt=0.0, le=1.0, description="Precision the operating threshold must reach.")
+    tta_candidates: list[TTAMode] = Field(
+        default_factory=lambda: ["none", "minimal", "standard", "full"],
+        description="TTA configurations cached and offered to the gate, cheapest first ('none' is required).",
+    )
+    tta_gate: bool = Field(True, description="Choose deployment.tta by the gate (false: keep deployment.tta).")
+    tta_min_pr_auc_gain: float = Field(
+        0.01, ge=0.0, description="Relative PR-AUC gain over 'none' a TTA configuration must bring (0.01 = 1%)."
+    )
+    tta_max_precision_drop: float = Field(
+        0.005, ge=0.0, description="Largest relative drop of precision at the baseline threshold (0.005 = 0.5%)."
+    )
+    scale_candidates: list[float] = Field(
+        default_factory=lambda: [1.0, 0.5], description="Scales cached; the gate compares [1.0] with all of them."
+    )
+    fusion_candidates: list[Fusion] = Field(
+        default_factory=lambda: ["weighted_mean", "max", "consensus"], description="Multi-scale fusions offered."
+    )
+    scale_gate: bool = Field(True, description="Choose deployment.scales/fusion by the gate (false: keep them).")
+    scale_min_large_pr_auc_gain: float = Field(
+        0.02, ge=0.0, description="Relative large-RTS PR-AUC gain multi-scale must bring (0.02 = 2%)."
+    )
+    scale_max_fp_rate_increase: float = Field(
+        0.10, ge=0.0, description="Largest relative rise of the global pixel FP rate at the baseline threshold."
+    )
+    large_rts_bbox_m: float = Field(
+        500.0, gt=0.0, description="An RTS is 'large' when its bounding box's longer side exceeds this (metres)."
+    )
+    per_region_thresholds: bool = Field(
+        False, description="Also choose one threshold per region (guide §6.4); the global one stays the default."
+    )
+    object_prob_floor: float = Field(
+        0.05,
+        gt=0.0,
+        lt=1.0,
+        description="Full-resolution probabilities are cached only for tiles with GT objects or a pixel at or "
+        "above this probability; object metrics are exact for thresholds at or above it.",
+    )
+    temperature_bounds: tuple[float, float] = Field(
+        (0.05, 20.0), description="Search interval of the temperature T (guide: typically 1-3)."
+    )
+    ece_bins: int = Field(15, ge=2, le=100, description="Probability bins of the ECE and the reliability diagram.")
+
+    @field_validator("tta_candidates")
+    @classmethod
+    def _tta_has_none(cls, v: list[str]) -> list[str]:
+        if "none" not in v or len(set(v)) != len(v):
+            raise ValueError(f"must be distinct and include 'none' (the baseline); got {v}")
+        return v
+
+    @field_validator("scale_candidates")
+    @classmethod
+    def _scales(cls, v: list[float]) -> list[float]:
+        if not v or v[0] != 1.0 or len(set(v)) != len(v) or any(not 0.0 < s <= 1.0 for s in v):
+            raise ValueError(f"must start with 1.0 and hold distinct scales in (0, 1]; got {v}")
+        return v
+
+
+class EvaluationConfig(StrictModel):
+    """Test-Realistic evaluation with the frozen deployment config (guide §10.4 step 6, §13)."""
+
+    size_bins_m2: list[float] = Field(
+        default_factory=lambda: [0.0, 2_000.0, 10_000.0, 50_000.0, 1.0e12],
+        description="Edges of the RTS area bins (m²) for object recall by size.",
+    )
+
+
+class PackageConfig(StrictModel):
+    """Deployment package (guide §4.3)."""
+
+    seed: int | None = Field(None, description="Seed that ships; null = the best seed by the validation metric.")
+
+
 class MLflowConfig(StrictModel):
     enabled: bool = Field(True, description="Track runs in MLflow.")
     tracking_uri: str | None = Field(None, description="Tracking URI; null = SQLite under the artifact root.")
@@ -410,6 +489,9 @@ class PipelineConfig(StrictModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Metrics.")
     mlflow: MLflowConfig = Field(default_factory=MLflowConfig, description="Tracking.")
     deployment: DeploymentConfig = Field(default_factory=DeploymentConfig, description="Deployment numerics.")
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Gates and calibration.")
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="Test evaluation.")
+    package: PackageConfig = Field(default_factory=PackageConfig, description="Deployment package.")
 
     @model_validator(mode="after")
     def check_precision_parity(self) -> PipelineConfig:
@@ -452,6 +534,27 @@ class PipelineConfig(StrictModel):
                     f"channels.extra names {missing} are not generated by data.generation.{split} "
                     f"(extra_channels: {gen.synthetic.extra_channels})"
                 )
+        return self
+
+
+    @model_validator(mode="after")
+    def check_calibration_candidates(self) -> PipelineConfig:
+        cal, dep = self.calibration, self.deployment
+        if dep.tta not in cal.tta_candidates:
+            raise ValueError(
+                f"deployment.tta ({dep.tta!r}) is not among calibration.tta_candidates {cal.tta_candidates}: "
+                "calibration could not measure the configuration it is asked to calibrate"
+            )
+        missing = [s for s in dep.scales if s not in cal.scale_candidates]
+        if missing:
+            raise ValueError(
+                f"deployment.scales {dep.scales} holds {missing}, not among calibration.scale_candidates "
+                f"{cal.scale_candidates}"
+            )
+        if len(dep.scales) > 1 and dep.fusion not in cal.fusion_candidates:
+            raise ValueError(
+                f"deployment.fusion ({dep.fusion!r}) is not among calibration.fusion_candidates {cal.fusion_candidates}"
+            )
         return self
 
 

@@ -30,6 +30,9 @@ _RESUME_FREE = {
     "mlflow": None,
     "deployment": None,
     "metrics": {"bootstrap_samples"},
+    "calibration": None,
+    "evaluation": None,
+    "package": None,
 }
 
 
