@@ -113,6 +113,15 @@ def _profile_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def package_verify_command(args: argparse.Namespace) -> int:
+    """`rts package verify DIR`: audit a deployment package, load it and run one tile; 0 when every check passes."""
+    from rtscore.package import render_verify_report, verify_package
+
+    report = verify_package(Path(args.dir), device=getattr(args, "device", None) or "cpu")
+    print(render_verify_report(report))
+    return 0 if report.ok else 1
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:  # type: ignore[type-arg]
     """The library's commands; the orchestration layer (flows/cli.py) adds the flow commands."""
     p = argparse.ArgumentParser(prog="rts", description="RTS segmentation pipeline (rtscore + Prefect flows).")

@@ -1,0 +1,391 @@
+"""The deployment package: build from a fake run, audit without unpickling, load and run one tile."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import pickle
+import shlex
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from rtscore.cli import package_verify_command
+from rtscore.config import parse_pipeline_config
+from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.normalization import NormalizationStats, NormalizationStatsError, write_normalization_stats
+from rtscore.models import build_model
+from rtscore.package import (
+    PACKAGE_FILES,
+    PackagedModelConfig,
+    PackageError,
+    RunMetadata,
+    build_package,
+    pickle_globals,
+    verify_package,
+    write_sha256sums,
+)
+from rtscore.train.result import SeedResult
+from tests.helpers import tiny_pipeline_config
+
+METRICS = {42: 0.31, 43: 0.47}
+
+
+def package_config(precision: str = "fp32", **package: Any) -> PipelineConfig:
+    data = tiny_pipeline_config(tile=64)
+    data["model"] = {
+        "architecture": "unet",
+        "backbone": "mobilenet_v2",
+        "encoder_weights": None,
+        "decoder_channels": [16, 16, 8, 8, 8],
+    }
+    data["training"]["precision"] = precision
+    data["deployment"] = {"precision": precision}
+    data["mlflow"] = {"enabled": False}
+    data["package"] = package
+    return parse_pipeline_config(data)
+
+
+def write_stats(path: Path, extra: list[str]) -> None:
+    names = ["R", "G", "B", *extra]
+    write_normalization_stats(
+        NormalizationStats(
+            channel_names=names,
+            mean=np.linspace(50.0, 80.0, len(names)),
+            std=np.linspace(20.0, 30.0, len(names)),
+            n_tiles_used=16,
+            dataset_version="t",
+            computed_date="2026-01-01T00:00:00Z",
+        ),
+        path,
+    )
+
+
+def write_deployment(path: Path, precision: str, *, threshold: float | None = 0.42, temperature: float | None = 1.3):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dep = DeploymentConfig(threshold=threshold, temperature=temperature, precision=precision)  # type: ignore[arg-type]
+    path.write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
+
+
+def make_fake_run(run: Path, cfg: PipelineConfig) -> Path:
+    """Two trained seeds (random tiny models), summary.json, stats and calibrated deployment configs."""
+    results = []
+    for i, (seed, metric) in enumerate(METRICS.items()):
+        torch.manual_seed(seed)
+        model = build_model(cfg.model, cfg.channels)
+        seed_dir = run / "seeds" / f"seed_{seed}"
+        seed_dir.mkdir(parents=True)
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, seed_dir / "best_deployment.pth")
+        write_deployment(run / "calibration" / f"seed_{seed}" / "deployment_config.yaml", cfg.training.precision)
+        results.append(
+            SeedResult(
+                seed=seed,
+                seed_dir=str(seed_dir),
+                best_epoch=10 + i,
+                best_metric=metric,
+                epochs_run=20,
+                stopped_early=False,
+                mlflow_run_id=f"run{seed}",
+            ).model_dump()
+        )
+    (run / "seeds" / "summary.json").write_text(json.dumps({"seeds": results, "parent_mlflow_run_id": None}))
+    write_stats(run / "normalization_stats.json", [c.name for c in cfg.channels.extra])
+    return run
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_fake_run(tmp_path_factory.mktemp("pkg") / "run", package_config())
+
+
+@pytest.fixture
+def run(base_run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(base_run, tmp_path / "run"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, base_run: Path) -> Path:
+    """A package built once; tests that tamper with it work on copies."""
+    run = Path(shutil.copytree(base_run, tmp_path_factory.mktemp("built") / "run"))
+    return Path(build_package(run, package_config()).path)
+
+
+@pytest.fixture
+def pkg(built: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(built, tmp_path / "package"))
+
+
+def checks(report: Any) -> dict[str, Any]:
+    return {c.name: c for c in report.checks}
+
+
+def failed(report: Any) -> set[str]:
+    return {c.name for c in report.failures()}
+
+
+# --------------------------------------------------------------------------- build
+def test_build_and_verify(built: Path) -> None:
+    assert sorted(p.name for p in built.iterdir()) == sorted(PACKAGE_FILES)
+    assert not list(built.parent.glob(".package*")), "no staging directory left behind"
+    # best seed (43) ships, its bytes unchanged
+    run = built.parent
+    src = run / "seeds" / "seed_43" / "best_deployment.pth"
+    assert (built / "weights.pth").read_bytes() == src.read_bytes()
+    meta = RunMetadata.model_validate_json((built / "run_metadata.json").read_text())
+    assert (meta.seed, meta.epoch, meta.best_metric, meta.mlflow_run_id) == (43, 11, 0.47, "run43")
+    assert meta.best_metric_name == "val_realistic_pr_auc_geomean"
+    assert meta.trained_with.precision == "fp32" and meta.trained_with.seed == 43
+    assert meta.training_date.endswith("Z") and meta.git_sha
+    model = PackagedModelConfig.model_validate(yaml.safe_load((built / "model_config.yaml").read_text()))
+    assert model.in_channels == 4 and model.channels.names == ["R", "G", "B", "ndvi"]
+    assert model.channels.extra[0].band == 0 and model.tile_size == 64 and model.output == "logits"
+    reqs = (built / "requirements_frozen.txt").read_text().splitlines()
+    names = [r.split("==")[0].lower() for r in reqs]
+    assert "torch" in names and names == sorted(set(names))
+    assert (built / "deployment_config.yaml").read_bytes() == (
+        run / "calibration" / "seed_43" / "deployment_config.yaml"
+    ).read_bytes()
+
+    report = verify_package(built)
+    assert report.ok, [c for c in report.checks if not c.ok]
+    names = [c.name for c in report.checks]
+    assert names[-2:] == ["load", "forward"] and "weights.pth pickle" in names
+    assert "(1, 1, 64, 64)" in checks(report)["forward"].detail
+
+
+def test_sha256sums_is_sha256sum_compatible(built: Path) -> None:
+    if shutil.which("sha256sum") is None:
+        pytest.skip("sha256sum not installed")
+    out = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=built, capture_output=True, text=True, check=True)
+    assert out.stdout.count(": OK") == len(PACKAGE_FILES) - 1
+
+
+def test_explicit_seed_and_config_seed(run: Path) -> None:
+    assert build_package(run, package_config(), seed=42).seed == 42
+    meta = json.loads((run / "package" / "run_metadata.json").read_text())
+    assert meta["seed"] == 42 and meta["epoch"] == 10
+    info = build_package(run, package_config(seed=42))
+    assert info.seed == 42 and {f.name for f in info.files} == set(PACKAGE_FILES)
+    assert build_package(run, package_config(seed=42), seed=43).seed == 43  # the argument wins
+
+
+def test_untrained_seed_is_refused(run: Path) -> None:
+    with pytest.raises(PackageError, match=r"seed 7 was not trained.*\[42, 43\]"):
+        build_package(run, package_config(), seed=7)
+    assert not (run / "package").exists()
+
+
+def test_null_threshold_refused_and_old_package_intact(run: Path) -> None:
+    cfg = package_config()
+    build_package(run, cfg, seed=42)
+    before = {p.name: p.read_bytes() for p in (run / "package").iterdir()}
+    cal = run / "calibration" / "seed_43" / "deployment_config.yaml"
+    write_deployment(cal, "fp32", threshold=None)
+    with pytest.raises(PackageError, match=r"seed_43/deployment_config.yaml: threshold null.*run calibrate first"):
+        build_package(run, cfg, seed=43)
+    assert {p.name: p.read_bytes() for p in (run / "package").iterdir()} == before
+    assert sorted(p.name for p in run.iterdir()) == ["calibration", "normalization_stats.json", "package", "seeds"]
+
+    shutil.rmtree(run / "package")
+    write_deployment(cal, "fp32", temperature=None)
+    with pytest.raises(PackageError, match="temperature null"):
+        build_package(run, cfg, seed=43)
+    assert not (run / "package").exists()
+
+
+def test_build_refuses_bad_inputs(run: Path) -> None:
+    cfg = package_config()
+    write_stats(run / "normalization_stats.json", ["slope"])
+    with pytest.raises(NormalizationStatsError, match=r"\['slope'\].*\['ndvi'\]"):
+        build_package(run, cfg)
+    write_stats(run / "normalization_stats.json", ["ndvi"])
+    write_deployment(run / "calibration" / "seed_43" / "deployment_config.yaml", "bf16")
+    with pytest.raises(PackageError, match="precision bf16 differs from training.precision fp32"):
+        build_package(run, cfg)
+    (run / "calibration" / "seed_43" / "deployment_config.yaml").unlink()
+    with pytest.raises(PackageError, match="run calibrate first"):
+        build_package(run, cfg)
+    (run / "seeds" / "summary.json").unlink()
+    with pytest.raises(PackageError, match="summary.json not found"):
+        build_package(run, cfg)
+    assert not (run / "package").exists()
+
+
+# --------------------------------------------------------------------------- audit
+def test_tampered_file_is_a_sha_mismatch(pkg: Path) -> None:
+    dep = pkg / "deployment_config.yaml"
+    dep.write_text(dep.read_text().replace("threshold: 0.42", "threshold: 0.3"))
+    report = verify_package(pkg)
+    assert not report.ok
+    sums = checks(report)["SHA256SUMS"]
+    assert not sums.ok and "deployment_config.yaml: sha256 mismatch" in sums.detail
+    assert checks(report)["deployment_config.yaml"].ok  # still a valid config: only the checksum catches it
+    assert "skipped" in checks(report)["load"].detail
+
+
+def test_missing_and_extra_files(pkg: Path) -> None:
+    (pkg / "requirements_frozen.txt").unlink()
+    (pkg / "notes.txt").write_text("hi")
+    report = verify_package(pkg)
+    assert {"files", "SHA256SUMS", "requirements_frozen.txt"} <= failed(report)
+    detail = checks(report)["files"].detail
+    assert "missing ['requirements_frozen.txt']" in detail and "unexpected ['notes.txt']" in detail
+    assert "lists requirements_frozen.txt, which is not in the package" in checks(report)["SHA256SUMS"].detail
+    assert "does not list notes.txt" in checks(report)["SHA256SUMS"].detail
+
+
+class _Payload:
+    """Unpickling this creates ``path`` (``open(path, "w")`` or ``os.system("touch path")``): only if executed."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path, self.kind = str(path), kind
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.kind == "open":
+            return (open, (self.path, "w"))
+        return (os.system, (f"touch {shlex.quote(self.path)}",))
+
+
+def _malicious_weights(path: Path, payload: _Payload, protocol: int) -> None:
+    """A torch-style zip archive whose data.pkl holds a real tensor entry and a code-executing global."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(2)}, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as src, zipfile.ZipFile(path, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith("/data.pkl"):
+                data = pickle.dumps({"w": payload}, protocol=protocol)
+            dst.writestr(item, data)
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+@pytest.mark.parametrize(("kind", "global_name"), [("open", "io.open"), ("system", f"{os.system.__module__}.system")])
+def test_disallowed_global_fails_without_execution(
+    pkg: Path, tmp_path: Path, protocol: int, kind: str, global_name: str
+) -> None:
+    # The payload is live: unpickling it does create its file.
+    probe = tmp_path / "probe_created"
+    obj = pickle.loads(pickle.dumps(_Payload(probe, kind), protocol=protocol))
+    if kind == "open":
+        obj.close()
+    assert probe.exists()
+
+    marker = tmp_path / "pwned"
+    _malicious_weights(pkg / "weights.pth", _Payload(marker, kind), protocol)
+    write_sha256sums(pkg)  # a consistent package: only the pickle audit can catch it
+    report = verify_package(pkg)
+    assert not marker.exists(), "the audit executed the pickle"
+    assert failed(report) == {"weights.pth pickle", "load", "forward"}
+    detail = checks(report)["weights.pth pickle"].detail
+    assert detail.startswith("weights.pth: archive/data.pkl") and f"non-allowed globals ['{global_name}']" in detail
+    assert "skipped" in checks(report)["load"].detail
+    assert not marker.exists()
+
+
+def test_pickle_scanner() -> None:
+    buf = io.BytesIO()
+    state = {"a": torch.zeros(2), "b": torch.zeros(2, dtype=torch.long), "c": torch.zeros(1, dtype=torch.bfloat16)}
+    state["d"] = torch.nn.Parameter(torch.ones(3))
+    torch.save(state, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
+        found, problems = pickle_globals(z.read("archive/data.pkl"))
+    assert problems == []
+    assert {"torch._utils._rebuild_tensor_v2", "torch.FloatStorage", "torch.LongStorage"} <= set(found)
+    # STACK_GLOBAL fed from the memo is resolved; a computed operand is a problem in itself
+    memo_fed = b"\x80\x04\x8c\x08builtins\x94\x8c\x05print\x94\x93\x94h\x00h\x01\x93\x86."
+    assert pickle.loads(memo_fed) == (print, print)
+    found, problems = pickle_globals(memo_fed)
+    assert found == ["builtins.print", "builtins.print"] and problems == []
+    found, problems = pickle_globals(b"\x80\x04\x8c\x02os\x8c\x06systemh\x00\x93.")  # bad memo get
+    assert problems and "STACK_GLOBAL" in problems[0]
+    assert pickle_globals(b"\x80\x02garbage")[1]
+
+
+def test_non_zip_weights(pkg: Path) -> None:
+    (pkg / "weights.pth").write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert "not a torch zip archive" in checks(report)["weights.pth pickle"].detail
+
+
+def test_wrong_channel_binding(pkg: Path) -> None:
+    doc = json.loads((pkg / "normalization_stats.json").read_text())
+    doc["extra"]["channel_names"] = ["slope"]
+    (pkg / "normalization_stats.json").write_text(json.dumps(doc))
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert failed(report) == {"channel binding", "load", "forward"}
+    detail = checks(report)["channel binding"].detail
+    assert "['R', 'G', 'B', 'slope']" in detail and "['R', 'G', 'B', 'ndvi']" in detail
+    assert "normalization_stats.json" in detail and "model_config.yaml" in detail
+
+
+def test_invalid_config_files_name_file_and_field(pkg: Path) -> None:
+    model = yaml.safe_load((pkg / "model_config.yaml").read_text())
+    model["in_channels"] = 5
+    (pkg / "model_config.yaml").write_text(yaml.safe_dump(model))
+    write_deployment(pkg / "deployment_config.yaml", "fp32", temperature=None)
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    c = checks(report)
+    assert "model_config.yaml" in c["model_config.yaml"].detail and "in_channels (5)" in c["model_config.yaml"].detail
+    assert "deployment_config.yaml: temperature null" in c["deployment_config.yaml"].detail
+    assert "skipped" in c["channel binding"].detail and "skipped" in c["precision parity"].detail
+
+
+def test_precision_parity(pkg: Path) -> None:
+    meta = json.loads((pkg / "run_metadata.json").read_text())
+    meta["trained_with"]["precision"] = "bf16"
+    (pkg / "run_metadata.json").write_text(json.dumps(meta))
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert failed(report) == {"precision parity", "load", "forward"}
+    assert "precision fp32 differs from run_metadata.json trained_with.precision bf16" in (
+        checks(report)["precision parity"].detail
+    )
+
+
+def test_load_failure_names_the_problem(pkg: Path) -> None:
+    state = torch.load(pkg / "weights.pth", weights_only=True)
+    state.pop(next(iter(state)))
+    torch.save(state, pkg / "weights.pth")
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert failed(report) == {"load", "forward"}
+    assert "Missing key" in checks(report)["load"].detail
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_forward_under_package_precision(tmp_path: Path, precision: str) -> None:
+    cfg = package_config(precision)
+    run = make_fake_run(tmp_path / "run", cfg)
+    report = verify_package(build_package(run, cfg).path)
+    assert report.ok, report.failures()
+    detail = checks(report)["forward"].detail
+    if precision == "bf16":
+        assert detail.startswith("bf16 on cpu")
+    else:
+        assert "ran in fp32" in detail
+
+
+# --------------------------------------------------------------------------- CLI
+def test_cli_handler(pkg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert package_verify_command(argparse.Namespace(dir=str(pkg), device="cpu")) == 0
+    out = capsys.readouterr().out
+    assert "verdict: OK" in out and "forward" in out
+    (pkg / "model_config.yaml").write_text((pkg / "model_config.yaml").read_text() + "\n# edited\n")
+    assert package_verify_command(argparse.Namespace(dir=str(pkg))) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "model_config.yaml: sha256 mismatch" in out and "verdict: FAILED" in out
+    assert package_verify_command(argparse.Namespace(dir=str(tmp_path / "nowhere"), device="cpu")) == 1
+    assert "package directory not found" in capsys.readouterr().out
