@@ -7,8 +7,7 @@ from typing import Any
 
 from prefect.context import TaskRunContext
 
-from rtscore.config.base import config_hash
-from rtscore.stages import stage_code_hash
+from rtscore.stages import stage_code_hash, stage_config_hash
 from rtscore.storage import RunDir
 
 
@@ -19,7 +18,7 @@ def stage_cache_key(stage: str, inputs: tuple[str, ...] = (), params: tuple[str,
         run = RunDir(parameters["run_dir"])
         h = hashlib.sha256()
         h.update(stage_code_hash(stage).encode())
-        h.update(config_hash(parameters["cfg"]).encode())
+        h.update(stage_config_hash(stage, parameters["cfg"]).encode())
         h.update(run.uri.encode())
         for name in params:
             h.update(f"{name}={parameters.get(name, '')};".encode())

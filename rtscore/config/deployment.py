@@ -29,6 +29,19 @@ class DeploymentConfig(StrictModel):
     torch_compile: bool = Field(False, description="Whether inference runs the model through torch.compile.")
     scales: list[float] = Field(default_factory=lambda: [1.0], description="Inference scales, 1.0 first.")
     fusion: Fusion = Field("weighted_mean", description="How multi-scale probabilities are fused.")
+    region_thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Optional per-region thresholds (guide §6.4), written by calibration when enabled; "
+        "regions not listed use `threshold`.",
+    )
+
+    @field_validator("region_thresholds")
+    @classmethod
+    def _region_thresholds(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: t for k, t in v.items() if not 0.0 < t < 1.0}
+        if bad:
+            raise ValueError(f"thresholds must be in (0, 1); got {bad}")
+        return v
 
     @field_validator("scales")
     @classmethod

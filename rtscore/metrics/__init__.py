@@ -1,6 +1,12 @@
 """Streaming validation metrics: per-tile logit histograms, PR-AUC at prevalence ratios, pixel and object scores."""
 
-from rtscore.metrics.histograms import LogitBins, TileHistogramAccumulator, TileHistograms, as_tile_batch
+from rtscore.metrics.histograms import (
+    LogitBins,
+    TileHistogramAccumulator,
+    TileHistograms,
+    as_tile_batch,
+    tile_counts,
+)
 from rtscore.metrics.objects import (
     EIGHT_CONNECTED,
     ObjectCounter,
@@ -67,6 +73,7 @@ __all__ = [
     "ratio_tag",
     "recall_by_size",
     "threshold_for_precision",
+    "tile_counts",
     "tile_weights",
     "weighted_hist",
 ]

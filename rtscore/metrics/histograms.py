@@ -229,6 +229,21 @@ def _tile_counts_torch(
     return counts.reshape(b, 3, n).cpu().numpy().astype(np.int64)
 
 
+def tile_counts(
+    logits: ArrayLike, target: ArrayLike, bins: LogitBins, tile_ids: Sequence[Hashable] | None = None
+) -> np.ndarray:
+    """(B, 3, n_bins) int64 pixel counts per tile and logit bin for labels (0, 1, 255), on the tensor's device.
+
+    Raises:
+        ValueError: Shape mismatch, NaN logits or labels outside {0, 1, 255} (naming the tile).
+    """
+    logits, target = as_tile_batch(logits, target)
+    ids = list(tile_ids) if tile_ids is not None else list(range(logits.shape[0]))
+    if isinstance(logits, torch.Tensor) and logits.device.type != "cpu":
+        return _tile_counts_torch(logits, torch.as_tensor(target), bins, ids)
+    return _tile_counts_numpy(to_numpy(logits), to_numpy(target), bins, ids)
+
+
 @dataclass(frozen=True, eq=False)  # arrays: identity, not elementwise, equality
 class TileHistograms:
     """Per-tile valid-pixel counts per logit bin, split by label (ignore pixels excluded).
@@ -334,10 +349,7 @@ class TileHistogramAccumulator:
         ids = tile_ids.tolist() if isinstance(tile_ids, np.ndarray | torch.Tensor) else list(tile_ids)
         if len(ids) != logits.shape[0]:
             raise ValueError(f"got {len(ids)} tile ids for a batch of {logits.shape[0]} tiles")
-        if isinstance(logits, torch.Tensor) and logits.device.type != "cpu":
-            counts = _tile_counts_torch(logits, torch.as_tensor(target), self.bins, ids)
-        else:
-            counts = _tile_counts_numpy(to_numpy(logits), to_numpy(target), self.bins, ids)
+        counts = tile_counts(logits, target, self.bins, ids)
         for tid, c in zip(ids, counts, strict=True):
             self._add_tile(tid, c[1], c[0])
 

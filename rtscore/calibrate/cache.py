@@ -1,0 +1,342 @@
+"""The logit-statistics cache: one inference pass over Val-Realistic feeds every post-training decision.
+
+For each candidate deployment configuration (TTA x scale set x fusion) the pass keeps, per tile, histograms of
+the fused logits split by label: label-0 pixels, label-1 pixels, and label-1 pixels of *large* RTS (bounding
+box longer than `calibration.large_rts_bbox_m`). PR curves, PR-AUC at any prevalence ratio, NLL and ECE under
+any temperature, thresholds and FP rates all reduce from these, so no decision re-runs the model. Its size
+grows with tiles x bins x configurations, not with pixels.
+
+Object metrics need pixels, so full-resolution logits are kept only where objects can exist at a plausible
+threshold: tiles with ground-truth RTS, or with any pixel at or above `calibration.object_prob_floor` in some
+configuration. They are stored per (scale, TTA) in float16, and every fused configuration is rebuilt from them.
+
+Layout (Zarr v3, `calibration/seed_<n>/logit_cache.zarr`):
+    hist        (configs, tiles, 3, n_bins) uint32   rows: neg, pos, pos_large; one chunk per loader batch
+    tile_id, region, is_positive   (tiles,)
+    dense/row     (S,) int64            tile row of each kept tile
+    dense/logits  (S, maps, H, W) f16   per (scale, TTA) logits at native resolution (attrs["maps"])
+    dense/labels  (S, H, W) uint8
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.pipeline import CalibrationConfig, PipelineConfig
+from rtscore.metrics import LogitBins, TileHistograms
+from rtscore.metrics.objects import EIGHT_CONNECTED
+
+CACHE_FORMAT = "rts-logit-cache/1"
+_NEG, _POS, _POS_LARGE = 0, 1, 2
+
+
+class CacheError(RuntimeError):
+    """The logit cache is missing, incomplete, or was computed for other numerics."""
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One deployment configuration the cache describes: TTA, scale set and (multi-scale only) fusion."""
+
+    tta: str
+    scales: tuple[float, ...]
+    fusion: str = "weighted_mean"
+
+    @property
+    def key(self) -> str:
+        scales = "+".join(f"{s:g}" for s in self.scales)
+        return f"tta={self.tta};scales={scales}" + (f";fusion={self.fusion}" if len(self.scales) > 1 else "")
+
+    @property
+    def cost(self) -> float:
+        """Forward-pass cost relative to one native pass (a 0.5x pass costs a quarter)."""
+        from rtscore.calibrate.infer import tta_cost
+
+        return tta_cost(self.tta) * sum(s * s for s in self.scales)
+
+    @classmethod
+    def of(cls, dep: DeploymentConfig) -> Combo:
+        scales = tuple(dep.scales)
+        return cls(dep.tta, scales, dep.fusion if len(scales) > 1 else "weighted_mean")
+
+
+def candidate_combos(cal: CalibrationConfig) -> list[Combo]:
+    """Every configuration the gates may choose: each TTA at [1.0], and at all scales with each fusion."""
+    combos = []
+    for t in cal.tta_candidates:
+        combos.append(Combo(t, (1.0,)))
+        if len(cal.scale_candidates) > 1:
+            combos += [Combo(t, tuple(cal.scale_candidates), f) for f in cal.fusion_candidates]
+    return combos
+
+
+def large_positive_mask(label: np.ndarray, min_side_px: float) -> np.ndarray:
+    """Label-1 pixels of 8-connected RTS whose bounding box's longer side exceeds `min_side_px` pixels."""
+    from scipy import ndimage
+
+    lab, n = ndimage.label(label == 1, structure=EIGHT_CONNECTED)
+    if n == 0:
+        return np.zeros(label.shape, bool)
+    big = np.zeros(n + 1, bool)
+    for i, sl in enumerate(ndimage.find_objects(lab), start=1):
+        if sl is not None and max(sl[0].stop - sl[0].start, sl[1].stop - sl[1].start) > min_side_px:
+            big[i] = True
+    return big[lab]
+
+
+def _large_targets(labels: np.ndarray, min_side_px: float) -> np.ndarray:
+    """Targets whose label-1 pixels outside large RTS become ignore: the 'pos' row then counts large RTS only."""
+    out = labels.copy()
+    for i in range(labels.shape[0]):
+        small = (labels[i] == 1) & ~large_positive_mask(labels[i], min_side_px)
+        out[i][small] = 255
+    return out
+
+
+def build_logit_cache(
+    model: Any,
+    loader: Any,
+    cfg: PipelineConfig,
+    out: Path,
+    *,
+    n_tiles: int,
+    pixel_size_m: float,
+    attrs: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> Path:
+    """One pass over the loader per (scale, transform); writes the cache at `out` atomically.
+
+    Args:
+        model: The EMA model on its device (eval mode is set here).
+        loader: Sequential (unshuffled) loader of the validation dataset, yielding image/label/tile_id/region.
+        cfg: Pipeline config: calibration candidates, metrics.pr_bins, deployment precision and torch_compile.
+        out: Cache path (`.../logit_cache.zarr`); replaced only once complete.
+        n_tiles: Tiles the loader yields.
+        pixel_size_m: Ground sampling of the tiles (metres per pixel), for the large-RTS rule.
+        attrs: Provenance stored with the cache (weights and dataset fingerprints, seed).
+    """
+    import torch
+    import zarr
+    from zarr.codecs import BloscCodec
+
+    from rtscore.calibrate.infer import D4, TTA_TRANSFORMS, fuse_scales, prepare_model, scale_logits, tta_logits
+    from rtscore.metrics import tile_counts
+    from rtscore.metrics.pixel import prob_to_logit
+    from rtscore.storage import staged_dir
+
+    cal, dep = cfg.calibration, cfg.deployment
+    bins = LogitBins(n_bins=cfg.metrics.pr_bins)
+    combos = candidate_combos(cal)
+    needed = {t for tta in cal.tta_candidates for t in TTA_TRANSFORMS[tta]}
+    transforms = [t for t in D4 if t in needed]
+    maps = [(s, t) for s in cal.scale_candidates for t in cal.tta_candidates]
+    min_side_px = cal.large_rts_bbox_m / pixel_size_m
+    floor_logit = prob_to_logit(cal.object_prob_floor)
+    device = next(model.parameters()).device
+    run_model = prepare_model(model, dep.torch_compile)
+    batch_size = int(loader.batch_size or 1)
+    blosc = BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")
+
+    tile_ids: list[str] = []
+    regions: list[str] = []
+    positive: list[bool] = []
+    with staged_dir(out) as tmp:
+        g = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+        hist = g.create_array(
+            "hist",
+            shape=(len(combos), n_tiles, 3, bins.n_bins),
+            chunks=(1, batch_size, 3, bins.n_bins),
+            dtype="uint32",
+            compressors=blosc,
+            fill_value=0,
+        )
+        dense = g.create_group("dense")
+        d_row = dense.create_array("row", shape=(0,), chunks=(1024,), dtype="int64")
+        d_logits = d_labels = None
+        row = 0
+        it = loader
+        if progress:
+            from tqdm import tqdm
+
+            it = tqdm(loader, desc=f"logit cache ({len(transforms)} transforms x {len(cal.scale_candidates)} scales)")
+        with torch.inference_mode():
+            for batch in it:
+                x = batch["image"].to(device)
+                y = batch["label"].numpy().astype(np.uint8)
+                b, h, w = y.shape
+                if row + b > n_tiles:
+                    raise CacheError(f"the loader yielded more than the {n_tiles} tiles announced")
+                y_large = _large_targets(y, min_side_px)
+                per_map: dict[tuple[float, str], torch.Tensor] = {}
+                for s in cal.scale_candidates:
+                    logits = scale_logits(run_model, x, s, transforms, dep.precision)
+                    for t in cal.tta_candidates:
+                        per_map[(s, t)] = tta_logits(logits, t)
+                block = np.empty((len(combos), b, 3, bins.n_bins), np.uint32)
+                hot = np.zeros(b, bool)
+                for c, combo in enumerate(combos):
+                    z = fuse_scales([per_map[(s, combo.tta)] for s in combo.scales], combo.fusion).cpu().numpy()
+                    counts = tile_counts(z, y, bins, batch["tile_id"])
+                    large = tile_counts(z, y_large, bins, batch["tile_id"])
+                    block[c, :, _NEG] = counts[:, 0]
+                    block[c, :, _POS] = counts[:, 1]
+                    block[c, :, _POS_LARGE] = large[:, 1]
+                    hot |= (z >= floor_logit).reshape(b, -1).any(axis=1)
+                hist[:, row : row + b] = block
+                keep = np.flatnonzero(hot | (y == 1).reshape(b, -1).any(axis=1))
+                if keep.size:
+                    stack = np.stack([per_map[m].cpu().numpy() for m in maps], axis=1)[keep].astype(np.float16)
+                    if d_logits is None:
+                        d_logits = dense.create_array(
+                            "logits",
+                            shape=(0, len(maps), h, w),
+                            chunks=(1, len(maps), h, w),
+                            dtype="float16",
+                            compressors=blosc,
+                        )
+                        d_labels = dense.create_array(
+                            "labels", shape=(0, h, w), chunks=(1, h, w), dtype="uint8", compressors=blosc
+                        )
+                    assert d_labels is not None
+                    n0 = d_row.shape[0]
+                    for arr in (d_row, d_logits, d_labels):
+                        arr.resize((n0 + keep.size, *arr.shape[1:]))
+                    d_row[n0:] = row + keep
+                    d_logits[n0:] = stack
+                    d_labels[n0:] = y[keep]
+                tile_ids += [str(t) for t in batch["tile_id"]]
+                regions += [str(r) for r in batch["region"]]
+                positive += list((y == 1).reshape(b, -1).any(axis=1))
+                row += b
+        if row != n_tiles:
+            raise CacheError(f"the loader yielded {row} tiles, {n_tiles} announced")
+        for name, values, dtype in (("tile_id", tile_ids, "str"), ("region", regions, "str")):
+            g.create_array(name, shape=(n_tiles,), dtype=dtype, compressors=None)[:] = np.asarray(values, dtype=object)
+        g.create_array("is_positive", shape=(n_tiles,), dtype="bool")[:] = np.asarray(positive, bool)
+        g.attrs.update(
+            {
+                "format": CACHE_FORMAT,
+                "precision": dep.precision,
+                "torch_compile": dep.torch_compile,
+                "bins": {"n_bins": bins.n_bins, "lo": bins.lo, "hi": bins.hi},
+                "combos": [c.key for c in combos],
+                "tta_candidates": list(cal.tta_candidates),
+                "scale_candidates": list(cal.scale_candidates),
+                "fusion_candidates": list(cal.fusion_candidates),
+                "maps": [[s, t] for s, t in maps],
+                "pixel_size_m": pixel_size_m,
+                "large_rts_bbox_m": cal.large_rts_bbox_m,
+                "object_prob_floor": cal.object_prob_floor,
+                "n_tiles": n_tiles,
+                **(attrs or {}),
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class CachedHist:
+    """One configuration's per-tile histograms; `large` is the same pool with only large-RTS pixels positive."""
+
+    hist: TileHistograms
+    pos_large: np.ndarray
+    regions: tuple[str, ...]
+
+    @cached_property
+    def large(self) -> TileHistograms:
+        h = self.hist
+        return TileHistograms(h.bins, self.pos_large, h.neg, h.tile_ids, h.is_positive, h.n_valid)
+
+    @property
+    def has_large(self) -> bool:
+        return bool(self.pos_large.any())
+
+
+class LogitCache:
+    """Read side of the cache (no model, no torch)."""
+
+    def __init__(self, path: str | Path) -> None:
+        import zarr
+
+        self.path = Path(path)
+        try:
+            self._group = zarr.open_group(str(self.path), mode="r")
+        except Exception as err:  # FileNotFoundError, or zarr's own for a non-group
+            raise CacheError(
+                f"no logit cache at {self.path} ({type(err).__name__}); run the logit-cache stage"
+            ) from None
+        self.attrs: dict[str, Any] = dict(self._group.attrs)
+        if self.attrs.get("format") != CACHE_FORMAT:
+            raise CacheError(f"{self.path} is not a logit cache of format {CACHE_FORMAT!r}")
+        b = self.attrs["bins"]
+        self.bins = LogitBins(n_bins=int(b["n_bins"]), lo=float(b["lo"]), hi=float(b["hi"]))
+        self.keys: list[str] = list(self.attrs["combos"])
+
+    @property
+    def n_tiles(self) -> int:
+        return int(self.attrs["n_tiles"])
+
+    @cached_property
+    def tile_ids(self) -> tuple[str, ...]:
+        return tuple(str(t) for t in self._group["tile_id"][:])
+
+    @cached_property
+    def regions(self) -> tuple[str, ...]:
+        return tuple(str(r) for r in self._group["region"][:])
+
+    @cached_property
+    def is_positive(self) -> np.ndarray:
+        return np.asarray(self._group["is_positive"][:], bool)
+
+    def index(self, combo: Combo) -> int:
+        try:
+            return self.keys.index(combo.key)
+        except ValueError:
+            raise CacheError(
+                f"the logit cache {self.path} has no configuration {combo.key}; it holds {self.keys}"
+            ) from None
+
+    def hist(self, combo: Combo) -> CachedHist:
+        """The per-tile histograms of one configuration (T x n_bins x 3 uint32 in memory)."""
+        block = np.asarray(self._group["hist"][self.index(combo)])
+        pos, neg = block[:, _POS], block[:, _NEG]
+        n_valid = pos.sum(axis=1, dtype=np.int64) + neg.sum(axis=1, dtype=np.int64)
+        h = TileHistograms(self.bins, pos, neg, self.tile_ids, self.is_positive, n_valid)
+        return CachedHist(h, block[:, _POS_LARGE], self.regions)
+
+    def dense_tiles(self, combo: Combo) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(tile row, fused float32 logits (H, W), labels (H, W)) for every tile kept at full resolution."""
+        import torch
+
+        from rtscore.calibrate.infer import fuse_scales
+
+        if "logits" not in self._group["dense"]:
+            return
+        maps = [(float(s), str(t)) for s, t in self.attrs["maps"]]
+        idx = [maps.index((s, combo.tta)) for s in combo.scales]
+        rows = self._group["dense/row"][:]
+        logits, labels = self._group["dense/logits"], self._group["dense/labels"]
+        for i, r in enumerate(rows):
+            stack = np.asarray(logits[i]).astype(np.float32)
+            z = fuse_scales([torch.from_numpy(stack[j]) for j in idx], combo.fusion).numpy()
+            yield int(r), z, np.asarray(labels[i])
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes on disk of the histogram part and the full-resolution part."""
+
+        def size(p: Path) -> int:
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
+
+        return {"hist": size(self.path / "hist"), "dense": size(self.path / "dense"), "total": size(self.path)}
+
+
+def bytes_per_tile(cache: LogitCache) -> float:
+    """Histogram bytes on disk per tile (the part that scales with tiles x bins)."""
+    return cache.nbytes()["hist"] / max(cache.n_tiles, 1)
