@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from rtscore.config.base import SCHEMA_VERSION, StrictModel
 
 Split = Literal["train", "val", "test"]
+SCALES = (1.0, 0.5)  # ground-sampling scales a store may hold (training guide §8.3)
 SyntheticExtraChannel = Literal["ndvi", "slope"]
 
 
@@ -120,6 +121,12 @@ class GenerationConfig(StrictModel):
     split: Split = Field(..., description="The split this store holds.")
     seed: int = Field(42, ge=0, description="Seed: same config + seed gives a byte-identical store.")
     tile_size: int = Field(512, ge=32, le=4096, description="Tile height and width in pixels.")
+    scale: float = Field(
+        1.0,
+        description="Ground-sampling scale of the stored tiles: 1.0 = native 4.77 m pixels; 0.5 = context-expanded "
+        "(guide §8.3): each tile is a 2x field of view rendered at 2 x tile_size native pixels, then downsampled 2x "
+        "to tile_size (9.54 m pixels). Physical RTS sizes are the same at both scales.",
+    )
     synthetic: SyntheticConfig = Field(..., description="Synthetic scene settings.")
     processing: ProcessingConfig = Field(default_factory=ProcessingConfig, description="Parallelism.")
     store: StoreConfig = Field(default_factory=StoreConfig, description="Zarr layout and compression.")
@@ -130,6 +137,13 @@ class GenerationConfig(StrictModel):
         if v % 32:
             raise ValueError(f"must be a multiple of 32 (encoder strides); got {v}")
         return v
+
+    @field_validator("scale")
+    @classmethod
+    def _known_scale(cls, v: float) -> float:
+        if v not in SCALES:
+            raise ValueError(f"must be one of {list(SCALES)}; got {v}")
+        return float(v)
 
     @property
     def channel_names(self) -> list[str]:

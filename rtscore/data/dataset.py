@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
     from rtscore.config.pipeline import PipelineConfig
     from rtscore.data.normalization import NormalizationStats
+    from rtscore.data.store import TileMetadata
 
 
 class TileSource(Protocol):
@@ -23,6 +25,65 @@ class TileSource(Protocol):
     def __len__(self) -> int: ...
 
     def __getitem__(self, index: int) -> StoredSample: ...
+
+
+class ConcatSource:
+    """Tile sources joined end to end (joint training on several train stores, guide §8.3).
+
+    Position ``i`` is tile ``i - offset[k]`` of source ``k``. ``metadata`` concatenates the sources' metadata
+    (None unless every source has some), so :func:`usable_indices` and the balanced sampler see the tiles of
+    all of them. Pickles without open file handles when its sources do (each Zarr store reopens per process).
+    """
+
+    def __init__(self, sources: Sequence[TileSource]) -> None:
+        if not sources:
+            raise ValueError("ConcatSource needs at least one source")
+        self.sources = list(sources)
+        names = [getattr(src, "channel_names", None) for src in self.sources]
+        known = [list(n) for n in names if n is not None]
+        if any(n != known[0] for n in known):
+            raise ValueError(f"joined tile sources have different channels: {known}")
+        self.channel_names: list[str] | None = known[0] if len(known) == len(names) else None
+        self.offsets = np.cumsum([0, *(len(src) for src in self.sources)])
+        self._meta: TileMetadata | None = None
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(source number, index within that source) of a position of the join."""
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"tile index {index} out of range for {n} tiles in {len(self.sources)} joined sources")
+        i = int(index) % n
+        k = int(np.searchsorted(self.offsets, i, side="right")) - 1
+        return k, i - int(self.offsets[k])
+
+    def __getitem__(self, index: int) -> StoredSample:
+        k, j = self.locate(index)
+        sample = self.sources[k][j]
+        return dataclasses.replace(sample, index=int(self.offsets[k]) + j)
+
+    @property
+    def metadata(self) -> TileMetadata | None:
+        if self._meta is None:
+            metas = [getattr(src, "metadata", None) for src in self.sources]
+            if any(m is None for m in metas):
+                return None
+            self._meta = concat_metadata(metas)  # type: ignore[arg-type]
+        return self._meta
+
+
+def concat_metadata(metas: Sequence[TileMetadata]) -> TileMetadata:
+    """The per-tile metadata of sources joined in this order (they must share the tile size)."""
+    from rtscore.data.store import TileMetadata
+
+    sizes = sorted({m.tile_size for m in metas})
+    if len(sizes) != 1:
+        raise ValueError(f"joined tile sources have different tile sizes: {sizes}")
+    fields = ("tile_id", "region", "kind", "is_positive", "n_positive_px", "n_ignore_px", "n_nodata_px")
+    joined = {f: np.concatenate([np.asarray(getattr(m, f)) for m in metas]) for f in fields}
+    return TileMetadata(**joined, tile_size=sizes[0])
 
 
 def usable_indices(source: TileSource, exclude_full_nodata: bool = True) -> np.ndarray:
@@ -127,10 +188,16 @@ def open_source(path: str | Path, mask_type: str = "exact", extra_channels: list
 
 
 def build_dataset(
-    cfg: PipelineConfig, store: str | Path, stats: NormalizationStats, *, train: bool, seed: int = 0
+    cfg: PipelineConfig, store: str | Path | TileSource, stats: NormalizationStats, *, train: bool, seed: int = 0
 ) -> TileDataset:
-    """The dataset of one split as the config says (augmentation only when ``train``)."""
-    source = open_source(store, cfg.data.mask_type, [c.name for c in cfg.channels.extra])
+    """The dataset of one split as the config says (augmentation only when ``train``).
+
+    ``store`` is a path (opened with :func:`open_source`) or an already opened source (e.g. a ConcatSource).
+    """
+    if isinstance(store, str | Path):
+        source = open_source(store, cfg.data.mask_type, [c.name for c in cfg.channels.extra])
+    else:
+        source = store
     return TileDataset(
         source,
         stats,
@@ -141,6 +208,83 @@ def build_dataset(
         exclude_full_nodata=cfg.data.exclude_full_nodata,
         seed=seed,
     )
+
+
+def resolve_additional_roots(cfg: PipelineConfig, run_dir: str | Path) -> list[Path]:
+    """The stores of ``data.additional_roots``: relative entries against the run directory, absolute as is."""
+    run = Path(run_dir)
+    return [p if p.is_absolute() else run / p for p in (Path(e).expanduser() for e in cfg.data.additional_roots)]
+
+
+def open_additional_roots(cfg: PipelineConfig, run_dir: str | Path, train_ids: Sequence[str] = ()) -> list[TileSource]:
+    """Check and open every ``data.additional_roots`` store, before any training step.
+
+    Each must be a published Zarr tile store of the train split with ``data.tile_size`` tiles, the configured
+    label variant and every extra channel of ``channels.extra``, and share no tile id with ``train_ids`` (the
+    train store's) or with another additional store (the same data joined twice).
+
+    Raises:
+        TileStoreError: naming ``data.additional_roots[i]``, the entry and the resolved path.
+    """
+    from rtscore.data.store import TileStoreError, ZarrTileStore, read_store_attrs
+
+    extra = [c.name for c in cfg.channels.extra]
+    seen = {str(t): "datasets/train.zarr" for t in train_ids}
+    sources: list[TileSource] = []
+    for i, path in enumerate(resolve_additional_roots(cfg, run_dir)):
+        entry = cfg.data.additional_roots[i]
+        where = f"data.additional_roots[{i}] = {entry!r}"
+        where += "" if Path(entry).is_absolute() else f" (resolved against the run directory: {path})"
+
+        def fail(problem: str, where: str = where) -> TileStoreError:
+            return TileStoreError(f"{where}: {problem}")
+
+        if not path.exists():
+            raise fail("does not exist; generate the store there or fix the path")
+        try:
+            attrs = read_store_attrs(path)
+        except TileStoreError as err:
+            raise fail(f"not a published tile store ({err})") from None
+        if attrs.get("split") != "train":
+            raise fail(f"the store holds the {attrs.get('split')!r} split; additional roots must be train stores")
+        if int(attrs.get("tile_size", -1)) != cfg.data.tile_size:
+            raise fail(f"the store has {attrs.get('tile_size')} px tiles; data.tile_size is {cfg.data.tile_size}")
+        stored = list(attrs.get("extra_channel_names", []))
+        missing = [c for c in extra if c not in stored]
+        if missing:
+            raise fail(f"the store lacks extra channels {missing} named in channels.extra (it has {stored})")
+        if cfg.data.mask_type not in attrs.get("mask_types", []):
+            raise fail(
+                f"the store has no {cfg.data.mask_type!r} labels (data.mask_type; it has {attrs.get('mask_types')})"
+            )
+        store = ZarrTileStore(path, mask_type=cfg.data.mask_type, extra_channels=extra)
+        ids = [str(t) for t in store.metadata.tile_id]
+        clash = next((t for t in ids if t in seen), None)
+        if clash is not None:
+            raise fail(f"the store shares tile ids with {seen[clash]} (e.g. {clash!r}); is the same data joined twice?")
+        seen.update(dict.fromkeys(ids, f"data.additional_roots[{i}]"))
+        sources.append(store)
+    return sources
+
+
+def build_train_dataset(
+    cfg: PipelineConfig, run_dir: str | Path, stats: NormalizationStats, *, seed: int = 0
+) -> TileDataset:
+    """The training dataset: ``datasets/train.zarr`` joined with every ``data.additional_roots`` store.
+
+    Without additional roots this is ``build_dataset(cfg, <run>/datasets/train.zarr, stats, train=True)``.
+    Normalization ``stats`` are the train store's; the additional stores are checked by
+    :func:`open_additional_roots` before anything trains.
+    """
+    train = open_source(
+        Path(run_dir) / "datasets" / "train.zarr", cfg.data.mask_type, [c.name for c in cfg.channels.extra]
+    )
+    if not cfg.data.additional_roots:
+        return build_dataset(cfg, train, stats, train=True, seed=seed)
+    meta = getattr(train, "metadata", None)
+    ids = [] if meta is None else [str(t) for t in meta.tile_id]
+    extra = open_additional_roots(cfg, run_dir, ids)
+    return build_dataset(cfg, ConcatSource([train, *extra]), stats, train=True, seed=seed)
 
 
 def seed_worker(worker_id: int) -> None:

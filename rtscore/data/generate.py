@@ -159,8 +159,18 @@ def layout_for(cfg: GenerationConfig) -> StoreLayout:
 
 
 def base_attrs(
-    *, split: str, source: str, tile_size: int, extra: list[str], mask_types: list[str], dataset_version: str
+    *,
+    split: str,
+    source: str,
+    tile_size: int,
+    extra: list[str],
+    mask_types: list[str],
+    dataset_version: str,
+    scale: float = 1.0,
 ) -> dict[str, Any]:
+    """Attributes every store records; ``scale`` is the ground-sampling scale (0.5: 2x field of view)."""
+    from rtscore.data.synthetic._constants import PIXEL_SIZE_M
+
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -168,6 +178,8 @@ def base_attrs(
         "source": source,
         "dataset_version": dataset_version,
         "tile_size": tile_size,
+        "scale": float(scale),
+        "pixel_size_m": PIXEL_SIZE_M / scale,
         "channel_names": ["R", "G", "B", *extra],
         "extra_channel_names": list(extra),
         "mask_types": mask_types,
@@ -192,6 +204,7 @@ def generate_synthetic(
         extra=list(cfg.synthetic.extra_channels),
         mask_types=["exact", "noisy"] if cfg.store.write_noisy_labels else ["exact"],
         dataset_version=cfg.dataset_version,
+        scale=cfg.scale,
     )
     attrs.update(
         {

@@ -94,7 +94,7 @@ class Setup:
 
 def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
     """Model, data, optimizer, EMA, loss: every error here comes before the first training step."""
-    from rtscore.data.dataset import build_dataset
+    from rtscore.data.dataset import build_dataset, build_train_dataset
     from rtscore.data.normalization import load_normalization_stats
     from rtscore.losses import build_loss
     from rtscore.models import build_model, decoder_parameters, encoder_parameters
@@ -104,7 +104,8 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
     check_precision(cfg.training.precision, device)
     seed_everything(seed, cfg.training.deterministic)
     stats = load_normalization_stats(run_dir / "normalization_stats.json", [c.name for c in cfg.channels.extra])
-    train_ds = build_dataset(cfg, run_dir / "datasets" / "train.zarr", stats, train=True, seed=seed)
+    # train.zarr joined with data.additional_roots (checked here, before any step); stats stay train.zarr's.
+    train_ds = build_train_dataset(cfg, run_dir, stats, seed=seed)
     val_ds = build_dataset(cfg, run_dir / "datasets" / "val.zarr", stats, train=False)
     loader, sampler = train_loader(cfg, train_ds, seed)
     model = build_model(cfg.model, cfg.channels).to(device)

@@ -12,12 +12,32 @@ from rtscore.data.synthetic._constants import _META_KEYS, _PART_NAMES, _PLAN_SAL
 from rtscore.data.synthetic._negatives import _bare_patch, _cloud, _lake, _nodata_mask, _noisy_outline, _river, _road
 from rtscore.data.synthetic._palette import _region_palette
 from rtscore.data.synthetic._rts import _Rts, _RtsGeom
+from rtscore.data.synthetic._scale import downsample_mask, downsample_tile
 from rtscore.data.synthetic._scene import _paint_rts, _place_rts, _terrain
 from rtscore.data.tiles import IGNORE_INDEX, RawTile, TileKind, TilePlan
 
-__all__ = ["PIXEL_SIZE_M", "plan_tiles", "render_batch", "render_tile", "render_tile_with_parts"]
+__all__ = [
+    "PIXEL_SIZE_M",
+    "downsample_tile",
+    "native_config",
+    "plan_tiles",
+    "render_batch",
+    "render_tile",
+    "render_tile_with_parts",
+    "scale_suffix",
+]
+
+# Lake and pond radii as fractions of the rendered tile (physical sizes: fractions of a 1x tile).
+_LAKE_SIZE = (0.04, 0.2)
+_POND_SIZE = (0.015, 0.05)
+_CONTEXT_FACTOR = 2  # a 0.5x tile is rendered at 2 x tile_size native pixels
 
 # --------------------------------------------------------------------------------------------- planning
+
+
+def scale_suffix(scale: float) -> str:
+    """Tile-id suffix of a store's scale: none at 1x, ``@0.5x`` at 0.5x, so the two stores can be joined."""
+    return "" if scale == 1.0 else f"@{scale:g}x"
 
 
 def plan_tiles(cfg: GenerationConfig) -> list[TilePlan]:
@@ -27,7 +47,8 @@ def plan_tiles(cfg: GenerationConfig) -> list[TilePlan]:
         cfg: Generation config of one split.
 
     Returns:
-        One plan per source tile, ``index`` = position in the list.
+        One plan per source tile, ``index`` = position in the list. Ids are ``<split>_<index>`` plus
+        :func:`scale_suffix` (so a 0.5x store draws other scenes than the 1x store of the same seed).
     """
     s = cfg.synthetic
     kinds: list[TileKind] = (
@@ -39,8 +60,9 @@ def plan_tiles(cfg: GenerationConfig) -> list[TilePlan]:
     # and of positives, whatever the counts.
     regions = [region_order[i % len(region_order)] for i in range(len(kinds))]
     order = rng.permutation(len(kinds))
+    suffix = scale_suffix(cfg.scale)
     return [
-        TilePlan(index=i, tile_id=f"{cfg.split}_{i:06d}", region=regions[j], kind=kinds[j], seed=cfg.seed)
+        TilePlan(index=i, tile_id=f"{cfg.split}_{i:06d}{suffix}", region=regions[j], kind=kinds[j], seed=cfg.seed)
         for i, j in enumerate(order)
     ]
 
@@ -67,20 +89,46 @@ def _empty_tile(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
     )
 
 
+def native_config(cfg: GenerationConfig) -> GenerationConfig:
+    """The config of a tile's native-resolution (4.77 m) render: ``cfg`` itself at 1x.
+
+    At 0.5x: twice the tile size (2x field of view) and half the RTS diameter fractions, which are relative to
+    the tile size, so RTS keep their physical size distribution. Not re-validated (2 x tile_size may exceed
+    the tile_size bound of a stored tile).
+    """
+    if cfg.scale == 1.0:
+        return cfg
+    f = _CONTEXT_FACTOR
+    lo, hi = cfg.synthetic.rts_diameter_fraction
+    syn = cfg.synthetic.model_copy(update={"rts_diameter_fraction": (lo / f, hi / f)})
+    return cfg.model_copy(update={"tile_size": cfg.tile_size * f, "scale": 1.0, "synthetic": syn})
+
+
 def render_tile_with_parts(plan: TilePlan, cfg: GenerationConfig) -> tuple[RawTile, dict[str, np.ndarray]]:
     """Render a tile and also return boolean masks of its parts (for checks and debugging).
 
+    At scale 0.5 the scene is rendered at 2 x tile_size native pixels (:func:`native_config`) and downsampled
+    2x (:func:`downsample_tile`; part masks: true where at least half of a 2x2 block is).
+
     Args:
         plan: The tile's plan (kind, region, seed, index).
-        cfg: Generation config (tile size, scene settings, store options).
+        cfg: Generation config (tile size, scale, scene settings, store options).
 
     Returns:
         The tile, and masks "headwall", "floor", "tongue" (complete slumps), "bare", "water", "road", "cloud".
     """
-    n = cfg.tile_size
     if plan.kind == "full_nodata":
-        empty = np.zeros((n, n), bool)
+        empty = np.zeros((cfg.tile_size, cfg.tile_size), bool)
         return _empty_tile(plan, cfg), {k: empty for k in _PART_NAMES}
+    if cfg.scale == 1.0:
+        return _render_scene(plan, cfg)
+    tile, parts = _render_scene(plan, native_config(cfg), fov=_CONTEXT_FACTOR)
+    return downsample_tile(tile), {k: downsample_mask(m) for k, m in parts.items()}
+
+
+def _render_scene(plan: TilePlan, cfg: GenerationConfig, fov: int = 1) -> tuple[RawTile, dict[str, np.ndarray]]:
+    """Render a scene at native resolution, ``cfg.tile_size`` pixels covering ``fov`` stored tiles across."""
+    n = cfg.tile_size
     s = cfg.synthetic
     rng = plan.rng()
     pal = _region_palette(plan.region)
@@ -108,7 +156,7 @@ def render_tile_with_parts(plan: TilePlan, cfg: GenerationConfig) -> tuple[RawTi
             if pick == 1 and has_river:
                 pick = 0  # one river per tile: crossing rivers look wrong
             if pick == 0:
-                painted = _lake(rng, scene, objects)
+                painted = _lake(rng, scene, objects, size=(_LAKE_SIZE[0] / fov, _LAKE_SIZE[1] / fov))
             elif pick == 1:
                 painted = has_river = _river(rng, scene)
             elif pick == 2:
@@ -119,7 +167,7 @@ def render_tile_with_parts(plan: TilePlan, cfg: GenerationConfig) -> tuple[RawTi
 
     if has_dark and not scene.parts["water"].any():
         # Clamped pixels need deep shadow or deep water: add a small pond with a pitch-dark centre.
-        _lake(rng, scene, objects, size=(0.015, 0.05), pitch_probability=1.0)
+        _lake(rng, scene, objects, size=(_POND_SIZE[0] / fov, _POND_SIZE[1] / fov), pitch_probability=1.0)
 
     for o, g in slumps:
         _paint_rts(rng, scene, o, g)

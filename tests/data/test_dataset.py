@@ -1,0 +1,64 @@
+"""Tests of the dataset layer's joined sources (ConcatSource: several train stores as one)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtscore.data.dataset import ConcatSource, usable_indices
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.tiles import StoredSample
+from tests.helpers import write_test_store
+
+
+def test_concat_source_joins_tiles_and_metadata(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    write_test_store(a, 10, extra=1)
+    write_test_store(b, 6, extra=1)
+    sa, sb = ZarrTileStore(a), ZarrTileStore(b)
+    joined = ConcatSource([sa, sb])
+    assert len(joined) == 16 and joined.channel_names == ["R", "G", "B", "e0"]
+    assert joined.locate(9) == (0, 9) and joined.locate(10) == (1, 0) and joined.locate(-1) == (1, 5)
+    s = joined[12]
+    assert s.index == 12 and s.tile_id == sb[2].tile_id
+    np.testing.assert_array_equal(s.rgb, sb[2].rgb)
+    meta = joined.metadata
+    assert meta is not None and len(meta) == 16 and meta.tile_size == 32
+    np.testing.assert_array_equal(meta.is_positive, np.concatenate([sa.metadata.is_positive, sb.metadata.is_positive]))
+    assert usable_indices(joined).size == usable_indices(sa).size + usable_indices(sb).size
+    with pytest.raises(IndexError, match="out of range for 16 tiles"):
+        joined[16]
+    again = pickle.loads(pickle.dumps(joined))  # DataLoader workers: reopened lazily per process
+    np.testing.assert_array_equal(again[3].label, sa[3].label)
+
+
+def test_concat_source_refuses_mixed_channels(tmp_path: Path) -> None:
+    write_test_store(tmp_path / "a.zarr", 4, extra=1)
+    write_test_store(tmp_path / "b.zarr", 4)
+    with pytest.raises(ValueError, match="different channels"):
+        ConcatSource([ZarrTileStore(tmp_path / "a.zarr"), ZarrTileStore(tmp_path / "b.zarr")])
+
+
+class _NoMetadata:
+    """A source without store metadata (as a legacy npz directory)."""
+
+    def __init__(self, store: ZarrTileStore) -> None:
+        self.store = store
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __getitem__(self, index: int) -> StoredSample:
+        return self.store[index]
+
+
+def test_concat_source_without_metadata_falls_back_to_pixels(tmp_path: Path) -> None:
+    write_test_store(tmp_path / "a.zarr", 5)
+    write_test_store(tmp_path / "b.zarr", 3)
+    sa = ZarrTileStore(tmp_path / "a.zarr")
+    joined = ConcatSource([sa, _NoMetadata(ZarrTileStore(tmp_path / "b.zarr"))])
+    assert joined.metadata is None and joined.channel_names is None
+    np.testing.assert_array_equal(usable_indices(joined), np.arange(8))
