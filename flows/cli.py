@@ -7,8 +7,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from rtscore.cli import build_parser, run
+from rtscore.cli import build_parser, package_verify_command, run
 
 
 def _quiet_ephemeral_prefect() -> None:
@@ -47,27 +48,93 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_dir(args: argparse.Namespace) -> str:
+    """--run, or artifacts/<config file stem> (configs/quickstart.yaml -> artifacts/quickstart)."""
+    return str(Path(args.run or Path("artifacts") / Path(args.config).stem).resolve())
+
+
+def _print_training(results: list[Any]) -> None:
+    for r in results:
+        print(
+            f"seed {r.result.seed:<6d} best val_realistic_pr_auc_geomean {r.result.best_metric:.4f} "
+            f"(epoch {r.result.best_epoch}) {r.result.seed_dir}"
+        )
+
+
+def _print_calibration(cal: Any) -> None:
+    d = cal.deployment
+    print(f"calibration: tta {d.tta}, scales {d.scales}; shipped seed {cal.shipped_seed}")
+    print(f"  TTA gate:   {cal.tta_reason}")
+    print(f"  scale gate: {cal.scales_reason}")
+    for p in cal.seeds:
+        note = "" if p.target_reached else " (target precision not reachable: max-F1 threshold)"
+        print(
+            f"  seed {p.seed}: T = {p.temperature:.3f}, threshold {p.threshold:.4f} "
+            f"(val precision {p.precision:.3f}, recall {p.recall:.3f}){note}"
+        )
+
+
 def _pipeline(args: argparse.Namespace) -> int:
     _quiet_ephemeral_prefect()
     from flows.pipeline import pipeline
 
-    refs = pipeline(
+    run_dir = _run_dir(args)
+    out = pipeline(
         config=str(Path(args.config).resolve()),
-        run_dir=str(Path(args.run).resolve()),
+        run_dir=run_dir,
         seeds=args.seeds,
         refresh=args.refresh,
+        skip_generation=args.skip_generation,
     )
-    for name, ref in refs.items():
-        if isinstance(ref, list):
-            for r in ref:
-                print(
-                    f"seed {r.result.seed:<15d} best val_realistic_pr_auc_geomean {r.result.best_metric:.4f} "
-                    f"(epoch {r.result.best_epoch}) {r.result.seed_dir}"
-                )
-        else:
-            print(f"{name:20s} {ref.uri}")
-    print(f"pipeline finished: {Path(args.run)}")
+    _print_training(out["training"])
+    _print_calibration(out["calibration"])
+    print()
+    print(out["test"].table)
+    print(f"\ntest report: {Path(run_dir) / 'evaluation' / 'test_report.md'}")
+    print(f"deployment package: {out['package'].uri}")
     return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    _quiet_ephemeral_prefect()
+    from flows.calibrate import calibrate
+
+    cal = calibrate(
+        config=str(Path(args.config).resolve()), run_dir=_run_dir(args), seeds=args.seeds, refresh=args.refresh
+    )
+    _print_calibration(cal)
+    print(f"deployment config: {Path(_run_dir(args)) / 'calibration' / 'deployment_config.yaml'}")
+    return 0
+
+
+def _evaluate_test(args: argparse.Namespace) -> int:
+    _quiet_ephemeral_prefect()
+    from flows.calibrate import evaluate_test
+
+    rep = evaluate_test(
+        config=str(Path(args.config).resolve()), run_dir=_run_dir(args), seeds=args.seeds, refresh=args.refresh
+    )
+    print(rep.table)
+    print(f"\ntest report: {Path(_run_dir(args)) / 'evaluation' / 'test_report.md'}")
+    return 0
+
+
+def _package_build(args: argparse.Namespace) -> int:
+    _quiet_ephemeral_prefect()
+    from flows.calibrate import package
+
+    ref = package(
+        config=str(Path(args.config).resolve()), run_dir=_run_dir(args), seeds=args.seeds, refresh=args.refresh
+    )
+    print(f"deployment package: {ref.uri}")
+    return 0
+
+
+def _stage_args(p: argparse.ArgumentParser, *, seeds_help: str = "seeds (default: training.seeds)") -> None:
+    p.add_argument("--config", required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)")
+    p.add_argument("--run", help="run directory (default: artifacts/<config file name>)")
+    p.add_argument("--seeds", type=int, nargs="+", help=seeds_help)
+    p.add_argument("--refresh", action="store_true", help="recompute (ignore cached results)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -86,12 +153,32 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--fresh", action="store_true", help="start over instead of resuming from resume_latest.pth")
     t.set_defaults(func=_train)
 
-    q = sub.add_parser("pipeline", help="the full pipeline flow (data stages, then multi-seed training)")
-    q.add_argument("--config", required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)")
-    q.add_argument("--run", required=True, help="run directory, e.g. artifacts/quickstart")
-    q.add_argument("--seeds", type=int, nargs="+", help="override training.seeds")
-    q.add_argument("--refresh", action="store_true", help="recompute every stage (ignore cached results)")
+    q = sub.add_parser(
+        "run",
+        aliases=["pipeline"],
+        help="the full pipeline: data -> training -> calibrate -> evaluate-test -> package",
+    )
+    _stage_args(q, seeds_help="override training.seeds")
+    q.add_argument("--skip-generation", action="store_true", help="reuse the run's existing datasets")
     q.set_defaults(func=_pipeline)
+
+    c = sub.add_parser("calibrate", help="logit caches, TTA/scale gates, temperature and threshold (calibrate flow)")
+    _stage_args(c)
+    c.set_defaults(func=_calibrate)
+
+    e = sub.add_parser("evaluate-test", help="Test-Realistic with the frozen deployment config, mean ± std")
+    _stage_args(e)
+    e.set_defaults(func=_evaluate_test)
+
+    k = sub.add_parser("package", help="build or verify the deployment package")
+    ksub = k.add_subparsers(dest="package_command", required=True, metavar="{build,verify}")
+    kb = ksub.add_parser("build", help="assemble <run>/package/ from the shipped seed (package flow)")
+    _stage_args(kb, seeds_help="the calibrated seeds (default: training.seeds)")
+    kb.set_defaults(func=_package_build)
+    kv = ksub.add_parser("verify", help="audit a package without unpickling, then load it and run one tile")
+    kv.add_argument("dir", help="package directory")
+    kv.add_argument("--device", default="cpu", help="device for the one-tile forward pass (default cpu)")
+    kv.set_defaults(func=package_verify_command)
     return p
 
 

@@ -12,23 +12,35 @@ from rtscore.stages import ArtifactRef
 from rtscore.storage import RunDir
 
 
-def load_config(config: str) -> PipelineConfig:
-    return load_pipeline_config(config)
+def load_config(config: str, skip_generation: bool = False) -> PipelineConfig:
+    """The pipeline config; ``skip_generation`` adopts the run's existing stores instead of generating them."""
+    cfg = load_pipeline_config(config)
+    if skip_generation:
+        cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"skip_generation": True})})
+    return cfg
 
 
-def intact(run_dir: str, ref: ArtifactRef) -> bool:
-    """A cached result is only reusable if its artifact is still recorded with the same fingerprint."""
+def intact(run_dir: str, result: Any) -> bool:
+    """A cached result is only reusable if its artifacts are still recorded with the same fingerprints.
+
+    ``result`` is an ArtifactRef, or a model with an ``artifacts`` list of them.
+    """
     run = RunDir(run_dir)
-    entry = run.entry(ref.path)
-    return entry is not None and entry.sha256 == ref.sha256 and run.path(ref.path).exists()
+    refs: list[ArtifactRef] = result.artifacts if hasattr(result, "artifacts") else [result]
+
+    def ok(ref: ArtifactRef) -> bool:
+        entry = run.entry(ref.path)
+        return entry is not None and entry.sha256 == ref.sha256 and run.path(ref.path).exists()
+
+    return all(ok(r) for r in refs)
 
 
-def run_stage(task: Any, run_dir: str, *args: Any, refresh: bool = False, **kwargs: Any) -> ArtifactRef:
-    """Call a stage task (cached unless ``refresh``); recompute if its cached artifact was lost or changed."""
-    ref: ArtifactRef = task.with_options(refresh_cache=refresh)(run_dir, *args, **kwargs)
-    if not intact(run_dir, ref):
-        ref = task.with_options(refresh_cache=True)(run_dir, *args, **kwargs)
-    return ref
+def run_stage(task: Any, run_dir: str, *args: Any, refresh: bool = False, **kwargs: Any) -> Any:
+    """Call a stage task (cached unless ``refresh``); recompute if its cached artifacts were lost or changed."""
+    result = task.with_options(refresh_cache=refresh)(run_dir, *args, **kwargs)
+    if not intact(run_dir, result):
+        result = task.with_options(refresh_cache=True)(run_dir, *args, **kwargs)
+    return result
 
 
 def publish_summary(key: str, title: str, refs: list[ArtifactRef], extra: Callable[[], str] | None = None) -> None:

@@ -16,10 +16,10 @@ SPLITS = ("train", "val", "test")
 
 @flow(name="generate-dataset")
 def generate_dataset(
-    config: str, run_dir: str, splits: list[str] | None = None, refresh: bool = False
+    config: str, run_dir: str, splits: list[str] | None = None, refresh: bool = False, skip_generation: bool = False
 ) -> list[ArtifactRef]:
-    """Generate the tile store of each split into `<run_dir>/datasets/<split>.zarr`."""
-    cfg = load_config(config)
+    """Generate the tile store of each split into `<run_dir>/datasets/<split>.zarr` (or adopt existing ones)."""
+    cfg = load_config(config, skip_generation)
     refs = [run_stage(t.generate_dataset, run_dir, cfg, split, refresh=refresh) for split in splits or SPLITS]
     publish_summary("generate-dataset", "Generated datasets", refs)
     return refs
@@ -44,9 +44,11 @@ def validate_data(config: str, run_dir: str, refresh: bool = False) -> ArtifactR
 
 
 @flow(name="data-pipeline")
-def data_pipeline(config: str, run_dir: str, refresh: bool = False) -> dict[str, ArtifactRef]:
+def data_pipeline(
+    config: str, run_dir: str, refresh: bool = False, skip_generation: bool = False
+) -> dict[str, ArtifactRef]:
     """generate-dataset (train/val/test) -> normalization-stats -> validate-data."""
-    cfg = load_config(config)
+    cfg = load_config(config, skip_generation)
     refs = {"config": save_resolved_config(run_dir, cfg)}
     for split in SPLITS:
         refs[f"dataset_{split}"] = run_stage(t.generate_dataset, run_dir, cfg, split, refresh=refresh)

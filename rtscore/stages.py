@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -349,18 +348,15 @@ def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool 
 
 
 def _shipped_seed(run: RunDir, cfg: PipelineConfig, seeds: list[int]) -> int:
-    """cfg.package.seed, else the seed with the best validation metric (seeds/summary.json, else run_summary)."""
-    if cfg.package.seed is not None:
-        if cfg.package.seed not in seeds:
-            raise StorageError(f"package.seed {cfg.package.seed} is not among the calibrated seeds {seeds}")
-        return cfg.package.seed
-    best: dict[int, float] = {}
-    summary = run.path("seeds/summary.json")
-    if summary.is_file():
-        for r in json.loads(summary.read_text())["seeds"]:
-            best[int(r["seed"])] = float(r["best_metric"])
-    scored = [s for s in seeds if s in best and best[s] == best[s]]
-    return max(scored, key=lambda s: best[s]) if scored else seeds[0]
+    """cfg.package.seed, else the best validation metric in seeds/summary.json (the rule the package uses)."""
+    from rtscore.package import choose_seed, load_seed_results
+
+    if cfg.package.seed is not None and cfg.package.seed not in seeds:
+        raise StorageError(f"package.seed {cfg.package.seed} is not among the calibrated seeds {seeds}")
+    if not run.path("seeds/summary.json").is_file():  # a single train-seed run: nothing to compare
+        return cfg.package.seed if cfg.package.seed is not None else seeds[0]
+    results = [r for r in load_seed_results(run) if r.seed in seeds]
+    return choose_seed(results, cfg.package.seed).seed if results else seeds[0]
 
 
 def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -> CalibrationResult:
@@ -534,3 +530,13 @@ def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = N
     chash = stage_config_hash("evaluate-test", cfg)
     refs = [_ref(run, rel, "evaluate-test", chash) for rel in rels]
     return TestReport(table=render_table(report), aggregate=agg, artifacts=refs)
+
+
+def package(run_dir: str, cfg: PipelineConfig, seed: int | None = None) -> ArtifactRef:
+    """`package/`: weights, stats, model/deployment config, run metadata, frozen requirements, SHA256SUMS."""
+    from rtscore.package import build_package
+
+    run = RunDir(run_dir)
+    run.forget("package")
+    build_package(run_dir, cfg, seed=seed)
+    return _ref(run, "package", "package", stage_config_hash("package", cfg))

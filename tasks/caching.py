@@ -12,7 +12,10 @@ from rtscore.storage import RunDir
 
 
 def stage_cache_key(stage: str, inputs: tuple[str, ...] = (), params: tuple[str, ...] = ("split",)) -> Any:
-    """A Prefect ``cache_key_fn``: the URI of an input is not enough, its sha256 from the manifest is."""
+    """A Prefect ``cache_key_fn``: the URI of an input is not enough, its sha256 from the manifest is.
+
+    An input containing ``{seed}`` stands for the task's ``seed`` parameter, or each of its ``seeds``.
+    """
 
     def key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
         run = RunDir(parameters["run_dir"])
@@ -22,9 +25,17 @@ def stage_cache_key(stage: str, inputs: tuple[str, ...] = (), params: tuple[str,
         h.update(run.uri.encode())
         for name in params:
             h.update(f"{name}={parameters.get(name, '')};".encode())
-        for rel in inputs:
+        for rel in _expand(inputs, parameters):
             entry = run.entry(rel)
-            h.update((entry.sha256 if entry else "missing").encode())
+            h.update(f"{rel}={entry.sha256 if entry else 'missing'};".encode())
         return f"{stage}-{h.hexdigest()}"
 
     return key
+
+
+def _expand(inputs: tuple[str, ...], parameters: dict[str, Any]) -> list[str]:
+    seeds = parameters.get("seeds") or ([parameters["seed"]] if parameters.get("seed") is not None else [])
+    out: list[str] = []
+    for rel in inputs:
+        out += [rel.format(seed=s) for s in seeds] if "{seed}" in rel else [rel]
+    return out
