@@ -14,7 +14,8 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 install: $(BIN)/.installed
 
 quickstart: $(BIN)/.installed
-	$(BIN)/rts pipeline --config configs/quickstart.yaml --run $(RUN)
+	$(BIN)/rts run --config configs/quickstart.yaml --run $(RUN)
+	$(BIN)/rts package verify $(RUN)/package
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
@@ -26,3 +27,4 @@ lint: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python bench/data_bench.py
 	$(BIN)/python bench/train_bench.py
+	$(BIN)/python bench/calibration_bench.py

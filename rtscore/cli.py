@@ -183,9 +183,17 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     args = parser.parse_args(argv)
     from rtscore.config.base import ConfigError
     from rtscore.data.store import TileStoreError
+    from rtscore.errors import PipelineError
     from rtscore.storage import StorageError
 
-    known: tuple[type[BaseException], ...] = (ConfigError, TileStoreError, StorageError, ValueError, FileNotFoundError)
+    known: tuple[type[BaseException], ...] = (
+        ConfigError,
+        TileStoreError,
+        StorageError,
+        PipelineError,
+        ValueError,
+        FileNotFoundError,
+    )
     try:
         return int(args.func(args))
     except known as err:

@@ -19,6 +19,7 @@ import numpy as np
 from rtscore.config.base import ConfigError, load_config
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.errors import PipelineError
 from rtscore.metrics import (
     ConfusionCounts,
     LogitBins,
@@ -40,7 +41,7 @@ from rtscore.metrics.pixel import prob_to_logit
 PIXEL_ROWS = (("iou_rts", "IoU_RTS"), ("f1_rts", "F1_RTS"), ("pr_auc", "PR-AUC"))
 
 
-class EvaluationError(RuntimeError):
+class EvaluationError(PipelineError):
     """Test evaluation cannot run (e.g. the deployment config is not frozen yet)."""
 
 

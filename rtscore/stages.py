@@ -71,20 +71,60 @@ STAGE_CONFIG_EXCLUDES: dict[str, tuple[str, ...]] = {
     "normalization-stats": ("mlflow", "deployment", *_LATER, *_TRAINING),
     "validate-data": ("mlflow", "deployment", *_LATER, *_TRAINING),
     "train-seed": ("mlflow", "deployment", *_LATER),
-    "logit-cache": ("mlflow", "evaluation", "package"),
+    "logit-cache": (
+        "mlflow",
+        "evaluation",
+        "package",
+        # decision settings: the cache serves every value of these
+        "calibration.ratio",
+        "calibration.target_precision",
+        "calibration.tta_gate",
+        "calibration.tta_min_pr_auc_gain",
+        "calibration.tta_max_precision_drop",
+        "calibration.scale_gate",
+        "calibration.scale_min_large_pr_auc_gain",
+        "calibration.scale_max_fp_rate_increase",
+        "calibration.per_region_thresholds",
+        "calibration.temperature_bounds",
+        "calibration.ece_bins",
+        "deployment.threshold",
+        "deployment.temperature",
+        "deployment.tta",
+        "deployment.scales",
+        "deployment.fusion",
+        "deployment.region_thresholds",
+    ),
     "calibrate": ("mlflow", "evaluation", "package"),
     "evaluate-test": ("mlflow", "package"),
     "package": ("mlflow",),
 }
 
 
+# Pipeline stages from first to last (for reports and tests of what a config change re-runs).
+STAGES = (
+    "generate-dataset",
+    "normalization-stats",
+    "validate-data",
+    "train-seed",
+    "logit-cache",
+    "calibrate",
+    "evaluate-test",
+    "package",
+)
+
+
 def stage_config_hash(stage: str, cfg: PipelineConfig) -> str:
-    """sha256 of the config sections `stage` depends on (the whole config minus STAGE_CONFIG_EXCLUDES)."""
+    """sha256 of the config `stage` depends on: the whole config minus STAGE_CONFIG_EXCLUDES (sections or
+    `section.field` keys)."""
     from rtscore.config.base import canonical_json
 
     data = cfg.model_dump(mode="json")
-    for section in STAGE_CONFIG_EXCLUDES.get(stage, ()):
-        data.pop(section, None)
+    for key in STAGE_CONFIG_EXCLUDES.get(stage, ()):
+        section, _, name = key.partition(".")
+        if name:
+            data.get(section, {}).pop(name, None)
+        else:
+            data.pop(section, None)
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 

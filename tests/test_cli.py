@@ -91,3 +91,34 @@ def test_rts_entry_point_help() -> None:
     out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("generate", "stats", "validate", "data", "import-npz"):
         assert command in out
+
+
+def test_after_training_commands_are_wired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["package", "verify", str(tmp_path / "nothing")]) == 1
+    assert "verdict" in capsys.readouterr().out
+    for argv in (
+        ["run", "--help"],
+        ["calibrate", "--help"],
+        ["evaluate-test", "--help"],
+        ["package", "build", "--help"],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "--skip-generation" in out and "--seeds" in out
+
+
+def test_pipeline_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rtscore.cli import build_parser, run
+    from rtscore.evaluate import EvaluationError
+
+    p, sub = build_parser()
+
+    def refuse(args: object) -> int:
+        raise EvaluationError("calibration/seed_42/deployment_config.yaml: threshold is null; run calibrate first")
+
+    sub.add_parser("boom").set_defaults(func=refuse)
+    assert run(p, ["boom"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "threshold is null" in err

@@ -30,6 +30,7 @@ import numpy as np
 
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import CalibrationConfig, PipelineConfig
+from rtscore.errors import PipelineError
 from rtscore.metrics import LogitBins, TileHistograms
 from rtscore.metrics.objects import EIGHT_CONNECTED
 
@@ -37,7 +38,7 @@ CACHE_FORMAT = "rts-logit-cache/1"
 _NEG, _POS, _POS_LARGE = 0, 1, 2
 
 
-class CacheError(RuntimeError):
+class CacheError(PipelineError):
     """The logit cache is missing, incomplete, or was computed for other numerics."""
 
 

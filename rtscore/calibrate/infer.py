@@ -121,6 +121,7 @@ def scale_logits(
     precision: str,
 ) -> dict[str, torch.Tensor]:
     """Per transform, the (B, H, W) float32 logits at native resolution of the model run at `scale`."""
+    import torch
     import torch.nn.functional as F
 
     from rtscore.train.loop import autocast
@@ -130,7 +131,7 @@ def scale_logits(
     out: dict[str, torch.Tensor] = {}
     for name in transforms:
         with autocast(precision, x.device):
-            y = model(transform(xs, name))
+            y = model(transform(xs, name).contiguous(memory_format=torch.channels_last))
         y = invert(y[:, :1].float(), name)
         if scale != 1.0:
             y = F.interpolate(y, size=(h, w), mode="bilinear", align_corners=False)
@@ -158,8 +159,8 @@ def predict_logits(
 
 
 def prepare_model(model: torch.nn.Module, torch_compile: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The model in eval mode, compiled when the deployment says so (parity: calibrate as you deploy)."""
+    """The model in eval mode and channels_last, compiled when the deployment says so (calibrate as you deploy)."""
     import torch
 
-    model.eval()
+    model.eval().to(memory_format=torch.channels_last)
     return torch.compile(model) if torch_compile else model  # type: ignore[return-value]

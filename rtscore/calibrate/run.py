@@ -27,11 +27,12 @@ from rtscore.calibrate.temperature import fit_temperature
 from rtscore.config.base import ConfigError, dump_yaml, load_config
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.errors import PipelineError
 from rtscore.metrics import ObjectCounter, object_metrics, weighted_hist
 from rtscore.metrics.objects import iou_tag
 
 
-class CalibrationError(RuntimeError):
+class CalibrationError(PipelineError):
     """Calibration cannot run: missing inputs, or a deployment config it must not calibrate."""
 
 

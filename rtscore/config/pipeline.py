@@ -322,7 +322,9 @@ class TrainingConfig(StrictModel):
     seeds: list[int] = Field(default_factory=lambda: [42, 43, 44], description="Seeds of the final multi-seed run.")
     deterministic: bool = Field(True, description="cudnn.deterministic, no benchmark, deterministic algorithms.")
     torch_compile: bool = Field(False, description="Compile the model with torch.compile.")
-    channels_last: bool = Field(True, description="channels_last memory format on CUDA.")
+    channels_last: bool = Field(
+        True, description="channels_last memory format (CUDA and CPU: 1.7x faster quickstart training on 2 cores)."
+    )
     grad_clip_norm: float = Field(1.0, gt=0.0, description="Gradient clipping max norm.")
     early_stopping: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig, description="Early stopping.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Resume checkpoints.")

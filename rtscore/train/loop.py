@@ -16,6 +16,7 @@ import torch
 
 from rtscore.config.base import canonical_json, config_hash
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.errors import PipelineError
 from rtscore.train import checkpoint as ckpt
 from rtscore.train.determinism import rng_state, seed_everything, set_rng_state
 from rtscore.train.early_stopping import EarlyStopping
@@ -36,7 +37,7 @@ _RESUME_FREE = {
 }
 
 
-class TrainingError(RuntimeError):
+class TrainingError(PipelineError):
     """Training cannot start or cannot go on (bad setup, non-finite loss, incompatible resume)."""
 
 
@@ -109,7 +110,7 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
     val_ds = build_dataset(cfg, run_dir / "datasets" / "val.zarr", stats, train=False)
     loader, sampler = train_loader(cfg, train_ds, seed)
     model = build_model(cfg.model, cfg.channels).to(device)
-    if device.type == "cuda" and cfg.training.channels_last:
+    if cfg.training.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.AdamW(
         [
@@ -165,7 +166,7 @@ def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None 
     for batch in s.train_loader:
         x = batch["image"].to(dev, non_blocking=True)
         y = batch["label"].to(dev, non_blocking=True)
-        if dev.type == "cuda" and cfg.training.channels_last:
+        if cfg.training.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with autocast(cfg.training.precision, dev):
             logits = s.train_model(x)[:, 0]

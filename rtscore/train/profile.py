@@ -97,7 +97,7 @@ def try_batch(
     try:
         x = torch.randn(batch, c, size, size, device=device)
         y = (torch.rand(batch, size, size, device=device) > 0.99).float()
-        if device.type == "cuda" and cfg.training.channels_last:
+        if cfg.training.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         if sampler is not None:
             sampler.__enter__()
@@ -139,7 +139,7 @@ def profile_batch_sizes(
     device = device or select_device(cfg)
     check_precision(cfg.training.precision, device)
     model = build_model(cfg.model.model_copy(update={"encoder_weights": None}), cfg.channels).to(device).train()
-    if device.type == "cuda" and cfg.training.channels_last:
+    if cfg.training.channels_last:
         model = model.to(memory_format=torch.channels_last)
     trials: dict[int, Trial] = {}
 

@@ -56,7 +56,7 @@ def collect(
         for batch in loader:
             x = batch["image"].to(device, non_blocking=True)
             y = batch["label"].to(device, non_blocking=True)
-            if device.type == "cuda" and cfg.training.channels_last:
+            if cfg.training.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             with autocast(cfg.training.precision, device):
                 logits = model(x)[:, 0]

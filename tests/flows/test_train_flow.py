@@ -51,7 +51,41 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
     assert sorted(c.info.run_name for c in children) == ["seed_1", "seed_2"]
     assert all(c.info.status == "FINISHED" for c in children)
 
-    before = (run / "seeds/seed_1/best_deployment.pth").stat().st_mtime_ns
+    # After training: calibration, test report, package (guide §10.4), all in the manifest.
+    dep = yaml.safe_load((run / "calibration/deployment_config.yaml").read_text())
+    assert dep["threshold"] is not None and dep["temperature"] is not None
+    assert refs["calibration"].deployment.threshold == dep["threshold"]
+    report = json.loads((run / "evaluation/test_report.json").read_text())
+    assert report["seeds"] == [1, 2] and "±" in report["aggregate"]["1_200"]["pr_auc"]["text"]
+    assert "IoU_RTS" in (run / "evaluation/test_report.md").read_text()
+    for rel in (
+        "calibration/gates.json",
+        "evaluation/test_report.json",
+        "package",
+        "calibration/seed_2/logit_cache.zarr",
+    ):
+        assert rel in manifest or rel in json.loads((run / "manifest.json").read_text())["artifacts"]
+    from rtscore.package import verify_package
+
+    verdict = verify_package(run / "package")
+    assert verdict.ok, verdict.failures()
+
+    watched = [
+        run / "seeds/seed_1/best_deployment.pth",
+        run / "calibration/seed_1/logit_cache.zarr/zarr.json",
+        run / "calibration/deployment_config.yaml",
+        run / "evaluation/test_report.json",
+        run / "package/SHA256SUMS",
+    ]
+    before = [p.stat().st_mtime_ns for p in watched]
     again = pipeline(config=str(config_file), run_dir=str(run))
-    assert (run / "seeds/seed_1/best_deployment.pth").stat().st_mtime_ns == before, "finished seeds are cached"
+    assert [p.stat().st_mtime_ns for p in watched] == before, "every finished stage is cached"
     assert [r.result.best_metric for r in again["training"]] == [r.result.best_metric for r in results]
+
+    # A decision setting changes: calibration and what follows re-run; training and the logit caches do not.
+    data = yaml.safe_load(config_file.read_text())
+    data.setdefault("calibration", {})["target_precision"] = 0.6
+    config_file.write_text(yaml.safe_dump(data))
+    pipeline(config=str(config_file), run_dir=str(run))
+    after = [p.stat().st_mtime_ns for p in watched]
+    assert after[:2] == before[:2] and all(a != b for a, b in zip(after[2:], before[2:], strict=True))

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtscore.config.pipeline import PipelineConfig
+from tests.helpers import copy_run, make_data_run
+from tests.train.conftest import tiny_train_config
+
+SEEDS = (1, 2)
+
+
+def calib_config(**calibration: object) -> PipelineConfig:
+    cfg = tiny_train_config()
+    cal = cfg.calibration.model_copy(update={"large_rts_bbox_m": 60.0, **calibration})
+    return cfg.model_copy(update={"calibration": cal})
+
+
+@pytest.fixture(scope="session")
+def model_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run with the data stages done and untrained (seeded) EMA weights for SEEDS: no training needed."""
+    import torch
+
+    from rtscore.models import build_model
+    from rtscore.train.checkpoint import save_best
+
+    cfg = calib_config()
+    run = make_data_run(tmp_path_factory.mktemp("calib") / "run", cfg)
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        model = build_model(cfg.model, cfg.channels)
+        save_best(run / "seeds" / f"seed_{seed}", model.state_dict())
+    return run
+
+
+@pytest.fixture
+def run_copy(model_run: Path, tmp_path: Path) -> Path:
+    return copy_run(model_run, tmp_path / "run")

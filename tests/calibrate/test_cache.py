@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import average_precision_score
+
+from rtscore import stages
+from rtscore.calibrate.cache import CacheError, Combo, LogitCache, candidate_combos, large_positive_mask
+from rtscore.calibrate.infer import predict_logits, prepare_model
+from rtscore.metrics import LogitBins, TileHistogramAccumulator, pr_auc
+from tests.calibrate.conftest import calib_config
+
+
+def _full_logits(run: Path, cfg, seed: int, combo: Combo) -> tuple[np.ndarray, np.ndarray, list[str]]:  # type: ignore[no-untyped-def]
+    """Recompute the fused logits of every val tile with the deployment path (no cache involved)."""
+    from rtscore.stages import _eval_setup
+    from rtscore.storage import RunDir
+
+    model, loader, _ = _eval_setup(RunDir(str(run)), cfg, seed, "val")
+    run_model = prepare_model(model, False)
+    zs, ys, ids = [], [], []
+    with torch.inference_mode():
+        for b in loader:
+            z = predict_logits(
+                run_model, b["image"], tta=combo.tta, scales=combo.scales, fusion=combo.fusion, precision="fp32"
+            )
+            zs.append(z.numpy())
+            ys.append(b["label"].numpy())
+            ids += list(b["tile_id"])
+    return np.concatenate(zs), np.concatenate(ys), ids
+
+
+@pytest.fixture(scope="module")
+def cached(model_run: Path) -> tuple[Path, LogitCache]:
+    cfg = calib_config()
+    ref = stages.logit_cache(str(model_run), cfg, 1)
+    return model_run, LogitCache(model_run / ref.path)
+
+
+@pytest.mark.parametrize(
+    "combo", [Combo("none", (1.0,)), Combo("standard", (1.0,)), Combo("minimal", (1.0, 0.5), "max")], ids=str
+)
+def test_cache_gives_the_pr_auc_of_the_full_probabilities(cached: tuple[Path, LogitCache], combo: Combo) -> None:
+    run, cache = cached
+    cfg = calib_config()
+    z, y, ids = _full_logits(run, cfg, 1, combo)
+    h = cache.hist(combo).hist
+    assert list(h.tile_ids) == ids
+    # Same histograms as binning the recomputed logits (up to float noise moving a pixel across a bin edge).
+    acc = TileHistogramAccumulator(LogitBins(n_bins=cfg.metrics.pr_bins))
+    acc.add_batch(z, y, ids)
+    ref = acc.result()
+    assert np.abs(ref.pos.astype(np.int64) - h.pos).sum() <= 2
+    assert np.abs(ref.neg.astype(np.int64) - h.neg).sum() <= 0.001 * h.neg.sum() + 2
+    # ... and the PR-AUC of the full-resolution probabilities (pixel level, sklearn), within bin resolution.
+    valid = y != 255
+    exact = average_precision_score(y[valid] == 1, z[valid])
+    assert pr_auc(h, None) == pytest.approx(exact, abs=2e-3)
+
+
+def test_cache_layout_grows_with_tiles_times_bins(cached: tuple[Path, LogitCache]) -> None:
+    _, cache = cached
+    cfg = calib_config()
+    combos = candidate_combos(cfg.calibration)
+    assert cache.keys == [c.key for c in combos]
+    assert cache._group["hist"].shape == (len(combos), cache.n_tiles, 3, cfg.metrics.pr_bins)
+    assert cache.attrs["precision"] == "fp32" and cache.attrs["torch_compile"] is False
+    sizes = cache.nbytes()
+    assert sizes["hist"] > 0 and sizes["total"] >= sizes["hist"] + sizes["dense"]
+
+
+def test_full_resolution_part_reproduces_the_fused_logits(cached: tuple[Path, LogitCache]) -> None:
+    run, cache = cached
+    combo = Combo("minimal", (1.0, 0.5), "weighted_mean")
+    z, y, _ = _full_logits(run, calib_config(), 1, combo)
+    rows = []
+    for row, dz, label in cache.dense_tiles(combo):
+        rows.append(row)
+        np.testing.assert_allclose(dz, z[row], atol=0.02, rtol=2e-3)  # stored as float16
+        assert np.array_equal(label, y[row])
+    positive = np.flatnonzero((y == 1).reshape(len(y), -1).any(axis=1))
+    assert set(positive) <= set(rows), "every tile with GT objects is kept at full resolution"
+
+
+def test_large_positive_mask_keeps_only_rts_with_a_long_bounding_box() -> None:
+    label = np.zeros((20, 20), np.uint8)
+    label[1:3, 1:3] = 1  # 2 px box
+    label[5:7, 2:15] = 1  # 13 px long
+    label[10, 10] = 255
+    large = large_positive_mask(label, 10)
+    assert large[5:7, 2:15].all() and not large[1:3, 1:3].any() and large.sum() == 26
+
+
+def test_missing_or_foreign_cache_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(CacheError, match="no logit cache"):
+        LogitCache(tmp_path / "nothing.zarr")
+    import zarr
+
+    g = zarr.open_group(str(tmp_path / "c.zarr"), mode="w", zarr_format=3)
+    g.attrs.update({"format": "rts-logit-cache/1", "bins": {"n_bins": 64, "lo": -16, "hi": 16}, "combos": []})
+    with pytest.raises(CacheError, match="has no configuration tta=full"):
+        LogitCache(tmp_path / "c.zarr").index(Combo("full", (1.0,)))
+    g.attrs["format"] = "something else"
+    with pytest.raises(CacheError, match="not a logit cache"):
+        LogitCache(tmp_path / "c.zarr")

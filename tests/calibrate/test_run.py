@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rtscore import stages
+from rtscore.calibrate.cache import CacheError, LogitCache
+from rtscore.calibrate.run import CalibrationError, ParityError, calibrate_seed, check_parity, run_gates
+from rtscore.config.base import dump_yaml
+from rtscore.config.deployment import DeploymentConfig
+from tests.calibrate.conftest import SEEDS, calib_config
+
+
+@pytest.fixture(scope="module")
+def calibrated(model_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.helpers import copy_run
+
+    run = copy_run(model_run, tmp_path_factory.mktemp("calibrated") / "run")
+    cfg = calib_config()
+    for s in SEEDS:
+        stages.logit_cache(str(run), cfg, s)
+    stages.calibrate(str(run), cfg)
+    return run
+
+
+def test_calibrate_writes_threshold_and_temperature_into_the_deployment_configs(calibrated: Path) -> None:
+    run = calibrated
+    final = yaml.safe_load((run / "calibration/deployment_config.yaml").read_text())
+    assert final["threshold"] is not None and final["temperature"] is not None
+    for s in SEEDS:
+        dep = DeploymentConfig.model_validate(
+            yaml.safe_load((run / f"calibration/seed_{s}/deployment_config.yaml").read_text())
+        )
+        assert dep.threshold is not None and 0 < dep.threshold < 1 and dep.temperature is not None
+        report = json.loads((run / f"calibration/seed_{s}/calibration_report.json").read_text())
+        assert report["operating"]["threshold"] == dep.threshold
+        assert report["temperature"]["T"] == dep.temperature
+        assert report["temperature"]["nll_after"] <= report["temperature"]["nll_before"] + 1e-12
+        assert [t["ratio"] for t in report["thresholds"]] == [200, 500, 1000]
+        for png in ("reliability.png", "pr_curves.png"):
+            assert (run / f"calibration/seed_{s}/{png}").read_bytes()[:4] == b"\x89PNG"
+    gates = json.loads((run / "calibration/gates.json").read_text())
+    assert gates["tta"]["chosen"] == final["tta"] and "reason" in gates["scales"]
+    manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
+    assert manifest["calibration/deployment_config.yaml"]["stage"] == "calibrate"
+
+
+def _gated_file(run: Path, tmp_path: Path, **changes: object) -> tuple[Path, LogitCache]:
+    cache = LogitCache(run / "calibration/seed_1/logit_cache.zarr")
+    dep = DeploymentConfig(precision="fp32").model_copy(update=changes)
+    path = tmp_path / "deployment_config.yaml"
+    dump_yaml(dep, path)
+    return path, cache
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"precision": "bf16"}, "precision: 'bf16' in the file, 'fp32' in the logit cache"),
+        ({"torch_compile": True}, "torch_compile: True in the file"),
+        ({"scales": [1.0, 0.75], "fusion": "max"}, "scales/fusion"),
+    ],
+)
+def test_parity_mismatch_is_refused_naming_the_field(
+    calibrated: Path, tmp_path: Path, changes: dict, field: str
+) -> None:
+    path, cache = _gated_file(calibrated, tmp_path, **changes)
+    before = path.read_text()
+    with pytest.raises(ParityError) as err:
+        calibrate_seed(path, cache, calib_config(), tmp_path / "out")
+    assert field in str(err.value) and str(path) in str(err.value)
+    assert path.read_text() == before, "nothing written back on refusal"
+
+
+def test_parity_refuses_a_tta_the_cache_did_not_measure(calibrated: Path, tmp_path: Path) -> None:
+    path, cache = _gated_file(calibrated, tmp_path, tta="full")
+    cfg = calib_config(tta_candidates=["none", "minimal"])
+    cache.attrs["tta_candidates"] = list(cfg.calibration.tta_candidates)  # as if cached with fewer candidates
+    with pytest.raises(ParityError, match="tta: 'full' in the file"):
+        check_parity(DeploymentConfig(precision="fp32", tta="full"), cache, path)
+
+
+def test_gates_can_be_switched_off(calibrated: Path) -> None:
+    cfg = calib_config(tta_gate=False, scale_gate=False)
+    cfg = cfg.model_copy(update={"deployment": cfg.deployment.model_copy(update={"tta": "minimal"})})
+    caches = [LogitCache(calibrated / f"calibration/seed_{s}/logit_cache.zarr") for s in SEEDS]
+    dep, gates = run_gates(cfg, caches)
+    assert dep.tta == "minimal" and dep.scales == [1.0] and dep.threshold is None
+    assert "tta_gate is false" in gates["tta"]["reason"]
+
+
+def test_stale_cache_and_missing_inputs_are_refused(calibrated: Path, tmp_path: Path) -> None:
+    from tests.helpers import copy_run
+
+    run = copy_run(calibrated, tmp_path / "run")
+    weights = run / "seeds/seed_2/best_deployment.pth"
+    weights.write_bytes(weights.read_bytes() + b"\0")  # retrained since the cache was built
+    with pytest.raises(CacheError, match="other weights"):
+        stages.calibrate(str(run), calib_config())
+    with pytest.raises(CalibrationError, match="deployment config not found"):
+        calibrate_seed(
+            tmp_path / "nope.yaml", LogitCache(run / "calibration/seed_1/logit_cache.zarr"), calib_config(), tmp_path
+        )

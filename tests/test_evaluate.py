@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtscore.config.base import dump_yaml
+from rtscore.config.deployment import DeploymentConfig
+from rtscore.evaluate import (
+    EvaluationError,
+    SeedEvaluation,
+    aggregate,
+    fmt,
+    frozen_deployment,
+    pixel_confusion_at_ratio,
+)
+from rtscore.metrics import LogitBins, ObjectCounter, TileHistograms
+
+
+@pytest.mark.parametrize(
+    ("threshold", "temperature", "message"),
+    [(None, 1.5, "threshold is null"), (0.5, None, "temperature is null"), (None, None, "threshold and temperature")],
+)
+def test_test_evaluation_refuses_an_uncalibrated_deployment_config(
+    tmp_path: Path, threshold: float | None, temperature: float | None, message: str
+) -> None:
+    path = tmp_path / "deployment_config.yaml"
+    dump_yaml(DeploymentConfig(threshold=threshold, temperature=temperature), path)
+    with pytest.raises(EvaluationError, match=message) as err:
+        frozen_deployment(path)
+    assert str(path) in str(err.value) and "run calibrate first" in str(err.value)
+    with pytest.raises(EvaluationError, match="not found"):
+        frozen_deployment(tmp_path / "missing.yaml")
+
+
+def test_mean_std_in_the_guides_format() -> None:
+    assert fmt(0.7234, 0.0121) == "0.723 ± 0.012"
+    agg = aggregate({42: {"1_200": {"iou_rts": 0.70}}, 43: {"1_200": {"iou_rts": 0.74}}})
+    cell = agg["1_200"]["iou_rts"]
+    assert cell["mean"] == pytest.approx(0.72) and cell["std"] == pytest.approx(0.028284, rel=1e-4)
+    assert cell["text"] == "0.720 ± 0.028"
+    assert aggregate({1: {"1_200": {"x": 0.5}}})["1_200"]["x"]["text"] == "0.500 ± 0.000"
+
+
+def test_exact_pixel_counts_are_reweighted_to_the_ratio() -> None:
+    bins = LogitBins(n_bins=64)
+    z = np.zeros((3, 64), np.uint32)
+    hist = TileHistograms(bins, z, z, ("a", "b", "c"), np.array([True, False, False]), np.zeros(3, np.int64))
+    conf = np.array([[10, 2, 5, 100], [0, 4, 0, 200], [0, 0, 0, 300]], np.int64)  # tp, fp, fn, tn
+    ev = SeedEvaluation(hist, conf, hist.is_positive, ObjectCounter())
+    c = pixel_confusion_at_ratio(ev, 10)  # 1 positive tile, 2 negatives standing for 10: weight 5
+    assert (c.tp, c.fp, c.fn, c.tn) == (10.0, 2 + 5 * 4.0, 5.0, 100 + 5 * 500.0)
