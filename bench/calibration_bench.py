@@ -39,7 +39,9 @@ def bench_config(tile: int, tiles: int) -> Any:
     val = data["data"]["generation"]["val"]
     val.update(tile_size=tile)
     val["synthetic"].update(n_positive=n_pos, n_negative=tiles - n_pos, n_full_nodata=0)
-    data["data"]["generation"] = {"val": val}
+    train = {**val, "split": "train", "seed": 7, "synthetic": {**val["synthetic"], "n_positive": 4, "n_negative": 4}}
+    train["synthetic"]["regions"] = data["data"]["generation"]["train"]["synthetic"]["regions"]
+    data["data"]["generation"] = {"train": train, "val": val}  # train: only for the normalization stats
     data["data"]["tile_size"] = tile
     data["training"]["batch_size"] = 8
     data["mlflow"]["enabled"] = False
@@ -50,16 +52,13 @@ def make_run(root: Path, cfg: Any, seeds: list[int]) -> Path:
     import torch
 
     from rtscore import stages
-    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
     from rtscore.models import build_model
-    from rtscore.storage import RunDir
     from rtscore.train.checkpoint import save_best
 
     run = root / "run"
-    stages.generate_dataset(str(run), cfg, "val")
-    stats = compute_normalization_stats(run / "datasets/val.zarr", extra_channels=[c.name for c in cfg.channels.extra])
-    write_normalization_stats(stats, run / "normalization_stats.json")
-    RunDir(run).record("normalization_stats.json", "bench", "bench")
+    for split in ("train", "val"):
+        stages.generate_dataset(str(run), cfg, split)
+    stages.normalization_stats(str(run), cfg)
     for s in seeds:
         torch.manual_seed(s)
         save_best(run / "seeds" / f"seed_{s}", build_model(cfg.model, cfg.channels).state_dict())

@@ -158,9 +158,9 @@ def _render_scene(plan: TilePlan, cfg: GenerationConfig, fov: int = 1) -> tuple[
             if pick == 0:
                 painted = _lake(rng, scene, objects, size=(_LAKE_SIZE[0] / fov, _LAKE_SIZE[1] / fov))
             elif pick == 1:
-                painted = has_river = _river(rng, scene)
+                painted = has_river = _river(rng, scene, fov)
             elif pick == 2:
-                painted = _bare_patch(rng, scene, objects)
+                painted = _bare_patch(rng, scene, objects, fov)
             else:
                 painted = _road(rng, scene)
             n_hard += int(painted)  # lakes and bare patches are skipped when no place clear of slumps
@@ -185,7 +185,7 @@ def _render_scene(plan: TilePlan, cfg: GenerationConfig, fov: int = 1) -> tuple[
     has_cloud = rng.random() < s.cloud_probability
     cloud = np.zeros((n, n), bool)
     if has_cloud:
-        op, op_shadow = _cloud(rng, scene, objects, sun_az)
+        op, op_shadow = _cloud(rng, scene, objects, sun_az, fov)
         scene.rgb *= 1.0 - 0.55 * op_shadow
         scene.paint((slice(0, n), slice(0, n)), op, np.array([232.0, 235.0, 239.0]) * rng.uniform(0.92, 1.04), 0.0)
         cloud = op > 0.3

@@ -105,11 +105,11 @@ def _band(rng: np.random.Generator, n: int, wiggle: float) -> tuple[np.ndarray, 
     return np.abs(t - f) / np.sqrt(1.0 + df * df), s
 
 
-def _river(rng: np.random.Generator, scene: _Scene) -> bool:
-    """Meandering dark river with a greener riparian fringe."""
+def _river(rng: np.random.Generator, scene: _Scene, fov: int = 1) -> bool:
+    """Meandering dark river with a greener riparian fringe (width in stored-tile units: `fov` tiles across)."""
     n = scene.n
     dist, s = _band(rng, n, 0.12)
-    w = rng.uniform(2.0, 0.04 * n + 3.0) * (1.0 + 0.25 * np.sin(s * np.float32(2 * np.pi / (0.7 * n))))
+    w = rng.uniform(2.0, 0.04 * (n / fov) + 3.0) * (1.0 + 0.25 * np.sin(s * np.float32(2 * np.pi / (0.7 * n))))
     rip = rng.uniform(2.0, 7.0)
     sl = (slice(0, n), slice(0, n))
     a_rip = np.clip(w / 2 + rip - dist, 0.0, 1.0) * 0.45
@@ -142,10 +142,13 @@ def _road(rng: np.random.Generator, scene: _Scene) -> bool:
     return True
 
 
-def _bare_patch(rng: np.random.Generator, scene: _Scene, rts: Sequence[_Rts]) -> bool:
-    """Barren blob coloured like a slump floor but with no headwall or depression: the key look-alike."""
+def _bare_patch(rng: np.random.Generator, scene: _Scene, rts: Sequence[_Rts], fov: int = 1) -> bool:
+    """Barren blob coloured like a slump floor but with no headwall or depression: the key look-alike.
+
+    Sized in stored-tile units, so its physical size is the same when the scene spans `fov` tiles across.
+    """
     n = scene.n
-    r = n * float(np.exp(rng.uniform(np.log(0.02), np.log(0.14))))
+    r = (n / fov) * float(np.exp(rng.uniform(np.log(0.02), np.log(0.14))))
     r = max(r, 2.0)
     ea = float(rng.uniform(0.8, 1.6))
     coef = _harmonics(rng, 0.18)
@@ -170,14 +173,14 @@ def _bare_patch(rng: np.random.Generator, scene: _Scene, rts: Sequence[_Rts]) ->
 
 
 def _cloud(
-    rng: np.random.Generator, scene: _Scene, rts: Sequence[_Rts], sun_az: float
+    rng: np.random.Generator, scene: _Scene, rts: Sequence[_Rts], sun_az: float, fov: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Opacity of a soft cumulus and of its shadow, displaced away from the sun."""
+    """Opacity of a soft cumulus and of its shadow, displaced away from the sun (sizes per stored tile)."""
     n = scene.n
     m = max(n // _MID, 4)
-    rc = n * rng.uniform(0.12, 0.4)
+    rc = (n / fov) * rng.uniform(0.12, 0.4)
     cy, cx = _centre(rng, n, rc * 0.7, rts, strict=False)  # type: ignore[misc]
-    dist = n * rng.uniform(0.06, 0.25)
+    dist = (n / fov) * rng.uniform(0.06, 0.25)
     # Azimuth is clockwise from north (image up): the sun lies at (sin az, -cos az); shadows fall opposite.
     sy, sx = dist * math.cos(sun_az), -dist * math.sin(sun_az)
     pad = math.ceil(dist / _MID) + 1
