@@ -538,7 +538,6 @@ class PipelineConfig(StrictModel):
                 )
         return self
 
-
     @model_validator(mode="after")
     def check_calibration_candidates(self) -> PipelineConfig:
         cal, dep = self.calibration, self.deployment
