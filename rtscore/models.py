@@ -121,7 +121,28 @@ def build_model(cfg: ModelConfig, channels: ChannelsConfig) -> torch.nn.Module:
     if channels.count != 3:
         # smp's own recipe: pretrained RGB filters reused cyclically for extra bands, random init otherwise.
         model.encoder.set_in_channels(channels.count, pretrained=cfg.encoder_weights is not None)
+    if cfg.head_prior is not None:
+        _init_head_prior(model, cfg.head_prior)
     return model
+
+
+def _init_head_prior(model: torch.nn.Module, prior: float) -> None:
+    """RetinaNet's prior init: the output conv starts at p = `prior` everywhere (bias logit(prior), small weights).
+
+    With focal loss and rare positives a default-initialised head starts near p = 0.5, and the first steps are
+    spent pushing every pixel down; some seeds then collapse to "all background" and never recover.
+    """
+    import math
+
+    import torch
+
+    head = getattr(model, "segmentation_head", None)
+    conv = head[0] if isinstance(head, torch.nn.Sequential) and isinstance(head[0], torch.nn.Conv2d) else None
+    if conv is None or conv.bias is None:
+        raise ModelConfigError(f"model.head_prior: {type(model).__name__} has no conv segmentation head with a bias")
+    with torch.no_grad():
+        torch.nn.init.normal_(conv.weight, std=0.01)
+        conv.bias.fill_(math.log(prior / (1.0 - prior)))
 
 
 def encoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:

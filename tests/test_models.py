@@ -67,3 +67,20 @@ def test_weights_of_another_encoder_are_refused(tmp_path: Path) -> None:
         build_model(
             ModelConfig(architecture="unet", backbone="efficientnet-b0", encoder_weights=str(path)), ChannelsConfig()
         )
+
+
+def test_head_prior_starts_every_pixel_at_the_prior() -> None:
+    import math
+
+    cfg = ModelConfig(
+        architecture="unet",
+        backbone="resnet18",
+        encoder_weights=None,
+        decoder_channels=[16, 16, 8, 8, 8],
+        head_prior=0.01,
+    )
+    model = build_model(cfg, ChannelsConfig()).eval()
+    with torch.no_grad():
+        p = torch.sigmoid(model(torch.randn(2, 3, 64, 64)))
+    assert abs(float(p.mean()) - 0.01) < 0.005 and float(p.max()) < 0.05
+    assert model.segmentation_head[0].bias.item() == pytest.approx(math.log(0.01 / 0.99))

@@ -374,6 +374,13 @@ class ModelConfig(StrictModel):
     decoder_channels: list[int] | None = Field(
         None, description="Decoder widths (null: smp's default for the architecture; small values for CPU runs)."
     )
+    head_prior: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Initial RTS probability of the output layer (RetinaNet prior init, e.g. 0.01: stabilises "
+        "focal-loss training from scratch); null = PyTorch's default init.",
+    )
 
 
 class MetricsConfig(StrictModel):
