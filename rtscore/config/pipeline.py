@@ -432,11 +432,12 @@ class CalibrationConfig(StrictModel):
         False, description="Also choose one threshold per region (guide §6.4); the global one stays the default."
     )
     object_prob_floor: float = Field(
-        0.05,
+        0.5,
         gt=0.0,
         lt=1.0,
-        description="Full-resolution probabilities are cached only for tiles with GT objects or a pixel at or "
-        "above this probability; object metrics are exact for thresholds at or above it.",
+        description="Full-resolution logits are cached only for tiles with GT objects or a pixel whose (uncalibrated) "
+        "probability reaches this floor; object metrics are exact for operating thresholds at or above it. At 0.5 "
+        "that holds for every calibrated threshold >= 0.5 whatever the temperature (logit 0 stays 0 under T).",
     )
     temperature_bounds: tuple[float, float] = Field(
         (0.05, 20.0), description="Search interval of the temperature T (guide: typically 1-3)."
