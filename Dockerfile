@@ -1,15 +1,46 @@
-# Runtime image for Prefect workers (minimal for now; the CUDA runtime image comes with the orchestration issue).
+# CUDA-capable runtime image for Prefect workers (process, Docker, Kubernetes or Vertex AI work pools).
+#
+# torch 2.14.1 on Linux x86_64 is the CUDA 13.0 build and carries the CUDA runtime, cuBLAS and cuDNN as
+# pip packages (nvidia-*-cu13, pinned in constraints.txt), so the base image needs only a matching
+# Python: the host's NVIDIA driver (>= 580 for CUDA 13.0) is mounted into the container by the NVIDIA
+# container toolkit (`docker run --gpus all`, the GKE/Vertex AI GPU node images), as the NVIDIA_* variables
+# below request. Build and push (see deployments/README.md):
+#
+#   docker build -t REGION-docker.pkg.dev/PROJECT/rts/rts-pipeline:$(git rev-parse --short HEAD) .
+#   docker push REGION-docker.pkg.dev/PROJECT/rts/rts-pipeline:$(git rev-parse --short HEAD)
+#
+# The base image is pinned to an exact release; pin its digest too where your registry policy asks for it
+# (`docker buildx imagetools inspect python:3.11.7-slim-bookworm` prints it): FROM python:3.11.7-slim-bookworm@sha256:...
 FROM python:3.11.7-slim-bookworm
 
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONUNBUFFERED=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    PREFECT_SERVER_ANALYTICS_ENABLED=false \
+    RTS_PROJECT_DIR=/opt/rts \
+    RTS_CACHE_DIR=/var/cache/rts
+
 WORKDIR /opt/rts
+
+# Dependencies first (exact pins), so code changes do not re-download torch.
 COPY pyproject.toml constraints.txt README.md ./
 COPY rtscore ./rtscore
 COPY flows ./flows
 COPY tasks ./tasks
-COPY configs ./configs
-COPY prefect.yaml ./
-RUN pip install --no-cache-dir -c constraints.txt .
+RUN pip install -c constraints.txt . \
+    && rts --help > /dev/null
 
-ENTRYPOINT ["rts"]
-CMD ["--help"]
+COPY configs ./configs
+COPY deployments ./deployments
+COPY prefect.yaml ./
+
+RUN useradd --create-home --uid 1000 rts \
+    && mkdir -p /var/cache/rts /opt/rts/artifacts \
+    && chown -R rts:rts /var/cache/rts /opt/rts/artifacts
+USER rts
+
+# No ENTRYPOINT: Prefect workers run their own command in the container (`prefect flow-run execute`),
+# which an ENTRYPOINT would swallow. `docker run IMAGE` prints the rts help; `docker run IMAGE rts run ...` works.
+CMD ["rts", "--help"]

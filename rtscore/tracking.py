@@ -17,6 +17,16 @@ def default_tracking_uri(run_dir: Path) -> str:
     return f"sqlite:///{(run_dir.resolve().parent / 'mlflow.db').as_posix()}"
 
 
+# Set by the orchestration layer (flows/) at the start of a flow run; rtscore never imports Prefect.
+FLOW_RUN_ENV = "RTS_FLOW_RUN_ID"
+
+
+def run_context_tags() -> dict[str, str]:
+    """Tags linking an MLflow run to what started it: the Prefect flow run, when there is one."""
+    flow_run = os.environ.get(FLOW_RUN_ENV)
+    return {"prefect.flow_run_id": flow_run} if flow_run else {}
+
+
 class Tracker:
     """A parent run per multi-seed training, a nested run per seed; a no-op when MLflow is disabled."""
 
@@ -43,7 +53,7 @@ class Tracker:
     ) -> str | None:
         if not self.enabled:
             return None
-        all_tags = dict(tags or {})
+        all_tags = {**run_context_tags(), **(tags or {})}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)

@@ -40,3 +40,72 @@ def test_disabled_tracker_is_a_no_op(tmp_path: Path) -> None:
     assert tracker.start_run("x") is None
     tracker.log_metrics(None, {"a": 1.0}, step=0)
     tracker.end_run(None)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_runs_go_to_a_tracking_server_tagged_with_the_flow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mlflow server` with a SQLite backend and an artifact root, as in the cloud profile (README)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "server-artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None, "mlflow server exited"
+            assert time.monotonic() < deadline, "mlflow server did not start"
+            time.sleep(0.5)
+        monkeypatch.setenv("RTS_FLOW_RUN_ID", "0b6e2c1e-flow-run")
+        tracker = Tracker(MLflowConfig(tracking_uri=url, experiment_name="server-test"), tmp_path / "run")
+        parent = tracker.start_run("multi-seed")
+        child = tracker.start_run("seed_42", parent)
+        tracker.log_metrics(child, {"val_realistic_pr_auc_geomean": 0.5}, step=1)
+        (tmp_path / "curves.png").write_bytes(b"\x89PNG fake")
+        tracker.log_artifact(child, tmp_path / "curves.png")
+        tracker.end_run(child)
+        run = tracker.client.get_run(child)
+        assert run.data.tags["prefect.flow_run_id"] == "0b6e2c1e-flow-run"
+        assert run.data.tags["mlflow.parentRunId"] == parent
+        assert [a.path for a in tracker.client.list_artifacts(child)] == ["curves.png"]
+        assert any((tmp_path / "server-artifacts").rglob("curves.png")), "artifacts land in the server's root"
+        assert not (tmp_path / "mlflow.db").exists(), "no local SQLite when a server is configured"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,72 @@
+"""The worker image cannot be built here (no registry for base images): check the Dockerfile statically."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            op, _, rest = line.partition(" ")
+            out.append((op.upper(), rest.strip()))
+    return out
+
+
+def test_base_image_is_pinned_to_an_exact_python_release() -> None:
+    froms = [arg for op, arg in _instructions() if op == "FROM"]
+    assert len(froms) == 1
+    image = froms[0]
+    assert not image.endswith(":latest") and ":" in image
+    m = re.fullmatch(r"python:(\d+)\.(\d+)\.(\d+)-[a-z0-9-]+(@sha256:[0-9a-f]{64})?", image)
+    assert m, f"base image {image!r} must be an exact python X.Y.Z tag (optionally with a digest)"
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert f"{m.group(1)}.{m.group(2)}" in requires
+
+
+def test_project_is_installed_with_the_exact_pins_and_rts_is_on_path() -> None:
+    ins = _instructions()
+    runs = [arg for op, arg in ins if op == "RUN"]
+    install = next(r for r in runs if "pip install" in r)
+    assert "-c constraints.txt" in install and re.search(r"pip install .*\s\.(\s|$)", install)
+    assert "rts --help" in install, "the build proves `rts` is on PATH"
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["rts"] == "flows.cli:main"
+    # Every package of the wheel is copied before the install.
+    copied_before = set()
+    for op, arg in ins:
+        if op == "RUN" and arg == install:
+            break
+        if op == "COPY":
+            copied_before.update(shlex.split(arg)[:-1])
+    for pkg in ("rtscore", "flows", "tasks", "pyproject.toml", "constraints.txt"):
+        assert pkg in copied_before
+    for op, arg in ins:
+        if op == "COPY":
+            for src in shlex.split(arg)[:-1]:
+                assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
+    cmd = next(arg for op, arg in ins if op == "CMD")
+    assert cmd.startswith('["rts"')
+
+
+def test_image_is_cuda_capable_and_usable_by_a_prefect_worker() -> None:
+    ins = _instructions()
+    env = " ".join(arg for op, arg in ins if op == "ENV")
+    assert "NVIDIA_VISIBLE_DEVICES=all" in env and "compute" in env
+    pins = (ROOT / "constraints.txt").read_text()
+    assert "torch==2.14.1" in pins and "nvidia-cuda-runtime==" in pins and "nvidia-cudnn-cu13==" in pins
+    assert not any(op == "ENTRYPOINT" for op, _ in ins), "an ENTRYPOINT would swallow the worker's command"
+    # prefect.yaml's pull step changes into $RTS_PROJECT_DIR: the image must set it to where the code is.
+    workdir = next(arg for op, arg in ins if op == "WORKDIR")
+    assert f"RTS_PROJECT_DIR={workdir}" in env
+    assert "RTS_PROJECT_DIR" in (ROOT / "prefect.yaml").read_text()
+    users = [arg for op, arg in ins if op == "USER"]
+    assert users and users[-1] not in ("root", "0")
