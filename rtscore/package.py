@@ -268,9 +268,12 @@ def build_package(run_dir: str | Path, cfg: PipelineConfig, *, seed: int | None 
     from rtscore.data.normalization import load_normalization_stats
 
     run = RunDir(run_dir)
+    run.fetch("seeds/summary.json")  # inputs recorded in the manifest: a gs:// run stages verified copies
     result = choose_seed(load_seed_results(run), seed if seed is not None else cfg.package.seed)
     n = result.seed
     weights_rel, cal_rel = f"seeds/seed_{n}/best_deployment.pth", f"calibration/seed_{n}/{DEPLOYMENT}"
+    for rel in (weights_rel, cal_rel, "normalization_stats.json"):
+        run.fetch(rel)
     weights, calibration, stats = run.path(weights_rel), run.path(cal_rel), run.normalization_stats
     if not weights.is_file():
         raise PackageError(f"weights of seed {n} not found: {weights} (was the seed's training completed?)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,8 @@ def stage_code_hash(stage: str) -> str:
 
 def _ref(run: RunDir, rel: str, stage: str, chash: str) -> ArtifactRef:
     e = run.record(rel, stage, chash)
-    return ArtifactRef(uri=str(run.path(rel)), path=rel, sha256=e.sha256, bytes=e.bytes, stage=stage)
+    uri = e.uri if run.remote else str(run.path(rel))  # a gs:// run hands on gs:// URIs
+    return ArtifactRef(uri=uri, path=rel, sha256=e.sha256, bytes=e.bytes, stage=stage)
 
 
 def save_resolved_config(run_dir: str, cfg: PipelineConfig) -> ArtifactRef:
@@ -179,6 +181,7 @@ def generate_dataset(
     rel = f"datasets/{split}.zarr"
     gen = getattr(cfg.data.generation, split)
     if cfg.data.skip_generation:
+        run.fetch(rel)  # a gs:// run stages a recorded store first
         attrs = read_store_attrs(run.path(rel))  # clear error if it does not exist
         return _ref(run, rel, "generate-dataset", str(attrs.get("config_hash", "")))
     if gen is None:
@@ -215,7 +218,7 @@ def validate_data(
     from rtscore.data.validation import validate_data as run_checks
 
     run = RunDir(run_dir)
-    stores = {s: run.dataset(s) for s in ("train", "val", "test") if run.entry(f"datasets/{s}.zarr")}
+    stores = {s: run.dataset(s) for s in ("train", "val", "test") if run.fetch(f"datasets/{s}.zarr") is not None}
     run.require("normalization_stats.json")
     rel = "validation"
     run.forget(rel)
@@ -327,7 +330,14 @@ def _seed_dir(seed: int) -> str:
 
 
 def _trained_seeds(run: RunDir, seeds: list[int] | None) -> list[int]:
-    found = sorted(int(p.name.removeprefix("seed_")) for p in run.path("seeds").glob("seed_*") if (p / BEST).is_file())
+    local = {int(p.name.removeprefix("seed_")) for p in run.path("seeds").glob("seed_*") if (p / BEST).is_file()}
+    recorded: set[int] = set()
+    if run.remote:  # another worker trained them: their weights are in the bucket, not (yet) in this mirror
+        for rel in run.read_manifest().artifacts:
+            m = re.fullmatch(rf"seeds/seed_(\d+)/{re.escape(BEST)}", rel)
+            if m and int(m.group(1)) not in local and run.has(rel):
+                recorded.add(int(m.group(1)))
+    found = sorted(local | recorded)
     if seeds is None:
         if not found:
             raise StorageError(f"no trained seed under {run.path('seeds')}; run train first")
@@ -367,6 +377,7 @@ def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool 
     run = RunDir(run_dir)
     run.require("datasets/val.zarr")
     run.require("normalization_stats.json")
+    run.fetch(f"{_seed_dir(seed)}/{BEST}")
     weights = run.path(f"{_seed_dir(seed)}/{BEST}")
     if not weights.is_file():
         raise StorageError(f"{weights} not found; train seed {seed} first")
@@ -393,6 +404,7 @@ def _shipped_seed(run: RunDir, cfg: PipelineConfig, seeds: list[int]) -> int:
 
     if cfg.package.seed is not None and cfg.package.seed not in seeds:
         raise StorageError(f"package.seed {cfg.package.seed} is not among the calibrated seeds {seeds}")
+    run.fetch("seeds/summary.json")
     if not run.path("seeds/summary.json").is_file():  # a single train-seed run: nothing to compare
         return cfg.package.seed if cfg.package.seed is not None else seeds[0]
     results = [r for r in load_seed_results(run) if r.seed in seeds]
@@ -409,6 +421,8 @@ def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None)
     seeds = _trained_seeds(run, seeds)
     caches = []
     for s in seeds:
+        run.fetch(f"calibration/seed_{s}/logit_cache.zarr")
+        run.fetch(f"{_seed_dir(s)}/{BEST}")
         cache = LogitCache(run.path(f"calibration/seed_{s}/logit_cache.zarr"))
         weights = run.path(f"{_seed_dir(s)}/{BEST}")
         if cache.attrs.get("weights_sha256") != sha256_file(weights):
@@ -522,7 +536,11 @@ def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = N
 
     run = RunDir(run_dir)
     run.require("datasets/test.zarr")
+    run.require("normalization_stats.json")
     seeds = _trained_seeds(run, seeds)
+    for s in seeds:
+        run.fetch(f"{_seed_dir(s)}/{BEST}")
+        run.fetch(f"calibration/seed_{s}/deployment_config.yaml")
     deps = {s: frozen_deployment(run.path(f"calibration/seed_{s}/deployment_config.yaml")) for s in seeds}
     pixel = _pixel_size(run.dataset("test"))
     per_seed = []

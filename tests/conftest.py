@@ -80,3 +80,28 @@ def tmp_cwd(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
     finally:
         os.chdir(old)
+
+
+GCS_TEST_BUCKET = "rts-test"
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[str]:
+    """An in-process GCS emulator (in memory, bucket ``rts-test``) for the session; ``STORAGE_EMULATOR_HOST``
+    points at it while it runs. Yields the emulator's URL."""
+    import socket
+
+    from gcp_storage_emulator.server import create_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=GCS_TEST_BUCKET)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STORAGE_EMULATOR_HOST", url)
+        try:
+            yield url
+        finally:
+            server.stop()

@@ -62,6 +62,3 @@ def test_forget_removes_stale_record(tmp_path: Path) -> None:
     assert run.entry("s.json") is None
 
 
-def test_gcs_root_is_a_clear_error_for_now() -> None:
-    with pytest.raises(StorageError, match="gs:// run directories are not supported yet"):
-        RunDir("gs://bucket/run")

@@ -1,0 +1,591 @@
+"""gs:// run directories against the in-process GCS emulator, with fault injection where it falls short.
+
+The emulator ignores generation preconditions: ``preconditions`` makes it honour them for the manifest
+writes, and ``flaky`` injects 503s, timeouts and connection errors at the HTTP transport of the client.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pickle
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from rtscore.gcs import RetryPolicy, make_client, parse_gs_uri, redact
+from rtscore.storage import CACHE_ENV, RunDir, StorageError, atomic_write_text, fingerprint
+from tests.conftest import GCS_TEST_BUCKET
+
+FAST = RetryPolicy(attempts=6, initial_s=0.001, max_s=0.005, conflict_attempts=10)
+
+
+@pytest.fixture
+def gcs_env(gcs_emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh prefix in the emulator's bucket; mirrors under tmp_path; few workers (the emulator is serial)."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("RTS_GCS_WORKERS", "4")
+    return f"gs://{GCS_TEST_BUCKET}/{uuid.uuid4().hex[:12]}/run"
+
+
+@pytest.fixture
+def run(gcs_env: str, tmp_path: Path) -> RunDir:
+    return RunDir(gcs_env, cache_dir=tmp_path / "worker-a", retry=FAST)
+
+
+def worker(uri: str, tmp_path: Path, name: str = "worker-b") -> RunDir:
+    """Another worker of the same run: same bucket prefix, its own (empty) local mirror."""
+    return RunDir(uri, cache_dir=tmp_path / name, retry=FAST)
+
+
+def bucket() -> Any:
+    return make_client().bucket(GCS_TEST_BUCKET)
+
+
+def object_names(run: RunDir, rel: str = "") -> list[str]:
+    _, prefix = parse_gs_uri(run.uri)
+    base = f"{prefix}/{rel}" if rel else f"{prefix}/"
+    return sorted(b.name[len(prefix) + 1 :] for b in make_client().list_blobs(GCS_TEST_BUCKET, prefix=base))
+
+
+def object_name(run: RunDir, rel: str) -> str:
+    return f"{parse_gs_uri(run.uri)[1]}/{rel}"
+
+
+def bucket_manifest(run: RunDir) -> dict[str, Any]:
+    return json.loads(bucket().blob(object_name(run, "manifest.json")).download_as_bytes())
+
+
+def write_store(root: Path, n: int = 12) -> None:
+    """A Zarr-like directory: metadata plus nested chunk files."""
+    (root / "images" / "c").mkdir(parents=True)
+    (root / "zarr.json").write_text('{"zarr_format": 3}')
+    (root / "images" / "zarr.json").write_text('{"shape": [12]}')
+    for i in range(n):
+        (root / "images" / "c" / str(i)).write_bytes(bytes([i]) * (100 + i))
+
+
+# --------------------------------------------------------------------------- round trips
+def test_file_round_trip(run: RunDir, tmp_path: Path) -> None:
+    assert (
+        run.remote
+        and run.uri.startswith("gs://rts-test/")
+        and run.root == tmp_path / "worker-a" / "gcs" / (run.uri.removeprefix("gs://"))
+    )
+    atomic_write_text(run.path("normalization_stats.json"), '{"mean": [1, 2]}')
+    entry = run.record("normalization_stats.json", "normalization-stats", "cfg1")
+    assert entry.kind == "file" and entry.uri == f"{run.uri}/normalization_stats.json"
+    assert bucket().blob(object_name(run, "normalization_stats.json")).download_as_bytes() == b'{"mean": [1, 2]}'
+    assert bucket_manifest(run)["artifacts"]["normalization_stats.json"]["uri"] == entry.uri
+
+    other = worker(run.uri, tmp_path)
+    assert not other.path("normalization_stats.json").exists() and other.has("normalization_stats.json")
+    assert other.require("normalization_stats.json") == entry
+    assert other.normalization_stats.read_text() == '{"mean": [1, 2]}'
+    assert other.verify("normalization_stats.json") == entry
+    assert not other.has("missing.json")
+
+
+def test_directory_round_trip_uploads_one_object_per_file(run: RunDir, tmp_path: Path) -> None:
+    write_store(run.dataset("train"))
+    entry = run.record("datasets/train.zarr", "generate-dataset", "h")
+    assert entry.kind == "dir" and (entry.sha256, entry.bytes) == fingerprint(run.dataset("train"))
+    names = object_names(run, "datasets/train.zarr/")
+    assert len(names) == 14 and "datasets/train.zarr/images/c/11" in names
+    assert object_names(run)[-1] == "manifest.json"
+
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")
+    assert fingerprint(other.dataset("train")) == (entry.sha256, entry.bytes)
+    assert not list(other.dataset("train").parent.glob(".*download*"))  # no staging left behind
+
+
+def test_a_real_zarr_store_round_trip(run: RunDir, tmp_path: Path) -> None:
+    import numpy as np
+    import zarr
+
+    from tests.helpers import write_test_store
+
+    write_test_store(run.dataset("val"), 10, split="val")
+    run.record("datasets/val.zarr", "generate-dataset", "h")
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/val.zarr")
+    a, b = zarr.open_group(str(run.dataset("val")), mode="r"), zarr.open_group(str(other.dataset("val")), mode="r")
+    assert np.array_equal(a["images"][:], b["images"][:]) and dict(a.attrs) == dict(b.attrs)
+
+
+def test_require_skips_a_verified_local_copy_and_replaces_a_different_one(
+    run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_store(run.dataset("train"))
+    run.record("datasets/train.zarr", "generate-dataset", "h")
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")
+    (other.dataset("train") / "images" / "c" / "3").write_bytes(b"edited locally")
+    (other.dataset("train") / "stray").write_bytes(b"x")
+    other.require("datasets/train.zarr")  # differs from the record: downloaded again
+    assert fingerprint(other.dataset("train")) == fingerprint(run.dataset("train"))
+
+    from rtscore.gcs import GcsStore
+
+    def no_download(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a verified local copy must not be downloaded again")
+
+    monkeypatch.setattr(GcsStore, "download_many", no_download)
+    other.require("datasets/train.zarr")
+    run.require("datasets/train.zarr")  # the writer's own mirror is already verified
+
+
+def test_rerecord_uploads_only_changes_and_removes_stale_objects(
+    run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rtscore.gcs import GcsStore
+
+    store = run.path("calibration/seed_1/logit_cache.zarr")
+    write_store(store)
+    run.record("calibration/seed_1/logit_cache.zarr", "logit-cache", "h")
+    (store / "images" / "c" / "11").unlink()
+    (store / "images" / "c" / "0").write_bytes(b"new")
+    uploaded: list[str] = []
+    real = GcsStore.upload_many
+
+    def spy(self: GcsStore, items: Any) -> None:
+        uploaded.extend(rel for _, rel, _ in items)
+        real(self, items)
+
+    monkeypatch.setattr(GcsStore, "upload_many", spy)
+    entry = run.record("calibration/seed_1/logit_cache.zarr", "logit-cache", "h2")
+    assert uploaded == ["calibration/seed_1/logit_cache.zarr/images/c/0"]
+    assert len(object_names(run, "calibration/seed_1/logit_cache.zarr/")) == 13
+    other = worker(run.uri, tmp_path)
+    other.require("calibration/seed_1/logit_cache.zarr")
+    assert fingerprint(other.path("calibration/seed_1/logit_cache.zarr")) == (entry.sha256, entry.bytes)
+
+
+def test_forget_drops_the_record_and_has_checks_the_objects(run: RunDir) -> None:
+    atomic_write_text(run.path("a.json"), "1")
+    write_store(run.path("validation"))
+    run.record("a.json", "s", "c")
+    run.record("validation", "validate-data", "c")
+    assert run.has("a.json") and run.has("validation")
+    run.forget("a.json")
+    run.forget("a.json")  # forgetting twice is fine
+    assert run.entry("a.json") is None and not run.has("a.json") and run.has("validation")
+    assert "a.json" in object_names(run)  # objects stay until the next record overwrites them
+    for name in object_names(run, "validation/"):
+        bucket().blob(object_name(run, name)).delete()
+    assert run.entry("validation") is not None and not run.has("validation")
+
+
+def test_missing_input_names_its_uri(run: RunDir) -> None:
+    with pytest.raises(StorageError, match=r"input artifact gs://rts-test/.*/run/datasets/train.zarr is missing"):
+        run.require("datasets/train.zarr")
+    assert run.fetch("datasets/train.zarr") is None
+
+
+# --------------------------------------------------------------------------- integrity
+def test_corrupt_objects_are_named(run: RunDir, tmp_path: Path) -> None:
+    atomic_write_text(run.path("seeds/summary.json"), '{"seeds": []}')
+    write_store(run.dataset("test"))
+    run.record("seeds/summary.json", "multi-seed-train", "c")
+    run.record("datasets/test.zarr", "generate-dataset", "c")
+    bucket().blob(object_name(run, "seeds/summary.json")).upload_from_string(b'{"seeds": [1]}')
+    bucket().blob(object_name(run, "datasets/test.zarr/images/c/5")).upload_from_string(b"garbage")
+
+    other = worker(run.uri, tmp_path)
+    with pytest.raises(StorageError, match=r"object gs://.*/run/seeds/summary.json does not match the manifest"):
+        other.require("seeds/summary.json")
+    with pytest.raises(StorageError, match=r"test.zarr does not match .*not as uploaded: gs://rts-test/.*/c/5\)"):
+        other.require("datasets/test.zarr")
+    assert not other.path("seeds/summary.json").exists() and not other.dataset("test").exists()
+    assert not [p for p in other.root.rglob("*") if "download" in p.name]
+
+    bucket().blob(object_name(run, "datasets/test.zarr/images/c/5")).delete()  # now one object short
+    with pytest.raises(StorageError, match="not the recorded set"):
+        other.require("datasets/test.zarr")
+
+
+def test_recorded_object_missing_from_the_bucket(run: RunDir, tmp_path: Path) -> None:
+    atomic_write_text(run.path("a.json"), "1")
+    run.record("a.json", "s", "c")
+    bucket().blob(object_name(run, "a.json")).delete()
+    with pytest.raises(StorageError, match=r"object gs://.*/a.json is recorded in the manifest but missing"):
+        worker(run.uri, tmp_path).require("a.json")
+
+
+def test_upload_failure_midway_leaves_no_manifest_entry(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.api_core.exceptions import Forbidden
+    from google.cloud.storage import Blob
+
+    atomic_write_text(run.path("config.resolved.yaml"), "a: 1\n")
+    run.record("config.resolved.yaml", "config", "c")
+    write_store(run.dataset("train"))
+    real = Blob._handle_filename_and_upload
+    calls = itertools.count()
+
+    def fail_one(self: Blob, *args: Any, **kwargs: Any) -> Any:
+        if self.name.endswith("images/c/7"):
+            raise Forbidden("injected: no write permission")
+        next(calls)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "_handle_filename_and_upload", fail_one)
+    with pytest.raises(StorageError, match=r"upload of gs://.*/run/datasets/train.zarr/images/c/7 failed: Forbidden"):
+        run.record("datasets/train.zarr", "generate-dataset", "h")
+    assert next(calls) > 1  # other objects were uploaded before the failure surfaced
+    assert set(bucket_manifest(run)["artifacts"]) == {"config.resolved.yaml"}
+    assert run.entry("datasets/train.zarr") is None and not run.has("datasets/train.zarr")
+
+
+def test_manifest_is_written_after_every_object(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.cloud.storage import Blob
+
+    order: list[str] = []
+    lock = threading.Lock()
+    up_file, up_str = Blob._handle_filename_and_upload, Blob.upload_from_string
+
+    def log_file(self: Blob, *args: Any, **kwargs: Any) -> Any:
+        out = up_file(self, *args, **kwargs)
+        with lock:
+            order.append(self.name)
+        return out
+
+    def log_str(self: Blob, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            order.append(self.name)
+        return up_str(self, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "_handle_filename_and_upload", log_file)
+    monkeypatch.setattr(Blob, "upload_from_string", log_str)
+    write_store(run.dataset("train"))
+    run.record("datasets/train.zarr", "generate-dataset", "h")
+    assert len(order) == 15 and order[-1].endswith("/manifest.json")
+
+
+# --------------------------------------------------------------------------- transient errors
+class Flaky:
+    """Fails every ``every``-th object request of the GCS client with the next of ``faults``.
+
+    The client's background fetches of bucket metadata are left alone (and not counted).
+    """
+
+    def __init__(self, every: int, faults: list[Callable[[str, str], Any]]) -> None:
+        self.every, self.faults = every, itertools.cycle(faults)
+        self.calls = self.injected = 0
+        self.lock = threading.Lock()
+
+    def decide(self, method: str, url: str) -> Callable[[str, str], Any] | None:
+        if urlsplit(url).path.rstrip("/").endswith(f"/b/{GCS_TEST_BUCKET}"):
+            return None
+        with self.lock:
+            self.calls += 1
+            if self.calls % self.every:
+                return None
+            self.injected += 1
+            return next(self.faults)
+
+
+def status(code: int) -> Callable[[str, str], requests.Response]:
+    def make(method: str, url: str) -> requests.Response:
+        r = requests.Response()
+        r.status_code = code
+        r._content = json.dumps({"error": {"code": code, "message": f"injected {code}"}}).encode()
+        r.headers["Content-Type"] = "application/json"
+        r.url = url
+        r.request = requests.Request(method, url).prepare()
+        return r
+
+    return make
+
+
+def raise_(err: Exception) -> Callable[[str, str], Any]:
+    def make(method: str, url: str) -> Any:
+        raise err
+
+    return make
+
+
+@pytest.fixture
+def flaky(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Flaky], Flaky]]:
+    """Install a :class:`Flaky` at the HTTP transport of every GCS client."""
+    from google.auth.transport.requests import AuthorizedSession
+
+    real = AuthorizedSession.request
+
+    def install(f: Flaky) -> Flaky:
+        def request(self: AuthorizedSession, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            fault = f.decide(method, url)
+            return fault(method, url) if fault is not None else real(self, method, url, *args, **kwargs)
+
+        monkeypatch.setattr(AuthorizedSession, "request", request)
+        return f
+
+    yield install
+
+
+def test_transient_errors_are_retried(run: RunDir, tmp_path: Path, flaky: Callable[[Flaky], Flaky]) -> None:
+    atomic_write_text(run.path("a.json"), '{"a": 1}')
+    write_store(run.dataset("train"))
+    f = flaky(
+        Flaky(
+            3,
+            [
+                status(503),
+                raise_(requests.exceptions.ReadTimeout("injected read timeout")),
+                status(429),
+                raise_(requests.exceptions.ConnectionError("injected reset")),
+                status(500),
+                status(502),
+                status(504),
+            ],
+        )
+    )
+    run.record("a.json", "s", "c")
+    entry = run.record("datasets/train.zarr", "generate-dataset", "h")
+    run.forget("a.json")
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")
+    assert other.has("datasets/train.zarr") and other.entry("a.json") is None
+    assert f.injected >= 10
+    assert fingerprint(other.dataset("train")) == (entry.sha256, entry.bytes)
+
+
+def test_persistent_transient_errors_give_up(run: RunDir, flaky: Callable[[Flaky], Flaky]) -> None:
+    atomic_write_text(run.path("a.json"), "1")
+    f = flaky(Flaky(1, [status(503)]))
+    with pytest.raises(StorageError, match=r"gs://rts-test/.* failed after 6 attempts: ServiceUnavailable"):
+        run.record("a.json", "s", "c")
+    assert f.calls == 6
+
+
+def test_other_errors_are_not_retried(run: RunDir, flaky: Callable[[Flaky], Flaky]) -> None:
+    atomic_write_text(run.path("a.json"), "1")
+    f = flaky(Flaky(1, [status(403)]))
+    with pytest.raises(StorageError, match=r"stat of gs://rts-test/.*/run/manifest.json failed: Forbidden"):
+        run.record("a.json", "s", "c")
+    assert f.calls == 1
+
+
+def test_retry_policy_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RTS_GCS_RETRY_ATTEMPTS", "3")
+    monkeypatch.setenv("RTS_GCS_RETRY_INITIAL_S", "0.25")
+    policy = RetryPolicy.from_env()
+    assert (policy.attempts, policy.initial_s) == (3, 0.25)
+    assert all(0.125 <= policy.delay(0) <= 0.25 for _ in range(20))
+    assert policy.delay(20) <= policy.max_s
+    monkeypatch.setenv("RTS_GCS_RETRY_ATTEMPTS", "many")
+    with pytest.raises(StorageError, match="RTS_GCS_RETRY_ATTEMPTS must be a number"):
+        RetryPolicy.from_env()
+
+
+# --------------------------------------------------------------------------- manifest concurrency
+class Preconditions:
+    """Make the emulator honour ``if_generation_match`` on ``upload_from_string`` (it ignores it).
+
+    ``before_write`` runs once, just before the first conditional write is checked: a concurrent writer.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.conditions: list[int | None] = []
+        self.rejected = 0
+        self.before_write: Callable[[], None] | None = None
+
+
+@pytest.fixture
+def preconditions(monkeypatch: pytest.MonkeyPatch) -> Preconditions:
+    from google.api_core.exceptions import PreconditionFailed
+    from google.cloud.storage import Blob
+
+    p = Preconditions()
+    real = Blob.upload_from_string
+
+    def upload(self: Blob, data: Any, *args: Any, if_generation_match: int | None = None, **kwargs: Any) -> Any:
+        hook, p.before_write = p.before_write, None
+        if hook is not None:
+            hook()
+        with p.lock:
+            p.conditions.append(if_generation_match)
+            if if_generation_match is not None:
+                current = self.bucket.get_blob(self.name)
+                if (int(current.generation) if current is not None else 0) != if_generation_match:
+                    p.rejected += 1
+                    raise PreconditionFailed(f"injected 412: {self.name} generation changed")
+            return real(self, data, *args, if_generation_match=if_generation_match, **kwargs)
+
+    monkeypatch.setattr(Blob, "upload_from_string", upload)
+    return p
+
+
+def test_manifest_create_is_conditional_and_412_rereads(
+    run: RunDir, tmp_path: Path, preconditions: Preconditions
+) -> None:
+    other = worker(run.uri, tmp_path)
+    atomic_write_text(run.path("a.json"), "a")
+    atomic_write_text(other.path("b.json"), "b")
+    # b is recorded between a's manifest read and a's manifest write: a's create-only write must fail (412),
+    # re-read the manifest that now holds b, and add a to it.
+    preconditions.before_write = lambda: other.record("b.json", "s", "c")
+    run.record("a.json", "s", "c")
+    first, rejected, retried = preconditions.conditions  # b's create, a's create (412), a's update
+    assert first == rejected == 0 and retried is not None and retried > 0
+    assert preconditions.rejected == 1
+    assert set(bucket_manifest(run)["artifacts"]) == {"a.json", "b.json"}
+
+
+def test_concurrent_workers_lose_no_record(gcs_env: str, tmp_path: Path, preconditions: Preconditions) -> None:
+    runs = [worker(gcs_env, tmp_path, f"w{i}") for i in range(4)]
+    errors: list[BaseException] = []
+
+    def work(i: int, r: RunDir) -> None:
+        try:
+            for j in range(3):
+                atomic_write_text(r.path(f"seeds/seed_{i}/f{j}.json"), f"{i}{j}")
+                r.record(f"seeds/seed_{i}/f{j}.json", "train-seed", "c")
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i, r)) for i, r in enumerate(runs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(runs[0].read_manifest().artifacts) == 12
+
+
+def test_endless_conflicts_give_up(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.api_core.exceptions import PreconditionFailed
+    from google.cloud.storage import Blob
+
+    def always_412(self: Blob, *args: Any, **kwargs: Any) -> None:
+        raise PreconditionFailed("injected 412")
+
+    monkeypatch.setattr(Blob, "upload_from_string", always_412)
+    atomic_write_text(run.path("a.json"), "1")
+    with pytest.raises(StorageError, match="kept changing under concurrent writers; gave up after 10 attempts"):
+        run.record("a.json", "s", "c")
+
+
+# --------------------------------------------------------------------------- credentials, pickling, config
+SECRET = "ya29.a0SECRET-token-value"
+
+
+def test_credentials_never_leak(run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.api_core.exceptions import Forbidden
+    from google.cloud import storage
+    from google.cloud.storage import Blob
+    from google.oauth2.credentials import Credentials
+
+    import rtscore.gcs
+
+    client = storage.Client(credentials=Credentials(token=SECRET), project="p")
+    monkeypatch.setattr(rtscore.gcs, "make_client", lambda: client)
+    secret_run = worker(run.uri, tmp_path)
+    atomic_write_text(secret_run.path("a.json"), "1")
+    secret_run.record("a.json", "s", "c")  # the client (and its token) is in use now
+
+    assert SECRET not in repr(secret_run) and repr(secret_run) == f"RunDir({run.uri!r})"
+    blob = pickle.dumps(secret_run)
+    assert SECRET.encode() not in blob and b"Credentials" not in blob
+    manifest = json.dumps(bucket_manifest(secret_run))
+    assert SECRET not in manifest
+    assert all(e["uri"].startswith("gs://") for e in bucket_manifest(secret_run)["artifacts"].values())
+
+    def leaky(self: Blob, *args: Any, **kwargs: Any) -> None:
+        raise Forbidden(f"denied; headers: Authorization: Bearer {SECRET}; url ...?access_token={SECRET}&x=1")
+
+    monkeypatch.setattr(Blob, "_handle_filename_and_upload", leaky)
+    atomic_write_text(secret_run.path("b.json"), "2")
+    with pytest.raises(StorageError) as info:
+        secret_run.record("b.json", "s", "c")
+    assert "upload of gs://" in str(info.value) and "SECRET" not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_redact() -> None:
+    text = (
+        f"Bearer {SECRET} token={SECRET}&key=AIzaSy123 "
+        '"private_key": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n" X-Goog-Signature=abc123'
+    )
+    out = redact(text)
+    assert "SECRET" not in out and "AIzaSy123" not in out and "MIIE" not in out and "abc123" not in out
+
+
+def test_run_dir_pickles_without_a_client(run: RunDir, tmp_path: Path) -> None:
+    atomic_write_text(run.path("a.json"), "1")
+    run.record("a.json", "s", "c")
+    assert run._store is not None
+    copy = pickle.loads(pickle.dumps(run))
+    assert copy._store is None and copy.uri == run.uri and copy.root == run.root and copy._retry == FAST
+    assert copy.entry("a.json") == run.entry("a.json")  # a client is made again on first use
+
+
+def test_emulator_client_is_anonymous(gcs_emulator: str) -> None:
+    from google.auth.credentials import AnonymousCredentials
+
+    assert isinstance(make_client()._credentials, AnonymousCredentials)
+
+
+def test_uri_parsing_and_cache_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert RunDir("gs://my-bucket/a/b/").root == tmp_path / "gcs" / "my-bucket" / "a" / "b"
+    assert RunDir("gs://my-bucket/a/b/").uri == "gs://my-bucket/a/b"
+    assert RunDir("gs://my-bucket").root == tmp_path / "gcs" / "my-bucket"
+    assert RunDir("gs://my-bucket/x", cache_dir=tmp_path / "c").root == tmp_path / "c" / "gcs" / "my-bucket" / "x"
+    assert RunDir("gs://my-bucket/x").uri_of("a.json") == "gs://my-bucket/x/a.json"
+    for bad in ("gs://Bad_Bucket/x", "gs://b/x", "gs://bucket/a/../b", "gs://bucket/a//b"):
+        with pytest.raises(StorageError, match="gs://"):
+            RunDir(bad)
+    local = RunDir(tmp_path / "run")
+    assert not local.remote and local.uri == str(tmp_path / "run")
+
+
+def test_empty_directory_round_trip(run: RunDir, tmp_path: Path) -> None:
+    run.path("evaluation").mkdir(parents=True)
+    run.record("evaluation", "evaluate-test", "c")
+    other = worker(run.uri, tmp_path)
+    assert other.has("evaluation")
+    other.require("evaluation")
+    assert other.path("evaluation").is_dir() and not any(other.path("evaluation").iterdir())
+
+
+def test_fetch_stages_recorded_inputs_only(run: RunDir, tmp_path: Path) -> None:
+    atomic_write_text(run.path("seeds/summary.json"), "{}")
+    other = worker(run.uri, tmp_path)
+    assert other.fetch("seeds/summary.json") is None and not other.path("seeds/summary.json").exists()
+    run.record("seeds/summary.json", "multi-seed-train", "c")
+    assert other.fetch("seeds/summary.json") is not None and other.path("seeds/summary.json").read_text() == "{}"
+    local = RunDir(tmp_path / "local")
+    atomic_write_text(local.path("x.json"), "1")
+    local.record("x.json", "s", "c")
+    local.path("x.json").unlink()
+    assert local.fetch("x.json") is not None  # a local run only reads the record, as stages did before
+
+
+def test_transient_classification() -> None:
+    from google.api_core import exceptions as gexc
+    from google.cloud.storage.exceptions import DataCorruption
+
+    from rtscore.gcs import is_transient
+
+    transient = [
+        gexc.ServiceUnavailable("x"),
+        gexc.TooManyRequests("x"),
+        gexc.InternalServerError("x"),
+        gexc.BadGateway("x"),
+        gexc.GatewayTimeout("x"),
+        requests.exceptions.ConnectTimeout("x"),
+        requests.exceptions.ConnectionError("x"),
+        TimeoutError("x"),
+        DataCorruption(None, "crc32c mismatch"),
+    ]
+    permanent = [gexc.Forbidden("x"), gexc.NotFound("x"), gexc.PreconditionFailed("x"), ValueError("x")]
+    assert all(is_transient(e) for e in transient)
+    assert not any(is_transient(e) for e in permanent)
