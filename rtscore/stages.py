@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -241,14 +242,20 @@ def train_seed(
     fresh: bool = False,
     parent_run_id: str | None = None,
     progress: bool = False,
+    on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
 ) -> TrainResult:
-    """Train (or resume) one seed into ``seeds/seed_<seed>/`` and record its artifacts."""
+    """Train (or resume) one seed into ``seeds/seed_<seed>/`` and record its artifacts.
+
+    ``on_epoch_end(epoch, metrics)`` is called after every epoch (e.g. to advance a progress display).
+    """
     from rtscore.train.loop import train_seed as run_training
 
     run = RunDir(run_dir)
     for rel in ("datasets/train.zarr", "datasets/val.zarr", "normalization_stats.json"):
         run.require(rel)
-    result = run_training(cfg, run.root, seed, fresh=fresh, parent_run_id=parent_run_id, progress=progress)
+    result = run_training(
+        cfg, run.root, seed, fresh=fresh, parent_run_id=parent_run_id, progress=progress, on_epoch_end=on_epoch_end
+    )
     base = f"seeds/seed_{seed}"
     refs = [
         _ref(run, f"{base}/{name}", "train-seed", config_hash(cfg))
