@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from flows.params import TRAIN_SEED_DEPLOYMENT
 from rtscore.cli import build_parser, package_verify_command, run
 
 
@@ -20,9 +21,10 @@ def _quiet_ephemeral_prefect() -> None:
 def _data(args: argparse.Namespace) -> int:
     _quiet_ephemeral_prefect()
     from flows.data import data_pipeline
+    from flows.params import DataParams
 
     refs = data_pipeline(
-        config=str(Path(args.config).resolve()), run_dir=str(Path(args.run).resolve()), refresh=args.refresh
+        DataParams(config=str(Path(args.config).resolve()), run_dir=str(Path(args.run).resolve()), refresh=args.refresh)
     )
     for name, ref in refs.items():
         print(f"{name:20s} {ref.uri}")
@@ -32,13 +34,14 @@ def _data(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     _quiet_ephemeral_prefect()
+    from flows.params import MultiSeedParams, TrainSeedParams
     from flows.train import multi_seed_train, train_seed
 
     config, run = str(Path(args.config).resolve()), str(Path(args.run).resolve())
     if args.seeds:
-        results = multi_seed_train(config=config, run_dir=run, seeds=args.seeds, fresh=args.fresh)
+        results = multi_seed_train(MultiSeedParams(config=config, run_dir=run, seeds=args.seeds, fresh=args.fresh))
     else:
-        results = [train_seed(config=config, run_dir=run, seed=args.seed, fresh=args.fresh)]
+        results = [train_seed(TrainSeedParams(config=config, run_dir=run, seed=args.seed, fresh=args.fresh))]
     for r in results:
         res = r.result
         print(
@@ -76,15 +79,21 @@ def _print_calibration(cal: Any) -> None:
 
 def _pipeline(args: argparse.Namespace) -> int:
     _quiet_ephemeral_prefect()
+    from flows.params import DistributedParams, PipelineParams
     from flows.pipeline import pipeline
 
     run_dir = _run_dir(args)
     out = pipeline(
-        config=str(Path(args.config).resolve()),
-        run_dir=run_dir,
-        seeds=args.seeds,
-        refresh=args.refresh,
-        skip_generation=args.skip_generation,
+        PipelineParams(
+            config=str(Path(args.config).resolve()),
+            run_dir=run_dir,
+            seeds=args.seeds,
+            refresh=args.refresh,
+            skip_generation=args.skip_generation,
+            deterministic=args.deterministic,
+            execution=args.execution,
+            distributed=DistributedParams(deployment=args.train_deployment),
+        )
     )
     _print_training(out["training"])
     _print_calibration(out["calibration"])
@@ -99,9 +108,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     _quiet_ephemeral_prefect()
     from flows.calibrate import calibrate
 
-    cal = calibrate(
-        config=str(Path(args.config).resolve()), run_dir=_run_dir(args), seeds=args.seeds, refresh=args.refresh
-    )
+    cal = calibrate(_stage_params(args))
     _print_calibration(cal)
     print(f"deployment config: {Path(_run_dir(args)) / 'calibration' / 'deployment_config.yaml'}")
     return 0
@@ -111,9 +118,7 @@ def _evaluate_test(args: argparse.Namespace) -> int:
     _quiet_ephemeral_prefect()
     from flows.calibrate import evaluate_test
 
-    rep = evaluate_test(
-        config=str(Path(args.config).resolve()), run_dir=_run_dir(args), seeds=args.seeds, refresh=args.refresh
-    )
+    rep = evaluate_test(_stage_params(args))
     print(rep.table)
     print(f"\ntest report: {Path(_run_dir(args)) / 'evaluation' / 'test_report.md'}")
     return 0
@@ -123,11 +128,18 @@ def _package_build(args: argparse.Namespace) -> int:
     _quiet_ephemeral_prefect()
     from flows.calibrate import package
 
-    ref = package(
-        config=str(Path(args.config).resolve()), run_dir=_run_dir(args), seeds=args.seeds, refresh=args.refresh
-    )
+    ref = package(_stage_params(args))
     print(f"deployment package: {ref.uri}")
     return 0
+
+
+def _stage_params(args: argparse.Namespace) -> Any:
+    """The SeedStageParams of a stage command (calibrate, evaluate-test, package build)."""
+    from flows.params import SeedStageParams
+
+    return SeedStageParams(
+        config=str(Path(args.config).resolve()), run_dir=_run_dir(args), seeds=args.seeds, refresh=args.refresh
+    )
 
 
 def _stage_args(p: argparse.ArgumentParser, *, seeds_help: str = "seeds (default: training.seeds)") -> None:
@@ -160,6 +172,24 @@ def parser() -> argparse.ArgumentParser:
     )
     _stage_args(q, seeds_help="override training.seeds")
     q.add_argument("--skip-generation", action="store_true", help="reuse the run's existing datasets")
+    q.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="override training.deterministic of the config",
+    )
+    q.add_argument(
+        "--execution",
+        choices=("local", "distributed"),
+        default="local",
+        help="local: train the seeds in this process (default); distributed: one train-seed flow run per seed "
+        "on --train-deployment (needs PREFECT_API_URL of a server with workers)",
+    )
+    q.add_argument(
+        "--train-deployment",
+        default=TRAIN_SEED_DEPLOYMENT,
+        help=f"deployment of a distributed run's seeds (default {TRAIN_SEED_DEPLOYMENT})",
+    )
     q.set_defaults(func=_pipeline)
 
     c = sub.add_parser("calibrate", help="logit caches, TTA/scale gates, temperature and threshold (calibrate flow)")

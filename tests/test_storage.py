@@ -60,5 +60,3 @@ def test_forget_removes_stale_record(tmp_path: Path) -> None:
     run.record("s.json", "s", "c")
     run.forget("s.json")
     assert run.entry("s.json") is None
-
-

@@ -26,9 +26,10 @@ def test_data_pipeline_runs_caches_and_refreshes(prefect_harness: None, config_f
     from prefect.client.orchestration import get_client
 
     from flows.data import data_pipeline
+    from flows.params import DataParams
 
     run = tmp_path / "run"
-    refs = data_pipeline(config=str(config_file), run_dir=str(run))
+    refs = data_pipeline(DataParams(config=str(config_file), run_dir=str(run)))
     assert set(refs) == {"config", "dataset_train", "dataset_val", "dataset_test", "normalization_stats", "validation"}
     manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
     assert {
@@ -48,7 +49,7 @@ def test_data_pipeline_runs_caches_and_refreshes(prefect_harness: None, config_f
 
     before = _created(run)
     time.sleep(1.1)
-    data_pipeline(config=str(config_file), run_dir=str(run))
+    data_pipeline(DataParams(config=str(config_file), run_dir=str(run)))
     assert _created(run) == {**before, "config.resolved.yaml": _created(run)["config.resolved.yaml"]}, (
         "a second run reuses every cached stage"
     )
@@ -57,12 +58,12 @@ def test_data_pipeline_runs_caches_and_refreshes(prefect_harness: None, config_f
     import shutil
 
     shutil.rmtree(run / "validation")
-    data_pipeline(config=str(config_file), run_dir=str(run))
+    data_pipeline(DataParams(config=str(config_file), run_dir=str(run)))
     after = _created(run)
     assert after["validation"] != before["validation"] and after["datasets/train.zarr"] == before["datasets/train.zarr"]
 
     time.sleep(1.1)
-    data_pipeline(config=str(config_file), run_dir=str(run), refresh=True)
+    data_pipeline(DataParams(config=str(config_file), run_dir=str(run), refresh=True))
     refreshed = _created(run)
     assert refreshed["datasets/train.zarr"] != after["datasets/train.zarr"]
     # Same seed: the regenerated store has the same content fingerprint.

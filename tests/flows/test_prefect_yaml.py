@@ -1,25 +1,139 @@
-"""prefect.yaml stays in step with the code: every entrypoint is a flow, every stage is deployable alone."""
+"""prefect.yaml stays in step with the code: every entrypoint is a flow, every stage is deployable alone,
+pools, schedule and concurrency are set, and the deployments' parameters validate against the flows' models."""
 
 from __future__ import annotations
 
 import importlib
+import json
+import runpy
+import typing
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
+from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[2]
+DOC: dict[str, Any] = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+DEPLOYMENTS: dict[str, dict[str, Any]] = {d["name"]: d for d in DOC["deployments"]}
+
+
+def _flow(entrypoint: str) -> Any:
+    path, func = entrypoint.split(":")
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    return getattr(module, func)
+
+
+def _params_model(flow: Any) -> type[BaseModel]:
+    hints = typing.get_type_hints(flow.fn)
+    assert list(hints) == ["params", "return"], f"{flow.name}: one typed `params` argument, got {list(hints)}"
+    model = hints["params"]
+    assert issubclass(model, BaseModel), flow.name
+    return model
 
 
 def test_every_deployment_entrypoint_is_a_prefect_flow() -> None:
     from prefect import Flow
 
-    doc = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     names = []
-    for dep in doc["deployments"]:
-        path, func = dep["entrypoint"].split(":")
-        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-        flow = getattr(module, func)
+    for dep in DOC["deployments"]:
+        flow = _flow(dep["entrypoint"])
         assert isinstance(flow, Flow), dep["entrypoint"]
         names.append(flow.name)
-    for stage in ("generate-dataset", "normalization-stats", "validate-data", "train-seed", "multi-seed-train"):
+    # Every stage can be re-run alone (logit-cache is calibrate's first step, in the calibrate flow).
+    for stage in (
+        "generate-dataset",
+        "normalization-stats",
+        "validate-data",
+        "train-seed",
+        "multi-seed-train",
+        "calibrate",
+        "evaluate-test",
+        "package",
+    ):
         assert stage in names, f"stage {stage} has no deployment of its own"
+    assert len(DEPLOYMENTS) == len(DOC["deployments"]), "deployment names are unique"
+
+
+def test_flow_parameters_are_documented_models() -> None:
+    """The UI builds its form from the models: every field has help text."""
+    for dep in DOC["deployments"]:
+        model = _params_model(_flow(dep["entrypoint"]))
+        todo: list[type[BaseModel]] = [model]
+        while todo:
+            m = todo.pop()
+            for name, field in m.model_fields.items():
+                assert field.description, f"{m.__name__}.{name} has no description"
+                ann = field.annotation
+                if isinstance(ann, type) and issubclass(ann, BaseModel):
+                    todo.append(ann)
+
+
+@pytest.mark.parametrize("name", sorted(DEPLOYMENTS))
+def test_deployment_parameters_validate_against_the_flow(name: str) -> None:
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools import validate
+
+    dep = DEPLOYMENTS[name]
+    flow = _flow(dep["entrypoint"])
+    parameters = dep.get("parameters") or {}
+    assert set(parameters) <= {"params"}, f"{name}: unknown flow parameters {set(parameters) - {'params'}}"
+    if "params" in parameters:
+        model = _params_model(flow)
+        # Deployment defaults must be complete (config, run_dir): a run from the UI starts with them as they are.
+        model.model_validate(parameters["params"])
+        # What the server checks on every run (enforce_parameter_schema).
+        schema = parameter_schema(flow).model_dump_for_openapi()
+        validate(json.loads(json.dumps(parameters)), schema, raise_on_error=True, ignore_required=False)
+
+
+def test_pools_job_variables_schedule_and_concurrency() -> None:
+    from prefect.client.schemas.schedules import CronSchedule
+
+    pool = {n: d["work_pool"]["name"] for n, d in DEPLOYMENTS.items()}
+    assert pool["rts-pipeline"] == "cpu-process" and pool["final-multiseed"] == "cpu-process"
+    for n in ("data-pipeline", "generate-dataset", "normalization-stats", "validate-data", "package"):
+        assert pool[n] == "cpu-process", n
+    for n in ("train-seed", "multi-seed-train", "calibrate", "evaluate-test"):
+        assert pool[n] == "gpu", n
+        jv = DEPLOYMENTS[n]["work_pool"]["job_variables"]
+        assert jv["accelerator_type"] and int(jv["accelerator_count"]) >= 1, f"{n}: GPU type and count"
+
+    final = DEPLOYMENTS["final-multiseed"]
+    assert final["entrypoint"] == "flows/pipeline.py:pipeline"
+    (schedule,) = final["schedules"]
+    CronSchedule(cron=schedule["cron"], timezone=schedule.get("timezone"))  # a valid cron expression
+    assert schedule.get("active", True)
+    limit = final["concurrency_limit"]
+    assert (limit["limit"] if isinstance(limit, dict) else limit) == 1
+    from flows.params import PipelineParams
+
+    p = PipelineParams.model_validate(final["parameters"]["params"])
+    assert p.seeds == [42, 43, 44] and p.deterministic is True and p.execution == "distributed"
+    flow_name, _, dep_name = p.distributed.deployment.partition("/")
+    target = DEPLOYMENTS[dep_name]
+    assert _flow(target["entrypoint"]).name == flow_name and target["work_pool"]["name"] == "gpu"
+
+    pull = DOC["pull"][0]["prefect.deployments.steps.set_working_directory"]
+    assert pull["directory"] == "{{ $RTS_PROJECT_DIR }}"
+
+
+def test_kubernetes_gpu_template_adds_node_selector_and_gpu_limit() -> None:
+    add = runpy.run_path(str(ROOT / "deployments" / "gpu_job_template.py"))["add_gpu_variables"]
+    base = {
+        "job_configuration": {
+            "job_manifest": {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "spec": {"template": {"spec": {"containers": [{"name": "prefect-job", "image": "{{ image }}"}]}}},
+            }
+        },
+        "variables": {"type": "object", "properties": {"image": {"type": "string"}}},
+    }
+    out = add(base)
+    pod = out["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == "{{ accelerator_type }}"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "{{ accelerator_count }}"
+    assert {"accelerator_type", "accelerator_count", "image"} <= set(out["variables"]["properties"])
+    assert add(out) == out, "idempotent"

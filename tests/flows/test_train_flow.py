@@ -1,44 +1,35 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers import tiny_pipeline_config
+from tests.flows.configs import tiny_training_config, write_config
 
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    data = tiny_pipeline_config()
-    data["training"].update({"max_epochs": 3, "val_frequency": 1, "steps_per_epoch": 2, "seeds": [1, 2]})
-    data["lr_schedule"] = {"freeze_backbone_epochs": 1, "warmup_epochs": 1}
-    data["model"] = {
-        "architecture": "unet",
-        "backbone": "mobilenet_v2",
-        "encoder_weights": None,
-        "decoder_channels": [16, 16, 8, 8, 8],
-    }
-    data["metrics"] = {"bootstrap_samples": 10}
-    data["mlflow"] = {"experiment_name": "flow-test"}
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(yaml.safe_dump(data))
-    return p
+    return write_config(tmp_path / "pipeline.yaml", tiny_training_config([1, 2]))
 
 
 @pytest.mark.slow
 def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
     prefect_harness: None, config_file: Path, tmp_path: Path
 ) -> None:
+    from flows.params import PipelineParams
     from flows.pipeline import pipeline
     from rtscore.config import load_pipeline_config
     from rtscore.tracking import Tracker
 
     run = tmp_path / "run"
-    refs = pipeline(config=str(config_file), run_dir=str(run))
+    refs = pipeline(PipelineParams(config=str(config_file), run_dir=str(run)))
     results = refs["training"]
     assert isinstance(results, list) and [r.result.seed for r in results] == [1, 2]
+    assert "RTS_FLOW_RUN_ID" not in os.environ, "each flow sets it for its own body only"
+    assert _latest_progress() == 100.0, "the pipeline advanced its progress artifact through every step"
     manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
     for seed in (1, 2):
         assert f"seeds/seed_{seed}/best_deployment.pth" in manifest
@@ -78,7 +69,7 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
         run / "package/SHA256SUMS",
     ]
     before = [p.stat().st_mtime_ns for p in watched]
-    again = pipeline(config=str(config_file), run_dir=str(run))
+    again = pipeline(PipelineParams(config=str(config_file), run_dir=str(run)))
     assert [p.stat().st_mtime_ns for p in watched] == before, "every finished stage is cached"
     assert [r.result.best_metric for r in again["training"]] == [r.result.best_metric for r in results]
 
@@ -86,6 +77,25 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
     data = yaml.safe_load(config_file.read_text())
     data.setdefault("calibration", {})["target_precision"] = 0.6
     config_file.write_text(yaml.safe_dump(data))
-    pipeline(config=str(config_file), run_dir=str(run))
+    pipeline(PipelineParams(config=str(config_file), run_dir=str(run)))
     after = [p.stat().st_mtime_ns for p in watched]
     assert after[:2] == before[:2] and all(a != b for a, b in zip(after[2:], before[2:], strict=True))
+
+
+def _latest_progress() -> float:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    async def read() -> float:
+        async with get_client() as client:
+            found = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["rts-pipeline-progress"])),
+                sort=ArtifactSort.UPDATED_DESC,
+                limit=1,
+            )
+            return float(found[0].data)
+
+    return asyncio.run(read())

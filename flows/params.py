@@ -1,0 +1,147 @@
+"""Typed flow parameters: one pydantic model per flow, so the Prefect UI shows a form with field help.
+
+Every flow takes a single ``params`` argument. From Python pass a model (``pipeline(PipelineParams(...))``);
+from a deployment, the UI, ``prefect deployment run --params`` or ``run_deployment`` pass the same fields as
+a JSON object under ``params`` (``{"params": {"config": "configs/quickstart.yaml", "run_dir": "..."}}``):
+Prefect validates it into the model before the flow starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Split = Literal["train", "val", "test"]
+SPLITS: tuple[Split, ...] = ("train", "val", "test")
+
+# The deployment a distributed pipeline fans training out to (`<flow name>/<deployment name>`, prefect.yaml).
+TRAIN_SEED_DEPLOYMENT = "train-seed/train-seed"
+
+
+def _seeds(v: list[int] | None) -> list[int] | None:
+    if v is not None and (not v or len(set(v)) != len(v) or any(s < 0 for s in v)):
+        raise ValueError(f"expected a non-empty list of distinct non-negative seeds; got {v}")
+    return v
+
+
+class RunParams(BaseModel):
+    """What every flow needs: the pipeline config and the run directory it reads and writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: str = Field(
+        ...,
+        description="Pipeline config YAML on the worker: absolute, or relative to the project directory "
+        "(e.g. configs/quickstart.yaml).",
+    )
+    run_dir: str = Field(
+        ...,
+        description="Run directory (artifact root of this run): a local path, relative to the project "
+        "directory or absolute, or gs://bucket/prefix/run. Every stage of a run must see the same one.",
+    )
+    deterministic: bool | None = Field(
+        None,
+        description="Override training.deterministic of the config (cudnn.deterministic, no benchmark, "
+        "deterministic algorithms). Empty: as in the config. Part of every stage's cache key, so pass the "
+        "same value when re-running a single stage of a pipeline run.",
+    )
+
+
+class StageParams(RunParams):
+    """A cached stage over a run directory."""
+
+    refresh: bool = Field(False, description="Recompute even if a cached result with intact artifacts exists.")
+
+
+class DataParams(StageParams):
+    """The data pipeline: generate-dataset (train/val/test) -> normalization-stats -> validate-data."""
+
+    skip_generation: bool = Field(
+        False, description="Adopt the tile stores already in <run_dir>/datasets/ instead of generating them."
+    )
+
+
+class GenerateParams(DataParams):
+    """generate-dataset: the tile store of each split."""
+
+    splits: list[Split] = Field(list(SPLITS), description="Splits to generate (or adopt).")
+
+
+class TrainSeedParams(RunParams):
+    """train-seed: one seed, resumed from resume_latest.pth unless fresh."""
+
+    seed: int = Field(42, ge=0, description="Training seed.")
+    fresh: bool = Field(False, description="Start over instead of resuming (and ignore a cached result).")
+    parent_run_id: str | None = Field(
+        None, description="MLflow run the seed's run nests under (set by a multi-seed or pipeline run)."
+    )
+
+
+class MultiSeedParams(RunParams):
+    """multi-seed-train: every seed in sequence under one parent MLflow run."""
+
+    seeds: list[int] | None = Field(None, description="Seeds to train. Empty: training.seeds of the config.")
+    fresh: bool = Field(False, description="Start every seed over instead of resuming.")
+
+    check_seeds = field_validator("seeds")(_seeds)
+
+
+class SeedStageParams(StageParams):
+    """A stage over the trained seeds (calibrate, evaluate-test, package)."""
+
+    seeds: list[int] | None = Field(None, description="Trained seeds to use. Empty: training.seeds of the config.")
+
+    check_seeds = field_validator("seeds")(_seeds)
+
+
+class DistributedParams(BaseModel):
+    """How a distributed pipeline runs its seeds: one train-seed flow run per seed on a (GPU) work pool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deployment: str = Field(
+        TRAIN_SEED_DEPLOYMENT,
+        description="Deployment started once per seed, as '<flow name>/<deployment name>'; its work pool "
+        "decides where training runs (prefect.yaml: train-seed on the 'gpu' pool).",
+    )
+    timeout_s: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="Wait at most this long (seconds) for all seed runs; the pipeline then fails naming the "
+        "seeds still running (a retry of the pipeline re-attaches to them).",
+    )
+    poll_interval_s: float = Field(10.0, gt=0, description="Seconds between checks of the seed runs' states.")
+    job_variables: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Job variables for every seed run, over the deployment's (e.g. "
+        '{"env": {"CUDA_VISIBLE_DEVICES": "1"}} on a process pool, {"accelerator_count": 2} on Vertex AI).',
+    )
+
+
+class PipelineParams(DataParams):
+    """The full pipeline: data -> multi-seed training -> calibrate -> evaluate-test -> package."""
+
+    seeds: list[int] | None = Field(None, description="Seeds to train. Empty: training.seeds of the config.")
+    execution: Literal["local", "distributed"] = Field(
+        "local",
+        description="local: train the seeds one after the other inside this flow run. distributed: start one "
+        "train-seed flow run per seed on the deployment below (a GPU pool) and wait for all of them.",
+    )
+    distributed: DistributedParams = Field(
+        default_factory=DistributedParams, description="Fan-out settings (used when execution is distributed)."
+    )
+
+    check_seeds = field_validator("seeds")(_seeds)
+
+    def data(self) -> DataParams:
+        return DataParams(**self._common(), refresh=self.refresh, skip_generation=self.skip_generation)
+
+    def stage(self, seeds: list[int]) -> SeedStageParams:
+        return SeedStageParams(**self._common(), refresh=self.refresh, seeds=seeds)
+
+    def multi_seed(self) -> MultiSeedParams:
+        return MultiSeedParams(**self._common(), seeds=self.seeds, fresh=self.refresh)
+
+    def _common(self) -> dict[str, Any]:
+        return {"config": self.config, "run_dir": self.run_dir, "deterministic": self.deterministic}

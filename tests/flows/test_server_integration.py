@@ -1,0 +1,404 @@
+"""The production path end to end: a real Prefect server, process work pools, `prefect deploy --all` from
+prefect.yaml, workers, and the pipeline deployment triggered through the API.
+
+One scenario serves the three tests (training is the expensive part, and CI has two cores): the pipeline
+deployment runs with ``execution: distributed`` and two seeds, each a train-seed run on the `gpu` pool (a
+local process pool standing in for the GPU pool); calibrate fails on the first attempt (its output path is
+blocked by a directory); the test unblocks it and retries the failed flow run through the API as the UI's
+Retry button does. Then:
+
+- the run completed with every stage's artifacts in its manifest and its artifacts in the UI;
+- exactly one train-seed run per seed exists, also after the retry (idempotency keys);
+- the retry executed only calibrate, evaluate-test and package (task runs not served from the cache);
+- the same pipeline with ``execution: local`` on the cpu pool then executes nothing: the cache is shared.
+
+The server, pools and workers are subprocesses with their own PREFECT_HOME and PREFECT_API_URL; the test
+process talks to the server inside ``temporary_settings``, so the session's in-process test harness
+(conftest.prefect_harness) is left alone. The commands are the README's ("Three ways to run").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from tests.flows.configs import tiny_training_config, write_config
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+STAGE_TASKS = (
+    "generate-dataset",
+    "normalization-stats",
+    "validate-data",
+    "train-seed",
+    "logit-cache",
+    "calibrate",
+    "evaluate-test",
+    "package",
+)
+RUN_TIMEOUT_S = 420
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A Prefect server with pools `cpu-process` and `gpu` (both process pools), deployments and workers."""
+
+    url: str
+    env: dict[str, str]
+    logs: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        """A sync client of this server (not of the session's in-process test harness)."""
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: self.url}), get_client(sync_client=True) as client:
+            yield client
+
+    def log_tail(self, n: int = 60) -> str:
+        out = []
+        for log in sorted(self.logs.glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-n:]
+            out.append(f"----- {log.name} (last {len(lines)} lines)\n" + "\n".join(lines))
+        return "\n".join(out)
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            [PREFECT, *args], env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.procs.append(proc)
+        return proc
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run([PREFECT, *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def stop(self) -> None:
+        """Stop what this fixture started: each process group (a worker's flow-run subprocesses included)."""
+        for proc in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def _wait_healthy(server: Server, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"prefect server exited with {proc.returncode}:\n{server.log_tail()}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{server.url}/health", timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"prefect server not healthy after {timeout} s:\n{server.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """`prefect server start`, two process pools, `prefect deploy --all`, a worker per pool."""
+    base = tmp_path_factory.mktemp("prefect-server")
+    (base / "logs").mkdir()
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(
+        PREFECT_HOME=str(base / "home"),
+        PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        # No scheduled runs of final-multiseed while the test runs (its cron is weekly anyway).
+        PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="1",  # pick up runs within a second (default 10)
+        PREFECT_LOGGING_LEVEL="INFO",
+        RTS_PROJECT_DIR=str(ROOT),  # the pull step's working directory (prefect.yaml)
+    )
+    srv = Server(url=env["PREFECT_API_URL"], env=env, logs=base / "logs")
+    try:
+        proc = srv.start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port))
+        _wait_healthy(srv, proc)
+        srv.cli("work-pool", "create", "cpu-process", "--type", "process")
+        srv.cli("work-pool", "create", "gpu", "--type", "process")  # stands in for the GPU pool
+        srv.cli("--no-prompt", "deploy", "--all")
+        srv.start("worker-cpu", "worker", "start", "--pool", "cpu-process")
+        srv.start("worker-gpu", "worker", "start", "--pool", "gpu", "--limit", "1")
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _wait_final(srv: Server, flow_run_id: UUID, timeout: float = RUN_TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    with srv.client() as client:
+        while time.monotonic() < deadline:
+            run = client.read_flow_run(flow_run_id)
+            if run.state is not None and run.state.is_final():
+                return run
+            time.sleep(1.0)
+    raise AssertionError(f"flow run {flow_run_id} not finished after {timeout} s:\n{srv.log_tail()}")
+
+
+def _tree(client: Any, root: UUID) -> list[Any]:
+    """The flow run and all its subflow runs (local subflows and run_deployment children alike)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    runs = [client.read_flow_run(root)]
+    frontier = [root]
+    while frontier:
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier))
+        )
+        children = [c for c in children if c.id not in {r.id for r in runs}]
+        runs += children
+        frontier = [c.id for c in children]
+    return runs
+
+
+def _stage_task_runs(srv: Server, root: UUID) -> dict[str, tuple[str, str]]:
+    """Task run id -> (stage name, state name) of the stage tasks in a flow run's tree, once all are final.
+
+    Task run states reach the server as events, a moment after the flow run itself finishes: poll until the
+    set of task runs is final and stable. Tasks that only track a subflow (named like the subflow) are left out.
+    """
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId
+
+    previous: dict[str, tuple[str, str]] | None = None
+    deadline = time.monotonic() + 60
+    with srv.client() as client:
+        while True:
+            runs = _tree(client, root)
+            tracking = {str(r.parent_task_run_id) for r in runs if r.parent_task_run_id}
+            tasks = client.read_task_runs(
+                task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[r.id for r in runs])),
+                limit=200,
+            )
+            current = {
+                str(t.id): (_task_name(t.name), t.state.name if t.state else "?")
+                for t in tasks
+                if str(t.id) not in tracking and _task_name(t.name) in STAGE_TASKS
+            }
+            final = all(t.state is not None and t.state.is_final() for t in tasks if str(t.id) in current)
+            if final and current and current == previous:
+                return current
+            if time.monotonic() > deadline:
+                raise AssertionError(f"task runs of {root} not final: {current}")
+            previous = current
+            time.sleep(1.0)
+
+
+def _task_name(run_name: str) -> str:
+    """The task's name from its run's name (`generate-dataset-276` -> `generate-dataset`)."""
+    return run_name.rsplit("-", 1)[0]
+
+
+def _executed(task_runs: dict[str, tuple[str, str]], ids: set[str] | None = None) -> Counter[str]:
+    """Stage executions: task runs that ran (Completed or Failed), not the ones served from the cache."""
+    return Counter(
+        name
+        for tid, (name, state) in task_runs.items()
+        if (ids is None or tid in ids) and state in ("Completed", "Failed", "Crashed")
+    )
+
+
+@dataclass
+class Scenario:
+    run_dir: Path
+    config: Path
+    flow_run: Any
+    first_state: str
+    first: dict[str, tuple[str, str]]
+    second: dict[str, tuple[str, str]]
+
+
+@pytest.fixture(scope="module")
+def scenario(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Scenario:
+    """The distributed pipeline run through the deployment; calibrate fails once; a retry finishes it."""
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.states import AwaitingRetry
+
+    base = tmp_path_factory.mktemp("deployed-run")
+    config = write_config(base / "pipeline.yaml", tiny_training_config([1, 2]))
+    run_dir = base / "run"
+    blocker = run_dir / "calibration" / "gates.json"  # calibrate cannot write its gates: it fails
+    blocker.mkdir(parents=True)
+    (blocker / "blocked").write_text("the test removes this directory before the retry\n")
+    params = {
+        "config": str(config),
+        "run_dir": str(run_dir),
+        "execution": "distributed",
+        "distributed": {"deployment": "train-seed/train-seed", "poll_interval_s": 1.0, "timeout_s": RUN_TIMEOUT_S},
+    }
+    with temporary_settings(updates={PREFECT_API_URL: server.url}):
+        created = run_deployment("rts-pipeline/rts-pipeline", parameters={"params": params}, timeout=0)
+    first = _wait_final(server, created.id)
+    first_tasks = _stage_task_runs(server, created.id)
+
+    shutil.rmtree(blocker)
+    with server.client() as client:
+        # What the UI's Retry button does: the failed run goes back to Scheduled (AwaitingRetry), same id.
+        result = client.set_flow_run_state(created.id, AwaitingRetry(message="Retry from the test"))
+        assert result.status.value == "ACCEPT", result
+    final = _wait_final(server, created.id)
+    assert final.state.is_completed(), f"retry ended {final.state}:\n{server.log_tail()}"
+    return Scenario(run_dir, config, final, first.state.name, first_tasks, _stage_task_runs(server, created.id))
+
+
+@pytest.mark.slow
+def test_pipeline_deployment_runs_every_stage_into_the_manifest(server: Server, scenario: Scenario) -> None:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    assert scenario.first_state == "Failed", "calibrate was blocked on the first attempt"
+    assert scenario.flow_run.run_count == 2
+    manifest = json.loads((scenario.run_dir / "manifest.json").read_text())["artifacts"]
+    expected = {
+        "config.resolved.yaml": "config",
+        "datasets/train.zarr": "generate-dataset",
+        "datasets/val.zarr": "generate-dataset",
+        "datasets/test.zarr": "generate-dataset",
+        "normalization_stats.json": "normalization-stats",
+        "validation": "validate-data",
+        "seeds/seed_1/best_deployment.pth": "train-seed",
+        "seeds/seed_2/best_deployment.pth": "train-seed",
+        "seeds/seed_2/run_summary.json": "train-seed",
+        "seeds/summary.json": "multi-seed-train",
+        "calibration/seed_1/logit_cache.zarr": "logit-cache",
+        "calibration/deployment_config.yaml": "calibrate",
+        "calibration/gates.json": "calibrate",
+        "evaluation/test_report.json": "evaluate-test",
+        "package": "package",
+    }
+    assert {k: manifest[k]["stage"] for k in expected if k in manifest} == expected
+    summary = json.loads((scenario.run_dir / "seeds/summary.json").read_text())
+    assert [s["seed"] for s in summary["seeds"]] == [1, 2]
+    from rtscore.package import verify_package
+
+    verdict = verify_package(scenario.run_dir / "package")
+    assert verdict.ok, verdict.failures()
+
+    # What the UI shows: summaries, tables, links (PNGs linked: local files have no http URL), progress.
+    with server.client() as client:
+        runs = _tree(client, scenario.flow_run.id)
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[r.id for r in runs]))
+        )
+    kinds = Counter(a.type for a in artifacts)
+    assert {"markdown", "table", "progress"} <= set(kinds), kinds
+    keys = {a.key for a in artifacts if a.key}
+    assert {"data-pipeline", "multi-seed-train", "calibration", "test-report", "test-report-per-seed"} <= keys
+    progress = [a for a in artifacts if a.type == "progress" and a.flow_run_id == scenario.flow_run.id]
+    assert progress and max(float(a.data) for a in progress) == 100.0
+    # A link artifact is markdown `[text](url)`.
+    links = [str(a.data) for a in artifacts if a.type == "markdown" and str(a.data).startswith("[")]
+    assert any(link.endswith("/package)") for link in links), links
+    assert any(link.endswith(".png)") and "](file://" in link for link in links), links
+
+
+@pytest.mark.slow
+def test_distributed_run_starts_one_train_seed_run_per_seed_even_when_retried(
+    server: Server, scenario: Scenario
+) -> None:
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.fanout import idempotency_key
+
+    parent = str(scenario.flow_run.id)
+    with server.client() as client:
+        deployment = client.read_deployment_by_name("train-seed/train-seed")
+        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])))
+    mine = [r for r in runs if (r.idempotency_key or "").startswith(f"rts-pipeline/{parent}/")]
+    assert sorted(r.parameters["params"]["seed"] for r in mine) == [1, 2], [r.idempotency_key for r in mine]
+    assert all(r.state.is_completed() for r in mine)
+    assert all(r.work_pool_name == "gpu" for r in mine)
+    assert {r.parameters["params"]["run_dir"] for r in mine} == {str(scenario.run_dir)}
+
+    # The key is the whole scheme: asking again for seed 1 of this parent returns the same run.
+    again = mine[0]
+    with temporary_settings(updates={PREFECT_API_URL: server.url}):
+        same = run_deployment(
+            "train-seed/train-seed",
+            parameters={"params": again.parameters["params"]},
+            timeout=0,
+            idempotency_key=idempotency_key(parent, again.parameters["params"]["seed"]),
+        )
+    assert same.id == again.id
+
+
+@pytest.mark.slow
+def test_a_retry_after_a_failed_calibrate_reruns_only_calibrate_and_what_follows(scenario: Scenario) -> None:
+    first = _executed(scenario.first)
+    assert first == Counter(
+        {
+            "generate-dataset": 3,
+            "normalization-stats": 1,
+            "validate-data": 1,
+            "train-seed": 2,
+            "logit-cache": 2,
+            "calibrate": 1,
+        }
+    ), first
+    assert [s for n, s in scenario.first.values() if n == "calibrate"] == ["Failed"]
+    retry = _executed(scenario.second, set(scenario.second) - set(scenario.first))
+    assert retry == Counter({"calibrate": 1, "evaluate-test": 1, "package": 1}), retry
+    cached = Counter(n for tid, (n, s) in scenario.second.items() if tid not in scenario.first and s == "Cached")
+    assert {"generate-dataset", "normalization-stats", "validate-data", "logit-cache"} <= set(cached), cached
+
+
+@pytest.mark.slow
+def test_a_local_run_on_the_cpu_pool_reuses_what_the_gpu_pool_computed(server: Server, scenario: Scenario) -> None:
+    """Results and cache keys are shared across pools: the same pipeline with `execution: local` on the
+    `cpu-process` pool executes no stage (training ran in train-seed runs on the `gpu` pool)."""
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    params = {"config": str(scenario.config), "run_dir": str(scenario.run_dir), "execution": "local"}
+    with temporary_settings(updates={PREFECT_API_URL: server.url}):
+        created = run_deployment("rts-pipeline/rts-pipeline", parameters={"params": params}, timeout=0)
+    final = _wait_final(server, created.id)
+    assert final.state.is_completed(), f"{final.state}:\n{server.log_tail()}"
+    tasks = _stage_task_runs(server, created.id)
+    assert _executed(tasks) == Counter(), tasks
+    assert Counter(n for n, s in tasks.values() if s == "Cached") == Counter(
+        {
+            "generate-dataset": 3,
+            "normalization-stats": 1,
+            "validate-data": 1,
+            "train-seed": 2,
+            "logit-cache": 2,
+            "calibrate": 1,
+            "evaluate-test": 1,
+            "package": 1,
+        }
+    )
