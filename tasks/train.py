@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prefect import task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from rtscore import stages
 from rtscore.config.pipeline import PipelineConfig
@@ -16,7 +17,17 @@ TRAIN_INPUTS = ("datasets/train.zarr", "datasets/val.zarr", "normalization_stats
 def train_seed(
     run_dir: str, cfg: PipelineConfig, seed: int, fresh: bool = False, parent_run_id: str | None = None
 ) -> TrainResult:
-    return stages.train_seed(run_dir, cfg, seed, fresh=fresh, parent_run_id=parent_run_id, progress=True)
+    bar = create_progress_artifact(0.0, key=f"train-seed-{seed}-progress", description=f"seed {seed}: epochs")
+
+    def epoch_done(epoch: int, metrics: dict[str, float]) -> None:
+        geomean = metrics.get("val_realistic_pr_auc_geomean")
+        note = f"; val_realistic_pr_auc_geomean {geomean:.4f}" if geomean is not None else ""
+        pct = min(100.0, 100.0 * epoch / cfg.training.max_epochs)
+        update_progress_artifact(bar, pct, description=f"seed {seed}: epoch {epoch}/{cfg.training.max_epochs}{note}")
+
+    return stages.train_seed(
+        run_dir, cfg, seed, fresh=fresh, parent_run_id=parent_run_id, progress=True, on_epoch_end=epoch_done
+    )
 
 
 @task(name="start-multi-seed")
