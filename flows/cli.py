@@ -11,6 +11,7 @@ from typing import Any
 
 from flows.params import TRAIN_SEED_DEPLOYMENT
 from rtscore.cli import build_parser, package_verify_command, run
+from rtscore.storage import absolute_location as absolute
 
 
 def _quiet_ephemeral_prefect() -> None:
@@ -24,11 +25,11 @@ def _data(args: argparse.Namespace) -> int:
     from flows.params import DataParams
 
     refs = data_pipeline(
-        DataParams(config=str(Path(args.config).resolve()), run_dir=str(Path(args.run).resolve()), refresh=args.refresh)
+        DataParams(config=str(Path(args.config).resolve()), run_dir=absolute(args.run), refresh=args.refresh)
     )
     for name, ref in refs.items():
         print(f"{name:20s} {ref.uri}")
-    print(f"data pipeline finished; validation report: {Path(args.run) / 'validation' / 'report.md'}")
+    print(f"data pipeline finished; validation report: {absolute(args.run)}/validation/report.md")
     return 0
 
 
@@ -37,7 +38,7 @@ def _train(args: argparse.Namespace) -> int:
     from flows.params import MultiSeedParams, TrainSeedParams
     from flows.train import multi_seed_train, train_seed
 
-    config, run = str(Path(args.config).resolve()), str(Path(args.run).resolve())
+    config, run = str(Path(args.config).resolve()), absolute(args.run)
     if args.seeds:
         results = multi_seed_train(MultiSeedParams(config=config, run_dir=run, seeds=args.seeds, fresh=args.fresh))
     else:
@@ -52,8 +53,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _run_dir(args: argparse.Namespace) -> str:
-    """--run, or artifacts/<config file stem> (configs/quickstart.yaml -> artifacts/quickstart)."""
-    return str(Path(args.run or Path("artifacts") / Path(args.config).stem).resolve())
+    """--run (a local path, made absolute, or a gs:// URI kept as is), or artifacts/<config file stem>."""
+    return absolute(args.run or str(Path("artifacts") / Path(args.config).stem))
 
 
 def _print_training(results: list[Any]) -> None:
@@ -99,7 +100,7 @@ def _pipeline(args: argparse.Namespace) -> int:
     _print_calibration(out["calibration"])
     print()
     print(out["test"].table)
-    print(f"\ntest report: {Path(run_dir) / 'evaluation' / 'test_report.md'}")
+    print(f"\ntest report: {run_dir}/evaluation/test_report.md")
     print(f"deployment package: {out['package'].uri}")
     return 0
 
@@ -110,7 +111,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     cal = calibrate(_stage_params(args))
     _print_calibration(cal)
-    print(f"deployment config: {Path(_run_dir(args)) / 'calibration' / 'deployment_config.yaml'}")
+    print(f"deployment config: {_run_dir(args)}/calibration/deployment_config.yaml")
     return 0
 
 
@@ -120,7 +121,7 @@ def _evaluate_test(args: argparse.Namespace) -> int:
 
     rep = evaluate_test(_stage_params(args))
     print(rep.table)
-    print(f"\ntest report: {Path(_run_dir(args)) / 'evaluation' / 'test_report.md'}")
+    print(f"\ntest report: {_run_dir(args)}/evaluation/test_report.md")
     return 0
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 from prefect.client.schemas.objects import FlowRun
@@ -26,7 +25,7 @@ from prefect.logging import get_logger, get_run_logger
 from flows.params import DistributedParams, PipelineParams, TrainSeedParams
 from rtscore.errors import PipelineError
 from rtscore.stages import ArtifactRef, TrainResult
-from rtscore.storage import RunDir, StorageError
+from rtscore.storage import RunDir, StorageError, absolute_location
 from rtscore.train.result import SeedResult
 
 MAX_ATTEMPTS = 100  # new runs per seed over all retries of one pipeline flow run
@@ -49,11 +48,7 @@ def idempotency_key(parent_flow_run_id: str, seed: int, attempt: int = 0) -> str
     return key if attempt == 0 else f"{key}/attempt-{attempt}"
 
 
-def absolute(location: str) -> str:
-    """A local path made absolute (children may run in another working directory); URIs unchanged."""
-    if "://" in location:
-        return location
-    return str(Path(location).expanduser().resolve())
+absolute = absolute_location  # children may run in another working directory
 
 
 def child_params(params: PipelineParams, seed: int, parent_mlflow_run: str | None) -> TrainSeedParams:

@@ -155,6 +155,13 @@ def _replace(src: Path, dst: Path) -> None:
     src.replace(dst)
 
 
+def absolute_location(location: str) -> str:
+    """A local path made absolute (workers may run in another directory); a URI (gs://...) unchanged."""
+    if "://" in location:
+        return location
+    return str(Path(location).expanduser().resolve())
+
+
 class RunDir:
     """A run's directory (`<root>/<run_name>/`) and its manifest: a local path or ``gs://bucket/prefix``.
 

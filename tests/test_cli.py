@@ -122,3 +122,18 @@ def test_pipeline_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert run(p, ["boom"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "threshold is null" in err
+
+
+def test_run_directory_uris_are_kept_and_local_paths_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from flows.cli import _run_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert _run_dir(argparse.Namespace(run="gs://bucket/runs/a", config="c.yaml")) == "gs://bucket/runs/a"
+    assert _run_dir(argparse.Namespace(run="runs/a", config="c.yaml")) == str(tmp_path.resolve() / "runs/a")
+    assert _run_dir(argparse.Namespace(run=None, config="configs/quickstart.yaml")) == str(
+        tmp_path.resolve() / "artifacts/quickstart"
+    )
