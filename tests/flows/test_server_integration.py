@@ -38,20 +38,12 @@ from uuid import UUID
 
 import pytest
 
+from rtscore.stages import STAGES
 from tests.flows.configs import tiny_training_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
-STAGE_TASKS = (
-    "generate-dataset",
-    "normalization-stats",
-    "validate-data",
-    "train-seed",
-    "logit-cache",
-    "calibrate",
-    "evaluate-test",
-    "package",
-)
+STAGE_TASKS = STAGES  # the cached stage tasks, first to last
 RUN_TIMEOUT_S = 420
 
 
