@@ -1,0 +1,162 @@
+"""Spatial blocking (DATA_LAYOUT.md): whole regions go to one split, derived when `splits.yaml` is absent.
+
+The rules, in priority order:
+    1. test holds at least `min_test_positives` positive tiles, else fail;
+    2. val spans at least 2 regions, else fail;
+    3. train holds at least 70% of the positive tiles, else warn;
+    4. the tile shares are within `tolerance` (absolute, default 0.10) of 80/10/10, else fail.
+
+Regions are indivisible, so the derivation searches assignments: a seeded set of region orders, each filled
+greedily (test until it has enough positives, then val until it has 2 regions and about its share, the rest
+train); among the orders whose split satisfies the failing rules, the one closest to 80/10/10 wins (ties:
+first found). The same metadata and seed always give the same split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TARGET = {"train": 0.8, "val": 0.1, "test": 0.1}
+
+
+class SplitError(ValueError):
+    """No region-level split satisfies the rules, or a given split breaks them (the message says which)."""
+
+
+@dataclass(frozen=True)
+class RegionCounts:
+    """Tiles and positive tiles of one region."""
+
+    tiles: int
+    positives: int
+
+
+@dataclass
+class SplitResult:
+    """The derived split and how it measures against the rules."""
+
+    splits: dict[str, list[str]]
+    tiles: dict[str, int]
+    positives: dict[str, int]
+    shares: dict[str, float]
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = ["| split | regions | tiles | share | positive tiles |", "|---|---|---|---|---|"]
+        for s in ("train", "val", "test"):
+            lines.append(
+                f"| {s} | {len(self.splits[s])} | {self.tiles[s]} | {self.shares[s]:.1%} | {self.positives[s]} |"
+            )
+        lines += [f"- warning: {w}" for w in self.warnings]
+        return "\n".join(lines) + "\n"
+
+
+def region_counts(rows: Sequence[Mapping[str, str]]) -> dict[str, RegionCounts]:
+    """Per `RegionName`, tiles and positive tiles (`TrainClass == positive`) of metadata.csv rows."""
+    tiles: dict[str, int] = {}
+    pos: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        region = (row.get("RegionName") or "").strip()
+        if not region:
+            raise SplitError(f"metadata.csv row {i + 2} (Tile_id {row.get('Tile_id')!r}): empty RegionName")
+        tiles[region] = tiles.get(region, 0) + 1
+        pos[region] = pos.get(region, 0) + int((row.get("TrainClass") or "").strip().lower() == "positive")
+    return {r: RegionCounts(tiles[r], pos[r]) for r in sorted(tiles)}
+
+
+def evaluate_split(
+    splits: Mapping[str, Sequence[str]],
+    counts: Mapping[str, RegionCounts],
+    *,
+    min_test_positives: int = 100,
+    tolerance: float = 0.10,
+) -> SplitResult:
+    """Check a split (given or derived) against the rules; SplitError names the first failing rule."""
+    seen: dict[str, str] = {}
+    for s, regions in splits.items():
+        for r in regions:
+            if r in seen:
+                raise SplitError(f"region {r!r} is in two splits ({seen[r]} and {s}); a region belongs to one split")
+            seen[r] = s
+    missing = sorted(set(counts) - set(seen))
+    if missing:
+        raise SplitError(f"regions {missing} of metadata.csv are in no split")
+    total = sum(c.tiles for c in counts.values()) or 1
+    all_pos = sum(c.positives for c in counts.values())
+    tiles = {s: sum(counts[r].tiles for r in splits.get(s, ()) if r in counts) for s in TARGET}
+    positives = {s: sum(counts[r].positives for r in splits.get(s, ()) if r in counts) for s in TARGET}
+    shares = {s: tiles[s] / total for s in TARGET}
+    result = SplitResult({s: sorted(splits.get(s, ())) for s in TARGET}, tiles, positives, shares)
+    if positives["test"] < min_test_positives:
+        raise SplitError(f"test holds {positives['test']} positive tiles; at least {min_test_positives} are needed")
+    if len(splits.get("val", ())) < 2:
+        raise SplitError(f"val spans {len(splits.get('val', ()))} region(s); at least 2 are needed")
+    if all_pos and positives["train"] < 0.7 * all_pos:
+        result.warnings.append(
+            f"train holds {positives['train']} of {all_pos} positive tiles ({positives['train'] / all_pos:.0%} < 70%)"
+        )
+    off = {s: shares[s] - TARGET[s] for s in TARGET if abs(shares[s] - TARGET[s]) > tolerance + 1e-9}
+    if off:
+        detail = ", ".join(f"{s} {shares[s]:.1%} (target {TARGET[s]:.0%})" for s in off)
+        raise SplitError(f"tile shares off 80/10/10 by more than {tolerance:.0%}: {detail}")
+    return result
+
+
+def derive_splits(
+    rows: Sequence[Mapping[str, str]],
+    *,
+    min_test_positives: int = 100,
+    tolerance: float = 0.10,
+    seed: int = 0,
+    tries: int = 2000,
+) -> SplitResult:
+    """A region-level train/val/test split of metadata.csv rows satisfying the rules (see module doc).
+
+    Raises:
+        SplitError: No order of the regions gives a valid split; the message gives the closest attempt's failure.
+    """
+    counts = region_counts(rows)
+    regions = list(counts)
+    if len(regions) < 4:
+        raise SplitError(f"{len(regions)} regions: spatial blocking needs at least 4 (test, 2 for val, train)")
+    total = sum(c.tiles for c in counts.values())
+    rng = np.random.default_rng(seed)
+    best: tuple[float, SplitResult] | None = None
+    last_error = "no attempt"
+    for _ in range(tries):
+        order = [regions[i] for i in rng.permutation(len(regions))]
+        test: list[str] = []
+        val: list[str] = []
+        pos = 0
+        k = 0
+        while k < len(order) and pos < min_test_positives:
+            test.append(order[k])
+            pos += counts[order[k]].positives
+            k += 1
+        val_tiles = 0
+        while k < len(order) - 1 and (len(val) < 2 or val_tiles < TARGET["val"] * total):
+            if len(val) >= 2 and val_tiles + counts[order[k]].tiles > (TARGET["val"] + tolerance) * total:
+                break
+            val.append(order[k])
+            val_tiles += counts[order[k]].tiles
+            k += 1
+        train = order[k:]
+        try:
+            result = evaluate_split(
+                {"train": train, "val": val, "test": test},
+                counts,
+                min_test_positives=min_test_positives,
+                tolerance=tolerance,
+            )
+        except SplitError as err:
+            last_error = str(err)
+            continue
+        cost = sum(abs(result.shares[s] - TARGET[s]) for s in TARGET) + (1.0 if result.warnings else 0.0)
+        if best is None or cost < best[0]:
+            best = (cost, result)
+    if best is None:
+        raise SplitError(f"no region-level split satisfies the rules after {tries} orders; e.g.: {last_error}")
+    return best[1]

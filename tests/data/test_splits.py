@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pytest
+
+from rtscore.data.splits import SplitError, derive_splits, evaluate_split, region_counts
+
+
+def _rows(spec: dict[str, tuple[int, int]]) -> list[dict[str, str]]:
+    """region -> (tiles, positives) as metadata.csv rows."""
+    rows = []
+    for region, (n, p) in spec.items():
+        for i in range(n):
+            rows.append(
+                {"Tile_id": f"{region}-{i}", "RegionName": region, "TrainClass": "positive" if i < p else "negative"}
+            )
+    return rows
+
+
+SPEC = {f"r{i:02d}": (100, 60) for i in range(20)}  # 2,000 tiles; 2 regions give test its 100 positives
+
+
+def test_derived_split_blocks_whole_regions_and_meets_every_rule() -> None:
+    result = derive_splits(_rows(SPEC), min_test_positives=100, seed=1)
+    regions = [r for s in ("train", "val", "test") for r in result.splits[s]]
+    assert sorted(regions) == sorted(SPEC) and len(set(regions)) == len(regions)
+    assert result.positives["test"] >= 100 and len(result.splits["val"]) >= 2
+    assert all(abs(result.shares[s] - t) <= 0.10 for s, t in (("train", 0.8), ("val", 0.1), ("test", 0.1)))
+    assert derive_splits(_rows(SPEC), min_test_positives=100, seed=1).splits == result.splits  # deterministic
+    assert "| test |" in result.summary()
+
+
+def test_rules_fail_in_priority_order_with_clear_messages() -> None:
+    counts = region_counts(_rows(SPEC))
+    all_regions = sorted(SPEC)
+    with pytest.raises(SplitError, match="in two splits"):
+        evaluate_split({"train": all_regions, "val": ["r00", "r01"], "test": ["r02"]}, counts)
+    with pytest.raises(SplitError, match="test holds 60 positive tiles; at least 100"):
+        evaluate_split({"train": all_regions[3:], "val": all_regions[1:3], "test": all_regions[:1]}, counts)
+    with pytest.raises(SplitError, match="val spans 1 region"):
+        evaluate_split({"train": all_regions[5:], "val": all_regions[4:5], "test": all_regions[:4]}, counts)
+    with pytest.raises(SplitError, match="tile shares off 80/10/10"):
+        evaluate_split({"train": all_regions[10:], "val": all_regions[4:10], "test": all_regions[:4]}, counts)
+    with pytest.raises(SplitError, match="no region-level split"):
+        derive_splits(_rows({f"r{i}": (10, 1) for i in range(6)}), min_test_positives=100)
+
+
+def test_too_few_positives_in_train_is_a_warning() -> None:
+    spec = {**{f"p{i}": (10, 10) for i in range(4)}, **{f"n{i}": (100, 0) for i in range(16)}}
+    counts = region_counts(_rows(spec))
+    train = [f"n{i}" for i in range(14)] + ["p3"]
+    result = evaluate_split(
+        {"train": train, "val": ["n14", "n15"], "test": ["p0", "p1", "p2"]},
+        counts,
+        min_test_positives=20,
+        tolerance=0.2,
+    )
+    assert result.warnings and "70%" in result.warnings[0]
