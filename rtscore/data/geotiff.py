@@ -1,0 +1,437 @@
+"""Per-tile GeoTIFF datasets (the real layout of /work/shared/DATA_LAYOUT.md): write synthetic ones, ingest any.
+
+Layout under a data root::
+
+    PLANET-RGB/<tile_id>.tif   tile_size^2, EPSG:3857, 3 bands R,G,B uint8 (+ optional alpha band 4)
+    EXTRA/<tile_id>.tif        N float32 auxiliary bands, same grid (needed only when extra channels are selected)
+    labels/<tile_id>.tif       1 band uint8 in {0 background, 1 RTS, 255 ignore}
+    metadata.csv               Tile_id, centroid_lat, centroid_lon, TrainClass, RegionName, UIDs
+    splits.yaml                split -> [region names]
+
+Channel rule (kept simple): the store's extra channel ``i`` is band ``i`` (0-based, file order) of the EXTRA file,
+named ``synthetic.extra_channels[i]`` of the generation config; later EXTRA bands are ignored. NoData comes from
+the alpha band only (alpha 0); pixels (0, 0, 0) with alpha 255 are valid; an RGB file without alpha is all valid.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rtscore.config.base import config_hash
+from rtscore.config.generation import GenerationConfig
+from rtscore.data.store import StoreLayout, TileStoreError
+from rtscore.data.tiles import KIND_CODES, LABEL_VALUES, RawTile
+
+RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"
+METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"
+METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
+CRS = "EPSG:3857"
+EARTH_RADIUS_M = 6378137.0  # Web Mercator sphere
+GRID_LAT_DEG, GRID_LON_DEG = 70.0, -150.0  # north-west corner of the synthetic tile grid (Arctic Alaska)
+GRID_COLUMNS = 64  # synthetic tiles per grid row
+_SPLIT_ROW_OFFSET = {"train": 0, "val": 200, "test": 400}  # grid rows: splits never share ground
+_MAX_LISTED = 20  # problems listed in one error
+
+
+class GeotiffError(TileStoreError):
+    """A GeoTIFF data root does not match the layout; the message names the tile and the file."""
+
+
+# --------------------------------------------------------------------------------------------- georeferencing
+
+
+def _mercator_y(lat_deg: float) -> float:
+    return EARTH_RADIUS_M * math.log(math.tan(math.pi / 4 + math.radians(lat_deg) / 2))
+
+
+def mercator_to_lonlat(x: float, y: float) -> tuple[float, float]:
+    """EPSG:3857 metres to (lon, lat) degrees on the Web Mercator sphere."""
+    return math.degrees(x / EARTH_RADIUS_M), math.degrees(2 * math.atan(math.exp(y / EARTH_RADIUS_M)) - math.pi / 2)
+
+
+def tile_origin(split: str, index: int, tile_size: int, pixel_size_m: float) -> tuple[float, float]:
+    """Upper-left corner (EPSG:3857) of synthetic tile ``index`` of ``split``: adjacent, non-overlapping cells."""
+    span = tile_size * pixel_size_m
+    row = _SPLIT_ROW_OFFSET.get(split, 0) + index // GRID_COLUMNS
+    col = index % GRID_COLUMNS
+    x0 = math.radians(GRID_LON_DEG) * EARTH_RADIUS_M + col * span
+    y0 = _mercator_y(GRID_LAT_DEG) - row * span
+    return x0, y0
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def write_synthetic_geotiffs(cfg: GenerationConfig, output: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
+    """Write the synthetic scenes of a generation config as a GeoTIFF data root (`rts synth-geotiff`).
+
+    One file set per source tile (rotation expansion is not applied), the exact labels, EPSG:3857 with
+    ``4.77 / cfg.scale`` m pixels on a deterministic grid near 70 N. The root is written to a hidden sibling
+    and renamed into place at the end.
+
+    Args:
+        cfg: Generation config of one split (tiles, regions, extra channels, seed).
+        output: Data root to create.
+        overwrite: Replace an existing ``output``.
+
+    Returns:
+        Summary: output path, split, tile count, positives, full-NoData tiles, regions.
+    """
+    import rasterio
+    from rasterio.enums import ColorInterp
+    from rasterio.transform import Affine
+
+    from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
+
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise GeotiffError(f"output {output} already exists; pass overwrite (--overwrite) to replace it")
+    staging = output.with_name(f".{output.name}.partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    for d in (RGB_DIR, LABEL_DIR, *([EXTRA_DIR] if cfg.synthetic.extra_channels else [])):
+        (staging / d).mkdir(parents=True)
+    n = cfg.tile_size
+    px = PIXEL_SIZE_M / cfg.scale
+    rows: list[dict[str, str]] = []
+    n_positive = n_full = 0
+    for plan in plan_tiles(cfg):
+        tile = render_tile(plan, cfg)
+        x0, y0 = tile_origin(cfg.split, plan.index, n, px)
+        profile = {
+            "driver": "GTiff",
+            "width": n,
+            "height": n,
+            "crs": CRS,
+            "transform": Affine(px, 0.0, x0, 0.0, -px, y0),  # rasterio from_origin(x0, y0, px, px)
+            "compress": "lzw",
+        }
+        with rasterio.open(staging / RGB_DIR / f"{plan.tile_id}.tif", "w", count=4, dtype="uint8", **profile) as f:
+            f.write(np.concatenate([tile.rgb, tile.alpha[None]]))
+            f.colorinterp = [ColorInterp.red, ColorInterp.green, ColorInterp.blue, ColorInterp.alpha]
+        with rasterio.open(staging / LABEL_DIR / f"{plan.tile_id}.tif", "w", count=1, dtype="uint8", **profile) as f:
+            f.write(tile.label_exact[None])
+        if tile.extra is not None:
+            path = staging / EXTRA_DIR / f"{plan.tile_id}.tif"
+            with rasterio.open(path, "w", count=tile.extra.shape[0], dtype="float32", **profile) as f:
+                f.write(tile.extra)
+                for b, name in enumerate(cfg.synthetic.extra_channels, start=1):
+                    f.set_band_description(b, name)
+        lon, lat = mercator_to_lonlat(x0 + n * px / 2, y0 - n * px / 2)
+        positive = plan.kind == "positive"
+        n_positive += positive
+        n_full += plan.kind == "full_nodata"
+        rows.append(
+            {
+                "Tile_id": plan.tile_id,
+                "centroid_lat": f"{lat:.6f}",
+                "centroid_lon": f"{lon:.6f}",
+                "TrainClass": "positive" if positive else "negative",
+                "RegionName": plan.region,
+                "UIDs": ";".join(f"{plan.tile_id}-rts{k}" for k in range(tile.n_objects)) if positive else "",
+            }
+        )
+    with open(staging / METADATA_CSV, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(METADATA_COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+    _write_yaml(staging / SPLITS_YAML, {cfg.split: list(cfg.synthetic.regions)})
+    if output.exists():
+        shutil.rmtree(output)
+    staging.rename(output)
+    return {
+        "output": str(output),
+        "split": cfg.split,
+        "n_tiles": len(rows),
+        "n_positive": n_positive,
+        "n_full_nodata": n_full,
+        "regions": list(cfg.synthetic.regions),
+    }
+
+
+def _write_yaml(path: Path, data: dict[str, Any]) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+# --------------------------------------------------------------------------------------------- reading the root
+
+
+@dataclass(frozen=True)
+class TileEntry:
+    """One row of metadata.csv selected for ingestion."""
+
+    tile_id: str
+    region: str
+    positive: bool
+    n_uids: int
+    row: int  # 0-based data row in metadata.csv (stored as source_index)
+
+
+def read_splits(root: Path) -> dict[str, list[str]]:
+    """splits.yaml as ``{split: [regions]}``; a region listed in two splits is an error."""
+    import yaml
+
+    path = root / SPLITS_YAML
+    if not path.is_file():
+        raise GeotiffError(f"{path} not found (the data root needs splits.yaml)")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise GeotiffError(f"{path}: expected a mapping split -> [region names]")
+    seen: dict[str, str] = {}
+    for split, regions in data.items():
+        for region in regions:
+            if region in seen and seen[region] != split:
+                raise GeotiffError(
+                    f"{path}: region {region!r} is in two splits ({seen[region]} and {split}); "
+                    "whole regions go to one split"
+                )
+            seen[str(region)] = str(split)
+    return {str(k): [str(r) for r in v] for k, v in data.items()}
+
+
+def read_metadata(root: Path) -> list[dict[str, str]]:
+    """The rows of metadata.csv, checked for the required columns and unique tile ids."""
+    path = root / METADATA_CSV
+    if not path.is_file():
+        raise GeotiffError(f"{path} not found (the data root needs metadata.csv)")
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in METADATA_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise GeotiffError(f"{path}: missing columns {missing}; expected {list(METADATA_COLUMNS)}")
+        rows = [{k: (v or "").strip() for k, v in r.items() if k is not None} for r in reader]
+    ids = [r["Tile_id"] for r in rows]
+    dupes = sorted({t for t in ids if ids.count(t) > 1})
+    if dupes:
+        raise GeotiffError(f"{path}: repeated Tile_id {dupes[:_MAX_LISTED]}")
+    bad = [(r["Tile_id"], r["TrainClass"]) for r in rows if r["TrainClass"] not in ("positive", "negative")]
+    if bad:
+        raise GeotiffError(f"{path}: TrainClass must be positive or negative; got {bad[:_MAX_LISTED]}")
+    return rows
+
+
+def _tile_files(root: Path, tile_id: str, with_extra: bool) -> dict[str, Path]:
+    files = {"rgb": root / RGB_DIR / f"{tile_id}.tif", "labels": root / LABEL_DIR / f"{tile_id}.tif"}
+    if with_extra:
+        files["extra"] = root / EXTRA_DIR / f"{tile_id}.tif"
+    return files
+
+
+def select_tiles(root: Path, split: str, *, with_extra: bool) -> list[TileEntry]:
+    """The tiles of ``split`` (its regions in splits.yaml x RegionName), after checking every tile has its files."""
+    splits = read_splits(root)
+    if split not in splits:
+        raise GeotiffError(f"{root / SPLITS_YAML}: no split {split!r} (has {sorted(splits)})")
+    rows = read_metadata(root)
+    missing = [str(p) for r in rows for p in _tile_files(root, r["Tile_id"], with_extra).values() if not p.is_file()]
+    if missing:
+        more = f" (and {len(missing) - _MAX_LISTED} more)" if len(missing) > _MAX_LISTED else ""
+        raise GeotiffError(f"{len(missing)} tile files of {METADATA_CSV} are missing: {missing[:_MAX_LISTED]}{more}")
+    regions = set(splits[split])
+    entries = [
+        TileEntry(
+            tile_id=r["Tile_id"],
+            region=r["RegionName"],
+            positive=r["TrainClass"] == "positive",
+            n_uids=len([u for u in r["UIDs"].split(";") if u.strip()]),
+            row=i,
+        )
+        for i, r in enumerate(rows)
+        if r["RegionName"] in regions
+    ]
+    if not entries:
+        raise GeotiffError(f"no tile of {root / METADATA_CSV} is in a region of split {split!r}: {sorted(regions)}")
+    return entries
+
+
+def check_tiles(root: Path, entries: list[TileEntry], tile_size: int, n_extra: int) -> None:
+    """Check headers (CRS, size, band count, dtype) of every file and the label values, before anything is written.
+
+    Raises:
+        GeotiffError: listing every problem found (up to 20), each naming the tile and the file.
+    """
+    import rasterio
+
+    problems: list[str] = []
+    expected = {"rgb": ((3, 4), "uint8"), "labels": ((1,), "uint8"), "extra": (None, "float32")}
+    for e in entries:
+        for kind, path in _tile_files(root, e.tile_id, n_extra > 0).items():
+            where = f"tile {e.tile_id} ({path})"
+            with rasterio.open(path) as f:
+                crs = f.crs.to_string() if f.crs else None
+                if crs != CRS:
+                    problems.append(f"{where}: CRS must be {CRS}; got {crs}")
+                if (f.height, f.width) != (tile_size, tile_size):
+                    problems.append(f"{where}: size must be {tile_size}x{tile_size}; got {f.height}x{f.width}")
+                counts, dtype = expected[kind]
+                if counts is not None and f.count not in counts:
+                    problems.append(f"{where}: {kind} needs {' or '.join(map(str, counts))} bands; got {f.count}")
+                if kind == "extra" and f.count < n_extra:
+                    problems.append(
+                        f"{where}: extra channel band index {n_extra - 1} is beyond the file's {f.count} bands"
+                    )
+                if any(d != dtype for d in f.dtypes):
+                    problems.append(f"{where}: {kind} bands must be {dtype}; got {sorted(set(f.dtypes))}")
+                if kind == "labels" and not _problems_for(problems, where) and f.count == 1:
+                    problem = _label_problem(f.read(1), where)
+                    if problem:
+                        problems.append(problem)
+        if len(problems) >= _MAX_LISTED:
+            break
+    if problems:
+        raise GeotiffError(f"{len(problems)} problem(s) in {root}:\n  " + "\n  ".join(problems[:_MAX_LISTED]))
+
+
+def _problems_for(problems: list[str], where: str) -> bool:
+    return any(p.startswith(where) for p in problems)
+
+
+def _label_problem(label: np.ndarray, where: str) -> str | None:
+    bad = np.setdiff1d(np.unique(label), LABEL_VALUES)
+    return f"{where}: label values {bad.tolist()} outside {{0, 1, 255}}" if bad.size else None
+
+
+# --------------------------------------------------------------------------------------------- ingestion
+
+
+class GeotiffProducer:
+    """Reads the selected tiles of a data root lazily with rasterio; picklable (paths and small records only)."""
+
+    def __init__(self, root: str | Path, entries: list[TileEntry], n_extra: int, batch_size: int = 16) -> None:
+        self.root = Path(root)
+        self.entries = list(entries)
+        self.n_extra = n_extra
+        self.batch_size = batch_size
+
+    def read(self, entry: TileEntry) -> tuple[RawTile, int]:
+        """One tile and its kind code (full NoData when alpha is all 0, else the TrainClass)."""
+        import rasterio
+
+        files = _tile_files(self.root, entry.tile_id, self.n_extra > 0)
+        with rasterio.open(files["rgb"]) as f:
+            data = f.read()
+        rgb = np.ascontiguousarray(data[:3])
+        alpha = (
+            np.where(data[3] > 0, 255, 0).astype(np.uint8)
+            if data.shape[0] == 4
+            else np.full(rgb.shape[1:], 255, np.uint8)
+        )
+        with rasterio.open(files["labels"]) as f:
+            label = f.read(1)
+        problem = _label_problem(label, f"tile {entry.tile_id} ({files['labels']})")
+        if problem:
+            raise GeotiffError(problem)
+        extra = None
+        if self.n_extra:
+            with rasterio.open(files["extra"]) as f:
+                extra = f.read(list(range(1, self.n_extra + 1))).astype(np.float32, copy=False)
+        if not alpha.any():
+            code = KIND_CODES["full_nodata"]
+        else:
+            code = KIND_CODES["positive" if entry.positive else "negative"]
+        tile = RawTile(
+            tile_id=entry.tile_id,
+            region=entry.region,
+            rgb=rgb,
+            alpha=alpha,
+            label_exact=label,
+            extra=extra,
+            n_objects=entry.n_uids,
+            source_index=entry.row,
+        )
+        return tile, code
+
+    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
+        for a in range(start, stop, self.batch_size):
+            read = [self.read(e) for e in self.entries[a : min(a + self.batch_size, stop)]]
+            yield [t for t, _ in read], [c for _, c in read]
+
+
+def ingest_geotiffs(
+    cfg: GenerationConfig,
+    data_root: str | Path,
+    output: str | Path,
+    *,
+    overwrite: bool = False,
+    restart: bool = False,
+    progress: bool = False,
+    num_workers: int | None = None,
+) -> dict[str, Any]:
+    """`rts generate --source geotiff`: the tiles of ``cfg.split`` of a GeoTIFF data root as a published tile store.
+
+    Tiles: the rows of metadata.csv whose RegionName is a region of ``cfg.split`` in splits.yaml, in file order.
+    Every file is checked (headers and label values) before any store is staged; the store is published
+    atomically by :func:`write_store`. The store holds the exact labels only (no noisy variant). ``cfg`` gives
+    the split, tile size, scale, extra channel names (EXTRA bands 0..E-1), store layout and workers.
+
+    Args:
+        cfg: Generation config (its ``synthetic`` counts and regions are not used).
+        data_root: Root of the layout (local directory).
+        output: Store to write.
+        overwrite: Replace an existing store.
+        restart: Discard an interrupted ingestion instead of resuming it.
+        progress: Show a progress bar.
+        num_workers: Worker processes (default ``processing.num_workers``).
+
+    Returns:
+        The published store's attributes.
+    """
+    from rtscore.data.generate import base_attrs, write_store
+
+    root = Path(data_root)
+    if not root.is_dir():
+        raise GeotiffError(f"data root {root} is not a directory")
+    extra: list[str] = list(cfg.synthetic.extra_channels)
+    entries = select_tiles(root, cfg.split, with_extra=bool(extra))
+    check_tiles(root, entries, cfg.tile_size, len(extra))
+    layout = StoreLayout(
+        n_tiles=len(entries),
+        tile_size=cfg.tile_size,
+        extra_channel_names=tuple(extra),
+        shard_tiles=cfg.store.shard_tiles,
+        compressor=cfg.store.compressor,
+        clevel=cfg.store.clevel,
+        write_noisy=False,
+    )
+    attrs = base_attrs(
+        split=cfg.split,
+        source="geotiff",
+        tile_size=cfg.tile_size,
+        extra=extra,
+        mask_types=["exact"],
+        dataset_version=cfg.dataset_version,
+        scale=cfg.scale,
+    )
+    fingerprint = {"config": config_hash(cfg), "data_root": str(root.resolve()), "tiles": [e.tile_id for e in entries]}
+    attrs.update(
+        {
+            "config": cfg.model_dump(mode="json"),
+            "config_hash": hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest(),
+            "data_root": str(root.resolve()),
+            "extra_bands": {name: i for i, name in enumerate(extra)},
+            "shard_tiles": cfg.store.shard_tiles,
+        }
+    )
+    producer = GeotiffProducer(root, entries, len(extra), cfg.synthetic.generation_batch_size)
+    return write_store(
+        producer,
+        layout,
+        Path(output),
+        attrs,
+        num_workers=num_workers or cfg.processing.num_workers,
+        overwrite=overwrite,
+        restart=restart,
+        progress=progress,
+    )

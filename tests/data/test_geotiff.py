@@ -1,0 +1,241 @@
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rtscore.cli import main
+from rtscore.config.generation import GenerationConfig
+from rtscore.data.generate import generate_synthetic, staging_path
+from rtscore.data.geotiff import GeotiffError, GeotiffProducer, ingest_geotiffs, select_tiles, write_synthetic_geotiffs
+from rtscore.data.store import ZarrTileStore, read_store_attrs
+
+rasterio = pytest.importorskip("rasterio")
+from rasterio.warp import transform as warp_transform  # noqa: E402
+
+
+@pytest.fixture
+def cfg() -> GenerationConfig:
+    return GenerationConfig(
+        split="train",
+        tile_size=64,
+        seed=11,
+        synthetic={
+            "n_positive": 3,
+            "n_negative": 2,
+            "n_full_nodata": 1,
+            "regions": ["alpha tundra", "beta tundra"],
+            "extra_channels": ["ndvi", "slope"],
+            "partial_nodata_probability": 0.5,
+            "generation_batch_size": 2,
+        },
+        store={"shard_tiles": 4, "write_noisy_labels": False},
+    )
+
+
+@pytest.fixture
+def root(cfg: GenerationConfig, tmp_path: Path) -> Path:
+    out = tmp_path / "tifs"
+    write_synthetic_geotiffs(cfg, out)
+    return out
+
+
+def _rows(root: Path) -> list[dict[str, str]]:
+    with open(root / "metadata.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _by_id(path: Path) -> dict[str, object]:
+    store = ZarrTileStore(path)
+    return {store[i].tile_id: store[i] for i in range(len(store))}
+
+
+def test_round_trip_matches_synthetic_store(cfg: GenerationConfig, root: Path, tmp_path: Path) -> None:
+    synth, ingested = tmp_path / "synth.zarr", tmp_path / "geo.zarr"
+    generate_synthetic(cfg, synth)
+    attrs = ingest_geotiffs(cfg, root, ingested)
+    assert attrs["source"] == "geotiff" and attrs["channel_names"] == ["R", "G", "B", "ndvi", "slope"]
+    assert attrs["mask_types"] == ["exact"] and attrs["counts"]["n_tiles"] == 6
+    assert attrs["counts"]["n_full_nodata"] == 1 and attrs["counts"]["n_positive"] >= 1
+    a, b = _by_id(synth), _by_id(ingested)
+    assert set(a) == set(b)
+    for tid, s in a.items():
+        g = b[tid]
+        assert g.region == s.region  # type: ignore[attr-defined]
+        for name in ("rgb", "alpha", "label", "extra"):
+            x, y = getattr(s, name), getattr(g, name)
+            assert x.dtype == y.dtype, (tid, name)  # uint8 pixels/alpha/labels, float32 extra: no conversion
+            np.testing.assert_array_equal(x, y, err_msg=f"{tid} {name}")
+    ma, mb = ZarrTileStore(synth).metadata, ZarrTileStore(ingested).metadata
+    np.testing.assert_array_equal(ma.kind, mb.kind)  # full NoData detected from alpha, others from TrainClass
+
+
+def test_files_are_georeferenced_and_described(cfg: GenerationConfig, root: Path) -> None:
+    rows = _rows(root)
+    assert list(rows[0]) == ["Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs"]
+    assert {r["TrainClass"] for r in rows} == {"positive", "negative"} and len(rows) == 6
+    assert yaml.safe_load((root / "splits.yaml").read_text()) == {"train": ["alpha tundra", "beta tundra"]}
+    origins = set()
+    for r in rows:
+        with rasterio.open(root / "PLANET-RGB" / f"{r['Tile_id']}.tif") as f:
+            assert f.crs.to_epsg() == 3857 and f.count == 4 and f.dtypes == ("uint8",) * 4
+            assert f.compression.name.lower() == "lzw"
+            t = f.transform
+            assert math.isclose(t.a, 4.77) and math.isclose(t.e, -4.77)
+            origins.add((t.c, t.f))
+            lon, lat = warp_transform(f.crs, "EPSG:4326", [t.c + 32 * 4.77], [t.f - 32 * 4.77])
+            assert math.isclose(lat[0], float(r["centroid_lat"]), abs_tol=1e-5)
+            assert math.isclose(lon[0], float(r["centroid_lon"]), abs_tol=1e-5)
+            assert 65 < lat[0] < 71
+            alpha = f.read(4)
+            transform = f.transform
+        with rasterio.open(root / "EXTRA" / f"{r['Tile_id']}.tif") as f:
+            assert f.count == 2 and f.dtypes == ("float32", "float32") and f.transform == transform
+            assert f.descriptions == ("ndvi", "slope")
+        with rasterio.open(root / "labels" / f"{r['Tile_id']}.tif") as f:
+            assert f.count == 1 and set(np.unique(f.read(1))) <= {0, 1, 255}
+        if r["TrainClass"] == "negative" and not alpha.any():
+            assert r["UIDs"] == ""
+    assert len(origins) == 6  # one grid cell per tile
+
+
+def test_producer_is_picklable_and_reads_lazily(root: Path) -> None:
+    import pickle
+
+    entries = select_tiles(root, "train", with_extra=True)
+    p = pickle.loads(pickle.dumps(GeotiffProducer(root, entries, 1, batch_size=2)))
+    tiles, codes = next(p.batches(1, 3))
+    assert [t.tile_id for t in tiles] == [entries[1].tile_id, entries[2].tile_id] and len(codes) == 2
+    assert tiles[0].extra is not None and tiles[0].extra.shape == (1, 64, 64)  # ndvi = EXTRA band 0
+
+
+def _rewrite(path: Path, data: np.ndarray, **overrides: object) -> None:
+    with rasterio.open(path) as f:
+        profile = f.profile
+    profile.update(count=data.shape[0], dtype=str(data.dtype), **overrides)
+    with rasterio.open(path, "w", **profile) as f:
+        f.write(data)
+
+
+def _first(root: Path) -> str:
+    return _rows(root)[0]["Tile_id"]
+
+
+def _bad_crs(root: Path, tid: str) -> None:
+    p = root / "PLANET-RGB" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()
+    _rewrite(p, data, crs="EPSG:4326")
+
+
+def _bad_size(root: Path, tid: str) -> None:
+    p = root / "labels" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()[:, :32, :32]
+    _rewrite(p, data, width=32, height=32)
+
+
+def _bad_bands(root: Path, tid: str) -> None:
+    p = root / "PLANET-RGB" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()[:2]
+    _rewrite(p, data)
+
+
+def _bad_dtype(root: Path, tid: str) -> None:
+    p = root / "labels" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read().astype(np.uint16)
+    _rewrite(p, data)
+
+
+def _bad_label(root: Path, tid: str) -> None:
+    p = root / "labels" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()
+    data[0, 3, 3] = 7
+    _rewrite(p, data)
+
+
+def _few_extra(root: Path, tid: str) -> None:
+    p = root / "EXTRA" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()[:1]
+    _rewrite(p, data)
+
+
+def _missing(root: Path, tid: str) -> None:
+    (root / "EXTRA" / f"{tid}.tif").unlink()
+
+
+def _region_twice(root: Path, tid: str) -> None:
+    (root / "splits.yaml").write_text(
+        yaml.safe_dump({"train": ["alpha tundra", "beta tundra"], "val": ["beta tundra"]})
+    )
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message", "names_file"),
+    [
+        (_bad_crs, "CRS must be EPSG:3857; got EPSG:4326", "PLANET-RGB"),
+        (_bad_size, "size must be 64x64; got 32x32", "labels"),
+        (_bad_bands, "rgb needs 3 or 4 bands; got 2", "PLANET-RGB"),
+        (_bad_dtype, "labels bands must be uint8", "labels"),
+        (_bad_label, "label values [7] outside {0, 1, 255}", "labels"),
+        (_few_extra, "extra channel band index 1 is beyond the file's 1 bands", "EXTRA"),
+        (_missing, "tile files of metadata.csv are missing", "EXTRA"),
+        (_region_twice, "region 'beta tundra' is in two splits (train and val)", "splits.yaml"),
+    ],
+)
+def test_bad_inputs_are_clear_errors_and_write_nothing(
+    cfg: GenerationConfig, root: Path, tmp_path: Path, corrupt: object, message: str, names_file: str
+) -> None:
+    tid = _first(root)
+    corrupt(root, tid)  # type: ignore[operator]
+    out = tmp_path / "geo.zarr"
+    with pytest.raises(GeotiffError) as err:
+        ingest_geotiffs(cfg, root, out)
+    text = str(err.value)
+    assert message in text and names_file in text
+    if names_file != "splits.yaml":
+        assert f"{tid}.tif" in text
+    assert not out.exists() and not staging_path(out).exists()
+
+
+def test_ingest_takes_only_the_split_regions(cfg: GenerationConfig, root: Path, tmp_path: Path) -> None:
+    (root / "splits.yaml").write_text(yaml.safe_dump({"train": ["alpha tundra"], "val": ["beta tundra"]}))
+    val_cfg = cfg.model_copy(update={"split": "val"})
+    attrs = ingest_geotiffs(val_cfg, root, tmp_path / "val.zarr")
+    assert attrs["split"] == "val" and attrs["counts"]["regions"] == ["beta tundra"]
+    assert attrs["counts"]["n_tiles"] == sum(r["RegionName"] == "beta tundra" for r in _rows(root))
+
+
+def test_cli_commands(cfg: GenerationConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gen = tmp_path / "gen.yaml"
+    gen.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    tifs, store = tmp_path / "tifs", tmp_path / "train.zarr"
+    assert main(["synth-geotiff", "--config", str(gen), "--output", str(tifs)]) == 0
+    assert (tifs / "metadata.csv").is_file()
+    args = ["generate", "--source", "geotiff", "--data-root", str(tifs), "--config", str(gen), "--output", str(store)]
+    assert main(args) == 0
+    assert "wrote" in capsys.readouterr().out and read_store_attrs(store)["source"] == "geotiff"
+    _bad_label(tifs, _first(tifs))
+    shutil.rmtree(store)
+    assert main(args) == 2
+    assert "label values [7]" in capsys.readouterr().err and not store.exists()
+
+
+def test_worker_processes_give_the_same_store(cfg: GenerationConfig, root: Path, tmp_path: Path) -> None:
+    one, two = tmp_path / "one.zarr", tmp_path / "two.zarr"
+    ingest_geotiffs(cfg, root, one, num_workers=1)
+    ingest_geotiffs(cfg, root, two, num_workers=2)  # spawn workers: the producer is pickled
+    a, b = ZarrTileStore(one), ZarrTileStore(two)
+    for i in range(len(a)):
+        assert a[i].tile_id == b[i].tile_id
+        np.testing.assert_array_equal(a[i].rgb, b[i].rgb)
+        np.testing.assert_array_equal(a[i].extra, b[i].extra)
