@@ -11,19 +11,51 @@ from pathlib import Path
 
 def _generate(args: argparse.Namespace) -> int:
     from rtscore.config import GenerationConfig, load_config
-    from rtscore.data.generate import generate_synthetic
 
-    if args.source != "synthetic":
-        raise SystemExit(f"rts generate: --source {args.source} is not available yet (only 'synthetic')")
     cfg = load_config(GenerationConfig, args.config)
-    attrs = generate_synthetic(
-        cfg, Path(args.output), overwrite=args.overwrite, restart=args.restart, progress=True, num_workers=args.workers
-    )
+    if args.source == "geotiff":
+        from rtscore.data.geotiff import ingest_geotiffs
+
+        if not args.data_root:
+            raise SystemExit("rts generate: --source geotiff needs --data-root <dir>")
+        attrs = ingest_geotiffs(
+            cfg,
+            Path(args.data_root),
+            Path(args.output),
+            overwrite=args.overwrite,
+            restart=args.restart,
+            progress=True,
+            num_workers=args.workers,
+        )
+    else:
+        from rtscore.data.generate import generate_synthetic
+
+        attrs = generate_synthetic(
+            cfg,
+            Path(args.output),
+            overwrite=args.overwrite,
+            restart=args.restart,
+            progress=True,
+            num_workers=args.workers,
+        )
     counts = attrs["counts"]
     print(
         f"wrote {args.output}: {counts['n_tiles']} tiles ({counts['n_positive']} positive, "
         f"{counts['n_negative']} negative, {counts['n_full_nodata']} full NoData), "
         f"prevalence {attrs['prevalence']['exact']:.5f}"
+    )
+    return 0
+
+
+def _synth_geotiff(args: argparse.Namespace) -> int:
+    from rtscore.config import GenerationConfig, load_config
+    from rtscore.data.geotiff import write_synthetic_geotiffs
+
+    cfg = load_config(GenerationConfig, args.config)
+    summary = write_synthetic_geotiffs(cfg, Path(args.output), overwrite=args.overwrite)
+    print(
+        f"wrote {summary['output']}: {summary['n_tiles']} {summary['split']} tiles "
+        f"({summary['n_positive']} positive, {summary['n_full_nodata']} full NoData) as GeoTIFFs"
     )
     return 0
 
@@ -122,6 +154,42 @@ def package_verify_command(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def predict_command(args: argparse.Namespace) -> int:
+    """`rts predict`: probabilities + mask COGs of a raster or a directory of rasters with a deployment package.
+
+    Arguments: ``package`` (package dir), ``input`` (a .tif or a directory of .tif; ``*_extra.tif`` are EXTRA
+    siblings), ``output`` (directory), ``stride`` (int or None: half a tile), ``device`` (default cpu),
+    ``extra`` (optional EXTRA raster for a single input; default ``<stem>_extra.tif`` next to each input).
+    """
+    from rtscore.predict import input_rasters, load_package, predict_raster
+
+    files = input_rasters(args.input)
+    extra = getattr(args, "extra", None)
+    if extra and len(files) > 1:
+        raise SystemExit("rts predict: --extra needs a single --input raster (directories use <stem>_extra.tif)")
+    pkg = load_package(args.package, device=getattr(args, "device", None) or "cpu")
+    for f in files:
+        out = predict_raster(pkg, f, args.output, stride=getattr(args, "stride", None), extra_tif=extra)
+        print(
+            f"{f.name}: {out.windows} windows, {out.positive_pixels:,} of {out.valid_pixels:,} valid pixels "
+            f">= threshold -> {out.prob.name}, {out.mask.name}"
+        )
+    return 0
+
+
+def drift_command(args: argparse.Namespace) -> int:
+    """`rts drift`: input drift of new imagery against the package's normalization stats; 1 on a blocker.
+
+    Arguments: ``package`` (package dir), ``input`` (a .tif or a directory of .tif), ``output`` (report dir).
+    """
+    from rtscore.drift import REPORT_MD, drift_report, render_markdown
+
+    report = drift_report(args.package, args.input, args.output)
+    print(render_markdown(report), end="")
+    print(f"wrote {Path(args.output) / REPORT_MD}")
+    return 0 if report["ok"] else 1
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:  # type: ignore[type-arg]
     """The library's commands; the orchestration layer (flows/cli.py) adds the flow commands."""
     p = argparse.ArgumentParser(prog="rts", description="RTS segmentation pipeline (rtscore + Prefect flows).")
@@ -134,7 +202,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     g.add_argument("--workers", type=int, default=None, help="worker processes (default: processing.num_workers)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing store")
     g.add_argument("--restart", action="store_true", help="discard an interrupted generation instead of resuming")
+    g.add_argument("--data-root", help="--source geotiff: root with PLANET-RGB/, EXTRA/, labels/, metadata.csv")
     g.set_defaults(func=_generate)
+
+    sg = sub.add_parser("synth-geotiff", help="write the synthetic scenes of a generation config as GeoTIFFs")
+    sg.add_argument("--config", required=True, help="generation config YAML")
+    sg.add_argument("--output", required=True, help="data root to create (PLANET-RGB/, EXTRA/, labels/, ...)")
+    sg.add_argument("--overwrite", action="store_true", help="replace an existing data root")
+    sg.set_defaults(func=_synth_geotiff)
 
     s = sub.add_parser("stats", help="normalization stats of a train store (train split only)")
     s.add_argument("--dataset", required=True, help="the train store (.zarr)")
@@ -175,6 +250,20 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     b.add_argument("--steps", type=int, default=2, help="timed training steps per batch size")
     b.add_argument("--output", help="also write the markdown report here")
     b.set_defaults(func=_profile_batch)
+    pr = sub.add_parser("predict", help="probability and mask COGs of GeoTIFFs from a deployment package")
+    pr.add_argument("--package", required=True, help="deployment package directory (rts package build)")
+    pr.add_argument("--input", required=True, help="a GeoTIFF (R, G, B [, alpha]) or a directory of them")
+    pr.add_argument("--output", required=True, help="directory for <name>_prob.tif and <name>_mask.tif")
+    pr.add_argument("--stride", type=int, default=None, help="window stride in pixels (default: half a tile)")
+    pr.add_argument("--extra", default=None, help="EXTRA raster of a single input (default: <name>_extra.tif)")
+    pr.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    pr.set_defaults(func=predict_command)
+
+    dr = sub.add_parser("drift", help="compare new imagery with the package's normalization stats (guide §4.1)")
+    dr.add_argument("--package", required=True, help="deployment package directory")
+    dr.add_argument("--input", required=True, help="a GeoTIFF or a directory of them (<name>_extra.tif siblings)")
+    dr.add_argument("--output", required=True, help="directory for drift_report.json and drift_report.md")
+    dr.set_defaults(func=drift_command)
     return p, sub
 
 

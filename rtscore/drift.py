@@ -1,0 +1,179 @@
+"""Input drift of new imagery against the package's training normalization stats (deployment gate).
+
+Per channel, the mean and standard deviation of the new imagery's valid pixels (alpha > 0; streamed over
+files and raster blocks, merged with parallel Welford) are compared with the training stats the package
+normalises with. A channel is a deployment blocker when
+
+* ``|mean_new - mean_train| > 0.5 * std_train`` (a brightness/offset shift), or
+* ``|std_new / std_train - 1| > 0.25`` (a contrast change),
+
+because a model fed inputs normalised with the wrong moments is outside what it was trained and calibrated
+on (guide §4.1, §4.6): its threshold and temperature no longer mean what they did. RGB comes from the RGB
+rasters, the EXTRA channels from each raster's EXTRA sibling (``<stem>_extra.tif``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rtscore.errors import PipelineError
+
+MAX_MEAN_SHIFT_SIGMA = 0.5
+MAX_STD_RATIO_DEVIATION = 0.25
+REPORT_JSON = "drift_report.json"
+REPORT_MD = "drift_report.md"
+
+
+class DriftError(PipelineError):
+    """The drift report cannot be computed (no rasters, wrong band count, missing EXTRA raster, no valid pixel)."""
+
+
+def _package_channels(package_dir: Path) -> tuple[list[str], list[int], Any]:
+    """(channel names, EXTRA band indices, stats) of a package; the stats are bound to the model's channels."""
+    from rtscore.data.normalization import load_normalization_stats
+    from rtscore.package import MODEL, STATS, _load_model_config
+
+    if not package_dir.is_dir():
+        raise DriftError(f"package directory not found: {package_dir}")
+    try:
+        mc = _load_model_config(package_dir / MODEL)[1]
+        stats = load_normalization_stats(package_dir / STATS, [c.name for c in mc.channels.extra])
+    except ValueError as err:
+        raise DriftError(f"package {package_dir}: {err}") from None
+    return mc.channels.names, [c.band for c in mc.channels.extra], stats
+
+
+def _accumulate(path: Path, extra_bands: Sequence[int], moments: Any) -> int:
+    """Add one raster's valid pixels (block by block) to ``moments``; the number of valid pixels."""
+    import rasterio
+
+    from rtscore.predict import extra_path_for
+
+    n_valid = 0
+    with rasterio.open(path) as src:
+        if src.count not in (3, 4):
+            raise DriftError(f"{path}: {src.count} bands; expected an RGB (3) or RGB + alpha (4) raster")
+        ex = None
+        if extra_bands:
+            ex_path = extra_path_for(path)
+            if not ex_path.is_file():
+                raise DriftError(f"{path}: the package has EXTRA channels but {ex_path} was not found")
+            ex = rasterio.open(ex_path)
+            if (ex.height, ex.width) != (src.height, src.width):
+                ex.close()
+                raise DriftError(f"{ex_path}: size differs from {path}")
+            if max(extra_bands) >= ex.count:
+                ex.close()
+                raise DriftError(f"{ex_path}: {ex.count} bands; the package needs bands {list(extra_bands)}")
+        try:
+            for _, window in src.block_windows(1):
+                rgb = src.read([1, 2, 3], window=window).astype(np.float64)
+                alpha = src.read(4, window=window) if src.count == 4 else src.dataset_mask(window=window)
+                valid = alpha > 0
+                if not valid.any():
+                    continue
+                block = rgb[:, valid]
+                if ex is not None:
+                    extra = ex.read([b + 1 for b in extra_bands], window=window).astype(np.float64)
+                    block = np.concatenate([block, extra[:, valid]])
+                moments.add(block)
+                n_valid += int(valid.sum())
+        finally:
+            if ex is not None:
+                ex.close()
+    return n_valid
+
+
+def drift_report(
+    package_dir: str | Path, input_dir_or_files: str | Path | Sequence[str | Path], output_dir: str | Path
+) -> dict[str, Any]:
+    """Compare the new imagery's per-channel moments with the package's stats; write JSON + Markdown reports."""
+    from rtscore.data.normalization import RunningMoments
+    from rtscore.predict import PredictError, input_rasters
+    from rtscore.storage import atomic_write_json, atomic_write_text
+
+    pkg = Path(package_dir)
+    names, extra_bands, stats = _package_channels(pkg)
+    if isinstance(input_dir_or_files, (str, Path)):
+        try:
+            files = input_rasters(input_dir_or_files)
+        except PredictError as err:
+            raise DriftError(str(err)) from None
+    else:
+        files = [Path(f) for f in input_dir_or_files]
+    if not files:
+        raise DriftError("no input rasters given")
+    moments = RunningMoments.empty(len(names))
+    n_valid = sum(_accumulate(f, extra_bands, moments) for f in files)
+    if n_valid == 0:
+        raise DriftError(f"no valid (alpha > 0) pixel in {len(files)} raster(s)")
+    new_std = moments.std
+    channels = []
+    for c, name in enumerate(names):
+        m_train, s_train = float(stats.mean[c]), float(stats.std[c])
+        m_new, s_new = float(moments.mean[c]), float(new_std[c])
+        shift = (m_new - m_train) / s_train
+        ratio = s_new / s_train
+        reasons = []
+        if abs(shift) > MAX_MEAN_SHIFT_SIGMA:
+            reasons.append(f"mean shift {shift:+.2f} σ_train exceeds ±{MAX_MEAN_SHIFT_SIGMA} σ")
+        if abs(ratio - 1.0) > MAX_STD_RATIO_DEVIATION:
+            reasons.append(f"std ratio {ratio:.2f} outside 1 ± {MAX_STD_RATIO_DEVIATION}")
+        channels.append(
+            {
+                "channel": name,
+                "train_mean": m_train,
+                "train_std": s_train,
+                "new_mean": m_new,
+                "new_std": s_new,
+                "mean_shift_sigma": shift,
+                "std_ratio": ratio,
+                "blocker": bool(reasons),
+                "reasons": reasons,
+            }
+        )
+    blockers = [ch["channel"] for ch in channels if ch["blocker"]]
+    report: dict[str, Any] = {
+        "package": str(pkg),
+        "stats_source": stats.source,
+        "files": [str(f) for f in files],
+        "valid_pixels": n_valid,
+        "thresholds": {
+            "max_mean_shift_sigma": MAX_MEAN_SHIFT_SIGMA,
+            "max_std_ratio_deviation": MAX_STD_RATIO_DEVIATION,
+        },
+        "channels": channels,
+        "blockers": blockers,
+        "ok": not blockers,
+    }
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / REPORT_JSON, report)
+    atomic_write_text(out / REPORT_MD, render_markdown(report))
+    return report
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """`drift_report.md`: one row per channel with the moments, the drift measures and the verdict."""
+    lines = [
+        "# Input drift report",
+        "",
+        f"Package `{report['package']}`; {len(report['files'])} raster(s), {report['valid_pixels']:,} valid pixels.",
+        f"Blocker when |Δmean| > {MAX_MEAN_SHIFT_SIGMA} σ_train or |σ_new/σ_train − 1| > {MAX_STD_RATIO_DEVIATION}.",
+        "",
+        "| channel | train mean | train std | new mean | new std | Δmean / σ_train | σ_new / σ_train | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for ch in report["channels"]:
+        verdict = "BLOCKER: " + "; ".join(ch["reasons"]) if ch["blocker"] else "ok"
+        lines.append(
+            f"| {ch['channel']} | {ch['train_mean']:.3f} | {ch['train_std']:.3f} | {ch['new_mean']:.3f} | "
+            f"{ch['new_std']:.3f} | {ch['mean_shift_sigma']:+.3f} | {ch['std_ratio']:.3f} | {verdict} |"
+        )
+    verdict = "OK: no drift blocker" if report["ok"] else f"BLOCKED: drift on {', '.join(report['blockers'])}"
+    lines += ["", f"**Verdict: {verdict}**"]
+    return "\n".join(lines) + "\n"

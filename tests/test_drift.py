@@ -1,0 +1,103 @@
+"""Input drift against the package's normalization stats: unchanged imagery passes, shifts are blockers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtscore.drift import DriftError, drift_report
+from tests.test_predict import TILE, random_rgba, write_package, write_raster
+
+MEAN = np.array([60.0, 70.0, 55.0])
+STD = np.array([25.0, 30.0, 20.0])
+
+
+def imagery(rng: np.random.Generator, n: int, *, mean: np.ndarray = MEAN, std: np.ndarray = STD) -> list[np.ndarray]:
+    """RGBA rasters whose valid pixels have about the given per-channel moments; a NoData corner each."""
+    out = []
+    for _ in range(n):
+        rgba = random_rgba(rng, 2 * TILE, 2 * TILE)
+        rgba[:3] = np.clip(
+            np.round(rng.normal(mean[:, None, None], std[:, None, None], (3, 2 * TILE, 2 * TILE))), 0, 255
+        )
+        rgba[3, :20, :20] = 0
+        rgba[:3, :20, :20] = 255  # garbage under NoData must not count
+        out.append(rgba)
+    return out
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_package(tmp_path_factory.mktemp("pkg") / "package")
+
+
+def write_all(d: Path, rasters: list[np.ndarray]) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for i, r in enumerate(rasters):
+        write_raster(d / f"s{i}.tif", r)
+    return d
+
+
+def test_unchanged_imagery_has_no_blocker(package: Path, tmp_path: Path) -> None:
+    d = write_all(tmp_path / "in", imagery(np.random.default_rng(0), 3))
+    report = drift_report(package, d, tmp_path / "out")
+    assert report["ok"] and report["blockers"] == []
+    assert report["valid_pixels"] == 3 * ((2 * TILE) ** 2 - 400)
+    for ch, m, s in zip(report["channels"], MEAN, STD, strict=True):
+        assert abs(ch["new_mean"] - m) < 1.0 and abs(ch["new_std"] / s - 1) < 0.05
+    doc = json.loads((tmp_path / "out" / "drift_report.json").read_text())
+    assert doc["ok"] is True
+    md = (tmp_path / "out" / "drift_report.md").read_text()
+    assert "| R |" in md and "OK: no drift blocker" in md
+
+
+def test_brightness_shift_blocks_shifted_channel(package: Path, tmp_path: Path) -> None:
+    shifted = MEAN + np.array([0.0, 20.0, 0.0])  # G by 0.67 σ
+    d = write_all(tmp_path / "in", imagery(np.random.default_rng(1), 2, mean=shifted))
+    report = drift_report(package, d, tmp_path / "out")
+    assert report["blockers"] == ["G"]
+    assert "mean shift" in report["channels"][1]["reasons"][0]
+    assert "BLOCKER" in (tmp_path / "out" / "drift_report.md").read_text()
+
+
+def test_contrast_change_blocks(package: Path, tmp_path: Path) -> None:
+    low_contrast = STD * np.array([1.0, 1.0, 0.6])  # B contrast down 40%
+    files = [
+        write_raster(tmp_path / f"c{i}.tif", r)
+        for i, r in enumerate(imagery(np.random.default_rng(2), 2, std=low_contrast))
+    ]
+    report = drift_report(package, files, tmp_path / "out")
+    assert report["blockers"] == ["B"]
+    assert "std ratio" in report["channels"][2]["reasons"][0]
+
+
+def test_extra_channels_from_sibling(tmp_path: Path) -> None:
+    pkg = write_package(tmp_path / "pkg", extra=[{"name": "ndvi", "band": 0}])  # train mean 0.5, std 0.2
+    d = write_all(tmp_path / "in", imagery(np.random.default_rng(3), 1))
+    with pytest.raises(DriftError, match="s0_extra.tif"):
+        drift_report(pkg, d, tmp_path / "out")
+    ndvi = np.random.default_rng(4).normal(0.9, 0.2, (1, 2 * TILE, 2 * TILE))  # 2 σ brighter
+    write_raster(d / "s0_extra.tif", ndvi, dtype="float32")
+    report = drift_report(pkg, d, tmp_path / "out")
+    assert report["blockers"] == ["ndvi"]
+
+
+def test_wrong_band_count(package: Path, tmp_path: Path) -> None:
+    f = write_raster(tmp_path / "two.tif", np.zeros((2, TILE, TILE)))
+    with pytest.raises(DriftError, match=r"two\.tif: 2 bands"):
+        drift_report(package, [f], tmp_path / "out")
+
+
+def test_drift_command_exit_code(package: Path, tmp_path: Path) -> None:
+    from rtscore.cli import drift_command
+
+    ok = write_all(tmp_path / "ok", imagery(np.random.default_rng(5), 1))
+    bad = write_all(tmp_path / "bad", imagery(np.random.default_rng(6), 1, mean=MEAN + 30.0))
+    args = argparse.Namespace(package=str(package), input=str(ok), output=str(tmp_path / "r1"))
+    assert drift_command(args) == 0
+    args = argparse.Namespace(package=str(package), input=str(bad), output=str(tmp_path / "r2"))
+    assert drift_command(args) == 1

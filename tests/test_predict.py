@@ -1,0 +1,241 @@
+"""Whole-raster inference: parity with the evaluation numerics, tiled rasters, NoData, refused inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.pipeline import ChannelsConfig, ModelConfig
+from rtscore.data.normalization import NormalizationStats, write_normalization_stats
+from rtscore.models import build_model
+from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedChannels, PackagedModelConfig
+from rtscore.predict import PredictError, predict_raster
+
+rasterio = pytest.importorskip("rasterio")
+
+TILE = 64
+MEAN = np.array([60.0, 70.0, 55.0])
+STD = np.array([25.0, 30.0, 20.0])
+TRANSFORM = rasterio.Affine(4.77, 0.0, 1_000_000.0, 0.0, -4.77, 8_000_000.0)
+
+
+def write_package(
+    pkg: Path,
+    *,
+    threshold: float | None = 0.5,
+    temperature: float | None = 1.7,
+    tta: str = "minimal",
+    extra: list[dict[str, object]] | None = None,
+) -> Path:
+    """The package files read by inference (same schema as build_package), with a seeded random tiny model."""
+    pkg.mkdir(parents=True, exist_ok=True)
+    extra = extra or []
+    names = ["R", "G", "B", *(str(e["name"]) for e in extra)]
+    model_cfg = ModelConfig(
+        architecture="unet", backbone="mobilenet_v2", encoder_weights=None, decoder_channels=[16, 16, 8, 8, 8]
+    )
+    channels = ChannelsConfig.model_validate({"extra": extra})
+    torch.manual_seed(0)
+    model = build_model(model_cfg, channels)
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, pkg / WEIGHTS)
+    mc = PackagedModelConfig(
+        architecture="unet",
+        backbone="mobilenet_v2",
+        decoder_channels=[16, 16, 8, 8, 8],
+        in_channels=len(names),
+        channels=PackagedChannels(rgb=["R", "G", "B"], extra=channels.extra),
+        tile_size=TILE,
+    )
+    (pkg / MODEL).write_text(yaml.safe_dump(mc.model_dump(mode="json"), sort_keys=False))
+    n_extra = len(extra)
+    write_normalization_stats(
+        NormalizationStats(
+            channel_names=names,
+            mean=np.concatenate([MEAN, np.full(n_extra, 0.5)]),
+            std=np.concatenate([STD, np.full(n_extra, 0.2)]),
+            n_tiles_used=4,
+            dataset_version="t",
+            computed_date="2026-01-01T00:00:00Z",
+        ),
+        pkg / STATS,
+    )
+    dep = DeploymentConfig(threshold=threshold, temperature=temperature, tta=tta, precision="fp32")  # type: ignore[arg-type]
+    (pkg / DEPLOYMENT).write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
+    return pkg
+
+
+def write_raster(path: Path, data: np.ndarray, *, dtype: str = "uint8") -> Path:
+    with rasterio.open(
+        path,
+        "w",
+        driver="GTiff",
+        width=data.shape[2],
+        height=data.shape[1],
+        count=data.shape[0],
+        dtype=dtype,
+        crs="EPSG:3857",
+        transform=TRANSFORM,
+    ) as dst:
+        dst.write(data.astype(dtype))
+    return path
+
+
+def random_rgba(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    rgba = np.empty((4, h, w), np.uint8)
+    rgba[:3] = rng.integers(0, 256, (3, h, w))
+    rgba[3] = 255
+    return rgba
+
+
+def reference_prob(pkg: Path, rgba: np.ndarray) -> np.ndarray:
+    """The evaluation path, computed independently: normalise as training, predict_logits / T, sigmoid."""
+    from rtscore.calibrate.infer import predict_logits, prepare_model
+
+    dep = DeploymentConfig.model_validate(yaml.safe_load((pkg / DEPLOYMENT).read_text()))
+    model = build_model(
+        ModelConfig(
+            architecture="unet", backbone="mobilenet_v2", encoder_weights=None, decoder_channels=[16, 16, 8, 8, 8]
+        ),
+        ChannelsConfig(),
+    )
+    model.load_state_dict(torch.load(pkg / WEIGHTS, weights_only=True))
+    x = rgba[:3].astype(np.float32)
+    nodata = rgba[3] == 0
+    for c in range(3):
+        x[c][nodata] = MEAN[c]
+    x = (x - MEAN[:, None, None].astype(np.float32)) / STD[:, None, None].astype(np.float32)
+    with torch.inference_mode():
+        z = predict_logits(
+            prepare_model(model, dep.torch_compile),
+            torch.from_numpy(x[None]),
+            tta=dep.tta,
+            scales=dep.scales,
+            fusion=dep.fusion,
+            precision=dep.precision,
+        ) / float(dep.temperature)  # type: ignore[arg-type]
+    return torch.sigmoid(z)[0].numpy()
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_package(tmp_path_factory.mktemp("pkg") / "package")
+
+
+def read(path: Path) -> tuple[np.ndarray, object, object, object]:
+    with rasterio.open(path) as src:
+        return src.read(1), src.crs, src.transform, src.nodata
+
+
+def test_single_tile_matches_evaluation_path(package: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    rgba = random_rgba(rng, TILE, TILE)
+    rgba[3, :5, :7] = 0
+    src = write_raster(tmp_path / "scene.tif", rgba)
+    out = predict_raster(package, src, tmp_path / "out", stride=TILE)
+    assert out.windows == 1
+    prob, crs, transform, nodata = read(out.prob)
+    ref = reference_prob(package, rgba)
+    valid = rgba[3] > 0
+    np.testing.assert_allclose(prob[valid], ref[valid], rtol=1e-5, atol=1e-6)
+    assert (prob[~valid] == -1.0).all() and nodata == -1.0
+    assert crs == rasterio.crs.CRS.from_epsg(3857) and transform == TRANSFORM
+    mask, mcrs, mtransform, mnodata = read(out.mask)
+    assert mnodata == 255 and mcrs == crs and mtransform == TRANSFORM
+    assert (mask[~valid] == 255).all()
+    np.testing.assert_array_equal(mask[valid], (prob[valid] >= 0.5).astype(np.uint8))
+    with rasterio.open(out.prob) as ds:
+        assert ds.dtypes[0] == "float32" and ds.profile.get("tiled", False)
+        assert ds.tags(ns="IMAGE_STRUCTURE").get("LAYOUT") == "COG"
+
+
+def test_multi_tile_raster_equals_per_tile_path(package: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    tiles = [[random_rgba(rng, TILE, TILE) for _ in range(3)] for _ in range(2)]
+    tiles[1][2][3, 10:30, 20:40] = 0
+    big = np.concatenate([np.concatenate(row, axis=2) for row in tiles], axis=1)
+    src = write_raster(tmp_path / "mosaic.tif", big)
+    out = predict_raster(package, src, tmp_path / "out", stride=TILE)
+    assert out.windows == 6
+    prob, crs, transform, _ = read(out.prob)
+    assert prob.shape == (2 * TILE, 3 * TILE)
+    assert crs == rasterio.crs.CRS.from_epsg(3857) and transform == TRANSFORM
+    for i, row in enumerate(tiles):
+        for j, t in enumerate(row):
+            got = prob[i * TILE : (i + 1) * TILE, j * TILE : (j + 1) * TILE]
+            ref = reference_prob(package, t)
+            valid = t[3] > 0
+            np.testing.assert_allclose(got[valid], ref[valid], rtol=1e-5, atol=1e-6)
+            assert (got[~valid] == -1.0).all()
+
+
+def test_overlapping_windows_odd_size(package: Path, tmp_path: Path) -> None:
+    """Any size >= tile: default stride (half a tile), border windows clamped; probabilities in [0, 1]."""
+    rng = np.random.default_rng(3)
+    rgba = random_rgba(rng, TILE + 37, 2 * TILE + 5)
+    rgba[3, -3:, :] = 0
+    out = predict_raster(package, write_raster(tmp_path / "odd.tif", rgba), tmp_path / "out")
+    prob, *_ = read(out.prob)
+    assert out.windows == 3 * 4
+    valid = rgba[3] > 0
+    assert ((prob[valid] >= 0) & (prob[valid] <= 1)).all() and (prob[~valid] == -1.0).all()
+    # a three-band raster (no alpha): everything valid
+    out3 = predict_raster(package, write_raster(tmp_path / "rgb.tif", rgba[:3]), tmp_path / "out")
+    prob3, *_ = read(out3.prob)
+    assert (prob3 >= 0).all()
+
+
+def test_refuses_uncalibrated_package(tmp_path: Path) -> None:
+    pkg = write_package(tmp_path / "pkg", threshold=None)
+    src = write_raster(tmp_path / "s.tif", random_rgba(np.random.default_rng(0), TILE, TILE))
+    with pytest.raises(PredictError, match="threshold"):
+        predict_raster(pkg, src, tmp_path / "out")
+
+
+def test_refuses_wrong_band_count(package: Path, tmp_path: Path) -> None:
+    src = write_raster(tmp_path / "two.tif", np.zeros((2, TILE, TILE)))
+    with pytest.raises(PredictError, match=r"two\.tif: 2 bands"):
+        predict_raster(package, src, tmp_path / "out")
+
+
+def test_refuses_raster_smaller_than_tile(package: Path, tmp_path: Path) -> None:
+    src = write_raster(tmp_path / "small.tif", random_rgba(np.random.default_rng(0), TILE - 1, TILE))
+    with pytest.raises(PredictError, match="smaller than the package's tile size"):
+        predict_raster(package, src, tmp_path / "out")
+
+
+def test_extra_channels(tmp_path: Path) -> None:
+    pkg = write_package(tmp_path / "pkg", extra=[{"name": "ndvi", "band": 1}])
+    rgba = random_rgba(np.random.default_rng(4), TILE, TILE)
+    src = write_raster(tmp_path / "s.tif", rgba)
+    with pytest.raises(PredictError, match=r"EXTRA channels \['ndvi'\]"):
+        predict_raster(pkg, src, tmp_path / "out")
+    write_raster(tmp_path / "s_extra.tif", np.random.default_rng(5).random((2, TILE, TILE)), dtype="float32")
+    out = predict_raster(pkg, src, tmp_path / "out")
+    prob, *_ = read(out.prob)
+    assert ((prob >= 0) & (prob <= 1)).all()
+
+
+def test_predict_command(package: Path, tmp_path: Path) -> None:
+    import argparse
+
+    from rtscore.cli import predict_command
+
+    d = tmp_path / "in"
+    d.mkdir()
+    for k in range(2):
+        write_raster(d / f"s{k}.tif", random_rgba(np.random.default_rng(k), TILE, TILE))
+    args = argparse.Namespace(
+        package=str(package), input=str(d), output=str(tmp_path / "out"), stride=None, device="cpu", extra=None
+    )
+    assert predict_command(args) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "s0_mask.tif",
+        "s0_prob.tif",
+        "s1_mask.tif",
+        "s1_prob.tif",
+    ]
