@@ -11,16 +11,21 @@ from pathlib import Path
 
 def _generate(args: argparse.Namespace) -> int:
     from rtscore.config import GenerationConfig, load_config
+    from rtscore.config.generation import with_absolute_data_root
 
-    cfg = load_config(GenerationConfig, args.config)
-    if args.source == "geotiff":
+    cfg = with_absolute_data_root(load_config(GenerationConfig, args.config), Path(args.config).parent)
+    source = args.source or cfg.source
+    if source == "geotiff":
         from rtscore.data.geotiff import ingest_geotiffs
 
-        if not args.data_root:
-            raise SystemExit("rts generate: --source geotiff needs --data-root <dir>")
+        root = args.data_root or (cfg.geotiff.data_root if cfg.geotiff else None)
+        if not root:
+            raise SystemExit(
+                "rts generate: --source geotiff needs --data-root <dir> (or geotiff.data_root in the config)"
+            )
         attrs = ingest_geotiffs(
             cfg,
-            Path(args.data_root),
+            Path(root),
             Path(args.output),
             overwrite=args.overwrite,
             restart=args.restart,
@@ -48,13 +53,18 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _synth_geotiff(args: argparse.Namespace) -> int:
-    from rtscore.config import GenerationConfig, load_config
+    from rtscore.config import GenerationConfig, load_config, load_pipeline_config
+    from rtscore.config.base import read_yaml
     from rtscore.data.geotiff import write_synthetic_geotiffs
 
-    cfg = load_config(GenerationConfig, args.config)
-    summary = write_synthetic_geotiffs(cfg, Path(args.output), overwrite=args.overwrite)
+    doc = read_yaml(args.config)
+    if isinstance(doc, dict) and "split" in doc:  # one split's generation config
+        cfgs = [load_config(GenerationConfig, args.config)]
+    else:  # a pipeline config: every split it generates, in one data root
+        cfgs = [g for _, g in load_pipeline_config(args.config).data.generation.items()]
+    summary = write_synthetic_geotiffs(cfgs, Path(args.output), overwrite=args.overwrite)
     print(
-        f"wrote {summary['output']}: {summary['n_tiles']} {summary['split']} tiles "
+        f"wrote {summary['output']}: {summary['n_tiles']} tiles of splits {summary['split']} "
         f"({summary['n_positive']} positive, {summary['n_full_nodata']} full NoData) as GeoTIFFs"
     )
     return 0
@@ -196,7 +206,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     g = sub.add_parser("generate", help="generate a tile store (one split) from a generation config")
-    g.add_argument("--source", default="synthetic", choices=["synthetic", "geotiff"], help="data source")
+    g.add_argument(
+        "--source", default=None, choices=["synthetic", "geotiff"], help="data source (default: the config's source)"
+    )
     g.add_argument("--config", required=True, help="generation config YAML (configs/generation/...)")
     g.add_argument("--output", required=True, help="output store, e.g. datasets/train.zarr")
     g.add_argument("--workers", type=int, default=None, help="worker processes (default: processing.num_workers)")
@@ -206,7 +218,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     g.set_defaults(func=_generate)
 
     sg = sub.add_parser("synth-geotiff", help="write the synthetic scenes of a generation config as GeoTIFFs")
-    sg.add_argument("--config", required=True, help="generation config YAML")
+    sg.add_argument(
+        "--config", required=True, help="a generation config (one split) or a pipeline config (all its splits)"
+    )
     sg.add_argument("--output", required=True, help="data root to create (PLANET-RGB/, EXTRA/, labels/, ...)")
     sg.add_argument("--overwrite", action="store_true", help="replace an existing data root")
     sg.set_defaults(func=_synth_geotiff)

@@ -20,7 +20,13 @@ BEST = "best_deployment.pth"  # training's inference checkpoint (guide §4.3); r
 
 # Modules whose code decides each stage's output (part of the cache key of the orchestration layer).
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
-    "generate-dataset": ("data/synthetic", "data/store.py", "data/generate.py", "data/tiles.py"),
+    "generate-dataset": (
+        "data/synthetic",
+        "data/store.py",
+        "data/generate.py",
+        "data/tiles.py",
+        "data/geotiff.py",
+    ),
     "normalization-stats": ("data/normalization.py", "data/store.py"),
     "train-seed": (
         "train/loop.py",
@@ -188,7 +194,13 @@ def generate_dataset(
     if gen is None:
         raise StorageError(f"data.generation.{split} is not set; give a generation config or set data.skip_generation")
     run.forget(rel)
-    generate_synthetic(gen, run.path(rel), overwrite=True, restart=restart, progress=progress)
+    if gen.source == "geotiff":
+        from rtscore.data.geotiff import ingest_geotiffs
+
+        assert gen.geotiff is not None  # the config validator guarantees it
+        ingest_geotiffs(gen, gen.geotiff.data_root, run.path(rel), overwrite=True, restart=restart, progress=progress)
+    else:
+        generate_synthetic(gen, run.path(rel), overwrite=True, restart=restart, progress=progress)
     return _ref(run, rel, "generate-dataset", config_hash(gen))
 
 

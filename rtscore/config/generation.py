@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -112,12 +113,30 @@ class StoreConfig(StrictModel):
     write_noisy_labels: bool = Field(True, description="Also store the `noisy` label variant.")
 
 
+class GeotiffSourceConfig(StrictModel):
+    """A GeoTIFF data root in the layout of DATA_LAYOUT.md (PLANET-RGB/, EXTRA/, labels/, metadata.csv, splits.yaml)."""
+
+    data_root: str = Field(
+        ..., min_length=1, description="The data root: a path, relative to the config file that names it."
+    )
+    extra_channels: list[str] = Field(
+        default_factory=list,
+        description="Names of the EXTRA bands to store, band 0, 1, ... in this order (e.g. [ndvi, nbr]); "
+        "later bands are ignored. Must match channels.extra of the pipeline config.",
+    )
+    batch_size: int = Field(16, ge=1, le=4096, description="Tiles read per batch (bounds the reader's memory).")
+
+
 class GenerationConfig(StrictModel):
     """One generated split: `rts generate --config <this> --output <split>.zarr`."""
 
     schema_version: Literal[1] = Field(SCHEMA_VERSION, description="Config schema version.")
     dataset_version: str = Field("1.0", description="Version string recorded in the store and the stats file.")
-    source: Literal["synthetic"] = Field("synthetic", description="Where tiles come from.")
+    source: Literal["synthetic", "geotiff"] = Field(
+        "synthetic",
+        description="Where tiles come from: rendered synthetic scenes, or a GeoTIFF data root (DATA_LAYOUT.md).",
+    )
+
     split: Split = Field(..., description="The split this store holds.")
     seed: int = Field(42, ge=0, description="Seed: same config + seed gives a byte-identical store.")
     tile_size: int = Field(512, ge=32, le=4096, description="Tile height and width in pixels.")
@@ -127,7 +146,8 @@ class GenerationConfig(StrictModel):
         "(guide §8.3): each tile is a 2x field of view rendered at 2 x tile_size native pixels, then downsampled 2x "
         "to tile_size (9.54 m pixels). Physical RTS sizes are the same at both scales.",
     )
-    synthetic: SyntheticConfig = Field(..., description="Synthetic scene settings.")
+    synthetic: SyntheticConfig | None = Field(None, description="Synthetic scene settings (source 'synthetic').")
+    geotiff: GeotiffSourceConfig | None = Field(None, description="GeoTIFF data root (source 'geotiff').")
     processing: ProcessingConfig = Field(default_factory=ProcessingConfig, description="Parallelism.")
     store: StoreConfig = Field(default_factory=StoreConfig, description="Zarr layout and compression.")
 
@@ -145,9 +165,24 @@ class GenerationConfig(StrictModel):
             raise ValueError(f"must be one of {list(SCALES)}; got {v}")
         return float(v)
 
+    @model_validator(mode="after")
+    def _source_settings(self) -> GenerationConfig:
+        if self.source == "synthetic" and self.synthetic is None:
+            raise ValueError("source 'synthetic' needs the synthetic section (tile counts, regions, ...)")
+        if self.source == "geotiff" and self.geotiff is None:
+            raise ValueError("source 'geotiff' needs the geotiff section (data_root, extra_channels)")
+        return self
+
+    @property
+    def extra_channels(self) -> list[str]:
+        """Names of the stored extra channels, in order (EXTRA bands 0.. for a GeoTIFF source)."""
+        if self.source == "geotiff" and self.geotiff is not None:
+            return list(self.geotiff.extra_channels)
+        return list(self.synthetic.extra_channels) if self.synthetic is not None else []
+
     @property
     def channel_names(self) -> list[str]:
-        return ["R", "G", "B", *self.synthetic.extra_channels]
+        return ["R", "G", "B", *self.extra_channels]
 
     @property
     def rotations(self) -> int:
@@ -156,8 +191,19 @@ class GenerationConfig(StrictModel):
     @property
     def n_source_tiles(self) -> int:
         s = self.synthetic
+        if s is None:
+            raise ValueError("n_source_tiles is known for the synthetic source only")
         return s.n_positive + s.n_negative + s.n_full_nodata
 
     @property
     def n_tiles(self) -> int:
         return self.n_source_tiles * self.rotations
+
+
+def with_absolute_data_root(cfg: GenerationConfig, base_dir: str | Path) -> GenerationConfig:
+    """``cfg`` with a relative ``geotiff.data_root`` resolved against ``base_dir`` (the naming file's directory)."""
+    g = cfg.geotiff
+    if g is None or "://" in g.data_root or Path(g.data_root).is_absolute():
+        return cfg
+    root = str((Path(base_dir) / g.data_root).resolve())
+    return cfg.model_copy(update={"geotiff": g.model_copy(update={"data_root": root})})

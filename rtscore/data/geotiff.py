@@ -9,8 +9,9 @@ Layout under a data root::
     splits.yaml                split -> [region names]
 
 Channel rule (kept simple): the store's extra channel ``i`` is band ``i`` (0-based, file order) of the EXTRA file,
-named ``synthetic.extra_channels[i]`` of the generation config; later EXTRA bands are ignored. NoData comes from
-the alpha band only (alpha 0); pixels (0, 0, 0) with alpha 255 are valid; an RGB file without alpha is all valid.
+named ``extra_channels[i]`` of the generation config (``geotiff.extra_channels``, or the synthetic ones); later
+EXTRA bands are ignored. NoData comes from the alpha band only (alpha 0); pixels (0, 0, 0) with alpha 255 are
+valid; an RGB file without alpha is all valid.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import hashlib
 import json
 import math
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,39 +73,73 @@ def tile_origin(split: str, index: int, tile_size: int, pixel_size_m: float) -> 
 # --------------------------------------------------------------------------------------------- writing
 
 
-def write_synthetic_geotiffs(cfg: GenerationConfig, output: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
-    """Write the synthetic scenes of a generation config as a GeoTIFF data root (`rts synth-geotiff`).
+def write_synthetic_geotiffs(
+    cfg: GenerationConfig | Sequence[GenerationConfig], output: str | Path, *, overwrite: bool = False
+) -> dict[str, Any]:
+    """Write the synthetic scenes of one or more splits' generation configs as one GeoTIFF data root.
 
     One file set per source tile (rotation expansion is not applied), the exact labels, EPSG:3857 with
-    ``4.77 / cfg.scale`` m pixels on a deterministic grid near 70 N. The root is written to a hidden sibling
-    and renamed into place at the end.
+    ``4.77 / cfg.scale`` m pixels on a deterministic grid near 70 N (each split on its own rows).
+    ``metadata.csv`` lists every tile and ``splits.yaml`` every split's regions, as DATA_LAYOUT.md describes a
+    real root. The root is written to a hidden sibling and renamed into place at the end.
 
     Args:
-        cfg: Generation config of one split (tiles, regions, extra channels, seed).
+        cfg: Generation config of a split, or of several splits (e.g. a pipeline's train, val and test).
         output: Data root to create.
         overwrite: Replace an existing ``output``.
 
     Returns:
-        Summary: output path, split, tile count, positives, full-NoData tiles, regions.
+        Summary: output path, splits, tile count, positives, full-NoData tiles, regions per split.
     """
-    import rasterio
-    from rasterio.enums import ColorInterp
-    from rasterio.transform import Affine
-
-    from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
-
+    cfgs = [cfg] if isinstance(cfg, GenerationConfig) else list(cfg)
+    splits = [c.split for c in cfgs]
+    if not cfgs or len(set(splits)) != len(splits):
+        raise GeotiffError(f"give one generation config per split; got splits {splits}")
+    if any(c.synthetic is None for c in cfgs):
+        raise GeotiffError(
+            "synth-geotiff renders synthetic scenes: every generation config needs its synthetic section"
+        )
     output = Path(output)
     if output.exists() and not overwrite:
         raise GeotiffError(f"output {output} already exists; pass overwrite (--overwrite) to replace it")
     staging = output.with_name(f".{output.name}.partial")
     if staging.exists():
         shutil.rmtree(staging)
+    rows: list[dict[str, str]] = []
+    counts = {"n_positive": 0, "n_full_nodata": 0}
+    for c in cfgs:
+        rows += _write_split(c, staging, counts)
+    with open(staging / METADATA_CSV, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(METADATA_COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+    _write_yaml(staging / SPLITS_YAML, {c.split: list(c.synthetic.regions) for c in cfgs})
+    read_splits(staging)  # a region in two splits is refused before the root appears
+    if output.exists():
+        shutil.rmtree(output)
+    staging.rename(output)
+    return {
+        "output": str(output),
+        "split": ",".join(splits),
+        "n_tiles": len(rows),
+        **counts,
+        "regions": {c.split: list(c.synthetic.regions) for c in cfgs},
+    }
+
+
+def _write_split(cfg: GenerationConfig, staging: Path, counts: dict[str, int]) -> list[dict[str, str]]:
+    """Write one split's tiles into the staging root; returns their metadata.csv rows."""
+    import rasterio
+    from rasterio.enums import ColorInterp
+    from rasterio.transform import Affine
+
+    from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
+
     for d in (RGB_DIR, LABEL_DIR, *([EXTRA_DIR] if cfg.synthetic.extra_channels else [])):
-        (staging / d).mkdir(parents=True)
+        (staging / d).mkdir(parents=True, exist_ok=True)
     n = cfg.tile_size
     px = PIXEL_SIZE_M / cfg.scale
     rows: list[dict[str, str]] = []
-    n_positive = n_full = 0
     for plan in plan_tiles(cfg):
         tile = render_tile(plan, cfg)
         x0, y0 = tile_origin(cfg.split, plan.index, n, px)
@@ -129,8 +164,8 @@ def write_synthetic_geotiffs(cfg: GenerationConfig, output: str | Path, *, overw
                     f.set_band_description(b, name)
         lon, lat = mercator_to_lonlat(x0 + n * px / 2, y0 - n * px / 2)
         positive = plan.kind == "positive"
-        n_positive += positive
-        n_full += plan.kind == "full_nodata"
+        counts["n_positive"] += positive
+        counts["n_full_nodata"] += plan.kind == "full_nodata"
         rows.append(
             {
                 "Tile_id": plan.tile_id,
@@ -141,22 +176,7 @@ def write_synthetic_geotiffs(cfg: GenerationConfig, output: str | Path, *, overw
                 "UIDs": ";".join(f"{plan.tile_id}-rts{k}" for k in range(tile.n_objects)) if positive else "",
             }
         )
-    with open(staging / METADATA_CSV, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(METADATA_COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
-    _write_yaml(staging / SPLITS_YAML, {cfg.split: list(cfg.synthetic.regions)})
-    if output.exists():
-        shutil.rmtree(output)
-    staging.rename(output)
-    return {
-        "output": str(output),
-        "split": cfg.split,
-        "n_tiles": len(rows),
-        "n_positive": n_positive,
-        "n_full_nodata": n_full,
-        "regions": list(cfg.synthetic.regions),
-    }
+    return rows
 
 
 def _write_yaml(path: Path, data: dict[str, Any]) -> None:
@@ -393,7 +413,7 @@ def ingest_geotiffs(
     root = Path(data_root)
     if not root.is_dir():
         raise GeotiffError(f"data root {root} is not a directory")
-    extra: list[str] = list(cfg.synthetic.extra_channels)
+    extra: list[str] = cfg.extra_channels
     entries = select_tiles(root, cfg.split, with_extra=bool(extra))
     check_tiles(root, entries, cfg.tile_size, len(extra))
     layout = StoreLayout(
@@ -424,7 +444,8 @@ def ingest_geotiffs(
             "shard_tiles": cfg.store.shard_tiles,
         }
     )
-    producer = GeotiffProducer(root, entries, len(extra), cfg.synthetic.generation_batch_size)
+    batch = cfg.geotiff.batch_size if cfg.geotiff else cfg.synthetic.generation_batch_size if cfg.synthetic else 16
+    producer = GeotiffProducer(root, entries, len(extra), batch)
     return write_store(
         producer,
         layout,

@@ -239,3 +239,47 @@ def test_worker_processes_give_the_same_store(cfg: GenerationConfig, root: Path,
         assert a[i].tile_id == b[i].tile_id
         np.testing.assert_array_equal(a[i].rgb, b[i].rgb)
         np.testing.assert_array_equal(a[i].extra, b[i].extra)
+
+
+def test_pipeline_config_points_generation_at_a_geotiff_root(tmp_path: Path) -> None:
+    """One data root for all splits (synth-geotiff of a pipeline config), ingested by the generate stage."""
+    from rtscore import stages
+    from rtscore.config import parse_pipeline_config
+    from tests.helpers import tiny_pipeline_config
+
+    data = tiny_pipeline_config()
+    synthetic = parse_pipeline_config(data)
+    root = tmp_path / "tiles"
+    assert main(["synth-geotiff", "--config", str(_write_yaml(tmp_path / "p.yaml", data)), "--output", str(root)]) == 0
+    assert set(yaml.safe_load((root / "splits.yaml").read_text())) == {"train", "val", "test"}
+    geo = dict(data)
+    geo["data"] = {
+        **data["data"],
+        "generation": {
+            split: {
+                "split": split,
+                "tile_size": data["data"]["tile_size"],
+                "source": "geotiff",
+                "geotiff": {"data_root": "tiles", "extra_channels": ["ndvi"]},  # relative to the config's dir
+            }
+            for split in ("train", "val", "test")
+        },
+    }
+    cfg = parse_pipeline_config(geo, base_dir=tmp_path)
+    assert cfg.data.generation.val.geotiff.data_root == str(root.resolve())
+    for split in ("train", "val", "test"):
+        stages.generate_dataset(str(tmp_path / "geo"), cfg, split)
+        generate_synthetic(getattr(synthetic.data.generation, split), tmp_path / f"syn_{split}.zarr")
+        a, b = _by_id(tmp_path / f"syn_{split}.zarr"), _by_id(tmp_path / "geo" / "datasets" / f"{split}.zarr")
+        assert a.keys() == b.keys()
+        for tid, sample in a.items():
+            other = b[tid]
+            for name in ("rgb", "alpha", "label", "extra"):
+                assert np.array_equal(getattr(sample, name), getattr(other, name)), (split, tid, name)
+    with pytest.raises(ValueError, match="needs the geotiff section"):
+        GenerationConfig.model_validate({"split": "val", "tile_size": 64, "source": "geotiff"})
+
+
+def _write_yaml(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
