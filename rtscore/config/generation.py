@@ -125,6 +125,9 @@ class GeotiffSourceConfig(StrictModel):
         "later bands are ignored. Must match channels.extra of the pipeline config.",
     )
     batch_size: int = Field(16, ge=1, le=4096, description="Tiles read per batch (bounds the reader's memory).")
+    min_test_positives: int = Field(
+        100, ge=1, description="When splits.yaml is absent and derived: positive tiles test must hold."
+    )
 
 
 class GenerationConfig(StrictModel):

@@ -32,6 +32,7 @@ from rtscore.config.base import config_hash
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.store import StoreLayout, TileStoreError
 from rtscore.data.tiles import KIND_CODES, LABEL_VALUES, RawTile
+from rtscore.data.vector_labels import LabelPolygonError, rasterize_labels, read_label_polygons
 
 RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"
 METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"
@@ -243,15 +244,44 @@ def read_metadata(root: Path) -> list[dict[str, str]]:
 
 
 def _tile_files(root: Path, tile_id: str, with_extra: bool) -> dict[str, Path]:
-    files = {"rgb": root / RGB_DIR / f"{tile_id}.tif", "labels": root / LABEL_DIR / f"{tile_id}.tif"}
+    """The tile's files; labels are a raster, or (when there is none) RTS polygons `labels/<id>.geojson`."""
+    labels = root / LABEL_DIR / f"{tile_id}.tif"
+    polygons = labels.with_suffix(".geojson")
+    files = {
+        "rgb": root / RGB_DIR / f"{tile_id}.tif",
+        "labels": polygons if polygons.is_file() and not labels.is_file() else labels,
+    }
     if with_extra:
         files["extra"] = root / EXTRA_DIR / f"{tile_id}.tif"
     return files
 
 
-def select_tiles(root: Path, split: str, *, with_extra: bool) -> list[TileEntry]:
-    """The tiles of ``split`` (its regions in splits.yaml x RegionName), after checking every tile has its files."""
-    splits = read_splits(root)
+def ensure_splits(root: Path, *, min_test_positives: int = 100, seed: int = 0) -> dict[str, list[str]]:
+    """splits.yaml of the root; when absent, a region-level split is derived from metadata.csv with the rules of
+    DATA_LAYOUT.md (`rtscore.data.splits`) and written with `splits_summary.md` next to it (atomically)."""
+    from rtscore.data.splits import SplitError, derive_splits
+    from rtscore.storage import atomic_write_text
+
+    if (root / SPLITS_YAML).is_file():
+        return read_splits(root)
+    try:
+        result = derive_splits(read_metadata(root), min_test_positives=min_test_positives, seed=seed)
+    except SplitError as err:
+        raise GeotiffError(f"{root}: no {SPLITS_YAML}, and none can be derived: {err}") from None
+    summary = f"# Derived spatial-block split of {root}\n\n" + result.summary()
+    atomic_write_text(root / "splits_summary.md", summary)
+    import yaml
+
+    atomic_write_text(root / SPLITS_YAML, yaml.safe_dump(result.splits, sort_keys=False))
+    return read_splits(root)
+
+
+def select_tiles(root: Path, split: str, *, with_extra: bool, min_test_positives: int = 100) -> list[TileEntry]:
+    """The tiles of ``split`` (its regions in splits.yaml x RegionName), after checking every tile has its files.
+
+    Without splits.yaml the split is derived first (`ensure_splits`).
+    """
+    splits = ensure_splits(root, min_test_positives=min_test_positives)
     if split not in splits:
         raise GeotiffError(f"{root / SPLITS_YAML}: no split {split!r} (has {sorted(splits)})")
     rows = read_metadata(root)
@@ -289,6 +319,12 @@ def check_tiles(root: Path, entries: list[TileEntry], tile_size: int, n_extra: i
     for e in entries:
         for kind, path in _tile_files(root, e.tile_id, n_extra > 0).items():
             where = f"tile {e.tile_id} ({path})"
+            if path.suffix == ".geojson":
+                try:
+                    read_label_polygons(path)
+                except LabelPolygonError as err:
+                    problems.append(f"{where}: {err}")
+                continue
             with rasterio.open(path) as f:
                 crs = f.crs.to_string() if f.crs else None
                 if crs != CRS:
@@ -342,14 +378,18 @@ class GeotiffProducer:
         files = _tile_files(self.root, entry.tile_id, self.n_extra > 0)
         with rasterio.open(files["rgb"]) as f:
             data = f.read()
+            transform = f.transform
         rgb = np.ascontiguousarray(data[:3])
         alpha = (
             np.where(data[3] > 0, 255, 0).astype(np.uint8)
             if data.shape[0] == 4
             else np.full(rgb.shape[1:], 255, np.uint8)
         )
-        with rasterio.open(files["labels"]) as f:
-            label = f.read(1)
+        if files["labels"].suffix == ".geojson":
+            label = rasterize_labels(read_label_polygons(files["labels"]), transform, rgb.shape[-1])
+        else:
+            with rasterio.open(files["labels"]) as f:
+                label = f.read(1)
         problem = _label_problem(label, f"tile {entry.tile_id} ({files['labels']})")
         if problem:
             raise GeotiffError(problem)
@@ -414,7 +454,8 @@ def ingest_geotiffs(
     if not root.is_dir():
         raise GeotiffError(f"data root {root} is not a directory")
     extra: list[str] = cfg.extra_channels
-    entries = select_tiles(root, cfg.split, with_extra=bool(extra))
+    min_pos = cfg.geotiff.min_test_positives if cfg.geotiff else 100
+    entries = select_tiles(root, cfg.split, with_extra=bool(extra), min_test_positives=min_pos)
     check_tiles(root, entries, cfg.tile_size, len(extra))
     layout = StoreLayout(
         n_tiles=len(entries),

@@ -283,3 +283,65 @@ def test_pipeline_config_points_generation_at_a_geotiff_root(tmp_path: Path) -> 
 def _write_yaml(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def test_rts_polygons_in_geojson_replace_a_missing_label_raster(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    import json
+
+    import rasterio
+
+    tid = _first(root)
+    with rasterio.open(root / "PLANET-RGB" / f"{tid}.tif") as f:
+        t = f.transform
+    x0, y0 = t.c + 10 * t.a, t.f + 10 * t.e  # pixel (10, 10) ...
+    x1, y1 = t.c + 20 * t.a, t.f + 30 * t.e  # ... to (30, 20): rows 10-29, cols 10-19
+    ring = [[x0, y0], [x1, y0], [x1, y1], [x0, y1], [x0, y0]]
+    (root / "labels" / f"{tid}.tif").unlink()
+    (root / "labels" / f"{tid}.geojson").write_text(
+        json.dumps(
+            {
+                "type": "FeatureCollection",
+                "features": [
+                    {"type": "Feature", "properties": {}, "geometry": {"type": "Polygon", "coordinates": [ring]}}
+                ],
+            }
+        )
+    )
+    ingest_geotiffs(cfg, root, tmp_path / "store.zarr")
+    label = _by_id(tmp_path / "store.zarr")[tid].label  # type: ignore[attr-defined]
+    alpha = _by_id(tmp_path / "store.zarr")[tid].alpha  # type: ignore[attr-defined]
+    inside = np.zeros_like(label, bool)
+    inside[10:30, 10:20] = True
+    assert (label[inside & (alpha > 0)] == 1).all() and (label[~inside & (alpha > 0)] == 0).all()
+
+
+def test_missing_splits_yaml_is_derived_by_region_and_written(tmp_path: Path) -> None:
+    cfgs = [
+        GenerationConfig(
+            split="train",
+            tile_size=32,
+            seed=3,
+            synthetic={"n_positive": 20, "n_negative": 20, "regions": [f"r{i:02d}" for i in range(20)]},
+            store={"shard_tiles": 8, "write_noisy_labels": False},
+        )
+    ]
+    root = tmp_path / "tifs"
+    write_synthetic_geotiffs(cfgs, root)
+    (root / "splits.yaml").unlink()
+    geo = GenerationConfig.model_validate(
+        {
+            "split": "val",
+            "tile_size": 32,
+            "source": "geotiff",
+            "geotiff": {"data_root": str(root), "min_test_positives": 2},
+        }
+    )
+    ingest_geotiffs(geo, root, tmp_path / "val.zarr")
+    splits = yaml.safe_load((root / "splits.yaml").read_text())
+    regions = [r for s in ("train", "val", "test") for r in splits[s]]
+    assert sorted(regions) == [f"r{i:02d}" for i in range(20)] and len(splits["val"]) >= 2
+    assert "| test |" in (root / "splits_summary.md").read_text()
+    stored = {s.region for s in _by_id(tmp_path / "val.zarr").values()}  # type: ignore[attr-defined]
+    assert stored <= set(splits["val"])
