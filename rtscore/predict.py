@@ -141,7 +141,12 @@ def window_weights(tile: int) -> np.ndarray:
 
 
 def extra_path_for(input_tif: Path) -> Path:
-    """The sibling EXTRA raster of an RGB raster: ``<stem>_extra.tif`` next to it."""
+    """The EXTRA raster of an RGB raster: ``EXTRA/<name>`` of a DATA_LAYOUT.md root when the raster is its
+    ``PLANET-RGB/<name>``, else the sibling ``<stem>_extra.tif``."""
+    if input_tif.parent.name == "PLANET-RGB":
+        layout = input_tif.parent.parent / "EXTRA" / input_tif.name
+        if layout.is_file():
+            return layout
     return input_tif.with_name(f"{input_tif.stem}{EXTRA_SUFFIX}{input_tif.suffix}")
 
 
@@ -305,12 +310,15 @@ def predict_raster(
 
 
 def input_rasters(input_path: str | Path) -> list[Path]:
-    """The RGB rasters of a file or directory (``*.tif``/``*.tiff``; EXTRA siblings ``*_extra.tif`` left out)."""
+    """The RGB rasters of a file, a directory (``*.tif``; EXTRA siblings ``*_extra.tif`` left out) or a data root
+    (its ``PLANET-RGB/``)."""
     p = Path(input_path)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise PredictError(f"input not found: {p}")
+    if (p / "PLANET-RGB").is_dir():  # a data root in the layout of DATA_LAYOUT.md
+        p = p / "PLANET-RGB"
     files = sorted(
         f for f in p.iterdir() if f.suffix.lower() in (".tif", ".tiff") and not f.stem.endswith(EXTRA_SUFFIX)
     )

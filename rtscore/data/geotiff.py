@@ -419,6 +419,41 @@ class GeotiffProducer:
             yield [t for t, _ in read], [c for _, c in read]
 
 
+def stage_data_root(uri: str, split: str, cache_dir: Path | None = None) -> Path:
+    """A local copy of what ingesting ``split`` needs from a ``gs://`` data root: metadata.csv, splits.yaml (when
+    there is one) and the files of the split's tiles, downloaded in parallel into the cache (files already
+    there with the object's size are kept). Without splits.yaml every tile is fetched (the split is derived
+    locally, next to the copy)."""
+    from rtscore.gcs import GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
+    from rtscore.storage import default_cache_dir
+
+    bucket, prefix = parse_gs_uri(uri)
+    store = GcsStore(bucket, prefix, RetryPolicy.from_env(), workers=transfer_workers())
+    local = (cache_dir or default_cache_dir()) / "gcs-data" / bucket / prefix
+    local.mkdir(parents=True, exist_ok=True)
+    for name in (METADATA_CSV, SPLITS_YAML):
+        got = store.read(name)
+        if got is None:
+            if name == METADATA_CSV:
+                raise GeotiffError(f"{uri}/{name} not found (the data root needs metadata.csv)")
+            continue
+        (local / name).write_bytes(got[0])
+    wanted: set[str] | None = None
+    if (local / SPLITS_YAML).is_file():
+        regions = set(read_splits(local).get(split, []))
+        wanted = {r["Tile_id"] for r in read_metadata(local) if r["RegionName"] in regions}
+    items = []
+    for sub in (RGB_DIR, EXTRA_DIR, LABEL_DIR):
+        for rel, blob in store.list_under(sub).items():
+            target = local / sub / rel
+            if wanted is not None and Path(rel).stem not in wanted:
+                continue
+            if not (target.is_file() and target.stat().st_size == blob.size):
+                items.append((blob, f"{sub}/{rel}", target))
+    store.download_many(items)
+    return local
+
+
 def ingest_geotiffs(
     cfg: GenerationConfig,
     data_root: str | Path,
@@ -450,7 +485,7 @@ def ingest_geotiffs(
     """
     from rtscore.data.generate import base_attrs, write_store
 
-    root = Path(data_root)
+    root = stage_data_root(str(data_root), cfg.split) if str(data_root).startswith("gs://") else Path(data_root)
     if not root.is_dir():
         raise GeotiffError(f"data root {root} is not a directory")
     extra: list[str] = cfg.extra_channels

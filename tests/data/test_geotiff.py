@@ -345,3 +345,29 @@ def test_missing_splits_yaml_is_derived_by_region_and_written(tmp_path: Path) ->
     assert "| test |" in (root / "splits_summary.md").read_text()
     stored = {s.region for s in _by_id(tmp_path / "val.zarr").values()}  # type: ignore[attr-defined]
     assert stored <= set(splits["val"])
+
+
+def test_a_gs_data_root_is_staged_then_ingested(
+    cfg: GenerationConfig, root: Path, tmp_path: Path, gcs_emulator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from tests.conftest import GCS_TEST_BUCKET
+
+    monkeypatch.setenv("RTS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RTS_GCS_WORKERS", "4")
+    prefix = f"{uuid.uuid4().hex[:8]}/tiles"
+    bucket = storage.Client(project="test", credentials=AnonymousCredentials()).bucket(GCS_TEST_BUCKET)
+    for f in root.rglob("*"):
+        if f.is_file():
+            bucket.blob(f"{prefix}/{f.relative_to(root).as_posix()}").upload_from_filename(str(f))
+    ingest_geotiffs(cfg, f"gs://{GCS_TEST_BUCKET}/{prefix}", tmp_path / "from_gcs.zarr")
+    ingest_geotiffs(cfg, root, tmp_path / "local.zarr")
+    a, b = _by_id(tmp_path / "from_gcs.zarr"), _by_id(tmp_path / "local.zarr")
+    assert a.keys() == b.keys()
+    for tid in a:
+        for name in ("rgb", "alpha", "label", "extra"):
+            assert np.array_equal(getattr(a[tid], name), getattr(b[tid], name))
