@@ -239,3 +239,41 @@ def test_predict_command(package: Path, tmp_path: Path) -> None:
         "s1_mask.tif",
         "s1_prob.tif",
     ]
+
+
+def test_inference_normalisation_equals_the_training_and_evaluation_dataset(tmp_path: Path) -> None:
+    """The same GeoTIFF tile, normalised by `rts predict` and by the evaluation DataLoader's dataset."""
+    import rasterio
+
+    from rtscore.config import parse_pipeline_config
+    from rtscore.config.generation import GenerationConfig
+    from rtscore.data.dataset import build_dataset
+    from rtscore.data.geotiff import ingest_geotiffs, write_synthetic_geotiffs
+    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.predict import normalise
+    from tests.helpers import tiny_pipeline_config
+
+    cfg = parse_pipeline_config(tiny_pipeline_config())
+    gen = GenerationConfig.model_validate(
+        {
+            **cfg.data.generation.train.model_dump(),
+            "synthetic": {**cfg.data.generation.train.synthetic.model_dump(), "partial_nodata_probability": 0.6},
+        }
+    )
+    root = tmp_path / "tiles"
+    write_synthetic_geotiffs(gen, root)
+    ingest_geotiffs(gen, root, tmp_path / "train.zarr")
+    stats = compute_normalization_stats(tmp_path / "train.zarr", extra_channels=["ndvi"])
+    ds = build_dataset(cfg, tmp_path / "train.zarr", stats, train=False)
+    checked = 0
+    for i in range(len(ds)):
+        item = ds[i]
+        with rasterio.open(root / "PLANET-RGB" / f"{item['tile_id']}.tif") as f:
+            data = f.read()
+        with rasterio.open(root / "EXTRA" / f"{item['tile_id']}.tif") as f:
+            extra = f.read().astype(np.float32)
+        channels = np.concatenate([data[:3].astype(np.float32), extra])
+        normalise(channels, data[3], stats)
+        np.testing.assert_allclose(channels, item["image"].numpy(), rtol=1e-5, atol=1e-5)
+        checked += int((data[3] == 0).any())
+    assert checked > 0, "tiles with NoData were compared too"
