@@ -173,6 +173,10 @@ def _missing(root: Path, tid: str) -> None:
     (root / "EXTRA" / f"{tid}.tif").unlink()
 
 
+def _missing_label(root: Path, tid: str) -> None:
+    (root / "labels" / f"{tid}.tif").unlink()
+
+
 def _region_twice(root: Path, tid: str) -> None:
     (root / "splits.yaml").write_text(
         yaml.safe_dump({"train": ["alpha tundra", "beta tundra"], "val": ["beta tundra"]})
@@ -189,6 +193,7 @@ def _region_twice(root: Path, tid: str) -> None:
         (_bad_label, "label values [7] outside {0, 1, 255}", "labels"),
         (_few_extra, "extra channel band index 1 is beyond the file's 1 bands", "EXTRA"),
         (_missing, "tile files of metadata.csv are missing", "EXTRA"),
+        (_missing_label, "tile files of metadata.csv are missing", "labels"),
         (_region_twice, "region 'beta tundra' is in two splits (train and val)", "splits.yaml"),
     ],
 )
