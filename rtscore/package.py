@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, Field, model_validator
@@ -562,31 +562,44 @@ def audit_package(path: str | Path) -> list[Check]:
 
 
 # --------------------------------------------------------------------------- load + one tile
-def _load_and_run(pkg: Path, device: str) -> list[Check]:
-    """Load ``weights.pth`` (weights_only) into the declared model, strictly, and run one seeded random tile."""
+def load_weights(pkg: Path, mc: PackagedModelConfig) -> tuple[Any, dict[str, Any]]:
+    """The package's declared architecture with ``weights.pth`` loaded (``weights_only=True``, strict), and the
+    state_dict.
+
+    Raises:
+        TypeError: The file is not a state_dict; or whatever torch raises for a mismatch.
+    """
     import torch
 
     from rtscore.config.pipeline import ChannelsConfig, ModelConfig
     from rtscore.models import build_model
 
+    state = torch.load(pkg / WEIGHTS, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise TypeError("not a state_dict (a mapping of parameter names to tensors)")
+    model = build_model(
+        ModelConfig(
+            architecture=mc.architecture,
+            backbone=mc.backbone,
+            encoder_weights=None,
+            decoder_channels=mc.decoder_channels,
+        ),
+        ChannelsConfig(extra=mc.channels.extra),
+    )
+    model.load_state_dict(state, strict=True)
+    return model, state
+
+
+def _load_and_run(pkg: Path, device: str) -> list[Check]:
+    """Load ``weights.pth`` (weights_only) into the declared model, strictly, and run one seeded random tile."""
+    import torch
+
     mc = _load_model_config(pkg / MODEL)[1]
     dep = _load_deployment(pkg / DEPLOYMENT)[1]
     try:
-        state = torch.load(pkg / WEIGHTS, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict) or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-        ):
-            raise TypeError("not a state_dict (a mapping of parameter names to tensors)")
-        model = build_model(
-            ModelConfig(
-                architecture=mc.architecture,
-                backbone=mc.backbone,
-                encoder_weights=None,
-                decoder_channels=mc.decoder_channels,
-            ),
-            ChannelsConfig(extra=mc.channels.extra),
-        )
-        model.load_state_dict(state, strict=True)
+        model, state = load_weights(pkg, mc)
     except Exception as err:
         return [
             Check(name="load", ok=False, detail=_short(f"{WEIGHTS} into {MODEL}: {type(err).__name__}: {err}")),

@@ -81,10 +81,8 @@ def load_package(package_dir: str | Path, *, device: str = "cpu") -> LoadedPacka
     import torch
 
     from rtscore.calibrate.infer import prepare_model
-    from rtscore.config.pipeline import ChannelsConfig, ModelConfig
     from rtscore.data.normalization import load_normalization_stats
-    from rtscore.models import build_model
-    from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS, _load_deployment, _load_model_config
+    from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS, _load_deployment, _load_model_config, load_weights
 
     pkg = Path(package_dir)
     if not pkg.is_dir():
@@ -100,17 +98,7 @@ def load_package(package_dir: str | Path, *, device: str = "cpu") -> LoadedPacka
             f"package {pkg}: {STATS} channels {stats.channel_names} differ from {MODEL} channels {mc.channels.names}"
         )
     try:
-        state = torch.load(pkg / WEIGHTS, map_location="cpu", weights_only=True)
-        model = build_model(
-            ModelConfig(
-                architecture=mc.architecture,
-                backbone=mc.backbone,
-                encoder_weights=None,
-                decoder_channels=mc.decoder_channels,
-            ),
-            ChannelsConfig(extra=mc.channels.extra),
-        )
-        model.load_state_dict(state, strict=True)
+        model, _ = load_weights(pkg, mc)
     except Exception as err:
         raise PredictError(
             f"package {pkg}: {WEIGHTS} does not load into {MODEL}: {type(err).__name__}: {err}"
