@@ -35,7 +35,8 @@ class DriftError(PipelineError):
 def _package_channels(package_dir: Path) -> tuple[list[str], list[int], Any]:
     """(channel names, EXTRA band indices, stats) of a package; the stats are bound to the model's channels."""
     from rtscore.data.normalization import load_normalization_stats
-    from rtscore.package import MODEL, STATS, _load_model_config
+    from rtscore.package import MODEL, STATS
+    from rtscore.package_verify import _load_model_config
 
     if not package_dir.is_dir():
         raise DriftError(f"package directory not found: {package_dir}")

@@ -82,7 +82,8 @@ def load_package(package_dir: str | Path, *, device: str = "cpu") -> LoadedPacka
 
     from rtscore.calibrate.infer import prepare_model
     from rtscore.data.normalization import load_normalization_stats
-    from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS, _load_deployment, _load_model_config, load_weights
+    from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS
+    from rtscore.package_verify import _load_deployment, _load_model_config, load_weights
 
     pkg = Path(package_dir)
     if not pkg.is_dir():

@@ -1,0 +1,391 @@
+"""Auditing and verifying a deployment package (`rts package verify`): the audit never unpickles anything;
+only a package that passes it is loaded (``weights_only=True``) into its declared architecture and run on
+one tile. Re-exported by `rtscore.package`.
+"""
+
+from __future__ import annotations
+
+import json
+import pickletools
+import re
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config
+from rtscore.config.deployment import DeploymentConfig
+from rtscore.package import (
+    _DETAIL_MAX,
+    _MEMO_GET_OPS,
+    _MEMO_PUT_OPS,
+    _NEUTRAL_OPS,
+    _REQUIREMENT_LINE,
+    _STRING_OPS,
+    _SUMS_LINE,
+    ALLOWED_GLOBALS,
+    DEPLOYMENT,
+    METADATA,
+    MODEL,
+    PACKAGE_FILES,
+    REQUIREMENTS,
+    STATS,
+    SUMS,
+    WEIGHTS,
+    Check,
+    PackagedModelConfig,
+    RunMetadata,
+    VerifyReport,
+)
+from rtscore.storage import StorageError, sha256_file
+
+T = TypeVar("T")
+M = TypeVar("M", bound=StrictModel)
+
+
+# --------------------------------------------------------------------------- audit (no unpickling)
+def pickle_globals(data: bytes) -> tuple[list[str], list[str]]:
+    """(globals referenced, problems) of a pickle, read from its opcodes only (nothing is executed).
+
+    GLOBAL/INST name their target in the opcode; STACK_GLOBAL takes it from the two strings pushed right
+    before it (directly or from the memo). Anything less plain (a STACK_GLOBAL whose operands are not such
+    strings, extension-registry opcodes) is a problem: a state_dict written by torch.save never needs it.
+    """
+    found: list[str] = []
+    problems: list[str] = []
+    memo: dict[int, str | None] = {}
+    recent: list[str | None] = []  # what the last value-producing opcodes pushed (None: not a plain string)
+    try:
+        for op, arg, pos in pickletools.genops(data):
+            name = op.name
+            if name in ("GLOBAL", "INST"):
+                module, _, attr = str(arg).partition(" ")
+                found.append(f"{module}.{attr}")
+                recent.append(None)
+            elif name == "STACK_GLOBAL":
+                if len(recent) >= 2 and isinstance(recent[-2], str) and isinstance(recent[-1], str):
+                    found.append(f"{recent[-2]}.{recent[-1]}")
+                else:
+                    problems.append(f"STACK_GLOBAL at byte {pos} with operands that are not plain strings")
+                recent.append(None)
+            elif name in ("EXT1", "EXT2", "EXT4"):
+                problems.append(f"{name} (copyreg extension registry reference {arg}) at byte {pos}")
+                recent.append(None)
+            elif name in _STRING_OPS:
+                recent.append(arg if isinstance(arg, str) else None)
+            elif name in _MEMO_PUT_OPS:
+                memo[len(memo) if name == "MEMOIZE" else int(arg)] = recent[-1] if recent else None
+            elif name in _MEMO_GET_OPS:
+                recent.append(memo.get(int(arg)))
+            elif name not in _NEUTRAL_OPS:
+                recent.append(None)
+            del recent[:-2]
+    except ValueError as err:
+        problems.append(f"malformed pickle: {err}")
+    return found, problems
+
+
+def audit_weights(path: Path) -> Check:
+    """``weights.pth`` is a torch zip archive whose pickles reference only :data:`ALLOWED_GLOBALS`."""
+    name = f"{WEIGHTS} pickle"
+    if not path.is_file():
+        return Check(name=name, ok=False, detail=f"{path.name}: missing")
+    if not zipfile.is_zipfile(path):
+        return Check(name=name, ok=False, detail=f"{path.name}: not a torch zip archive (legacy or other format)")
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = z.namelist()
+            data_pkls = [m for m in members if re.fullmatch(r"[^/]+/data\.pkl", m)]
+            if len(data_pkls) != 1:
+                return Check(
+                    name=name, ok=False, detail=f"{path.name}: expected one <archive>/data.pkl; found {data_pkls}"
+                )
+            pickles = {m: z.read(m) for m in members if m.endswith(".pkl")}
+    except (zipfile.BadZipFile, OSError) as err:
+        return Check(name=name, ok=False, detail=f"{path.name}: unreadable zip archive: {err}")
+    bad: list[str] = []
+    count = 0
+    for member, data in pickles.items():
+        found, problems = pickle_globals(data)
+        count += len(found)
+        bad += [f"{member}: {p}" for p in problems]
+        disallowed = sorted({g for g in found if g not in ALLOWED_GLOBALS})
+        if disallowed:
+            bad.append(f"{member}: references non-allowed globals {disallowed}")
+    if bad:
+        return Check(name=name, ok=False, detail=f"{path.name}: " + "; ".join(bad))
+    return Check(name=name, ok=True, detail=f"{len(pickles)} pickle(s), {count} global references, all allowed")
+
+
+def _check(name: str, fn: Callable[[], tuple[str, T]]) -> tuple[Check, T | None]:
+    """Run ``fn() -> (detail, value)`` as a check; known errors become a failed check with their message."""
+    try:
+        detail, value = fn()
+    except (ConfigError, StorageError, ValueError, OSError, KeyError, TypeError) as err:
+        return Check(name=name, ok=False, detail=_short(str(err))), None
+    return Check(name=name, ok=True, detail=detail), value
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 3] + "..."
+
+
+def _files_check(pkg: Path) -> Check:
+    present = sorted(p.name for p in pkg.iterdir())
+    missing = [f for f in PACKAGE_FILES if not (pkg / f).is_file()]
+    unexpected = [f for f in present if f not in PACKAGE_FILES or not (pkg / f).is_file()]
+    problems = ([f"missing {missing}"] if missing else []) + ([f"unexpected {unexpected}"] if unexpected else [])
+    if problems:
+        return Check(name="files", ok=False, detail=f"{pkg}: " + "; ".join(problems))
+    return Check(name="files", ok=True, detail=f"{len(PACKAGE_FILES)} files")
+
+
+def _sums_check(pkg: Path) -> Check:
+    name = SUMS
+    path = pkg / SUMS
+    if not path.is_file():
+        return Check(name=name, ok=False, detail=f"{SUMS}: missing")
+    listed: dict[str, str] = {}
+    problems: list[str] = []
+    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        m = _SUMS_LINE.match(line)
+        if m is None:
+            problems.append(f"line {i} is not '<sha256>  <file>'")
+        elif m.group(2) in listed:
+            problems.append(f"{m.group(2)} listed twice")
+        else:
+            listed[m.group(2)] = m.group(1)
+    others = sorted(p.name for p in pkg.iterdir() if p.name != SUMS)
+    expected = [f for f in PACKAGE_FILES if f != SUMS]
+    for f in sorted(set(listed) - set(others)):
+        problems.append(f"lists {f}, which is not in the package")
+    for f in sorted(set(expected) - set(listed)):
+        problems.append(f"does not list {f}")
+    for f in sorted(set(listed) - set(expected)):
+        problems.append(f"lists {f}, which is not a package file")
+    for f in sorted(set(others) - set(listed)):
+        if f not in expected:
+            problems.append(f"does not list {f}")
+    for f, want in sorted(listed.items()):
+        p = pkg / f
+        if f in others and p.is_file() and (got := sha256_file(p)) != want:
+            problems.append(f"{f}: sha256 mismatch (file {got[:12]}..., listed {want[:12]}...)")
+    if problems:
+        return Check(name=name, ok=False, detail=_short(f"{SUMS}: " + "; ".join(problems)))
+    return Check(name=name, ok=True, detail=f"{len(listed)} files match")
+
+
+def _load_deployment(path: Path) -> tuple[str, DeploymentConfig]:
+    dep = load_config(DeploymentConfig, path)
+    missing = [k for k in ("threshold", "temperature") if getattr(dep, k) is None]
+    if missing:
+        raise ValueError(f"{path.name}: {' and '.join(missing)} null (not calibrated); run calibrate first")
+    return (
+        f"threshold {dep.threshold:g}, T {dep.temperature:g}, tta {dep.tta}, {dep.precision}, scales {dep.scales}",
+        dep,
+    )
+
+
+def _load_json_model(model: type[M], path: Path) -> M:
+    if not path.is_file():
+        raise ValueError(f"{path.name}: missing")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"{path.name} is not valid JSON: {err}") from None
+    return parse_config(model, data, source=path.name)
+
+
+def _load_model_config(path: Path) -> tuple[str, PackagedModelConfig]:
+    if not path.is_file():
+        raise ValueError(f"{path.name}: missing")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path.name} is not valid YAML: {err}") from None
+    mc = parse_config(PackagedModelConfig, data, source=path.name)
+    return f"{mc.architecture}/{mc.backbone}, {mc.in_channels} channels {mc.channels.names}, tile {mc.tile_size}", mc
+
+
+def _load_stats(path: Path) -> tuple[str, list[str]]:
+    from rtscore.data.normalization import load_normalization_stats
+
+    if not path.is_file():
+        raise ValueError(f"{path.name}: missing")
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"{path.name} is not valid JSON: {err}") from None
+    extra = doc.get("extra", {}).get("channel_names", []) if isinstance(doc, dict) else []
+    stats = load_normalization_stats(path, extra if isinstance(extra, list) else [])
+    return f"channels {stats.channel_names}", stats.channel_names
+
+
+def _load_requirements(path: Path) -> tuple[str, int]:
+    if not path.is_file():
+        raise ValueError(f"{path.name}: missing")
+    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+    bad = [ln for ln in lines if not _REQUIREMENT_LINE.match(ln)]
+    if bad:
+        raise ValueError(f"{path.name}: lines not of the form name==version: {bad[:5]}")
+    if not lines:
+        raise ValueError(f"{path.name}: empty")
+    return f"{len(lines)} pinned distributions", len(lines)
+
+
+def audit_package(path: str | Path) -> list[Check]:
+    """Every check that needs no unpickling: files, checksums, config files, channel binding, weights' pickle."""
+    pkg = Path(path)
+    if not pkg.is_dir():
+        return [Check(name="files", ok=False, detail=f"{pkg}: package directory not found")]
+    checks = [_files_check(pkg), _sums_check(pkg)]
+    c, dep = _check(DEPLOYMENT, lambda: _load_deployment(pkg / DEPLOYMENT))
+    checks.append(c)
+    c, model = _check(MODEL, lambda: _load_model_config(pkg / MODEL))
+    checks.append(c)
+    c, stats_names = _check(STATS, lambda: _load_stats(pkg / STATS))
+    checks.append(c)
+    if model is not None and stats_names is not None:
+        if stats_names == model.channels.names:
+            checks.append(Check(name="channel binding", ok=True, detail=f"{STATS} = {MODEL}: {stats_names}"))
+        else:
+            checks.append(
+                Check(
+                    name="channel binding",
+                    ok=False,
+                    detail=f"{STATS} channels {stats_names} differ from {MODEL} channels {model.channels.names}",
+                )
+            )
+    else:
+        checks.append(Check(name="channel binding", ok=False, detail=f"skipped: {STATS} or {MODEL} is invalid"))
+
+    def meta_fn() -> tuple[str, RunMetadata]:
+        m = _load_json_model(RunMetadata, pkg / METADATA)
+        return f"seed {m.seed}, epoch {m.epoch}, git {m.git_sha[:12]}, trained {m.training_date}", m
+
+    c, meta = _check(METADATA, meta_fn)
+    checks.append(c)
+    if dep is not None and meta is not None:
+        same = dep.precision == meta.trained_with.precision
+        detail = (
+            f"{DEPLOYMENT} precision {dep.precision} "
+            + ("= " if same else "differs from ")
+            + f"{METADATA} trained_with.precision {meta.trained_with.precision}"
+        )
+        checks.append(Check(name="precision parity", ok=same, detail=detail))
+    else:
+        checks.append(Check(name="precision parity", ok=False, detail=f"skipped: {DEPLOYMENT} or {METADATA} invalid"))
+    checks.append(_check(REQUIREMENTS, lambda: _load_requirements(pkg / REQUIREMENTS))[0])
+    checks.append(audit_weights(pkg / WEIGHTS))
+    return checks
+
+
+# --------------------------------------------------------------------------- load + one tile
+def load_weights(pkg: Path, mc: PackagedModelConfig) -> tuple[Any, dict[str, Any]]:
+    """The package's declared architecture with ``weights.pth`` loaded (``weights_only=True``, strict), and the
+    state_dict.
+
+    Raises:
+        TypeError: The file is not a state_dict; or whatever torch raises for a mismatch.
+    """
+    import torch
+
+    from rtscore.config.pipeline import ChannelsConfig, ModelConfig
+    from rtscore.models import build_model
+
+    state = torch.load(pkg / WEIGHTS, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise TypeError("not a state_dict (a mapping of parameter names to tensors)")
+    model = build_model(
+        ModelConfig(
+            architecture=mc.architecture,
+            backbone=mc.backbone,
+            encoder_weights=None,
+            decoder_channels=mc.decoder_channels,
+        ),
+        ChannelsConfig(extra=mc.channels.extra),
+    )
+    model.load_state_dict(state, strict=True)
+    return model, state
+
+
+def _load_and_run(pkg: Path, device: str) -> list[Check]:
+    """Load ``weights.pth`` (weights_only) into the declared model, strictly, and run one seeded random tile."""
+    import torch
+
+    mc = _load_model_config(pkg / MODEL)[1]
+    dep = _load_deployment(pkg / DEPLOYMENT)[1]
+    try:
+        model, state = load_weights(pkg, mc)
+    except Exception as err:
+        return [
+            Check(name="load", ok=False, detail=_short(f"{WEIGHTS} into {MODEL}: {type(err).__name__}: {err}")),
+            Check(name="forward", ok=False, detail="skipped: the weights did not load"),
+        ]
+    n_params = sum(v.numel() for v in state.values())
+    checks = [
+        Check(
+            name="load",
+            ok=True,
+            detail=f"{len(state)} tensors ({n_params:,} values) into {mc.architecture}/{mc.backbone}, strict",
+        )
+    ]
+    try:
+        dev = torch.device(device)
+        note = ""
+        precision = dep.precision
+        if precision == "fp16" and dev.type == "cpu":
+            precision, note = "fp32", " (fp16 has no CPU autocast: ran in fp32)"
+        shape = (1, mc.in_channels, mc.tile_size, mc.tile_size)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(dev)
+        model = model.to(dev).eval()
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        with torch.inference_mode(), torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+            out = model(x)
+        want = (1, 1, mc.tile_size, mc.tile_size)
+        if tuple(out.shape) != want:
+            raise ValueError(f"output shape {tuple(out.shape)}, expected {want}")
+        out32 = out.float()
+        if not bool(torch.isfinite(out32).all()):
+            raise ValueError(f"output holds {int((~torch.isfinite(out32)).sum())} non-finite values")
+        detail = (
+            f"{precision} on {dev}{note}: output {tuple(out.shape)} {str(out.dtype).removeprefix('torch.')}, "
+            f"finite, logits in [{out32.min().item():.3g}, {out32.max().item():.3g}]"
+        )
+        checks.append(Check(name="forward", ok=True, detail=detail))
+    except Exception as err:
+        checks.append(
+            Check(name="forward", ok=False, detail=_short(f"one tile on {device}: {type(err).__name__}: {err}"))
+        )
+    return checks
+
+
+def verify_package(path: str | Path, *, device: str = "cpu") -> VerifyReport:
+    """Audit a package without unpickling anything; if that passes, load the weights and run one tile."""
+    pkg = Path(path)
+    checks = audit_package(pkg)
+    if all(c.ok for c in checks):
+        checks += _load_and_run(pkg, device)
+    else:
+        checks += [
+            Check(name="load", ok=False, detail="skipped: the audit failed (weights are never loaded then)"),
+            Check(name="forward", ok=False, detail="skipped: the audit failed"),
+        ]
+    return VerifyReport(path=str(pkg), ok=all(c.ok for c in checks), checks=checks)
+
+
+def render_verify_report(report: VerifyReport) -> str:
+    """A compact table of the checks and the verdict."""
+    width = max(len(c.name) for c in report.checks)
+    lines = [f"package {report.path}"]
+    lines += [f"  {'ok  ' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}" for c in report.checks]
+    failed = report.failures()
+    lines.append("verdict: OK" if report.ok else f"verdict: FAILED ({len(failed)} of {len(report.checks)} checks)")
+    return "\n".join(lines)
