@@ -17,7 +17,7 @@ import yaml
 
 from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config
 from rtscore.config.deployment import DeploymentConfig
-from rtscore.package import (
+from rtscore.package_format import (
     _DETAIL_MAX,
     _MEMO_GET_OPS,
     _MEMO_PUT_OPS,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from rtscore.config.base import dump_yaml, load_config
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.stages import BEST, ArtifactRef, _ref, stage_config_hash
+from rtscore.stage_base import BEST, ArtifactRef, _ref, stage_config_hash
 from rtscore.storage import RunDir, StorageError
 
 

@@ -1,0 +1,139 @@
+"""The deployment package's format (guide §4.3): file names, the schemas of its sibling files, what its
+weights' pickle may reference, and the reports of its audit. Shared by building (`rtscore.package`) and
+auditing (`rtscore.package_verify`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, Field, model_validator
+
+from rtscore.config.base import StrictModel
+from rtscore.config.deployment import Precision
+from rtscore.config.pipeline import RGB_NAMES, ExtraChannel
+from rtscore.train.result import METRIC
+
+WEIGHTS = "weights.pth"
+STATS = "normalization_stats.json"
+DEPLOYMENT = "deployment_config.yaml"
+MODEL = "model_config.yaml"
+METADATA = "run_metadata.json"
+REQUIREMENTS = "requirements_frozen.txt"
+SUMS = "SHA256SUMS"
+PACKAGE_FILES = (WEIGHTS, STATS, DEPLOYMENT, MODEL, METADATA, REQUIREMENTS, SUMS)
+
+# What the pickle of a plain state_dict of tensors may reference (torch.save writes protocol 2 GLOBALs).
+_STORAGE_TYPES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
+ALLOWED_GLOBALS = frozenset(
+    {
+        "collections.OrderedDict",
+        "torch._utils._rebuild_tensor_v2",
+        "torch._utils._rebuild_parameter",
+        *(f"torch.{t}Storage" for t in _STORAGE_TYPES),
+    }
+)
+_STRING_OPS = frozenset(
+    {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"}
+)
+_MEMO_PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
+_MEMO_GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+_NEUTRAL_OPS = frozenset({"PROTO", "FRAME"})
+_SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+_REQUIREMENT_LINE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*==\S+$")
+_DETAIL_MAX = 600
+
+T = TypeVar("T")
+M = TypeVar("M", bound=StrictModel)
+
+
+class PackageError(ValueError):
+    """The package cannot be built from this run (missing or uncalibrated input, unknown seed, ...)."""
+
+
+# --------------------------------------------------------------------------- package file schemas
+class PackagedChannels(StrictModel):
+    """Input channels in order: RGB, then the EXTRA bands (early fusion)."""
+
+    rgb: list[str] = Field(..., description="RGB channel names; always ['R', 'G', 'B'].")
+    extra: list[ExtraChannel] = Field(default_factory=list, description="EXTRA channels: name and band index.")
+
+    @property
+    def names(self) -> list[str]:
+        return [*self.rgb, *(c.name for c in self.extra)]
+
+
+class PackagedModelConfig(StrictModel):
+    """`model_config.yaml`: the architecture ``weights.pth`` fits and the input it expects."""
+
+    architecture: Literal["unetplusplus", "unet", "segformer"] = Field(..., description="smp architecture.")
+    backbone: str = Field(..., min_length=1, description="smp encoder name.")
+    decoder_channels: list[int] | None = Field(None, description="Decoder widths (null: smp's default).")
+    in_channels: int = Field(..., ge=1, description="3 + number of EXTRA channels.")
+    classes: Literal[1] = Field(1, description="One output channel.")
+    output: Literal["logits"] = Field("logits", description="The model outputs logits (no activation).")
+    channels: PackagedChannels = Field(..., description="Input channel binding.")
+    tile_size: int = Field(..., ge=32, le=4096, description="Model input size (snapshot of data.tile_size).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PackagedModelConfig:
+        if self.channels.rgb != list(RGB_NAMES):
+            raise ValueError(f"channels.rgb must be {list(RGB_NAMES)}; got {self.channels.rgb}")
+        if self.in_channels != len(self.channels.names):
+            raise ValueError(
+                f"in_channels ({self.in_channels}) differs from the {len(self.channels.names)} declared channels "
+                f"{self.channels.names}"
+            )
+        return self
+
+
+class TrainedWith(StrictModel):
+    precision: Precision = Field(..., description="training.precision (must equal the deployment precision).")
+    seed: int = Field(..., description="Training seed.")
+    config_sha: str = Field(..., min_length=64, max_length=64, description="config_hash of the pipeline config.")
+
+
+class RunMetadata(StrictModel):
+    """`run_metadata.json`: where the weights come from."""
+
+    git_sha: str = Field(..., description="Commit of the project checkout that built the package, or 'unknown'.")
+    git_dirty: bool | None = Field(None, description="Uncommitted changes to tracked files (null: unknown).")
+    mlflow_run_id: str | None = Field(None, description="MLflow run of the shipped seed.")
+    training_date: str = Field(..., description="UTC time the shipped weights were written (ISO 8601).")
+    package_date: str = Field(..., description="UTC time the package was built (ISO 8601).")
+    seed: int = Field(..., description="Shipped seed.")
+    epoch: int = Field(..., description="Epoch of the shipped (best) weights.")
+    best_metric: float | None = Field(..., description="Best smoothed validation metric of the seed.")
+    best_metric_name: str = Field(METRIC, description="Name of best_metric.")
+    trained_with: TrainedWith = Field(..., description="Training settings the weights depend on.")
+
+
+class PackageFile(BaseModel):
+    name: str = Field(..., description="File name inside the package.")
+    sha256: str = Field(..., description="sha256 of the file.")
+    bytes: int = Field(..., ge=0, description="Size in bytes.")
+
+
+class PackageInfo(BaseModel):
+    """What :func:`build_package` built."""
+
+    path: str = Field(..., description="The published package directory.")
+    seed: int = Field(..., description="Shipped seed.")
+    files: list[PackageFile] = Field(..., description="Every file of the package (SHA256SUMS last).")
+
+
+class Check(BaseModel):
+    name: str = Field(..., description="What was checked.")
+    ok: bool = Field(..., description="Whether it passed.")
+    detail: str = Field("", description="What was found; on failure, the file and the problem.")
+
+
+class VerifyReport(BaseModel):
+    """Result of :func:`verify_package`: every check, in order."""
+
+    path: str = Field(..., description="The package directory.")
+    ok: bool = Field(..., description="True when every check passed.")
+    checks: list[Check] = Field(default_factory=list, description="The checks, audit first, then load/forward.")
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
