@@ -27,11 +27,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import TypeVar
 
 import yaml
 
-from rtscore.config.base import StrictModel, config_hash, load_config
+from rtscore.config.base import config_hash, load_config
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import RGB_NAMES, PipelineConfig
 from rtscore.package_format import (
@@ -63,9 +62,6 @@ from rtscore.package_verify import (
 )
 from rtscore.storage import RunDir, sha256_file, staged_dir
 from rtscore.train.result import SeedResult
-
-T = TypeVar("T")
-M = TypeVar("M", bound=StrictModel)
 
 
 # --------------------------------------------------------------------------- helpers

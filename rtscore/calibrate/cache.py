@@ -336,8 +336,3 @@ class LogitCache:
             return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
 
         return {"hist": size(self.path / "hist"), "dense": size(self.path / "dense"), "total": size(self.path)}
-
-
-def bytes_per_tile(cache: LogitCache) -> float:
-    """Histogram bytes on disk per tile (the part that scales with tiles x bins)."""
-    return cache.nbytes()["hist"] / max(cache.n_tiles, 1)
