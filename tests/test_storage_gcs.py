@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from rtscore.gcs import RetryPolicy, make_client, parse_gs_uri, redact
-from rtscore.storage import CACHE_ENV, RunDir, StorageError, atomic_write_text, fingerprint
+from rtscore.storage import CACHE_ENV, RunDir, RunLayout, StorageError, atomic_write_text, fingerprint
+from rtscore.storage.gcs import RetryPolicy, make_client, parse_gs_uri, redact
 from tests.conftest import GCS_TEST_BUCKET
 
 FAST = RetryPolicy(attempts=6, initial_s=0.001, max_s=0.005, conflict_attempts=10)
@@ -87,23 +87,23 @@ def test_file_round_trip(run: RunDir, tmp_path: Path) -> None:
     other = worker(run.uri, tmp_path)
     assert not other.path("normalization_stats.json").exists() and other.has("normalization_stats.json")
     assert other.require("normalization_stats.json") == entry
-    assert other.normalization_stats.read_text() == '{"mean": [1, 2]}'
+    assert other.at(RunLayout.NORMALIZATION_STATS).read_text() == '{"mean": [1, 2]}'
     assert other.verify("normalization_stats.json") == entry
     assert not other.has("missing.json")
 
 
 def test_directory_round_trip_uploads_one_object_per_file(run: RunDir, tmp_path: Path) -> None:
-    write_store(run.dataset("train"))
+    write_store(run.at(RunLayout.DATASET, split="train"))
     entry = run.record("datasets/train.zarr", "generate-dataset", "h")
-    assert entry.kind == "dir" and (entry.sha256, entry.bytes) == fingerprint(run.dataset("train"))
+    assert entry.kind == "dir" and (entry.sha256, entry.bytes) == fingerprint(run.at(RunLayout.DATASET, split="train"))
     names = object_names(run, "datasets/train.zarr/")
     assert len(names) == 14 and "datasets/train.zarr/images/c/11" in names
     assert object_names(run)[-1] == "manifest.json"
 
     other = worker(run.uri, tmp_path)
     other.require("datasets/train.zarr")
-    assert fingerprint(other.dataset("train")) == (entry.sha256, entry.bytes)
-    assert not list(other.dataset("train").parent.glob(".*download*"))  # no staging left behind
+    assert fingerprint(other.at(RunLayout.DATASET, split="train")) == (entry.sha256, entry.bytes)
+    assert not list(other.at(RunLayout.DATASET, split="train").parent.glob(".*download*"))  # no staging left behind
 
 
 def test_a_real_zarr_store_round_trip(run: RunDir, tmp_path: Path) -> None:
@@ -112,27 +112,32 @@ def test_a_real_zarr_store_round_trip(run: RunDir, tmp_path: Path) -> None:
 
     from tests.helpers import write_test_store
 
-    write_test_store(run.dataset("val"), 10, split="val")
+    write_test_store(run.at(RunLayout.DATASET, split="val"), 10, split="val")
     run.record("datasets/val.zarr", "generate-dataset", "h")
     other = worker(run.uri, tmp_path)
     other.require("datasets/val.zarr")
-    a, b = zarr.open_group(str(run.dataset("val")), mode="r"), zarr.open_group(str(other.dataset("val")), mode="r")
+    a, b = (
+        zarr.open_group(str(run.at(RunLayout.DATASET, split="val")), mode="r"),
+        zarr.open_group(str(other.at(RunLayout.DATASET, split="val")), mode="r"),
+    )
     assert np.array_equal(a["images"][:], b["images"][:]) and dict(a.attrs) == dict(b.attrs)
 
 
 def test_require_skips_a_verified_local_copy_and_replaces_a_different_one(
     run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_store(run.dataset("train"))
+    write_store(run.at(RunLayout.DATASET, split="train"))
     run.record("datasets/train.zarr", "generate-dataset", "h")
     other = worker(run.uri, tmp_path)
     other.require("datasets/train.zarr")
-    (other.dataset("train") / "images" / "c" / "3").write_bytes(b"edited locally")
-    (other.dataset("train") / "stray").write_bytes(b"x")
+    (other.at(RunLayout.DATASET, split="train") / "images" / "c" / "3").write_bytes(b"edited locally")
+    (other.at(RunLayout.DATASET, split="train") / "stray").write_bytes(b"x")
     other.require("datasets/train.zarr")  # differs from the record: downloaded again
-    assert fingerprint(other.dataset("train")) == fingerprint(run.dataset("train"))
+    assert fingerprint(other.at(RunLayout.DATASET, split="train")) == fingerprint(
+        run.at(RunLayout.DATASET, split="train")
+    )
 
-    from rtscore.gcs import GcsStore
+    from rtscore.storage.gcs import GcsStore
 
     def no_download(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a verified local copy must not be downloaded again")
@@ -145,7 +150,7 @@ def test_require_skips_a_verified_local_copy_and_replaces_a_different_one(
 def test_rerecord_uploads_only_changes_and_removes_stale_objects(
     run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rtscore.gcs import GcsStore
+    from rtscore.storage.gcs import GcsStore
 
     store = run.path("calibration/seed_1/logit_cache.zarr")
     write_store(store)
@@ -192,7 +197,7 @@ def test_missing_input_names_its_uri(run: RunDir) -> None:
 # --------------------------------------------------------------------------- integrity
 def test_corrupt_objects_are_named(run: RunDir, tmp_path: Path) -> None:
     atomic_write_text(run.path("seeds/summary.json"), '{"seeds": []}')
-    write_store(run.dataset("test"))
+    write_store(run.at(RunLayout.DATASET, split="test"))
     run.record("seeds/summary.json", "multi-seed-train", "c")
     run.record("datasets/test.zarr", "generate-dataset", "c")
     bucket().blob(object_name(run, "seeds/summary.json")).upload_from_string(b'{"seeds": [1]}')
@@ -203,7 +208,7 @@ def test_corrupt_objects_are_named(run: RunDir, tmp_path: Path) -> None:
         other.require("seeds/summary.json")
     with pytest.raises(StorageError, match=r"test.zarr does not match .*not as uploaded: gs://rts-test/.*/c/5\)"):
         other.require("datasets/test.zarr")
-    assert not other.path("seeds/summary.json").exists() and not other.dataset("test").exists()
+    assert not other.path("seeds/summary.json").exists() and not other.at(RunLayout.DATASET, split="test").exists()
     assert not [p for p in other.root.rglob("*") if "download" in p.name]
 
     bucket().blob(object_name(run, "datasets/test.zarr/images/c/5")).delete()  # now one object short
@@ -225,7 +230,7 @@ def test_upload_failure_midway_leaves_no_manifest_entry(run: RunDir, monkeypatch
 
     atomic_write_text(run.path("config.resolved.yaml"), "a: 1\n")
     run.record("config.resolved.yaml", "config", "c")
-    write_store(run.dataset("train"))
+    write_store(run.at(RunLayout.DATASET, split="train"))
     real = Blob._handle_filename_and_upload
     calls = itertools.count()
 
@@ -263,7 +268,7 @@ def test_manifest_is_written_after_every_object(run: RunDir, monkeypatch: pytest
 
     monkeypatch.setattr(Blob, "_handle_filename_and_upload", log_file)
     monkeypatch.setattr(Blob, "upload_from_string", log_str)
-    write_store(run.dataset("train"))
+    write_store(run.at(RunLayout.DATASET, split="train"))
     run.record("datasets/train.zarr", "generate-dataset", "h")
     assert len(order) == 15 and order[-1].endswith("/manifest.json")
 
@@ -331,7 +336,7 @@ def flaky(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Flaky], Flaky]]
 
 def test_transient_errors_are_retried(run: RunDir, tmp_path: Path, flaky: Callable[[Flaky], Flaky]) -> None:
     atomic_write_text(run.path("a.json"), '{"a": 1}')
-    write_store(run.dataset("train"))
+    write_store(run.at(RunLayout.DATASET, split="train"))
     f = flaky(
         Flaky(
             3,
@@ -353,7 +358,7 @@ def test_transient_errors_are_retried(run: RunDir, tmp_path: Path, flaky: Callab
     other.require("datasets/train.zarr")
     assert other.has("datasets/train.zarr") and other.entry("a.json") is None
     assert f.injected >= 10
-    assert fingerprint(other.dataset("train")) == (entry.sha256, entry.bytes)
+    assert fingerprint(other.at(RunLayout.DATASET, split="train")) == (entry.sha256, entry.bytes)
 
 
 def test_persistent_transient_errors_give_up(run: RunDir, flaky: Callable[[Flaky], Flaky]) -> None:
@@ -483,10 +488,10 @@ def test_credentials_never_leak(run: RunDir, tmp_path: Path, monkeypatch: pytest
     from google.cloud.storage import Blob
     from google.oauth2.credentials import Credentials
 
-    import rtscore.gcs
+    import rtscore.storage.gcs
 
     client = storage.Client(credentials=Credentials(token=SECRET), project="p")
-    monkeypatch.setattr(rtscore.gcs, "make_client", lambda: client)
+    monkeypatch.setattr(rtscore.storage.gcs, "make_client", lambda: client)
     secret_run = worker(run.uri, tmp_path)
     atomic_write_text(secret_run.path("a.json"), "1")
     secret_run.record("a.json", "s", "c")  # the client (and its token) is in use now
@@ -573,7 +578,7 @@ def test_transient_classification() -> None:
     from google.api_core import exceptions as gexc
     from google.cloud.storage.exceptions import DataCorruption
 
-    from rtscore.gcs import is_transient
+    from rtscore.storage.gcs import is_transient
 
     transient = [
         gexc.ServiceUnavailable("x"),

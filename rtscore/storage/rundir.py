@@ -3,15 +3,12 @@
 A run directory is a local path or ``gs://bucket/prefix``. Stages always read and write local paths
 (``RunDir.path``); for a gs:// root those lie in a local mirror (``$RTS_CACHE_DIR/gcs/<bucket>/<prefix>``),
 ``record`` uploads an artifact before adding it to the bucket's manifest, and ``require`` stages a verified
-copy of an input into the mirror (see ``rtscore.gcs``).
+copy of an input into the mirror (see ``rtscore.storage.gcs``).
 """
-
-from __future__ import annotations
 
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import time
@@ -19,120 +16,22 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
+from rtscore.storage.errors import StorageError
+from rtscore.storage.files import (
+    EMPTY_TREE,
+    atomic_write_text,
+    fingerprint,
+    publish_dir,
+    tree_digests,
+    tree_fingerprint,
+)
+from rtscore.storage.gcs import SHA_KEY, GcsStore, ManifestConflict, RetryPolicy, parse_gs_uri, transfer_workers
+from rtscore.storage.layout import Entry
+from rtscore.storage.manifest import MANIFEST_NAME, ArtifactEntry, Manifest
 
-if TYPE_CHECKING:
-    from rtscore.gcs import GcsStore, RetryPolicy
-
-MANIFEST_NAME = "manifest.json"
 CACHE_ENV = "RTS_CACHE_DIR"  # base of the local mirrors of gs:// run directories
-
-
-class StorageError(RuntimeError):
-    """An artifact is missing, unreadable or does not match its manifest record."""
-
-
-class ArtifactEntry(BaseModel):
-    """One artifact of a run, as recorded in the manifest."""
-
-    path: str = Field(..., description="Path relative to the run directory.")
-    uri: str = Field(..., description="Absolute URI of the artifact.")
-    kind: Literal["file", "dir"] = Field(..., description="A single file or a directory tree (e.g. a Zarr store).")
-    sha256: str = Field(..., description="sha256 of the file, or of the sorted (path, sha256, size) list of a tree.")
-    bytes: int = Field(..., ge=0, description="Total size in bytes.")
-    stage: str = Field(..., description="Pipeline stage that produced it.")
-    config_hash: str = Field(..., description="Hash of the resolved config the stage ran with.")
-    created: str = Field(..., description="UTC time the record was written.")
-
-
-class Manifest(BaseModel):
-    """Every artifact of a run."""
-
-    schema_version: int = 1
-    artifacts: dict[str, ArtifactEntry] = Field(default_factory=dict)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tree_digests(path: Path) -> list[tuple[str, str, int]]:
-    """(relative posix path, sha256, bytes) of every file under ``path``, in fingerprint order."""
-    return [
-        (f.relative_to(path).as_posix(), sha256_file(f), f.stat().st_size)
-        for f in sorted(p for p in path.rglob("*") if p.is_file())
-    ]
-
-
-def tree_fingerprint(files: list[tuple[str, str, int]]) -> tuple[str, int]:
-    """The Merkle-style (sha256, bytes) of a directory from its :func:`tree_digests`."""
-    h = hashlib.sha256()
-    total = 0
-    for name, sha, size in files:
-        total += size
-        h.update(f"{name}\t{sha}\t{size}\n".encode())
-    return h.hexdigest(), total
-
-
-EMPTY_TREE = tree_fingerprint([])
-
-
-def fingerprint(path: Path) -> tuple[str, int]:
-    """(sha256, bytes) of a file, or a Merkle-style digest of a directory tree."""
-    if path.is_file():
-        return sha256_file(path), path.stat().st_size
-    if not path.is_dir():
-        raise StorageError(f"artifact not found: {path}")
-    return tree_fingerprint(tree_digests(path))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so that readers see the old or the new content, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with tmp.open("w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def atomic_write_json(path: Path, data: object) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-def publish_dir(staging: Path, final: Path) -> None:
-    """Move a completed staging directory into place, replacing any previous version."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    trash = None
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
-        final.rename(trash)
-    staging.rename(final)
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def staged_dir(final: Path) -> Iterator[Path]:
-    """Yield a temporary sibling directory that is published as ``final`` only on success."""
-    staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-    staging.mkdir(parents=True)
-    try:
-        yield staging
-        publish_dir(staging, final)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def default_cache_dir() -> Path:
@@ -179,8 +78,6 @@ class RunDir:
         self._retry = retry
         self._store: GcsStore | None = None
         if s.startswith("gs://"):
-            from rtscore.gcs import parse_gs_uri
-
             bucket, prefix = parse_gs_uri(s)
             self._gs = (bucket, prefix)
             base = Path(cache_dir).expanduser().resolve() if cache_dir is not None else default_cache_dir()
@@ -215,17 +112,9 @@ class RunDir:
         """The absolute URI of an artifact: ``gs://...`` for a gs:// run, else a ``file://`` URI."""
         return f"{self.uri}/{rel}" if self.remote else self.path(rel).as_uri()
 
-    # Layout of ARCHITECTURE.md.
-    def dataset(self, split: str) -> Path:
-        return self.path(f"datasets/{split}.zarr")
-
-    @property
-    def normalization_stats(self) -> Path:
-        return self.path("normalization_stats.json")
-
-    @property
-    def validation_dir(self) -> Path:
-        return self.path("validation")
+    def at(self, entry: Entry, **values: object) -> Path:
+        """The local path of a layout entry, e.g. ``run.at(RunLayout.BEST_WEIGHTS, seed=42)``."""
+        return self.path(entry.at(**values))
 
     @property
     def manifest_path(self) -> Path:
@@ -252,7 +141,7 @@ class RunDir:
         except ValueError as err:
             raise StorageError(f"manifest {self.manifest_path} is corrupt: {err}") from None
 
-    def record(self, rel: str, stage: str, config_hash: str) -> ArtifactEntry:
+    def record(self, rel: str, stage: str, config_hash: str, *, code_hash: str = "") -> ArtifactEntry:
         """Fingerprint an artifact that is already in place and add it to the manifest (last).
 
         For a gs:// run the artifact is first uploaded (a directory as one object per file, in parallel),
@@ -269,6 +158,7 @@ class RunDir:
             bytes=size,
             stage=stage,
             config_hash=config_hash,
+            code_hash=code_hash,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
         )
         if self.remote:
@@ -355,8 +245,6 @@ class RunDir:
     @property
     def _gcs(self) -> GcsStore:
         if self._store is None:
-            from rtscore.gcs import GcsStore, RetryPolicy, transfer_workers
-
             assert self._gs is not None, "a local run has no bucket"
             retry = self._retry if self._retry is not None else RetryPolicy.from_env()
             self._store = GcsStore(*self._gs, retry, workers=transfer_workers())
@@ -364,7 +252,6 @@ class RunDir:
 
     def _read_remote_manifest(self) -> tuple[Manifest, int]:
         """The bucket's manifest and its generation (0: none yet)."""
-        from rtscore.gcs import ManifestConflict
 
         retry = self._gcs.retry
         for attempt in range(retry.conflict_attempts):
@@ -388,7 +275,6 @@ class RunDir:
         ``change`` edits the manifest in place and says whether anything changed. A 412 (another worker
         wrote in between) re-reads and re-applies the change.
         """
-        from rtscore.gcs import ManifestConflict
 
         retry = self._gcs.retry
         for attempt in range(retry.conflict_attempts):
@@ -408,7 +294,6 @@ class RunDir:
 
     def _upload(self, rel: str, entry: ArtifactEntry, files: list[tuple[str, str, int]] | None) -> None:
         """Put an artifact's objects in the bucket; objects already holding the same content are skipped."""
-        from rtscore.gcs import SHA_KEY
 
         old = self.entry(rel)
         if old is not None and (old.sha256, old.kind) != (entry.sha256, entry.kind):
@@ -467,7 +352,6 @@ class RunDir:
             )
 
     def _download_dir(self, rel: str, entry: ArtifactEntry, dest: Path) -> None:
-        from rtscore.gcs import SHA_KEY
 
         blobs = self._gcs.list_under(rel)
         if not blobs and (entry.sha256, entry.bytes) == EMPTY_TREE:  # an empty directory has no objects

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rtscore.storage import StorageError
+from rtscore.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from google.cloud.storage import Blob, Bucket, Client
@@ -98,12 +98,15 @@ class RetryPolicy:
                 raise StorageError(f"{name} must be a number; got {raw!r}") from None
 
         d = cls()
-        return cls(
-            attempts=int(get("RTS_GCS_RETRY_ATTEMPTS", d.attempts)),
-            initial_s=get("RTS_GCS_RETRY_INITIAL_S", d.initial_s),
-            max_s=get("RTS_GCS_RETRY_MAX_S", d.max_s),
-            conflict_attempts=int(get("RTS_GCS_CONFLICT_ATTEMPTS", d.conflict_attempts)),
-        )
+        try:
+            return cls(
+                attempts=int(get("RTS_GCS_RETRY_ATTEMPTS", d.attempts)),
+                initial_s=get("RTS_GCS_RETRY_INITIAL_S", d.initial_s),
+                max_s=get("RTS_GCS_RETRY_MAX_S", d.max_s),
+                conflict_attempts=int(get("RTS_GCS_CONFLICT_ATTEMPTS", d.conflict_attempts)),
+            )
+        except ValueError as err:  # out of range: name the variables a user sets
+            raise StorageError(f"RTS_GCS_RETRY_* / RTS_GCS_CONFLICT_ATTEMPTS: {err}") from None
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed try ``attempt`` (0-based): capped exponential with full jitter."""

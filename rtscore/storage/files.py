@@ -1,0 +1,95 @@
+"""Content fingerprints and atomic writes: files and directory trees, published whole or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from rtscore.storage.errors import StorageError
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tree_digests(path: Path) -> list[tuple[str, str, int]]:
+    """(relative posix path, sha256, bytes) of every file under ``path``, in fingerprint order."""
+    return [
+        (f.relative_to(path).as_posix(), sha256_file(f), f.stat().st_size)
+        for f in sorted(p for p in path.rglob("*") if p.is_file())
+    ]
+
+
+def tree_fingerprint(files: list[tuple[str, str, int]]) -> tuple[str, int]:
+    """The Merkle-style (sha256, bytes) of a directory from its :func:`tree_digests`."""
+    h = hashlib.sha256()
+    total = 0
+    for name, sha, size in files:
+        total += size
+        h.update(f"{name}\t{sha}\t{size}\n".encode())
+    return h.hexdigest(), total
+
+
+EMPTY_TREE = tree_fingerprint([])
+
+
+def fingerprint(path: Path) -> tuple[str, int]:
+    """(sha256, bytes) of a file, or a Merkle-style digest of a directory tree."""
+    if path.is_file():
+        return sha256_file(path), path.stat().st_size
+    if not path.is_dir():
+        raise StorageError(f"artifact not found: {path}")
+    return tree_fingerprint(tree_digests(path))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so that readers see the old or the new content, never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with tmp.open("w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_json(path: Path, data: object) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def publish_dir(staging: Path, final: Path) -> None:
+    """Move a completed staging directory into place, replacing any previous version."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    trash = None
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+        final.rename(trash)
+    staging.rename(final)
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_dir(final: Path) -> Iterator[Path]:
+    """Yield a temporary sibling directory that is published as ``final`` only on success."""
+    staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+        publish_dir(staging, final)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

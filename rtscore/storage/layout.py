@@ -1,0 +1,112 @@
+"""Every path of a run directory, declared once (ARCHITECTURE.md "Data flows as URIs").
+
+A path is an :class:`Entry`: a template relative to the run directory, with ``{split}``, ``{seed}`` or
+``{ratio}`` placeholders where it exists once per split, seed or prevalence ratio. Stages declare their
+inputs and outputs as entries (``rtscore.stages.spec``) and read and write through them; nothing else in
+the project spells a run-directory path.
+
+::
+
+    <run>/
+      manifest.json                               every artifact: sha256, bytes, stage, stage hashes
+      config.resolved.yaml                        the config every stage used
+      datasets/<split>.zarr                       tile stores
+      normalization_stats.json                    train split only
+      validation/  report.json report.md samples.png
+      seeds/summary.json                          multi-seed summary
+      seeds/seed_<n>/  best_deployment.pth resume_latest.pth resume_epoch_NNNN.pth metrics.jsonl
+                       run_summary.json run_summary.md curves.png
+      calibration/  gates.json deployment_config.yaml summary.json report.md
+      calibration/seed_<n>/  logit_cache.zarr deployment_config.yaml calibration_report.json
+                             reliability.png pr_curves.png
+      evaluation/  test_report.json test_report.md pr_curves_1_<ratio>.png
+      package/                                    the deployment package (rtscore.package)
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+
+# File names inside a seed directory (the training loop writes them there).
+BEST = "best_deployment.pth"  # EMA weights only (guide §4.3)
+RESUME_LATEST = "resume_latest.pth"
+RESUME_EPOCH = "resume_epoch_{epoch:04d}.pth"
+RESUME_GLOB = "resume_*.pth"
+METRICS = "metrics.jsonl"
+RUN_SUMMARY = "run_summary.json"
+RUN_SUMMARY_MD = "run_summary.md"
+CURVES = "curves.png"
+# File names inside the validation directory (the data validation writes them there).
+SAMPLES = "samples.png"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A run-directory path template; :meth:`at` fills its placeholders."""
+
+    template: str
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The placeholders of the template (``seed``, ``split``, ``ratio``), in order."""
+        return tuple(f for _, f, _, _ in string.Formatter().parse(self.template) if f)
+
+    def at(self, **values: object) -> str:
+        """The relative path with every placeholder filled (a missing value is a bug: KeyError)."""
+        return self.template.format(**values)
+
+    def bind(self, **values: object) -> Entry:
+        """This entry with some placeholders filled, e.g. ``DATASET.bind(split="train")``."""
+        keep = {f: "{" + f + "}" for f in self.fields if f not in values}
+        return Entry(self.template.format(**values, **keep))
+
+    def match(self, rel: str) -> dict[str, str] | None:
+        """The placeholder values if ``rel`` is an instance of this entry, else None."""
+        pattern = re.escape(self.template)
+        for f in self.fields:
+            pattern = pattern.replace(re.escape("{" + f + "}"), f"(?P<{f}>[^/]+)")
+        m = re.fullmatch(pattern, rel)
+        return m.groupdict() if m else None
+
+
+class RunLayout:
+    """The entries of a run directory. Use as ``RunLayout.BEST_WEIGHTS.at(seed=42)``."""
+
+    MANIFEST = Entry("manifest.json")
+    CONFIG = Entry("config.resolved.yaml")
+    DATASET = Entry("datasets/{split}.zarr")
+    NORMALIZATION_STATS = Entry("normalization_stats.json")
+
+    VALIDATION = Entry("validation")
+    VALIDATION_REPORT_MD = Entry("validation/report.md")
+    VALIDATION_SAMPLES = Entry(f"validation/{SAMPLES}")
+
+    SEEDS = Entry("seeds")
+    SEEDS_SUMMARY = Entry("seeds/summary.json")
+    SEED_DIR = Entry("seeds/seed_{seed}")
+    BEST_WEIGHTS = Entry(f"seeds/seed_{{seed}}/{BEST}")
+    RESUME_LATEST = Entry(f"seeds/seed_{{seed}}/{RESUME_LATEST}")
+    SEED_METRICS = Entry(f"seeds/seed_{{seed}}/{METRICS}")
+    SEED_SUMMARY = Entry(f"seeds/seed_{{seed}}/{RUN_SUMMARY}")
+    SEED_CURVES = Entry(f"seeds/seed_{{seed}}/{CURVES}")
+
+    CALIBRATION = Entry("calibration")
+    GATES = Entry("calibration/gates.json")
+    DEPLOYMENT_CONFIG = Entry("calibration/deployment_config.yaml")
+    CALIBRATION_SUMMARY = Entry("calibration/summary.json")
+    CALIBRATION_REPORT_MD = Entry("calibration/report.md")
+    SEED_CALIBRATION = Entry("calibration/seed_{seed}")
+    LOGIT_CACHE = Entry("calibration/seed_{seed}/logit_cache.zarr")
+    SEED_DEPLOYMENT_CONFIG = Entry("calibration/seed_{seed}/deployment_config.yaml")
+    SEED_CALIBRATION_REPORT = Entry("calibration/seed_{seed}/calibration_report.json")
+    SEED_RELIABILITY = Entry("calibration/seed_{seed}/reliability.png")
+    SEED_PR_CURVES = Entry("calibration/seed_{seed}/pr_curves.png")
+
+    TEST_REPORT = Entry("evaluation/test_report.json")
+    TEST_REPORT_MD = Entry("evaluation/test_report.md")
+    TEST_PR_CURVES = Entry("evaluation/pr_curves_1_{ratio}.png")
+
+    PACKAGE = Entry("package")
+    PACKAGE_SUMS = Entry("package/SHA256SUMS")
