@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rtscore.drift import DriftError, drift_report
+from rtscore.inference.drift import DriftError, drift_report
 from tests.test_predict import TILE, random_rgba, write_package, write_raster
 
 MEAN = np.array([60.0, 70.0, 55.0])
@@ -93,11 +92,9 @@ def test_wrong_band_count(package: Path, tmp_path: Path) -> None:
 
 
 def test_drift_command_exit_code(package: Path, tmp_path: Path) -> None:
-    from rtscore.cli import drift_command
+    from flows.cli import main
 
     ok = write_all(tmp_path / "ok", imagery(np.random.default_rng(5), 1))
     bad = write_all(tmp_path / "bad", imagery(np.random.default_rng(6), 1, mean=MEAN + 30.0))
-    args = argparse.Namespace(package=str(package), input=str(ok), output=str(tmp_path / "r1"))
-    assert drift_command(args) == 0
-    args = argparse.Namespace(package=str(package), input=str(bad), output=str(tmp_path / "r2"))
-    assert drift_command(args) == 1
+    assert main(["drift", "--package", str(package), "--input", str(ok), "--output", str(tmp_path / "r1")]) == 0
+    assert main(["drift", "--package", str(package), "--input", str(bad), "--output", str(tmp_path / "r2")]) == 1

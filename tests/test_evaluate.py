@@ -7,10 +7,11 @@ import pytest
 
 from rtscore.config.base import dump_yaml
 from rtscore.config.deployment import DeploymentConfig
-from rtscore.evaluate import (
+from rtscore.evaluation.evaluate import (
     EvaluationError,
     SeedEvaluation,
-    aggregate,
+    SeedTestResult,
+    TestReport,
     fmt,
     frozen_deployment,
     pixel_confusion_at_ratio,
@@ -34,13 +35,29 @@ def test_test_evaluation_refuses_an_uncalibrated_deployment_config(
         frozen_deployment(tmp_path / "missing.yaml")
 
 
+def _seed(seed: int, metrics: dict[str, dict[str, float]]) -> SeedTestResult:
+    return SeedTestResult(
+        seed=seed, threshold=0.5, temperature=1.0, metrics=metrics, recall_by_size=[], n_pos_tiles=1, n_neg_tiles=1
+    )
+
+
 def test_mean_std_in_the_guides_format() -> None:
     assert fmt(0.7234, 0.0121) == "0.723 ± 0.012"
-    agg = aggregate({42: {"1_200": {"iou_rts": 0.70}}, 43: {"1_200": {"iou_rts": 0.74}}})
-    cell = agg["1_200"]["iou_rts"]
-    assert cell["mean"] == pytest.approx(0.72) and cell["std"] == pytest.approx(0.028284, rel=1e-4)
-    assert cell["text"] == "0.720 ± 0.028"
-    assert aggregate({1: {"1_200": {"x": 0.5}}})["1_200"]["x"]["text"] == "0.500 ± 0.000"
+    dep = DeploymentConfig(threshold=0.5, temperature=1.0)
+    two = TestReport.from_seeds(
+        [_seed(42, {"1_200": {"iou_rts": 0.70}}), _seed(43, {"1_200": {"iou_rts": 0.74}})], dep, []
+    )
+    cell = two.aggregate["1_200"]["iou_rts"]
+    assert cell.mean == pytest.approx(0.72) and cell.std == pytest.approx(0.028284, rel=1e-4)
+    assert cell.text == "0.720 ± 0.028"
+
+
+def test_one_seed_shows_its_std_as_undefined_not_zero() -> None:
+    one = TestReport.from_seeds([_seed(1, {"1_200": {"x": 0.5}})], DeploymentConfig(threshold=0.5, temperature=1.0), [])
+    cell = one.aggregate["1_200"]["x"]
+    assert cell.text == "0.500 (1 seed)" and np.isnan(cell.std)
+    again = TestReport.model_validate_json(one.model_dump_json())  # written and read through the same model
+    assert again.aggregate["1_200"]["x"].text == "0.500 (1 seed)"
 
 
 def test_exact_pixel_counts_are_reweighted_to_the_ratio() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -19,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from rtscore.cli import package_verify_command
+from flows.cli import main
 from rtscore.config import parse_pipeline_config
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
@@ -29,13 +28,15 @@ from rtscore.package import (
     PACKAGE_FILES,
     PackagedModelConfig,
     PackageError,
+    PackageInfo,
     RunMetadata,
     build_package,
     pickle_globals,
     verify_package,
     write_sha256sums,
 )
-from rtscore.train.result import SeedResult
+from rtscore.storage import StorageError
+from rtscore.train.result import SeedSummary, read_seed_summary
 from tests.helpers import tiny_pipeline_config
 
 METRICS = {42: 0.31, 43: 0.47}
@@ -78,8 +79,7 @@ def write_deployment(path: Path, precision: str, *, threshold: float | None = 0.
 
 
 def make_fake_run(run: Path, cfg: PipelineConfig) -> Path:
-    """Two trained seeds (random tiny models), summary.json, stats and calibrated deployment configs."""
-    results = []
+    """Two trained seeds (random tiny models), their run summaries, stats and calibrated deployment configs."""
     for i, (seed, metric) in enumerate(METRICS.items()):
         torch.manual_seed(seed)
         model = build_model(cfg.model, cfg.channels)
@@ -87,20 +87,32 @@ def make_fake_run(run: Path, cfg: PipelineConfig) -> Path:
         seed_dir.mkdir(parents=True)
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, seed_dir / "best_deployment.pth")
         write_deployment(run / "calibration" / f"seed_{seed}" / "deployment_config.yaml", cfg.training.precision)
-        results.append(
-            SeedResult(
-                seed=seed,
-                seed_dir=str(seed_dir),
-                best_epoch=10 + i,
-                best_metric=metric,
-                epochs_run=20,
-                stopped_early=False,
-                mlflow_run_id=f"run{seed}",
-            ).model_dump()
+        summary = SeedSummary(
+            seed=seed,
+            epochs_run=20,
+            stopped_early=False,
+            best_epoch=10 + i,
+            best_val_realistic_pr_auc_geomean_smoothed=metric,
+            last_validation={},
+            overfitting={},
+            model=cfg.model,
+            mlflow_run_id=f"run{seed}",
         )
-    (run / "seeds" / "summary.json").write_text(json.dumps({"seeds": results, "parent_mlflow_run_id": None}))
+        (seed_dir / "run_summary.json").write_text(summary.model_dump_json())
     write_stats(run / "normalization_stats.json", [c.name for c in cfg.channels.extra])
     return run
+
+
+def build(run: Path, cfg: PipelineConfig, seed: int = 43) -> PackageInfo:
+    """The package of ``seed`` (the seed calibration decided to ship) into ``run/package``."""
+    return build_package(
+        run / "package",
+        cfg,
+        seed=read_seed_summary(run / "seeds" / f"seed_{seed}" / "run_summary.json"),
+        weights=run / "seeds" / f"seed_{seed}" / "best_deployment.pth",
+        deployment=run / "calibration" / f"seed_{seed}" / "deployment_config.yaml",
+        stats=run / "normalization_stats.json",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +129,7 @@ def run(base_run: Path, tmp_path: Path) -> Path:
 def built(tmp_path_factory: pytest.TempPathFactory, base_run: Path) -> Path:
     """A package built once; tests that tamper with it work on copies."""
     run = Path(shutil.copytree(base_run, tmp_path_factory.mktemp("built") / "run"))
-    return Path(build_package(run, package_config()).path)
+    return Path(build(run, package_config()).path)
 
 
 @pytest.fixture
@@ -170,36 +182,34 @@ def test_sha256sums_is_sha256sum_compatible(built: Path) -> None:
     assert out.stdout.count(": OK") == len(PACKAGE_FILES) - 1
 
 
-def test_explicit_seed_and_config_seed(run: Path) -> None:
-    assert build_package(run, package_config(), seed=42).seed == 42
+def test_the_given_seed_ships(run: Path) -> None:
+    info = build(run, package_config(), seed=42)
+    assert info.seed == 42 and {f.name for f in info.files} == set(PACKAGE_FILES)
     meta = json.loads((run / "package" / "run_metadata.json").read_text())
     assert meta["seed"] == 42 and meta["epoch"] == 10
-    info = build_package(run, package_config(seed=42))
-    assert info.seed == 42 and {f.name for f in info.files} == set(PACKAGE_FILES)
-    assert build_package(run, package_config(seed=42), seed=43).seed == 43  # the argument wins
 
 
-def test_untrained_seed_is_refused(run: Path) -> None:
-    with pytest.raises(PackageError, match=r"seed 7 was not trained.*\[42, 43\]"):
-        build_package(run, package_config(), seed=7)
+def test_an_untrained_seed_is_refused(run: Path) -> None:
+    with pytest.raises(StorageError, match="seed summary not found"):
+        build(run, package_config(), seed=7)
     assert not (run / "package").exists()
 
 
 def test_null_threshold_refused_and_old_package_intact(run: Path) -> None:
     cfg = package_config()
-    build_package(run, cfg, seed=42)
+    build(run, cfg, seed=42)
     before = {p.name: p.read_bytes() for p in (run / "package").iterdir()}
     cal = run / "calibration" / "seed_43" / "deployment_config.yaml"
     write_deployment(cal, "fp32", threshold=None)
     with pytest.raises(PackageError, match=r"seed_43/deployment_config.yaml: threshold null.*run calibrate first"):
-        build_package(run, cfg, seed=43)
+        build(run, cfg, seed=43)
     assert {p.name: p.read_bytes() for p in (run / "package").iterdir()} == before
     assert sorted(p.name for p in run.iterdir()) == ["calibration", "normalization_stats.json", "package", "seeds"]
 
     shutil.rmtree(run / "package")
     write_deployment(cal, "fp32", temperature=None)
     with pytest.raises(PackageError, match="temperature null"):
-        build_package(run, cfg, seed=43)
+        build(run, cfg, seed=43)
     assert not (run / "package").exists()
 
 
@@ -207,17 +217,14 @@ def test_build_refuses_bad_inputs(run: Path) -> None:
     cfg = package_config()
     write_stats(run / "normalization_stats.json", ["slope"])
     with pytest.raises(NormalizationStatsError, match=r"\['slope'\].*\['ndvi'\]"):
-        build_package(run, cfg)
+        build(run, cfg)
     write_stats(run / "normalization_stats.json", ["ndvi"])
     write_deployment(run / "calibration" / "seed_43" / "deployment_config.yaml", "bf16")
     with pytest.raises(PackageError, match="precision bf16 differs from training.precision fp32"):
-        build_package(run, cfg)
+        build(run, cfg)
     (run / "calibration" / "seed_43" / "deployment_config.yaml").unlink()
     with pytest.raises(PackageError, match="run calibrate first"):
-        build_package(run, cfg)
-    (run / "seeds" / "summary.json").unlink()
-    with pytest.raises(PackageError, match="summary.json not found"):
-        build_package(run, cfg)
+        build(run, cfg)
     assert not (run / "package").exists()
 
 
@@ -369,7 +376,7 @@ def test_load_failure_names_the_problem(pkg: Path) -> None:
 def test_forward_under_package_precision(tmp_path: Path, precision: str) -> None:
     cfg = package_config(precision)
     run = make_fake_run(tmp_path / "run", cfg)
-    report = verify_package(build_package(run, cfg).path)
+    report = verify_package(build(run, cfg).path)
     assert report.ok, report.failures()
     detail = checks(report)["forward"].detail
     if precision == "bf16":
@@ -380,12 +387,12 @@ def test_forward_under_package_precision(tmp_path: Path, precision: str) -> None
 
 # --------------------------------------------------------------------------- CLI
 def test_cli_handler(pkg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert package_verify_command(argparse.Namespace(dir=str(pkg), device="cpu")) == 0
+    assert main(["package", "verify", str(pkg), "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "verdict: OK" in out and "forward" in out
     (pkg / "model_config.yaml").write_text((pkg / "model_config.yaml").read_text() + "\n# edited\n")
-    assert package_verify_command(argparse.Namespace(dir=str(pkg))) == 1
+    assert main(["package", "verify", str(pkg)]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "model_config.yaml: sha256 mismatch" in out and "verdict: FAILED" in out
-    assert package_verify_command(argparse.Namespace(dir=str(tmp_path / "nowhere"), device="cpu")) == 1
+    assert main(["package", "verify", str(tmp_path / "nowhere")]) == 1
     assert "package directory not found" in capsys.readouterr().out

@@ -12,9 +12,9 @@ import yaml
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import ChannelsConfig, ModelConfig
 from rtscore.data.normalization import NormalizationStats, write_normalization_stats
+from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.models import build_model
 from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedChannels, PackagedModelConfig
-from rtscore.predict import PredictError, predict_raster
 
 rasterio = pytest.importorskip("rasterio")
 
@@ -94,7 +94,7 @@ def random_rgba(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
 
 def reference_prob(pkg: Path, rgba: np.ndarray) -> np.ndarray:
     """The evaluation path, computed independently: normalise as training, predict_logits / T, sigmoid."""
-    from rtscore.calibrate.infer import predict_logits, prepare_model
+    from rtscore.inference.numerics import predict_logits, prepare_model
 
     dep = DeploymentConfig.model_validate(yaml.safe_load((pkg / DEPLOYMENT).read_text()))
     model = build_model(
@@ -221,18 +221,13 @@ def test_extra_channels(tmp_path: Path) -> None:
 
 
 def test_predict_command(package: Path, tmp_path: Path) -> None:
-    import argparse
-
-    from rtscore.cli import predict_command
+    from flows.cli import main
 
     d = tmp_path / "in"
     d.mkdir()
     for k in range(2):
         write_raster(d / f"s{k}.tif", random_rgba(np.random.default_rng(k), TILE, TILE))
-    args = argparse.Namespace(
-        package=str(package), input=str(d), output=str(tmp_path / "out"), stride=None, device="cpu", extra=None
-    )
-    assert predict_command(args) == 0
+    assert main(["predict", "--package", str(package), "--input", str(d), "--output", str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "s0_mask.tif",
         "s0_prob.tif",
@@ -250,7 +245,7 @@ def test_inference_normalisation_equals_the_training_and_evaluation_dataset(tmp_
     from rtscore.data.dataset import build_dataset
     from rtscore.data.geotiff import ingest_geotiffs, write_synthetic_geotiffs
     from rtscore.data.normalization import compute_normalization_stats
-    from rtscore.predict import normalise
+    from rtscore.inference.predict import normalise
     from tests.helpers import tiny_pipeline_config
 
     cfg = parse_pipeline_config(tiny_pipeline_config())

@@ -24,15 +24,29 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import CalibrationConfig, PipelineConfig
 from rtscore.errors import PipelineError
-from rtscore.metrics import LogitBins, TileHistograms
+from rtscore.inference.numerics import (
+    D4,
+    TTA_TRANSFORMS,
+    fuse_scales,
+    prepare_model,
+    scale_logits,
+    tta_cost,
+    tta_logits,
+)
+from rtscore.metrics import LogitBins, TileHistograms, tile_counts
 from rtscore.metrics.objects import EIGHT_CONNECTED
+from rtscore.metrics.pixel import prob_to_logit
+from rtscore.storage import staged_dir
+
+if TYPE_CHECKING:
+    import zarr
 
 CACHE_FORMAT = "rts-logit-cache/1"
 _NEG, _POS, _POS_LARGE = 0, 1, 2
@@ -58,8 +72,6 @@ class Combo:
     @property
     def cost(self) -> float:
         """Forward-pass cost relative to one native pass (a 0.5x pass costs a quarter)."""
-        from rtscore.calibrate.infer import tta_cost
-
         return tta_cost(self.tta) * sum(s * s for s in self.scales)
 
     @classmethod
@@ -126,11 +138,6 @@ def build_logit_cache(
     import torch
     import zarr
     from zarr.codecs import BloscCodec
-
-    from rtscore.calibrate.infer import D4, TTA_TRANSFORMS, fuse_scales, prepare_model, scale_logits, tta_logits
-    from rtscore.metrics import tile_counts
-    from rtscore.metrics.pixel import prob_to_logit
-    from rtscore.storage import staged_dir
 
     cal, dep = cfg.calibration, cfg.deployment
     bins = LogitBins(n_bins=cfg.metrics.pr_bins)
@@ -280,21 +287,39 @@ class LogitCache:
         self.bins = LogitBins(n_bins=int(b["n_bins"]), lo=float(b["lo"]), hi=float(b["hi"]))
         self.keys: list[str] = list(self.attrs["combos"])
 
+    def _array(self, name: str) -> zarr.Array:
+        """The cache's array `name` (zarr types a member as array or group)."""
+        import zarr
+
+        node = self._group[name]
+        if not isinstance(node, zarr.Array):
+            raise CacheError(f"the logit cache {self.path}: {name!r} is not an array; rebuild the cache")
+        return node
+
+    def _subgroup(self, name: str) -> zarr.Group:
+        """The cache's group `name`."""
+        import zarr
+
+        node = self._group[name]
+        if not isinstance(node, zarr.Group):
+            raise CacheError(f"the logit cache {self.path}: {name!r} is not a group; rebuild the cache")
+        return node
+
     @property
     def n_tiles(self) -> int:
         return int(self.attrs["n_tiles"])
 
     @cached_property
     def tile_ids(self) -> tuple[str, ...]:
-        return tuple(str(t) for t in self._group["tile_id"][:])
+        return tuple(str(t) for t in np.asarray(self._array("tile_id")[:]))
 
     @cached_property
     def regions(self) -> tuple[str, ...]:
-        return tuple(str(r) for r in self._group["region"][:])
+        return tuple(str(r) for r in np.asarray(self._array("region")[:]))
 
     @cached_property
     def is_positive(self) -> np.ndarray:
-        return np.asarray(self._group["is_positive"][:], bool)
+        return np.asarray(self._array("is_positive")[:], bool)
 
     def index(self, combo: Combo) -> int:
         try:
@@ -306,7 +331,7 @@ class LogitCache:
 
     def hist(self, combo: Combo) -> CachedHist:
         """The per-tile histograms of one configuration (T x n_bins x 3 uint32 in memory)."""
-        block = np.asarray(self._group["hist"][self.index(combo)])
+        block = np.asarray(self._array("hist")[self.index(combo)])
         pos, neg = block[:, _POS], block[:, _NEG]
         n_valid = pos.sum(axis=1, dtype=np.int64) + neg.sum(axis=1, dtype=np.int64)
         h = TileHistograms(self.bins, pos, neg, self.tile_ids, self.is_positive, n_valid)
@@ -316,14 +341,12 @@ class LogitCache:
         """(tile row, fused float32 logits (H, W), labels (H, W)) for every tile kept at full resolution."""
         import torch
 
-        from rtscore.calibrate.infer import fuse_scales
-
-        if "logits" not in self._group["dense"]:
+        if "logits" not in self._subgroup("dense"):
             return
         maps = [(float(s), str(t)) for s, t in self.attrs["maps"]]
         idx = [maps.index((s, combo.tta)) for s in combo.scales]
-        rows = self._group["dense/row"][:]
-        logits, labels = self._group["dense/logits"], self._group["dense/labels"]
+        rows = np.asarray(self._array("dense/row")[:])
+        logits, labels = self._array("dense/logits"), self._array("dense/labels")
         for i, r in enumerate(rows):
             stack = np.asarray(logits[i]).astype(np.float32)
             z = fuse_scales([torch.from_numpy(stack[j]) for j in idx], combo.fusion).numpy()

@@ -23,8 +23,8 @@ import numpy as np
 from scipy.special import expit
 
 from rtscore.calibrate.cache import CachedHist
-from rtscore.calibrate.infer import TTA_TRANSFORMS
 from rtscore.config.pipeline import CalibrationConfig
+from rtscore.inference.numerics import TTA_TRANSFORMS
 from rtscore.metrics import (
     ConfusionCounts,
     LogitBins,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.special import expit
@@ -11,7 +12,7 @@ from scipy.special import expit
 from rtscore.metrics import LogitBins, precision_recall_curve_from_hist
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,18 +1,20 @@
 """Calibration as the guide orders it (§10.4): gates -> deployment_config.yaml -> parity -> temperature, threshold.
 
-`run_gates` decides TTA, then scales/fusion with the chosen TTA, from the caches of all seeds, and writes
-them into `deployment_config.yaml`. `calibrate_seed` then reads that file back, refuses to go on if its
-numerics differ from the ones the cache was computed with (guide §4.6), fits the temperature and the
-thresholds on exactly that configuration, and writes `threshold` and `temperature` back into the same file.
+`run_gates` decides TTA, then scales/fusion with the chosen TTA, from the caches of all seeds: the gated
+deployment config. `calibrate_seed` refuses to go on if that config's numerics differ from the ones the cache
+was computed with (guide §4.6), fits the temperature and the thresholds on exactly that configuration, and
+returns the frozen config (threshold and temperature filled in) with its typed report. The stage writes both.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
 from rtscore.calibrate.cache import CachedHist, Combo, LogitCache
@@ -23,8 +25,8 @@ from rtscore.calibrate.decisions import (
     thresholds_at_ratios,
     tta_gate,
 )
+from rtscore.calibrate.plots import plot_pr_curves, plot_reliability
 from rtscore.calibrate.temperature import fit_temperature
-from rtscore.config.base import ConfigError, dump_yaml, load_config
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.errors import PipelineError
@@ -40,13 +42,54 @@ class ParityError(CalibrationError):
     """deployment_config.yaml asks for other numerics than the ones calibration measured (guide §4.6)."""
 
 
-def read_deployment(path: Path) -> DeploymentConfig:
-    if not path.is_file():
-        raise CalibrationError(f"deployment config not found: {path}")
-    try:
-        return load_config(DeploymentConfig, path)
-    except ConfigError as err:
-        raise CalibrationError(str(err)) from None
+@dataclass(frozen=True)
+class CalibrationPlots:
+    """Where :func:`calibrate_seed` draws its figures."""
+
+    reliability: Path
+    pr_curves: Path
+
+
+class TemperatureReport(BaseModel):
+    """The temperature fit (NLL on the histograms at ``ratio``), with NLL and ECE before and after."""
+
+    T: float = Field(..., description="Fitted temperature: calibrated probability = sigmoid(logit / T).")
+    ratio: int = Field(..., description="Prevalence ratio 1:ratio the fit weights the negatives to.")
+    nll_before: float = Field(..., description="NLL at T = 1.")
+    nll_after: float = Field(..., description="NLL at the fitted T.")
+    ece_before: float = Field(..., description="Expected calibration error at T = 1.")
+    ece_after: float = Field(..., description="Expected calibration error at the fitted T.")
+
+
+class ThresholdReport(BaseModel):
+    """The lowest threshold reaching the target precision at one ratio (max-F1 when not reachable)."""
+
+    ratio: int = Field(..., description="Prevalence ratio 1:ratio.")
+    threshold: float = Field(..., description="Threshold on the calibrated probability.")
+    threshold_logit: float = Field(..., description="The same threshold on the raw logit.")
+    precision: float = Field(..., description="Validation precision at the threshold.")
+    recall: float = Field(..., description="Validation recall at the threshold.")
+    target_reached: bool = Field(..., description="Whether the target precision was reachable.")
+
+
+class SeedCalibrationReport(BaseModel):
+    """``calibration/seed_<n>/calibration_report.json``: one seed's calibration, written and read as this."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+    configuration: str = Field(..., description="The cached configuration calibrated (TTA, scales, fusion).")
+    deployment_config: str = Field(..., description="The seed's frozen deployment config file.")
+    temperature: TemperatureReport = Field(..., description="Temperature fit.")
+    thresholds: list[ThresholdReport] = Field(..., description="Thresholds at every reported ratio.")
+    operating: ThresholdReport = Field(..., description="The operating threshold (at calibration.ratio).")
+    region_thresholds: dict[str, ThresholdReport | None] = Field(
+        default_factory=dict, description="Per-region thresholds (null: not enough data in the region)."
+    )
+    val_objects: dict[str, float | bool | int] = Field(
+        default_factory=dict, description="Object P/R/F1 on Val-Realistic at the operating threshold."
+    )
+    cache_bytes: dict[str, int] = Field(..., description="Bytes of the logit cache: hist, dense and total.")
+    cache_tiles: int = Field(..., description="Tiles in the logit cache.")
 
 
 def check_parity(dep: DeploymentConfig, cache: LogitCache, source: Path) -> Combo:
@@ -92,14 +135,17 @@ def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[Deployment
     if not caches:
         raise CalibrationError("no logit cache to decide on; run the logit-cache stage for at least one seed")
     gates: dict[str, Any] = {"ratio": cal.ratio, "target_precision": cal.target_precision}
-    tta = dep.tta
+    tta: str = dep.tta
     if cal.tta_gate:
-        per_seed = [{t: c.hist(Combo(t, (1.0,))) for t in cal.tta_candidates} for c in caches]
+        per_seed: list[dict[str, CachedHist]] = [
+            {t: c.hist(Combo(t, (1.0,))) for t in cal.tta_candidates} for c in caches
+        ]
         decision = tta_gate(per_seed, cal)
         tta = decision.chosen
         gates["tta"] = decision.to_json()
     else:
         gates["tta"] = {"gate": "tta", "chosen": tta, "reason": "calibration.tta_gate is false: deployment.tta kept"}
+    fusion: str
     scales, fusion = list(dep.scales), dep.fusion
     if cal.scale_gate and len(cal.scale_candidates) > 1:
         multi = [Combo(tta, tuple(cal.scale_candidates), f) for f in cal.fusion_candidates]
@@ -110,7 +156,7 @@ def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[Deployment
         if sd.chosen == "1.0":
             scales, fusion = [1.0], dep.fusion
         else:
-            scales, fusion = list(cal.scale_candidates), sd.chosen  # type: ignore[assignment]
+            scales, fusion = list(cal.scale_candidates), sd.chosen
         gates["scales"] = sd.to_json()
     else:
         gates["scales"] = {"gate": "scales", "chosen": scales, "reason": "scale gate off or one candidate scale"}
@@ -130,9 +176,9 @@ def _val_objects(
         counter.add_batch((z / temperature)[None], label[None])
         kept[row] = True
     # Tiles not kept hold no GT object and no pixel above the floor: no object at thresholds above it.
-    for row in np.flatnonzero(~kept):
-        counter.n_pos_tiles += int(cache.is_positive[row])
-        counter.n_neg_tiles += int(not cache.is_positive[row])
+    for missed in np.flatnonzero(~kept):
+        counter.n_pos_tiles += int(cache.is_positive[missed])
+        counter.n_neg_tiles += int(not cache.is_positive[missed])
     raw_threshold = float(expit(temperature * math.log(threshold / (1 - threshold))))
     out: dict[str, Any] = {
         "exact": raw_threshold >= float(cache.attrs["object_prob_floor"]),
@@ -146,17 +192,18 @@ def _val_objects(
     return out
 
 
-def calibrate_seed(dep_path: Path, cache: LogitCache, cfg: PipelineConfig, out_dir: Path) -> dict[str, Any]:
-    """Temperature and threshold for one seed on the configuration `dep_path` names; written back into it.
+def calibrate_seed(
+    dep: DeploymentConfig, cache: LogitCache, cfg: PipelineConfig, plots: CalibrationPlots, *, source: Path
+) -> tuple[DeploymentConfig, SeedCalibrationReport]:
+    """Temperature and threshold for one seed on the configuration ``dep`` names (``source``: where that
+    config is written, for messages).
 
     Returns:
-        The calibration report (also the content of `calibration_report.json`).
+        The frozen deployment config (threshold, temperature, region thresholds set) and the calibration
+        report (the content of ``calibration_report.json``).
     """
-    from rtscore.calibrate.plots import plot_pr_curves, plot_reliability
-
     cal = cfg.calibration
-    dep = read_deployment(dep_path)
-    combo = check_parity(dep, cache, dep_path)
+    combo = check_parity(dep, cache, source)
     ch = cache.hist(combo)
     if ch.hist.n_pos_tiles == 0:
         raise CalibrationError(f"the validation pool in {cache.path} has no positive tile: nothing to calibrate on")
@@ -175,33 +222,76 @@ def calibrate_seed(dep_path: Path, cache: LogitCache, cfg: PipelineConfig, out_d
     updated = dep.model_copy(
         update={"threshold": operating.threshold, "temperature": t, "region_thresholds": region_map}
     )
-    dump_yaml(DeploymentConfig.model_validate(updated.model_dump()), dep_path)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    frozen = DeploymentConfig.model_validate(updated.model_dump())
     pos, neg = weighted_hist(ch.hist, cal.ratio)
     plot_reliability(
-        pos, neg, cache.bins, t, cal.ece_bins, out_dir / "reliability.png", f"Val-Realistic 1:{cal.ratio}, {combo.key}"
+        pos, neg, cache.bins, t, cal.ece_bins, plots.reliability, f"Val-Realistic 1:{cal.ratio}, {combo.key}"
     )
     plot_pr_curves(
         {f"1:{r}": (*weighted_hist(ch.hist, r), cache.bins) for r in cfg.metrics.ratios},
         [(f"threshold {rt.threshold:.3f} @1:{rt.ratio}", rt.recall, rt.precision) for rt in per_ratio],
-        out_dir / "pr_curves.png",
+        plots.pr_curves,
         f"Val-Realistic PR curves ({combo.key})",
     )
-    return {
-        "configuration": combo.key,
-        "deployment_config": str(dep_path),
-        "temperature": {
-            "T": t,
-            "ratio": cal.ratio,
-            "nll_before": fit.nll_before,
-            "nll_after": fit.nll_after,
-            "ece_before": fit.ece_before,
-            "ece_after": fit.ece_after,
-        },
-        "thresholds": [rt.__dict__ for rt in per_ratio],
-        "operating": operating.__dict__,
-        "region_thresholds": regions,
-        "val_objects": _val_objects(cache, combo, cfg, t, operating.threshold),
-        "cache_bytes": cache.nbytes(),
-        "cache_tiles": cache.n_tiles,
-    }
+    report = SeedCalibrationReport(
+        configuration=combo.key,
+        deployment_config=str(source),
+        temperature=TemperatureReport(
+            T=t,
+            ratio=cal.ratio,
+            nll_before=fit.nll_before,
+            nll_after=fit.nll_after,
+            ece_before=fit.ece_before,
+            ece_after=fit.ece_after,
+        ),
+        thresholds=[ThresholdReport(**rt.__dict__) for rt in per_ratio],
+        operating=ThresholdReport(**operating.__dict__),
+        region_thresholds={k: None if v is None else ThresholdReport(**v) for k, v in regions.items()},
+        val_objects=_val_objects(cache, combo, cfg, t, operating.threshold),
+        cache_bytes=cache.nbytes(),
+        cache_tiles=cache.n_tiles,
+    )
+    return frozen, report
+
+
+def render_report(
+    cfg: PipelineConfig, gates: dict[str, Any], reports: dict[int, SeedCalibrationReport], shipped: int
+) -> str:
+    """``calibration/report.md``: the gates' tables, each seed's temperature and thresholds, the shipped seed."""
+    cal = cfg.calibration
+    lines = [
+        "# Calibration (Val-Realistic)",
+        "",
+        f"Decisions at 1:{cal.ratio}, target precision {cal.target_precision}.",
+        "",
+        f"- **TTA**: `{gates['tta']['chosen']}`: {gates['tta']['reason']}",
+        f"- **Scales**: `{gates['scales']['chosen']}`: {gates['scales']['reason']}",
+        f"- **Shipped seed**: {shipped}",
+        "",
+    ]
+    for gate in ("tta", "scales"):
+        rows = gates[gate].get("rows") or []
+        if rows:
+            metric = "PR-AUC" if gate == "tta" else "large-RTS PR-AUC"
+            side = "precision drop" if gate == "tta" else "FP-rate rise"
+            lines += [f"| {gate} candidate | {metric} | gain | {side} | passes |", "|---|---|---|---|---|"]
+            for r in rows:
+                lines.append(
+                    f"| {r['name']} | {r['metric_mean']:.4f} | {r['gain_mean']:+.2%} | {r['side_mean']:+.2%} | "
+                    f"{'yes' if r['passes'] else 'no'} |"
+                )
+            lines.append("")
+    lines += ["| seed | T | NLL before → after | ECE before → after | threshold | precision | recall |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for s, r in reports.items():
+        t, op = r.temperature, r.operating
+        flag = "" if op.target_reached else " (target not reachable: max-F1)"
+        lines.append(
+            f"| {s} | {t.T:.3f} | {t.nll_before:.4f} → {t.nll_after:.4f} | {t.ece_before:.4f} → "
+            f"{t.ece_after:.4f} | {op.threshold:.4f}{flag} | {op.precision:.3f} | {op.recall:.3f} |"
+        )
+    lines += ["", "Thresholds per ratio (calibrated probability, precision, recall):", ""]
+    for s, r in reports.items():
+        parts = [f"1:{t.ratio} {t.threshold:.4f} (P {t.precision:.3f}, R {t.recall:.3f})" for t in r.thresholds]
+        lines.append(f"- seed {s}: " + "; ".join(parts))
+    return "\n".join(lines) + "\n"

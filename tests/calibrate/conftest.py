@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from rtscore.config.pipeline import PipelineConfig
-from tests.helpers import copy_run, make_data_run
+from tests.helpers import copy_run, fake_trained_seed, make_data_run
 from tests.train.conftest import tiny_train_config
 
 SEEDS = (1, 2)
@@ -20,17 +20,10 @@ def calib_config(**calibration: object) -> PipelineConfig:
 @pytest.fixture(scope="session")
 def model_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run with the data stages done and untrained (seeded) EMA weights for SEEDS: no training needed."""
-    import torch
-
-    from rtscore.models import build_model
-    from rtscore.train.checkpoint import save_best
-
     cfg = calib_config()
     run = make_data_run(tmp_path_factory.mktemp("calib") / "run", cfg)
     for seed in SEEDS:
-        torch.manual_seed(seed)
-        model = build_model(cfg.model, cfg.channels)
-        save_best(run / "seeds" / f"seed_{seed}", model.state_dict())
+        fake_trained_seed(run, cfg, seed)
     return run
 
 

@@ -9,17 +9,17 @@ from sklearn.metrics import average_precision_score
 
 from rtscore import stages
 from rtscore.calibrate.cache import CacheError, Combo, LogitCache, candidate_combos, large_positive_mask
-from rtscore.calibrate.infer import predict_logits, prepare_model
+from rtscore.inference.numerics import predict_logits, prepare_model
 from rtscore.metrics import LogitBins, TileHistogramAccumulator, pr_auc
 from tests.calibrate.conftest import calib_config
 
 
 def _full_logits(run: Path, cfg, seed: int, combo: Combo) -> tuple[np.ndarray, np.ndarray, list[str]]:  # type: ignore[no-untyped-def]
     """Recompute the fused logits of every val tile with the deployment path (no cache involved)."""
-    from rtscore.stages import _eval_setup
+    from rtscore.stages.seeds import seed_model_and_loader
     from rtscore.storage import RunDir
 
-    model, loader, _ = _eval_setup(RunDir(str(run)), cfg, seed, "val")
+    model, loader, _ = seed_model_and_loader(RunDir(str(run)), cfg, seed, "val")
     run_model = prepare_model(model, False)
     zs, ys, ids = [], [], []
     with torch.inference_mode():

@@ -4,7 +4,7 @@ import pytest
 import torch
 from scipy.special import expit, logit
 
-from rtscore.calibrate.infer import (
+from rtscore.inference.numerics import (
     D4,
     TTA_TRANSFORMS,
     fuse_scales,

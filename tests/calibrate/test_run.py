@@ -8,9 +8,16 @@ import yaml
 
 from rtscore import stages
 from rtscore.calibrate.cache import CacheError, LogitCache
-from rtscore.calibrate.run import CalibrationError, ParityError, calibrate_seed, check_parity, run_gates
-from rtscore.config.base import dump_yaml
+from rtscore.calibrate.run import (
+    CalibrationPlots,
+    ParityError,
+    SeedCalibrationReport,
+    calibrate_seed,
+    check_parity,
+    run_gates,
+)
 from rtscore.config.deployment import DeploymentConfig
+from rtscore.storage import StorageError
 from tests.calibrate.conftest import SEEDS, calib_config
 
 
@@ -35,11 +42,13 @@ def test_calibrate_writes_threshold_and_temperature_into_the_deployment_configs(
             yaml.safe_load((run / f"calibration/seed_{s}/deployment_config.yaml").read_text())
         )
         assert dep.threshold is not None and 0 < dep.threshold < 1 and dep.temperature is not None
-        report = json.loads((run / f"calibration/seed_{s}/calibration_report.json").read_text())
-        assert report["operating"]["threshold"] == dep.threshold
-        assert report["temperature"]["T"] == dep.temperature
-        assert report["temperature"]["nll_after"] <= report["temperature"]["nll_before"] + 1e-12
-        assert [t["ratio"] for t in report["thresholds"]] == [200, 500, 1000]
+        report = SeedCalibrationReport.model_validate_json(
+            (run / f"calibration/seed_{s}/calibration_report.json").read_text()
+        )
+        assert report.operating.threshold == dep.threshold
+        assert dep.temperature == report.temperature.T
+        assert report.temperature.nll_after <= report.temperature.nll_before + 1e-12
+        assert [t.ratio for t in report.thresholds] == [200, 500, 1000]
         for png in ("reliability.png", "pr_curves.png"):
             assert (run / f"calibration/seed_{s}/{png}").read_bytes()[:4] == b"\x89PNG"
     gates = json.loads((run / "calibration/gates.json").read_text())
@@ -48,12 +57,14 @@ def test_calibrate_writes_threshold_and_temperature_into_the_deployment_configs(
     assert manifest["calibration/deployment_config.yaml"]["stage"] == "calibrate"
 
 
-def _gated_file(run: Path, tmp_path: Path, **changes: object) -> tuple[Path, LogitCache]:
+def _gated(run: Path, tmp_path: Path, **changes: object) -> tuple[DeploymentConfig, Path, LogitCache]:
     cache = LogitCache(run / "calibration/seed_1/logit_cache.zarr")
     dep = DeploymentConfig(precision="fp32").model_copy(update=changes)
-    path = tmp_path / "deployment_config.yaml"
-    dump_yaml(dep, path)
-    return path, cache
+    return dep, tmp_path / "deployment_config.yaml", cache
+
+
+def _plots(tmp_path: Path) -> CalibrationPlots:
+    return CalibrationPlots(reliability=tmp_path / "r.png", pr_curves=tmp_path / "p.png")
 
 
 @pytest.mark.parametrize(
@@ -67,16 +78,15 @@ def _gated_file(run: Path, tmp_path: Path, **changes: object) -> tuple[Path, Log
 def test_parity_mismatch_is_refused_naming_the_field(
     calibrated: Path, tmp_path: Path, changes: dict, field: str
 ) -> None:
-    path, cache = _gated_file(calibrated, tmp_path, **changes)
-    before = path.read_text()
+    dep, path, cache = _gated(calibrated, tmp_path, **changes)
     with pytest.raises(ParityError) as err:
-        calibrate_seed(path, cache, calib_config(), tmp_path / "out")
+        calibrate_seed(dep, cache, calib_config(), _plots(tmp_path), source=path)
     assert field in str(err.value) and str(path) in str(err.value)
-    assert path.read_text() == before, "nothing written back on refusal"
+    assert not path.exists() and not list(tmp_path.glob("*.png")), "nothing written on refusal"
 
 
 def test_parity_refuses_a_tta_the_cache_did_not_measure(calibrated: Path, tmp_path: Path) -> None:
-    path, cache = _gated_file(calibrated, tmp_path, tta="full")
+    _, path, cache = _gated(calibrated, tmp_path, tta="full")
     cfg = calib_config(tta_candidates=["none", "minimal"])
     cache.attrs["tta_candidates"] = list(cfg.calibration.tta_candidates)  # as if cached with fewer candidates
     with pytest.raises(ParityError, match="tta: 'full' in the file"):
@@ -100,7 +110,6 @@ def test_stale_cache_and_missing_inputs_are_refused(calibrated: Path, tmp_path: 
     weights.write_bytes(weights.read_bytes() + b"\0")  # retrained since the cache was built
     with pytest.raises(CacheError, match="other weights"):
         stages.calibrate(str(run), calib_config())
-    with pytest.raises(CalibrationError, match="deployment config not found"):
-        calibrate_seed(
-            tmp_path / "nope.yaml", LogitCache(run / "calibration/seed_1/logit_cache.zarr"), calib_config(), tmp_path
-        )
+    (run / "calibration/seed_1/logit_cache.zarr").rename(run / "moved.zarr")
+    with pytest.raises(StorageError, match="logit_cache.zarr is missing"):
+        stages.calibrate(str(run), calib_config())

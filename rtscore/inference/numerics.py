@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from rtscore.runtime import forward_logits
+
 if TYPE_CHECKING:
     import torch
 
@@ -121,18 +123,14 @@ def scale_logits(
     precision: str,
 ) -> dict[str, torch.Tensor]:
     """Per transform, the (B, H, W) float32 logits at native resolution of the model run at `scale`."""
-    import torch
     import torch.nn.functional as F
-
-    from rtscore.train.loop import autocast
 
     h, w = x.shape[-2:]
     xs = resize_input(x, scale)
     out: dict[str, torch.Tensor] = {}
     for name in transforms:
-        with autocast(precision, x.device):
-            y = model(transform(xs, name).contiguous(memory_format=torch.channels_last))
-        y = invert(y[:, :1].float(), name)
+        y = forward_logits(model, transform(xs, name), precision=precision, channels_last=True, keep_channels=True)
+        y = invert(y[:, :1], name)
         if scale != 1.0:
             y = F.interpolate(y, size=(h, w), mode="bilinear", align_corners=False)
         out[name] = y[:, 0]
@@ -163,4 +161,4 @@ def prepare_model(model: torch.nn.Module, torch_compile: bool) -> Callable[[torc
     import torch
 
     model.eval().to(memory_format=torch.channels_last)
-    return torch.compile(model) if torch_compile else model  # type: ignore[return-value]
+    return torch.compile(model) if torch_compile else model

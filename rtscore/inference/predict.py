@@ -3,7 +3,7 @@
 A raster of any size (at least one tile) is cut into tile-sized windows at a stride (default half a tile;
 the last window of a row/column is clamped to the border, so nothing is padded). Each window is normalised
 exactly as in training (alpha-0 pixels take the channel's training mean, then ``(x - mean) / std``), run
-through :func:`rtscore.calibrate.infer.predict_logits` with the package's tta/scales/fusion/precision,
+through :func:`rtscore.inference.numerics.predict_logits` with the package's tta/scales/fusion/precision,
 divided by the calibrated temperature and turned into probabilities. Overlapping windows are averaged in
 probability space (as TTA and scale fusion are, guide §11.2) with weights that fall off from the window
 centre, so tile borders, where the model sees the least context, count least.
@@ -26,14 +26,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rtscore.data.normalization import NormalizationStats, load_normalization_stats
 from rtscore.errors import PipelineError
+from rtscore.inference.numerics import predict_logits, prepare_model
+from rtscore.models import load_model
+from rtscore.package.format import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedModelConfig
+from rtscore.package.verify import read_deployment_config, read_model_config
+from rtscore.runtime import inference_precision
 
 if TYPE_CHECKING:
     import torch
 
     from rtscore.config.deployment import DeploymentConfig
-    from rtscore.data.normalization import NormalizationStats
-    from rtscore.package import PackagedModelConfig
 
 PROB_NODATA = -1.0
 MASK_NODATA = 255
@@ -80,17 +84,12 @@ def load_package(package_dir: str | Path, *, device: str = "cpu") -> LoadedPacka
     """Load a package: calibrated deployment config, channel-bound stats, weights (weights_only) strictly."""
     import torch
 
-    from rtscore.calibrate.infer import prepare_model
-    from rtscore.data.normalization import load_normalization_stats
-    from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS
-    from rtscore.package_verify import _load_deployment, _load_model_config, load_weights
-
     pkg = Path(package_dir)
     if not pkg.is_dir():
         raise PredictError(f"package directory not found: {pkg}")
     try:
-        mc = _load_model_config(pkg / MODEL)[1]
-        dep = _load_deployment(pkg / DEPLOYMENT)[1]
+        mc = read_model_config(pkg / MODEL)
+        dep = read_deployment_config(pkg / DEPLOYMENT)
         stats = load_normalization_stats(pkg / STATS, [c.name for c in mc.channels.extra])
     except ValueError as err:  # ConfigError and NormalizationStatsError are ValueErrors
         raise PredictError(f"package {pkg}: {err}") from None
@@ -99,15 +98,13 @@ def load_package(package_dir: str | Path, *, device: str = "cpu") -> LoadedPacka
             f"package {pkg}: {STATS} channels {stats.channel_names} differ from {MODEL} channels {mc.channels.names}"
         )
     try:
-        model, _ = load_weights(pkg, mc)
+        model = load_model(pkg / WEIGHTS, mc, "cpu")
     except Exception as err:
         raise PredictError(
             f"package {pkg}: {WEIGHTS} does not load into {MODEL}: {type(err).__name__}: {err}"
         ) from None
     dev = torch.device(device)
-    precision = dep.precision
-    if precision == "fp16" and dev.type == "cpu":
-        precision = "fp32"  # fp16 has no CPU autocast (as in verify_package)
+    precision = inference_precision(dep.precision, dev)  # fp16 has no CPU autocast (as in verify_package)
     run_model = prepare_model(model.to(dev), dep.torch_compile)
     return LoadedPackage(pkg, run_model, mc, stats, dep, dev, precision)
 
@@ -199,8 +196,6 @@ def predict_array(
     """(H, W) float32 calibrated probabilities of a normalised (C, H, W) image, and the number of windows."""
     import torch
 
-    from rtscore.calibrate.infer import predict_logits
-
     tile = pkg.tile_size
     step = tile // 2 if stride is None else stride
     if not 0 < step <= tile:
@@ -211,7 +206,8 @@ def predict_array(
     acc = np.zeros((h, w), np.float64)
     norm = np.zeros((h, w), np.float64)
     dep = pkg.deployment
-    temperature = float(dep.temperature)  # type: ignore[arg-type]
+    assert dep.temperature is not None  # load_package reads a calibrated deployment config only
+    temperature = float(dep.temperature)
     with torch.inference_mode():
         for i in range(0, len(windows), batch_size):
             chunk = windows[i : i + batch_size]
@@ -282,7 +278,8 @@ def predict_raster(
     prob, n_windows = predict_array(pkg, image, stride=stride, batch_size=batch_size)
     nodata = alpha == 0
     prob[nodata] = PROB_NODATA
-    threshold = float(pkg.deployment.threshold)  # type: ignore[arg-type]
+    assert pkg.deployment.threshold is not None  # load_package reads a calibrated deployment config only
+    threshold = float(pkg.deployment.threshold)
     mask = (prob >= threshold).astype(np.uint8)
     mask[nodata] = MASK_NODATA
     out = Path(output_dir)

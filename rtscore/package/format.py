@@ -1,17 +1,17 @@
 """The deployment package's format (guide §4.3): file names, the schemas of its sibling files, what its
 weights' pickle may reference, and the reports of its audit. Shared by building (`rtscore.package`) and
-auditing (`rtscore.package_verify`)."""
+auditing (`rtscore.package.verify`)."""
 
 from __future__ import annotations
 
-import re
-from typing import Literal, TypeVar
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from rtscore.config.base import StrictModel
 from rtscore.config.deployment import Precision
 from rtscore.config.pipeline import RGB_NAMES, ExtraChannel
+from rtscore.errors import PipelineError
 from rtscore.train.result import METRIC
 
 WEIGHTS = "weights.pth"
@@ -23,32 +23,10 @@ REQUIREMENTS = "requirements_frozen.txt"
 SUMS = "SHA256SUMS"
 PACKAGE_FILES = (WEIGHTS, STATS, DEPLOYMENT, MODEL, METADATA, REQUIREMENTS, SUMS)
 
-# What the pickle of a plain state_dict of tensors may reference (torch.save writes protocol 2 GLOBALs).
-_STORAGE_TYPES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
-ALLOWED_GLOBALS = frozenset(
-    {
-        "collections.OrderedDict",
-        "torch._utils._rebuild_tensor_v2",
-        "torch._utils._rebuild_parameter",
-        *(f"torch.{t}Storage" for t in _STORAGE_TYPES),
-    }
-)
-_STRING_OPS = frozenset(
-    {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"}
-)
-_MEMO_PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
-_MEMO_GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
-_NEUTRAL_OPS = frozenset({"PROTO", "FRAME"})
-_SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
-_REQUIREMENT_LINE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*==\S+$")
-_DETAIL_MAX = 600
 
-T = TypeVar("T")
-M = TypeVar("M", bound=StrictModel)
-
-
-class PackageError(ValueError):
-    """The package cannot be built from this run (missing or uncalibrated input, unknown seed, ...)."""
+class PackageError(PipelineError, ValueError):
+    """The package cannot be built from this run (missing or uncalibrated input, unknown seed, ...), or a file of
+    a package is missing or malformed (the message names the file)."""
 
 
 # --------------------------------------------------------------------------- package file schemas

@@ -11,21 +11,15 @@ import re
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import yaml
 
 from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config
 from rtscore.config.deployment import DeploymentConfig
-from rtscore.package_format import (
-    _DETAIL_MAX,
-    _MEMO_GET_OPS,
-    _MEMO_PUT_OPS,
-    _NEUTRAL_OPS,
-    _REQUIREMENT_LINE,
-    _STRING_OPS,
-    _SUMS_LINE,
-    ALLOWED_GLOBALS,
+from rtscore.data.normalization import load_normalization_stats
+from rtscore.models import load_model
+from rtscore.package.format import (
     DEPLOYMENT,
     METADATA,
     MODEL,
@@ -36,13 +30,38 @@ from rtscore.package_format import (
     WEIGHTS,
     Check,
     PackagedModelConfig,
+    PackageError,
     RunMetadata,
     VerifyReport,
 )
+from rtscore.runtime import forward_logits, inference_precision
 from rtscore.storage import StorageError, sha256_file
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 M = TypeVar("M", bound=StrictModel)
+
+# What the pickle of a plain state_dict of tensors may reference (torch.save writes protocol 2 GLOBALs).
+_STORAGE_TYPES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
+ALLOWED_GLOBALS = frozenset(
+    {
+        "collections.OrderedDict",
+        "torch._utils._rebuild_tensor_v2",
+        "torch._utils._rebuild_parameter",
+        *(f"torch.{t}Storage" for t in _STORAGE_TYPES),
+    }
+)
+_STRING_OPS = frozenset(
+    {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"}
+)
+_MEMO_PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
+_MEMO_GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+_NEUTRAL_OPS = frozenset({"PROTO", "FRAME"})
+_SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+_REQUIREMENT_LINE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*==\S+$")
+_DETAIL_MAX = 600
 
 
 # --------------------------------------------------------------------------- audit (no unpickling)
@@ -76,15 +95,22 @@ def pickle_globals(data: bytes) -> tuple[list[str], list[str]]:
             elif name in _STRING_OPS:
                 recent.append(arg if isinstance(arg, str) else None)
             elif name in _MEMO_PUT_OPS:
-                memo[len(memo) if name == "MEMOIZE" else int(arg)] = recent[-1] if recent else None
+                memo[len(memo) if name == "MEMOIZE" else _memo_index(arg)] = recent[-1] if recent else None
             elif name in _MEMO_GET_OPS:
-                recent.append(memo.get(int(arg)))
+                recent.append(memo.get(_memo_index(arg)))
             elif name not in _NEUTRAL_OPS:
                 recent.append(None)
             del recent[:-2]
     except ValueError as err:
         problems.append(f"malformed pickle: {err}")
     return found, problems
+
+
+def _memo_index(arg: object) -> int:
+    """The memo index of a PUT/GET opcode (pickletools decodes it as an int; anything else is malformed)."""
+    if not isinstance(arg, int):
+        raise ValueError(f"memo opcode with index {arg!r}")
+    return int(arg)
 
 
 def audit_weights(path: Path) -> Check:
@@ -180,11 +206,17 @@ def _sums_check(pkg: Path) -> Check:
     return Check(name=name, ok=True, detail=f"{len(listed)} files match")
 
 
-def _load_deployment(path: Path) -> tuple[str, DeploymentConfig]:
+def read_deployment_config(path: Path) -> DeploymentConfig:
+    """A package's ``deployment.yaml``, which must be calibrated (threshold and temperature set)."""
     dep = load_config(DeploymentConfig, path)
     missing = [k for k in ("threshold", "temperature") if getattr(dep, k) is None]
     if missing:
-        raise ValueError(f"{path.name}: {' and '.join(missing)} null (not calibrated); run calibrate first")
+        raise PackageError(f"{path.name}: {' and '.join(missing)} null (not calibrated); run calibrate first")
+    return dep
+
+
+def _load_deployment(path: Path) -> tuple[str, DeploymentConfig]:
+    dep = read_deployment_config(path)
     return (
         f"threshold {dep.threshold:g}, T {dep.temperature:g}, tta {dep.tta}, {dep.precision}, scales {dep.scales}",
         dep,
@@ -193,34 +225,37 @@ def _load_deployment(path: Path) -> tuple[str, DeploymentConfig]:
 
 def _load_json_model(model: type[M], path: Path) -> M:
     if not path.is_file():
-        raise ValueError(f"{path.name}: missing")
+        raise PackageError(f"{path.name}: missing")
     try:
         data = json.loads(path.read_text())
     except ValueError as err:
-        raise ValueError(f"{path.name} is not valid JSON: {err}") from None
+        raise PackageError(f"{path.name} is not valid JSON: {err}") from None
     return parse_config(model, data, source=path.name)
 
 
-def _load_model_config(path: Path) -> tuple[str, PackagedModelConfig]:
+def read_model_config(path: Path) -> PackagedModelConfig:
+    """A package's ``model.yaml`` (architecture, channels, tile size)."""
     if not path.is_file():
-        raise ValueError(f"{path.name}: missing")
+        raise PackageError(f"{path.name}: missing")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise ValueError(f"{path.name} is not valid YAML: {err}") from None
-    mc = parse_config(PackagedModelConfig, data, source=path.name)
+        raise PackageError(f"{path.name} is not valid YAML: {err}") from None
+    return parse_config(PackagedModelConfig, data, source=path.name)
+
+
+def _load_model_config(path: Path) -> tuple[str, PackagedModelConfig]:
+    mc = read_model_config(path)
     return f"{mc.architecture}/{mc.backbone}, {mc.in_channels} channels {mc.channels.names}, tile {mc.tile_size}", mc
 
 
 def _load_stats(path: Path) -> tuple[str, list[str]]:
-    from rtscore.data.normalization import load_normalization_stats
-
     if not path.is_file():
-        raise ValueError(f"{path.name}: missing")
+        raise PackageError(f"{path.name}: missing")
     try:
         doc = json.loads(path.read_text())
     except ValueError as err:
-        raise ValueError(f"{path.name} is not valid JSON: {err}") from None
+        raise PackageError(f"{path.name} is not valid JSON: {err}") from None
     extra = doc.get("extra", {}).get("channel_names", []) if isinstance(doc, dict) else []
     stats = load_normalization_stats(path, extra if isinstance(extra, list) else [])
     return f"channels {stats.channel_names}", stats.channel_names
@@ -228,13 +263,13 @@ def _load_stats(path: Path) -> tuple[str, list[str]]:
 
 def _load_requirements(path: Path) -> tuple[str, int]:
     if not path.is_file():
-        raise ValueError(f"{path.name}: missing")
+        raise PackageError(f"{path.name}: missing")
     lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
     bad = [ln for ln in lines if not _REQUIREMENT_LINE.match(ln)]
     if bad:
-        raise ValueError(f"{path.name}: lines not of the form name==version: {bad[:5]}")
+        raise PackageError(f"{path.name}: lines not of the form name==version: {bad[:5]}")
     if not lines:
-        raise ValueError(f"{path.name}: empty")
+        raise PackageError(f"{path.name}: empty")
     return f"{len(lines)} pinned distributions", len(lines)
 
 
@@ -286,44 +321,26 @@ def audit_package(path: str | Path) -> list[Check]:
 
 
 # --------------------------------------------------------------------------- load + one tile
-def load_weights(pkg: Path, mc: PackagedModelConfig) -> tuple[Any, dict[str, Any]]:
-    """The package's declared architecture with ``weights.pth`` loaded (``weights_only=True``, strict), and the
-    state_dict.
+def load_weights(pkg: Path, mc: PackagedModelConfig) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The package's declared architecture with ``weights.pth`` loaded (:func:`rtscore.models.load_model`:
+    ``weights_only=True``, strict, on the CPU, eval mode), and its state_dict.
 
     Raises:
+        CheckpointError: ``weights.pth`` is missing or does not load with ``weights_only=True``.
         TypeError: The file is not a state_dict; or whatever torch raises for a mismatch.
     """
-    import torch
-
-    from rtscore.config.pipeline import ChannelsConfig, ModelConfig
-    from rtscore.models import build_model
-
-    state = torch.load(pkg / WEIGHTS, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-    ):
-        raise TypeError("not a state_dict (a mapping of parameter names to tensors)")
-    model = build_model(
-        ModelConfig(
-            architecture=mc.architecture,
-            backbone=mc.backbone,
-            encoder_weights=None,
-            decoder_channels=mc.decoder_channels,
-        ),
-        ChannelsConfig(extra=mc.channels.extra),
-    )
-    model.load_state_dict(state, strict=True)
-    return model, state
+    model = load_model(pkg / WEIGHTS, mc, "cpu")
+    return model, model.state_dict()
 
 
 def _load_and_run(pkg: Path, device: str) -> list[Check]:
     """Load ``weights.pth`` (weights_only) into the declared model, strictly, and run one seeded random tile."""
     import torch
 
-    mc = _load_model_config(pkg / MODEL)[1]
-    dep = _load_deployment(pkg / DEPLOYMENT)[1]
+    mc = read_model_config(pkg / MODEL)
+    dep = read_deployment_config(pkg / DEPLOYMENT)
     try:
-        model, state = load_weights(pkg, mc)
+        model, state = load_weights(pkg, mc)  # on the CPU: a device that cannot run fails `forward` below
     except Exception as err:
         return [
             Check(name="load", ok=False, detail=_short(f"{WEIGHTS} into {MODEL}: {type(err).__name__}: {err}")),
@@ -339,16 +356,13 @@ def _load_and_run(pkg: Path, device: str) -> list[Check]:
     ]
     try:
         dev = torch.device(device)
-        note = ""
-        precision = dep.precision
-        if precision == "fp16" and dev.type == "cpu":
-            precision, note = "fp32", " (fp16 has no CPU autocast: ran in fp32)"
+        precision = inference_precision(dep.precision, dev)
+        note = f" ({dep.precision} has no CPU autocast: ran in {precision})" if precision != dep.precision else ""
         shape = (1, mc.in_channels, mc.tile_size, mc.tile_size)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(dev)
         model = model.to(dev).eval()
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-        with torch.inference_mode(), torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
-            out = model(x)
+        with torch.inference_mode():
+            out = forward_logits(model, x, precision=precision, keep_channels=True, as_float=False)
         want = (1, 1, mc.tile_size, mc.tile_size)
         if tuple(out.shape) != want:
             raise ValueError(f"output shape {tuple(out.shape)}, expected {want}")

@@ -20,7 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from rtscore.data.normalization import RunningMoments, load_normalization_stats
 from rtscore.errors import PipelineError
+from rtscore.inference.predict import PredictError, extra_path_for, input_rasters
+from rtscore.package.format import MODEL, STATS
+from rtscore.package.verify import read_model_config
+from rtscore.storage import atomic_write_json, atomic_write_text
 
 MAX_MEAN_SHIFT_SIGMA = 0.5
 MAX_STD_RATIO_DEVIATION = 0.25
@@ -34,14 +39,10 @@ class DriftError(PipelineError):
 
 def _package_channels(package_dir: Path) -> tuple[list[str], list[int], Any]:
     """(channel names, EXTRA band indices, stats) of a package; the stats are bound to the model's channels."""
-    from rtscore.data.normalization import load_normalization_stats
-    from rtscore.package import MODEL, STATS
-    from rtscore.package_verify import _load_model_config
-
     if not package_dir.is_dir():
         raise DriftError(f"package directory not found: {package_dir}")
     try:
-        mc = _load_model_config(package_dir / MODEL)[1]
+        mc = read_model_config(package_dir / MODEL)
         stats = load_normalization_stats(package_dir / STATS, [c.name for c in mc.channels.extra])
     except ValueError as err:
         raise DriftError(f"package {package_dir}: {err}") from None
@@ -51,8 +52,6 @@ def _package_channels(package_dir: Path) -> tuple[list[str], list[int], Any]:
 def _accumulate(path: Path, extra_bands: Sequence[int], moments: Any) -> int:
     """Add one raster's valid pixels (block by block) to ``moments``; the number of valid pixels."""
     import rasterio
-
-    from rtscore.predict import extra_path_for
 
     n_valid = 0
     with rasterio.open(path) as src:
@@ -93,10 +92,6 @@ def drift_report(
     package_dir: str | Path, input_dir_or_files: str | Path | Sequence[str | Path], output_dir: str | Path
 ) -> dict[str, Any]:
     """Compare the new imagery's per-channel moments with the package's stats; write JSON + Markdown reports."""
-    from rtscore.data.normalization import RunningMoments
-    from rtscore.predict import PredictError, input_rasters
-    from rtscore.storage import atomic_write_json, atomic_write_text
-
     pkg = Path(package_dir)
     names, extra_bands, stats = _package_channels(pkg)
     if isinstance(input_dir_or_files, (str, Path)):

@@ -1,0 +1,306 @@
+"""Test-Realistic evaluation with the frozen deployment config, per seed and as mean ± std (guide §10.4, §13).
+
+The test set is run through exactly the deployment numerics (`inference.numerics.predict_logits`, then
+temperature and threshold from `deployment_config.yaml`), once per seed. Pixel counts at the threshold are
+exact per tile (not binned), then re-weighted to each prevalence ratio like every validation metric.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from rtscore.config.base import ConfigError, load_config
+from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.errors import PipelineError
+from rtscore.inference.numerics import predict_logits, prepare_model
+from rtscore.metrics import (
+    ConfusionCounts,
+    LogitBins,
+    ObjectCounter,
+    TileHistogramAccumulator,
+    TileHistograms,
+    match_objects,
+    negative_weight,
+    object_metrics,
+    pr_auc,
+    ratio_tag,
+    recall_by_size,
+    weighted_hist,
+)
+from rtscore.metrics.objects import iou_tag
+from rtscore.metrics.pixel import prob_to_logit
+
+# Rows of the report, in the guide's order (§13.2), with their display names.
+PIXEL_ROWS = (("iou_rts", "IoU_RTS"), ("f1_rts", "F1_RTS"), ("pr_auc", "PR-AUC"))
+
+
+class EvaluationError(PipelineError):
+    """Test evaluation cannot run (e.g. the deployment config is not frozen yet)."""
+
+
+def frozen_deployment(path: Path) -> DeploymentConfig:
+    """The calibrated deployment config; refuses while threshold or temperature is null."""
+    if not path.is_file():
+        raise EvaluationError(f"deployment config not found: {path}; run calibrate first")
+    try:
+        dep = load_config(DeploymentConfig, path)
+    except ConfigError as err:
+        raise EvaluationError(str(err)) from None
+    missing = [name for name in ("threshold", "temperature") if getattr(dep, name) is None]
+    if missing:
+        raise EvaluationError(
+            f"{path}: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} null; test evaluation uses the "
+            "frozen deployment config only (guide §10.4 step 6): run calibrate first"
+        )
+    return dep
+
+
+@dataclass
+class SeedEvaluation:
+    """Everything one seed's test pass leaves: calibrated-logit histograms, exact tile confusions, objects."""
+
+    hist: TileHistograms
+    tile_confusion: np.ndarray  # (T, 4) tp, fp, fn, tn at the operating threshold(s)
+    is_positive: np.ndarray
+    objects: ObjectCounter
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    recall_by_size: list[SizeBin] = field(default_factory=list)
+
+
+def run_test_pass(
+    model: Any, loader: Any, cfg: PipelineConfig, dep: DeploymentConfig, *, progress: bool = False
+) -> SeedEvaluation:
+    """One pass over the test loader with the frozen deployment numerics."""
+    import torch
+
+    assert dep.threshold is not None and dep.temperature is not None
+    m = cfg.metrics
+    acc = TileHistogramAccumulator(LogitBins(n_bins=m.pr_bins))
+    objects = ObjectCounter(m.object_iou_thresholds, threshold=dep.threshold, min_blob_size_px=m.min_blob_size_px)
+    run_model = prepare_model(model, dep.torch_compile)
+    device = next(model.parameters()).device
+    confusion: list[np.ndarray] = []
+    it = loader
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(loader, desc="test evaluation")
+    with torch.inference_mode():
+        for batch in it:
+            x = batch["image"].to(device)
+            z = predict_logits(
+                run_model, x, tta=dep.tta, scales=dep.scales, fusion=dep.fusion, precision=dep.precision
+            ) / float(dep.temperature)
+            z_np = z.float().cpu().numpy()
+            y = batch["label"].numpy()
+            acc.add_batch(z_np, y, list(batch["tile_id"]))
+            for i, region in enumerate(batch["region"]):
+                thr = dep.region_thresholds.get(str(region), dep.threshold)
+                called = z_np[i] >= prob_to_logit(thr)
+                pos, neg = y[i] == 1, y[i] == 0
+                tp, fp = int((called & pos).sum()), int((called & neg).sum())
+                confusion.append(np.array([tp, fp, int(pos.sum()) - tp, int(neg.sum()) - fp], np.int64))
+                objects.add(
+                    match_objects(
+                        z_np[i],
+                        y[i],
+                        threshold=thr,
+                        iou_thresholds=m.object_iou_thresholds,
+                        min_blob_size_px=m.min_blob_size_px,
+                    )
+                )
+    hist = acc.result()
+    return SeedEvaluation(hist, np.stack(confusion), hist.is_positive, objects)
+
+
+def pixel_confusion_at_ratio(ev: SeedEvaluation, ratio: float) -> ConfusionCounts:
+    """Exact pixel counts at the operating threshold, negative tiles re-weighted to 1:`ratio`."""
+    w = negative_weight(ratio, int(ev.is_positive.sum()), int((~ev.is_positive).sum()))
+    weights = np.where(ev.is_positive, 1.0, w)
+    tp, fp, fn, tn = (weights[:, None] * ev.tile_confusion).sum(axis=0)
+    return ConfusionCounts(tp=float(tp), fp=float(fp), fn=float(fn), tn=float(tn))
+
+
+def summarize_seed(ev: SeedEvaluation, cfg: PipelineConfig, pixel_size_m: float) -> SeedEvaluation:
+    """Fill `ev.metrics` (per ratio tag) and `ev.recall_by_size`."""
+    for r in cfg.metrics.ratios:
+        c = pixel_confusion_at_ratio(ev, r)
+        pos, neg = weighted_hist(ev.hist, r)
+        row: dict[str, float] = {
+            "iou_rts": c.iou,
+            "f1_rts": c.f1,
+            "pr_auc": pr_auc(ev.hist, r),
+            "precision": c.precision,
+            "recall": c.recall,
+            "no_skill_pr_auc": float(pos.sum() / (pos.sum() + neg.sum())),
+        }
+        for thr, s in object_metrics(ev.objects, r).items():
+            row[f"object_precision_{iou_tag(thr)}"] = s.precision
+            row[f"object_recall_{iou_tag(thr)}"] = s.recall
+            row[f"object_f1_{iou_tag(thr)}"] = s.f1
+        ev.metrics[ratio_tag(r)] = row
+    edges_m2 = np.asarray(cfg.evaluation.size_bins_m2, np.float64)
+    iou = 0.3 if 0.3 in ev.objects.iou_thresholds else ev.objects.iou_thresholds[0]
+    n, recall = recall_by_size(ev.objects, edges_m2 / pixel_size_m**2, iou)
+    ev.recall_by_size = [
+        SizeBin(area_m2_from=float(lo), area_m2_to=float(hi), n_objects=int(k), recall=float(rc), iou=iou)
+        for lo, hi, k, rc in zip(edges_m2[:-1], edges_m2[1:], n, recall, strict=True)
+    ]
+    return ev
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation over seeds; nan values are left out. The std of one value is
+    undefined (nan), not 0: one seed says nothing about the spread."""
+    vals = [v for v in values if not math.isnan(v)]
+    if not vals:
+        return math.nan, math.nan
+    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else math.nan
+
+
+def fmt(mean: float, std: float) -> str:
+    """The guide's format: ``0.723 ± 0.012``; ``0.723 (1 seed)`` where the std is undefined."""
+    if math.isnan(mean):
+        return "n/a"
+    if math.isnan(std):
+        return f"{mean:.3f} (1 seed)"
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+class ReportModel(BaseModel):
+    """A report model whose JSON keeps NaN (an undefined metric) as NaN, so that it reads back unchanged."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+
+class MetricSummary(ReportModel):
+    """One metric over seeds."""
+
+    mean: float = Field(..., description="Mean over seeds (nan: undefined for every seed).")
+    std: float = Field(..., description="Sample standard deviation over seeds (nan for one seed).")
+    text: str = Field(..., description="The guide's format, e.g. 0.723 ± 0.012.")
+
+
+class SizeBin(ReportModel):
+    """Object recall of one RTS area bin."""
+
+    area_m2_from: float = Field(..., description="Lower bound of the bin (m²).")
+    area_m2_to: float = Field(..., description="Upper bound of the bin (m²).")
+    n_objects: int = Field(..., description="Ground-truth objects in the bin.")
+    recall: float = Field(..., description="Object recall in the bin.")
+    iou: float = Field(..., description="Object-matching IoU threshold.")
+
+
+class SeedTestResult(ReportModel):
+    """One seed on Test-Realistic with its frozen deployment config."""
+
+    seed: int = Field(..., description="Training seed.")
+    threshold: float = Field(..., description="The seed's frozen operating threshold.")
+    temperature: float = Field(..., description="The seed's frozen temperature.")
+    metrics: dict[str, dict[str, float]] = Field(..., description="Per ratio tag (1_200, ...) and metric.")
+    recall_by_size: list[SizeBin] = Field(..., description="Object recall by RTS area.")
+    n_pos_tiles: int = Field(..., description="Test tiles with an RTS.")
+    n_neg_tiles: int = Field(..., description="Test tiles without.")
+
+
+class TestReport(ReportModel):
+    """``evaluation/test_report.json``: per seed and mean ± std over seeds; written and read as this model."""
+
+    __test__ = False  # not a pytest class
+
+    seeds: list[int] = Field(..., description="Evaluated seeds.")
+    tta: str = Field(..., description="TTA of the frozen deployment config.")
+    scales: list[float] = Field(..., description="Scales of the frozen deployment config.")
+    object_iou_thresholds: list[float] = Field(..., description="IoU thresholds of the object metrics.")
+    aggregate: dict[str, dict[str, MetricSummary]] = Field(..., description="Per ratio tag and metric over seeds.")
+    per_seed: list[SeedTestResult] = Field(..., description="Each seed's metrics.")
+
+    @classmethod
+    def from_seeds(
+        cls, per_seed: list[SeedTestResult], dep: DeploymentConfig, object_iou_thresholds: Sequence[float]
+    ) -> TestReport:
+        """The report of these seeds' results, with mean ± std per ratio tag and metric."""
+        first = per_seed[0].metrics
+        agg: dict[str, dict[str, MetricSummary]] = {}
+        for tag, row in first.items():
+            agg[tag] = {}
+            for name in row:
+                mu, sd = mean_std([p.metrics[tag][name] for p in per_seed])
+                agg[tag][name] = MetricSummary(mean=mu, std=sd, text=fmt(mu, sd))
+        return cls(
+            seeds=[p.seed for p in per_seed],
+            tta=dep.tta,
+            scales=list(dep.scales),
+            object_iou_thresholds=list(object_iou_thresholds),
+            aggregate=agg,
+            per_seed=per_seed,
+        )
+
+    def render_markdown(self) -> str:
+        """``test_report.md``: the guide's results table (mean ± std over seeds), per-seed rows, recall by size."""
+        agg = self.aggregate
+        tags = list(agg)
+        head = "| Metric | " + " | ".join(t.replace("1_", "1:") for t in tags) + " |"
+        sep = "|---|" + "---|" * len(tags)
+        names = list(PIXEL_ROWS)
+        for thr in self.object_iou_thresholds:
+            tg = iou_tag(thr)
+            names += [
+                (f"object_precision_{tg}", f"Object precision @IoU {thr:g}"),
+                (f"object_recall_{tg}", f"Object recall @IoU {thr:g}"),
+                (f"object_f1_{tg}", f"Object F1 @IoU {thr:g}"),
+            ]
+        names.append(("no_skill_pr_auc", "PR-AUC of no skill"))
+        lines = [
+            f"# Test-Realistic report ({len(self.seeds)} seed{'s' if len(self.seeds) != 1 else ''}: "
+            f"{', '.join(map(str, self.seeds))})",
+            "",
+            f"Frozen deployment config per seed (tta {self.tta}, scales {self.scales}); mean ± std over seeds.",
+            "",
+            head,
+            sep,
+        ]
+        for key, label in names:
+            lines.append(f"| {label} | " + " | ".join(agg[t][key].text for t in tags) + " |")
+        lines += ["", "## Per seed", "", "| seed | threshold | T | " + " | ".join(f"PR-AUC {t}" for t in tags) + " |"]
+        lines.append("|---|---|---|" + "---|" * len(tags))
+        for s in self.per_seed:
+            row = [f"{s.metrics[t]['pr_auc']:.3f}" for t in tags]
+            lines.append(f"| {s.seed} | {s.threshold:.4f} | {s.temperature:.3f} | " + " | ".join(row) + " |")
+        lines += [
+            "",
+            "## Object recall by RTS area (mean over seeds)",
+            "",
+            "| area (m²) | GT objects | recall |",
+            "|---|---|---|",
+        ]
+        for i, b in enumerate(self.per_seed[0].recall_by_size):
+            mu, sd = mean_std([s.recall_by_size[i].recall for s in self.per_seed])
+            n = sum(s.recall_by_size[i].n_objects for s in self.per_seed) // len(self.per_seed)
+            hi = "∞" if b.area_m2_to >= 1e11 else f"{b.area_m2_to:,.0f}"
+            lines.append(f"| {b.area_m2_from:,.0f} – {hi} | {n} | {fmt(mu, sd)} |")
+        return "\n".join(lines) + "\n"
+
+    def render_table(self) -> str:
+        """A compact terminal table of the aggregate (PR-AUC, IoU, F1, object F1 @0.3)."""
+        agg = self.aggregate
+        tags = list(agg)
+        rows = [("PR-AUC", "pr_auc"), ("IoU_RTS", "iou_rts"), ("F1_RTS", "f1_rts")]
+        rows.append(("no-skill PR-AUC", "no_skill_pr_auc"))
+        if 0.3 in self.object_iou_thresholds:
+            rows += [("Object P @0.3", "object_precision_iou30"), ("Object R @0.3", "object_recall_iou30")]
+            rows += [("Object F1 @0.3", "object_f1_iou30")]
+        width = 17
+        out = [f"{'Test-Realistic':<{width}}" + "".join(f"{t.replace('1_', '1:'):>17}" for t in tags)]
+        for label, key in rows:
+            out.append(f"{label:<{width}}" + "".join(f"{agg[t][key].text:>17}" for t in tags))
+        return "\n".join(out)

@@ -1,0 +1,157 @@
+"""Building the deployment package from a seed's weights and frozen deployment config."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+import yaml
+
+from rtscore.config.base import config_hash, load_config
+from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.pipeline import RGB_NAMES, PipelineConfig
+from rtscore.data.normalization import load_normalization_stats
+from rtscore.package.format import (
+    DEPLOYMENT,
+    METADATA,
+    MODEL,
+    REQUIREMENTS,
+    STATS,
+    SUMS,
+    WEIGHTS,
+    PackagedChannels,
+    PackagedModelConfig,
+    PackageError,
+    PackageFile,
+    PackageInfo,
+    RunMetadata,
+    TrainedWith,
+)
+from rtscore.package.verify import audit_package
+from rtscore.storage import sha256_file, staged_dir
+from rtscore.train.result import SeedSummary
+
+
+# --------------------------------------------------------------------------- helpers
+def _utc(ts: float | None = None) -> str:
+    dt = datetime.now(UTC) if ts is None else datetime.fromtimestamp(ts, UTC)
+    return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _git_state() -> tuple[str, bool | None]:
+    """(HEAD sha, dirty) of the checkout rtscore runs from; ('unknown', None) outside a git checkout."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", None
+    return (sha, bool(status.strip())) if re.fullmatch(r"[0-9a-f]{40,64}", sha) else ("unknown", None)
+
+
+def frozen_requirements() -> list[str]:
+    """``name==version`` of every installed distribution, sorted by name (no pip subprocess)."""
+    seen: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name and name.lower() not in seen:
+            seen[name.lower()] = f"{name}=={dist.version}"
+    return [seen[k] for k in sorted(seen)]
+
+
+def write_sha256sums(directory: Path) -> list[PackageFile]:
+    """Write ``SHA256SUMS`` (``sha256sum -c`` format) for every other file of ``directory``."""
+    files = [
+        PackageFile(name=p.name, sha256=sha256_file(p), bytes=p.stat().st_size)
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != SUMS
+    ]
+    (directory / SUMS).write_text("".join(f"{f.sha256}  {f.name}\n" for f in files))
+    return files
+
+
+def _model_config(cfg: PipelineConfig) -> PackagedModelConfig:
+    return PackagedModelConfig(
+        architecture=cfg.model.architecture,
+        backbone=cfg.model.backbone,
+        decoder_channels=cfg.model.decoder_channels,
+        in_channels=cfg.channels.count,
+        channels=PackagedChannels(rgb=list(RGB_NAMES), extra=list(cfg.channels.extra)),
+        tile_size=cfg.data.tile_size,
+    )
+
+
+# --------------------------------------------------------------------------- build
+def build_package(
+    out: Path,
+    cfg: PipelineConfig,
+    *,
+    seed: SeedSummary,
+    weights: Path,
+    deployment: Path,
+    stats: Path,
+) -> PackageInfo:
+    """Assemble the package directory ``out`` from one seed's weights and frozen deployment config (published
+    atomically).
+
+    ``seed`` is the shipped seed's training summary (the calibrate stage decides which seed ships). Every
+    input is checked before anything is written, and the staged package is audited (as by
+    :func:`verify_package`, without the model load) before it replaces a previous one.
+    """
+    n = seed.seed
+    if not weights.is_file():
+        raise PackageError(f"weights of seed {n} not found: {weights} (was the seed's training completed?)")
+    if not deployment.is_file():
+        raise PackageError(f"deployment config of seed {n} not found: {deployment}; run calibrate first")
+    dep = load_config(DeploymentConfig, deployment)
+    missing = [k for k in ("threshold", "temperature") if getattr(dep, k) is None]
+    if missing:
+        raise PackageError(f"{deployment}: {' and '.join(missing)} null (not calibrated); run calibrate first")
+    if dep.precision != cfg.training.precision:
+        raise PackageError(
+            f"{deployment}: precision {dep.precision} differs from training.precision {cfg.training.precision} "
+            "(guide §4.6: calibration and deployment must run at the training precision)"
+        )
+    load_normalization_stats(stats, [c.name for c in cfg.channels.extra])  # the channel binding (guide §4.5)
+
+    git_sha, git_dirty = _git_state()
+    best = seed.best_val_realistic_pr_auc_geomean_smoothed
+    meta = RunMetadata(
+        git_sha=git_sha,
+        git_dirty=git_dirty,
+        mlflow_run_id=seed.mlflow_run_id,
+        training_date=_utc(weights.stat().st_mtime),
+        package_date=_utc(),
+        seed=n,
+        epoch=int(seed.best_epoch or 0),
+        best_metric=best if best is not None and math.isfinite(best) else None,
+        trained_with=TrainedWith(precision=cfg.training.precision, seed=n, config_sha=config_hash(cfg)),
+    )
+    final = out
+    with staged_dir(final) as tmp:
+        shutil.copyfile(weights, tmp / WEIGHTS)
+        shutil.copyfile(stats, tmp / STATS)
+        shutil.copyfile(deployment, tmp / DEPLOYMENT)
+        (tmp / MODEL).write_text(yaml.safe_dump(_model_config(cfg).model_dump(mode="json"), sort_keys=False))
+        (tmp / METADATA).write_text(meta.model_dump_json(indent=2) + "\n")
+        (tmp / REQUIREMENTS).write_text("\n".join(frozen_requirements()) + "\n")
+        files = write_sha256sums(tmp)
+        failed = [c for c in audit_package(tmp) if not c.ok]
+        if failed:
+            lines = "\n".join(f"  {c.name}: {c.detail}" for c in failed)
+            raise PackageError(f"the package built from seed {n}'s {weights} fails its audit:\n{lines}")
+    files.append(PackageFile(name=SUMS, sha256=sha256_file(final / SUMS), bytes=(final / SUMS).stat().st_size))
+    return PackageInfo(path=str(final), seed=n, files=files)
