@@ -53,15 +53,19 @@ def make_run(root: Path, cfg: Any, seeds: list[int]) -> Path:
 
     from rtscore import stages
     from rtscore.models import build_model
+    from rtscore.stages.spec import record
+    from rtscore.stages.train import SPEC as TRAIN_SEED
+    from rtscore.storage import RunDir, RunLayout
     from rtscore.train.checkpoint import save_best
 
     run = root / "run"
     for split in ("train", "val"):
         stages.generate_dataset(str(run), cfg, split)
     stages.normalization_stats(str(run), cfg)
-    for s in seeds:
+    for s in seeds:  # untrained weights stand in for a trained seed: the cost does not depend on them
         torch.manual_seed(s)
-        save_best(run / "seeds" / f"seed_{s}", build_model(cfg.model, cfg.channels).state_dict())
+        save_best(run / RunLayout.SEED_DIR.at(seed=s), build_model(cfg.model, cfg.channels).state_dict())
+        record(TRAIN_SEED, RunDir(run), RunLayout.BEST_WEIGHTS.at(seed=s), cfg)
     return run
 
 
@@ -69,11 +73,11 @@ def one_pass(run: Path, cfg: Any, seed: int) -> float:
     """Seconds of one deployment-path pass (no TTA, native scale) over the pool, model already loaded."""
     import torch
 
-    from rtscore.calibrate.infer import predict_logits, prepare_model
-    from rtscore.stages import _eval_setup
+    from rtscore.inference.numerics import predict_logits, prepare_model
+    from rtscore.stages.seeds import seed_model_and_loader
     from rtscore.storage import RunDir
 
-    model, loader, _ = _eval_setup(RunDir(run), cfg, seed, "val")
+    model, loader, _ = seed_model_and_loader(RunDir(run), cfg, seed, "val")
     run_model = prepare_model(model, False)
     t0 = time.perf_counter()
     with torch.inference_mode():

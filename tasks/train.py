@@ -1,6 +1,9 @@
-"""Training tasks: one seed, and the parent bookkeeping of a multi-seed run."""
+"""Training tasks: one seed (with a per-epoch progress artifact), and the parent bookkeeping of a multi-seed run."""
 
 from __future__ import annotations
+
+from typing import cast
+from uuid import UUID
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -8,16 +11,17 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from rtscore import stages
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.stages import ArtifactRef, TrainResult
-from tasks.caching import stage_cache_key
+from rtscore.stages.train import SPEC
+from tasks.stages import stage_task
 
-TRAIN_INPUTS = ("datasets/train.zarr", "datasets/val.zarr", "normalization_stats.json")
 
-
-@task(name="train-seed", cache_key_fn=stage_cache_key("train-seed", TRAIN_INPUTS, ("seed",)), persist_result=True)
-def train_seed(
+def _train_seed(
     run_dir: str, cfg: PipelineConfig, seed: int, fresh: bool = False, parent_run_id: str | None = None
 ) -> TrainResult:
-    bar = create_progress_artifact(0.0, key=f"train-seed-{seed}-progress", description=f"seed {seed}: epochs")
+    # Prefect types its sync/async-dispatching functions as `T | Coroutine[..., T]`; called sync, it is T.
+    bar = cast(
+        UUID, create_progress_artifact(0.0, key=f"train-seed-{seed}-progress", description=f"seed {seed}: epochs")
+    )
 
     def epoch_done(epoch: int, metrics: dict[str, float]) -> None:
         geomean = metrics.get("val_realistic_pr_auc_geomean")
@@ -30,12 +34,15 @@ def train_seed(
     )
 
 
-@task(name="start-multi-seed")
+train_seed = stage_task(SPEC, _train_seed)
+
+
+@task(name="start-multi-seed", task_run_name="start-multi-seed")
 def start_multiseed(run_dir: str, cfg: PipelineConfig, seeds: list[int]) -> str | None:
     return stages.start_multiseed(run_dir, cfg, seeds)
 
 
-@task(name="finish-multi-seed")
+@task(name="finish-multi-seed", task_run_name="finish-multi-seed")
 def finish_multiseed(
     run_dir: str, cfg: PipelineConfig, parent_run_id: str | None, results: list[TrainResult]
 ) -> ArtifactRef:

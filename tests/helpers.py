@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rtscore.data.generate import base_attrs, write_store
 from rtscore.data.store import StoreLayout
 from rtscore.data.tiles import KIND_CODES, RawTile
+from rtscore.data.writer import base_attrs, write_store
 from tests.conftest import make_tile
 
 SIZE = 32
@@ -120,3 +120,32 @@ def copy_run(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     (dst / "manifest.json").write_text((dst / "manifest.json").read_text().replace(str(src), str(dst)))
     return dst
+
+
+def fake_trained_seed(run: Path, cfg: Any, seed: int, best_metric: float = 0.5) -> None:
+    """Seeded untrained EMA weights and a run summary for ``seed``, recorded as the train-seed stage would."""
+    import torch
+
+    from rtscore.models import build_model
+    from rtscore.stages.spec import record
+    from rtscore.stages.train import SPEC
+    from rtscore.storage import RunDir, RunLayout
+    from rtscore.train.checkpoint import save_best
+    from rtscore.train.result import SeedSummary
+
+    torch.manual_seed(seed)
+    save_best(run / RunLayout.SEED_DIR.at(seed=seed), build_model(cfg.model, cfg.channels).state_dict())
+    summary = SeedSummary(
+        seed=seed,
+        epochs_run=0,
+        stopped_early=False,
+        best_epoch=0,
+        best_val_realistic_pr_auc_geomean_smoothed=best_metric,
+        last_validation={},
+        overfitting={},
+        model=cfg.model,
+        mlflow_run_id=None,
+    )
+    (run / RunLayout.SEED_SUMMARY.at(seed=seed)).write_text(summary.model_dump_json(indent=2) + "\n")
+    for entry in (RunLayout.BEST_WEIGHTS, RunLayout.SEED_SUMMARY):
+        record(SPEC, RunDir(run), entry.at(seed=seed), cfg)

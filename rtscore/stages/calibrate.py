@@ -1,0 +1,168 @@
+"""Stage calibrate: TTA and scale gates over all seeds' caches, each seed's temperature and threshold, and
+the one decision of which seed ships (guide §10.4 steps 2-5)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from rtscore.calibrate.cache import CacheError, LogitCache
+from rtscore.calibrate.run import CalibrationPlots, SeedCalibrationReport, calibrate_seed, render_report, run_gates
+from rtscore.config.base import dump_yaml
+from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.errors import PipelineError
+from rtscore.stages.seeds import trained_seeds
+from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
+from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_json, atomic_write_text, sha256_file
+from rtscore.train.result import SeedSummary, read_seed_summary
+
+
+class SeedCalibration(BaseModel):
+    """One seed's calibrated operating point."""
+
+    seed: int = Field(..., description="Training seed.")
+    temperature: float = Field(..., description="Fitted temperature T.")
+    threshold: float = Field(..., description="Operating threshold on sigmoid(logit / T).")
+    precision: float = Field(..., description="Val-Realistic precision at the threshold (calibration ratio).")
+    recall: float = Field(..., description="Val-Realistic recall at the threshold (calibration ratio).")
+    target_reached: bool = Field(..., description="Whether the target precision was reachable.")
+
+
+class CalibrationSummary(BaseModel):
+    """``calibration/summary.json``: the shipped seed (decided here, once) and every seed's point."""
+
+    shipped_seed: int = Field(..., description="The seed the deployment package ships.")
+    shipped_reason: str = Field(..., description="Why that seed: package.seed, or the best validation metric.")
+    seeds: list[SeedCalibration] = Field(..., description="Per-seed calibration.")
+    tta_reason: str = Field(..., description="Why the TTA gate chose what it chose.")
+    scales_reason: str = Field(..., description="Why the scale gate chose what it chose.")
+
+
+class CalibrationResult(BaseModel):
+    """What calibrate hands on: the frozen deployment config of the shipped seed, the summary, the artifacts."""
+
+    deployment: DeploymentConfig = Field(..., description="calibration/deployment_config.yaml (shipped seed).")
+    summary: CalibrationSummary = Field(..., description="Shipped seed and per-seed calibration.")
+    artifacts: list[ArtifactRef] = Field(default_factory=list, description="Recorded calibration artifacts.")
+
+    @property
+    def shipped_seed(self) -> int:
+        return self.summary.shipped_seed
+
+
+def choose_shipped_seed(summaries: Sequence[SeedSummary], requested: int | None) -> tuple[int, str]:
+    """``requested`` (package.seed) if calibrated; else the best smoothed validation metric (ties: the lowest
+    seed; NaN never wins). Returns (seed, reason)."""
+    by_seed = {s.seed: s for s in summaries}
+    if requested is not None:
+        if requested not in by_seed:
+            raise PipelineError(f"package.seed {requested} is not among the calibrated seeds {sorted(by_seed)}")
+        return requested, f"package.seed is {requested}"
+
+    def key(s: SeedSummary) -> tuple[float, int]:
+        m = s.best_val_realistic_pr_auc_geomean_smoothed
+        return (m if m is not None and math.isfinite(m) else -math.inf, -s.seed)
+
+    best = max(summaries, key=key)
+    return best.seed, f"best smoothed validation metric among seeds {sorted(by_seed)}"
+
+
+def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -> CalibrationResult:
+    """Gates on all seeds' caches, then per seed temperature and threshold; ``calibration/``."""
+    run = RunDir(run_dir)
+    seeds = trained_seeds(run, seeds)
+    require_inputs(SPEC, run, seeds=seeds)
+    caches = []
+    for s in seeds:
+        cache = LogitCache(run.at(RunLayout.LOGIT_CACHE, seed=s))
+        weights = run.at(RunLayout.BEST_WEIGHTS, seed=s)
+        if cache.attrs.get("weights_sha256") != sha256_file(weights):
+            raise CacheError(f"the logit cache {cache.path} was computed from other weights than {weights}; rerun it")
+        caches.append(cache)
+    outputs = [e.at() for e in (RunLayout.DEPLOYMENT_CONFIG, RunLayout.GATES, RunLayout.CALIBRATION_SUMMARY)]
+    outputs.append(RunLayout.CALIBRATION_REPORT_MD.at())
+    per_seed = (
+        RunLayout.SEED_DEPLOYMENT_CONFIG,
+        RunLayout.SEED_CALIBRATION_REPORT,
+        RunLayout.SEED_RELIABILITY,
+        RunLayout.SEED_PR_CURVES,
+    )
+    outputs += [e.at(seed=s) for s in seeds for e in per_seed]
+    for rel in outputs:
+        run.forget(rel)
+
+    gated, gates = run_gates(cfg, caches)
+    atomic_write_json(run.at(RunLayout.GATES), gates)
+    frozen: dict[int, DeploymentConfig] = {}
+    reports: dict[int, SeedCalibrationReport] = {}
+    for s, cache in zip(seeds, caches, strict=True):
+        source = run.at(RunLayout.SEED_DEPLOYMENT_CONFIG, seed=s)
+        run.at(RunLayout.SEED_CALIBRATION, seed=s).mkdir(parents=True, exist_ok=True)
+        plots = CalibrationPlots(
+            reliability=run.at(RunLayout.SEED_RELIABILITY, seed=s), pr_curves=run.at(RunLayout.SEED_PR_CURVES, seed=s)
+        )
+        frozen[s], reports[s] = calibrate_seed(gated, cache, cfg, plots, source=source)
+        dump_yaml(frozen[s], source)
+        atomic_write_json(run.at(RunLayout.SEED_CALIBRATION_REPORT, seed=s), reports[s].model_dump(mode="python"))
+
+    summaries = []
+    for s in seeds:
+        run.fetch(RunLayout.SEED_SUMMARY.at(seed=s))
+        summaries.append(read_seed_summary(run.at(RunLayout.SEED_SUMMARY, seed=s)))
+    shipped, reason = choose_shipped_seed(summaries, cfg.package.seed)
+    dump_yaml(frozen[shipped], run.at(RunLayout.DEPLOYMENT_CONFIG))
+    summary = CalibrationSummary(
+        shipped_seed=shipped,
+        shipped_reason=reason,
+        seeds=[
+            SeedCalibration(
+                seed=s,
+                temperature=r.temperature.T,
+                threshold=r.operating.threshold,
+                precision=r.operating.precision,
+                recall=r.operating.recall,
+                target_reached=r.operating.target_reached,
+            )
+            for s, r in reports.items()
+        ],
+        tta_reason=str(gates["tta"]["reason"]),
+        scales_reason=str(gates["scales"]["reason"]),
+    )
+    atomic_write_text(run.at(RunLayout.CALIBRATION_SUMMARY), summary.model_dump_json(indent=2) + "\n")
+    atomic_write_text(run.at(RunLayout.CALIBRATION_REPORT_MD), render_report(cfg, gates, reports, shipped))
+    refs = [record(SPEC, run, rel, cfg) for rel in outputs]
+    return CalibrationResult(deployment=frozen[shipped], summary=summary, artifacts=refs)
+
+
+def read_calibration_summary(run: RunDir) -> CalibrationSummary:
+    """The calibration summary of a run (staged from gs:// and verified), or StorageError naming the file."""
+    rel = RunLayout.CALIBRATION_SUMMARY.at()
+    run.require(rel)
+    path = run.path(rel)
+    try:
+        return CalibrationSummary.model_validate_json(path.read_text())
+    except ValueError as err:
+        raise StorageError(f"{path} is not a valid calibration summary: {err}") from None
+
+
+SPEC = StageSpec(
+    name="calibrate",
+    fn=calibrate,
+    inputs=(RunLayout.BEST_WEIGHTS, RunLayout.LOGIT_CACHE, RunLayout.SEED_SUMMARY),
+    outputs=(
+        RunLayout.DEPLOYMENT_CONFIG,
+        RunLayout.GATES,
+        RunLayout.CALIBRATION_SUMMARY,
+        RunLayout.CALIBRATION_REPORT_MD,
+        RunLayout.SEED_DEPLOYMENT_CONFIG,
+        RunLayout.SEED_CALIBRATION_REPORT,
+        RunLayout.SEED_RELIABILITY,
+        RunLayout.SEED_PR_CURVES,
+    ),
+    config=(*TRAINING_CONFIG, "deployment", "calibration", "package.seed"),
+    params=("seeds",),
+    description="Gate TTA and scales, fit each seed's temperature and threshold, decide the shipped seed.",
+)

@@ -1,0 +1,95 @@
+"""Stage evaluate-test: Test-Realistic per seed with its frozen deployment config, mean ± std over seeds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from rtscore.calibrate.plots import plot_pr_curves
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.evaluation import SeedTestResult, TestReport, frozen_deployment, run_test_pass, summarize_seed
+from rtscore.metrics import weighted_hist
+from rtscore.stages.seeds import pixel_size_m, seed_model_and_loader, trained_seeds
+from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
+from rtscore.storage import RunDir, RunLayout, atomic_write_json, atomic_write_text
+
+
+class TestResult(BaseModel):
+    """What evaluate-test hands on: the report and its recorded artifacts."""
+
+    __test__ = False  # not a pytest class
+
+    report: TestReport = Field(..., description="The test report (evaluation/test_report.json).")
+    artifacts: list[ArtifactRef] = Field(default_factory=list, description="Recorded evaluation artifacts.")
+
+    @property
+    def table(self) -> str:
+        return self.report.render_table()
+
+
+def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -> TestResult:
+    """Test-Realistic per seed with its frozen deployment config, mean ± std across seeds; ``evaluation/``."""
+    run = RunDir(run_dir)
+    seeds = trained_seeds(run, seeds)
+    require_inputs(SPEC, run, seeds=seeds)
+    deps = {s: frozen_deployment(run.at(RunLayout.SEED_DEPLOYMENT_CONFIG, seed=s)) for s in seeds}
+    pixel = pixel_size_m(run.at(RunLayout.DATASET, split="test"))
+    per_seed: list[SeedTestResult] = []
+    curves: dict[int, dict[str, Any]] = {}
+    for s in seeds:
+        model, loader, _ = seed_model_and_loader(run, cfg, s, "test")
+        dep = deps[s]
+        ev = summarize_seed(run_test_pass(model, loader, cfg, dep), cfg, pixel)
+        assert dep.threshold is not None and dep.temperature is not None  # frozen_deployment refuses nulls
+        per_seed.append(
+            SeedTestResult(
+                seed=s,
+                threshold=dep.threshold,
+                temperature=dep.temperature,
+                metrics=ev.metrics,
+                recall_by_size=ev.recall_by_size,
+                n_pos_tiles=int(ev.is_positive.sum()),
+                n_neg_tiles=int((~ev.is_positive).sum()),
+            )
+        )
+        for r in cfg.metrics.ratios:
+            curves.setdefault(r, {})[f"seed {s}"] = (*weighted_hist(ev.hist, r), ev.hist.bins)
+    report = TestReport.from_seeds(per_seed, deps[seeds[0]], cfg.metrics.object_iou_thresholds)
+    rels = [RunLayout.TEST_REPORT.at(), RunLayout.TEST_REPORT_MD.at()]
+    rels += [RunLayout.TEST_PR_CURVES.at(ratio=r) for r in curves]
+    for rel in rels:
+        run.forget(rel)
+    atomic_write_json(run.at(RunLayout.TEST_REPORT), report.model_dump(mode="python"))
+    atomic_write_text(run.at(RunLayout.TEST_REPORT_MD), report.render_markdown())
+    for r, c in curves.items():
+        tag = f"1_{r}"
+        points = [
+            (f"seed {p.seed} @ threshold", p.metrics[tag]["recall"], p.metrics[tag]["precision"]) for p in per_seed
+        ]
+        plot_pr_curves(c, points, run.at(RunLayout.TEST_PR_CURVES, ratio=r), f"Test-Realistic 1:{r}")
+    refs = [record(SPEC, run, rel, cfg) for rel in rels]
+    return TestResult(report=report, artifacts=refs)
+
+
+def read_test_report(run: RunDir) -> TestReport:
+    """The run's test report, read through its model."""
+    rel = RunLayout.TEST_REPORT.at()
+    run.require(rel)
+    return TestReport.model_validate_json(run.path(rel).read_text())
+
+
+SPEC = StageSpec(
+    name="evaluate-test",
+    fn=evaluate_test,
+    inputs=(
+        RunLayout.DATASET.bind(split="test"),
+        RunLayout.NORMALIZATION_STATS,
+        RunLayout.BEST_WEIGHTS,
+        RunLayout.SEED_DEPLOYMENT_CONFIG,
+    ),
+    outputs=(RunLayout.TEST_REPORT, RunLayout.TEST_REPORT_MD, RunLayout.TEST_PR_CURVES),
+    config=(*TRAINING_CONFIG, "deployment", "calibration", "evaluation"),
+    params=("seeds",),
+    description="Test-Realistic with each seed's frozen deployment config; mean ± std over seeds.",
+)

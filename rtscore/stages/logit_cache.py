@@ -1,0 +1,64 @@
+"""Stage logit-cache: one pass over Val-Realistic per (scale, TTA transform), kept as logit statistics."""
+
+from __future__ import annotations
+
+from rtscore.calibrate.cache import build_logit_cache
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.stages.seeds import pixel_size_m, seed_model_and_loader
+from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
+from rtscore.storage import RunDir, RunLayout, sha256_file
+
+# The decision settings: the cache serves every value of these, so they never invalidate it.
+DECISION_SETTINGS = (
+    "calibration.ratio",
+    "calibration.target_precision",
+    "calibration.tta_gate",
+    "calibration.tta_min_pr_auc_gain",
+    "calibration.tta_max_precision_drop",
+    "calibration.scale_gate",
+    "calibration.scale_min_large_pr_auc_gain",
+    "calibration.scale_max_fp_rate_increase",
+    "calibration.per_region_thresholds",
+    "calibration.temperature_bounds",
+    "calibration.ece_bins",
+    "deployment.threshold",
+    "deployment.temperature",
+    "deployment.tta",
+    "deployment.scales",
+    "deployment.fusion",
+    "deployment.region_thresholds",
+)
+
+
+def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool = False) -> ArtifactRef:
+    """``calibration/seed_<n>/logit_cache.zarr``: one pass over Val-Realistic per (scale, TTA transform)."""
+    run = RunDir(run_dir)
+    require_inputs(SPEC, run, seed=seed)
+    weights = run.at(RunLayout.BEST_WEIGHTS, seed=seed)
+    model, loader, n = seed_model_and_loader(run, cfg, seed, "val")
+    rel = RunLayout.LOGIT_CACHE.at(seed=seed)
+    run.forget(rel)
+    val = run.entry(RunLayout.DATASET.at(split="val"))
+    build_logit_cache(
+        model,
+        loader,
+        cfg,
+        run.path(rel),
+        n_tiles=n,
+        pixel_size_m=pixel_size_m(run.at(RunLayout.DATASET, split="val")),
+        attrs={"seed": seed, "weights_sha256": sha256_file(weights), "val_sha256": val.sha256 if val else None},
+        progress=progress,
+    )
+    return record(SPEC, run, rel, cfg)
+
+
+SPEC = StageSpec(
+    name="logit-cache",
+    fn=logit_cache,
+    inputs=(RunLayout.DATASET.bind(split="val"), RunLayout.NORMALIZATION_STATS, RunLayout.BEST_WEIGHTS),
+    outputs=(RunLayout.LOGIT_CACHE,),
+    config=(*TRAINING_CONFIG, "deployment", "calibration"),
+    config_ignores=DECISION_SETTINGS,
+    params=("seed",),
+    description="Cache Val-Realistic logit statistics of one seed for every TTA/scale candidate.",
+)

@@ -1,0 +1,84 @@
+"""The pipeline's stages in order, and what derives from their specs: code fingerprints and cache keys."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.stages.calibrate import SPEC as CALIBRATE
+from rtscore.stages.evaluate_test import SPEC as EVALUATE_TEST
+from rtscore.stages.generate import SPEC as GENERATE_DATASET
+from rtscore.stages.logit_cache import SPEC as LOGIT_CACHE
+from rtscore.stages.normalization import SPEC as NORMALIZATION_STATS
+from rtscore.stages.package import SPEC as PACKAGE
+from rtscore.stages.spec import StageSpec, expand
+from rtscore.stages.train import SPEC as TRAIN_SEED
+from rtscore.stages.validate import SPEC as VALIDATE_DATA
+from rtscore.storage import RunDir
+
+# First to last: a stage's inputs are produced by stages before it.
+STAGES: tuple[StageSpec, ...] = (
+    GENERATE_DATASET,
+    NORMALIZATION_STATS,
+    VALIDATE_DATA,
+    TRAIN_SEED,
+    LOGIT_CACHE,
+    CALIBRATE,
+    EVALUATE_TEST,
+    PACKAGE,
+)
+BY_NAME: dict[str, StageSpec] = {s.name: s for s in STAGES}
+
+
+def spec(name: str) -> StageSpec:
+    """The spec of stage ``name`` (KeyError naming the known stages otherwise)."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown stage {name!r}; stages: {', '.join(BY_NAME)}") from None
+
+
+def producers(stage: StageSpec) -> list[StageSpec]:
+    """The stages whose declared outputs this stage reads."""
+    found: list[StageSpec] = []
+    for other in STAGES:
+        if other is stage:
+            continue
+        reads = (*stage.inputs, *stage.optional_inputs)
+        if any(out.match(inp.template) is not None for out in other.outputs for inp in reads):
+            found.append(other)
+    return found
+
+
+@cache
+def code_fingerprint(name: str) -> str:
+    """sha256 of a stage's own code and, recursively, the code of the stages producing its inputs.
+
+    So an edit anywhere upstream re-runs the stages downstream too, even where it happens to reproduce
+    the same bytes (a deterministic retraining after a comment edit, say).
+    """
+    stage = spec(name)
+    h = hashlib.sha256(f"{stage.name}\0{stage.own_code_hash()}".encode())
+    for up in sorted(producers(stage), key=lambda s: s.name):
+        h.update(f"{up.name}\0{code_fingerprint(up.name)}".encode())
+    return h.hexdigest()
+
+
+def cache_key(name: str, run_dir: str, cfg: PipelineConfig, params: Mapping[str, Any]) -> str:
+    """The cache key of one run of a stage: its code fingerprint, the config it reads, the run, the
+    parameters that select its work, and the recorded sha256 of each of its inputs."""
+    stage = spec(name)
+    run = RunDir(run_dir)
+    h = hashlib.sha256()
+    h.update(code_fingerprint(name).encode())
+    h.update(stage.config_hash(cfg).encode())
+    h.update(run.uri.encode())
+    for p in stage.params:
+        h.update(f"{p}={params.get(p, '')};".encode())
+    for rel in expand((*stage.inputs, *stage.optional_inputs), params):
+        entry = run.entry(rel)
+        h.update(f"{rel}={entry.sha256 if entry else 'missing'};".encode())
+    return f"{name}-{h.hexdigest()}"

@@ -1,0 +1,52 @@
+"""Stage validate-data: every split through its DataLoader; report, sample grid, refusal on a failed check."""
+
+from __future__ import annotations
+
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.validation import DataValidationError
+from rtscore.data.validation import validate_data as run_checks
+from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, require_inputs
+from rtscore.storage import RunDir, RunLayout, staged_dir
+
+SPLITS = ("train", "val", "test")
+
+
+def validate_data(
+    run_dir: str, cfg: PipelineConfig, *, max_batches: int | None = None, num_workers: int = 0, progress: bool = False
+) -> ArtifactRef:
+    """``validation/``: report.json, report.md, samples.png; raises if a check fails (report still written)."""
+    run = RunDir(run_dir)
+    require_inputs(SPEC, run)
+    stores = {
+        s: run.at(RunLayout.DATASET, split=s) for s in SPLITS if run.fetch(RunLayout.DATASET.at(split=s)) is not None
+    }
+    rel = RunLayout.VALIDATION.at()
+    run.forget(rel)
+    failure: DataValidationError | None = None
+    with staged_dir(run.path(rel)) as tmp:
+        try:
+            run_checks(
+                cfg,
+                stores,
+                run.at(RunLayout.NORMALIZATION_STATS),
+                tmp,
+                max_batches=max_batches,
+                num_workers=num_workers,
+                progress=progress,
+            )
+        except DataValidationError as err:
+            failure = err
+    if failure is not None:
+        raise DataValidationError(str(failure).replace(str(tmp), str(run.path(rel))))
+    return record(SPEC, run, rel, cfg)
+
+
+SPEC = StageSpec(
+    name="validate-data",
+    fn=validate_data,
+    inputs=(RunLayout.NORMALIZATION_STATS,),
+    optional_inputs=tuple(RunLayout.DATASET.bind(split=s) for s in SPLITS),
+    outputs=(RunLayout.VALIDATION,),
+    config=DATA_CONFIG,
+    description="Check the datasets through the DataLoader and write a report.",
+)

@@ -1,0 +1,139 @@
+"""Caching correct by construction, against a real run directory and the real pipeline flow.
+
+An edit to a module in a stage's import closure re-runs that stage and every stage after it, and nothing
+before it; an edit outside every closure re-runs nothing. The shipped seed is decided once, by calibration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rtscore.config import load_pipeline_config
+from rtscore.stages import STAGES, cache_key, code_fingerprint
+from rtscore.stages import spec as spec_module
+from rtscore.storage import RunDir
+from tests.flows.configs import tiny_training_config, write_config
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = [s.name for s in STAGES]
+AFTER_TRAINING = ["train-seed", "logit-cache", "calibrate", "evaluate-test", "package"]
+
+
+def executed_stages(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every stage that records an artifact from now on (a stage served from the cache records nothing)."""
+    seen: list[str] = []
+    original = RunDir.record
+
+    def record(self: RunDir, rel: str, stage: str, config_hash: str, **kw: object) -> object:
+        seen.append(stage)
+        return original(self, rel, stage, config_hash, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunDir, "record", record)
+    return seen
+
+
+class Edits:
+    """Simulated edits of project files: their bytes, as the code fingerprint reads them, change."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.files: set[Path] = set()
+        original = spec_module.source_bytes
+        monkeypatch.setattr(
+            spec_module, "source_bytes", lambda path: original(path) + (b"\n# edited\n" if path in self.files else b"")
+        )
+
+    def edit(self, rel: str) -> None:
+        self.files.add((ROOT / rel).resolve())
+        code_fingerprint.cache_clear()
+
+    def undo(self, rel: str) -> None:
+        self.files.discard((ROOT / rel).resolve())
+        code_fingerprint.cache_clear()
+
+
+@pytest.fixture
+def edits(monkeypatch: pytest.MonkeyPatch) -> Iterator[Edits]:
+    yield Edits(monkeypatch)
+    code_fingerprint.cache_clear()
+
+
+@pytest.mark.slow
+def test_a_code_edit_recomputes_its_stage_and_everything_after_it_and_nothing_before(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edits: Edits
+) -> None:
+    from flows.params import PipelineParams
+    from flows.pipeline import pipeline
+
+    config = write_config(tmp_path / "pipeline.yaml", tiny_training_config([1]))
+    params = PipelineParams(config=str(config), run_dir=str(tmp_path / "run"))
+    pipeline(params)
+    seen = executed_stages(monkeypatch)
+    pipeline(params)
+    assert [s for s in seen if s in NAMES] == [], "a completed pipeline re-runs nothing"
+
+    # The keys of every stage run of this pipeline, computed from the real run directory after each edit.
+    cfg = load_pipeline_config(config)
+    runs = [("generate-dataset", {"split": s}) for s in ("train", "val", "test")]
+    runs += [("normalization-stats", {}), ("validate-data", {}), ("train-seed", {"seed": 1})]
+    runs += [("logit-cache", {"seed": 1}), *((n, {"seeds": [1]}) for n in NAMES[-3:])]
+
+    def keys() -> dict[tuple[str, str], str]:
+        return {(n, str(p)): cache_key(n, params.run_dir, cfg, p) for n, p in runs}
+
+    cases = {  # edited file -> the stages whose cache keys change, in pipeline order
+        "rtscore/data/normalization.py": ["normalization-stats", "validate-data", *AFTER_TRAINING],
+        "rtscore/metrics/histograms.py": AFTER_TRAINING,
+        "README.md": [],
+        "tests/stages/test_caching.py": [],
+        "rtscore/package/verify.py": ["package"],
+        "rtscore/losses/focal.py": AFTER_TRAINING,
+    }
+    clean = keys()
+    for rel, expected in cases.items():
+        edits.edit(rel)
+        changed = {name for (name, p), k in keys().items() if clean[(name, p)] != k}
+        assert sorted(changed, key=NAMES.index) == expected, rel
+        edits.undo(rel)
+        assert keys() == clean
+
+    # ... and those keys are what the pipeline runs on: three of the edits, run for real.
+    for rel in ("README.md", "rtscore/package/verify.py", "rtscore/losses/focal.py"):
+        edits.edit(rel)
+        seen.clear()
+        pipeline(params)
+        assert sorted({s for s in seen if s in NAMES}, key=NAMES.index) == cases[rel], rel
+        seen.clear()
+        pipeline(params)
+        assert [s for s in seen if s in NAMES] == [], f"{rel}: the second run is served from the cache"
+
+
+@pytest.mark.slow
+def test_the_package_ships_the_seed_calibration_chose(prefect_harness: None, tmp_path: Path) -> None:
+    from flows.cli import main
+
+    config = write_config(tmp_path / "pipeline.yaml", tiny_training_config([42, 43, 44]))
+    run = tmp_path / "run"
+    assert main(["run", "--config", str(config), "--run", str(run)]) == 0
+    # Make seed 42 the best by validation metric: a package choosing over every trained seed would ship it.
+    best_42 = run / "seeds/seed_42/run_summary.json"
+    doc = json.loads(best_42.read_text())
+    doc["best_val_realistic_pr_auc_geomean_smoothed"] = 0.999
+    best_42.write_text(json.dumps(doc))
+
+    assert main(["calibrate", "--config", str(config), "--run", str(run), "--seeds", "43", "44"]) == 0
+    shipped = json.loads((run / "calibration/summary.json").read_text())["shipped_seed"]
+    assert shipped in (43, 44)
+    assert main(["package", "build", "--config", str(config), "--run", str(run), "--seeds", "43", "44"]) == 0
+    meta = json.loads((run / "package/run_metadata.json").read_text())
+    assert meta["seed"] == shipped
+    weights = (run / f"seeds/seed_{shipped}/best_deployment.pth").read_bytes()
+    assert (run / "package/weights.pth").read_bytes() == weights
+    deployment = (run / f"calibration/seed_{shipped}/deployment_config.yaml").read_bytes()
+    assert (run / "package/deployment_config.yaml").read_bytes() == deployment
+
+    # Packaging other seeds than the last calibration covered is refused, naming what to run.
+    assert main(["package", "build", "--config", str(config), "--run", str(run), "--seeds", "42", "43"]) == 2
