@@ -217,7 +217,7 @@ def bare_step(s: Any, model: Any, x: Any, y: Any) -> None:
     import torch
 
     from rtscore.losses import loss_soft_targets
-    from rtscore.train.loop import autocast
+    from rtscore.runtime import autocast
 
     cfg = s.cfg
     with autocast(cfg.training.precision, s.device):

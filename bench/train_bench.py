@@ -95,7 +95,7 @@ def bare_block(s: Any, x: Any, y: Any, steps: int) -> float:
     import torch
 
     from rtscore.losses import loss_soft_targets
-    from rtscore.train.loop import autocast
+    from rtscore.runtime import autocast
 
     cfg = s.cfg
     t0 = time.perf_counter()

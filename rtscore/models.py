@@ -1,4 +1,5 @@
-"""smp model factory: architecture x encoder from config, in_channels from channels, one logit out."""
+"""smp model factory: architecture x encoder from config, in_channels from channels, one logit out; and the one
+way trained weights are loaded back into their architecture (:func:`load_model`)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,20 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtscore.config.pipeline import ChannelsConfig, ModelConfig
+from rtscore.config.pipeline import ChannelsConfig, ModelConfig, PipelineConfig
+from rtscore.errors import PipelineError
+from rtscore.train import checkpoint
 
 if TYPE_CHECKING:
     import torch
+
+    from rtscore.package.format import PackagedModelConfig
 
 ARCHITECTURES = {"unetplusplus": "UnetPlusPlus", "unet": "Unet", "segformer": "Segformer"}
 _DOWNLOAD_TIMEOUT_S = "15"
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(PipelineError, ValueError):
     """The model cannot be built as configured (unknown backbone, weights unavailable, ...)."""
 
 
@@ -152,3 +157,43 @@ def encoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 def decoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     enc = {id(p) for p in encoder_parameters(model)}
     return [p for p in model.parameters() if id(p) not in enc]
+
+
+def load_model(
+    weights: Path, config: PipelineConfig | PackagedModelConfig, device: torch.device | str
+) -> torch.nn.Module:
+    """The architecture ``weights`` were trained as, with them loaded (``weights_only=True``, strict), on
+    ``device`` in eval mode.
+
+    ``config`` is the pipeline config (its ``model`` and ``channels``) or a package's ``model_config.yaml``;
+    encoder weights are never fetched, the state_dict replaces every parameter.
+
+    Raises:
+        CheckpointError: ``weights`` is missing or does not load with ``weights_only=True``.
+        TypeError: ``weights`` holds no state_dict (a mapping of parameter names to tensors).
+        RuntimeError: The state_dict does not fit the architecture (missing or unexpected keys, shapes).
+    """
+    import torch
+
+    state = checkpoint.load(weights)
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise TypeError("not a state_dict (a mapping of parameter names to tensors)")
+    model = build_model(*_architecture(config))
+    model.load_state_dict(state, strict=True)
+    return model.to(device).eval()
+
+
+def _architecture(config: PipelineConfig | PackagedModelConfig) -> tuple[ModelConfig, ChannelsConfig]:
+    """The model and input channels a config describes, without encoder weights to fetch."""
+    if isinstance(config, PipelineConfig):
+        return config.model.model_copy(update={"encoder_weights": None}), config.channels
+    model = ModelConfig(
+        architecture=config.architecture,
+        backbone=config.backbone,
+        encoder_weights=None,
+        decoder_channels=config.decoder_channels,
+        head_prior=None,
+    )
+    return model, ChannelsConfig(extra=config.channels.extra)

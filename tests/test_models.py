@@ -6,8 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rtscore.config.pipeline import ChannelsConfig, ExtraChannel, ModelConfig
-from rtscore.models import ModelConfigError, build_model, decoder_parameters, encoder_parameters
+from rtscore.config import parse_pipeline_config
+from rtscore.config.pipeline import ChannelsConfig, ExtraChannel, ModelConfig, PipelineConfig
+from rtscore.models import ModelConfigError, build_model, decoder_parameters, encoder_parameters, load_model
+from rtscore.package.format import PackagedChannels, PackagedModelConfig
+from rtscore.runtime import autocast, check_precision, forward_logits, inference_precision, select_device
+from rtscore.train.checkpoint import CheckpointError
+from rtscore.train.errors import TrainingError
 
 FOUR = ChannelsConfig(extra=[ExtraChannel(name="ndvi", band=0)])
 
@@ -84,3 +89,90 @@ def test_head_prior_starts_every_pixel_at_the_prior() -> None:
         p = torch.sigmoid(model(torch.randn(2, 3, 64, 64)))
     assert abs(float(p.mean()) - 0.01) < 0.005 and float(p.max()) < 0.05
     assert model.segmentation_head[0].bias.item() == pytest.approx(math.log(0.01 / 0.99))
+
+
+def _pipeline_config() -> PipelineConfig:
+    from tests.helpers import tiny_pipeline_config
+
+    return parse_pipeline_config(tiny_pipeline_config())
+
+
+def _packaged(cfg: PipelineConfig) -> PackagedModelConfig:
+    return PackagedModelConfig(
+        architecture=cfg.model.architecture,
+        backbone=cfg.model.backbone,
+        decoder_channels=cfg.model.decoder_channels,
+        in_channels=cfg.channels.count,
+        channels=PackagedChannels(rgb=["R", "G", "B"], extra=cfg.channels.extra),
+        tile_size=64,
+    )
+
+
+def test_load_model_from_pipeline_or_packaged_config_gives_the_saved_weights_in_eval_mode(tmp_path: Path) -> None:
+    cfg = _pipeline_config()
+    torch.manual_seed(0)
+    src = build_model(cfg.model, cfg.channels)
+    torch.save(src.state_dict(), tmp_path / "w.pth")
+    for config in (cfg, _packaged(cfg)):
+        model = load_model(tmp_path / "w.pth", config, "cpu")
+        assert not model.training and next(model.parameters()).device.type == "cpu"
+        got = model.state_dict()
+        assert got.keys() == src.state_dict().keys()
+        for k, v in src.state_dict().items():
+            assert got[k].numpy().tobytes() == v.numpy().tobytes(), k
+
+
+def test_load_model_errors_name_the_problem(tmp_path: Path) -> None:
+    cfg = _pipeline_config()
+    with pytest.raises(CheckpointError, match="checkpoint not found: .*missing.pth"):
+        load_model(tmp_path / "missing.pth", cfg, "cpu")
+    torch.save({"not": [1, 2]}, tmp_path / "junk.pth")
+    with pytest.raises(TypeError, match="not a state_dict"):
+        load_model(tmp_path / "junk.pth", cfg, "cpu")
+    other = build_model(ModelConfig(architecture="unet", backbone="resnet18", encoder_weights=None), ChannelsConfig())
+    torch.save(other.state_dict(), tmp_path / "other.pth")  # 3 input channels, default decoder: does not fit
+    with pytest.raises(RuntimeError, match="size mismatch|Missing key"):
+        load_model(tmp_path / "other.pth", _packaged(cfg), "cpu")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_forward_logits_is_the_forward_each_caller_wrote_before_bit_for_bit(precision: str) -> None:
+    torch.manual_seed(0)
+    model = build_model(
+        ModelConfig(architecture="unet", backbone="resnet18", encoder_weights=None, decoder_channels=[16, 16, 8, 8, 8]),
+        FOUR,
+    ).eval()
+    x = torch.randn(2, 4, 64, 64, generator=torch.Generator().manual_seed(1))
+    dev = x.device
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> None:
+        assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+        assert a.contiguous().view(torch.uint8).numpy().tobytes() == b.contiguous().view(torch.uint8).numpy().tobytes()
+
+    with torch.inference_mode():
+        # training, validation and profiling: channels_last input, channel 0, float32
+        with autocast(precision, dev):
+            ref = model(x.contiguous(memory_format=torch.channels_last))[:, 0]
+        same(forward_logits(model, x, precision=precision, channels_last=True), ref.float())
+        # calibration / evaluation / predict numerics: every channel kept, the first one taken after
+        with autocast(precision, dev):
+            y = model(x.contiguous(memory_format=torch.channels_last))
+        got = forward_logits(model, x, precision=precision, channels_last=True, keep_channels=True)
+        same(got[:, :1], y[:, :1].float())
+        # package verify: the raw output, in the dtype autocast produced
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+            raw = model(x)
+        out = forward_logits(model, x, precision=precision, keep_channels=True, as_float=False)
+        same(out, raw)
+        assert out.shape == (2, 1, 64, 64) and out.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+
+
+def test_runtime_precision_checks() -> None:
+    cpu = torch.device("cpu")
+    assert inference_precision("fp16", cpu) == "fp32" and inference_precision("bf16", cpu) == "bf16"
+    with pytest.raises(TrainingError, match="fp16 needs a CUDA device"):
+        check_precision("fp16", cpu)
+    check_precision("bf16", cpu)
+    cfg = _pipeline_config()
+    assert select_device(cfg) == cpu  # the tiny config asks for the CPU

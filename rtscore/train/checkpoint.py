@@ -1,4 +1,7 @@
-"""Checkpoints (guide §4.3): best_deployment.pth (EMA weights only) and rotating resume checkpoints."""
+"""Checkpoints (guide §4.3): best_deployment.pth (EMA weights only) and rotating resume checkpoints.
+
+File names come from :mod:`rtscore.storage.layout`; torch is imported on first use (light to import).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +9,25 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from rtscore.errors import PipelineError
+from rtscore.storage import layout
 
-BEST = "best_deployment.pth"
-RESUME_LATEST = "resume_latest.pth"
-RESUME_PATTERN = "resume_epoch_{epoch:04d}.pth"
+if TYPE_CHECKING:
+    import torch
+
+_RESUME_EPOCH_GLOB = layout.RESUME_EPOCH.replace("{epoch:04d}", "*")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(PipelineError):
     """A checkpoint is missing, unreadable, or belongs to another configuration."""
 
 
 def save_atomic(obj: Any, path: Path) -> None:
     """torch.save to a temporary name, fsync, then rename: a crash never leaves a torn checkpoint."""
+    import torch
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -35,6 +42,8 @@ def save_atomic(obj: Any, path: Path) -> None:
 
 def load(path: Path) -> Any:
     """Load with ``weights_only=True``: checkpoints may come from elsewhere, so never unpickle code."""
+    import torch
+
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
@@ -44,18 +53,19 @@ def load(path: Path) -> Any:
 
 
 def save_best(seed_dir: Path, ema_state_dict: dict[str, torch.Tensor]) -> Path:
-    path = seed_dir / BEST
+    """``best_deployment.pth``: the given (EMA) weights, on the CPU."""
+    path = seed_dir / layout.BEST
     save_atomic({k: v.detach().cpu() for k, v in ema_state_dict.items()}, path)
     return path
 
 
 def save_resume(seed_dir: Path, state: dict[str, Any], epoch: int, keep_last_n: int) -> Path:
     """Write ``resume_epoch_NNNN.pth`` and ``resume_latest.pth``; keep the last ``keep_last_n`` epochs."""
-    path = seed_dir / RESUME_PATTERN.format(epoch=epoch)
+    path = seed_dir / layout.RESUME_EPOCH.format(epoch=epoch)
     save_atomic(state, path)
-    tmp = seed_dir / f".{RESUME_LATEST}.{uuid.uuid4().hex[:8]}.tmp"
+    tmp = seed_dir / f".{layout.RESUME_LATEST}.{uuid.uuid4().hex[:8]}.tmp"
     shutil.copyfile(path, tmp)
-    tmp.replace(seed_dir / RESUME_LATEST)
-    for old in sorted(seed_dir.glob("resume_epoch_*.pth"))[:-keep_last_n]:
+    tmp.replace(seed_dir / layout.RESUME_LATEST)
+    for old in sorted(seed_dir.glob(_RESUME_EPOCH_GLOB))[:-keep_last_n]:
         old.unlink(missing_ok=True)
     return path

@@ -40,9 +40,9 @@ def train_loader(cfg: PipelineConfig, ds: TileDataset, seed: int) -> tuple[Any, 
         balanced=cfg.sampling.balanced,
         steps_per_epoch=cfg.training.steps_per_epoch,
     )
-    loader = torch.utils.data.DataLoader(
-        ds,  # type: ignore[arg-type]
-        batch_sampler=sampler,  # type: ignore[arg-type]
+    loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
+        ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
+        batch_sampler=sampler,
         **_loader_kwargs(cfg, torch.cuda.is_available()),
     )
     return loader, sampler
@@ -50,7 +50,7 @@ def train_loader(cfg: PipelineConfig, ds: TileDataset, seed: int) -> tuple[Any, 
 
 def val_loader(cfg: PipelineConfig, ds: TileDataset) -> Any:
     return torch.utils.data.DataLoader(
-        ds,  # type: ignore[arg-type]
+        ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
         batch_size=cfg.training.batch_size,
         shuffle=False,
         **_loader_kwargs(cfg, torch.cuda.is_available()),

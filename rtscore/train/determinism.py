@@ -26,6 +26,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 def rng_state() -> dict[str, Any]:
     """All RNG states, as tensors and plain lists so the checkpoint loads with ``weights_only=True``."""
     np_state = np.random.get_state()
+    assert isinstance(np_state, tuple)  # the legacy global generator (MT19937) gives the tuple form
     py_state = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),

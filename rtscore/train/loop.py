@@ -1,14 +1,18 @@
-"""The training loop of one seed (guide §9.1, §10.2): readable top to bottom, resumable exactly."""
+"""The training loop of one seed (guide §9.1, §10.2): readable top to bottom, resumable exactly.
+
+:func:`train_seed` comes first; the steps it takes follow in the order it takes them.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +20,24 @@ import torch
 
 from rtscore.config.base import canonical_json, config_hash
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.errors import PipelineError
+from rtscore.data.dataset import build_dataset, build_train_dataset
+from rtscore.data.normalization import load_normalization_stats
+from rtscore.losses import build_loss, loss_soft_targets
+from rtscore.metrics import PixelConfusion
+from rtscore.models import build_model, decoder_parameters, encoder_parameters
+from rtscore.runtime import check_precision, forward_logits, select_device
+from rtscore.storage import RunLayout, layout
+from rtscore.tracking import Tracker, flatten
 from rtscore.train import checkpoint as ckpt
+from rtscore.train.data import train_loader, val_loader
 from rtscore.train.determinism import rng_state, seed_everything, set_rng_state
-from rtscore.train.early_stopping import EarlyStopping
+from rtscore.train.early_stopping import Decision, EarlyStopping
 from rtscore.train.ema import EMA
+from rtscore.train.errors import TrainingError
+from rtscore.train.report import write_seed_outputs
 from rtscore.train.result import METRIC, SeedResult
 from rtscore.train.schedule import EpochLR, lr_at
+from rtscore.train.validate import evaluate
 
 # Settings that may change between a run and its resume (guide lesson: early stopping comes from the config).
 _RESUME_FREE = {
@@ -37,42 +52,119 @@ _RESUME_FREE = {
 }
 
 
-class TrainingError(PipelineError):
-    """Training cannot start or cannot go on (bad setup, non-finite loss, incompatible resume)."""
+def train_seed(
+    cfg: PipelineConfig,
+    run_dir: str | Path,
+    seed: int,
+    *,
+    fresh: bool = False,
+    parent_run_id: str | None = None,
+    progress: bool = False,
+    on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
+) -> SeedResult:
+    """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth."""
+    run = Path(run_dir)
+    s = build_setup(cfg, run, seed)
+    s.seed_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = s.seed_dir / layout.METRICS
+    stopper = EarlyStopping(cfg.training.early_stopping)
+    start, latest = 1, s.seed_dir / layout.RESUME_LATEST
+    state = RunState()
+    if fresh:
+        for p in [*s.seed_dir.glob(layout.RESUME_GLOB), s.seed_dir / layout.BEST, metrics_path]:
+            p.unlink(missing_ok=True)
+    elif latest.exists():
+        saved = ckpt.load(latest)
+        start = restore(s, saved, stopper, latest) + 1
+        state = RunState.from_checkpoint(saved.get("extra", {}))
+        _truncate_jsonl(metrics_path, start - 1)
+    tracker = Tracker(cfg.mlflow, run)
+    run_id = state.mlflow_run_id or tracker.start_run(
+        f"seed_{seed}", parent_run_id, {"rts.seed": str(seed), "rts.config_hash": config_hash(cfg)}
+    )
+    state.mlflow_run_id = run_id
+    tracker.log_params(run_id, {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed})
+    last = cfg.training.max_epochs if not state.stopped_early else start - 1  # an early-stopped run stays done
+    epoch = start - 1
+    try:
+        for epoch in range(start, last + 1):
+            t0 = time.perf_counter()
+            row, decision = run_epoch(s, epoch, stopper, seed)
+            if decision is not None and decision.is_best:  # best smoothed metric so far: keep these weights
+                ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
+                state.best_epoch, state.best_metric = epoch, decision.smoothed
+            row["epoch_seconds"] = time.perf_counter() - t0
+            stop = decision is not None and decision.stop
+            state.stopped_early = stop
+            _append_jsonl(metrics_path, row)
+            tracker.log_metrics(run_id, row, step=epoch)
+            if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == last:
+                resume = resume_state(s, epoch, stopper, state)
+                ckpt.save_resume(s.seed_dir, resume, epoch, cfg.training.checkpoint.keep_last_n)
+            if progress:
+                shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
+                logging.getLogger(__name__).info(f"seed {seed} epoch {epoch}/{cfg.training.max_epochs} {shown}")
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, row)
+            if stop:
+                break
+    except BaseException as err:
+        tracker.end_run(run_id, status="KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        raise
+    write_seed_outputs(
+        s.seed_dir,
+        cfg,
+        seed,
+        best_epoch=state.best_epoch,
+        best_metric=state.best_metric,
+        mlflow_run_id=run_id,
+        stopped_early=state.stopped_early,
+    )
+    for name in (layout.METRICS, layout.CURVES, layout.RUN_SUMMARY_MD, layout.RUN_SUMMARY):
+        tracker.log_artifact(run_id, s.seed_dir / name)
+    tracker.log_metrics(run_id, {"best_" + METRIC: state.best_metric_or_nan}, step=epoch)
+    tracker.end_run(run_id)
+    return SeedResult(
+        seed=seed,
+        seed_dir=str(s.seed_dir),
+        best_epoch=state.best_epoch,
+        best_metric=state.best_metric_or_nan,
+        epochs_run=max(epoch, start - 1),
+        stopped_early=state.stopped_early,
+        mlflow_run_id=run_id,
+    )
 
 
-def resume_hash(cfg: PipelineConfig) -> str:
-    """Hash of the settings a resumed run must share with the run that wrote the checkpoint."""
-    data = cfg.model_dump(mode="json")
-    for section, keys in _RESUME_FREE.items():
-        if keys is None:
-            data.pop(section, None)
-        else:
-            for k in keys:
-                data.get(section, {}).pop(k, None)
-    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+@dataclass
+class RunState:
+    """What a seed's run carries from epoch to epoch and across resumes (``extra`` of a resume checkpoint)."""
 
+    best_epoch: int = 0
+    mlflow_run_id: str | None = None
+    stopped_early: bool = False
+    best_metric: float | None = None  # the best smoothed METRIC; None until a validation has run
 
-def select_device(cfg: PipelineConfig) -> torch.device:
-    want = cfg.training.device
-    if want == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("training.device is 'cuda' but no CUDA device is available (set 'auto' or 'cpu')")
-    return torch.device("cuda" if want in ("cuda", "auto") and torch.cuda.is_available() else "cpu")
+    @property
+    def best_metric_or_nan(self) -> float:
+        return math.nan if self.best_metric is None else float(self.best_metric)
 
+    @classmethod
+    def from_checkpoint(cls, extra: Mapping[str, Any]) -> RunState:
+        """The state a resume checkpoint saved (a plain dict of these fields, as every version wrote it)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in extra.items() if k in known})
 
-def check_precision(precision: str, device: torch.device) -> None:
-    """Refuse a precision the device cannot run, before any step."""
-    if precision == "fp16" and device.type != "cuda":
-        raise TrainingError("training.precision fp16 needs a CUDA device (GradScaler); on CPU use bf16 or fp32")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise TrainingError("training.precision bf16 is not supported by this GPU; use fp16 (e.g. L4/T4) or fp32")
-
-
-def autocast(precision: str, device: torch.device) -> Any:
-    if precision == "fp32":
-        return nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    def to_checkpoint(self) -> dict[str, Any]:
+        """The plain dict a resume checkpoint holds (weights_only loads need plain types); ``best_metric`` only
+        once there is one, as earlier versions wrote it."""
+        extra: dict[str, Any] = {
+            "best_epoch": self.best_epoch,
+            "mlflow_run_id": self.mlflow_run_id,
+            "stopped_early": self.stopped_early,
+        }
+        if self.best_metric is not None:
+            extra["best_metric"] = self.best_metric
+        return extra
 
 
 @dataclass
@@ -95,19 +187,13 @@ class Setup:
 
 def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
     """Model, data, optimizer, EMA, loss: every error here comes before the first training step."""
-    from rtscore.data.dataset import build_dataset, build_train_dataset
-    from rtscore.data.normalization import load_normalization_stats
-    from rtscore.losses import build_loss
-    from rtscore.models import build_model, decoder_parameters, encoder_parameters
-    from rtscore.train.data import train_loader, val_loader
-
     device = select_device(cfg)
     check_precision(cfg.training.precision, device)
     seed_everything(seed, cfg.training.deterministic)
-    stats = load_normalization_stats(run_dir / "normalization_stats.json", [c.name for c in cfg.channels.extra])
+    stats = load_normalization_stats(run_dir / RunLayout.NORMALIZATION_STATS.at(), [c.name for c in cfg.channels.extra])
     # train.zarr joined with data.additional_roots (checked here, before any step); stats stay train.zarr's.
     train_ds = build_train_dataset(cfg, run_dir, stats, seed=seed)
-    val_ds = build_dataset(cfg, run_dir / "datasets" / "val.zarr", stats, train=False)
+    val_ds = build_dataset(cfg, run_dir / RunLayout.DATASET.at(split="val"), stats, train=False)
     loader, sampler = train_loader(cfg, train_ds, seed)
     model = build_model(cfg.model, cfg.channels).to(device)
     if cfg.training.channels_last:
@@ -135,8 +221,67 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
         train_loader=loader,
         val_loader=val_loader(cfg, val_ds),
         sampler=sampler,
-        seed_dir=run_dir / "seeds" / f"seed_{seed}",
+        seed_dir=run_dir / RunLayout.SEED_DIR.at(seed=seed),
     )
+
+
+def resume_hash(cfg: PipelineConfig) -> str:
+    """Hash of the settings a resumed run must share with the run that wrote the checkpoint."""
+    data = cfg.model_dump(mode="json")
+    for section, keys in _RESUME_FREE.items():
+        if keys is None:
+            data.pop(section, None)
+        else:
+            for k in keys:
+                data.get(section, {}).pop(k, None)
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+def restore(s: Setup, saved: dict[str, Any], stopper: EarlyStopping, path: Path) -> int:
+    """Load a resume checkpoint; refuses one written with an incompatible config."""
+    if saved.get("resume_hash") != resume_hash(s.cfg):
+        raise TrainingError(
+            f"{path} was written with a different config (resume hash {str(saved.get('resume_hash'))[:12]} vs "
+            f"{resume_hash(s.cfg)[:12]}); only training.early_stopping/checkpoint/device/val_frequency, "
+            "data.loader, mlflow and deployment may change on resume. Use --fresh to start over."
+        )
+    s.model.load_state_dict(saved["live_state_dict"])
+    s.ema.load_state_dict(saved["ema_state_dict"], int(saved["ema_updates"]))
+    s.optimizer.load_state_dict(saved["optimizer_state_dict"])
+    if s.scaler is not None and saved["scaler_state_dict"]:
+        s.scaler.load_state_dict(saved["scaler_state_dict"])
+    stopper.load_state_dict(saved["early_stopping"])
+    set_rng_state(saved["rng_states"])
+    return int(saved["epoch"])
+
+
+def _truncate_jsonl(path: Path, last_epoch: int) -> None:
+    """On resume, drop rows of epochs that will be trained again."""
+    if not path.exists():
+        return
+    rows = [r for r in path.read_text().splitlines() if r and json.loads(r)["epoch"] <= last_epoch]
+    path.write_text("".join(r + "\n" for r in rows))
+
+
+def run_epoch(s: Setup, epoch: int, stopper: EarlyStopping, seed: int) -> tuple[dict[str, Any], Decision | None]:
+    """Train one epoch; validate on schedule with the EMA weights swapped in and hand back the early-stopping
+    decision (None when the epoch was not validated)."""
+    cfg = s.cfg
+    lr = lr_at(epoch, cfg.lr_schedule, cfg.training.max_epochs)
+    apply_lr(s, lr)
+    set_train_mode(s, lr.frozen)
+    s.sampler.set_epoch(epoch)
+    row: dict[str, Any] = {"epoch": epoch, "lr_decoder": lr.decoder, "lr_encoder": lr.encoder}
+    row["curriculum_neg_per_pos"] = s.sampler.ratio(epoch)
+    row.update(train_one_epoch(s, epoch))
+    if epoch % cfg.training.val_frequency != 0 and epoch != cfg.training.max_epochs:
+        return row, None
+    with s.ema.swapped_in(s.model) if cfg.ema.enabled else nullcontext():
+        row.update(evaluate(s.model, s.val_loader, cfg, s.device, loss_fn=s.loss_fn, seed=seed))
+    decision = stopper.update(epoch, row[METRIC])
+    row[f"{METRIC}_smoothed"] = decision.smoothed
+    row["early_stopping_bad_events"] = decision.bad_events
+    return row, decision
 
 
 def apply_lr(s: Setup, lr: EpochLR) -> None:
@@ -156,9 +301,6 @@ def set_train_mode(s: Setup, frozen: bool) -> None:
 
 def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None = None) -> dict[str, float]:
     """One pass over the epoch's balanced batches; returns train loss, IoU at 0.5 and throughput."""
-    from rtscore.losses import loss_soft_targets
-    from rtscore.metrics import PixelConfusion
-
     cfg, dev = s.cfg, s.device
     total, n_batches, n_samples = 0.0, 0, 0
     confusion = PixelConfusion()
@@ -166,11 +308,9 @@ def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None 
     for batch in s.train_loader:
         x = batch["image"].to(dev, non_blocking=True)
         y = batch["label"].to(dev, non_blocking=True)
-        if cfg.training.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        with autocast(cfg.training.precision, dev):
-            logits = s.train_model(x)[:, 0]
-        logits = logits.float()
+        logits = forward_logits(
+            s.train_model, x, precision=cfg.training.precision, channels_last=cfg.training.channels_last
+        )
         loss = s.loss_fn(logits, y, loss_soft_targets(cfg.loss, y))
         if not torch.isfinite(loss):
             raise TrainingError(
@@ -207,7 +347,8 @@ def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None 
     }
 
 
-def resume_state(s: Setup, epoch: int, stopper: EarlyStopping, extra: dict[str, Any]) -> dict[str, Any]:
+def resume_state(s: Setup, epoch: int, stopper: EarlyStopping, state: RunState) -> dict[str, Any]:
+    """Everything :func:`restore` needs to continue exactly where this epoch ended."""
     return {
         "live_state_dict": s.model.state_dict(),
         "ema_state_dict": s.ema.state_dict(),
@@ -220,138 +361,10 @@ def resume_state(s: Setup, epoch: int, stopper: EarlyStopping, extra: dict[str, 
         "rng_states": rng_state(),
         "early_stopping": stopper.state_dict(),
         "resume_hash": resume_hash(s.cfg),
-        "extra": extra,
+        "extra": state.to_checkpoint(),
     }
-
-
-def restore(s: Setup, state: dict[str, Any], stopper: EarlyStopping, path: Path) -> int:
-    """Load a resume checkpoint; refuses one written with an incompatible config."""
-    if state.get("resume_hash") != resume_hash(s.cfg):
-        raise TrainingError(
-            f"{path} was written with a different config (resume hash {str(state.get('resume_hash'))[:12]} vs "
-            f"{resume_hash(s.cfg)[:12]}); only training.early_stopping/checkpoint/device/val_frequency, "
-            "data.loader, mlflow and deployment may change on resume. Use --fresh to start over."
-        )
-    s.model.load_state_dict(state["live_state_dict"])
-    s.ema.load_state_dict(state["ema_state_dict"], int(state["ema_updates"]))
-    s.optimizer.load_state_dict(state["optimizer_state_dict"])
-    if s.scaler is not None and state["scaler_state_dict"]:
-        s.scaler.load_state_dict(state["scaler_state_dict"])
-    stopper.load_state_dict(state["early_stopping"])
-    set_rng_state(state["rng_states"])
-    return int(state["epoch"])
 
 
 def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
     with path.open("a") as f:
         f.write(json.dumps(row, sort_keys=True) + "\n")
-
-
-def _truncate_jsonl(path: Path, last_epoch: int) -> None:
-    """On resume, drop rows of epochs that will be trained again."""
-    if not path.exists():
-        return
-    rows = [r for r in path.read_text().splitlines() if r and json.loads(r)["epoch"] <= last_epoch]
-    path.write_text("".join(r + "\n" for r in rows))
-
-
-def run_epoch(
-    s: Setup, epoch: int, stopper: EarlyStopping, extra: dict[str, Any], seed: int
-) -> tuple[dict[str, Any], bool]:
-    """Train one epoch; validate on schedule with the EMA weights swapped in; keep the best checkpoint."""
-    from rtscore.train.validate import evaluate
-
-    cfg = s.cfg
-    lr = lr_at(epoch, cfg.lr_schedule, cfg.training.max_epochs)
-    apply_lr(s, lr)
-    set_train_mode(s, lr.frozen)
-    s.sampler.set_epoch(epoch)
-    row: dict[str, Any] = {"epoch": epoch, "lr_decoder": lr.decoder, "lr_encoder": lr.encoder}
-    row["curriculum_neg_per_pos"] = s.sampler.ratio(epoch)
-    t0 = time.perf_counter()
-    row.update(train_one_epoch(s, epoch))
-    stop = False
-    if epoch % cfg.training.val_frequency == 0 or epoch == cfg.training.max_epochs:
-        with s.ema.swapped_in(s.model) if cfg.ema.enabled else nullcontext():
-            row.update(evaluate(s.model, s.val_loader, cfg, s.device, loss_fn=s.loss_fn, seed=seed))
-        decision = stopper.update(epoch, row[METRIC])
-        row[f"{METRIC}_smoothed"] = decision.smoothed
-        row["early_stopping_bad_events"] = decision.bad_events
-        if decision.is_best:
-            ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
-            extra.update(best_epoch=epoch, best_metric=decision.smoothed)
-        stop = decision.stop
-    row["epoch_seconds"] = time.perf_counter() - t0
-    return row, stop
-
-
-def train_seed(
-    cfg: PipelineConfig,
-    run_dir: str | Path,
-    seed: int,
-    *,
-    fresh: bool = False,
-    parent_run_id: str | None = None,
-    progress: bool = False,
-    on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
-) -> SeedResult:
-    """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth."""
-    from rtscore.tracking import Tracker, flatten
-    from rtscore.train.report import write_seed_outputs
-
-    run = Path(run_dir)
-    s = build_setup(cfg, run, seed)
-    s.seed_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path = s.seed_dir / "metrics.jsonl"
-    stopper = EarlyStopping(cfg.training.early_stopping)
-    start, latest = 1, s.seed_dir / ckpt.RESUME_LATEST
-    extra: dict[str, Any] = {"best_epoch": 0, "mlflow_run_id": None, "stopped_early": False}
-    if fresh:
-        for p in [*s.seed_dir.glob("resume_*.pth"), s.seed_dir / ckpt.BEST, metrics_path]:
-            p.unlink(missing_ok=True)
-    elif latest.exists():
-        state = ckpt.load(latest)
-        start = restore(s, state, stopper, latest) + 1
-        extra = {**extra, **state.get("extra", {})}
-        _truncate_jsonl(metrics_path, start - 1)
-    tracker = Tracker(cfg.mlflow, run)
-    run_id = extra["mlflow_run_id"] or tracker.start_run(
-        f"seed_{seed}", parent_run_id, {"rts.seed": str(seed), "rts.config_hash": config_hash(cfg)}
-    )
-    extra["mlflow_run_id"] = run_id
-    tracker.log_params(run_id, {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed})
-    last = cfg.training.max_epochs if not extra["stopped_early"] else start - 1  # an early-stopped run stays done
-    epoch = start - 1
-    try:
-        for epoch in range(start, last + 1):
-            row, stop = run_epoch(s, epoch, stopper, extra, seed)
-            extra["stopped_early"] = stop
-            _append_jsonl(metrics_path, row)
-            tracker.log_metrics(run_id, row, step=epoch)
-            if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == last:
-                state = resume_state(s, epoch, stopper, extra)
-                ckpt.save_resume(s.seed_dir, state, epoch, cfg.training.checkpoint.keep_last_n)
-            if progress:
-                shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
-                print(f"seed {seed} epoch {epoch}/{cfg.training.max_epochs} {shown}", flush=True)
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, row)
-            if stop:
-                break
-    except BaseException as err:
-        tracker.end_run(run_id, status="KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
-        raise
-    write_seed_outputs(s.seed_dir, cfg, seed, extra, stopped_early=bool(extra["stopped_early"]))
-    for name in ("metrics.jsonl", "curves.png", "run_summary.md", "run_summary.json"):
-        tracker.log_artifact(run_id, s.seed_dir / name)
-    tracker.log_metrics(run_id, {"best_" + METRIC: float(extra.get("best_metric", math.nan))}, step=epoch)
-    tracker.end_run(run_id)
-    return SeedResult(
-        seed=seed,
-        seed_dir=str(s.seed_dir),
-        best_epoch=int(extra.get("best_epoch", 0)),
-        best_metric=float(extra.get("best_metric", math.nan)),
-        epochs_run=max(epoch, start - 1),
-        stopped_early=bool(extra["stopped_early"]),
-        mlflow_run_id=run_id,
-    )

@@ -7,25 +7,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.dataset import build_dataset
+from rtscore.data.normalization import load_normalization_stats
 from rtscore.metrics import bootstrap_pr_auc, geometric_mean, pr_auc, random_subsample_pr_auc
-from rtscore.storage import atomic_write_json
-from rtscore.train import checkpoint as ckpt
+from rtscore.models import load_model
+from rtscore.runtime import select_device
+from rtscore.storage import RunLayout, atomic_write_json
+from rtscore.train.data import val_loader
+from rtscore.train.validate import collect
+
+# Written next to the seed's checkpoints (a diagnostic, not a stage artifact of rtscore.storage.layout).
+NOISE_FLOOR = "noise_floor.json"
 
 
 def _std(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def load_eval_model(cfg: PipelineConfig, weights: Path, device: torch.device) -> torch.nn.Module:
-    """The deployable (EMA) weights in the configured architecture, in eval mode."""
-    from rtscore.models import build_model
-
-    model = build_model(cfg.model.model_copy(update={"encoder_weights": None}), cfg.channels)
-    model.load_state_dict(ckpt.load(weights))
-    return model.to(device).eval()
 
 
 def measure_noise_floor(
@@ -38,18 +36,12 @@ def measure_noise_floor(
     so its spread is only numerical non-determinism. The tile bootstrap shows the sampling uncertainty of
     the validation pool itself, which no min_delta can remove.
     """
-    from rtscore.data.dataset import build_dataset
-    from rtscore.data.normalization import load_normalization_stats
-    from rtscore.train.data import val_loader
-    from rtscore.train.loop import select_device
-    from rtscore.train.validate import collect
-
     run = Path(run_dir)
-    seed_dir = run / "seeds" / f"seed_{seed}"
+    weights = run / RunLayout.BEST_WEIGHTS.at(seed=seed)
     device = select_device(cfg)
-    model = load_eval_model(cfg, seed_dir / ckpt.BEST, device)
-    stats = load_normalization_stats(run / "normalization_stats.json", [c.name for c in cfg.channels.extra])
-    loader = val_loader(cfg, build_dataset(cfg, run / "datasets" / "val.zarr", stats, train=False))
+    model = load_model(weights, cfg, device)
+    stats = load_normalization_stats(run / RunLayout.NORMALIZATION_STATS.at(), [c.name for c in cfg.channels.extra])
+    loader = val_loader(cfg, build_dataset(cfg, run / RunLayout.DATASET.at(split="val"), stats, train=False))
     rng = np.random.default_rng(seed)
     ratios = list(cfg.metrics.ratios)
     reweighted: dict[str, list[float]] = {str(r): [] for r in [*ratios, "geomean"]}
@@ -84,7 +76,7 @@ def measure_noise_floor(
         }
     report = {
         "seed": seed,
-        "checkpoint": str(seed_dir / ckpt.BEST),
+        "checkpoint": str(weights),
         "repeats": repeats,
         "draws_per_run": draws_per_run,
         "n_pos_tiles": hist.n_pos_tiles,
@@ -92,7 +84,7 @@ def measure_noise_floor(
         "metrics": rows,
         "configured_min_delta": cfg.training.early_stopping.min_delta,
     }
-    atomic_write_json(seed_dir / "noise_floor.json", report)
+    atomic_write_json(run / RunLayout.SEED_DIR.at(seed=seed) / NOISE_FLOOR, report)
     return report
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.models import build_model
+from rtscore.runtime import check_precision, forward_logits, select_device
 
 
 @dataclass
@@ -60,19 +62,9 @@ def _is_oom(err: BaseException) -> bool:
     return "out of memory" in msg or "can't allocate memory" in msg or "cannot allocate memory" in msg
 
 
-def _step(
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    cfg: PipelineConfig,
-    device: torch.device,
-) -> None:
-    from rtscore.train.loop import autocast
-
-    with autocast(cfg.training.precision, device):
-        logits = model(x)[:, 0]
-    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), y)
+def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, precision: str) -> None:
+    logits = forward_logits(model, x, precision=precision)
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -101,12 +93,12 @@ def try_batch(
             x = x.contiguous(memory_format=torch.channels_last)
         if sampler is not None:
             sampler.__enter__()
-        _step(model, opt, x, y, cfg, device)
+        _step(model, opt, x, y, cfg.training.precision)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         for _ in range(steps):
-            _step(model, opt, x, y, cfg, device)
+            _step(model, opt, x, y, cfg.training.precision)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         rate = batch * steps / (time.perf_counter() - t0)
@@ -118,7 +110,11 @@ def try_batch(
         if sampler is not None:
             sampler.__exit__()
         opt.zero_grad(set_to_none=True)
-    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else sampler.delta_gib  # type: ignore[union-attr]
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) / 2**30
+    else:
+        assert sampler is not None  # a CPU trial runs under the RSS sampler
+        peak = sampler.delta_gib
     if memory_cap_gib is not None and peak > memory_cap_gib:
         return Trial(batch, False, peak, rate, f"peak {peak:.2f} GiB above the cap {memory_cap_gib:.2f} GiB")
     return Trial(batch, True, peak, rate)
@@ -133,9 +129,6 @@ def profile_batch_sizes(
     steps: int = 2,
 ) -> dict[str, Any]:
     """Double the batch until it does not fit, then binary-search the boundary; recommend the largest fit."""
-    from rtscore.models import build_model
-    from rtscore.train.loop import check_precision, select_device
-
     device = device or select_device(cfg)
     check_precision(cfg.training.precision, device)
     model = build_model(cfg.model.model_copy(update={"encoder_weights": None}), cfg.channels).to(device).train()

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.storage import atomic_write_json, atomic_write_text
+from rtscore.storage import atomic_write_json, atomic_write_text, layout
+from rtscore.train.result import SeedSummary
 
 # Thresholds of the §10.5 indicators (the guide's table; the gap threshold is ours, documented here).
 IOU_TRAIN_HIGH, IOU_VAL_LOW = 0.9, 0.5
@@ -103,36 +104,43 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def write_seed_outputs(
-    seed_dir: Path, cfg: PipelineConfig, seed: int, extra: dict[str, Any], *, stopped_early: bool
-) -> dict[str, Any]:
-    """curves.png, run_summary.json and run_summary.md from metrics.jsonl."""
-    rows = read_metrics(seed_dir / "metrics.jsonl")
+    seed_dir: Path,
+    cfg: PipelineConfig,
+    seed: int,
+    *,
+    best_epoch: int,
+    best_metric: float | None,
+    mlflow_run_id: str | None,
+    stopped_early: bool,
+) -> SeedSummary:
+    """curves.png, run_summary.json and run_summary.md from metrics.jsonl; returns the summary written."""
+    rows = read_metrics(seed_dir / layout.METRICS)
     indicators = overfitting_indicators(rows)
-    last_val = next((r for r in reversed(rows) if "val_loss" in r), {})
-    summary = {
-        "seed": seed,
-        "epochs_run": rows[-1]["epoch"] if rows else 0,
-        "stopped_early": stopped_early,
-        "best_epoch": extra.get("best_epoch"),
-        "best_val_realistic_pr_auc_geomean_smoothed": extra.get("best_metric"),
-        "last_validation": last_val,
-        "overfitting": indicators,
-        "model": cfg.model.model_dump(),
-        "mlflow_run_id": extra.get("mlflow_run_id"),
-    }
-    atomic_write_json(seed_dir / "run_summary.json", summary)
+    last_val: dict[str, Any] = next((r for r in reversed(rows) if "val_loss" in r), {})
+    summary = SeedSummary(
+        seed=seed,
+        epochs_run=rows[-1]["epoch"] if rows else 0,
+        stopped_early=stopped_early,
+        best_epoch=best_epoch,
+        best_val_realistic_pr_auc_geomean_smoothed=best_metric,
+        last_validation=last_val,
+        overfitting=indicators,
+        model=cfg.model,
+        mlflow_run_id=mlflow_run_id,
+    )
+    atomic_write_json(seed_dir / layout.RUN_SUMMARY, summary.model_dump())
     if rows:
-        plot_curves(rows, seed_dir / "curves.png", f"seed {seed}: {cfg.model.architecture}/{cfg.model.backbone}")
+        plot_curves(rows, seed_dir / layout.CURVES, f"seed {seed}: {cfg.model.architecture}/{cfg.model.backbone}")
     lines = [
         f"# Seed {seed}",
         "",
-        f"- epochs run: {summary['epochs_run']} (stopped early: {stopped_early})",
-        f"- best smoothed val_realistic_pr_auc_geomean: {extra.get('best_metric', float('nan')):.4f} "
-        f"at epoch {extra.get('best_epoch')}",
+        f"- epochs run: {summary.epochs_run} (stopped early: {stopped_early})",
+        f"- best smoothed val_realistic_pr_auc_geomean: {math.nan if best_metric is None else best_metric:.4f} "
+        f"at epoch {best_epoch}",
     ]
     for k in sorted(k for k in last_val if k.startswith("val_") and "pr_auc" in k):
         lines.append(f"- {k}: {last_val[k]:.4f}")
     lines += ["", "## Overfitting indicators (guide §10.5)", ""]
     lines += [f"- FLAG {f}" for f in indicators["flags"]] or ["- none flagged"]
-    atomic_write_text(seed_dir / "run_summary.md", "\n".join(lines) + "\n")
+    atomic_write_text(seed_dir / layout.RUN_SUMMARY_MD, "\n".join(lines) + "\n")
     return summary

@@ -21,6 +21,7 @@ from rtscore.metrics import (
     ratio_tag,
     weighted_hist,
 )
+from rtscore.runtime import forward_logits
 
 
 @dataclass
@@ -42,8 +43,6 @@ def collect(
     loss_fn: torch.nn.Module | None = None,
 ) -> PoolStats:
     """Run the model once over the pool at the training precision; keep per-tile histograms and object counts."""
-    from rtscore.train.loop import autocast
-
     m = cfg.metrics
     acc = TileHistogramAccumulator(LogitBins(n_bins=m.pr_bins))
     objects = ObjectCounter(
@@ -56,11 +55,9 @@ def collect(
         for batch in loader:
             x = batch["image"].to(device, non_blocking=True)
             y = batch["label"].to(device, non_blocking=True)
-            if cfg.training.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            with autocast(cfg.training.precision, device):
-                logits = model(x)[:, 0]
-            logits = logits.float()
+            logits = forward_logits(
+                model, x, precision=cfg.training.precision, channels_last=cfg.training.channels_last
+            )
             if loss_fn is not None:
                 loss_sum += float(loss_fn(logits, y))
                 n += 1

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from rtscore.train import checkpoint as ckpt
-from rtscore.train.loop import TrainingError, train_seed
+from rtscore.train.loop import RunState, TrainingError, train_seed
 from tests.train.conftest import tiny_train_config
 
 
@@ -141,3 +142,55 @@ def test_early_stop_ends_the_run_and_a_rerun_does_not_continue_it(run_copy: Path
     assert again.stopped_early and again.epochs_run == 2
     rows = (run_copy / "seeds/seed_9/metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2
+
+
+def test_run_state_saves_the_dict_earlier_versions_wrote_and_reads_theirs() -> None:
+    fresh = RunState(mlflow_run_id="r")
+    assert fresh.to_checkpoint() == {"best_epoch": 0, "mlflow_run_id": "r", "stopped_early": False}
+    assert math.isnan(fresh.best_metric_or_nan)
+    best = RunState(best_epoch=3, mlflow_run_id=None, stopped_early=True, best_metric=0.25)
+    extra = best.to_checkpoint()
+    assert list(extra) == ["best_epoch", "mlflow_run_id", "stopped_early", "best_metric"]  # the old key order
+    assert RunState.from_checkpoint(extra) == best
+    # What earlier versions saved: the same plain dict, before any best epoch without best_metric; unknown keys
+    # (none were ever written, but a checkpoint is data) are ignored.
+    old = {"best_epoch": 0, "mlflow_run_id": None, "stopped_early": False, "note": "x"}
+    assert RunState.from_checkpoint(old) == RunState()
+    assert RunState.from_checkpoint({}) == RunState()
+
+
+@pytest.mark.slow
+def test_resume_from_a_checkpoint_with_the_old_dict_state(run_copy: Path, tmp_path: Path) -> None:
+    import shutil
+
+    cfg = tiny_train_config(max_epochs=3)
+    ref = tmp_path / "ref"
+    shutil.copytree(run_copy, ref)
+    expected = train_seed(cfg, ref, 11)
+
+    def kill(epoch: int, row: dict) -> None:
+        if epoch == 2:
+            raise KeyboardInterrupt("simulated kill")
+
+    with pytest.raises(KeyboardInterrupt):
+        train_seed(cfg, run_copy, 11, on_epoch_end=kill)
+    latest = run_copy / "seeds/seed_11/resume_latest.pth"
+    state = ckpt.load(latest)
+    saved = state["extra"]
+    # Rewrite it as the untyped dict the loop used to mutate (same keys, insertion order of the old code).
+    state["extra"] = {
+        "best_epoch": int(saved["best_epoch"]),
+        "mlflow_run_id": None,
+        "stopped_early": False,
+        "best_metric": float(saved["best_metric"]),
+    }
+    ckpt.save_atomic(state, latest)
+    result = train_seed(cfg, run_copy, 11)
+    assert result.model_dump(exclude={"seed_dir"}) == expected.model_dump(exclude={"seed_dir"})
+    a, b = run_copy / "seeds/seed_11", ref / "seeds/seed_11"
+    _assert_identical(ckpt.load(a / "best_deployment.pth"), ckpt.load(b / "best_deployment.pth"))
+    _assert_identical(_weights(a / "resume_latest.pth"), _weights(b / "resume_latest.pth"))
+    assert ckpt.load(a / "resume_latest.pth")["extra"] == ckpt.load(b / "resume_latest.pth")["extra"]
+    summary = json.loads((a / "run_summary.json").read_text())
+    assert summary["best_epoch"] == expected.best_epoch
+    assert summary["best_val_realistic_pr_auc_geomean_smoothed"] == expected.best_metric

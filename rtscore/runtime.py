@@ -1,0 +1,82 @@
+"""How models run: device selection, precision checks, autocast and the one batch forward every pass uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from rtscore.train.errors import TrainingError
+
+if TYPE_CHECKING:
+    import torch
+
+    from rtscore.config.pipeline import PipelineConfig
+
+
+def select_device(cfg: PipelineConfig) -> torch.device:
+    """``training.device``: 'auto' takes CUDA when available, else the CPU; 'cuda' without a GPU is refused."""
+    import torch
+
+    want = cfg.training.device
+    if want == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("training.device is 'cuda' but no CUDA device is available (set 'auto' or 'cpu')")
+    return torch.device("cuda" if want in ("cuda", "auto") and torch.cuda.is_available() else "cpu")
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """Refuse a training precision the device cannot run, before any step."""
+    import torch
+
+    if precision == "fp16" and device.type != "cuda":
+        raise TrainingError("training.precision fp16 needs a CUDA device (GradScaler); on CPU use bf16 or fp32")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise TrainingError("training.precision bf16 is not supported by this GPU; use fp16 (e.g. L4/T4) or fp32")
+
+
+def inference_precision(precision: str, device: torch.device) -> str:
+    """The precision a deployment runs at on ``device``: fp16 has no CPU autocast, so the CPU runs it as fp32."""
+    return "fp32" if precision == "fp16" and device.type == "cpu" else precision
+
+
+def autocast(precision: str, device: torch.device) -> AbstractContextManager[Any]:
+    """The autocast region of a precision: none for fp32, bfloat16 or float16 autocast on the device's type."""
+    import torch
+
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def forward_logits(
+    model: Callable[[torch.Tensor], torch.Tensor],
+    images: torch.Tensor,
+    *,
+    precision: str,
+    channels_last: bool = False,
+    keep_channels: bool = False,
+    as_float: bool = True,
+) -> torch.Tensor:
+    """The model's logits of a batch of images, run under the precision's autocast on the images' device.
+
+    Training, validation, profiling, calibration, test evaluation, package verification and prediction all
+    take this one step, so a logit means the same wherever it is computed.
+
+    Args:
+        model: The model (or its compiled view); its output is (B, C, H, W) logits.
+        images: (B, C_in, H, W) on the device to run on.
+        precision: ``fp32``, ``bf16`` or ``fp16`` (see :func:`autocast`).
+        channels_last: Hand the model the images in channels_last memory format.
+        keep_channels: Return the whole (B, C, H, W) output instead of channel 0 as (B, H, W).
+        as_float: Cast the output to float32 (outside autocast); False keeps the dtype autocast produced.
+    """
+    import torch
+
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    with autocast(precision, images.device):
+        out = model(images)
+    if not keep_channels:
+        out = out[:, 0]
+    return out.float() if as_float else out
