@@ -5,16 +5,19 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-SCHEMA_VERSION = 1
+from rtscore.errors import PipelineError
+
+SCHEMA_VERSION: Final = 1
 
 
-class ConfigError(ValueError):
-    """A configuration file or value is invalid; the message names the key path."""
+class ConfigError(PipelineError, ValueError):
+    """A configuration file or value is invalid; the message names the key path (a ValueError too: callers
+    and pydantic validators catch it as one)."""
 
 
 class StrictModel(BaseModel):

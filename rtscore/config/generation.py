@@ -177,6 +177,13 @@ class GenerationConfig(StrictModel):
         return self
 
     @property
+    def synthetic_settings(self) -> SyntheticConfig:
+        """The synthetic section, for code that renders scenes (a synthetic source always has one)."""
+        if self.synthetic is None:
+            raise ValueError("this generation config has no synthetic section (tile counts, regions, ...)")
+        return self.synthetic
+
+    @property
     def extra_channels(self) -> list[str]:
         """Names of the stored extra channels, in order (EXTRA bands 0.. for a GeoTIFF source)."""
         if self.source == "geotiff" and self.geotiff is not None:

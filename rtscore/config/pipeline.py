@@ -397,6 +397,14 @@ class MetricsConfig(StrictModel):
     bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples for PR-AUC intervals.")
 
 
+def _all_tta_modes() -> list[TTAMode]:
+    return ["none", "minimal", "standard", "full"]
+
+
+def _all_fusions() -> list[Fusion]:
+    return ["weighted_mean", "max", "consensus"]
+
+
 class CalibrationConfig(StrictModel):
     """Post-training decisions on Val-Realistic (guide §10.4 steps 2-5, §11, §12), all from one cached pass."""
 
@@ -405,7 +413,7 @@ class CalibrationConfig(StrictModel):
     )
     target_precision: float = Field(0.8, gt=0.0, le=1.0, description="Precision the operating threshold must reach.")
     tta_candidates: list[TTAMode] = Field(
-        default_factory=lambda: ["none", "minimal", "standard", "full"],
+        default_factory=_all_tta_modes,
         description="TTA configurations cached and offered to the gate, cheapest first ('none' is required).",
     )
     tta_gate: bool = Field(True, description="Choose deployment.tta by the gate (false: keep deployment.tta).")
@@ -418,9 +426,7 @@ class CalibrationConfig(StrictModel):
     scale_candidates: list[float] = Field(
         default_factory=lambda: [1.0, 0.5], description="Scales cached; the gate compares [1.0] with all of them."
     )
-    fusion_candidates: list[Fusion] = Field(
-        default_factory=lambda: ["weighted_mean", "max", "consensus"], description="Multi-scale fusions offered."
-    )
+    fusion_candidates: list[Fusion] = Field(default_factory=_all_fusions, description="Multi-scale fusions offered.")
     scale_gate: bool = Field(True, description="Choose deployment.scales/fusion by the gate (false: keep them).")
     scale_min_large_pr_auc_gain: float = Field(
         0.02, ge=0.0, description="Relative large-RTS PR-AUC gain multi-scale must bring (0.02 = 2%)."

@@ -9,14 +9,17 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
+from rtscore.data.legacy_npz import BatchedNpzSource
+from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
+from rtscore.data.store import TileMetadata, TileStoreError, ZarrTileStore, read_store_attrs
 from rtscore.data.tiles import StoredSample
+from rtscore.data.transforms import SamplePipeline
+from rtscore.storage.layout import RunLayout
 
 if TYPE_CHECKING:
     import torch
 
     from rtscore.config.pipeline import PipelineConfig
-    from rtscore.data.normalization import NormalizationStats
-    from rtscore.data.store import TileMetadata
 
 
 class TileSource(Protocol):
@@ -68,16 +71,15 @@ class ConcatSource:
     def metadata(self) -> TileMetadata | None:
         if self._meta is None:
             metas = [getattr(src, "metadata", None) for src in self.sources]
-            if any(m is None for m in metas):
+            known = [m for m in metas if m is not None]
+            if len(known) != len(metas):
                 return None
-            self._meta = concat_metadata(metas)  # type: ignore[arg-type]
+            self._meta = concat_metadata(known)
         return self._meta
 
 
 def concat_metadata(metas: Sequence[TileMetadata]) -> TileMetadata:
     """The per-tile metadata of sources joined in this order (they must share the tile size)."""
-    from rtscore.data.store import TileMetadata
-
     sizes = sorted({m.tile_size for m in metas})
     if len(sizes) != 1:
         raise ValueError(f"joined tile sources have different tile sizes: {sizes}")
@@ -117,13 +119,11 @@ class TileDataset:
         indices: Sequence[int] | None = None,
         seed: int = 0,
     ) -> None:
-        from rtscore.data.transforms import SamplePipeline
-
         self.source = source
         self.stats = stats
         names = getattr(source, "channel_names", None)
         if names is not None and list(names) != list(stats.channel_names):
-            raise ValueError(
+            raise NormalizationStatsError(
                 f"normalization stats {stats.source} are for channels {stats.channel_names}, "
                 f"but the data source has {list(names)}"
             )
@@ -179,11 +179,7 @@ def open_source(path: str | Path, mask_type: str = "exact", extra_channels: list
     """Open a Zarr store, or a legacy batched-npz directory, by what is at ``path``."""
     p = Path(path)
     if (p / "metadata.json").is_file() and not (p / "zarr.json").is_file():
-        from rtscore.data.legacy_npz import BatchedNpzSource
-
         return BatchedNpzSource(p)
-    from rtscore.data.store import ZarrTileStore
-
     return ZarrTileStore(p, mask_type=mask_type, extra_channels=extra_channels)
 
 
@@ -226,10 +222,8 @@ def open_additional_roots(cfg: PipelineConfig, run_dir: str | Path, train_ids: S
     Raises:
         TileStoreError: naming ``data.additional_roots[i]``, the entry and the resolved path.
     """
-    from rtscore.data.store import TileStoreError, ZarrTileStore, read_store_attrs
-
     extra = [c.name for c in cfg.channels.extra]
-    seen = {str(t): "datasets/train.zarr" for t in train_ids}
+    seen = {str(t): RunLayout.DATASET.at(split="train") for t in train_ids}
     sources: list[TileSource] = []
     for i, path in enumerate(resolve_additional_roots(cfg, run_dir)):
         entry = cfg.data.additional_roots[i]
@@ -307,7 +301,7 @@ def make_loader(
     g = torch.Generator()
     g.manual_seed(seed)
     return torch.utils.data.DataLoader(
-        dataset,  # type: ignore[arg-type]
+        dataset,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
         batch_size=batch_size,
         shuffle=shuffle,
         num_workers=num_workers,

@@ -1,35 +1,17 @@
-"""Write tile stores from any tile producer: bounded memory, whole shards per worker, resumable, atomic."""
+"""Synthetic tile stores: the scene generator as a tile producer for the store writer."""
 
 from __future__ import annotations
 
-import multiprocessing
-import shutil
 from collections.abc import Iterator
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from rtscore import __version__
 from rtscore.config.base import config_hash
 from rtscore.config.generation import GenerationConfig
-from rtscore.data.store import (
-    FORMAT,
-    FORMAT_VERSION,
-    ShardWriter,
-    StoreLayout,
-    TileStoreError,
-    completed_shards,
-    create_staging,
-    finalize,
-    staging_attrs,
-)
+from rtscore.data.store import StoreLayout
+from rtscore.data.synthetic import plan_tiles, render_tile
 from rtscore.data.tiles import KIND_CODES, RawTile
-
-
-class TileProducer(Protocol):
-    """Produces stored tiles ``[start, stop)`` in batches; picklable so worker processes can run it."""
-
-    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]: ...
+from rtscore.data.writer import base_attrs, write_store
 
 
 class SyntheticProducer:
@@ -40,13 +22,11 @@ class SyntheticProducer:
         self._plans: list[Any] | None = None
 
     def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
-        from rtscore.data.synthetic import plan_tiles, render_tile
-
         if self._plans is None:
             self._plans = plan_tiles(self.cfg)
         rot = self.cfg.rotations
         first, last = start // rot, -(-stop // rot)
-        step = self.cfg.synthetic.generation_batch_size
+        step = self.cfg.synthetic_settings.generation_batch_size
         for a in range(first, last, step):
             tiles: list[RawTile] = []
             codes: list[int] = []
@@ -60,131 +40,16 @@ class SyntheticProducer:
             yield tiles, codes
 
 
-def _versions() -> dict[str, str]:
-    import numpy
-    import zarr
-
-    return {"rtscore": __version__, "zarr": zarr.__version__, "numpy": numpy.__version__}
-
-
-def _write_shard(producer: TileProducer, staging: Path, layout: StoreLayout, shard: int) -> int:
-    """Produce and write one whole shard; memory is one shard buffer plus one batch."""
-    writer = ShardWriter(staging, layout, shard)
-    for tiles, codes in producer.batches(writer.start, writer.stop):
-        writer.add(tiles, codes)
-    writer.write()
-    return writer.stop - writer.start
-
-
-def staging_path(output: Path) -> Path:
-    return output.with_name(f".{output.name}.partial")
-
-
-def write_store(
-    producer: TileProducer,
-    layout: StoreLayout,
-    output: Path,
-    store_attrs: dict[str, Any],
-    *,
-    num_workers: int = 1,
-    overwrite: bool = False,
-    restart: bool = False,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Write all shards (resuming a matching interrupted run) and publish the store atomically."""
-    output = Path(output)
-    if output.exists() and not overwrite:
-        raise TileStoreError(f"output {output} already exists; pass overwrite (--overwrite) to replace it")
-    staging = staging_path(output)
-    fingerprint = store_attrs["config_hash"]
-    existing = staging_attrs(staging)
-    if staging.exists() and (restart or existing is None):
-        shutil.rmtree(staging)
-    elif existing is not None and existing.get("config_hash") != fingerprint:
-        raise TileStoreError(
-            f"an interrupted generation with a different config is staged at {staging} "
-            f"(config_hash {str(existing.get('config_hash'))[:12]} vs {fingerprint[:12]}); "
-            "pass restart (--restart) to discard it"
-        )
-    if not staging.exists():
-        create_staging(staging, layout, {"config_hash": fingerprint, "n_shards": layout.n_shards})
-    todo = sorted(set(range(layout.n_shards)) - completed_shards(staging))
-    bar = _progress_bar(progress, layout, todo, output)
-    try:
-        if num_workers <= 1 or len(todo) <= 1:
-            for shard in todo:
-                bar(_write_shard(producer, staging, layout, shard))
-        else:
-            ctx = multiprocessing.get_context("spawn")  # safe inside threaded callers (Prefect)
-            with ProcessPoolExecutor(max_workers=min(num_workers, len(todo)), mp_context=ctx) as pool:
-                futures = [pool.submit(_write_shard, producer, staging, layout, s) for s in todo]
-                pending = set(futures)
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                    for fut in done:
-                        bar(fut.result())  # re-raises a worker's error; finished shards stay done
-    finally:
-        bar(None)
-    return finalize(staging, output, store_attrs)
-
-
-def _progress_bar(enabled: bool, layout: StoreLayout, todo: list[int], output: Path) -> Any:
-    if not enabled:
-        return lambda n: None
-    from tqdm import tqdm
-
-    total = sum(b - a for a, b in map(layout.shard_range, todo))
-    skipped = layout.n_tiles - total
-    bar = tqdm(total=layout.n_tiles, initial=skipped, unit="tile", desc=f"generate {output.name}")
-
-    def update(n: int | None) -> None:
-        if n is None:
-            bar.close()
-        else:
-            bar.update(n)
-
-    return update
-
-
 def layout_for(cfg: GenerationConfig) -> StoreLayout:
     return StoreLayout(
         n_tiles=cfg.n_tiles,
         tile_size=cfg.tile_size,
-        extra_channel_names=tuple(cfg.synthetic.extra_channels),
+        extra_channel_names=tuple(cfg.synthetic_settings.extra_channels),
         shard_tiles=cfg.store.shard_tiles,
         compressor=cfg.store.compressor,
         clevel=cfg.store.clevel,
         write_noisy=cfg.store.write_noisy_labels,
     )
-
-
-def base_attrs(
-    *,
-    split: str,
-    source: str,
-    tile_size: int,
-    extra: list[str],
-    mask_types: list[str],
-    dataset_version: str,
-    scale: float = 1.0,
-) -> dict[str, Any]:
-    """Attributes every store records; ``scale`` is the ground-sampling scale (0.5: 2x field of view)."""
-    from rtscore.data.synthetic._constants import PIXEL_SIZE_M
-
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "split": split,
-        "source": source,
-        "dataset_version": dataset_version,
-        "tile_size": tile_size,
-        "scale": float(scale),
-        "pixel_size_m": PIXEL_SIZE_M / scale,
-        "channel_names": ["R", "G", "B", *extra],
-        "extra_channel_names": list(extra),
-        "mask_types": mask_types,
-        "versions": _versions(),
-    }
 
 
 def generate_synthetic(
@@ -201,7 +66,7 @@ def generate_synthetic(
         split=cfg.split,
         source="synthetic",
         tile_size=cfg.tile_size,
-        extra=list(cfg.synthetic.extra_channels),
+        extra=list(cfg.synthetic_settings.extra_channels),
         mask_types=["exact", "noisy"] if cfg.store.write_noisy_labels else ["exact"],
         dataset_version=cfg.dataset_version,
         scale=cfg.scale,

@@ -30,9 +30,14 @@ import numpy as np
 
 from rtscore.config.base import config_hash
 from rtscore.config.generation import GenerationConfig
+from rtscore.data.splits import SplitError, derive_splits
 from rtscore.data.store import StoreLayout, TileStoreError
+from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
 from rtscore.data.tiles import KIND_CODES, LABEL_VALUES, RawTile
 from rtscore.data.vector_labels import LabelPolygonError, rasterize_labels, read_label_polygons
+from rtscore.data.writer import base_attrs, write_store
+from rtscore.storage import atomic_write_text, default_cache_dir
+from rtscore.storage.gcs import GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
 
 RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"
 METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"
@@ -114,7 +119,7 @@ def write_synthetic_geotiffs(
         writer = csv.DictWriter(fh, fieldnames=list(METADATA_COLUMNS))
         writer.writeheader()
         writer.writerows(rows)
-    _write_yaml(staging / SPLITS_YAML, {c.split: list(c.synthetic.regions) for c in cfgs})
+    _write_yaml(staging / SPLITS_YAML, {c.split: list(c.synthetic_settings.regions) for c in cfgs})
     read_splits(staging)  # a region in two splits is refused before the root appears
     if output.exists():
         shutil.rmtree(output)
@@ -124,7 +129,7 @@ def write_synthetic_geotiffs(
         "split": ",".join(splits),
         "n_tiles": len(rows),
         **counts,
-        "regions": {c.split: list(c.synthetic.regions) for c in cfgs},
+        "regions": {c.split: list(c.synthetic_settings.regions) for c in cfgs},
     }
 
 
@@ -134,9 +139,7 @@ def _write_split(cfg: GenerationConfig, staging: Path, counts: dict[str, int]) -
     from rasterio.enums import ColorInterp
     from rasterio.transform import Affine
 
-    from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
-
-    for d in (RGB_DIR, LABEL_DIR, *([EXTRA_DIR] if cfg.synthetic.extra_channels else [])):
+    for d in (RGB_DIR, LABEL_DIR, *([EXTRA_DIR] if cfg.synthetic_settings.extra_channels else [])):
         (staging / d).mkdir(parents=True, exist_ok=True)
     n = cfg.tile_size
     px = PIXEL_SIZE_M / cfg.scale
@@ -161,7 +164,7 @@ def _write_split(cfg: GenerationConfig, staging: Path, counts: dict[str, int]) -
             path = staging / EXTRA_DIR / f"{plan.tile_id}.tif"
             with rasterio.open(path, "w", count=tile.extra.shape[0], dtype="float32", **profile) as f:
                 f.write(tile.extra)
-                for b, name in enumerate(cfg.synthetic.extra_channels, start=1):
+                for b, name in enumerate(cfg.synthetic_settings.extra_channels, start=1):
                     f.set_band_description(b, name)
         lon, lat = mercator_to_lonlat(x0 + n * px / 2, y0 - n * px / 2)
         positive = plan.kind == "positive"
@@ -207,7 +210,10 @@ def read_splits(root: Path) -> dict[str, list[str]]:
     path = root / SPLITS_YAML
     if not path.is_file():
         raise GeotiffError(f"{path} not found (the data root needs splits.yaml)")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise GeotiffError(f"{path} is not valid YAML: {err}") from None
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
         raise GeotiffError(f"{path}: expected a mapping split -> [region names]")
     seen: dict[str, str] = {}
@@ -259,9 +265,6 @@ def _tile_files(root: Path, tile_id: str, with_extra: bool) -> dict[str, Path]:
 def ensure_splits(root: Path, *, min_test_positives: int = 100, seed: int = 0) -> dict[str, list[str]]:
     """splits.yaml of the root; when absent, a region-level split is derived from metadata.csv with the rules of
     DATA_LAYOUT.md (`rtscore.data.splits`) and written with `splits_summary.md` next to it (atomically)."""
-    from rtscore.data.splits import SplitError, derive_splits
-    from rtscore.storage import atomic_write_text
-
     if (root / SPLITS_YAML).is_file():
         return read_splits(root)
     try:
@@ -424,9 +427,6 @@ def stage_data_root(uri: str, split: str, cache_dir: Path | None = None) -> Path
     there is one) and the files of the split's tiles, downloaded in parallel into the cache (files already
     there with the object's size are kept). Without splits.yaml every tile is fetched (the split is derived
     locally, next to the copy)."""
-    from rtscore.gcs import GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
-    from rtscore.storage import default_cache_dir
-
     bucket, prefix = parse_gs_uri(uri)
     store = GcsStore(bucket, prefix, RetryPolicy.from_env(), workers=transfer_workers())
     local = (cache_dir or default_cache_dir()) / "gcs-data" / bucket / prefix
@@ -483,8 +483,6 @@ def ingest_geotiffs(
     Returns:
         The published store's attributes.
     """
-    from rtscore.data.generate import base_attrs, write_store
-
     root = stage_data_root(str(data_root), cfg.split) if str(data_root).startswith("gs://") else Path(data_root)
     if not root.is_dir():
         raise GeotiffError(f"data root {root} is not a directory")

@@ -11,12 +11,17 @@ from typing import Any
 
 import numpy as np
 
+from rtscore.config.base import canonical_json
+from rtscore.data.store import StoreLayout
 from rtscore.data.tiles import KIND_CODES, RawTile, StoredSample
+from rtscore.data.writer import base_attrs, write_store
+from rtscore.errors import PipelineError
+from rtscore.storage import fingerprint
 
 NOISY_DIRS = ("noisy_masks", "mad_masks")
 
 
-class LegacyNpzError(ValueError):
+class LegacyNpzError(PipelineError, ValueError):
     """A legacy batched dataset is malformed; the message names the file."""
 
 
@@ -50,7 +55,10 @@ class BatchWriter:
             "regions": np.array([t.region for t in self._buf]),
         }
         if self._buf[0].extra is not None:
-            arrays["extra"] = np.stack([t.extra for t in self._buf])  # type: ignore[misc]
+            extra = [t.extra for t in self._buf if t.extra is not None]
+            if len(extra) != len(self._buf):
+                raise LegacyNpzError(f"{self.dir}: some samples of a batch have extra bands and others none")
+            arrays["extra"] = np.stack(extra)
         save = np.savez_compressed if self.compress else np.savez
         save(self.dir / f"batch_{self._n_batches:03d}.npz", **arrays)
         self._n += len(self._buf)
@@ -179,11 +187,6 @@ def import_npz(
     progress: bool = False,
 ) -> dict[str, Any]:
     """`rts import-npz`: convert a legacy batched dataset into a published Zarr tile store."""
-    from rtscore.config.base import canonical_json
-    from rtscore.data.generate import base_attrs, write_store
-    from rtscore.data.store import StoreLayout
-    from rtscore.storage import fingerprint
-
     root = Path(input_dir)
     exact_dir = root / "exact_masks" if (root / "exact_masks").is_dir() else root
     noisy_dir = next((root / d for d in NOISY_DIRS if (root / d / "metadata.json").is_file()), None)

@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.pipeline import RGB_NAMES
-from rtscore.data.store import read_store_attrs
+from rtscore.data.store import read_store_attrs, zarr_array
+from rtscore.errors import PipelineError
 from rtscore.storage import atomic_write_json
 
 EXTRA_HIST_BINS = 4096
 
 
-class NormalizationStatsError(ValueError):
+class NormalizationStatsError(PipelineError, ValueError):
     """A stats file is missing, malformed, or bound to other channels than the config's."""
 
 
@@ -103,13 +104,15 @@ def _shard_blocks(
     import zarr
 
     group = zarr.open_group(str(path), mode="r")
-    images, alpha = group["images"], group["alpha"]
-    extra = group["extra"] if extra_idx else None
+    images, alpha = zarr_array(group, "images"), zarr_array(group, "alpha")
+    extra = zarr_array(group, "extra") if extra_idx else None
     n = images.shape[0] if limit is None else min(limit, images.shape[0])
     step = images.shards[0] if images.shards else 32
     for a in range(0, n, step):
         b = min(a + step, n)
-        yield images[a:b], (extra[a:b][:, extra_idx] if extra is not None else None), alpha[a:b]
+        rgb = np.asarray(images[a:b])
+        ext = np.asarray(extra[a:b])[:, extra_idx] if extra is not None else None
+        yield rgb, ext, np.asarray(alpha[a:b])
 
 
 def _valid_pixels(block: np.ndarray, valid: np.ndarray) -> np.ndarray:

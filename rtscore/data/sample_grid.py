@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.store import ZarrTileStore
 from rtscore.data.tiles import IGNORE_INDEX
 
 CELL = 160
@@ -26,8 +27,8 @@ def overlay(rgb: np.ndarray, label: np.ndarray, alpha: np.ndarray) -> np.ndarray
     return img.clip(0, 255).astype(np.uint8)
 
 
-def _pick(store: object, n_pos: int, n_neg: int) -> list[int]:
-    meta = store.metadata  # type: ignore[attr-defined]
+def _pick(store: ZarrTileStore, n_pos: int, n_neg: int) -> list[int]:
+    meta = store.metadata
     pos = np.flatnonzero(meta.is_positive)
     neg = np.flatnonzero(~meta.is_positive & ~meta.full_nodata)
     nodata = np.flatnonzero(meta.n_nodata_px > 0)
@@ -38,8 +39,6 @@ def _pick(store: object, n_pos: int, n_neg: int) -> list[int]:
 def write_sample_grid(stores: Mapping[str, Path], cfg: PipelineConfig, path: Path, per_split: int = 6) -> Path:
     """Raw tile next to its overlay, a row per sample, grouped by split; written atomically."""
     from PIL import Image, ImageDraw
-
-    from rtscore.data.store import ZarrTileStore
 
     rows: list[tuple[str, np.ndarray, np.ndarray]] = []
     for split, store_path in stores.items():

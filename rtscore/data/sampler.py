@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from rtscore.config.pipeline import CurriculumStage
+from rtscore.data.validation import DataValidationError
 
 
 def curriculum_ratio(schedule: Sequence[CurriculumStage], epoch: int) -> float:
@@ -50,7 +51,7 @@ class BalancedCurriculumSampler:
         self.pos = np.flatnonzero(flags)
         self.neg = np.flatnonzero(~flags)
         if balanced and self.pos.size == 0:
-            raise ValueError("balanced sampling needs at least one positive tile in the train split")
+            raise DataValidationError("balanced sampling needs at least one positive tile in the train split")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         self.n = flags.size

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from rtscore.errors import PipelineError
+
 _MISSING = 2**64 - 1
 
 
-class ShardFormatError(RuntimeError):
+class ShardFormatError(PipelineError):
     """A shard file is truncated or its index is corrupt."""
 
 

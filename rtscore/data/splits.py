@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rtscore.errors import PipelineError
+
 TARGET = {"train": 0.8, "val": 0.1, "test": 0.1}
 
 
-class SplitError(ValueError):
+class SplitError(PipelineError, ValueError):
     """No region-level split satisfies the rules, or a given split breaks them (the message says which)."""
 
 

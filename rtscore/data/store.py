@@ -9,12 +9,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from rtscore.data.shard_reader import FastShardArray
 from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile, StoredSample
+from rtscore.errors import PipelineError
 from rtscore.storage import publish_dir
+
+if TYPE_CHECKING:
+    import zarr
 
 FORMAT = "rts-tile-store"
 FORMAT_VERSION = 1
@@ -24,7 +29,7 @@ MASK_TYPES = ("exact", "noisy")
 _TRANSIENT_RETRIES = 3
 
 
-class TileStoreError(RuntimeError):
+class TileStoreError(PipelineError):
     """A tile store is missing, incomplete, corrupt or inconsistent; the message names it."""
 
 
@@ -52,7 +57,7 @@ class StoreLayout:
     tile_size: int
     extra_channel_names: tuple[str, ...]
     shard_tiles: int
-    compressor: str = "zstd"
+    compressor: Literal["zstd", "lz4", "none"] = "zstd"
     clevel: int = 3
     write_noisy: bool = True
 
@@ -70,8 +75,33 @@ def _compressors(layout: StoreLayout, typesize: int) -> Any:
 
     if layout.compressor == "none":
         return None
-    shuffle = "bitshuffle" if typesize == 1 else "shuffle"
+    shuffle: Literal["bitshuffle", "shuffle"] = "bitshuffle" if typesize == 1 else "shuffle"
     return BloscCodec(cname=layout.compressor, clevel=layout.clevel, shuffle=shuffle)
+
+
+def zarr_array(group: zarr.Group, name: str) -> zarr.Array:
+    """The array `name` of `group` (zarr types a member as array or group; a group here is a corrupt store)."""
+    import zarr
+
+    node = group[name]
+    if not isinstance(node, zarr.Array):
+        raise TileStoreError(f"{group.store_path}: {name!r} is a {type(node).__name__}, not an array")
+    return node
+
+
+def zarr_group(group: zarr.Group, name: str) -> zarr.Group:
+    """The subgroup `name` of `group` (an array there is a corrupt store)."""
+    import zarr
+
+    node = group[name]
+    if not isinstance(node, zarr.Group):
+        raise TileStoreError(f"{group.store_path}: {name!r} is a {type(node).__name__}, not a group")
+    return node
+
+
+def read_array(group: zarr.Group, name: str) -> np.ndarray:
+    """All of the array `name` of `group` in memory (`array[:]`, typed as the NumPy array it is)."""
+    return np.asarray(zarr_array(group, name)[:])
 
 
 def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any]) -> None:
@@ -132,7 +162,11 @@ def _tile_meta(tile: RawTile, kind_code: int) -> dict[str, Any]:
 def check_tile(tile: RawTile, layout: StoreLayout) -> None:
     """Reject a tile whose shapes, dtypes or label values do not fit the store."""
     h = layout.tile_size
-    expected = {"rgb": ((3, h, h), np.uint8), "alpha": ((h, h), np.uint8), "label_exact": ((h, h), np.uint8)}
+    expected: dict[str, tuple[tuple[int, ...], type[np.generic]]] = {
+        "rgb": ((3, h, h), np.uint8),
+        "alpha": ((h, h), np.uint8),
+        "label_exact": ((h, h), np.uint8),
+    }
     if layout.write_noisy:
         expected["label_noisy"] = ((h, h), np.uint8)
     if layout.extra_channel_names:
@@ -178,6 +212,7 @@ class ShardWriter:
             i = len(self.meta)
             self.images[i], self.alpha[i], self.labels_exact[i] = tile.rgb, tile.alpha, tile.label_exact
             if self.labels_noisy is not None:
+                assert tile.label_noisy is not None  # check_tile requires it when the store keeps noisy labels
                 self.labels_noisy[i] = tile.label_noisy
             if self.extra is not None:
                 self.extra[i] = tile.extra
@@ -191,17 +226,18 @@ class ShardWriter:
             raise TileStoreError(f"shard {self.shard}: {len(self.meta)} of {self.stop - self.start} tiles buffered")
         group = zarr.open_group(str(self.path), mode="r+")
         sl = slice(self.start, self.stop)
-        group["images"][sl] = self.images
-        group["alpha"][sl] = self.alpha
-        group["labels_exact"][sl] = self.labels_exact
+        zarr_array(group, "images")[sl] = self.images
+        zarr_array(group, "alpha")[sl] = self.alpha
+        zarr_array(group, "labels_exact")[sl] = self.labels_exact
         if self.labels_noisy is not None:
-            group["labels_noisy"][sl] = self.labels_noisy
+            zarr_array(group, "labels_noisy")[sl] = self.labels_noisy
         if self.extra is not None:
-            group["extra"][sl] = self.extra
+            zarr_array(group, "extra")[sl] = self.extra
+        meta = zarr_group(group, "meta")
         for name, dtype in _META_FIELDS.items():
             values = [m[name] for m in self.meta]
             arr = np.array(values, dtype=np.dtypes.StringDType() if dtype == "str" else dtype)
-            group["meta"][name][sl] = arr
+            zarr_array(meta, name)[sl] = arr
         summary = {"shard": self.shard, "start": self.start, "stop": self.stop}
         marker = self.path / PROGRESS_DIR / f"shard_{self.shard:06d}.json"
         tmp = marker.with_suffix(".tmp")
@@ -232,17 +268,17 @@ def summarize(path: Path) -> dict[str, Any]:
     """Counts and prevalence from the metadata arrays (no pixel chunk is read)."""
     import zarr
 
-    meta = zarr.open_group(str(path), mode="r")["meta"]
-    kind = meta["kind"][:]
-    n_pos = meta["n_positive_px"][:].astype(np.int64)
-    n_pos_noisy = meta["n_positive_px_noisy"][:].astype(np.int64)
-    n_ign = meta["n_ignore_px"][:].astype(np.int64)
-    h = zarr.open_group(str(path), mode="r")["alpha"].shape[-1]
+    meta = zarr_group(zarr.open_group(str(path), mode="r"), "meta")
+    kind = read_array(meta, "kind")
+    n_pos = read_array(meta, "n_positive_px").astype(np.int64)
+    n_pos_noisy = read_array(meta, "n_positive_px_noisy").astype(np.int64)
+    n_ign = read_array(meta, "n_ignore_px").astype(np.int64)
+    h = zarr_array(zarr.open_group(str(path), mode="r"), "alpha").shape[-1]
     labelled = np.maximum(h * h - n_ign, 0).sum()
-    regions = meta["region"][:]
+    regions = read_array(meta, "region")
     return {
         "n_tiles": int(kind.size),
-        "n_positive": int(meta["is_positive"][:].sum()),
+        "n_positive": int(read_array(meta, "is_positive").sum()),
         "n_negative": int(((kind == KIND_CODES["negative"]) | ((kind == KIND_CODES["positive"]) & (n_pos == 0))).sum()),
         "n_full_nodata": int((kind == KIND_CODES["full_nodata"]).sum()),
         "n_regions": len(set(regions.tolist())),
@@ -347,14 +383,12 @@ class ZarrTileStore:
         if self._arrays is None or self._pid != os.getpid():
             import zarr
 
-            from rtscore.data.shard_reader import FastShardArray
-
             group = zarr.open_group(str(self.path), mode="r")
             names = ["images", "alpha", f"labels_{self.mask_type}"]
             if self._extra_idx:
                 names.append("extra")
             # Direct shard reads for our own layout (zarr's per-call overhead dominates one tile); zarr otherwise.
-            self._arrays = {n: FastShardArray.open(self.path / n) or group[n] for n in names}
+            self._arrays = {n: FastShardArray.open(self.path / n) or zarr_array(group, n) for n in names}
             self._pid = os.getpid()
         return self._arrays
 
@@ -363,17 +397,17 @@ class ZarrTileStore:
         if self._meta is None:
             import zarr
 
-            meta = zarr.open_group(str(self.path), mode="r")["meta"]
+            meta = zarr_group(zarr.open_group(str(self.path), mode="r"), "meta")
             positive_key = "n_positive_px" if self.mask_type == "exact" else "n_positive_px_noisy"
-            n_pos = meta[positive_key][:]
+            n_pos = read_array(meta, positive_key)
             self._meta = TileMetadata(
-                tile_id=meta["tile_id"][:].astype(object),
-                region=meta["region"][:].astype(object),
-                kind=meta["kind"][:],
+                tile_id=read_array(meta, "tile_id").astype(object),
+                region=read_array(meta, "region").astype(object),
+                kind=read_array(meta, "kind"),
                 is_positive=n_pos > 0,
                 n_positive_px=n_pos,
-                n_ignore_px=meta["n_ignore_px"][:],
-                n_nodata_px=meta["n_nodata_px"][:],
+                n_ignore_px=read_array(meta, "n_ignore_px"),
+                n_nodata_px=read_array(meta, "n_nodata_px"),
                 tile_size=self.tile_size,
             )
         return self._meta

@@ -12,6 +12,7 @@ IGNORE_INDEX = 255
 LABEL_VALUES = (0, 1, IGNORE_INDEX)
 TileKind = Literal["positive", "negative", "full_nodata"]
 KIND_CODES: dict[str, int] = {"negative": 0, "positive": 1, "full_nodata": 2}
+PIXEL_SIZE_M = 4.77  # Web Mercator zoom 15, as the real PLANET-RGB tiles (DATA_LAYOUT.md)
 
 
 @dataclass(frozen=True)
@@ -57,17 +58,20 @@ class RawTile:
         if k % 4 == 0:
             return self
 
-        def rot(a: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None else np.ascontiguousarray(np.rot90(a, k, axes=(-2, -1)))
+        def rot(a: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(np.rot90(a, k, axes=(-2, -1)))
+
+        def rot_optional(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else rot(a)
 
         return RawTile(
             tile_id=f"{self.tile_id}_r{90 * (k % 4)}",
             region=self.region,
-            rgb=rot(self.rgb),  # type: ignore[arg-type]
-            alpha=rot(self.alpha),  # type: ignore[arg-type]
-            label_exact=rot(self.label_exact),  # type: ignore[arg-type]
-            label_noisy=rot(self.label_noisy),
-            extra=rot(self.extra),
+            rgb=rot(self.rgb),
+            alpha=rot(self.alpha),
+            label_exact=rot(self.label_exact),
+            label_noisy=rot_optional(self.label_noisy),
+            extra=rot_optional(self.extra),
             n_objects=self.n_objects,
             source_index=self.source_index,
             rotation=k % 4,

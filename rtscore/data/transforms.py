@@ -4,21 +4,33 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-import albumentations as A
-import cv2
 import numpy as np
 
 from rtscore.config.pipeline import AugmentationConfig
 from rtscore.data.tiles import IGNORE_INDEX
 
+if TYPE_CHECKING:
+    import albumentations as A
+
+# albumentations and cv2 are imported where a transform is built or applied: importing this module (and so the
+# dataset module) stays light.
+
 BoundaryHandling = Literal["none", "ignore", "soft_labels"]
 
-# Whatever a warp pads or sweeps in from outside the tile becomes image 0 (the channel mean once normalised) and
-# mask 255 (ignore): background 0 there would teach the model that off-tile space is "no slump".
-_BORDER: dict[str, Any] = {"border_mode": cv2.BORDER_CONSTANT, "fill": 0.0, "fill_mask": IGNORE_INDEX}
 _NODATA_KEY = "nodata"
+
+
+def _border() -> dict[str, Any]:
+    """Border arguments of every warp.
+
+    Whatever a warp pads or sweeps in from outside the tile becomes image 0 (the channel mean once normalised) and
+    mask 255 (ignore): background 0 there would teach the model that off-tile space is "no slump".
+    """
+    import cv2
+
+    return {"border_mode": cv2.BORDER_CONSTANT, "fill": 0.0, "fill_mask": IGNORE_INDEX}
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -113,6 +125,8 @@ def _dilate(mask: np.ndarray, width: int) -> np.ndarray:
     Same result as ``scipy.ndimage.binary_dilation(mask, np.ones((2w+1, 2w+1)))`` (the tests check it), but
     cv2 is ~50-300x faster at 512 px (0.04 ms vs 2-18 ms for w = 1-5), which matters per sample in a worker.
     """
+    import cv2
+
     kernel = np.ones((2 * width + 1, 2 * width + 1), dtype=np.uint8)
     out = cv2.dilate(mask.view(np.uint8), kernel, borderType=cv2.BORDER_CONSTANT, borderValue=0)
     return out.view(bool)
@@ -121,6 +135,8 @@ def _dilate(mask: np.ndarray, width: int) -> np.ndarray:
 # --------------------------------------------------------------------------- albumentations builders
 def _colour_transforms(aug: AugmentationConfig) -> list[A.BasicTransform]:
     """RGB-only radiometric transforms (uint8 HWC); ColorJitter/CLAHE reject more than 3 channels anyway."""
+    import albumentations as A
+
     c, n, k = aug.color, aug.gauss_noise, aug.clahe
     steps: list[A.BasicTransform] = []
     if c.p > 0:
@@ -137,13 +153,15 @@ def _colour_transforms(aug: AugmentationConfig) -> list[A.BasicTransform]:
 
 def _rescale_unit(aug: AugmentationConfig, height: int, width: int) -> A.BaseCompose:
     """RandomScale then pad/crop back to the tile, drawn and applied as one unit with the configured p."""
+    import albumentations as A
+
     low, high = aug.random_scale.scale_range
     if not 0 < low <= high:
         raise ValueError(f"augmentation.random_scale.scale_range must satisfy 0 < low <= high; got {(low, high)}")
     return A.Sequential(
         [
             A.RandomScale(scale_limit=(low - 1.0, high - 1.0), p=1.0),  # albumentations adds 1 to the limits
-            A.PadIfNeeded(min_height=height, min_width=width, position="center", p=1.0, **_BORDER),
+            A.PadIfNeeded(min_height=height, min_width=width, position="center", p=1.0, **_border()),
             A.CenterCrop(height=height, width=width, p=1.0),
         ],
         p=aug.random_scale.p,
@@ -152,6 +170,8 @@ def _rescale_unit(aug: AugmentationConfig, height: int, width: int) -> A.BaseCom
 
 def _geometric_transforms(aug: AugmentationConfig, height: int, width: int) -> list[A.BaseCompose | A.BasicTransform]:
     """Spatial transforms for the whole normalised stack plus the masks (guide §9.2 order)."""
+    import albumentations as A
+
     a, e, s = aug.affine, aug.elastic, aug.shear
     steps: list[A.BaseCompose | A.BasicTransform] = []
     if aug.rotate90.p > 0:
@@ -167,13 +187,13 @@ def _geometric_transforms(aug: AugmentationConfig, height: int, width: int) -> l
                 scale=(1.0 - a.scale, 1.0 + a.scale),
                 rotate=(-a.rotate, a.rotate),
                 p=a.p,
-                **_BORDER,
+                **_border(),
             )
         )
     if e.p > 0:
-        steps.append(A.ElasticTransform(alpha=e.alpha, sigma=e.sigma, p=e.p, **_BORDER))
+        steps.append(A.ElasticTransform(alpha=e.alpha, sigma=e.sigma, p=e.p, **_border()))
     if s.p > 0:
-        steps.append(A.Affine(shear=(-s.shear, s.shear), p=s.p, **_BORDER))
+        steps.append(A.Affine(shear=(-s.shear, s.shear), p=s.p, **_border()))
     if aug.random_scale.p > 0:
         steps.append(_rescale_unit(aug, height, width))
     return steps
@@ -330,6 +350,8 @@ class SamplePipeline:
 
     # ---------------------------------------------------------------- construction and checks
     def _build_colour(self) -> A.Compose | None:
+        import albumentations as A
+
         steps = _colour_transforms(self._aug) if self._aug is not None else []
         # strict=True turns unknown (e.g. renamed 1.x) arguments into errors instead of silently dropping them.
         return A.Compose(steps, strict=True) if steps else None
@@ -337,6 +359,8 @@ class SamplePipeline:
     def _geometry_for(self, height: int, width: int) -> A.Compose | None:
         key = (height, width)
         if key not in self._geometry:
+            import albumentations as A
+
             steps = _geometric_transforms(self._aug, height, width) if self._aug is not None else []
             self._geometry[key] = (
                 A.Compose(steps, additional_targets={_NODATA_KEY: "mask"}, strict=True) if steps else None

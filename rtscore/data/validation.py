@@ -10,14 +10,20 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.dataset import build_dataset, make_loader
+from rtscore.data.normalization import load_normalization_stats
+from rtscore.data.sample_grid import write_sample_grid
+from rtscore.data.store import ZarrTileStore
 from rtscore.data.tiles import LABEL_VALUES
+from rtscore.errors import PipelineError
 from rtscore.storage import atomic_write_json, atomic_write_text
+from rtscore.storage.layout import SAMPLES
 
 NORM_TOLERANCE = 0.05
 SPLITS = ("train", "val", "test")
 
 
-class DataValidationError(ValueError):
+class DataValidationError(PipelineError, ValueError):
     """A data check failed; the message names the check, and the split and tile where it failed."""
 
 
@@ -94,8 +100,6 @@ def _iterate_split(
     cfg: PipelineConfig, split: str, store: Path, stats: Any, out: _Collector, summary: SplitSummary, **kw: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Run the split's DataLoader (no augmentation); returns per-channel (n, sum, sumsq) of valid pixels."""
-    from rtscore.data.dataset import build_dataset, make_loader
-
     ds = build_dataset(cfg, store, stats, train=False)
     summary.n_usable = len(ds)
     if len(ds) == 0:
@@ -129,8 +133,6 @@ def _iterate_split(
 
 def _augmented_smoke(cfg: PipelineConfig, store: Path, stats: Any, out: _Collector, batch_size: int) -> None:
     """Two augmented train batches: augmentation must keep shapes, labels in {0,1,255} and values finite."""
-    from rtscore.data.dataset import build_dataset, make_loader
-
     if not cfg.augmentation.enabled:
         return
     ds = build_dataset(cfg, store, stats, train=True, seed=cfg.training.seed)
@@ -154,9 +156,6 @@ def validate_data(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Check every split through its DataLoader; write the report; raise if any check failed."""
-    from rtscore.data.normalization import load_normalization_stats
-    from rtscore.data.store import ZarrTileStore
-
     out = _Collector()
     extra = [c.name for c in cfg.channels.extra]
     stats = load_normalization_stats(stats_path, extra)
@@ -288,9 +287,7 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / "report.json", report)
     atomic_write_text(out_dir / "report.md", render_markdown(report))
-    from rtscore.data.sample_grid import write_sample_grid
-
-    write_sample_grid({k: v for k, v in stores.items() if k in SPLITS}, cfg, out_dir / "samples.png")
+    write_sample_grid({k: v for k, v in stores.items() if k in SPLITS}, cfg, out_dir / SAMPLES)
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -321,5 +318,5 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {c['name']} | {where} | {'pass' if c['passed'] else 'FAIL'} | {c['detail']} |")
     if report["warnings"]:
         lines += ["", "Warnings:", *[f"- {w}" for w in report["warnings"]]]
-    lines += ["", "![samples](samples.png)", ""]
+    lines += ["", f"![samples]({SAMPLES})", ""]
     return "\n".join(lines)

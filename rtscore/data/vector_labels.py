@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from rtscore.data.tiles import IGNORE_INDEX
+from rtscore.errors import PipelineError
 
 CRS_NAMES = {"EPSG:3857", "urn:ogc:def:crs:EPSG::3857", "urn:ogc:def:crs:EPSG:6.18:3:3857"}
 
 
-class LabelPolygonError(ValueError):
+class LabelPolygonError(PipelineError, ValueError):
     """A GeoJSON label file that cannot be used (names the file and the problem)."""
 
 

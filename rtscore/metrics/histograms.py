@@ -379,6 +379,6 @@ class TileHistogramAccumulator:
             pos=pos,
             neg=neg,
             tile_ids=tuple(self._row),
-            is_positive=pos.any(axis=1),
+            is_positive=np.asarray(pos.any(axis=1)),
             n_valid=np.asarray(self._n_valid, np.int64),
         )

@@ -298,7 +298,7 @@ def object_metrics_at_ratios(
 
 
 def recall_by_size(
-    counter: ObjectCounter, size_edges_px: Sequence[float], iou_threshold: float
+    counter: ObjectCounter, size_edges_px: Sequence[float] | np.ndarray, iou_threshold: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Object recall per GT size bin: bins [edges[i], edges[i+1]); returns (GT objects per bin, recall per bin).
 

@@ -118,12 +118,12 @@ def confusion_counts(logits: ArrayLike, target: ArrayLike, threshold: float = 0.
         )
         tp, fp, n_pos, n_neg, n_ign = stacked.tolist()  # one host sync
     else:
-        x, t = np.asarray(logits), np.asarray(target)
-        called = x >= t_logit
-        gt_pos, gt_neg = t == 1, t == 0
-        tp, fp = int(np.count_nonzero(called & gt_pos)), int(np.count_nonzero(called & gt_neg))
-        n_pos, n_neg = int(np.count_nonzero(gt_pos)), int(np.count_nonzero(gt_neg))
-        n_ign = int(np.count_nonzero(t == IGNORE_INDEX))
+        x, y = np.asarray(logits), np.asarray(target)
+        hit = x >= t_logit
+        y_pos, y_neg = y == 1, y == 0
+        tp, fp = int(np.count_nonzero(hit & y_pos)), int(np.count_nonzero(hit & y_neg))
+        n_pos, n_neg = int(np.count_nonzero(y_pos)), int(np.count_nonzero(y_neg))
+        n_ign = int(np.count_nonzero(y == IGNORE_INDEX))
     if n_pos + n_neg + n_ign != math.prod(target.shape):
         raise ValueError(f"labels must be in {{0, 1, {IGNORE_INDEX}}}; found other values in the target batch")
     return ConfusionCounts(tp=float(tp), fp=float(fp), fn=float(n_pos - tp), tn=float(n_neg - fp))

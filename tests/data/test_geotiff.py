@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import yaml
 
-from rtscore.cli import main
+from flows.cli import main
 from rtscore.config.generation import GenerationConfig
-from rtscore.data.generate import generate_synthetic, staging_path
+from rtscore.data.generate import generate_synthetic
 from rtscore.data.geotiff import GeotiffError, GeotiffProducer, ingest_geotiffs, select_tiles, write_synthetic_geotiffs
 from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.writer import staging_path
 
 rasterio = pytest.importorskip("rasterio")
 from rasterio.warp import transform as warp_transform  # noqa: E402

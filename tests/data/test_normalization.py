@@ -46,7 +46,7 @@ def test_stats_match_numpy_over_valid_pixels(train_store: Path) -> None:
 
 def test_nodata_is_keyed_off_alpha_not_zero(tmp_path: Path) -> None:
     """Valid pitch-dark (0,0,0) pixels count; alpha-0 pixels do not."""
-    from rtscore.data.generate import write_store
+    from rtscore.data.writer import write_store
     from tests.helpers import ListProducer, _attrs, _layout
 
     class Dark(ListProducer):

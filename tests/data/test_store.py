@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.generate import staging_path, write_store
 from rtscore.data.store import TileStoreError, ZarrTileStore, read_store_attrs
 from rtscore.data.tiles import RawTile
+from rtscore.data.writer import staging_path, write_store
 from tests.conftest import make_tile
 from tests.helpers import SIZE, ListProducer, _attrs, _layout
 

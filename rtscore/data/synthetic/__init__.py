@@ -8,13 +8,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from rtscore.config.generation import GenerationConfig
-from rtscore.data.synthetic._constants import _META_KEYS, _PART_NAMES, _PLAN_SALT, PIXEL_SIZE_M
+from rtscore.data.synthetic._constants import _META_KEYS, _PART_NAMES, _PLAN_SALT
 from rtscore.data.synthetic._negatives import _bare_patch, _cloud, _lake, _nodata_mask, _noisy_outline, _river, _road
 from rtscore.data.synthetic._palette import _region_palette
 from rtscore.data.synthetic._rts import _Rts, _RtsGeom
 from rtscore.data.synthetic._scale import downsample_mask, downsample_tile
 from rtscore.data.synthetic._scene import _paint_rts, _place_rts, _terrain
-from rtscore.data.tiles import IGNORE_INDEX, RawTile, TileKind, TilePlan
+from rtscore.data.tiles import IGNORE_INDEX, PIXEL_SIZE_M, RawTile, TileKind, TilePlan
 
 __all__ = [
     "PIXEL_SIZE_M",
@@ -50,10 +50,9 @@ def plan_tiles(cfg: GenerationConfig) -> list[TilePlan]:
         One plan per source tile, ``index`` = position in the list. Ids are ``<split>_<index>`` plus
         :func:`scale_suffix` (so a 0.5x store draws other scenes than the 1x store of the same seed).
     """
-    s = cfg.synthetic
-    kinds: list[TileKind] = (
-        ["positive"] * s.n_positive + ["negative"] * s.n_negative + ["full_nodata"] * s.n_full_nodata
-    )
+    s = cfg.synthetic_settings
+    per_kind: dict[TileKind, int] = {"positive": s.n_positive, "negative": s.n_negative, "full_nodata": s.n_full_nodata}
+    kinds: list[TileKind] = [kind for kind, count in per_kind.items() for _ in range(count)]
     rng = np.random.default_rng([cfg.seed, _PLAN_SALT])
     region_order = [s.regions[i] for i in rng.permutation(len(s.regions))]
     # Round-robin continued across the kind blocks: every region gets about the same number of tiles
@@ -73,7 +72,7 @@ def plan_tiles(cfg: GenerationConfig) -> list[TilePlan]:
 def _empty_tile(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
     n = cfg.tile_size
     ignore = np.full((n, n), IGNORE_INDEX, np.uint8)
-    extra = cfg.synthetic.extra_channels
+    extra = cfg.synthetic_settings.extra_channels
     return RawTile(
         tile_id=plan.tile_id,
         region=plan.region,
@@ -99,8 +98,8 @@ def native_config(cfg: GenerationConfig) -> GenerationConfig:
     if cfg.scale == 1.0:
         return cfg
     f = _CONTEXT_FACTOR
-    lo, hi = cfg.synthetic.rts_diameter_fraction
-    syn = cfg.synthetic.model_copy(update={"rts_diameter_fraction": (lo / f, hi / f)})
+    lo, hi = cfg.synthetic_settings.rts_diameter_fraction
+    syn = cfg.synthetic_settings.model_copy(update={"rts_diameter_fraction": (lo / f, hi / f)})
     return cfg.model_copy(update={"tile_size": cfg.tile_size * f, "scale": 1.0, "synthetic": syn})
 
 
@@ -129,7 +128,7 @@ def render_tile_with_parts(plan: TilePlan, cfg: GenerationConfig) -> tuple[RawTi
 def _render_scene(plan: TilePlan, cfg: GenerationConfig, fov: int = 1) -> tuple[RawTile, dict[str, np.ndarray]]:
     """Render a scene at native resolution, ``cfg.tile_size`` pixels covering ``fov`` stored tiles across."""
     n = cfg.tile_size
-    s = cfg.synthetic
+    s = cfg.synthetic_settings
     rng = plan.rng()
     pal = _region_palette(plan.region)
 
@@ -246,7 +245,7 @@ def _render_scene(plan: TilePlan, cfg: GenerationConfig, fov: int = 1) -> tuple[
     noisy = None
     if cfg.store.write_noisy_labels:
         # Drawn last so the image and exact labels do not depend on whether noisy labels are written.
-        nl = cfg.synthetic.noisy_labels
+        nl = cfg.synthetic_settings.noisy_labels
         noisy = np.zeros((n, n), np.uint8)
         for o, g in complete:
             if rng.random() < nl.miss_probability:

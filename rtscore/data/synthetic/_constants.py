@@ -1,6 +1,5 @@
 """Constants shared by the synthetic scene modules."""
 
-PIXEL_SIZE_M = 4.77  # Web Mercator zoom 15, as the real PLANET-RGB tiles (DATA_LAYOUT.md)
 _PLAN_SALT = 0x9A1A7  # any fixed constant: keeps the plan shuffle independent of tile streams
 _MID = 4  # smooth fields are built on a grid this much coarser than the tile, then upsampled
 _N_HARMONICS = 7

@@ -6,7 +6,6 @@ import functools
 import math
 
 import numpy as np
-from scipy import ndimage
 
 from rtscore.data.synthetic._constants import _N_HARMONICS
 
@@ -58,6 +57,8 @@ def _noise(rng: np.random.Generator, h: int, w: int, scale: float, cubic: bool =
 
     Built on a coarse grid and upsampled, because a wide gaussian filter at full resolution is far too slow.
     """
+    from scipy import ndimage
+
     cell = max(1, round(scale / 2))
     g = rng.standard_normal((h // cell + 3, w // cell + 3), dtype=np.float32)
     # 0.2821 = std of unit white noise after a sigma-1 2-D gaussian: rescale to unit std.

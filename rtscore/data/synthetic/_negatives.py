@@ -6,7 +6,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import ndimage
 
 from rtscore.data.synthetic._constants import _MID
 from rtscore.data.synthetic._fields import _blob, _grid, _harmonics, _noise, _smoothstep, _upsample, _window
@@ -179,7 +178,9 @@ def _cloud(
     n = scene.n
     m = max(n // _MID, 4)
     rc = (n / fov) * rng.uniform(0.12, 0.4)
-    cy, cx = _centre(rng, n, rc * 0.7, rts, strict=False)  # type: ignore[misc]
+    centre = _centre(rng, n, rc * 0.7, rts, strict=False)
+    assert centre is not None  # never None unless strict
+    cy, cx = centre
     dist = (n / fov) * rng.uniform(0.06, 0.25)
     # Azimuth is clockwise from north (image up): the sun lies at (sin az, -cos az); shadows fall opposite.
     sy, sx = dist * math.cos(sun_az), -dist * math.sin(sun_az)
@@ -228,6 +229,8 @@ def _noisy_outline(
     The mask is blurred and thresholded at a spatially varying level (cheaper than distance transforms);
     the blur also rounds off corners and drops thin parts, as hand-drawn polygons do.
     """
+    from scipy import ndimage
+
     sigma = max(jitter, 0.7)
     pad = math.ceil(4.0 * sigma) + 2
     y0, y1 = max(0, sl[0].start - pad), min(n, sl[0].stop + pad)

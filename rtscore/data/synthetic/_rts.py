@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rtscore.data.synthetic._constants import _RING, PIXEL_SIZE_M
+from rtscore.data.synthetic._constants import _RING
 from rtscore.data.synthetic._fields import _blob, _grid, _harmonics, _smoothstep, _window
 from rtscore.data.synthetic._palette import _barren_colour
+from rtscore.data.tiles import PIXEL_SIZE_M
 
 # --------------------------------------------------------------------------------------------- RTS geometry
 
@@ -64,6 +65,11 @@ class _Rts:
         return float(np.clip(1.5 + 0.007 * 2.0 * self.r * PIXEL_SIZE_M, 1.5, 15.0))
 
 
+def _four_floats(values: np.ndarray) -> tuple[float, float, float, float]:
+    a, b, c, d = (float(v) for v in values)
+    return a, b, c, d
+
+
 def _new_rts(rng: np.random.Generator) -> _Rts:
     """Draw the shape and colours of a slump (size and position are set by the caller)."""
     tongue = None
@@ -81,7 +87,7 @@ def _new_rts(rng: np.random.Generator) -> _Rts:
         coef=_harmonics(rng, rng.uniform(0.08, 0.2)),
         c0=float(rng.uniform(-0.5, -0.15)),
         hw_frac=float(rng.uniform(0.06, 0.11)),
-        hw_var=tuple(float(v) for v in rng.uniform(-0.2, 0.2, 4)),
+        hw_var=_four_floats(rng.uniform(-0.2, 0.2, 4)),
         taper=float(rng.uniform(0.0, 0.9)),
         tongue=tongue,
         floor_rgb=floor,
@@ -178,7 +184,8 @@ def _rts_geometry(o: _Rts, n: int) -> _RtsGeom | None:
     tongue = np.zeros_like(a_scar)
     sd_t = _tongue_sd(o, ys, xs)
     if sd_t is not None:
-        tw = o.tongue[2]  # type: ignore[index]
+        assert o.tongue is not None  # _tongue_sd is None without a tongue
+        tw = o.tongue[2]
         tongue = np.clip(sd_t / 1.5 + 0.5, 0.0, 1.0) * (1.0 - a_scar)  # softer lobate edge
         label |= sd_t >= 0.0
         halo |= sd_t >= -2.0

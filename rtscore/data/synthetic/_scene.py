@@ -6,14 +6,13 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import ndimage
 
 from rtscore.config.generation import GenerationConfig
-from rtscore.data.synthetic._constants import _MID, _RING, PIXEL_SIZE_M
+from rtscore.data.synthetic._constants import _MID, _RING
 from rtscore.data.synthetic._fields import _noise, _smoothstep, _upsample
 from rtscore.data.synthetic._palette import _Palette
 from rtscore.data.synthetic._rts import _new_rts, _Rts, _rts_geometry, _rts_overlaps, _RtsGeom
-from rtscore.data.tiles import TileKind
+from rtscore.data.tiles import PIXEL_SIZE_M, TileKind
 
 # --------------------------------------------------------------------------------------------- scene
 
@@ -44,6 +43,8 @@ class _Scene:
 
 def _terrain(rng: np.random.Generator, n: int, pal: _Palette) -> _Scene:
     """Fractal elevation, vegetation mosaic and textures of undisturbed tundra."""
+    from scipy import ndimage
+
     m = max(n // _MID, 4)
     relief = pal.relief_m * rng.uniform(0.6, 1.4)
     elev_mid = np.zeros((m, m), np.float32)
@@ -117,7 +118,7 @@ def _place_rts(
     sometimes get one cut by the tile edge (as the neighbour tile of a real slump would).
     """
     n = scene.n
-    s = cfg.synthetic
+    s = cfg.synthetic_settings
     lo, hi = (np.log(f * n / 2.0) for f in s.rts_diameter_fraction)
 
     def radius() -> float:
