@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from prefect import flow
 
+from flows import ui
 from flows.common import flow_run_scope, load_config, run_stage
 from flows.params import SeedStageParams
-from flows.ui import publish_summary, publish_table, report_tables, run_text
-from rtscore.stages import ArtifactRef, CalibrationResult, TestReport
-from tasks import calibrate as t
+from rtscore.stages import ArtifactRef, CalibrationResult, TestResult
+from tasks import stages as t
 
 
 @flow(name="calibrate")
@@ -19,34 +19,19 @@ def calibrate(params: SeedStageParams) -> CalibrationResult:
         seeds = params.seeds or cfg.training.seeds
         caches = [run_stage(t.logit_cache, params.run_dir, cfg, s, refresh=params.refresh) for s in seeds]
         result: CalibrationResult = run_stage(t.calibrate, params.run_dir, cfg, seeds, refresh=params.refresh)
-        publish_table(
-            "calibration",
-            [p.model_dump() for p in result.seeds],
-            f"Per-seed temperature and threshold; shipped seed {result.shipped_seed}",
-        )
-        publish_summary(
-            "calibrate",
-            "Calibration",
-            caches + result.artifacts,
-            lambda: _figures(result) + "\n" + run_text(params.run_dir, "calibration/report.md"),
-        )
+        ui.publish_calibration(params.run_dir, caches, result)
         return result
 
 
 @flow(name="evaluate-test")
-def evaluate_test(params: SeedStageParams) -> TestReport:
+def evaluate_test(params: SeedStageParams) -> TestResult:
     """Test-Realistic with each seed's frozen deployment config; mean ± std across seeds."""
     with flow_run_scope():
         cfg = load_config(params)
         seeds = params.seeds or cfg.training.seeds
-        report: TestReport = run_stage(t.evaluate_test, params.run_dir, cfg, seeds, refresh=params.refresh)
-        aggregate, per_seed = report_tables(run_text(params.run_dir, "evaluation/test_report.json"))
-        if aggregate:
-            publish_table("test-report-aggregate", aggregate, "Test-Realistic: mean ± std per ratio and metric")
-            publish_table("test-report-per-seed", per_seed, "Test-Realistic: per seed and ratio")
-        md = run_text(params.run_dir, "evaluation/test_report.md")
-        publish_summary("test-report", "Test-Realistic, mean ± std over seeds", report.artifacts, lambda: md)
-        return report
+        result: TestResult = run_stage(t.evaluate_test, params.run_dir, cfg, seeds, refresh=params.refresh)
+        ui.publish_test_report(params.run_dir, result)
+        return result
 
 
 @flow(name="package")
@@ -56,20 +41,5 @@ def package(params: SeedStageParams) -> ArtifactRef:
         cfg = load_config(params)
         seeds = params.seeds or cfg.training.seeds
         ref: ArtifactRef = run_stage(t.package, params.run_dir, cfg, seeds, refresh=params.refresh)
-        publish_summary("package", "Deployment package", [ref], lambda: _package_md(params.run_dir))
+        ui.publish_package(params.run_dir, ref)
         return ref
-
-
-def _figures(result: CalibrationResult) -> str:
-    d = result.deployment
-    lines = [
-        f"- shipped seed **{result.shipped_seed}**: threshold {d.threshold}, temperature {d.temperature}, "
-        f"TTA {d.tta}, scales {d.scales}",
-        f"- TTA gate: {result.tta_reason}",
-        f"- scale gate: {result.scales_reason}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _package_md(run_dir: str) -> str:
-    return "## SHA256SUMS\n\n```\n" + run_text(run_dir, "package/SHA256SUMS", recorded="package") + "```\n"

@@ -1,8 +1,16 @@
-"""The `rts` entry point: rtscore's commands plus the commands that run Prefect flows."""
+"""The `rts` command: every command of the project, one module (heavy imports only inside the command that
+needs them, so that `rts --help` answers at once).
+
+Library commands call rtscore directly; pipeline commands run the Prefect flows (an ephemeral local API unless
+PREFECT_API_URL names a server). An error a user can act on (`rtscore.errors.PipelineError`) prints as one
+line and exits 2; anything else is a bug and shows its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -10,8 +18,196 @@ from pathlib import Path
 from typing import Any
 
 from flows.params import TRAIN_SEED_DEPLOYMENT
-from rtscore.cli import build_parser, package_verify_command, run
+from rtscore.errors import PipelineError
+from rtscore.storage import RunLayout, StorageError
 from rtscore.storage import absolute_location as absolute
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from rtscore.config import GenerationConfig, load_config
+    from rtscore.config.generation import with_absolute_data_root
+
+    cfg = with_absolute_data_root(load_config(GenerationConfig, args.config), Path(args.config).parent)
+    source = args.source or cfg.source
+    if source == "geotiff":
+        from rtscore.data.geotiff import ingest_geotiffs
+
+        root = args.data_root or (cfg.geotiff.data_root if cfg.geotiff else None)
+        if not root:
+            raise PipelineError("--source geotiff needs --data-root <dir> (or geotiff.data_root in the config)")
+        attrs = ingest_geotiffs(
+            cfg,
+            Path(root),
+            Path(args.output),
+            overwrite=args.overwrite,
+            restart=args.restart,
+            progress=True,
+            num_workers=args.workers,
+        )
+    else:
+        from rtscore.data.generate import generate_synthetic
+
+        attrs = generate_synthetic(
+            cfg,
+            Path(args.output),
+            overwrite=args.overwrite,
+            restart=args.restart,
+            progress=True,
+            num_workers=args.workers,
+        )
+    counts = attrs["counts"]
+    print(
+        f"wrote {args.output}: {counts['n_tiles']} tiles ({counts['n_positive']} positive, "
+        f"{counts['n_negative']} negative, {counts['n_full_nodata']} full NoData), "
+        f"prevalence {attrs['prevalence']['exact']:.5f}"
+    )
+    return 0
+
+
+def _synth_geotiff(args: argparse.Namespace) -> int:
+    from rtscore.config import GenerationConfig, load_config, load_pipeline_config
+    from rtscore.config.base import read_yaml
+    from rtscore.data.geotiff import write_synthetic_geotiffs
+
+    doc = read_yaml(args.config)
+    if isinstance(doc, dict) and "split" in doc:  # one split's generation config
+        cfgs = [load_config(GenerationConfig, args.config)]
+    else:  # a pipeline config: every split it generates, in one data root
+        cfgs = [g for _, g in load_pipeline_config(args.config).data.generation.items()]
+    summary = write_synthetic_geotiffs(cfgs, Path(args.output), overwrite=args.overwrite)
+    print(
+        f"wrote {summary['output']}: {summary['n_tiles']} tiles of splits {summary['split']} "
+        f"({summary['n_positive']} positive, {summary['n_full_nodata']} full NoData) as GeoTIFFs"
+    )
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+
+    extra = None
+    clip = tuple(args.clip) if args.clip else None
+    if args.config:
+        from rtscore.config import load_pipeline_config
+
+        cfg = load_pipeline_config(args.config)
+        extra = [c.name for c in cfg.channels.extra]
+        clip = clip or cfg.normalization.clip_percentiles
+    stats = compute_normalization_stats(args.dataset, extra_channels=extra, clip_percentiles=clip, progress=True)
+    out = Path(args.output) if args.output else Path(args.dataset).parent / "normalization_stats.json"
+    write_normalization_stats(stats, out)
+    print(json.dumps(stats.to_json(), indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from rtscore.config import load_pipeline_config
+    from rtscore.data.validation import validate_data
+
+    cfg = load_pipeline_config(args.config)
+    root = Path(args.dataset)
+    stores = {s: root / f"{s}.zarr" for s in ("train", "val", "test") if (root / f"{s}.zarr").exists()}
+    if not stores and (root / "zarr.json").exists():  # a single store
+        from rtscore.data.store import read_store_attrs
+
+        stores = {read_store_attrs(root)["split"]: root}
+        root = root.parent
+    stats = Path(args.stats) if args.stats else root / "normalization_stats.json"
+    if not stats.exists() and (root.parent / "normalization_stats.json").exists():
+        stats = root.parent / "normalization_stats.json"
+    if not stats.exists():
+        raise StorageError(f"normalization stats not found at {stats}; run `rts stats --dataset <train.zarr>` first")
+    out = Path(args.output) if args.output else root / "validation"
+    report = validate_data(
+        cfg, stores, stats, out, max_batches=args.max_batches, num_workers=args.workers, progress=True
+    )
+    for split, s in report["splits"].items():
+        print(f"{split}: {s['n_usable']} usable tiles, {s['n_positive']} positive, prevalence {s['prevalence']:.5f}")
+    for w in report["warnings"]:
+        print(f"warning: {w}")
+    print(f"validation passed; report in {out}")
+    return 0
+
+
+def _import_npz(args: argparse.Namespace) -> int:
+    from rtscore.data.legacy_npz import import_npz
+
+    attrs = import_npz(
+        args.input, args.output, split=args.split, shard_tiles=args.shard_tiles, overwrite=args.overwrite, progress=True
+    )
+    print(f"wrote {args.output}: {attrs['counts']['n_tiles']} tiles")
+    return 0
+
+
+def _noise_floor(args: argparse.Namespace) -> int:
+    from rtscore.config import load_pipeline_config
+    from rtscore.train.noise_floor import measure_noise_floor, render_noise_floor
+
+    cfg = load_pipeline_config(args.config)
+    report = measure_noise_floor(cfg, args.run, args.seed, repeats=args.repeats, draws_per_run=args.draws)
+    print(render_noise_floor(report))
+    return 0
+
+
+def _profile_batch(args: argparse.Namespace) -> int:
+    from rtscore.config import load_pipeline_config
+    from rtscore.storage import atomic_write_text
+    from rtscore.train.profile import profile_batch_sizes, render_profile
+
+    cfg = load_pipeline_config(args.config)
+    report = profile_batch_sizes(cfg, memory_cap_gib=args.max_memory_gb, max_batch=args.max_batch, steps=args.steps)
+    md = render_profile(report)
+    print(md)
+    if args.output:
+        atomic_write_text(Path(args.output), md)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _package_verify(args: argparse.Namespace) -> int:
+    """`rts package verify DIR`: audit a deployment package, load it and run one tile; 0 when every check passes."""
+    from rtscore.package import render_verify_report, verify_package
+
+    report = verify_package(Path(args.dir), device=getattr(args, "device", None) or "cpu")
+    print(render_verify_report(report))
+    return 0 if report.ok else 1
+
+
+def _predict(args: argparse.Namespace) -> int:
+    """`rts predict`: probabilities + mask COGs of a raster or a directory of rasters with a deployment package.
+
+    Arguments: ``package`` (package dir), ``input`` (a .tif or a directory of .tif; ``*_extra.tif`` are EXTRA
+    siblings), ``output`` (directory), ``stride`` (int or None: half a tile), ``device`` (default cpu),
+    ``extra`` (optional EXTRA raster for a single input; default ``<stem>_extra.tif`` next to each input).
+    """
+    from rtscore.inference.predict import input_rasters, load_package, predict_raster
+
+    files = input_rasters(args.input)
+    extra = getattr(args, "extra", None)
+    if extra and len(files) > 1:
+        raise PipelineError("--extra needs a single --input raster (directories use <stem>_extra.tif)")
+    pkg = load_package(args.package, device=getattr(args, "device", None) or "cpu")
+    for f in files:
+        out = predict_raster(pkg, f, args.output, stride=getattr(args, "stride", None), extra_tif=extra)
+        print(
+            f"{f.name}: {out.windows} windows, {out.positive_pixels:,} of {out.valid_pixels:,} valid pixels "
+            f">= threshold -> {out.prob.name}, {out.mask.name}"
+        )
+    return 0
+
+
+def _drift(args: argparse.Namespace) -> int:
+    """`rts drift`: input drift of new imagery against the package's normalization stats; 1 on a blocker.
+
+    Arguments: ``package`` (package dir), ``input`` (a .tif or a directory of .tif), ``output`` (report dir).
+    """
+    from rtscore.inference.drift import REPORT_MD, drift_report, render_markdown
+
+    report = drift_report(args.package, args.input, args.output)
+    print(render_markdown(report), end="")
+    print(f"wrote {Path(args.output) / REPORT_MD}")
+    return 0 if report["ok"] else 1
 
 
 def _quiet_ephemeral_prefect() -> None:
@@ -29,7 +225,7 @@ def _data(args: argparse.Namespace) -> int:
     )
     for name, ref in refs.items():
         print(f"{name:20s} {ref.uri}")
-    print(f"data pipeline finished; validation report: {absolute(args.run)}/validation/report.md")
+    print(f"data pipeline finished; validation report: {absolute(args.run)}/{RunLayout.VALIDATION_REPORT_MD.at()}")
     return 0
 
 
@@ -68,9 +264,9 @@ def _print_training(results: list[Any]) -> None:
 def _print_calibration(cal: Any) -> None:
     d = cal.deployment
     print(f"calibration: tta {d.tta}, scales {d.scales}; shipped seed {cal.shipped_seed}")
-    print(f"  TTA gate:   {cal.tta_reason}")
-    print(f"  scale gate: {cal.scales_reason}")
-    for p in cal.seeds:
+    print(f"  TTA gate:   {cal.summary.tta_reason}")
+    print(f"  scale gate: {cal.summary.scales_reason}")
+    for p in cal.summary.seeds:
         note = "" if p.target_reached else " (target precision not reachable: max-F1 threshold)"
         print(
             f"  seed {p.seed}: T = {p.temperature:.3f}, threshold {p.threshold:.4f} "
@@ -100,7 +296,7 @@ def _pipeline(args: argparse.Namespace) -> int:
     _print_calibration(out["calibration"])
     print()
     print(out["test"].table)
-    print(f"\ntest report: {run_dir}/evaluation/test_report.md")
+    print(f"\ntest report: {run_dir}/{RunLayout.TEST_REPORT_MD.at()}")
     print(f"deployment package: {out['package'].uri}")
     return 0
 
@@ -111,7 +307,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     cal = calibrate(_stage_params(args))
     _print_calibration(cal)
-    print(f"deployment config: {_run_dir(args)}/calibration/deployment_config.yaml")
+    print(f"deployment config: {_run_dir(args)}/{RunLayout.DEPLOYMENT_CONFIG.at()}")
     return 0
 
 
@@ -121,7 +317,7 @@ def _evaluate_test(args: argparse.Namespace) -> int:
 
     rep = evaluate_test(_stage_params(args))
     print(rep.table)
-    print(f"\ntest report: {_run_dir(args)}/evaluation/test_report.md")
+    print(f"\ntest report: {_run_dir(args)}/{RunLayout.TEST_REPORT_MD.at()}")
     return 0
 
 
@@ -151,7 +347,82 @@ def _stage_args(p: argparse.ArgumentParser, *, seeds_help: str = "seeds (default
 
 
 def parser() -> argparse.ArgumentParser:
-    p, sub = build_parser()
+    """Every `rts` command."""
+    p = argparse.ArgumentParser(prog="rts", description="RTS segmentation pipeline (rtscore + Prefect flows).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    g = sub.add_parser("generate", help="generate a tile store (one split) from a generation config")
+    g.add_argument(
+        "--source", default=None, choices=["synthetic", "geotiff"], help="data source (default: the config's source)"
+    )
+    g.add_argument("--config", required=True, help="generation config YAML (configs/generation/...)")
+    g.add_argument("--output", required=True, help="output store, e.g. datasets/train.zarr")
+    g.add_argument("--workers", type=int, default=None, help="worker processes (default: processing.num_workers)")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    g.add_argument("--restart", action="store_true", help="discard an interrupted generation instead of resuming")
+    g.add_argument("--data-root", help="--source geotiff: root with PLANET-RGB/, EXTRA/, labels/, metadata.csv")
+    g.set_defaults(func=_generate)
+
+    sg = sub.add_parser("synth-geotiff", help="write the synthetic scenes of a generation config as GeoTIFFs")
+    sg.add_argument(
+        "--config", required=True, help="a generation config (one split) or a pipeline config (all its splits)"
+    )
+    sg.add_argument("--output", required=True, help="data root to create (PLANET-RGB/, EXTRA/, labels/, ...)")
+    sg.add_argument("--overwrite", action="store_true", help="replace an existing data root")
+    sg.set_defaults(func=_synth_geotiff)
+
+    s = sub.add_parser("stats", help="normalization stats of a train store (train split only)")
+    s.add_argument("--dataset", required=True, help="the train store (.zarr)")
+    s.add_argument("--config", help="pipeline config (selects channels.extra and clipping)")
+    s.add_argument("--clip", type=float, nargs=2, metavar=("LOW", "HIGH"), help="percentile clipping")
+    s.add_argument("--output", help="default: normalization_stats.json next to the store")
+    s.set_defaults(func=_stats)
+
+    v = sub.add_parser("validate", help="check the datasets through the DataLoader and write a report")
+    v.add_argument("--dataset", required=True, help="a directory with <split>.zarr stores, or one store")
+    v.add_argument("--config", required=True, help="pipeline/training config YAML")
+    v.add_argument("--stats", help="normalization_stats.json (default: next to the datasets)")
+    v.add_argument("--output", help="report directory (default: <dataset>/validation)")
+    v.add_argument("--max-batches", type=int, default=None, help="check at most this many batches per split")
+    v.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    v.set_defaults(func=_validate)
+
+    i = sub.add_parser("import-npz", help="convert a legacy batched .npz dataset into a Zarr tile store")
+    i.add_argument("--input", required=True, help="legacy dataset dir (with exact_masks/ or metadata.json)")
+    i.add_argument("--output", required=True, help="output store (.zarr)")
+    i.add_argument("--split", required=True, choices=["train", "val", "test"], help="split the data belongs to")
+    i.add_argument("--shard-tiles", type=int, default=32, help="tiles per shard")
+    i.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    i.set_defaults(func=_import_npz)
+
+    n = sub.add_parser("noise-floor", help="repeat validation on a seed's best checkpoint; suggest min_delta")
+    n.add_argument("--config", required=True, help="pipeline config YAML")
+    n.add_argument("--run", required=True, help="run directory with the trained seed")
+    n.add_argument("--seed", type=int, default=42, help="which seed's best_deployment.pth")
+    n.add_argument("--repeats", type=int, default=5, help="validation passes on the same checkpoint")
+    n.add_argument("--draws", type=int, default=4, help="random negative subsets per pass (the old method)")
+    n.set_defaults(func=_noise_floor)
+
+    b = sub.add_parser("profile-batch", help="largest batch size that fits the configured model on this device")
+    b.add_argument("--config", required=True, help="pipeline config YAML (model, tile size, precision)")
+    b.add_argument("--max-memory-gb", type=float, default=None, help="on CPU: treat peak RSS growth above this as OOM")
+    b.add_argument("--max-batch", type=int, default=512, help="stop the search at this batch size")
+    b.add_argument("--steps", type=int, default=2, help="timed training steps per batch size")
+    b.add_argument("--output", help="also write the markdown report here")
+    b.set_defaults(func=_profile_batch)
+    pr = sub.add_parser("predict", help="probability and mask COGs of GeoTIFFs from a deployment package")
+    pr.add_argument("--package", required=True, help="deployment package directory (rts package build)")
+    pr.add_argument("--input", required=True, help="a GeoTIFF (R, G, B [, alpha]) or a directory of them")
+    pr.add_argument("--output", required=True, help="directory for <name>_prob.tif and <name>_mask.tif")
+    pr.add_argument("--stride", type=int, default=None, help="window stride in pixels (default: half a tile)")
+    pr.add_argument("--extra", default=None, help="EXTRA raster of a single input (default: <name>_extra.tif)")
+    pr.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    pr.set_defaults(func=_predict)
+
+    dr = sub.add_parser("drift", help="compare new imagery with the package's normalization stats (guide §4.1)")
+    dr.add_argument("--package", required=True, help="deployment package directory")
+    dr.add_argument("--input", required=True, help="a GeoTIFF or a directory of them (<name>_extra.tif siblings)")
+    dr.add_argument("--output", required=True, help="directory for drift_report.json and drift_report.md")
+    dr.set_defaults(func=_drift)
     d = sub.add_parser("data", help="run the data-pipeline flow (generate -> stats -> validate) into a run dir")
     d.add_argument("--config", required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)")
     d.add_argument("--run", required=True, help="run directory, e.g. artifacts/quickstart")
@@ -209,8 +480,39 @@ def parser() -> argparse.ArgumentParser:
     kv = ksub.add_parser("verify", help="audit a package without unpickling, then load it and run one tile")
     kv.add_argument("dir", help="package directory")
     kv.add_argument("--device", default="cpu", help="device for the one-tile forward pass (default cpu)")
-    kv.set_defaults(func=package_verify_command)
+    kv.set_defaults(func=_package_verify)
     return p
+
+
+class _CliHandler(logging.StreamHandler):
+    """The commands' stdout handler, marked so that it is added once."""
+
+    _rts_cli = True
+
+
+def _log_to_stdout() -> None:
+    """Library progress (the ``rtscore`` loggers) on stdout, one line per message, as the commands print."""
+    logger = logging.getLogger("rtscore")
+    if not any(getattr(h, "_rts_cli", False) for h in logger.handlers):
+        handler = _CliHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # Prefect's console handler on the root would print every line twice
+
+
+def run(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse and dispatch: a PipelineError prints as one line (exit 2); Ctrl-C says how to resume."""
+    args = p.parse_args(argv)
+    _log_to_stdout()
+    try:
+        return int(args.func(args))
+    except PipelineError as err:
+        print(f"rts {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rts {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:

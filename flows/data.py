@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-
 from prefect import flow
 
+from flows import ui
 from flows.common import flow_run_scope, load_config, run_stage
 from flows.params import SPLITS, DataParams, GenerateParams, StageParams
-from flows.ui import publish_files, publish_summary, run_text
 from rtscore.stages import ArtifactRef, save_resolved_config
-from rtscore.storage import RunDir
-from tasks import data as t
-
-SAMPLES = "validation/samples.png"
+from tasks import stages as t
 
 
 @flow(name="generate-dataset")
@@ -25,7 +19,7 @@ def generate_dataset(params: GenerateParams) -> list[ArtifactRef]:
         refs = [
             run_stage(t.generate_dataset, params.run_dir, cfg, split, refresh=params.refresh) for split in params.splits
         ]
-        publish_summary("generate-dataset", "Generated datasets", refs, lambda: _datasets_md(params.run_dir, refs))
+        ui.publish_datasets(params.run_dir, refs)
         return refs
 
 
@@ -35,7 +29,7 @@ def normalization_stats(params: StageParams) -> ArtifactRef:
     with flow_run_scope():
         cfg = load_config(params)
         ref = run_stage(t.normalization_stats, params.run_dir, cfg, refresh=params.refresh)
-        publish_summary("normalization-stats", "Normalization stats", [ref], lambda: _stats_md(params.run_dir))
+        ui.publish_stats(params.run_dir, ref)
         return ref
 
 
@@ -45,8 +39,7 @@ def validate_data(params: StageParams) -> ArtifactRef:
     with flow_run_scope():
         cfg = load_config(params)
         ref = run_stage(t.validate_data, params.run_dir, cfg, refresh=params.refresh)
-        publish_summary("validate-data", "Data validation", [ref], lambda: _report_md(params.run_dir))
-        publish_files(params.run_dir, "validate-data", [SAMPLES])
+        ui.publish_validation(params.run_dir, ref)
         return ref
 
 
@@ -61,40 +54,5 @@ def data_pipeline(params: DataParams) -> dict[str, ArtifactRef]:
             refs[f"dataset_{split}"] = run_stage(t.generate_dataset, run_dir, cfg, split, refresh=refresh)
         refs["normalization_stats"] = run_stage(t.normalization_stats, run_dir, cfg, refresh=refresh)
         refs["validation"] = run_stage(t.validate_data, run_dir, cfg, refresh=refresh)
-        datasets = [refs[f"dataset_{s}"] for s in SPLITS]
-        publish_summary(
-            "data-pipeline",
-            f"Data pipeline: {run_dir}",
-            list(refs.values()),
-            lambda: _datasets_md(run_dir, datasets) + "\n" + _report_md(run_dir),
-        )
-        publish_files(run_dir, "validate-data", [SAMPLES])
+        ui.publish_data_pipeline(run_dir, refs, [refs[f"dataset_{s}"] for s in SPLITS])
         return refs
-
-
-def _datasets_md(run_dir: str, refs: list[ArtifactRef]) -> str:
-    """Key figures of the generated stores (from their attributes)."""
-    from rtscore.data.store import read_store_attrs
-
-    lines = ["| split | source | seed | tile size | channels | MB |", "|---|---|---|---|---|---|"]
-    for ref in refs:
-        try:
-            a = read_store_attrs(RunDir(run_dir).path(ref.path))
-        except Exception:  # a summary never fails a stage
-            continue
-        lines.append(
-            f"| {a.get('split', ref.path)} | {a.get('source', '?')} | {a.get('seed', '?')} | {a.get('tile_size', '?')} "
-            f"| {', '.join(a.get('channel_names', []))} | {ref.bytes / 1e6:.1f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _stats_md(run_dir: str) -> str:
-    text = run_text(run_dir, "normalization_stats.json")
-    with contextlib.suppress(ValueError):
-        text = json.dumps(json.loads(text), indent=2)
-    return "```json\n" + text.rstrip() + "\n```\n"
-
-
-def _report_md(run_dir: str) -> str:
-    return run_text(run_dir, "validation/report.md", recorded="validation")

@@ -6,16 +6,14 @@ first time instead of creating new ones: a completed seed is reused, a running o
 whose earlier run failed, crashed or was cancelled gets a new run, under the next attempt's key.
 
 Results come back through the run directory, not through Prefect results: the train-seed stage records
-``seeds/seed_<n>/best_deployment.pth``, ``run_summary.json`` ... in the manifest, which the parent reads
+the seed's weights, ``run_summary.json`` ... (``RunLayout.SEED_*``) in the manifest, which the parent reads
 once the child run has completed. No result storage has to be shared between the pools.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import time
-from typing import Any
+from typing import Any, cast
 
 from prefect.client.schemas.objects import FlowRun
 from prefect.deployments import run_deployment
@@ -25,10 +23,12 @@ from prefect.logging import get_logger, get_run_logger
 from flows.params import DistributedParams, PipelineParams, TrainSeedParams
 from rtscore.errors import PipelineError
 from rtscore.stages import ArtifactRef, TrainResult
-from rtscore.storage import RunDir, StorageError, absolute_location
-from rtscore.train.result import SeedResult
+from rtscore.stages.train import SPEC as TRAIN_SEED_SPEC
+from rtscore.storage import RunDir, RunLayout, StorageError, absolute_location
+from rtscore.train.result import read_seed_summary
 
 MAX_ATTEMPTS = 100  # new runs per seed over all retries of one pipeline flow run
+TRAIN_SEED = TRAIN_SEED_SPEC.name  # the stage whose records in the manifest are a seed's artifacts
 
 
 class FanOutError(PipelineError):
@@ -68,14 +68,18 @@ def submit_seed(
     """Start (or find) the seed's train-seed flow run; a run of an earlier attempt that failed is replaced."""
     logger = _logger()
     for attempt in range(MAX_ATTEMPTS):
-        run = run_deployment(
-            dist.deployment,
-            parameters={"params": child.model_dump(mode="json")},
-            timeout=0,  # start every seed first, then wait for all (wait_for_runs)
-            idempotency_key=idempotency_key(parent_flow_run_id, child.seed, attempt),
-            flow_run_name=f"train-seed-{child.seed}",
-            tags=tags,
-            job_variables=dist.job_variables or None,
+        # Prefect types run_deployment (sync-compatible) as `FlowRun | Coroutine[..., FlowRun]`; called sync: FlowRun.
+        run = cast(
+            FlowRun,
+            run_deployment(
+                dist.deployment,
+                parameters={"params": child.model_dump(mode="json")},
+                timeout=0,  # start every seed first, then wait for all (wait_for_runs)
+                idempotency_key=idempotency_key(parent_flow_run_id, child.seed, attempt),
+                flow_run_name=f"train-seed-{child.seed}",
+                tags=tags,
+                job_variables=dist.job_variables or None,
+            ),
         )
         state = run.state
         if state is not None and state.is_final() and not state.is_completed():
@@ -127,30 +131,26 @@ def read_train_result(run_dir: str, seed: int) -> TrainResult:
     worker's mirror and verified there, where calibrate reads them next).
     """
     run = RunDir(run_dir)
-    base = f"seeds/seed_{seed}"
-    for rel in (f"{base}/best_deployment.pth", f"{base}/run_summary.json"):
+    summary = RunLayout.SEED_SUMMARY.at(seed=seed)
+    for rel in (RunLayout.BEST_WEIGHTS.at(seed=seed), summary):
         try:
             run.verify(rel)
         except StorageError as err:
             raise FanOutError(f"seed {seed} completed but its artifacts are not in the run: {err}") from None
-    doc: dict[str, Any] = json.loads(run.path(f"{base}/run_summary.json").read_text())
-    best = doc.get("best_val_realistic_pr_auc_geomean_smoothed")
-    result = SeedResult(
-        seed=seed,
-        seed_dir=str(run.path(base)),
-        best_epoch=int(doc.get("best_epoch") or 0),
-        best_metric=float(best) if best is not None else math.nan,
-        epochs_run=int(doc.get("epochs_run") or 0),
-        stopped_early=bool(doc.get("stopped_early")),
-        mlflow_run_id=doc.get("mlflow_run_id"),
-    )
+    try:
+        result = read_seed_summary(run.path(summary)).to_result(str(run.at(RunLayout.SEED_DIR, seed=seed)))
+    except StorageError as err:
+        raise FanOutError(f"seed {seed} completed but its summary cannot be read: {err}") from None
+    if result.seed != seed:
+        raise FanOutError(f"seed {seed} completed but {run.path(summary)} is the summary of seed {result.seed}")
+    base = RunLayout.SEED_DIR.at(seed=seed) + "/"
     entries = run.read_manifest().artifacts
     refs = [
         ArtifactRef(
             uri=e.uri if run.remote else str(run.path(rel)), path=rel, sha256=e.sha256, bytes=e.bytes, stage=e.stage
         )
         for rel, e in sorted(entries.items())
-        if rel.startswith(f"{base}/") and e.stage == "train-seed"
+        if rel.startswith(base) and e.stage == TRAIN_SEED
     ]
     return TrainResult(result=result, artifacts=refs)
 

@@ -7,12 +7,13 @@ from typing import Any
 from prefect import flow
 from prefect.cache_policies import INPUTS, RUN_ID
 
+from flows import ui
 from flows.calibrate import calibrate, evaluate_test, package
 from flows.common import flow_run_scope, load_config
 from flows.data import data_pipeline
+from flows.fanout import distributed_train
 from flows.params import PipelineParams
-from flows.train import multi_seed_train, publish_training
-from flows.ui import Progress
+from flows.train import multi_seed_train
 from rtscore.stages import TrainResult
 from tasks import train as t
 
@@ -28,7 +29,7 @@ def pipeline(params: PipelineParams) -> dict[str, Any]:
     train-seed flow run on ``distributed.deployment`` (see flows/fanout.py).
     """
     with flow_run_scope() as flow_run_id:
-        progress = Progress(
+        progress = ui.Progress(
             "rts-pipeline-progress", STEPS, f"{params.run_dir}: {' -> '.join(STEPS)} ({params.execution})"
         )
         out: dict[str, Any] = dict(data_pipeline(params.data()))
@@ -46,13 +47,12 @@ def pipeline(params: PipelineParams) -> dict[str, Any]:
         progress.advance("evaluate-test")
         out["package"] = package(params.stage(trained))
         progress.advance("package")
+        ui.publish_pipeline(params.run_dir, out["calibration"], out["test"], out["package"])
         return out
 
 
 def _distributed_training(params: PipelineParams, flow_run_id: str | None) -> list[TrainResult]:
     """One train-seed flow run per seed on the GPU deployment, under one parent MLflow run."""
-    from flows.fanout import distributed_train
-
     if flow_run_id is None:
         raise RuntimeError("execution 'distributed' needs a Prefect flow run (its id keys the seeds' runs)")
     cfg = load_config(params)
@@ -62,5 +62,5 @@ def _distributed_training(params: PipelineParams, flow_run_id: str | None) -> li
     parent = start(params.run_dir, cfg, seeds)
     results = distributed_train(params, flow_run_id, seeds, parent)
     t.finish_multiseed(params.run_dir, cfg, parent, results)
-    publish_training(params.run_dir, cfg, results, "multi-seed-train", parent_run_id=parent)
+    ui.publish_training(params.run_dir, cfg, results, "multi-seed-train", parent_run_id=parent)
     return results

@@ -1,17 +1,26 @@
-"""What the Prefect UI shows of a run: summaries, tables, links to artifacts and MLflow, images, progress.
+"""What the Prefect UI shows of a run: summaries, tables, images, links to artifacts and MLflow, progress.
 
-Artifact keys (lowercase letters, digits, dashes) are given to the summaries and tables, so that the UI's
-Artifacts page keeps their history; links and images are attached to the flow run only.
+Every artifact a flow publishes is made here; a flow module calls one ``publish_<stage>`` function after
+its stage. Artifact keys (lowercase letters, digits, dashes) are given to the summaries, tables and images,
+so that the UI's Artifacts page keeps their history; links are attached to the flow run only.
+
+Images show inline for every run: a local run's PNG goes into a markdown artifact as a ``data:image/png``
+URI (a browser opens no ``file://`` link from a web page), a gs:// run's as an image artifact of its
+``storage.cloud.google.com`` URL (shown to a signed-in user with access to the bucket).
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import math
+import mimetypes
+import posixpath
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 from uuid import UUID
 
@@ -24,13 +33,21 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from rtscore.stages import ArtifactRef
+from rtscore.config import PipelineConfig
+from rtscore.data.store import read_store_attrs
+from rtscore.evaluation import TestReport, mean_std
+from rtscore.stages import ArtifactRef, CalibrationResult, TestResult, TrainResult
+from rtscore.storage import RunDir, RunLayout
 
 GCS_CONSOLE = "https://console.cloud.google.com/storage/browser"
 GCS_AUTHENTICATED = "https://storage.cloud.google.com"  # renders an object for a signed-in user with access
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".gif")
+MAX_INLINE_IMAGE_BYTES = 5_000_000  # larger images are linked (the artifact lives in the Prefect database)
+NOT_AVAILABLE = "n/a"  # a table cell whose value is undefined (NaN): e.g. the std of a single seed
+_IMAGE_REF = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")  # ![alt](target) in markdown
 
 
+# ------------------------------------------------------------------------------------------ addresses
 def artifact_key(*parts: str) -> str:
     """A valid artifact key from free text: lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")
@@ -58,13 +75,25 @@ def browser_url(uri: str, *, is_dir: bool = False) -> str:
 
 
 def image_url(uri: str) -> str | None:
-    """An http(s) URL a browser can display the image from, or None (a local file: link it instead)."""
+    """An http(s) URL a browser can display the image from, or None (a local file: see :func:`image_src`)."""
     if uri.startswith("gs://"):
         bucket, obj = _split_gs(uri)
         return f"{GCS_AUTHENTICATED}/{bucket}/{quote(obj)}"
     if uri.startswith(("http://", "https://")):
         return uri
     return None
+
+
+def image_src(run: RunDir, rel: str) -> str | None:
+    """What an ``<img>`` of the UI loads a run's image from: its https URL for a gs:// run, else the file
+    itself as a ``data:`` URI; None if the local file is missing or too large to inline."""
+    if run.remote:
+        return image_url(run.uri_of(rel))
+    path = run.path(rel)
+    if not path.is_file() or path.stat().st_size > MAX_INLINE_IMAGE_BYTES:
+        return None
+    mime = mimetypes.guess_type(path.name)[0] or "image/png"
+    return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
 
 
 def mlflow_run_url(tracking_uri: str | None, run_id: str | None) -> str | None:
@@ -74,54 +103,45 @@ def mlflow_run_url(tracking_uri: str | None, run_id: str | None) -> str | None:
     return f"{tracking_uri.rstrip('/')}/#/runs/{run_id}"
 
 
-def _is_dir(ref: ArtifactRef) -> bool:
-    if ref.uri.startswith("gs://"):
+def _is_dir(run: RunDir, ref: ArtifactRef) -> bool:
+    if run.remote:
         return not Path(ref.path).suffix or ref.path.endswith(".zarr")
-    return Path(ref.uri.removeprefix("file://")).is_dir()
+    return run.path(ref.path).is_dir()
 
 
-def publish_links(refs: Iterable[ArtifactRef]) -> None:
-    """A link artifact per artifact (images as image artifacts where the URI is browser-reachable)."""
+def _is_image(rel: str) -> bool:
+    return rel.lower().endswith(IMAGE_SUFFIXES)
+
+
+# ------------------------------------------------------------------------------------------ building blocks
+def publish_image(run_dir: str, stage: str, rel: str) -> None:
+    """Show an image of the run (see the module docstring); a link where it cannot be inlined."""
+    run = RunDir(run_dir)
+    if not run.remote and not run.path(rel).is_file():
+        return
+    src = image_src(run, rel)
+    if src is None:
+        link = browser_url(run.uri_of(rel))
+        create_link_artifact(link=link, link_text=rel, description=f"{stage}: {rel} (too large to show inline)")
+    elif run.remote:
+        create_image_artifact(image_url=src, description=f"{stage}: {rel}")
+    else:
+        key = artifact_key(stage, posixpath.splitext(rel)[0])
+        create_markdown_artifact(key=key, markdown=f"![{rel}]({src})\n", description=f"{stage}: {rel}")
+
+
+def publish_links(run_dir: str, refs: Iterable[ArtifactRef]) -> None:
+    """An artifact per recorded artifact: images shown (:func:`publish_image`), anything else a link."""
+    run = RunDir(run_dir)
     for ref in refs:
-        if ref.path.lower().endswith(IMAGE_SUFFIXES) and (url := image_url(ref.uri)) is not None:
-            create_image_artifact(image_url=url, description=f"{ref.stage}: {ref.path}")
+        if _is_image(ref.path):
+            publish_image(run_dir, ref.stage, ref.path)
             continue
         create_link_artifact(
-            link=browser_url(ref.uri, is_dir=_is_dir(ref)),
+            link=browser_url(ref.uri, is_dir=_is_dir(run, ref)),
             link_text=ref.path,
             description=f"{ref.stage}: {ref.path} ({ref.bytes:,} bytes, sha256 {ref.sha256[:12]})",
         )
-
-
-def publish_files(run_dir: str, stage: str, rels: Iterable[str]) -> None:
-    """Link (or show, where the URI has a URL) files inside a run's recorded artifacts, e.g. its PNGs."""
-    from rtscore.storage import RunDir
-
-    run = RunDir(run_dir)
-    for rel in rels:
-        if not run.remote and not run.path(rel).exists():
-            continue
-        uri = run.uri_of(rel)
-        if rel.lower().endswith(IMAGE_SUFFIXES) and (url := image_url(uri)) is not None:
-            create_image_artifact(image_url=url, description=f"{stage}: {rel}")
-        else:
-            create_link_artifact(link=browser_url(uri), link_text=rel, description=f"{stage}: {rel}")
-
-
-def run_text(run_dir: str, rel: str, recorded: str | None = None) -> str:
-    """A text file of a run for a summary, or a note why it is not shown: a summary never fails a stage.
-
-    ``recorded`` is the manifest entry holding ``rel`` (a directory artifact); for a gs:// run it is staged
-    into this worker's mirror first (a cached stage may have run on another worker).
-    """
-    from rtscore.storage import RunDir
-
-    try:
-        run = RunDir(run_dir)
-        run.fetch(recorded or rel)
-        return run.path(rel).read_text()
-    except Exception as err:
-        return f"_{rel} not shown: {type(err).__name__}: {err}_\n"
 
 
 def publish_mlflow_link(tracking_uri: str | None, run_id: str | None, what: str) -> None:
@@ -130,62 +150,273 @@ def publish_mlflow_link(tracking_uri: str | None, run_id: str | None, what: str)
         create_link_artifact(link=url, link_text=f"MLflow: {what}", description=f"MLflow run {run_id}")
 
 
+def run_text(run_dir: str, rel: str, recorded: str | None = None) -> str:
+    """A text file of a run for a summary, or a note why it is not shown: a summary never fails a stage.
+
+    ``recorded`` is the manifest entry holding ``rel`` (a directory artifact); for a gs:// run it is staged
+    into this worker's mirror first (a cached stage may have run on another worker).
+    """
+    try:
+        run = RunDir(run_dir)
+        run.fetch(recorded or rel)
+        return run.path(rel).read_text()
+    except Exception as err:
+        return f"_{rel} not shown: {type(err).__name__}: {err}_\n"
+
+
+def run_markdown(run_dir: str, rel: str, recorded: str | None = None) -> str:
+    """A markdown report of a run (:func:`run_text`) with its relative images made visible in the UI."""
+    return inline_images(run_text(run_dir, rel, recorded), run_dir, posixpath.dirname(rel))
+
+
+def inline_images(md: str, run_dir: str, base: str) -> str:
+    """Replace each ``![alt](x.png)`` relative to ``base`` (a directory of the run) by the image's
+    :func:`image_src`, or by a note where it cannot be shown."""
+    run = RunDir(run_dir)
+
+    def replace(m: re.Match[str]) -> str:
+        alt, target = m.groups()
+        if target.startswith(("http://", "https://", "data:")):
+            return m.group(0)
+        rel = posixpath.normpath(posixpath.join(base, target))
+        src = image_src(run, rel)
+        return f"![{alt}]({src})" if src else f"_{rel}: image not shown (missing or larger than inline limit)_"
+
+    return _IMAGE_REF.sub(replace, md)
+
+
 def publish_summary(
-    key: str, title: str, refs: list[ArtifactRef], extra: Callable[[], str] | None = None, *, links: bool = True
+    key: str, title: str, refs: list[ArtifactRef], extra: Callable[[], str] | None = None, *, run_dir: str = ""
 ) -> None:
-    """The stage's markdown summary (what ran, its artifacts, key figures), then a link per artifact."""
+    """The stage's markdown summary (what ran, its artifacts, key figures), then an artifact per artifact
+    (:func:`publish_links`) when ``run_dir`` is given."""
     rows = "\n".join(f"| {r.stage} | `{r.path}` | {r.bytes:,} | `{r.sha256[:12]}` |" for r in refs)
     md = f"# {title}\n\n| stage | artifact | bytes | sha256 |\n|---|---|---|---|\n{rows}\n"
     if extra is not None:
         md += "\n" + extra()
     create_markdown_artifact(key=artifact_key(key), markdown=md, description=title)
-    if links:
-        publish_links(refs)
+    if run_dir:
+        publish_links(run_dir, refs)
 
 
 def publish_table(key: str, rows: list[dict[str, Any]], description: str) -> None:
     create_table_artifact(key=artifact_key(key), table=rows, description=description)
 
 
-def report_tables(report_json: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(mean ± std per ratio and metric, per-seed metrics) from the text of ``evaluation/test_report.json``
-    (two empty tables if it is not JSON: see :func:`run_text`)."""
-    try:
-        doc = json.loads(report_json)
-    except ValueError:
-        return [], []
-    aggregate = [
+def cell(v: Any) -> Any:
+    """A table cell: floats to 4 decimals; NaN and infinities (undefined, e.g. the std of one seed, or the
+    object precision without any detection) shown as such, never as a number."""
+    if isinstance(v, float):
+        return round(v, 4) if math.isfinite(v) else NOT_AVAILABLE
+    return v
+
+
+def mean_std_text(values: Sequence[float], digits: int = 4) -> str:
+    """Mean ± std over seeds as the test report writes it (``0.7231 ± 0.0120``), ``0.7231 (1 seed)`` where the
+    std is undefined (one seed, or one defined value), ``n/a`` when no value is defined; never ``± 0``."""
+    mean, std = mean_std(values)
+    if math.isnan(mean):
+        return NOT_AVAILABLE
+    if math.isnan(std):
+        return f"{mean:.{digits}f} (1 seed)"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+# ------------------------------------------------------------------------------------------ data stages
+def publish_datasets(run_dir: str, refs: list[ArtifactRef]) -> None:
+    publish_summary(
+        "generate-dataset", "Generated datasets", refs, lambda: _datasets_md(run_dir, refs), run_dir=run_dir
+    )
+
+
+def publish_stats(run_dir: str, ref: ArtifactRef) -> None:
+    publish_summary("normalization-stats", "Normalization stats", [ref], lambda: _stats_md(run_dir), run_dir=run_dir)
+
+
+def publish_validation(run_dir: str, ref: ArtifactRef) -> None:
+    publish_summary("validate-data", "Data validation", [ref], lambda: _validation_md(run_dir), run_dir=run_dir)
+    publish_image(run_dir, "validate-data", RunLayout.VALIDATION_SAMPLES.at())
+
+
+def publish_data_pipeline(run_dir: str, refs: dict[str, ArtifactRef], datasets: list[ArtifactRef]) -> None:
+    publish_summary(
+        "data-pipeline",
+        f"Data pipeline: {run_dir}",
+        list(refs.values()),
+        lambda: _datasets_md(run_dir, datasets) + "\n" + _validation_md(run_dir),
+        run_dir=run_dir,
+    )
+    publish_image(run_dir, "validate-data", RunLayout.VALIDATION_SAMPLES.at())
+
+
+def _datasets_md(run_dir: str, refs: list[ArtifactRef]) -> str:
+    """Key figures of the generated stores (from their attributes)."""
+    lines = ["| split | source | seed | tile size | channels | MB |", "|---|---|---|---|---|---|"]
+    for ref in refs:
+        try:
+            a = read_store_attrs(RunDir(run_dir).path(ref.path))
+        except Exception:  # a summary never fails a stage
+            continue
+        lines.append(
+            f"| {a.get('split', ref.path)} | {a.get('source', '?')} | {a.get('seed', '?')} | {a.get('tile_size', '?')} "
+            f"| {', '.join(a.get('channel_names', []))} | {ref.bytes / 1e6:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _stats_md(run_dir: str) -> str:
+    text = run_text(run_dir, RunLayout.NORMALIZATION_STATS.at())
+    with contextlib.suppress(ValueError):
+        text = json.dumps(json.loads(text), indent=2)
+    return "```json\n" + text.rstrip() + "\n```\n"
+
+
+def _validation_md(run_dir: str) -> str:
+    return run_markdown(run_dir, RunLayout.VALIDATION_REPORT_MD.at(), recorded=RunLayout.VALIDATION.at())
+
+
+# ------------------------------------------------------------------------------------------ training
+def publish_training(
+    run_dir: str, cfg: PipelineConfig, results: list[TrainResult], key: str, *, parent_run_id: str | None = None
+) -> None:
+    """Per-seed table, a summary with mean ± std, the seeds' artifacts (curves shown), MLflow links."""
+    seeds = [r.result for r in results]
+    rows = [
         {
-            "ratio": ratio.replace("_", ":"),
-            "metric": metric,
-            "mean": _round(v.get("mean")),
-            "std": _round(v.get("std")),
-            "text": v.get("text", ""),
+            "seed": s.seed,
+            "best_epoch": s.best_epoch,
+            "best_val_realistic_pr_auc_geomean": cell(s.best_metric),
+            "epochs_run": s.epochs_run,
+            "stopped_early": s.stopped_early,
+            "mlflow_run_id": s.mlflow_run_id or "",
         }
-        for ratio, metrics in doc.get("aggregate", {}).items()
-        for metric, v in metrics.items()
-        if isinstance(v, dict)
+        for s in seeds
+    ]
+    publish_table(key, rows, "Per-seed training results")
+    figures = "\n".join(
+        f"- seed {s.seed}: best val_realistic_pr_auc_geomean {cell(s.best_metric)} at epoch "
+        f"{s.best_epoch} of {s.epochs_run}{' (stopped early)' if s.stopped_early else ''}"
+        for s in seeds
+    )
+    overall = mean_std_text([s.best_metric for s in seeds])
+    figures += f"\n\n**best val_realistic_pr_auc_geomean over {len(seeds)} seed(s): {overall}**\n"
+    refs = [ref for r in results for ref in r.artifacts]
+    publish_summary(f"{key}-summary", f"Training: {key}", refs, lambda: figures, run_dir=run_dir)
+    publish_mlflow_link(cfg.mlflow.tracking_uri, parent_run_id, "multi-seed parent run")
+    for s in seeds:
+        publish_mlflow_link(cfg.mlflow.tracking_uri, s.mlflow_run_id, f"seed {s.seed}")
+
+
+# ------------------------------------------------------------------------------------------ after training
+def publish_calibration(run_dir: str, caches: list[ArtifactRef], result: CalibrationResult) -> None:
+    publish_table(
+        "calibration",
+        [{k: cell(v) for k, v in p.model_dump().items()} for p in result.summary.seeds],
+        f"Per-seed temperature and threshold; shipped seed {result.shipped_seed}",
+    )
+    report = run_markdown(run_dir, RunLayout.CALIBRATION_REPORT_MD.at())
+    publish_summary(
+        "calibrate",
+        "Calibration",
+        caches + result.artifacts,
+        lambda: _calibration_md(result) + "\n" + report,
+        run_dir=run_dir,
+    )
+
+
+def _calibration_md(result: CalibrationResult) -> str:
+    d = result.deployment
+    lines = [
+        f"- shipped seed **{result.shipped_seed}** ({result.summary.shipped_reason}): threshold {cell(d.threshold)}, "
+        f"temperature {cell(d.temperature)}, TTA {d.tta}, scales {d.scales}",
+        f"- TTA gate: {result.summary.tta_reason}",
+        f"- scale gate: {result.summary.scales_reason}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def report_tables(report: TestReport) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(mean ± std per ratio and metric, per-seed metrics per ratio) of a test report; an undefined mean or
+    std (NaN) is ``n/a``."""
+    aggregate = [
+        {"ratio": _ratio(tag), "metric": metric, "mean": cell(s.mean), "std": cell(s.std), "text": s.text}
+        for tag, metrics in report.aggregate.items()
+        for metric, s in metrics.items()
     ]
     per_seed = [
         {
-            "seed": p["seed"],
-            "ratio": ratio.replace("_", ":"),
-            "threshold": _round(p.get("threshold")),
-            "temperature": _round(p.get("temperature")),
-            **{k: _round(v) for k, v in m.items() if isinstance(v, int | float)},
+            "seed": p.seed,
+            "ratio": _ratio(tag),
+            "threshold": cell(p.threshold),
+            "temperature": cell(p.temperature),
+            **{k: cell(v) for k, v in m.items()},
         }
-        for p in doc.get("per_seed", [])
-        for ratio, m in p.get("metrics", {}).items()
-        if isinstance(m, dict)
+        for p in report.per_seed
+        for tag, m in p.metrics.items()
     ]
     return aggregate, per_seed
 
 
-def _round(v: Any) -> Any:
-    """4 decimals; NaN and infinities (e.g. object precision without any detection) become empty cells."""
-    if isinstance(v, float):
-        return round(v, 4) if math.isfinite(v) else None
-    return v
+def results_table(report: TestReport) -> list[dict[str, Any]]:
+    """The guide's results table: a row per metric, a column per ratio, cells ``mean ± std`` over seeds."""
+    tags = list(report.aggregate)
+    metrics = list(report.aggregate[tags[0]]) if tags else []
+    return [{"metric": m, **{_ratio(t): report.aggregate[t][m].text for t in tags}} for m in metrics]
+
+
+def _ratio(tag: str) -> str:
+    return tag.replace("_", ":")
+
+
+def _seeds_note(report: TestReport) -> str:
+    if len(report.seeds) == 1:
+        return f"seed {report.seeds[0]} only: std undefined"
+    return f"seeds {', '.join(map(str, report.seeds))}"
+
+
+def publish_test_report(run_dir: str, result: TestResult) -> None:
+    report = result.report
+    aggregate, per_seed = report_tables(report)
+    publish_table(
+        "test-report-aggregate", aggregate, f"Test-Realistic: mean ± std per ratio and metric ({_seeds_note(report)})"
+    )
+    publish_table("test-report-per-seed", per_seed, "Test-Realistic: per seed and ratio")
+    publish_summary(
+        "test-report",
+        "Test-Realistic, mean ± std over seeds",
+        result.artifacts,
+        report.render_markdown,
+        run_dir=run_dir,
+    )
+
+
+def publish_package(run_dir: str, ref: ArtifactRef) -> None:
+    sums = run_text(run_dir, RunLayout.PACKAGE_SUMS.at(), recorded=RunLayout.PACKAGE.at())
+    publish_summary(
+        "package", "Deployment package", [ref], lambda: "## SHA256SUMS\n\n```\n" + sums + "```\n", run_dir=run_dir
+    )
+
+
+# ------------------------------------------------------------------------------------------ the whole pipeline
+def publish_pipeline(run_dir: str, calibration: CalibrationResult, test: TestResult, package: ArtifactRef) -> None:
+    """What the pipeline run itself shows: the final test table (mean ± std over seeds), the shipped seed's
+    operating point and the deployment package (a link), next to its progress card."""
+    report = test.report
+    publish_table(
+        "rts-pipeline-test-results",
+        results_table(report),
+        f"{run_dir}: Test-Realistic, mean ± std over seeds ({_seeds_note(report)})",
+    )
+    where = browser_url(package.uri, is_dir=True)
+    d = calibration.deployment
+    md = (
+        f"# RTS pipeline: {run_dir}\n\n"
+        f"- deployment package: [{package.path}]({where}) (`{package.uri}`, sha256 `{package.sha256[:12]}`)\n"
+        f"- shipped seed **{calibration.shipped_seed}**: threshold {cell(d.threshold)}, temperature "
+        f"{cell(d.temperature)}, TTA {d.tta}, scales {d.scales}\n\n" + report.render_markdown()
+    )
+    create_markdown_artifact(key="rts-pipeline-summary", markdown=md, description=f"RTS pipeline: {run_dir}")
+    create_link_artifact(link=where, link_text="deployment package", description=f"package: {package.uri}")
 
 
 class Progress:
@@ -193,7 +424,8 @@ class Progress:
 
     def __init__(self, key: str, stages: list[str], description: str) -> None:
         self.stages, self.done = stages, 0
-        self.id: UUID = create_progress_artifact(progress=0.0, key=artifact_key(key), description=description)
+        # Prefect types its sync/async-dispatching functions as `T | Coroutine[..., T]`; called sync, it is T.
+        self.id = cast(UUID, create_progress_artifact(progress=0.0, key=artifact_key(key), description=description))
 
     def advance(self, stage: str) -> None:
         self.done += 1

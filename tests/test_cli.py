@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -109,26 +110,40 @@ def test_after_training_commands_are_wired(tmp_path: Path, capsys: pytest.Captur
     assert "--skip-generation" in out and "--seeds" in out
 
 
-def test_pipeline_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rtscore.cli import build_parser, run
-    from rtscore.evaluate import EvaluationError
+def _with_command(func: object) -> argparse.ArgumentParser:
+    from flows.cli import parser
 
-    p, sub = build_parser()
+    p = parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    sub.add_parser("boom").set_defaults(func=func)
+    return p
+
+
+def test_pipeline_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from flows.cli import run
+    from rtscore.evaluation import EvaluationError
 
     def refuse(args: object) -> int:
         raise EvaluationError("calibration/seed_42/deployment_config.yaml: threshold is null; run calibrate first")
 
-    sub.add_parser("boom").set_defaults(func=refuse)
-    assert run(p, ["boom"]) == 2
+    assert run(_with_command(refuse), ["boom"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "threshold is null" in err
+
+
+def test_a_bug_is_not_dressed_as_a_user_error() -> None:
+    from flows.cli import run
+
+    def bug(args: object) -> int:
+        raise ValueError("an internal invariant broke")
+
+    with pytest.raises(ValueError, match="internal invariant"):  # a traceback, not a one-line "user error"
+        run(_with_command(bug), ["boom"])
 
 
 def test_run_directory_uris_are_kept_and_local_paths_made_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import argparse
-
     from flows.cli import _run_dir
 
     monkeypatch.chdir(tmp_path)

@@ -92,20 +92,107 @@ def test_artifact_urls() -> None:
     assert artifact_key("Train-Seed", "seeds/seed_1/curves.png") == "train-seed-seeds-seed-1-curves-png"
 
 
-def test_report_tables_flatten_the_test_report(tmp_path: Path) -> None:
-    from flows.ui import report_tables
+def _report(seeds: list[int]) -> Any:
+    from rtscore.config.deployment import DeploymentConfig
+    from rtscore.evaluation import SeedTestResult, TestReport
 
-    doc = {
-        "aggregate": {"1_200": {"pr_auc": {"mean": 0.81, "std": 0.068, "text": "0.810 ± 0.068"}}},
-        "per_seed": [
-            {"seed": 42, "threshold": 0.5, "temperature": 1.2, "metrics": {"1_200": {"pr_auc": 0.8, "x": math.nan}}}
-        ],
+    per_seed = [
+        SeedTestResult(
+            seed=s,
+            threshold=0.5,
+            temperature=1.2,
+            metrics={"1_200": {"pr_auc": 0.8 + 0.02 * i, "x": math.nan}},
+            recall_by_size=[],
+            n_pos_tiles=3,
+            n_neg_tiles=5,
+        )
+        for i, s in enumerate(seeds)
+    ]
+    return TestReport.from_seeds(per_seed, DeploymentConfig(threshold=0.5, temperature=1.2), [0.3])
+
+
+def test_report_tables_read_the_typed_report_and_show_an_undefined_std_as_such() -> None:
+    from flows.ui import report_tables, results_table
+
+    aggregate, per_seed = report_tables(_report([42, 43]))
+    assert aggregate[0] == {"ratio": "1:200", "metric": "pr_auc", "mean": 0.81, "std": 0.0141, "text": "0.810 ± 0.014"}
+    assert aggregate[1] == {"ratio": "1:200", "metric": "x", "mean": "n/a", "std": "n/a", "text": "n/a"}
+    assert per_seed[0] == {
+        "seed": 42,
+        "ratio": "1:200",
+        "threshold": 0.5,
+        "temperature": 1.2,
+        "pr_auc": 0.8,
+        "x": "n/a",
     }
-    (tmp_path / "r.json").write_text(json.dumps(doc))
-    aggregate, per_seed = report_tables((tmp_path / "r.json").read_text())
-    assert aggregate == [{"ratio": "1:200", "metric": "pr_auc", "mean": 0.81, "std": 0.068, "text": "0.810 ± 0.068"}]
-    assert per_seed == [{"seed": 42, "ratio": "1:200", "threshold": 0.5, "temperature": 1.2, "pr_auc": 0.8, "x": None}]
-    assert report_tables("_evaluation/test_report.json not shown_") == ([], [])
+
+    one, _ = report_tables(_report([42]))
+    assert one[0] == {"ratio": "1:200", "metric": "pr_auc", "mean": 0.8, "std": "n/a", "text": "0.800 (1 seed)"}
+    assert results_table(_report([42])) == [
+        {"metric": "pr_auc", "1:200": "0.800 (1 seed)"},
+        {"metric": "x", "1:200": "n/a"},
+    ]
+    assert "± 0.000" not in json.dumps(one)
+
+
+def test_mean_std_text_of_one_seed_has_no_std() -> None:
+    from flows.ui import cell, mean_std_text
+
+    assert mean_std_text([0.61234]) == "0.6123 (1 seed)"
+    assert mean_std_text([0.61234, math.nan]) == "0.6123 (1 seed)", "one defined value: no std"
+    assert mean_std_text([0.6, 0.7]) == "0.6500 ± 0.0707" and mean_std_text([0.6, 0.7], digits=3) == "0.650 ± 0.071"
+    assert mean_std_text([math.nan]) == "n/a"
+    assert cell(math.nan) == "n/a" and cell(0.123456) == 0.1235 and cell(3) == 3
+
+
+def test_images_of_a_local_run_are_inlined(tmp_path: Path) -> None:
+    import base64
+
+    from flows.ui import MAX_INLINE_IMAGE_BYTES, image_src, inline_images
+    from rtscore.storage import RunDir, RunLayout
+
+    run = RunDir(tmp_path / "run")
+    samples = RunLayout.VALIDATION_SAMPLES.at()
+    run.path(samples).parent.mkdir(parents=True)
+    run.path(samples).write_bytes(b"\x89PNG fake")
+    src = image_src(run, samples)
+    assert src == "data:image/png;base64," + base64.b64encode(b"\x89PNG fake").decode()
+    report = RunLayout.VALIDATION_REPORT_MD.at()
+    md = "# Report\n\n![samples](samples.png)\n\n![web](https://example.org/a.png)\n![gone](nothing.png)\n"
+    out = inline_images(md, str(run.root), report.rpartition("/")[0])
+    assert f"![samples]({src})" in out and "![web](https://example.org/a.png)" in out
+    assert "![gone]" not in out and "nothing.png: image not shown" in out
+    run.path(samples).write_bytes(b"x" * (MAX_INLINE_IMAGE_BYTES + 1))
+    assert image_src(run, samples) is None, "too large to inline: linked instead"
+    assert image_src(RunDir("gs://bkt/r"), samples) == f"https://storage.cloud.google.com/bkt/r/{samples}"
+
+
+def test_flows_route_library_logs_into_the_run_logs() -> None:
+    import logging
+
+    from prefect.logging.handlers import APILogHandler
+
+    from flows.common import LIBRARY_LOGGERS, route_library_logs
+
+    assert LIBRARY_LOGGERS == ("rtscore",)
+    logger = logging.getLogger("rtscore")
+    saved = logger.handlers[:], logger.level
+    try:
+        logger.handlers = [h for h in logger.handlers if not isinstance(h, APILogHandler)]
+        logger.setLevel(logging.NOTSET)
+        route_library_logs()
+        route_library_logs()
+        assert sum(isinstance(h, APILogHandler) for h in logger.handlers) == 1, "attached once"
+        assert logging.getLogger("rtscore.train.loop").isEnabledFor(logging.INFO), "INFO lines are not dropped"
+        (handler,) = [h for h in logger.handlers if isinstance(h, APILogHandler)]
+        record = logger.makeRecord("rtscore.train.loop", logging.INFO, __file__, 1, "epoch line", (), None)
+        assert not handler.filter(record), "outside a run a record stays local (no Prefect warning)"
+        logger.setLevel(logging.WARNING)
+        route_library_logs()
+        assert logger.level == logging.WARNING, "a level someone chose (the rts CLI) is kept"
+    finally:
+        logger.handlers, _ = saved
+        logger.setLevel(saved[1])
 
 
 def test_summaries_never_fail_a_stage(tmp_path: Path) -> None:
@@ -206,21 +293,26 @@ def test_wait_for_runs_fails_naming_the_seed(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_read_train_result_from_the_run_directory(tmp_path: Path) -> None:
     from flows.fanout import FanOutError, read_train_result
+    from rtscore.config.pipeline import ModelConfig
     from rtscore.storage import RunDir
+    from rtscore.train.result import SeedSummary
 
     run = RunDir(tmp_path / "run")
     base = run.path("seeds/seed_7")
     base.mkdir(parents=True)
     (base / "best_deployment.pth").write_bytes(b"weights")
-    summary = {
-        "seed": 7,
-        "epochs_run": 12,
-        "stopped_early": True,
-        "best_epoch": 9,
-        "best_val_realistic_pr_auc_geomean_smoothed": 0.61,
-        "mlflow_run_id": "mlf-7",
-    }
-    (base / "run_summary.json").write_text(json.dumps(summary))
+    summary = SeedSummary(
+        seed=7,
+        epochs_run=12,
+        stopped_early=True,
+        best_epoch=9,
+        best_val_realistic_pr_auc_geomean_smoothed=0.61,
+        last_validation={},
+        overfitting={},
+        model=ModelConfig(),
+        mlflow_run_id="mlf-7",
+    )
+    (base / "run_summary.json").write_text(summary.model_dump_json())
     with pytest.raises(FanOutError, match="seed 7 completed but its artifacts are not in the run"):
         read_train_result(str(run.root), 7)
     for name in ("best_deployment.pth", "run_summary.json"):
@@ -242,6 +334,11 @@ def test_read_train_result_from_the_run_directory(tmp_path: Path) -> None:
     ]
     (base / "best_deployment.pth").write_bytes(b"other weights")
     with pytest.raises(FanOutError, match="does not match the manifest"):
+        read_train_result(str(run.root), 7)
+    (base / "best_deployment.pth").write_bytes(b"weights")
+    (base / "run_summary.json").write_text('{"seed": 7}')
+    run.record("seeds/seed_7/run_summary.json", "train-seed", "h")
+    with pytest.raises(FanOutError, match="summary cannot be read: invalid seed summary .*epochs_run"):
         read_train_result(str(run.root), 7)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import runpy
 import typing
 from pathlib import Path
@@ -31,6 +32,16 @@ def _params_model(flow: Any) -> type[BaseModel]:
     model = hints["params"]
     assert issubclass(model, BaseModel), flow.name
     return model
+
+
+def test_every_file_prefect_yaml_names_exists() -> None:
+    """Comments included: a renamed file must not leave a stale pointer behind."""
+    text = (ROOT / "prefect.yaml").read_text()
+    named = set(
+        re.findall(r"(?<![\w/.-])((?:configs|deployments|flows|tasks|rtscore)/[\w./-]+\.(?:py|md|yaml|json))", text)
+    )
+    assert "deployments/gpu_job_template.py" in named
+    assert sorted(p for p in named if not (ROOT / p).is_file()) == []
 
 
 def test_every_deployment_entrypoint_is_a_prefect_flow() -> None:

@@ -43,7 +43,7 @@ from tests.flows.configs import tiny_training_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
-STAGE_TASKS = STAGES  # the cached stage tasks, first to last
+STAGE_TASKS = tuple(s.name for s in STAGES)  # the cached stage tasks, first to last
 RUN_TIMEOUT_S = 420
 
 
@@ -208,8 +208,12 @@ def _stage_task_runs(srv: Server, root: UUID) -> dict[str, tuple[str, str]]:
 
 
 def _task_name(run_name: str) -> str:
-    """The task's name from its run's name (`generate-dataset-276` -> `generate-dataset`)."""
-    return run_name.rsplit("-", 1)[0]
+    """The stage of a task run from the run's name, which names the split or seed (tasks/stages.py):
+    `generate-dataset-train` -> `generate-dataset`, `train-seed-2` -> `train-seed`; other tasks as they are."""
+    for stage in sorted(STAGE_TASKS, key=len, reverse=True):
+        if run_name == stage or run_name.startswith(f"{stage}-"):
+            return stage
+    return run_name
 
 
 def _executed(task_runs: dict[str, tuple[str, str]], ids: set[str] | None = None) -> Counter[str]:
@@ -297,7 +301,7 @@ def test_pipeline_deployment_runs_every_stage_into_the_manifest(server: Server, 
     verdict = verify_package(scenario.run_dir / "package")
     assert verdict.ok, verdict.failures()
 
-    # What the UI shows: summaries, tables, links (PNGs linked: local files have no http URL), progress.
+    # What the UI shows: summaries, tables, links, images inline (a local PNG as a data: URI), progress.
     with server.client() as client:
         runs = _tree(client, scenario.flow_run.id)
         artifacts = client.read_artifacts(
@@ -309,10 +313,18 @@ def test_pipeline_deployment_runs_every_stage_into_the_manifest(server: Server, 
     assert {"data-pipeline", "multi-seed-train", "calibration", "test-report", "test-report-per-seed"} <= keys
     progress = [a for a in artifacts if a.type == "progress" and a.flow_run_id == scenario.flow_run.id]
     assert progress and max(float(a.data) for a in progress) == 100.0
-    # A link artifact is markdown `[text](url)`.
-    links = [str(a.data) for a in artifacts if a.type == "markdown" and str(a.data).startswith("[")]
+    # The pipeline run itself carries the final test table and the package (not only its subflows).
+    own = {a.key: a for a in artifacts if a.flow_run_id == scenario.flow_run.id and a.key}
+    assert {"rts-pipeline-test-results", "rts-pipeline-summary", "rts-pipeline-progress"} <= set(own), set(own)
+    assert "±" in json.dumps(own["rts-pipeline-test-results"].data, ensure_ascii=False)
+    # A link artifact is markdown `[text](url)`; an image of a local run is inline markdown `![rel](data:...)`.
+    markdown = [str(a.data) for a in artifacts if a.type == "markdown"]
+    links = [md for md in markdown if md.startswith("[")]
     assert any(link.endswith("/package)") for link in links), links
-    assert any(link.endswith(".png)") and "](file://" in link for link in links), links
+    assert not any(".png](file://" in link for link in links), "no PNG is a file:// link a browser will not open"
+    assert any(md.startswith("![") and "curves.png](data:image/png;base64," in md for md in markdown)
+    summary = next(md for md in markdown if md.startswith("# Data pipeline"))
+    assert "![samples](data:image/png;base64," in summary, "the validation report's image shows inline"
 
 
 @pytest.mark.slow
