@@ -23,6 +23,7 @@ test: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check rtscore flows tasks tests bench
 	$(BIN)/ruff format --check rtscore flows tasks tests bench
+	$(BIN)/mypy
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/data_bench.py

@@ -108,10 +108,10 @@ def _read_rate(source: object, order: np.ndarray, budget_s: float) -> tuple[floa
 
 
 def bench_random_access(n: int, unique: int, workdir: Path, budget_s: float) -> dict[str, float]:
-    from rtscore.data.generate import base_attrs, write_store
     from rtscore.data.legacy_npz import BatchedNpzSource, BatchWriter
     from rtscore.data.store import StoreLayout, ZarrTileStore
     from rtscore.data.synthetic import plan_tiles, render_tile
+    from rtscore.data.writer import base_attrs, write_store
 
     cfg = gen_config(unique)
     tiles = [render_tile(p, cfg) for p in plan_tiles(cfg)]

@@ -1,35 +1,189 @@
-"""Architecture rules: rtscore never imports Prefect; `rts --help` answers without heavy imports."""
+"""Architecture rules that check themselves: layers, packages, import cycles, private names, run-dir paths."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
+from rtscore.stages.spec import imports_of, module_file
+
 ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [f for d in ("rtscore", "flows", "tasks") for f in sorted((ROOT / d).rglob("*.py"))]
+BANNED = ("prefect", "flows", "tasks")
+TOP_LEVEL_MODULES = {"__init__.py", "errors.py", "models.py", "runtime.py", "tracking.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def rtscore_modules() -> dict[str, Path]:
+    return {module_name(f): f for f in SOURCES if f.relative_to(ROOT).parts[0] == "rtscore"}
 
 
 def test_rtscore_source_never_imports_prefect_or_the_orchestration_layer() -> None:
     offenders = []
     for f in (ROOT / "rtscore").rglob("*.py"):
-        for n, line in enumerate(f.read_text().splitlines(), 1):
-            s = line.strip()
-            if s.startswith(("import ", "from ")) and any(
-                s.split()[1].split(".")[0] == m for m in ("prefect", "flows", "tasks")
-            ):
-                offenders.append(f"{f.relative_to(ROOT)}:{n}: {s}")
-    assert offenders == []
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offenders += [f"{f.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in BANNED]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_every_rtscore_directory_is_a_package_and_the_top_level_holds_few_modules() -> None:
+    for d in [ROOT / "rtscore", *(p for p in (ROOT / "rtscore").rglob("*") if p.is_dir())]:
+        if d.name != "__pycache__" and list(d.glob("*.py")):
+            assert (d / "__init__.py").is_file(), f"{d.relative_to(ROOT)} has modules but no __init__.py"
+    top = {p.name for p in (ROOT / "rtscore").glob("*.py")}
+    assert top <= TOP_LEVEL_MODULES, f"new top-level modules {top - TOP_LEVEL_MODULES}: give them a subpackage"
 
 
 def test_importing_every_rtscore_module_loads_no_prefect() -> None:
     code = (
         "import importlib, pkgutil, sys, rtscore\n"
-        "for m in pkgutil.walk_packages(rtscore.__path__, 'rtscore.'):\n"
-        "    importlib.import_module(m.name)\n"
+        "names = [m.name for m in pkgutil.walk_packages(rtscore.__path__, 'rtscore.')]\n"
+        "for n in names:\n"
+        "    importlib.import_module(n)\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('prefect', 'flows', 'tasks')]\n"
         "assert not bad, bad\n"
+        "print(len(names))\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, capture_output=True, text=True)
+    walked = int(out.stdout.strip())
+    assert walked == len(rtscore_modules()) - 1, "pkgutil must reach every module (rtscore itself aside)"
+
+
+def test_no_import_cycle_counting_function_local_imports() -> None:
+    graph = {name: imports_of(path, name)[0] - {name} for name, path in rtscore_modules().items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                cycles.append(sorted(scc))
+
+    sys.setrecursionlimit(10_000)
+    for v in graph:
+        if v not in index:
+            strongconnect(v)
+    assert cycles == []
+
+
+def test_project_imports_sit_at_module_top() -> None:
+    """Function-local imports are for heavy third-party libraries only (torch, zarr, mlflow, ...)."""
+    offenders = []
+    for f in SOURCES:
+        tree = ast.parse(f.read_text())
+        top = set(tree.body)
+        for block in tree.body:  # `if TYPE_CHECKING:` imports are type hints, not imports at run time
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test):
+                top |= set(block.body)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom | ast.Import) and node not in top:
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                if any(n.split(".")[0] in ("rtscore", "flows", "tasks") for n in names) and not node.level:
+                    offenders.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    allowed = {f for f in offenders if f.startswith("flows/cli.py")}  # commands import their flow on use
+    left = sorted(set(offenders) - allowed)
+    assert not left, "\n".join(left)
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    offenders = []
+    for f in SOURCES:
+        here = module_name(f)
+        here_pkg = here if f.name == "__init__.py" else here.rpartition(".")[0]
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if node.module.split(".")[0] not in ("rtscore", "flows", "tasks"):
+                continue
+            target_pkg = (
+                node.module
+                if module_file(node.module) and module_file(node.module).name == "__init__.py"
+                else node.module.rpartition(".")[0]
+            )  # type: ignore[union-attr]
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            private_module = [p for p in node.module.split(".") if p.startswith("_")]
+            inside = here_pkg == target_pkg or here_pkg.startswith(target_pkg + ".")
+            if (private or private_module) and not inside:
+                offenders.append(f"{f.relative_to(ROOT)}:{node.lineno}: from {node.module} import {private}")
+    assert not offenders, "\n".join(offenders)
+
+
+# File and directory names of a run directory: spelled only in rtscore/storage/layout.py.
+RUN_NAMES = (
+    "best_deployment.pth",
+    "resume_latest.pth",
+    "metrics.jsonl",
+    "run_summary.json",
+    "curves.png",
+    "logit_cache.zarr",
+    "calibration_report.json",
+    "gates.json",
+    "test_report.json",
+    "test_report.md",
+    "config.resolved.yaml",
+    "manifest.json",
+    "samples.png",
+)
+RUN_DIRS = ("seeds/", "seed_{", "seed_<", "calibration/", "evaluation/", "validation/", "datasets/", "package/")
+
+
+def _path_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """String constants (f-string parts too) that look like paths: no spaces, not docstrings."""
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    out = []
+    for node in ast.walk(tree):
+        is_text = isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        if is_text and node.value.strip() and " " not in node.value.strip():
+            out.append((node.lineno, node.value))
+    return out
+
+
+def test_no_run_directory_path_literal_outside_the_layout() -> None:
+    offenders = []
+    for f in SOURCES:
+        rel = f.relative_to(ROOT).as_posix()
+        if rel == "rtscore/storage/layout.py":
+            continue
+        for line, s in _path_literals(ast.parse(f.read_text())):
+            if any(n in s for n in RUN_NAMES) or any(s.startswith(d) or f"/{d}" in s for d in RUN_DIRS):
+                offenders.append(f"{rel}:{line}: {s!r}")
+    assert not offenders, "\n".join(offenders)
 
 
 def test_cli_help_imports_nothing_heavy() -> None:
