@@ -46,7 +46,7 @@ def test_pipeline_runs_on_a_gs_root(gcs_emulator: str, tmp_path: Path, monkeypat
     cal = stages.calibrate(uri, cfg)
     assert cal.shipped_seed == 1 and cal.deployment.threshold is not None
     report = stages.evaluate_test(uri, cfg)
-    assert report.aggregate and (mirror / "evaluation/test_report.json").is_file()
+    assert report.report.aggregate and (mirror / "evaluation/test_report.json").is_file()
 
     mirror = on_worker("package")
     pkg = stages.package(uri, cfg)
