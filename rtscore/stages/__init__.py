@@ -13,7 +13,7 @@ from rtscore.stages.calibrate import (
     choose_shipped_seed,
     read_calibration_summary,
 )
-from rtscore.stages.evaluate_test import TestResult, evaluate_test, read_test_report
+from rtscore.stages.evaluate_test import TestResult, evaluate_test
 from rtscore.stages.generate import generate_dataset, save_resolved_config
 from rtscore.stages.logit_cache import logit_cache
 from rtscore.stages.normalization import normalization_stats
@@ -46,7 +46,6 @@ __all__ = [
     "package",
     "producers",
     "read_calibration_summary",
-    "read_test_report",
     "save_resolved_config",
     "start_multiseed",
     "train_seed",

@@ -72,13 +72,6 @@ def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = N
     return TestResult(report=report, artifacts=refs)
 
 
-def read_test_report(run: RunDir) -> TestReport:
-    """The run's test report, read through its model."""
-    rel = RunLayout.TEST_REPORT.at()
-    run.require(rel)
-    return TestReport.model_validate_json(run.path(rel).read_text())
-
-
 SPEC = StageSpec(
     name="evaluate-test",
     fn=evaluate_test,

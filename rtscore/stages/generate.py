@@ -7,7 +7,7 @@ from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.generate import generate_synthetic
 from rtscore.data.geotiff import ingest_geotiffs
 from rtscore.data.store import read_store_attrs
-from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record
+from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, ref_of
 from rtscore.storage import RunDir, RunLayout, StorageError
 
 
@@ -38,10 +38,7 @@ def save_resolved_config(run_dir: str, cfg: PipelineConfig) -> ArtifactRef:
     run = RunDir(run_dir)
     rel = RunLayout.CONFIG.at()
     dump_yaml(cfg, run.path(rel))
-    e = run.record(rel, "config", config_hash(cfg))
-    return ArtifactRef(
-        uri=e.uri if run.remote else str(run.path(rel)), path=rel, sha256=e.sha256, bytes=e.bytes, stage="config"
-    )
+    return ref_of(run, run.record(rel, "config", config_hash(cfg)))
 
 
 SPEC = StageSpec(

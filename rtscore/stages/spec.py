@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from rtscore.config.base import canonical_json
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.storage import RunDir, StorageError
+from rtscore.storage import ArtifactEntry, RunDir
 from rtscore.storage.layout import Entry
 
 PROJECT_PACKAGE = "rtscore"
@@ -125,13 +125,13 @@ def require_inputs(spec: StageSpec, run: RunDir, **params: Any) -> None:
 def record(spec: StageSpec, run: RunDir, rel: str, cfg: PipelineConfig) -> ArtifactRef:
     """Record a declared output of ``spec`` in the manifest (last, after the artifact is in place)."""
     spec.output_entry(rel)
-    e = run.record(rel, spec.name, spec.config_hash(cfg), code_hash=spec.own_code_hash())
-    uri = e.uri if run.remote else str(run.path(rel))  # a gs:// run hands on gs:// URIs
-    return ArtifactRef(uri=uri, path=rel, sha256=e.sha256, bytes=e.bytes, stage=spec.name)
+    return ref_of(run, run.record(rel, spec.name, spec.config_hash(cfg), code_hash=spec.own_code_hash()))
 
 
-def missing_output(spec: StageSpec, run: RunDir, rel: str, hint: str) -> StorageError:
-    return StorageError(f"{spec.name}: {run.path(rel)} not found; {hint}")
+def ref_of(run: RunDir, entry: ArtifactEntry) -> ArtifactRef:
+    """The reference a stage hands on for a manifest entry (a gs:// run hands on gs:// URIs)."""
+    uri = entry.uri if run.remote else str(run.path(entry.path))
+    return ArtifactRef(uri=uri, path=entry.path, sha256=entry.sha256, bytes=entry.bytes, stage=entry.stage)
 
 
 # --------------------------------------------------------------------------- code fingerprints
