@@ -220,11 +220,34 @@ class ElasticAug(StrictModel):
     sigma: float = Field(6.0, gt=0.0, description="Gaussian smoothing of the displacement field.")
 
 
+class JitterAug(StrictModel):
+    """One radiometric jitter: a factor drawn uniformly from [1 - limit, 1 + limit] (torchvision's ColorJitter)."""
+
+    p: float = Field(0.5, ge=0.0, le=1.0, description="Probability, drawn independently of the other jitters.")
+    limit: float = Field(0.2, ge=0.0, le=1.0, description="Largest relative change (+-); 0.2 = factor in [0.8, 1.2].")
+
+
+_JITTERS = ("brightness", "contrast", "saturation")
+
+
 class ColorAug(StrictModel):
-    p: float = Field(0.5, ge=0.0, le=1.0, description="Probability of ColorJitter.")
-    brightness: float = Field(0.2, ge=0.0, le=1.0, description="Brightness jitter (+-).")
-    contrast: float = Field(0.2, ge=0.0, le=1.0, description="Contrast jitter (+-).")
-    saturation: float = Field(0.2, ge=0.0, le=1.0, description="Saturation jitter (+-).")
+    """Brightness, contrast and saturation as three independent transforms (guide §9.2: one row each, p 0.5
+    each), RGB only. One joint ColorJitter at p 0.5 would jitter all three together or none of them."""
+
+    brightness: JitterAug = Field(default_factory=JitterAug, description="Brightness jitter (+-0.2, p 0.5).")
+    contrast: JitterAug = Field(default_factory=JitterAug, description="Contrast jitter (+-0.2, p 0.5).")
+    saturation: JitterAug = Field(default_factory=JitterAug, description="Saturation jitter (+-0.2, p 0.5).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_joint_form(cls, data: Any) -> Any:
+        """The earlier joint form (`p` next to float limits) names its replacement instead of 'unknown key'."""
+        if isinstance(data, dict) and ("p" in data or any(isinstance(data.get(k), int | float) for k in _JITTERS)):
+            raise ValueError(
+                "the joint ColorJitter form {p, brightness, contrast, saturation} was replaced by independent "
+                "transforms (guide §9.2): write brightness/contrast/saturation as {p: 0.5, limit: 0.2} each"
+            )
+        return data
 
 
 class NoiseAug(StrictModel):
@@ -263,7 +286,9 @@ class AugmentationConfig(StrictModel):
     affine: AffineAug = Field(default_factory=AffineAug, description="Shift-scale-rotate.")
     elastic: ElasticAug = Field(default_factory=ElasticAug, description="Elastic transform.")
     shear: ShearAug = Field(default_factory=ShearAug, description="Affine shear.")
-    color: ColorAug = Field(default_factory=ColorAug, description="Brightness/contrast/saturation (RGB only).")
+    color: ColorAug = Field(
+        default_factory=ColorAug, description="Independent brightness, contrast and saturation jitters (RGB only)."
+    )
     gauss_noise: NoiseAug = Field(default_factory=NoiseAug, description="Gaussian noise (RGB only).")
     clahe: ClaheAug = Field(default_factory=ClaheAug, description="CLAHE (RGB only).")
     random_scale: RandomScaleAug = Field(default_factory=RandomScaleAug, description="RandomScale + pad/crop.")

@@ -134,15 +134,20 @@ def _dilate(mask: np.ndarray, width: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- albumentations builders
 def _colour_transforms(aug: AugmentationConfig) -> list[A.BasicTransform]:
-    """RGB-only radiometric transforms (uint8 HWC); ColorJitter/CLAHE reject more than 3 channels anyway."""
+    """RGB-only radiometric transforms (uint8 HWC); ColorJitter/CLAHE reject more than 3 channels anyway.
+
+    Brightness, contrast and saturation are three transforms with their own p (guide §9.2), each a ColorJitter
+    with only its own factor free: the others are drawn from [1, 1], which albumentations skips as identities.
+    """
     import albumentations as A
 
-    c, n, k = aug.color, aug.gauss_noise, aug.clahe
+    n, k = aug.gauss_noise, aug.clahe
     steps: list[A.BasicTransform] = []
-    if c.p > 0:
-        steps.append(
-            A.ColorJitter(brightness=c.brightness, contrast=c.contrast, saturation=c.saturation, hue=0.0, p=c.p)
-        )
+    for name in ("brightness", "contrast", "saturation"):
+        jitter = getattr(aug.color, name)
+        if jitter.p > 0 and jitter.limit > 0:
+            factors = {"brightness": 0.0, "contrast": 0.0, "saturation": 0.0, name: jitter.limit}
+            steps.append(A.ColorJitter(**factors, hue=0.0, p=jitter.p))
     if n.p > 0:
         steps.append(A.GaussNoise(std_range=n.std_range, p=n.p))
     if k.p > 0:
@@ -224,7 +229,8 @@ class SamplePipeline:
     b. Boundary ignore (``boundary_handling == "ignore"``, width > 0): 0/1 pixels within ``width`` of a 0/1
        boundary of the step-a label become 255. ``"soft_labels"`` leaves the labels alone here: the loss softens
        near-boundary targets itself.
-    c. Colour augmentation on the uint8 RGB only (ColorJitter, GaussNoise, CLAHE); extra bands never see it.
+    c. Colour augmentation on the uint8 RGB only (independent brightness, contrast and saturation jitters, GaussNoise,
+       CLAHE); extra bands never see it.
     d. Normalisation ``(x - mean) / std`` of all C channels to float32 (NoData pixels are exactly 0).
     e. Geometric augmentation of the whole normalised stack, the label and the NoData mask together (RandomRotate90,
        flips, Affine shift-scale-rotate, ElasticTransform, Affine shear, RandomScale + pad/crop). Padded or

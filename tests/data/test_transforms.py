@@ -40,9 +40,17 @@ def _sample(n_extra: int = 2, seed: int = 0) -> dict[str, Any]:
     }
 
 
+JITTERS = ("brightness", "contrast", "saturation")
+
+
+def _p(name: str, p: float) -> dict[str, Any]:
+    """The sub-config of transform ``name`` at probability ``p`` (colour: each of its three jitters)."""
+    return {j: {"p": p} for j in JITTERS} if name == "color" else {"p": p}
+
+
 def _only(**on: dict[str, Any]) -> AugmentationConfig:
     """Augmentation config with every transform off (p=0) except the given sub-configs."""
-    data: dict[str, Any] = {name: {"p": 0.0} for name in AUG_NAMES}
+    data: dict[str, Any] = {name: _p(name, 0.0) for name in AUG_NAMES}
     data.update(on)
     return AugmentationConfig.model_validate(data)
 
@@ -217,7 +225,7 @@ def test_augmentation_none_or_disabled_is_plain_normalisation() -> None:
 
 def test_colour_never_touches_extra_channels() -> None:
     s = _sample()
-    aug = _only(color={"p": 1.0}, gauss_noise={"p": 1.0}, clahe={"p": 1.0})
+    aug = _only(color=_p("color", 1.0), gauss_noise={"p": 1.0}, clahe={"p": 1.0})
     image, label, valid = _pipeline(augmentation=aug)(**s, seed=11)
     expected = _plain(s)
     np.testing.assert_array_equal(image[3:], expected[3:])
@@ -226,10 +234,53 @@ def test_colour_never_touches_extra_channels() -> None:
     assert valid.all()
 
 
+def test_brightness_contrast_saturation_fire_independently() -> None:
+    """Guide §9.2: three rows at p 0.5 each. Independent, a sample escapes all three 1 time in 8; one joint
+    ColorJitter at p 0.5 would leave it untouched half the time and jitter all three together otherwise."""
+    s = _sample(n_extra=0)
+    pipe = _pipeline(n_extra=0, augmentation=_only(color=_p("color", 0.5)))
+    plain = _plain(s, n_extra=0)
+    n = 400
+    untouched = sum(np.array_equal(pipe(**s, seed=seed)[0], plain) for seed in range(n))
+    assert 0.07 < untouched / n < 0.19, untouched  # 1/8 = 0.125; binomial sd at n=400 is 0.017
+
+
+@pytest.mark.parametrize("name", JITTERS)
+def test_each_jitter_changes_only_its_own_property(name: str) -> None:
+    """Brightness alone scales every channel by one factor; contrast alone keeps the grey; saturation alone
+    keeps each pixel's grey value (up to rounding) and leaves grey pixels grey."""
+    s = _sample(n_extra=0)
+    s["rgb"][:, :8] = 128  # a grey band: saturation cannot move it
+    jitters = {j: {"p": 1.0 if j == name else 0.0, "limit": 0.2} for j in JITTERS}
+    pipe = _pipeline(n_extra=0, augmentation=_only(color=jitters))
+    mean, std = _stats(0)
+    for seed in range(3):
+        image, _, _ = pipe(**s, seed=seed)
+        rgb = image * np.float32(std)[:, None, None] + np.float32(mean)[:, None, None]
+        assert not np.allclose(rgb, s["rgb"], atol=0.6)
+        luma = np.array([0.299, 0.587, 0.114])[:, None, None]  # the grey ColorJitter blends with
+        grey_in, grey_out = (s["rgb"] * luma).sum(axis=0), (rgb * luma).sum(axis=0)
+        unclipped = ((rgb > 0.5) & (rgb < 254.5)).all(axis=0)
+        if name == "brightness":
+            factor = rgb[:, :8].mean() / 128.0  # the grey band, never clipped: factor to within 0.5 / 128
+            assert 0.79 < factor < 1.21
+            np.testing.assert_allclose(rgb, np.clip(s["rgb"] * factor, 0, 255), atol=1.6)
+        elif name == "saturation":
+            np.testing.assert_allclose(rgb[:, :8], 128.0, atol=1.01)
+            np.testing.assert_allclose(grey_out[unclipped], grey_in[unclipped], atol=1.5)
+        else:  # contrast: scaled about the image's grey mean, so a grey band stays grey
+            assert np.ptp(rgb[:, :8], axis=0).max() <= 1.01
+
+
+def test_joint_colour_form_names_its_replacement() -> None:
+    with pytest.raises(ValueError, match="independent"):
+        AugmentationConfig.model_validate({"color": {"p": 0.5, "brightness": 0.2}})
+
+
 def test_colour_keeps_nodata_at_mean() -> None:
     s = _sample()
     s["alpha"][:10] = 0
-    aug = _only(color={"p": 1.0}, gauss_noise={"p": 1.0}, clahe={"p": 1.0})
+    aug = _only(color=_p("color", 1.0), gauss_noise={"p": 1.0}, clahe={"p": 1.0})
     image, _, _ = _pipeline(augmentation=aug)(**s, seed=1)
     assert (image[:, :10] == 0).all()
 
@@ -299,7 +350,7 @@ def test_output_dtypes_and_shapes(n_extra: int) -> None:
 @pytest.mark.parametrize("name", [*AUG_NAMES, "all"])
 def test_each_transform_runs_at_p1_on_five_channels(name: str) -> None:
     names = AUG_NAMES if name == "all" else [name]
-    aug = _only(**{n: {"p": 1.0} for n in names})
+    aug = _only(**{n: _p(n, 1.0) for n in names})
     s = _sample(n_extra=2)
     s["alpha"][:4] = 0
     pipe = _pipeline(augmentation=aug, boundary_handling="ignore", boundary_ignore_width=1)
