@@ -384,12 +384,15 @@ class LRScheduleConfig(StrictModel):
 
 
 class EMAConfig(StrictModel):
+    """EMA of the weights (guide §9.1: enabled, constant decay 0.999, used for validation and shipped)."""
+
     enabled: bool = Field(True, description="Keep an EMA of the weights; validate and ship it.")
     decay: float = Field(0.999, gt=0.0, lt=1.0, description="EMA decay per optimizer step.")
     warmup: bool = Field(
-        True,
-        description="Ramp the decay as min(decay, (1 + n) / (10 + n)) over the first updates, so the EMA is not "
-        "dominated by the random initialisation in short runs; the guide's decay is the asymptote.",
+        False,
+        description="Ramp the decay as min(decay, (1 + n) / (10 + n)) over the first updates (timm's recipe). "
+        "Off by default: the guide's decay is a constant 0.999. Turn it on only for runs too short for a constant "
+        "0.999 to forget the initialisation (a few hundred steps, e.g. the quickstart).",
     )
 
 
@@ -422,8 +425,10 @@ class MetricsConfig(StrictModel):
     bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples for PR-AUC intervals.")
 
 
-def _all_tta_modes() -> list[TTAMode]:
-    return ["none", "minimal", "standard", "full"]
+def _guide_tta_modes() -> list[TTAMode]:
+    """Guide §11.1: "Use Minimal first, use Standard only if necessary": 'full' (8 passes) is not offered unless
+    a config lists it."""
+    return ["none", "minimal", "standard"]
 
 
 def _all_fusions() -> list[Fusion]:
@@ -438,8 +443,10 @@ class CalibrationConfig(StrictModel):
     )
     target_precision: float = Field(0.8, gt=0.0, le=1.0, description="Precision the operating threshold must reach.")
     tta_candidates: list[TTAMode] = Field(
-        default_factory=_all_tta_modes,
-        description="TTA configurations cached and offered to the gate, cheapest first ('none' is required).",
+        default_factory=_guide_tta_modes,
+        description="TTA configurations cached and offered to the gate ('none' is required). The gate tries them "
+        "cheapest first (none, minimal, standard, full) and ships the first that passes, so a costlier one ships "
+        "only if every cheaper one failed. Default: none, minimal, standard (guide §11.1); add 'full' explicitly.",
     )
     tta_gate: bool = Field(True, description="Choose deployment.tta by the gate (false: keep deployment.tta).")
     tta_min_pr_auc_gain: float = Field(

@@ -95,6 +95,18 @@ def test_tta_gate_picks_the_cheapest_configuration_that_passes() -> None:
     assert tta_gate(seeds, CAL).chosen == "minimal"
 
 
+def test_default_tta_candidates_are_minimal_first_standard_only_if_necessary() -> None:
+    """Guide §11.1: 'full' (8 passes) is offered only when a config lists it; calibration caches and gates
+    exactly `calibration.tta_candidates`, so by default even a winning 'full' never ships."""
+    assert CAL.tta_candidates == ["none", "minimal", "standard"]
+    shifts = {"none": 2.0, "minimal": 2.0, "standard": 2.0, "full": 4.5}  # only full would pass
+    offered = [_seed({t: shifts[t] for t in CAL.tta_candidates}, seed=s) for s in (0, 1)]
+    assert tta_gate(offered, CAL).chosen == "none"
+    shifts["standard"] = 3.5  # minimal fails: standard is necessary and ships
+    offered = [_seed({t: shifts[t] for t in CAL.tta_candidates}, seed=s) for s in (0, 1)]
+    assert tta_gate(offered, CAL).chosen == "standard"
+
+
 def test_tta_gate_refuses_a_gain_that_costs_precision_at_the_threshold() -> None:
     base = _seed({"none": 2.5})["none"]
     logits, labels = _pool(2.5)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import torch
 
+from rtscore.config.pipeline import EMAConfig
 from rtscore.train.ema import EMA
 
 
@@ -25,6 +26,15 @@ def test_update_is_exponential_average_of_params_and_buffers() -> None:
     torch.testing.assert_close(ema.shadow["1.running_mean"], torch.full((4,), 0.2))  # BN buffers averaged too
     assert int(ema.shadow["1.num_batches_tracked"]) == 5  # integer buffers copied
     assert not any(t.requires_grad for t in ema.shadow.values())
+
+
+def test_default_decay_is_the_guides_constant() -> None:
+    """Guide §9.1: decay 0.999 from the first update on; the warm-up ramp is opt-in (ema.warmup)."""
+    cfg = EMAConfig()
+    ema = EMA(_model(), cfg.decay, cfg.warmup)
+    assert ema.current_decay() == 0.999
+    ema.updates = 3
+    assert ema.current_decay() == 0.999
 
 
 def test_warmup_ramps_the_decay() -> None:
