@@ -308,7 +308,9 @@ class LossConfig(StrictModel):
     compound_focal_weight: float = Field(1.0, ge=0.0, description="lambda_1 of focal + dice.")
     compound_dice_weight: float = Field(1.0, ge=0.0, description="lambda_2 of focal + dice.")
     class_weighting: Literal["linear", "sqrt", "log"] = Field(
-        "sqrt", description="Class-balanced CE positive weight from bg/rts pixel counts."
+        "sqrt",
+        description="Class-balanced CE positive weight f(n_bg / n_rts) from the train split's pixel counts, computed "
+        "once per run from the stores' tile metadata (guide §5.4).",
     )
     boundary_handling: Literal["none", "ignore", "soft_labels"] = Field(
         "none", description="Label-boundary treatment (guide §5.5)."

@@ -12,7 +12,7 @@ import numpy as np
 from rtscore.data.legacy_npz import BatchedNpzSource
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
 from rtscore.data.store import TileMetadata, TileStoreError, ZarrTileStore, read_store_attrs
-from rtscore.data.tiles import StoredSample
+from rtscore.data.tiles import IGNORE_INDEX, ClassPixelCounts, StoredSample
 from rtscore.data.transforms import SamplePipeline
 from rtscore.storage.layout import RunLayout
 
@@ -97,6 +97,31 @@ def usable_indices(source: TileSource, exclude_full_nodata: bool = True) -> np.n
     if not exclude_full_nodata:
         return np.arange(len(source))
     return np.array([i for i in range(len(source)) if (source[i].alpha > 0).any()], dtype=np.int64)
+
+
+def class_pixel_counts(source: TileSource, indices: Sequence[int]) -> ClassPixelCounts:
+    """Background and RTS pixels of the tiles at ``indices`` (the pixels training counts: valid, not ignored).
+
+    From the tile metadata when the source has it (no pixel read): RTS = ``n_positive_px``, background =
+    ``H*W - n_positive_px - max(n_ignore_px, n_nodata_px)``. That is exact when a tile's NoData pixels are
+    labelled 255 (synthetic stores) or when its only ignored pixels are NoData (training ignores NoData whatever
+    its label); for a tile with both kinds apart it is within ``min(n_ignore_px, n_nodata_px)`` pixels. Without
+    metadata (legacy npz), every tile's labels and alpha are read.
+    """
+    idx = np.asarray(indices, dtype=np.int64)
+    meta = getattr(source, "metadata", None)
+    if meta is not None:
+        pos = np.asarray(meta.n_positive_px, dtype=np.int64)[idx]
+        ignored = np.maximum(np.asarray(meta.n_ignore_px, np.int64)[idx], np.asarray(meta.n_nodata_px, np.int64)[idx])
+        bg = meta.tile_size * meta.tile_size - pos - ignored
+        return ClassPixelCounts(background=int(np.maximum(bg, 0).sum()), rts=int(pos.sum()))
+    background = rts = 0
+    for i in idx:
+        s = source[int(i)]
+        label = np.where(s.alpha == 0, IGNORE_INDEX, s.label)
+        background += int((label == 0).sum())
+        rts += int((label == 1).sum())
+    return ClassPixelCounts(background=background, rts=rts)
 
 
 class TileDataset:

@@ -16,6 +16,14 @@ PIXEL_SIZE_M = 4.77  # Web Mercator zoom 15, as the real PLANET-RGB tiles (DATA_
 
 
 @dataclass(frozen=True)
+class ClassPixelCounts:
+    """Labelled pixels per class over a set of tiles (ignore and NoData pixels excluded)."""
+
+    background: int
+    rts: int
+
+
+@dataclass(frozen=True)
 class TilePlan:
     """What one source tile will be, fixed before any pixel is rendered (so workers agree)."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from rtscore.config.pipeline import LossConfig
+from rtscore.data.tiles import ClassPixelCounts
 from rtscore.losses._functional import check_range
 from rtscore.losses.bce import BCELoss
 from rtscore.losses.boundary import boundary_band, soft_boundary_targets
@@ -49,11 +50,12 @@ def _check_config(cfg: LossConfig) -> None:
         )
 
 
-def build_loss(cfg: LossConfig) -> nn.Module:
+def build_loss(cfg: LossConfig, pixel_counts: ClassPixelCounts | None = None) -> nn.Module:
     """The loss module named by ``cfg.name``; every module has ``forward(logits, target, soft_target=None)``.
 
-    Dice and Tversky use the default smoothing 1.0 (the config has no field for it). Class-balanced CE
-    estimates its positive weight per batch.
+    Dice and Tversky use the default smoothing 1.0 (the config has no field for it). Class-balanced CE takes
+    its positive weight from ``pixel_counts``, the train split's background/RTS pixels (guide §5.4), which it
+    requires; the other losses ignore them.
     """
     _check_config(cfg)
     match cfg.name:
@@ -73,7 +75,12 @@ def build_loss(cfg: LossConfig) -> nn.Module:
                 alpha=cfg.focal_alpha,
             )
         case "class_balanced_ce":
-            return ClassBalancedBCELoss(weighting=cfg.class_weighting)
+            if pixel_counts is None:
+                raise ValueError(
+                    "loss.name class_balanced_ce weighs positives by the train split's pixel counts: pass them "
+                    "(rtscore.data.dataset.class_pixel_counts of the training dataset)"
+                )
+            return ClassBalancedBCELoss.from_counts(pixel_counts, cfg.class_weighting)
         case _:
             raise ValueError(
                 f"loss.name must be one of focal, bce, dice, tversky, compound, class_balanced_ce; got {cfg.name!r}"

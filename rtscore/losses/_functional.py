@@ -197,22 +197,11 @@ def class_balanced_pos_weight(n_bg: Tensor | float, n_rts: Tensor | float, weigh
 
 
 def class_balanced_bce_loss(
-    logits: Tensor,
-    target: Tensor,
-    soft_target: Tensor | None = None,
-    *,
-    weighting: ClassWeighting = "sqrt",
-    pos_weight: Tensor | float | None = None,
+    logits: Tensor, target: Tensor, soft_target: Tensor | None = None, *, pos_weight: Tensor | float
 ) -> Tensor:
-    """BCE with a positive-class weight, mean over valid pixels.
-
-    Without ``pos_weight`` the weight comes from this batch's valid hard labels (``target == 0`` / ``== 1``,
-    also when soft targets are given) via ``class_balanced_pos_weight``; no gradient flows through it.
-    """
+    """BCE with a fixed positive-class weight (from dataset-level counts, ``class_balanced_pos_weight``), mean
+    over valid pixels."""
     x, t, valid = prepare_inputs(logits, target, soft_target)
-    if pos_weight is None:
-        with torch.no_grad():
-            pos_weight = class_balanced_pos_weight((target == 0).sum(), (target == 1).sum(), weighting)
     if isinstance(pos_weight, Tensor):
         pos_weight = pos_weight.to(device=x.device, dtype=x.dtype)
     return masked_mean(bce_terms(x, t, pos_weight), valid)

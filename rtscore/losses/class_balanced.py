@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from rtscore.data.tiles import ClassPixelCounts
 from rtscore.losses._functional import (
     ClassWeighting,
     check_range,
@@ -15,36 +16,34 @@ _WEIGHTINGS = ("linear", "sqrt", "log")
 
 
 class ClassBalancedBCELoss(nn.Module):
-    """BCE whose positive (RTS) terms are weighted by ``f(n_bg / n_rts)``, mean over valid pixels.
+    """BCE whose positive (RTS) terms carry a fixed weight, mean over valid pixels.
 
-    By default the counts are this batch's valid hard labels, so the weight follows the sampling curriculum;
-    ``pos_weight`` (or ``from_counts`` with dataset-level counts) fixes it instead. The weight is floored at 1
-    and is 1 for a batch without positives (see ``class_balanced_pos_weight``).
+    The weight is a property of the dataset, not of the batch: build it with :meth:`from_counts` from the
+    train split's background/RTS pixel counts, ``f(n_bg / n_rts)`` with f the guide's linear, sqrt or log
+    (floored at 1, see ``class_balanced_pos_weight``). A per-batch estimate would follow the sampling
+    curriculum (1:1 batches early, 1:20 later) instead of the data's class frequencies, and change from batch
+    to batch.
 
     Args:
-        weighting: ``linear`` (ratio), ``sqrt`` (sqrt of ratio) or ``log`` (log of ratio).
-        pos_weight: Fixed positive-class weight > 0 overriding the per-batch estimate.
+        pos_weight: Positive-class weight > 0.
     """
 
-    def __init__(self, weighting: ClassWeighting = "sqrt", pos_weight: float | None = None) -> None:
+    def __init__(self, pos_weight: float) -> None:
         super().__init__()
-        if weighting not in _WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {_WEIGHTINGS}; got {weighting!r}")
-        self.weighting: ClassWeighting = weighting
-        self.pos_weight = None if pos_weight is None else check_range("pos_weight", pos_weight, 0.0, low_open=True)
+        self.pos_weight = check_range("pos_weight", pos_weight, 0.0, low_open=True)
 
     @classmethod
-    def from_counts(cls, n_bg: float, n_rts: float, weighting: ClassWeighting = "sqrt") -> ClassBalancedBCELoss:
-        """A loss with the weight fixed from dataset-level background/RTS pixel counts."""
-        if n_bg < 0 or n_rts < 0:
-            raise ValueError(f"pixel counts must be >= 0; got n_bg={n_bg}, n_rts={n_rts}")
-        return cls(weighting, pos_weight=float(class_balanced_pos_weight(n_bg, n_rts, weighting)))
+    def from_counts(cls, counts: ClassPixelCounts, weighting: ClassWeighting = "sqrt") -> ClassBalancedBCELoss:
+        """The loss with the weight of the dataset's background/RTS pixel counts."""
+        if weighting not in _WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {_WEIGHTINGS}; got {weighting!r}")
+        if counts.background < 0 or counts.rts < 0:
+            raise ValueError(f"pixel counts must be >= 0; got {counts}")
+        return cls(float(class_balanced_pos_weight(counts.background, counts.rts, weighting)))
 
     def forward(self, logits: Tensor, target: Tensor, soft_target: Tensor | None = None) -> Tensor:
         """Scalar loss from logits (B,1,H,W)/(B,H,W) and labels (B,H,W) in {0, 1, 255}."""
-        return class_balanced_bce_loss(
-            logits, target, soft_target, weighting=self.weighting, pos_weight=self.pos_weight
-        )
+        return class_balanced_bce_loss(logits, target, soft_target, pos_weight=self.pos_weight)
 
     def extra_repr(self) -> str:
-        return f"weighting={self.weighting!r}, pos_weight={self.pos_weight}"
+        return f"pos_weight={self.pos_weight}"

@@ -20,9 +20,9 @@ import torch
 
 from rtscore.config.base import canonical_json, config_hash
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.dataset import build_dataset, build_train_dataset
+from rtscore.data.dataset import build_dataset, build_train_dataset, class_pixel_counts
 from rtscore.data.normalization import load_normalization_stats
-from rtscore.losses import build_loss, loss_soft_targets
+from rtscore.losses import ClassBalancedBCELoss, build_loss, loss_soft_targets
 from rtscore.metrics import PixelConfusion
 from rtscore.models import build_model, decoder_parameters, encoder_parameters
 from rtscore.runtime import check_precision, forward_logits, select_device
@@ -84,6 +84,8 @@ def train_seed(
     )
     state.mlflow_run_id = run_id
     tracker.log_params(run_id, {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed})
+    if isinstance(s.loss_fn, ClassBalancedBCELoss):
+        tracker.log_params(run_id, {"loss.class_balanced_pos_weight": s.loss_fn.pos_weight})
     last = cfg.training.max_epochs if not state.stopped_early else start - 1  # an early-stopped run stays done
     epoch = start - 1
     try:
@@ -195,6 +197,8 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
     train_ds = build_train_dataset(cfg, run_dir, stats, seed=seed)
     val_ds = build_dataset(cfg, run_dir / RunLayout.DATASET.at(split="val"), stats, train=False)
     loader, sampler = train_loader(cfg, train_ds, seed)
+    # Class-balanced CE: the weight comes from the train split's pixel counts, once (guide §5.4), not per batch.
+    counts = class_pixel_counts(train_ds.source, train_ds.indices) if cfg.loss.name == "class_balanced_ce" else None
     model = build_model(cfg.model, cfg.channels).to(device)
     if cfg.training.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -217,7 +221,7 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
         optimizer=optimizer,
         scaler=scaler,
         ema=EMA(model, cfg.ema.decay, cfg.ema.warmup),
-        loss_fn=build_loss(cfg.loss),
+        loss_fn=build_loss(cfg.loss, counts),
         train_loader=loader,
         val_loader=val_loader(cfg, val_ds),
         sampler=sampler,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.dataset import ConcatSource, usable_indices
+from rtscore.data.dataset import ConcatSource, class_pixel_counts, usable_indices
 from rtscore.data.store import ZarrTileStore
 from rtscore.data.tiles import StoredSample
 from tests.helpers import write_test_store
@@ -62,3 +62,19 @@ def test_concat_source_without_metadata_falls_back_to_pixels(tmp_path: Path) -> 
     joined = ConcatSource([sa, _NoMetadata(ZarrTileStore(tmp_path / "b.zarr"))])
     assert joined.metadata is None and joined.channel_names is None
     np.testing.assert_array_equal(usable_indices(joined), np.arange(8))
+
+
+def test_class_pixel_counts_from_metadata_match_the_pixels(tmp_path: Path) -> None:
+    """The class-balanced CE weight's counts come from tile metadata; they equal a count of the labels training
+    sees (alpha 0 and 255 excluded), also over a join of stores."""
+    write_test_store(tmp_path / "a.zarr", 10)
+    write_test_store(tmp_path / "b.zarr", 7)
+    joined = ConcatSource([ZarrTileStore(tmp_path / "a.zarr"), ZarrTileStore(tmp_path / "b.zarr")])
+    idx = usable_indices(joined)[1:]  # any subset: only the tiles training uses count
+    from_meta = class_pixel_counts(joined, idx)
+    from_pixels = class_pixel_counts(_NoMetadata(joined), idx)  # type: ignore[arg-type]
+    assert from_meta == from_pixels
+    assert from_meta.rts > 0 and from_meta.background > 10 * from_meta.rts
+    labels = [np.where(joined[int(i)].alpha == 0, 255, joined[int(i)].label) for i in idx]
+    assert from_meta.rts == sum(int((lab == 1).sum()) for lab in labels)
+    assert from_meta.background == sum(int((lab == 0).sum()) for lab in labels)

@@ -13,6 +13,7 @@ from scipy import ndimage
 from torch import Tensor, nn
 
 from rtscore.config.pipeline import LossConfig
+from rtscore.data.tiles import ClassPixelCounts
 from rtscore.losses import (
     BCELoss,
     ClassBalancedBCELoss,
@@ -37,7 +38,7 @@ ALL_LOSSES: dict[str, Callable[[], nn.Module]] = {
     "dice": DiceLoss,
     "tversky": TverskyLoss,
     "compound": CompoundLoss,
-    "class_balanced": ClassBalancedBCELoss,
+    "class_balanced": lambda: ClassBalancedBCELoss.from_counts(ClassPixelCounts(background=900, rts=100)),
     "class_balanced_fixed": lambda: ClassBalancedBCELoss(pos_weight=4.0),
 }
 
@@ -201,31 +202,48 @@ def test_class_balanced_weight_guards(weighting: str) -> None:
     assert class_balanced_pos_weight(200, 100, weighting).item() == pytest.approx(expected)
 
 
-def test_class_balanced_loss_from_batch_counts() -> None:
-    # logits 0 -> every BCE term is ln 2; 1 positive, 3 negatives valid (255 ignored): sqrt(3/1) = 1.732
-    # loss = ln 2 * (sqrt(3) + 3) / 4
+def test_class_balanced_loss_uses_the_dataset_weight() -> None:
+    # logits 0 -> every BCE term is ln 2; 1 positive, 3 negatives valid (255 ignored). Dataset 1600:100 -> sqrt 4:
+    # loss = ln 2 * (4 + 3) / 4, whatever this batch's own ratio (3) would give.
     x, t = t64([[[0.0, 0.0, 0.0], [0.0, 0.0, 7.0]]]), labels([[[1, 0, 0], [0, 255, 255]]])
-    loss = ClassBalancedBCELoss("sqrt")(x, t)
-    assert loss.item() == pytest.approx(math.log(2) * (math.sqrt(3) + 3) / 4, rel=1e-12)
+    loss_fn = ClassBalancedBCELoss.from_counts(ClassPixelCounts(background=1600, rts=100), "sqrt")
+    assert loss_fn.pos_weight == pytest.approx(4.0)
+    loss = loss_fn(x, t)
+    assert loss.item() == pytest.approx(math.log(2) * (4 + 3) / 4, rel=1e-12)
     expected = F.binary_cross_entropy_with_logits(
-        x[t != 255], t[t != 255].double(), pos_weight=torch.tensor(math.sqrt(3), dtype=torch.float64)
+        x[t != 255], t[t != 255].double(), pos_weight=torch.tensor(4.0, dtype=torch.float64)
     )
     assert loss.item() == pytest.approx(expected.item(), rel=1e-12)
 
 
-def test_class_balanced_fixed_weight_overrides_batch() -> None:
+def test_class_balanced_weight_is_a_property_of_the_dataset_not_the_batch() -> None:
+    """Guide §5.4 weights by class frequency: two batches of different composition (a 1:1 curriculum batch, a
+    1:20 one) get the same weight, the one of the counts the loss was built with."""
+    cfg = LossConfig(name="class_balanced_ce", class_weighting="linear")
+    loss_fn = build_loss(cfg, ClassPixelCounts(background=999_000, rts=1_000))
+    x = torch.zeros(1, 1, 2, 21, dtype=torch.float64)
+    for n_pos in (21, 1):  # 21 of 42 pixels positive, then 1 of 42
+        t = torch.zeros(1, 2, 21, dtype=torch.int64)
+        t.view(-1)[:n_pos] = 1
+        expected = math.log(2) * (999.0 * n_pos + (42 - n_pos)) / 42
+        assert loss_fn(x, t).item() == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="pixel counts"):
+        build_loss(cfg)
+
+
+def test_class_balanced_fixed_weight() -> None:
     x, t = t64([[[0.0, 0.0, 0.0, 0.0]]]), labels([[[1, 0, 0, 0]]])
-    # pos_weight 5: ln 2 * (5 + 3) / 4 = 2 ln 2, whatever the batch ratio (3)
+    # pos_weight 5: ln 2 * (5 + 3) / 4 = 2 ln 2
     assert ClassBalancedBCELoss(pos_weight=5.0)(x, t).item() == pytest.approx(2 * math.log(2), rel=1e-12)
-    fixed = ClassBalancedBCELoss.from_counts(n_bg=1600, n_rts=100, weighting="sqrt")
-    assert fixed.pos_weight == pytest.approx(4.0)
 
 
 def test_class_balanced_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="weighting"):
-        ClassBalancedBCELoss("cubic")  # type: ignore[arg-type]
+        ClassBalancedBCELoss.from_counts(ClassPixelCounts(1, 1), "cubic")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pos_weight"):
         ClassBalancedBCELoss(pos_weight=0.0)
+    with pytest.raises(ValueError, match="counts"):
+        ClassBalancedBCELoss.from_counts(ClassPixelCounts(-1, 1))
 
 
 # --------------------------------------------------------------------------- contract shared by every loss
@@ -362,7 +380,7 @@ def test_soft_boundary_rejects_bad_arguments() -> None:
     ],
 )
 def test_build_loss_builds_each_name(name: str, cls: type[nn.Module]) -> None:
-    loss_fn = build_loss(LossConfig(name=name))  # type: ignore[arg-type]
+    loss_fn = build_loss(LossConfig(name=name), ClassPixelCounts(background=900, rts=100))  # type: ignore[arg-type]
     assert type(loss_fn) is cls
     logits, target = random_batch()
     assert torch.isfinite(loss_fn(logits, target))
@@ -379,9 +397,9 @@ def test_build_loss_passes_config_values() -> None:
     tversky = build_loss(LossConfig(name="tversky", tversky_alpha=0.7, tversky_beta=0.3))
     assert isinstance(tversky, TverskyLoss)
     assert (tversky.alpha, tversky.beta) == (0.7, 0.3)
-    cb = build_loss(LossConfig(name="class_balanced_ce", class_weighting="log"))
+    cb = build_loss(LossConfig(name="class_balanced_ce", class_weighting="log"), ClassPixelCounts(900, 100))
     assert isinstance(cb, ClassBalancedBCELoss)
-    assert cb.weighting == "log"
+    assert cb.pos_weight == pytest.approx(math.log(9.0))
 
 
 def test_build_loss_rejects_unknown_name_and_bad_ranges() -> None:

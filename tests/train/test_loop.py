@@ -7,8 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from rtscore.config.pipeline import LossConfig
+from rtscore.data.store import ZarrTileStore
+from rtscore.losses import ClassBalancedBCELoss
+from rtscore.storage import RunLayout
 from rtscore.train import checkpoint as ckpt
-from rtscore.train.loop import RunState, TrainingError, train_seed
+from rtscore.train.loop import RunState, TrainingError, build_setup, train_seed
 from tests.train.conftest import tiny_train_config
 
 
@@ -194,3 +198,18 @@ def test_resume_from_a_checkpoint_with_the_old_dict_state(run_copy: Path, tmp_pa
     summary = json.loads((a / "run_summary.json").read_text())
     assert summary["best_epoch"] == expected.best_epoch
     assert summary["best_val_realistic_pr_auc_geomean_smoothed"] == expected.best_metric
+
+
+def test_class_balanced_weight_comes_from_the_train_split_counts(data_run: Path) -> None:
+    """Guide §5.4: n_bg / n_rts of the train split (its usable tiles' labelled pixels), once per run."""
+    cfg = tiny_train_config()
+    cfg = cfg.model_copy(update={"loss": LossConfig(name="class_balanced_ce", class_weighting="linear")})
+    s = build_setup(cfg, data_run, seed=42)
+    assert isinstance(s.loss_fn, ClassBalancedBCELoss)
+    store = ZarrTileStore(data_run / RunLayout.DATASET.at(split="train"), extra_channels=["ndvi"])
+    rts = bg = 0
+    for i in range(len(store)):
+        t = store[i]
+        label = t.label[t.alpha > 0]
+        rts, bg = rts + int((label == 1).sum()), bg + int((label == 0).sum())
+    assert rts > 0 and s.loss_fn.pos_weight == pytest.approx(bg / rts)
