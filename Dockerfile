@@ -13,9 +13,11 @@
 # (`docker buildx imagetools inspect python:3.11.7-slim-bookworm` prints it): FROM python:3.11.7-slim-bookworm@sha256:...
 FROM python:3.11.7-slim-bookworm
 
+# PYTHONHASHSEED=42 (guide §2.2): Python reads it only at start-up, so it belongs in the image's environment.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
+    PYTHONHASHSEED=42 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     PREFECT_SERVER_ANALYTICS_ENABLED=false \

@@ -70,3 +70,10 @@ def test_image_is_cuda_capable_and_usable_by_a_prefect_worker() -> None:
     assert "RTS_PROJECT_DIR" in (ROOT / "prefect.yaml").read_text()
     users = [arg for op, arg in ins if op == "USER"]
     assert users and users[-1] not in ("root", "0")
+
+
+def test_image_fixes_the_python_hash_seed_of_the_guide() -> None:
+    """Guide §2.2: hash seed 42. Python reads PYTHONHASHSEED at interpreter start-up only, so the image's
+    environment must carry it (a run-time os.environ assignment cannot reach the running interpreter)."""
+    env = " ".join(arg for op, arg in _instructions() if op == "ENV")
+    assert "PYTHONHASHSEED=42" in env.split()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from typing import Any
@@ -11,16 +12,42 @@ import torch
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
-    """Seed python, numpy and torch; in deterministic mode also cudnn and torch's algorithm choice."""
+    """Seed python, numpy and torch; in deterministic mode also cudnn and torch's algorithm choice.
+
+    The hash seed is not set here: Python reads PYTHONHASHSEED once, at interpreter start-up, so it is fixed
+    by the environment that starts the process (the Dockerfile, the work pools' job variables in prefect.yaml);
+    see :func:`python_hash_seed`.
+    """
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-    os.environ.setdefault("PYTHONHASHSEED", str(seed))  # affects child processes (DataLoader workers)
     torch.backends.cudnn.deterministic = deterministic
     torch.backends.cudnn.benchmark = not deterministic
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
+def python_hash_seed() -> str | None:
+    """This interpreter's fixed hash seed (guide §2.2: 42), or None when str/bytes hashing is randomised.
+
+    Read from the environment the process started with; nothing in the project sets PYTHONHASHSEED at run time,
+    since that would not change the running interpreter's hashing and would only make this answer wrong.
+    """
+    value = os.environ.get("PYTHONHASHSEED", "")
+    return None if value in ("", "random") else value
+
+
+def check_hash_seed(deterministic: bool) -> str | None:
+    """:func:`python_hash_seed`, with a warning when a deterministic run's interpreter hashes at random."""
+    seed = python_hash_seed()
+    if seed is None and deterministic:
+        logging.getLogger(__name__).warning(
+            "PYTHONHASHSEED is not set: this interpreter hashes strings with a random seed, so set iteration "
+            "order may differ between runs (guide §2.2 fixes it at 42). Start the process with PYTHONHASHSEED=42 "
+            "(the Docker image and the prefect.yaml work pools set it)."
+        )
+    return seed
 
 
 def rng_state() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from rtscore.storage import RunLayout, layout
 from rtscore.tracking import Tracker, flatten
 from rtscore.train import checkpoint as ckpt
 from rtscore.train.data import train_loader, val_loader
-from rtscore.train.determinism import rng_state, seed_everything, set_rng_state
+from rtscore.train.determinism import check_hash_seed, rng_state, seed_everything, set_rng_state
 from rtscore.train.early_stopping import Decision, EarlyStopping
 from rtscore.train.ema import EMA
 from rtscore.train.errors import TrainingError
@@ -83,7 +83,9 @@ def train_seed(
         f"seed_{seed}", parent_run_id, {"rts.seed": str(seed), "rts.config_hash": config_hash(cfg)}
     )
     state.mlflow_run_id = run_id
-    tracker.log_params(run_id, {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed})
+    hash_seed = check_hash_seed(cfg.training.deterministic)
+    params = {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed}
+    tracker.log_params(run_id, {**params, "python_hash_seed": hash_seed or "random"})
     if isinstance(s.loss_fn, ClassBalancedBCELoss):
         tracker.log_params(run_id, {"loss.class_balanced_pos_weight": s.loss_fn.pos_weight})
     last = cfg.training.max_epochs if not state.stopped_early else start - 1  # an early-stopped run stays done

@@ -130,6 +130,17 @@ def test_pools_job_variables_schedule_and_concurrency() -> None:
     assert pull["directory"] == "{{ $RTS_PROJECT_DIR }}"
 
 
+@pytest.mark.parametrize("name", sorted(DEPLOYMENTS))
+def test_every_flow_run_starts_with_the_guides_hash_seed(name: str) -> None:
+    """Guide §2.2: PYTHONHASHSEED 42, read by Python only at start-up: the job environment of the flow-run
+    process sets it (process, Docker, Kubernetes and Vertex AI workers all take an `env` job variable)."""
+    from prefect.workers.process import ProcessWorker
+
+    env = DEPLOYMENTS[name]["work_pool"].get("job_variables", {}).get("env", {})
+    assert env.get("PYTHONHASHSEED") == "42", f"{name}: job_variables.env.PYTHONHASHSEED"
+    assert "env" in ProcessWorker.job_configuration_variables.model_fields  # type: ignore[union-attr]
+
+
 def test_kubernetes_gpu_template_adds_node_selector_and_gpu_limit() -> None:
     add = runpy.run_path(str(ROOT / "deployments" / "gpu_job_template.py"))["add_gpu_variables"]
     base = {
