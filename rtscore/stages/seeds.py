@@ -7,12 +7,12 @@ from typing import Any
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import build_dataset
+from rtscore.data.loader import val_loader
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.data.store import read_store_attrs
 from rtscore.models import load_model
 from rtscore.runtime import select_device
 from rtscore.storage import RunDir, RunLayout, StorageError
-from rtscore.train.data import val_loader
 
 
 def trained_seeds(run: RunDir, seeds: list[int] | None) -> list[int]:

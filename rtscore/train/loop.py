@@ -21,6 +21,7 @@ import torch
 from rtscore.config.base import canonical_json, config_hash
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import build_dataset, build_train_dataset, class_pixel_counts
+from rtscore.data.loader import train_loader, val_loader
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.losses import ClassBalancedBCELoss, build_loss, loss_soft_targets
 from rtscore.metrics import PixelConfusion
@@ -29,7 +30,6 @@ from rtscore.runtime import check_precision, forward_logits, select_device
 from rtscore.storage import RunLayout, layout
 from rtscore.tracking import Tracker, flatten
 from rtscore.train import checkpoint as ckpt
-from rtscore.train.data import train_loader, val_loader
 from rtscore.train.determinism import check_hash_seed, rng_state, seed_everything, set_rng_state
 from rtscore.train.early_stopping import Decision, EarlyStopping
 from rtscore.train.ema import EMA

@@ -10,12 +10,12 @@ import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import build_dataset
+from rtscore.data.loader import val_loader
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.metrics import bootstrap_pr_auc, geometric_mean, pr_auc, random_subsample_pr_auc
 from rtscore.models import load_model
 from rtscore.runtime import select_device
 from rtscore.storage import RunLayout, atomic_write_json
-from rtscore.train.data import val_loader
 from rtscore.train.validate import collect
 
 # Written next to the seed's checkpoints (a diagnostic, not a stage artifact of rtscore.storage.layout).

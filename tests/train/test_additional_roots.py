@@ -18,9 +18,9 @@ from rtscore.data.dataset import (
     usable_indices,
 )
 from rtscore.data.generate import generate_synthetic
+from rtscore.data.loader import positive_flags, train_loader
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.data.store import TileStoreError, ZarrTileStore
-from rtscore.train.data import positive_flags, train_loader
 from tests.helpers import write_test_store
 from tests.train.conftest import tiny_train_config
 

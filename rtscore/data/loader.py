@@ -1,4 +1,5 @@
-"""DataLoaders of training: balanced curriculum batches for train, sequential tiles for validation."""
+"""DataLoaders of training, one builder for every reader: balanced curriculum batches for train (training and
+the data validation that checks what training will see), sequential tiles for validation."""
 
 from __future__ import annotations
 
