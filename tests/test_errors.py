@@ -89,8 +89,8 @@ def test_internal_exceptions_exist_and_stay_internal(qualname: str) -> None:
 def test_value_error_mixins_kept() -> None:
     """Callers and pydantic validators catch these as ValueError: the mixin stays."""
     from rtscore.config.base import ConfigError
+    from rtscore.data.errors import DataValidationError
     from rtscore.data.normalization import NormalizationStatsError
-    from rtscore.data.validation import DataValidationError
 
     for cls in (ConfigError, NormalizationStatsError, DataValidationError):
         assert issubclass(cls, PipelineError) and issubclass(cls, ValueError)

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from rtscore.config.pipeline import CurriculumStage
-from rtscore.data.validation import DataValidationError
+from rtscore.data.errors import DataValidationError
 
 
 def curriculum_ratio(schedule: Sequence[CurriculumStage], epoch: int) -> float:

@@ -11,20 +11,16 @@ import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import build_dataset, make_loader
+from rtscore.data.errors import DataValidationError
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.data.sample_grid import write_sample_grid
 from rtscore.data.store import ZarrTileStore
 from rtscore.data.tiles import LABEL_VALUES
-from rtscore.errors import PipelineError
 from rtscore.storage import atomic_write_json, atomic_write_text
 from rtscore.storage.layout import SAMPLES
 
 NORM_TOLERANCE = 0.05
 SPLITS = ("train", "val", "test")
-
-
-class DataValidationError(PipelineError, ValueError):
-    """A data check failed; the message names the check, and the split and tile where it failed."""
 
 
 @dataclass

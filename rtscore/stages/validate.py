@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.validation import DataValidationError
+from rtscore.data.errors import DataValidationError
 from rtscore.data.validation import validate_data as run_checks
 from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, staged_dir

@@ -9,8 +9,8 @@ import pytest
 from rtscore import stages
 from rtscore.config import parse_pipeline_config
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.errors import DataValidationError
 from rtscore.data.normalization import NormalizationStatsError
-from rtscore.data.validation import DataValidationError
 from tests.helpers import copy_run, make_data_run, tiny_pipeline_config
 
 
