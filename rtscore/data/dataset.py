@@ -287,17 +287,22 @@ def open_additional_roots(cfg: PipelineConfig, run_dir: str | Path, train_ids: S
 
 
 def build_train_dataset(
-    cfg: PipelineConfig, run_dir: str | Path, stats: NormalizationStats, *, seed: int = 0
+    cfg: PipelineConfig,
+    run_dir: str | Path,
+    stats: NormalizationStats,
+    *,
+    seed: int = 0,
+    train_store: str | Path | None = None,
 ) -> TileDataset:
     """The training dataset: ``datasets/train.zarr`` joined with every ``data.additional_roots`` store.
 
     Without additional roots this is ``build_dataset(cfg, <run>/datasets/train.zarr, stats, train=True)``.
     Normalization ``stats`` are the train store's; the additional stores are checked by
-    :func:`open_additional_roots` before anything trains.
+    :func:`open_additional_roots` before anything trains. ``train_store`` replaces the run's train store (data
+    validation of a store outside a run directory); additional roots still resolve against ``run_dir``.
     """
-    train = open_source(
-        Path(run_dir) / "datasets" / "train.zarr", cfg.data.mask_type, [c.name for c in cfg.channels.extra]
-    )
+    store = Path(run_dir) / RunLayout.DATASET.at(split="train") if train_store is None else Path(train_store)
+    train = open_source(store, cfg.data.mask_type, [c.name for c in cfg.channels.extra])
     if not cfg.data.additional_roots:
         return build_dataset(cfg, train, stats, train=True, seed=seed)
     meta = getattr(train, "metadata", None)

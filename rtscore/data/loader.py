@@ -21,17 +21,28 @@ def positive_flags(ds: TileDataset) -> np.ndarray:
     return np.array([(ds.source[int(i)].label == 1).any() for i in ds.indices])
 
 
-def _loader_kwargs(cfg: PipelineConfig, device_cuda: bool) -> dict[str, Any]:
+def _loader_kwargs(cfg: PipelineConfig, device_cuda: bool, num_workers: int | None = None) -> dict[str, Any]:
     lc = cfg.data.loader
-    kw: dict[str, Any] = {"num_workers": lc.num_workers, "pin_memory": lc.pin_memory and device_cuda}
-    if lc.num_workers > 0:
+    workers = lc.num_workers if num_workers is None else num_workers
+    kw: dict[str, Any] = {"num_workers": workers, "pin_memory": lc.pin_memory and device_cuda}
+    if workers > 0:
         kw.update(
-            prefetch_factor=lc.prefetch_factor, persistent_workers=lc.persistent_workers, worker_init_fn=seed_worker
+            prefetch_factor=lc.prefetch_factor,
+            persistent_workers=lc.persistent_workers and num_workers is None,
+            worker_init_fn=seed_worker,
         )
     return kw
 
 
-def train_loader(cfg: PipelineConfig, ds: TileDataset, seed: int) -> tuple[Any, BalancedCurriculumSampler]:
+def train_loader(
+    cfg: PipelineConfig, ds: TileDataset, seed: int, *, num_workers: int | None = None
+) -> tuple[Any, BalancedCurriculumSampler]:
+    """The training DataLoader and its batch sampler: balanced curriculum batches of ``ds`` (guide §7).
+
+    ``num_workers`` overrides ``data.loader.num_workers`` (and then keeps no persistent workers) for a reader
+    that takes a few batches, such as data validation; which tiles a batch holds and how each is augmented
+    come from the sampler alone, so they do not depend on the worker count.
+    """
     sampler = BalancedCurriculumSampler(
         positive_flags(ds),
         batch_size=cfg.training.batch_size,
@@ -44,7 +55,7 @@ def train_loader(cfg: PipelineConfig, ds: TileDataset, seed: int) -> tuple[Any, 
     loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
         ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
         batch_sampler=sampler,
-        **_loader_kwargs(cfg, torch.cuda.is_available()),
+        **_loader_kwargs(cfg, torch.cuda.is_available(), num_workers),
     )
     return loader, sampler
 

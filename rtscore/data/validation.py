@@ -10,14 +10,16 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.dataset import build_dataset, make_loader
+from rtscore.data.dataset import build_dataset, build_train_dataset, make_loader
 from rtscore.data.errors import DataValidationError
+from rtscore.data.loader import positive_flags, train_loader
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.data.sample_grid import write_sample_grid
 from rtscore.data.store import ZarrTileStore
 from rtscore.data.tiles import LABEL_VALUES
+from rtscore.errors import PipelineError
 from rtscore.storage import atomic_write_json, atomic_write_text
-from rtscore.storage.layout import SAMPLES
+from rtscore.storage.layout import SAMPLES, RunLayout
 
 NORM_TOLERANCE = 0.05
 SPLITS = ("train", "val", "test")
@@ -127,17 +129,58 @@ def _iterate_split(
     return n, s1, s2
 
 
-def _augmented_smoke(cfg: PipelineConfig, store: Path, stats: Any, out: _Collector, batch_size: int) -> None:
-    """Two augmented train batches: augmentation must keep shapes, labels in {0,1,255} and values finite."""
-    if not cfg.augmentation.enabled:
-        return
-    ds = build_dataset(cfg, store, stats, train=True, seed=cfg.training.seed)
-    loader = make_loader(ds, batch_size=batch_size, shuffle=True, num_workers=0, seed=cfg.training.seed)
-    for b, batch in enumerate(loader):
-        if b >= 2 or not _check_batch(batch, "train", cfg.channels.count, cfg.data.tile_size, out):
-            break
-    if not out.failed:
-        out.add("augmented_batches", True, "augmented train batches keep shapes, labels and finite values", "train")
+def _training_batches(
+    cfg: PipelineConfig, train_store: Path, run_dir: Path, stats: Any, out: _Collector, num_workers: int
+) -> list[dict[str, Any]]:
+    """What training will see, through the builders training uses (guide §10.1: iterate the DataLoader).
+
+    The training dataset (the train store joined with ``data.additional_roots``, augmented as configured) in the
+    training DataLoader (the balanced curriculum batch sampler of ``sampling``, seed ``training.seed``): for the
+    first epoch of every curriculum stage that training reaches, the epoch's batch plan (tile indices only, no
+    pixels) must give every batch a positive tile when sampling is balanced (guide §7.2), and its first batch
+    is loaded and checked like every other batch. Returns one row per stage for the report.
+    """
+    seed = cfg.training.seed
+    try:
+        ds = build_train_dataset(cfg, run_dir, stats, seed=seed, train_store=train_store)
+        loader, sampler = train_loader(cfg, ds, seed, num_workers=num_workers)
+    except PipelineError as err:  # e.g. an additional root that is missing or does not match
+        out.add("training_batches", False, f"cannot build the training loader: {err}", "train")
+        return []
+    flags = positive_flags(ds)
+    positive_sources = {int(i) for i in ds.indices[flags]}
+    epochs = [st.start_epoch for st in cfg.sampling.curriculum_schedule if st.start_epoch <= cfg.training.max_epochs]
+    rows: list[dict[str, Any]] = []
+    for epoch in epochs:
+        plan = sampler.batches(epoch)
+        n_pos = [int(sum(flags[position] for position, _ in batch)) for batch in plan]
+        ratio = sampler.ratio(epoch)
+        rows.append(
+            {
+                "epoch": epoch,
+                "neg_per_pos": ratio,
+                "batches": len(plan),
+                "batch_size": cfg.training.batch_size,
+                "positive_tiles_per_batch": [min(n_pos, default=0), max(n_pos, default=0)],
+            }
+        )
+        empty = next((k for k, n in enumerate(n_pos) if n == 0), None)
+        if cfg.sampling.balanced and empty is not None:
+            detail = f"epoch {epoch} (1:{ratio:g}): batch {empty} of {len(plan)} holds no positive tile"
+            out.add("training_batches", False, detail, "train")
+            return rows
+        sampler.set_epoch(epoch)
+        batch = next(iter(loader))
+        if not _check_batch(batch, "train", cfg.channels.count, cfg.data.tile_size, out):
+            return rows
+        loaded = sum(int(i) in positive_sources for i in batch["index"])
+        if loaded != n_pos[0]:
+            detail = f"epoch {epoch}: the loader's first batch holds {loaded} positive tiles, its plan {n_pos[0]}"
+            out.add("training_batches", False, detail, "train")
+            return rows
+    shown = "; ".join(f"epoch {r['epoch']} 1:{r['neg_per_pos']:g} {r['positive_tiles_per_batch']}" for r in rows)
+    out.add("training_batches", True, f"training loader, positive tiles per batch: {shown}", "train")
+    return rows
 
 
 def validate_data(
@@ -150,8 +193,14 @@ def validate_data(
     num_workers: int = 0,
     max_batches: int | None = None,
     progress: bool = False,
+    run_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Check every split through its DataLoader; write the report; raise if any check failed."""
+    """Check every split through its DataLoader; write the report; raise if any check failed.
+
+    Every tile of every split goes through its split's plain (unaugmented) loader; then the training loader
+    is checked as training will build it (:func:`_training_batches`). ``run_dir`` resolves relative
+    ``data.additional_roots`` (default: the run directory that holds the train store).
+    """
     out = _Collector()
     extra = [c.name for c in cfg.channels.extra]
     stats = load_normalization_stats(stats_path, extra)
@@ -204,8 +253,10 @@ def validate_data(
         )
     _check_blocking(regions, tile_ids, out)
     norm = _check_normalization(cfg, moments.get("train"), stats, out)
+    training: list[dict[str, Any]] = []
     if "train" in stores and not out.failed:
-        _augmented_smoke(cfg, stores["train"], stats, out, batch_size)
+        train_run = run_dir if run_dir is not None else _run_dir_of(stores["train"])
+        training = _training_batches(cfg, stores["train"], train_run, stats, out, num_workers)
     if "test" in summaries and summaries["test"].n_positive < cfg.splits.min_test_positives:
         out.warnings.append(
             f"test split has {summaries['test'].n_positive} positive tiles, fewer than "
@@ -217,6 +268,7 @@ def validate_data(
         "warnings": out.warnings,
         "splits": {k: asdict(v) for k, v in summaries.items()},
         "normalized_train": norm,
+        "training_batches": training,
         "normalization_stats": str(stats_path),
         "mask_type": cfg.data.mask_type,
         "channels": cfg.channels.names,
@@ -229,6 +281,12 @@ def validate_data(
         )
         raise DataValidationError(f"data check '{first.name}' failed{where}: {first.detail} (report: {out_dir})")
     return report
+
+
+def _run_dir_of(train_store: Path) -> Path:
+    """The run directory of a train store at its layout place (``<run>/datasets/train.zarr``)."""
+    depth = len(Path(RunLayout.DATASET.at(split="train")).parts)
+    return Path(train_store).resolve().parents[depth - 1]
 
 
 def _check_blocking(regions: dict[str, set[str]], tile_ids: dict[str, set[str]], out: _Collector) -> None:
@@ -306,6 +364,17 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"{c} {m:+.3f}/{s:.3f}" for c, m, s in zip(norm["channels"], norm["mean"], norm["std"], strict=True)
             ),
         ]
+    if report.get("training_batches"):
+        lines += [
+            "",
+            "Training loader (balanced curriculum sampler, first epoch of each stage):",
+            "",
+            "| epoch | neg:pos | batches | batch size | positive tiles per batch (min, max) |",
+            "|---|---|---|---|---|",
+        ]
+        for r in report["training_batches"]:
+            lo, hi = r["positive_tiles_per_batch"]
+            lines.append(f"| {r['epoch']} | 1:{r['neg_per_pos']:g} | {r['batches']} | {r['batch_size']} | {lo}, {hi} |")
     lines += ["", "| check | split | result | detail |", "|---|---|---|---|"]
     for c in report["checks"]:
         where = c["split"] or ""

@@ -33,6 +33,7 @@ def validate_data(
                 max_batches=max_batches,
                 num_workers=num_workers,
                 progress=progress,
+                run_dir=run.root,
             )
         except DataValidationError as err:
             failure = err

@@ -40,7 +40,7 @@ def test_good_data_passes_and_writes_report(good_run: Path, tmp_path: Path) -> N
     norm = report["normalized_train"]
     assert np.allclose(norm["mean"], 0, atol=0.05) and np.allclose(norm["std"], 1, atol=0.05)
     names = {c["name"] for c in report["checks"]}
-    assert {"spatial_blocking", "normalized_train", "batches", "augmented_batches", "channel_count"} <= names
+    assert {"spatial_blocking", "normalized_train", "batches", "training_batches", "channel_count"} <= names
     assert (run / "validation" / "report.md").read_text().startswith("# Data validation: PASSED")
     from PIL import Image
 
@@ -88,3 +88,50 @@ def test_validation_needs_its_inputs(tmp_path: Path) -> None:
 
     with pytest.raises(StorageError, match="normalization_stats.json is missing"):
         stages.validate_data(str(tmp_path / "empty"), _cfg())
+
+
+def _curriculum_cfg(**data_overrides: object) -> PipelineConfig:
+    data = tiny_pipeline_config()
+    data["sampling"] = {
+        "curriculum_schedule": [
+            {"start_epoch": 1, "end_epoch": 2, "neg_per_pos": 1},
+            {"start_epoch": 3, "end_epoch": None, "neg_per_pos": 2},
+        ]
+    }
+    data["data"].update(data_overrides)
+    return parse_pipeline_config(data)
+
+
+def test_training_batches_come_from_the_training_loader(good_run: Path, tmp_path: Path) -> None:
+    """Validation iterates what training will iterate: the balanced curriculum sampler of the training loader
+    (built by the same function), the first epoch of each curriculum stage, not a plain shuffled loader."""
+    from rtscore.data.dataset import build_train_dataset
+    from rtscore.data.loader import positive_flags, train_loader
+    from rtscore.data.normalization import load_normalization_stats
+
+    run = copy_run(good_run, tmp_path / "run")
+    cfg = _curriculum_cfg()
+    stages.validate_data(str(run), cfg)
+    report = json.loads((run / "validation" / "report.json").read_text())
+    rows = report["training_batches"]
+    assert [(r["epoch"], r["neg_per_pos"]) for r in rows] == [(1, 1.0), (3, 2.0)]
+    # The same numbers as the loader training builds for seed training.seed.
+    stats = load_normalization_stats(run / "normalization_stats.json", ["ndvi"])
+    ds = build_train_dataset(cfg, run, stats, seed=cfg.training.seed)
+    _, sampler = train_loader(cfg, ds, cfg.training.seed)
+    flags = positive_flags(ds)
+    for row in rows:
+        plan = sampler.batches(row["epoch"])
+        n_pos = [int(sum(flags[p] for p, _ in b)) for b in plan]
+        assert row["batches"] == len(plan) and row["positive_tiles_per_batch"] == [min(n_pos), max(n_pos)]
+        assert min(n_pos) >= 1  # guide §7.2: every balanced batch sees a positive
+    assert rows[0]["positive_tiles_per_batch"] != rows[1]["positive_tiles_per_batch"]  # the curriculum shows
+    assert "Training loader" in (run / "validation" / "report.md").read_text()
+
+
+def test_a_train_store_training_cannot_join_fails_validation_not_training(good_run: Path, tmp_path: Path) -> None:
+    """data.additional_roots are part of what training sees: a missing one fails here, before any GPU time."""
+    run = copy_run(good_run, tmp_path / "run")
+    cfg = _curriculum_cfg(additional_roots=["datasets/train_half.zarr"])
+    with pytest.raises(DataValidationError, match=r"training_batches.*data.additional_roots\[0\].*does not exist"):
+        stages.validate_data(str(run), cfg)
