@@ -99,7 +99,7 @@ def usable_indices(source: TileSource, exclude_full_nodata: bool = True) -> np.n
     return np.array([i for i in range(len(source)) if (source[i].alpha > 0).any()], dtype=np.int64)
 
 
-def class_pixel_counts(source: TileSource, indices: Sequence[int]) -> ClassPixelCounts:
+def class_pixel_counts(source: TileSource, indices: Sequence[int] | np.ndarray) -> ClassPixelCounts:
     """Background and RTS pixels of the tiles at ``indices`` (the pixels training counts: valid, not ignored).
 
     From the tile metadata when the source has it (no pixel read): RTS = ``n_positive_px``, background =
