@@ -18,7 +18,9 @@ from rtscore.config import (
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "baseline.yaml"])
+@pytest.mark.parametrize(
+    "name", ["quickstart.yaml", "quickstart_geotiff.yaml", "baseline.yaml", "baseline_geotiff.yaml"]
+)
 def test_shipped_pipeline_configs_load(name: str) -> None:
     cfg = load_pipeline_config(CONFIGS / name)
     assert cfg.data.generation.train is not None and cfg.data.generation.test is not None
