@@ -136,7 +136,7 @@ def _training_batches(
 
     The training dataset (the train store joined with ``data.additional_roots``, augmented as configured) in the
     training DataLoader (the balanced curriculum batch sampler of ``sampling``, seed ``training.seed``): for the
-    first epoch of every curriculum stage that training reaches, the epoch's batch plan (tile indices only, no
+    first epoch of every curriculum stage, the epoch's batch plan (tile indices only, no
     pixels) must give every batch a positive tile when sampling is balanced (guide §7.2), and its first batch
     is loaded and checked like every other batch. Returns one row per stage for the report.
     """
@@ -149,9 +149,8 @@ def _training_batches(
         return []
     flags = positive_flags(ds)
     positive_sources = {int(i) for i in ds.indices[flags]}
-    epochs = [st.start_epoch for st in cfg.sampling.curriculum_schedule if st.start_epoch <= cfg.training.max_epochs]
     rows: list[dict[str, Any]] = []
-    for epoch in epochs:
+    for epoch in (stage.start_epoch for stage in cfg.sampling.curriculum_schedule):
         plan = sampler.batches(epoch)
         n_pos = [int(sum(flags[position] for position, _ in batch)) for batch in plan]
         ratio = sampler.ratio(epoch)

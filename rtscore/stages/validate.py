@@ -48,6 +48,14 @@ SPEC = StageSpec(
     inputs=(RunLayout.NORMALIZATION_STATS,),
     optional_inputs=tuple(RunLayout.DATASET.bind(split=s) for s in SPLITS),
     outputs=(RunLayout.VALIDATION,),
-    config=DATA_CONFIG,
-    description="Check the datasets through the DataLoader and write a report.",
+    # The training loader it checks reads these too (boundary ignore, the sampler's seed, batches and epochs).
+    config=(
+        *DATA_CONFIG,
+        "loss.boundary_handling",
+        "loss.boundary_ignore_width",
+        "training.seed",
+        "training.batch_size",
+        "training.steps_per_epoch",
+    ),
+    description="Check the datasets and the training loader through their DataLoaders and write a report.",
 )
