@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
+from rtscore.config.binding import InputBinding, binding_conflicts
 from rtscore.data.legacy_npz import BatchedNpzSource
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
 from rtscore.data.store import TileMetadata, TileStoreError, ZarrTileStore, read_store_attrs
@@ -244,6 +245,9 @@ def open_additional_roots(cfg: PipelineConfig, run_dir: str | Path, train_ids: S
         missing = [c for c in extra if c not in stored]
         if missing:
             raise fail(f"the store lacks extra channels {missing} named in channels.extra (it has {stored})")
+        conflicts = binding_conflicts(cfg.channels.extra, InputBinding.of_store_attrs(attrs).bands_by_name())
+        if conflicts:
+            raise fail(f"the store was written with other EXTRA bands than channels.extra: {'; '.join(conflicts)}")
         if cfg.data.mask_type not in attrs.get("mask_types", []):
             raise fail(
                 f"the store has no {cfg.data.mask_type!r} labels (data.mask_type; it has {attrs.get('mask_types')})"

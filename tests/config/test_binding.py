@@ -94,3 +94,19 @@ def test_generation_config_binding_round_trips() -> None:
     assert binding.names == ["R", "G", "B", "nbr", "ndvi"] and binding.extra_bands == [3, 0]
     assert InputBinding.of_store_attrs({"input_binding": binding.model_dump(mode="json")}) == binding
     assert InputBinding.of_store_attrs({"extra_channel_names": ["x", "y"]}).bands_by_name() == {"x": 0, "y": 1}
+
+
+def test_additional_root_written_with_another_binding_is_refused(tmp_path: Path) -> None:
+    """A joined train store (data.additional_roots) must hold the configured channels from the same bands."""
+    from rtscore.data.dataset import open_additional_roots
+    from rtscore.data.store import TileStoreError
+    from tests.helpers import write_test_store
+
+    write_test_store(tmp_path / "extra.zarr", 4, extra=2)  # e0 = band 0, e1 = band 1
+    base = tiny_pipeline_config(tile=32, extra=False)
+    data = {**base, "data": {**base["data"], "generation": {}, "additional_roots": [str(tmp_path / "extra.zarr")]}}
+    ok = parse_pipeline_config({**data, "channels": {"extra": [{"name": "e1", "band": 1}]}})
+    assert len(open_additional_roots(ok, tmp_path)) == 1
+    bad = parse_pipeline_config({**data, "channels": {"extra": [{"name": "e1", "band": 0}]}})
+    with pytest.raises(TileStoreError, match=r"data.additional_roots\[0\].*'e1' is band 1 there, band 0 here"):
+        open_additional_roots(bad, tmp_path)
