@@ -23,7 +23,7 @@ import json
 import math
 import shutil
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -386,7 +386,7 @@ class GeotiffProducer:
 
         with_extra = bool(self.binding.extra_bands)
         files = _tile_files(self.root, entry.tile_id, with_extra)
-        with rasterio.open(files["rgb"]) as f, rasterio.open(files["extra"]) if with_extra else _no_file() as ex:
+        with rasterio.open(files["rgb"]) as f, rasterio.open(files["extra"]) if with_extra else nullcontext() as ex:
             rgb, extra = read_bound_bands(self.binding, f, ex)
             transform = f.transform
             alpha = (
@@ -423,11 +423,6 @@ class GeotiffProducer:
         for a in range(start, stop, self.batch_size):
             read = [self.read(e) for e in self.entries[a : min(a + self.batch_size, stop)]]
             yield [t for t, _ in read], [c for _, c in read]
-
-
-@contextmanager
-def _no_file() -> Iterator[None]:
-    yield None
 
 
 def stage_data_root(uri: str, split: str, cache_dir: Path | None = None) -> Path:
