@@ -91,7 +91,7 @@ def _stats(args: argparse.Namespace) -> int:
         from rtscore.config import load_pipeline_config
 
         cfg = load_pipeline_config(args.config)
-        extra = [c.name for c in cfg.channels.extra]
+        extra = cfg.channels.extra  # names and EXTRA bands: the store must have been written with this binding
         clip = clip or cfg.normalization.clip_percentiles
     stats = compute_normalization_stats(args.dataset, extra_channels=extra, clip_percentiles=clip, progress=True)
     out = Path(args.output) if args.output else Path(args.dataset).parent / "normalization_stats.json"
@@ -178,7 +178,8 @@ def _predict(args: argparse.Namespace) -> int:
     """`rts predict`: probabilities + mask COGs of a raster or a directory of rasters with a deployment package.
 
     Arguments: ``package`` (package dir), ``input`` (a .tif or a directory of .tif; ``*_extra.tif`` are EXTRA
-    siblings), ``output`` (directory), ``stride`` (int or None: half a tile), ``device`` (default cpu),
+    siblings), ``output`` (directory), ``stride`` (int or None: half a tile), ``device`` (default auto: the GPU
+    when there is one, as calibration ran),
     ``extra`` (optional EXTRA raster for a single input; default ``<stem>_extra.tif`` next to each input).
     """
     from rtscore.inference.predict import input_rasters, load_package, predict_raster
@@ -187,12 +188,13 @@ def _predict(args: argparse.Namespace) -> int:
     extra = getattr(args, "extra", None)
     if extra and len(files) > 1:
         raise PipelineError("--extra needs a single --input raster (directories use <stem>_extra.tif)")
-    pkg = load_package(args.package, device=getattr(args, "device", None) or "cpu")
+    pkg = load_package(args.package, device=getattr(args, "device", None) or "auto")
     for f in files:
         out = predict_raster(pkg, f, args.output, stride=getattr(args, "stride", None), extra_tif=extra)
+        skipped = f" ({out.skipped_windows} full-NoData skipped)" if out.skipped_windows else ""
         print(
-            f"{f.name}: {out.windows} windows, {out.positive_pixels:,} of {out.valid_pixels:,} valid pixels "
-            f">= threshold -> {out.prob.name}, {out.mask.name}"
+            f"{f.name}: {out.windows} windows{skipped}, {out.positive_pixels:,} of {out.valid_pixels:,} valid "
+            f"pixels >= threshold -> {out.prob.name}, {out.mask.name}, {out.manifest.name}"
         )
     return 0
 
@@ -415,7 +417,11 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--output", required=True, help="directory for <name>_prob.tif and <name>_mask.tif")
     pr.add_argument("--stride", type=int, default=None, help="window stride in pixels (default: half a tile)")
     pr.add_argument("--extra", default=None, help="EXTRA raster of a single input (default: <name>_extra.tif)")
-    pr.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    pr.add_argument(
+        "--device",
+        default="auto",
+        help="auto (default: the GPU when there is one, as calibration ran), cpu, cuda or cuda:N",
+    )
     pr.set_defaults(func=_predict)
 
     dr = sub.add_parser("drift", help="compare new imagery with the package's normalization stats (guide §4.1)")

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from rtscore.errors import PipelineError
 from rtscore.train.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -14,14 +15,36 @@ if TYPE_CHECKING:
     from rtscore.config.pipeline import PipelineConfig
 
 
+class DeviceError(PipelineError):
+    """The requested device does not exist on this machine or is not a torch device."""
+
+
 def select_device(cfg: PipelineConfig) -> torch.device:
     """``training.device``: 'auto' takes CUDA when available, else the CPU; 'cuda' without a GPU is refused."""
+    try:
+        return resolve_device(cfg.training.device, key="training.device")
+    except DeviceError as err:
+        raise TrainingError(str(err)) from None
+
+
+def resolve_device(want: str, *, key: str) -> torch.device:
+    """The device of a setting ``key`` (e.g. ``--device``): 'auto' takes CUDA when available, else the CPU;
+    'cpu', 'cuda' or 'cuda:N' as named, refused when this machine has no such device."""
     import torch
 
-    want = cfg.training.device
-    if want == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("training.device is 'cuda' but no CUDA device is available (set 'auto' or 'cpu')")
-    return torch.device("cuda" if want in ("cuda", "auto") and torch.cuda.is_available() else "cpu")
+    if want == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(want)
+    except (RuntimeError, ValueError):
+        raise DeviceError(f"{key} {want!r} is not a device; expected auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"{key} is {want!r} but no CUDA device is available (set 'auto' or 'cpu')")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"{key} is {want!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type not in ("cpu", "cuda"):
+        raise DeviceError(f"{key} {want!r}: only cpu and cuda devices are supported")
+    return dev
 
 
 def check_precision(precision: str, device: torch.device) -> None:

@@ -98,3 +98,29 @@ def test_drift_command_exit_code(package: Path, tmp_path: Path) -> None:
     bad = write_all(tmp_path / "bad", imagery(np.random.default_rng(6), 1, mean=MEAN + 30.0))
     assert main(["drift", "--package", str(package), "--input", str(ok), "--output", str(tmp_path / "r1")]) == 0
     assert main(["drift", "--package", str(package), "--input", str(bad), "--output", str(tmp_path / "r2")]) == 1
+
+
+def test_drift_clips_new_imagery_as_the_model_sees_it(tmp_path: Path) -> None:
+    """Issue 11 point 2: with clip_percentiles the training moments are those of clipped values; drift clips the
+    new imagery with the same bounds, so the training tiles themselves show no drift at all."""
+    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.store import ZarrTileStore
+    from tests.helpers import write_test_store
+
+    store = tmp_path / "train.zarr"
+    write_test_store(store, 8, extra=1)
+    stats = compute_normalization_stats(store, clip_percentiles=(5.0, 95.0))
+    pkg = write_package(tmp_path / "pkg", extra=[{"name": "e0", "band": 0}], stats=stats)
+    tiles = ZarrTileStore(store)
+    d = tmp_path / "in"
+    d.mkdir()
+    for i in range(len(tiles)):
+        t = tiles[i]
+        write_raster(d / f"{t.tile_id}.tif", np.concatenate([t.rgb, t.alpha[None]]))
+        write_raster(d / f"{t.tile_id}_extra.tif", t.extra, dtype="float32")
+    report = drift_report(pkg, d, tmp_path / "out")
+    assert report["clipped_to_training_percentiles"] and report["ok"]
+    for ch in report["channels"][:3]:  # RGB stats are exact: the clipped moments match to rounding
+        assert abs(ch["mean_shift_sigma"]) < 1e-9 and abs(ch["std_ratio"] - 1) < 1e-9, ch
+    extra = report["channels"][3]  # float bands: stats from a 4096-bin histogram
+    assert abs(extra["mean_shift_sigma"]) < 1e-3 and abs(extra["std_ratio"] - 1) < 1e-3, extra

@@ -31,8 +31,10 @@ def write_package(
     temperature: float | None = 1.7,
     tta: str = "minimal",
     extra: list[dict[str, object]] | None = None,
+    stats: NormalizationStats | None = None,
 ) -> Path:
-    """The package files read by inference (same schema as build_package), with a seeded random tiny model."""
+    """The package files read by inference (same schema as build_package), with a seeded random tiny model and
+    the given stats (default: fixed moments, no clipping)."""
     pkg.mkdir(parents=True, exist_ok=True)
     extra = extra or []
     names = ["R", "G", "B", *(str(e["name"]) for e in extra)]
@@ -53,17 +55,15 @@ def write_package(
     )
     (pkg / MODEL).write_text(yaml.safe_dump(mc.model_dump(mode="json"), sort_keys=False))
     n_extra = len(extra)
-    write_normalization_stats(
-        NormalizationStats(
-            channel_names=names,
-            mean=np.concatenate([MEAN, np.full(n_extra, 0.5)]),
-            std=np.concatenate([STD, np.full(n_extra, 0.2)]),
-            n_tiles_used=4,
-            dataset_version="t",
-            computed_date="2026-01-01T00:00:00Z",
-        ),
-        pkg / STATS,
+    stats = stats or NormalizationStats(
+        channel_names=names,
+        mean=np.concatenate([MEAN, np.full(n_extra, 0.5)]),
+        std=np.concatenate([STD, np.full(n_extra, 0.2)]),
+        n_tiles_used=4,
+        dataset_version="t",
+        computed_date="2026-01-01T00:00:00Z",
     )
+    write_normalization_stats(stats, pkg / STATS)
     dep = DeploymentConfig(threshold=threshold, temperature=temperature, tta=tta, precision="fp32")  # type: ignore[arg-type]
     (pkg / DEPLOYMENT).write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
     return pkg
@@ -230,45 +230,134 @@ def test_predict_command(package: Path, tmp_path: Path) -> None:
     assert main(["predict", "--package", str(package), "--input", str(d), "--output", str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "s0_mask.tif",
+        "s0_predict.json",
         "s0_prob.tif",
         "s1_mask.tif",
+        "s1_predict.json",
         "s1_prob.tif",
     ]
 
 
-def test_inference_normalisation_equals_the_training_and_evaluation_dataset(tmp_path: Path) -> None:
-    """The same GeoTIFF tile, normalised by `rts predict` and by the evaluation DataLoader's dataset."""
-    import rasterio
-
+def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path: Path) -> None:
+    """A tile of a store ingested from GeoTIFFs (EXTRA channel bound to band 1, percentile clipping on), predicted
+    from its GeoTIFFs with window = tile: the input and the probabilities equal the evaluation path's exactly."""
     from rtscore.config import parse_pipeline_config
-    from rtscore.config.generation import GenerationConfig
+    from rtscore.config.binding import ExtraChannel
     from rtscore.data.dataset import build_dataset
-    from rtscore.data.geotiff import ingest_geotiffs, write_synthetic_geotiffs
+    from rtscore.data.geotiff import ingest_geotiffs
     from rtscore.data.normalization import compute_normalization_stats
-    from rtscore.inference.predict import normalise
+    from rtscore.inference.numerics import predict_logits, prepare_model
+    from rtscore.inference.predict import load_package, read_inputs
+    from rtscore.models import load_model
+    from tests.data.test_geotiff import two_band_root
     from tests.helpers import tiny_pipeline_config
 
-    cfg = parse_pipeline_config(tiny_pipeline_config())
-    gen = GenerationConfig.model_validate(
-        {
-            **cfg.data.generation.train.model_dump(),
-            "synthetic": {**cfg.data.generation.train.synthetic.model_dump(), "partial_nodata_probability": 0.6},
-        }
+    root, geo = two_band_root(tmp_path)
+    store = tmp_path / "train.zarr"
+    ingest_geotiffs(geo, root, store)
+    extra = [{"name": "nbr", "band": 1}]
+    stats = compute_normalization_stats(
+        store, extra_channels=[ExtraChannel(name="nbr", band=1)], clip_percentiles=(2, 98)
     )
-    root = tmp_path / "tiles"
-    write_synthetic_geotiffs(gen, root)
-    ingest_geotiffs(gen, root, tmp_path / "train.zarr")
-    stats = compute_normalization_stats(tmp_path / "train.zarr", extra_channels=["ndvi"])
-    ds = build_dataset(cfg, tmp_path / "train.zarr", stats, train=False)
-    checked = 0
-    for i in range(len(ds)):
-        item = ds[i]
-        with rasterio.open(root / "PLANET-RGB" / f"{item['tile_id']}.tif") as f:
-            data = f.read()
-        with rasterio.open(root / "EXTRA" / f"{item['tile_id']}.tif") as f:
-            extra = f.read().astype(np.float32)
-        channels = np.concatenate([data[:3].astype(np.float32), extra])
-        normalise(channels, data[3], stats)
-        np.testing.assert_allclose(channels, item["image"].numpy(), rtol=1e-5, atol=1e-5)
-        checked += int((data[3] == 0).any())
-    assert checked > 0, "tiles with NoData were compared too"
+    assert stats.clip_min is not None and stats.clip_max is not None
+    pkg = load_package(write_package(tmp_path / "pkg", extra=extra, stats=stats), device="cpu")
+    base = tiny_pipeline_config(tile=TILE, extra=False)
+    cfg = parse_pipeline_config({**base, "data": {**base["data"], "generation": {}}, "channels": {"extra": extra}})
+    dataset = build_dataset(cfg, store, stats, train=False)
+    dep = pkg.deployment
+    model = prepare_model(load_model(pkg.path / WEIGHTS, pkg.model_config, "cpu"), dep.torch_compile)
+    clipped = nodata_tiles = 0
+    for i in range(len(dataset)):
+        item = dataset[i]
+        rgb_tif = root / "PLANET-RGB" / f"{item['tile_id']}.tif"
+        raw = read_inputs(pkg.binding, rgb_tif)
+        image = pkg.input_transform(raw.rgb, raw.extra, raw.alpha)
+        np.testing.assert_array_equal(image, item["image"].numpy())  # the one input transform
+        with torch.inference_mode():
+            z = predict_logits(
+                model, item["image"][None], tta=dep.tta, scales=dep.scales, fusion=dep.fusion, precision=dep.precision
+            ) / float(dep.temperature)  # type: ignore[arg-type]
+        ref = torch.sigmoid(z)[0].numpy()
+        out = predict_raster(pkg, rgb_tif, tmp_path / "out", stride=TILE)
+        prob, *_ = read(out.prob)
+        valid = item["valid"].numpy()
+        np.testing.assert_array_equal(prob[valid], ref[valid])
+        assert (prob[~valid] == -1.0).all()
+        clipped += int((raw.extra < stats.clip_min[3]).any() or (raw.extra > stats.clip_max[3]).any())
+        nodata_tiles += int((~valid).any())
+    assert clipped > 0 and nodata_tiles > 0, "tiles with clipped values and with NoData were compared"
+
+
+class CountingModel:
+    """A model wrapper that counts the windows it is called on."""
+
+    def __init__(self, model: object) -> None:
+        self.model, self.windows = model, 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.windows += x.shape[0]
+        return self.model(x)  # type: ignore[operator]
+
+
+def test_full_nodata_windows_are_skipped_and_logged(
+    package: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guide §4.4: a window that is NoData throughout never reaches the model and is listed in the manifest."""
+    import json
+    import logging
+
+    from rtscore.inference.predict import load_package
+
+    rng = np.random.default_rng(7)
+    rgba = random_rgba(rng, 2 * TILE, 2 * TILE)
+    rgba[3, TILE:, :TILE] = 0  # the lower-left tile is NoData throughout
+    rgba[3, :3, -5:] = 0  # a partial NoData corner still runs
+    pkg = load_package(package, device="cpu")
+    counter = CountingModel(pkg.model)
+    pkg.model = counter
+    with caplog.at_level(logging.INFO, logger="rtscore.inference.predict"):
+        out = predict_raster(pkg, write_raster(tmp_path / "s.tif", rgba), tmp_path / "out", stride=TILE)
+    assert counter.windows == 3 * 2  # three windows, two TTA passes each ('minimal')
+    assert out.windows == 4 and out.skipped_windows == 1
+    manifest = json.loads(out.manifest.read_text())
+    assert manifest["skipped_full_nodata"] == [[TILE, 0]] and manifest["windows_run"] == 3
+    assert manifest["device"] == "cpu" and manifest["precision"] == "fp32"
+    assert "skipped 1 of 4 windows" in caplog.text and f"({TILE}, 0)" in caplog.text
+    prob, *_ = read(out.prob)
+    assert (prob[TILE:, :TILE] == -1.0).all()
+    valid = rgba[3] > 0
+    assert ((prob[valid] >= 0) & (prob[valid] <= 1)).all()
+    # a raster that is NoData throughout runs no window at all
+    rgba[3] = 0
+    counter.windows = 0
+    empty = predict_raster(pkg, write_raster(tmp_path / "e.tif", rgba), tmp_path / "out")
+    assert counter.windows == 0 and empty.skipped_windows == empty.windows == 9
+    mask, *_ = read(empty.mask)
+    assert (mask == 255).all()
+
+
+def test_predict_defaults_to_the_gpu_when_there_is_one(
+    package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rts predict` and `load_package` ask for device 'auto', which takes CUDA when present (as calibration ran)."""
+    import rtscore.inference.predict as predict_mod
+    from flows.cli import main
+    from rtscore.runtime import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto", key="--device") == torch.device("cuda")
+    asked: list[str] = []
+
+    def spy(want: str, *, key: str) -> torch.device:
+        asked.append(want)
+        return torch.device("cpu")  # this machine may have no GPU: run on the CPU, but record what was asked
+
+    monkeypatch.setattr(predict_mod, "resolve_device", spy)
+    predict_mod.load_package(package)
+    src = write_raster(tmp_path / "s.tif", random_rgba(np.random.default_rng(0), TILE, TILE))
+    assert main(["predict", "--package", str(package), "--input", str(src), "--output", str(tmp_path / "o")]) == 0
+    assert asked == ["auto", "auto"]
+    monkeypatch.setattr(predict_mod, "resolve_device", resolve_device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(PredictError, match="--device is 'cuda' but no CUDA device"):
+        predict_mod.load_package(package, device="cuda")

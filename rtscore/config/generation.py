@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from rtscore.config.base import SCHEMA_VERSION, StrictModel
+from rtscore.config.binding import ExtraChannel, InputBinding, check_extra_channels
 
 Split = Literal["train", "val", "test"]
 SCALES = (1.0, 0.5)  # ground-sampling scales a store may hold (training guide §8.3)
@@ -119,15 +120,33 @@ class GeotiffSourceConfig(StrictModel):
     data_root: str = Field(
         ..., min_length=1, description="The data root: a path, relative to the config file that names it."
     )
-    extra_channels: list[str] = Field(
+    extra_channels: list[ExtraChannel] = Field(
         default_factory=list,
-        description="Names of the EXTRA bands to store, band 0, 1, ... in this order (e.g. [ndvi, nbr]); "
-        "later bands are ignored. Must match channels.extra of the pipeline config.",
+        description="EXTRA channels to store, each {name, band} with band the 0-based band of EXTRA/<id>.tif "
+        "(e.g. [{name: ndvi, band: 0}, {name: nbr, band: 1}]); other bands are not read. A pipeline config "
+        "refuses a binding that differs from its channels.extra.",
     )
     batch_size: int = Field(16, ge=1, le=4096, description="Tiles read per batch (bounds the reader's memory).")
     min_test_positives: int = Field(
         100, ge=1, description="When splits.yaml is absent and derived: positive tiles test must hold."
     )
+
+    @field_validator("extra_channels", mode="before")
+    @classmethod
+    def _bound_to_a_band(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            for i, entry in enumerate(v):
+                if isinstance(entry, str):
+                    raise ValueError(
+                        f"entry [{i}] {entry!r} is bound to no band: write {{name: {entry}, band: <0-based band of "
+                        "the EXTRA file>}} (the same binding as channels.extra of the pipeline config)"
+                    )
+        return v
+
+    @field_validator("extra_channels")
+    @classmethod
+    def _binding_rules(cls, v: list[ExtraChannel]) -> list[ExtraChannel]:
+        return check_extra_channels(v)
 
 
 class GenerationConfig(StrictModel):
@@ -185,10 +204,16 @@ class GenerationConfig(StrictModel):
 
     @property
     def extra_channels(self) -> list[str]:
-        """Names of the stored extra channels, in order (EXTRA bands 0.. for a GeoTIFF source)."""
+        """Names of the stored extra channels, in store order."""
+        return self.input_binding.extra_names
+
+    @property
+    def input_binding(self) -> InputBinding:
+        """Which EXTRA band each stored channel is read from: ``geotiff.extra_channels`` for a GeoTIFF source;
+        for synthetic scenes EXTRA band ``i`` is ``synthetic.extra_channels[i]`` (as ``rts synth-geotiff`` writes)."""
         if self.source == "geotiff" and self.geotiff is not None:
-            return list(self.geotiff.extra_channels)
-        return list(self.synthetic.extra_channels) if self.synthetic is not None else []
+            return InputBinding.of_extra(self.geotiff.extra_channels)
+        return InputBinding.positional(list(self.synthetic.extra_channels) if self.synthetic is not None else [])
 
     @property
     def channel_names(self) -> list[str]:

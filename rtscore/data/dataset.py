@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
+from rtscore.config.binding import InputBinding, binding_conflicts
 from rtscore.data.legacy_npz import BatchedNpzSource
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
 from rtscore.data.store import TileMetadata, TileStoreError, ZarrTileStore, read_store_attrs
@@ -162,6 +163,8 @@ class TileDataset:
             nodata_handling=nodata_handling,
             boundary_handling=boundary_handling,
             boundary_ignore_width=boundary_ignore_width,
+            clip_min=None if stats.clip_min is None else stats.clip_min.tolist(),
+            clip_max=None if stats.clip_max is None else stats.clip_max.tolist(),
         )
         self.augmenting = augmentation is not None and getattr(augmentation, "enabled", True)
 
@@ -180,16 +183,11 @@ class TileDataset:
         position, aug_seed = item if isinstance(item, tuple) else (item, None)
         src_index = int(self.indices[position])
         s = self.source[src_index]
-        rgb, extra = s.rgb, s.extra
-        if self.stats.clip_min is not None and self.stats.clip_max is not None:
-            rgb = np.clip(rgb, self.stats.clip_min[:3], self.stats.clip_max[:3]).astype(np.uint8)
-            if extra is not None:
-                lo, hi = self.stats.clip_min[3:, None, None], self.stats.clip_max[3:, None, None]
-                extra = np.clip(extra, lo, hi).astype(np.float32)
         seed = None
         if self.augmenting:
             seed = aug_seed if aug_seed is not None else self._sample_seed(position)
-        image, label, valid = self.pipeline(rgb, extra, s.alpha, s.label, seed)
+        # Clipping, NoData fill and normalisation: the pipeline's InputTransform, as in predict and drift.
+        image, label, valid = self.pipeline(s.rgb, s.extra, s.alpha, s.label, seed)
         return {
             "image": torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)),
             "label": torch.from_numpy(np.ascontiguousarray(label, dtype=np.int64)),
@@ -272,6 +270,9 @@ def open_additional_roots(cfg: PipelineConfig, run_dir: str | Path, train_ids: S
         missing = [c for c in extra if c not in stored]
         if missing:
             raise fail(f"the store lacks extra channels {missing} named in channels.extra (it has {stored})")
+        conflicts = binding_conflicts(cfg.channels.extra, InputBinding.of_store_attrs(attrs).bands_by_name())
+        if conflicts:
+            raise fail(f"the store was written with other EXTRA bands than channels.extra: {'; '.join(conflicts)}")
         if cfg.data.mask_type not in attrs.get("mask_types", []):
             raise fail(
                 f"the store has no {cfg.data.mask_type!r} labels (data.mask_type; it has {attrs.get('mask_types')})"

@@ -8,9 +8,10 @@ Layout under a data root::
     metadata.csv               Tile_id, centroid_lat, centroid_lon, TrainClass, RegionName, UIDs
     splits.yaml                split -> [region names]
 
-Channel rule (kept simple): the store's extra channel ``i`` is band ``i`` (0-based, file order) of the EXTRA file,
-named ``extra_channels[i]`` of the generation config (``geotiff.extra_channels``, or the synthetic ones); later
-EXTRA bands are ignored. NoData comes from the alpha band only (alpha 0); pixels (0, 0, 0) with alpha 255 are
+Channel rule: the generation config's input binding (``geotiff.extra_channels``: ``{name, band}`` entries, or the
+synthetic channels by position) says which band of the EXTRA file each stored channel is read from
+(`rtscore.config.binding`); the store records that binding, and stats, the package, predict and drift read it.
+Bands not bound are not read. NoData comes from the alpha band only (alpha 0); pixels (0, 0, 0) with alpha 255 are
 valid; an RGB file without alpha is all valid.
 """
 
@@ -22,6 +23,7 @@ import json
 import math
 import shutil
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,9 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.base import config_hash
+from rtscore.config.binding import InputBinding
 from rtscore.config.generation import GenerationConfig
+from rtscore.data.bands import read_bound_bands, unreadable_extra
 from rtscore.data.splits import SplitError, derive_splits
 from rtscore.data.store import StoreLayout, TileStoreError
 from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
@@ -309,7 +313,7 @@ def select_tiles(root: Path, split: str, *, with_extra: bool, min_test_positives
     return entries
 
 
-def check_tiles(root: Path, entries: list[TileEntry], tile_size: int, n_extra: int) -> None:
+def check_tiles(root: Path, entries: list[TileEntry], tile_size: int, binding: InputBinding) -> None:
     """Check headers (CRS, size, band count, dtype) of every file and the label values, before anything is written.
 
     Raises:
@@ -320,7 +324,7 @@ def check_tiles(root: Path, entries: list[TileEntry], tile_size: int, n_extra: i
     problems: list[str] = []
     expected = {"rgb": ((3, 4), "uint8"), "labels": ((1,), "uint8"), "extra": (None, "float32")}
     for e in entries:
-        for kind, path in _tile_files(root, e.tile_id, n_extra > 0).items():
+        for kind, path in _tile_files(root, e.tile_id, bool(binding.extra_bands)).items():
             where = f"tile {e.tile_id} ({path})"
             if path.suffix == ".geojson":
                 try:
@@ -337,9 +341,11 @@ def check_tiles(root: Path, entries: list[TileEntry], tile_size: int, n_extra: i
                 counts, dtype = expected[kind]
                 if counts is not None and f.count not in counts:
                     problems.append(f"{where}: {kind} needs {' or '.join(map(str, counts))} bands; got {f.count}")
-                if kind == "extra" and f.count < n_extra:
+                beyond = unreadable_extra(binding, f.count) if kind == "extra" else []
+                if beyond:
                     problems.append(
-                        f"{where}: extra channel band index {n_extra - 1} is beyond the file's {f.count} bands"
+                        f"{where}: extra channel band index {max(c.band for c in beyond)} is beyond the file's "
+                        f"{f.count} bands (bound: {', '.join(f'{c.name}={c.band}' for c in beyond)})"
                     )
                 if any(d != dtype for d in f.dtypes):
                     problems.append(f"{where}: {kind} bands must be {dtype}; got {sorted(set(f.dtypes))}")
@@ -368,26 +374,27 @@ def _label_problem(label: np.ndarray, where: str) -> str | None:
 class GeotiffProducer:
     """Reads the selected tiles of a data root lazily with rasterio; picklable (paths and small records only)."""
 
-    def __init__(self, root: str | Path, entries: list[TileEntry], n_extra: int, batch_size: int = 16) -> None:
+    def __init__(self, root: str | Path, entries: list[TileEntry], binding: InputBinding, batch_size: int = 16) -> None:
         self.root = Path(root)
         self.entries = list(entries)
-        self.n_extra = n_extra
+        self.binding = binding
         self.batch_size = batch_size
 
     def read(self, entry: TileEntry) -> tuple[RawTile, int]:
         """One tile and its kind code (full NoData when alpha is all 0, else the TrainClass)."""
         import rasterio
 
-        files = _tile_files(self.root, entry.tile_id, self.n_extra > 0)
-        with rasterio.open(files["rgb"]) as f:
-            data = f.read()
+        with_extra = bool(self.binding.extra_bands)
+        files = _tile_files(self.root, entry.tile_id, with_extra)
+        with rasterio.open(files["rgb"]) as f, rasterio.open(files["extra"]) if with_extra else nullcontext() as ex:
+            rgb, extra = read_bound_bands(self.binding, f, ex)
             transform = f.transform
-        rgb = np.ascontiguousarray(data[:3])
-        alpha = (
-            np.where(data[3] > 0, 255, 0).astype(np.uint8)
-            if data.shape[0] == 4
-            else np.full(rgb.shape[1:], 255, np.uint8)
-        )
+            alpha = (
+                np.where(f.read(4) > 0, 255, 0).astype(np.uint8)
+                if f.count == 4
+                else np.full(rgb.shape[1:], 255, np.uint8)
+            )
+        rgb = np.ascontiguousarray(rgb)
         if files["labels"].suffix == ".geojson":
             label = rasterize_labels(read_label_polygons(files["labels"]), transform, rgb.shape[-1])
         else:
@@ -396,10 +403,6 @@ class GeotiffProducer:
         problem = _label_problem(label, f"tile {entry.tile_id} ({files['labels']})")
         if problem:
             raise GeotiffError(problem)
-        extra = None
-        if self.n_extra:
-            with rasterio.open(files["extra"]) as f:
-                extra = f.read(list(range(1, self.n_extra + 1))).astype(np.float32, copy=False)
         if not alpha.any():
             code = KIND_CODES["full_nodata"]
         else:
@@ -469,7 +472,8 @@ def ingest_geotiffs(
     Tiles: the rows of metadata.csv whose RegionName is a region of ``cfg.split`` in splits.yaml, in file order.
     Every file is checked (headers and label values) before any store is staged; the store is published
     atomically by :func:`write_store`. The store holds the exact labels only (no noisy variant). ``cfg`` gives
-    the split, tile size, scale, extra channel names (EXTRA bands 0..E-1), store layout and workers.
+    the split, tile size, scale, the input binding (which EXTRA band each stored channel is read from; recorded
+    in the store as ``input_binding``), store layout and workers.
 
     Args:
         cfg: Generation config (its ``synthetic`` counts and regions are not used).
@@ -486,10 +490,11 @@ def ingest_geotiffs(
     root = stage_data_root(str(data_root), cfg.split) if str(data_root).startswith("gs://") else Path(data_root)
     if not root.is_dir():
         raise GeotiffError(f"data root {root} is not a directory")
-    extra: list[str] = cfg.extra_channels
+    binding = cfg.input_binding
+    extra = binding.extra_names
     min_pos = cfg.geotiff.min_test_positives if cfg.geotiff else 100
     entries = select_tiles(root, cfg.split, with_extra=bool(extra), min_test_positives=min_pos)
-    check_tiles(root, entries, cfg.tile_size, len(extra))
+    check_tiles(root, entries, cfg.tile_size, binding)
     layout = StoreLayout(
         n_tiles=len(entries),
         tile_size=cfg.tile_size,
@@ -514,12 +519,12 @@ def ingest_geotiffs(
             "config": cfg.model_dump(mode="json"),
             "config_hash": hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest(),
             "data_root": str(root.resolve()),
-            "extra_bands": {name: i for i, name in enumerate(extra)},
+            "input_binding": binding.model_dump(mode="json"),
             "shard_tiles": cfg.store.shard_tiles,
         }
     )
     batch = cfg.geotiff.batch_size if cfg.geotiff else cfg.synthetic.generation_batch_size if cfg.synthetic else 16
-    producer = GeotiffProducer(root, entries, len(extra), batch)
+    producer = GeotiffProducer(root, entries, binding, batch)
     return write_store(
         producer,
         layout,

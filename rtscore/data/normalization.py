@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rtscore.config.pipeline import RGB_NAMES
+from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, binding_conflicts
 from rtscore.data.store import read_store_attrs, zarr_array
 from rtscore.errors import PipelineError
 from rtscore.storage import atomic_write_json
@@ -71,9 +71,11 @@ class NormalizationStats:
     clip_min: np.ndarray | None = None
     clip_max: np.ndarray | None = None
     source: str = field(default="<memory>", repr=False)
+    extra_bands: list[int] | None = None  # 0-based EXTRA band of each extra channel (None: not recorded)
 
     def to_json(self) -> dict[str, Any]:
-        """The guide §4.5 schema; clip bounds appear only when clipping was configured."""
+        """The guide §4.5 schema; clip bounds appear only when clipping was configured, ``extra.bands`` (the
+        EXTRA band each extra channel was read from) when known."""
 
         def block(sl: slice) -> dict[str, Any]:
             out: dict[str, Any] = {
@@ -84,6 +86,8 @@ class NormalizationStats:
             if self.clip_min is not None and self.clip_max is not None:
                 out["clip_min"] = [float(x) for x in self.clip_min[sl]]
                 out["clip_max"] = [float(x) for x in self.clip_max[sl]]
+            if sl.start == 3 and self.extra_bands is not None:
+                out["bands"] = list(self.extra_bands)
             return out
 
         doc: dict[str, Any] = {
@@ -97,6 +101,96 @@ class NormalizationStats:
         return doc
 
 
+# --------------------------------------------------------------------------- the input transform
+def fill_where(channels: np.ndarray, where: np.ndarray, fill_values: Sequence[float], axis: int) -> None:
+    """In place: channel c at ``where`` becomes ``fill_values[c]`` (rounded/clipped for integer dtypes)."""
+    planes = np.moveaxis(channels, axis, 0)  # a view: writes land in ``channels``
+    if len(fill_values) != planes.shape[0]:
+        raise ValueError(f"{len(fill_values)} fill values for {planes.shape[0]} channels")
+    fill = np.asarray(fill_values, dtype=np.float64)
+    if np.issubdtype(channels.dtype, np.integer):
+        info = np.iinfo(channels.dtype)
+        fill = np.clip(np.rint(fill), info.min, info.max)
+    for plane, value in zip(planes, fill.astype(channels.dtype), strict=True):
+        plane[where] = value
+
+
+def normalize_in_place(
+    out: np.ndarray, mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray, axis: int
+) -> None:
+    """float32 ``out`` becomes ``(out - mean) / std``; in place, so no full-size temporaries."""
+    shape = [1] * out.ndim
+    shape[axis] = -1
+    m = np.asarray(mean, dtype=np.float32).reshape(shape)
+    s = np.asarray(std, dtype=np.float32).reshape(shape)
+    if m.size != out.shape[axis] or s.size != m.size:
+        raise ValueError(f"mean/std of length {m.size}/{s.size} for {out.shape[axis]} channels")
+    out -= m
+    out /= s
+
+
+@dataclass(frozen=True)
+class InputTransform:
+    """Raw bound channels -> model input: the one deterministic transform of training, evaluation, calibration,
+    ``predict`` and (its clipping) ``drift`` (guide §4.1, §4.4). Its parameters travel in the package:
+    mean, std and clip bounds in ``normalization_stats.json``, the NoData fill in ``model_config.yaml``.
+
+    1. :meth:`clip`: every channel clipped to the training percentiles ``[clip_min, clip_max]`` when the stats
+       carry them (``normalization.clip_percentiles``); RGB stays uint8 (its bounds are whole numbers).
+    2. :meth:`normalise`: the (C, H, W) float32 stack; with ``nodata_fill`` (``data.nodata_handling``) alpha-0
+       pixels take each channel's raw training mean; then ``(x - mean) / std``.
+
+    Training runs colour augmentation on the clipped uint8 RGB between the two steps; every other pass calls
+    the transform itself (:meth:`__call__`).
+    """
+
+    mean: np.ndarray
+    std: np.ndarray
+    clip_min: np.ndarray | None = None
+    clip_max: np.ndarray | None = None
+    nodata_fill: bool = True
+
+    @classmethod
+    def from_stats(cls, stats: NormalizationStats, *, nodata_fill: bool = True) -> InputTransform:
+        return cls(
+            mean=np.asarray(stats.mean, np.float32),
+            std=np.asarray(stats.std, np.float32),
+            clip_min=None if stats.clip_min is None else np.asarray(stats.clip_min, np.float64),
+            clip_max=None if stats.clip_max is None else np.asarray(stats.clip_max, np.float64),
+            nodata_fill=nodata_fill,
+        )
+
+    def clip(self, rgb: np.ndarray, extra: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Step 1 on (3, H, W) uint8 RGB and (E, H, W) float32 extras (new arrays; the inputs are untouched)."""
+        if self.clip_min is None or self.clip_max is None:
+            return rgb, extra
+        lo, hi = self.clip_min[:, None, None], self.clip_max[:, None, None]
+        rgb = np.clip(rgb, lo[:3], hi[:3]).astype(np.uint8)
+        if extra is not None:
+            extra = np.clip(extra, lo[3:], hi[3:]).astype(np.float32)
+        return rgb, extra
+
+    def normalise(self, rgb: np.ndarray, extra: np.ndarray | None, alpha: np.ndarray) -> np.ndarray:
+        """Step 2: the normalised (C, H, W) float32 stack of RGB + extras (alpha-0 pixels exactly 0 with the fill).
+
+        CHW because per-channel arithmetic on contiguous planes is several times faster than on HWC pixels.
+        """
+        stack = np.empty((self.mean.size, *rgb.shape[1:]), dtype=np.float32)
+        stack[:3] = rgb
+        if extra is not None:
+            stack[3:] = extra
+        nodata = alpha == 0
+        if self.nodata_fill and nodata.any():
+            fill_where(stack, nodata, self.mean.tolist(), axis=0)
+        normalize_in_place(stack, self.mean, self.std, axis=0)
+        return stack
+
+    def __call__(self, rgb: np.ndarray, extra: np.ndarray | None, alpha: np.ndarray) -> np.ndarray:
+        """Steps 1 and 2: the model input of a tile or raster window."""
+        return self.normalise(*self.clip(rgb, extra), alpha)
+
+
+# --------------------------------------------------------------------------- computing the stats
 def _shard_blocks(
     path: Path, limit: int | None, extra_idx: list[int]
 ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
@@ -121,17 +215,46 @@ def _valid_pixels(block: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.moveaxis(block, 1, 0).reshape(c, -1)[:, valid.reshape(-1)]
 
 
+def store_binding(
+    path: Path, attrs: dict[str, Any], extra_channels: Sequence[str] | Sequence[ExtraChannel] | None
+) -> InputBinding:
+    """The binding of the channels to read from a store: all it holds, the names given, or (given
+    :class:`ExtraChannel` entries, e.g. ``channels.extra``) exactly those name -> band bindings, which the store
+    must have been written with.
+
+    Raises:
+        NormalizationStatsError: a channel the store lacks, or bound there to another EXTRA band.
+    """
+    stored = InputBinding.of_store_attrs(attrs)
+    if extra_channels is None:
+        return stored
+    declared = [c for c in extra_channels if isinstance(c, ExtraChannel)]
+    names = [c.name if isinstance(c, ExtraChannel) else c for c in extra_channels]
+    missing = [n for n in names if n not in stored.extra_names]
+    if missing:
+        raise NormalizationStatsError(f"store {path} has no extra channels {missing} (has {stored.extra_names})")
+    conflicts = binding_conflicts(declared, stored.bands_by_name())
+    if conflicts:
+        raise NormalizationStatsError(
+            f"store {path} was written with another EXTRA band binding than channels.extra: {'; '.join(conflicts)} "
+            "(regenerate the store with the config's binding)"
+        )
+    return stored.select(names)
+
+
 def compute_normalization_stats(
     store: str | Path,
     *,
-    extra_channels: Sequence[str] | None = None,
+    extra_channels: Sequence[str] | Sequence[ExtraChannel] | None = None,
     clip_percentiles: tuple[float, float] | None = None,
     max_tiles: int | None = None,
     progress: bool = False,
 ) -> NormalizationStats:
     """Stream the train store once: exact RGB moments from 256-bin histograms, Welford for extras.
 
-    NoData pixels (alpha 0) and full-NoData tiles never count; valid pitch-dark pixels do.
+    NoData pixels (alpha 0) and full-NoData tiles never count; valid pitch-dark pixels do. ``extra_channels``
+    selects the extra channels (all the store holds when None); given as ``channels.extra`` entries, the store's
+    recorded band binding must agree (:func:`store_binding`). The stats record each extra channel's band.
     """
     path = Path(store)
     attrs = read_store_attrs(path)
@@ -140,10 +263,8 @@ def compute_normalization_stats(
             f"normalization stats must come from the train split only; {path} holds split {attrs['split']!r}"
         )
     stored = list(attrs["extra_channel_names"])
-    wanted = stored if extra_channels is None else list(extra_channels)
-    missing = [c for c in wanted if c not in stored]
-    if missing:
-        raise NormalizationStatsError(f"store {path} has no extra channels {missing} (has {stored})")
+    binding = store_binding(path, attrs, extra_channels)
+    wanted = binding.extra_names
     extra_idx = [stored.index(c) for c in wanted]
     names = ["R", "G", "B", *wanted]
     n_extra = len(wanted)
@@ -194,6 +315,7 @@ def compute_normalization_stats(
         clip_min=clip_min,
         clip_max=clip_max,
         source=str(path),
+        extra_bands=binding.extra_bands,
     )
 
 
@@ -269,8 +391,14 @@ def _block(doc: dict[str, Any], key: str, source: str) -> tuple[list[str], list[
     return names, mean, std
 
 
-def load_normalization_stats(path: str | Path, extra_channel_names: Sequence[str] = ()) -> NormalizationStats:
-    """Load stats and assert the channel-name binding against the config (guide §4.5)."""
+def load_normalization_stats(
+    path: str | Path, extra_channels: Sequence[str] | Sequence[ExtraChannel] = ()
+) -> NormalizationStats:
+    """Load stats and assert the channel-name binding against the config (guide §4.5).
+
+    ``extra_channels`` are the configured extra channels: names, or ``{name, band}`` entries whose bands must
+    equal the bands the stats record (stats written before bands were recorded are checked by name only).
+    """
     p = Path(path)
     source = str(p)
     if not p.is_file():
@@ -282,7 +410,7 @@ def load_normalization_stats(path: str | Path, extra_channel_names: Sequence[str
     names, mean, std = _block(doc, "rgb", source)
     if names != list(RGB_NAMES):
         raise NormalizationStatsError(f"{source}: rgb.channel_names must be {list(RGB_NAMES)}; got {names}")
-    want = list(extra_channel_names)
+    want = [c.name if isinstance(c, ExtraChannel) else c for c in extra_channels]
     has_extra = "extra" in doc
     if want or has_extra:
         e_names, e_mean, e_std = _block(doc, "extra", source) if has_extra else ([], [], [])
@@ -292,6 +420,14 @@ def load_normalization_stats(path: str | Path, extra_channel_names: Sequence[str
                 "(stats of one band must never be applied to another; recompute the stats)"
             )
         names, mean, std = names + e_names, mean + e_mean, std + e_std
+    bands = _recorded_bands(doc, source, len(want))
+    declared = [c for c in extra_channels if isinstance(c, ExtraChannel)]
+    conflicts = binding_conflicts(declared, dict(zip(want, bands, strict=True))) if bands is not None else []
+    if conflicts:
+        raise NormalizationStatsError(
+            f"{source}: the stats were computed from other EXTRA bands than the configured binding: "
+            f"{'; '.join(conflicts)} (stats of one band must never be applied to another; recompute the stats)"
+        )
     std_arr = np.asarray(std, np.float64)
     if not np.isfinite(std_arr).all() or (std_arr <= 0).any() or not np.isfinite(mean).all():
         raise NormalizationStatsError(f"{source}: mean/std must be finite and std > 0; got std {std}")
@@ -309,4 +445,17 @@ def load_normalization_stats(path: str | Path, extra_channel_names: Sequence[str
         clip_min=clip_min,
         clip_max=clip_max,
         source=source,
+        extra_bands=bands,
     )
+
+
+def _recorded_bands(doc: dict[str, Any], source: str, n_extra: int) -> list[int] | None:
+    """``extra.bands`` of a stats file (None when it records none)."""
+    if not n_extra:
+        return []
+    bands = doc.get("extra", {}).get("bands")
+    if bands is None:
+        return None
+    if not isinstance(bands, list) or len(bands) != n_extra or not all(isinstance(b, int) and b >= 0 for b in bands):
+        raise NormalizationStatsError(f"{source}: extra.bands must hold {n_extra} band indices >= 0; got {bands}")
+    return [int(b) for b in bands]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 
 from rtscore.config.pipeline import AugmentationConfig
+from rtscore.data.normalization import InputTransform, fill_where, normalize_in_place
 from rtscore.data.tiles import IGNORE_INDEX
 
 if TYPE_CHECKING:
@@ -61,21 +62,8 @@ def nodata_substitute(
     """
     axis = _channel_axis(channels, alpha, channel_axis)
     out = channels.copy()
-    _fill_where(out, alpha == 0, fill_values, axis)
+    fill_where(out, alpha == 0, fill_values, axis)
     return out
-
-
-def _fill_where(channels: np.ndarray, where: np.ndarray, fill_values: Sequence[float], axis: int) -> None:
-    """In place: channel c at ``where`` becomes ``fill_values[c]`` (rounded/clipped for integer dtypes)."""
-    planes = np.moveaxis(channels, axis, 0)  # a view: writes land in ``channels``
-    if len(fill_values) != planes.shape[0]:
-        raise ValueError(f"{len(fill_values)} fill values for {planes.shape[0]} channels")
-    fill = np.asarray(fill_values, dtype=np.float64)
-    if np.issubdtype(channels.dtype, np.integer):
-        info = np.iinfo(channels.dtype)
-        fill = np.clip(np.rint(fill), info.min, info.max)
-    for plane, value in zip(planes, fill.astype(channels.dtype), strict=True):
-        plane[where] = value
 
 
 def normalize(
@@ -86,22 +74,8 @@ def normalize(
 ) -> np.ndarray:
     """``(x - mean) / std`` per channel as a new float32 array (mean/std in raw units; HWC unless axis 0)."""
     out = channels.astype(np.float32, copy=True)
-    _normalize_in_place(out, mean, std, channel_axis)
+    normalize_in_place(out, mean, std, channel_axis)
     return out
-
-
-def _normalize_in_place(
-    out: np.ndarray, mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray, axis: int
-) -> None:
-    """float32 ``out`` becomes ``(out - mean) / std``; in place, so no full-size temporaries."""
-    shape = [1] * out.ndim
-    shape[axis] = -1
-    m = np.asarray(mean, dtype=np.float32).reshape(shape)
-    s = np.asarray(std, dtype=np.float32).reshape(shape)
-    if m.size != out.shape[axis] or s.size != m.size:
-        raise ValueError(f"mean/std of length {m.size}/{s.size} for {out.shape[axis]} channels")
-    out -= m
-    out /= s
 
 
 def boundary_ignore_mask(label: np.ndarray, width: int) -> np.ndarray:
@@ -219,10 +193,13 @@ class SamplePipeline:
     """Raw tile arrays -> (image float32 (C,H,W), label int64 (H,W), valid bool (H,W)).
 
     Inputs: rgb (3,H,W) uint8, extra (E,H,W) float32 or None, alpha (H,W) uint8 (0 = NoData), label (H,W) uint8
-    in {0, 1, 255}; C = 3 + E and ``mean``/``std`` hold C values in raw units (RGB 0-255, extras their own).
+    in {0, 1, 255}; C = 3 + E and ``mean``/``std`` (and ``clip_min``/``clip_max`` when the stats carry them)
+    hold C values in raw units (RGB 0-255, extras their own). The deterministic part is the
+    :class:`~rtscore.data.normalization.InputTransform` that predict, drift and evaluation apply too.
 
     Order of operations (the contract):
 
+    0. Clipping to the training percentiles (``InputTransform.clip``), when configured.
     a. NoData, keyed off alpha only (never off zero-valued pixels): label = 255 where alpha == 0; with
        ``nodata_handling`` every channel there also becomes its raw training mean (0 after normalisation),
        otherwise the pixels keep their values.
@@ -231,7 +208,8 @@ class SamplePipeline:
        near-boundary targets itself.
     c. Colour augmentation on the uint8 RGB only (independent brightness, contrast and saturation jitters, GaussNoise,
        CLAHE); extra bands never see it.
-    d. Normalisation ``(x - mean) / std`` of all C channels to float32 (NoData pixels are exactly 0).
+    d. Normalisation ``(x - mean) / std`` of all C channels to float32 (NoData pixels are exactly 0); with step a's
+       fill this is ``InputTransform.normalise``.
     e. Geometric augmentation of the whole normalised stack, the label and the NoData mask together (RandomRotate90,
        flips, Affine shift-scale-rotate, ElasticTransform, Affine shear, RandomScale + pad/crop). Padded or
        swept-in pixels are image 0 and label 255 (never background 0); masks use nearest-neighbour sampling.
@@ -253,10 +231,19 @@ class SamplePipeline:
         boundary_handling: BoundaryHandling = "none",
         boundary_ignore_width: int = 2,
         tile_size: int | None = None,
+        clip_min: Sequence[float] | None = None,
+        clip_max: Sequence[float] | None = None,
     ) -> None:
         self.mean = np.asarray(mean, dtype=np.float32)
         self.std = np.asarray(std, dtype=np.float32)
         _check_stats(self.mean, self.std)
+        self.input_transform = InputTransform(
+            mean=self.mean,
+            std=self.std,
+            clip_min=None if clip_min is None else np.asarray(clip_min, np.float64),
+            clip_max=None if clip_max is None else np.asarray(clip_max, np.float64),
+            nodata_fill=nodata_handling,
+        )
         if boundary_handling not in get_args(BoundaryHandling):
             raise ValueError(
                 f"boundary_handling must be one of {get_args(BoundaryHandling)}; got {boundary_handling!r}"
@@ -290,6 +277,7 @@ class SamplePipeline:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Run steps a-f on one sample; see the class docstring."""
         height, width = self._check_inputs(rgb, extra, alpha, label)
+        rgb, extra = self.input_transform.clip(rgb, extra)
         target = self._prepare_label(label, alpha)
         colour_seq, geometry_seq = np.random.SeedSequence(seed).spawn(2)
         rgb = self._augment_colour(rgb, alpha, colour_seq)
@@ -315,25 +303,14 @@ class SamplePipeline:
         nodata = alpha == 0
         if self.nodata_handling and nodata.any():
             # CLAHE histograms and the contrast mean should see the channel mean, not whatever NoData holds.
-            _fill_where(rgb_hwc, nodata, self.mean[:3].tolist(), axis=-1)
+            fill_where(rgb_hwc, nodata, self.mean[:3].tolist(), axis=-1)
         _seed_compose(self._colour, seq)
         return self._colour(image=rgb_hwc)["image"].transpose(2, 0, 1)
 
     def _normalised_stack(self, rgb: np.ndarray, extra: np.ndarray | None, alpha: np.ndarray) -> np.ndarray:
-        """Steps a (pixel part) and d: CHW float32 stack of RGB + extras, normalised.
-
-        CHW because per-channel arithmetic on contiguous planes is several times faster than on HWC pixels.
-        """
-        stack = np.empty((self.mean.size, *rgb.shape[1:]), dtype=np.float32)
-        stack[:3] = rgb
-        if extra is not None:
-            stack[3:] = extra
-        nodata = alpha == 0
-        if self.nodata_handling and nodata.any():
-            # Substituted after colour augmentation so NoData normalises to exactly 0 whatever the jitter did.
-            _fill_where(stack, nodata, self.mean.tolist(), axis=0)
-        _normalize_in_place(stack, self.mean, self.std, axis=0)
-        return stack
+        """Steps a (pixel part) and d: ``InputTransform.normalise``, after colour augmentation so NoData
+        normalises to exactly 0 whatever the jitter did."""
+        return self.input_transform.normalise(rgb, extra, alpha)
 
     def _augment_geometry(
         self,

@@ -8,8 +8,11 @@ normalises with. A channel is a deployment blocker when
 * ``|std_new / std_train - 1| > 0.25`` (a contrast change),
 
 because a model fed inputs normalised with the wrong moments is outside what it was trained and calibrated
-on (guide §4.1, §4.6): its threshold and temperature no longer mean what they did. RGB comes from the RGB
-rasters, the EXTRA channels from each raster's EXTRA sibling (``<stem>_extra.tif``).
+on (guide §4.1, §4.6): its threshold and temperature no longer mean what they did. The channels are read with
+the package's input binding (the EXTRA bands training read) from the RGB rasters and each raster's EXTRA raster
+(``EXTRA/<name>`` of a data root, else ``<stem>_extra.tif``), and clipped to the training percentiles when the
+stats carry them (the package's input transform: the training moments are those of clipped values), so both
+sides of the comparison describe what the model is fed.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from rtscore.data.normalization import RunningMoments, load_normalization_stats
+from rtscore.config.binding import InputBinding
+from rtscore.data.bands import read_bound_bands, unreadable_extra
+from rtscore.data.normalization import InputTransform, NormalizationStats, RunningMoments, load_normalization_stats
 from rtscore.errors import PipelineError
 from rtscore.inference.predict import PredictError, extra_path_for, input_rasters
 from rtscore.package.format import MODEL, STATS
@@ -37,20 +42,22 @@ class DriftError(PipelineError):
     """The drift report cannot be computed (no rasters, wrong band count, missing EXTRA raster, no valid pixel)."""
 
 
-def _package_channels(package_dir: Path) -> tuple[list[str], list[int], Any]:
-    """(channel names, EXTRA band indices, stats) of a package; the stats are bound to the model's channels."""
+def _package_inputs(package_dir: Path) -> tuple[InputBinding, NormalizationStats, InputTransform]:
+    """(input binding, stats, input transform) of a package; the stats are bound to the model's channels."""
     if not package_dir.is_dir():
         raise DriftError(f"package directory not found: {package_dir}")
     try:
         mc = read_model_config(package_dir / MODEL)
-        stats = load_normalization_stats(package_dir / STATS, [c.name for c in mc.channels.extra])
+        stats = load_normalization_stats(package_dir / STATS, mc.channels.extra)
     except ValueError as err:
         raise DriftError(f"package {package_dir}: {err}") from None
-    return mc.channels.names, [c.band for c in mc.channels.extra], stats
+    transform = InputTransform.from_stats(stats, nodata_fill=mc.nodata_handling)
+    return mc.channels.binding, stats, transform
 
 
-def _accumulate(path: Path, extra_bands: Sequence[int], moments: Any) -> int:
-    """Add one raster's valid pixels (block by block) to ``moments``; the number of valid pixels."""
+def _accumulate(path: Path, binding: InputBinding, transform: InputTransform, moments: RunningMoments) -> int:
+    """Add one raster's valid pixels (block by block, clipped as the model sees them) to ``moments``; the number
+    of valid pixels."""
     import rasterio
 
     n_valid = 0
@@ -58,7 +65,7 @@ def _accumulate(path: Path, extra_bands: Sequence[int], moments: Any) -> int:
         if src.count not in (3, 4):
             raise DriftError(f"{path}: {src.count} bands; expected an RGB (3) or RGB + alpha (4) raster")
         ex = None
-        if extra_bands:
+        if binding.extra_bands:
             ex_path = extra_path_for(path)
             if not ex_path.is_file():
                 raise DriftError(f"{path}: the package has EXTRA channels but {ex_path} was not found")
@@ -66,20 +73,23 @@ def _accumulate(path: Path, extra_bands: Sequence[int], moments: Any) -> int:
             if (ex.height, ex.width) != (src.height, src.width):
                 ex.close()
                 raise DriftError(f"{ex_path}: size differs from {path}")
-            if max(extra_bands) >= ex.count:
+            missing = unreadable_extra(binding, ex.count)
+            if missing:
                 ex.close()
-                raise DriftError(f"{ex_path}: {ex.count} bands; the package needs bands {list(extra_bands)}")
+                raise DriftError(
+                    f"{ex_path}: {ex.count} bands; the package reads EXTRA bands {binding.extra_bands} "
+                    f"({', '.join(f'{c.name}={c.band}' for c in missing)} missing)"
+                )
         try:
             for _, window in src.block_windows(1):
-                rgb = src.read([1, 2, 3], window=window).astype(np.float64)
                 alpha = src.read(4, window=window) if src.count == 4 else src.dataset_mask(window=window)
                 valid = alpha > 0
                 if not valid.any():
                     continue
-                block = rgb[:, valid]
-                if ex is not None:
-                    extra = ex.read([b + 1 for b in extra_bands], window=window).astype(np.float64)
-                    block = np.concatenate([block, extra[:, valid]])
+                rgb, extra = transform.clip(*read_bound_bands(binding, src, ex, window=window))
+                block = rgb[:, valid].astype(np.float64)
+                if extra is not None:
+                    block = np.concatenate([block, extra[:, valid].astype(np.float64)])
                 moments.add(block)
                 n_valid += int(valid.sum())
         finally:
@@ -93,7 +103,8 @@ def drift_report(
 ) -> dict[str, Any]:
     """Compare the new imagery's per-channel moments with the package's stats; write JSON + Markdown reports."""
     pkg = Path(package_dir)
-    names, extra_bands, stats = _package_channels(pkg)
+    binding, stats, transform = _package_inputs(pkg)
+    names = binding.names
     if isinstance(input_dir_or_files, (str, Path)):
         try:
             files = input_rasters(input_dir_or_files)
@@ -104,7 +115,7 @@ def drift_report(
     if not files:
         raise DriftError("no input rasters given")
     moments = RunningMoments.empty(len(names))
-    n_valid = sum(_accumulate(f, extra_bands, moments) for f in files)
+    n_valid = sum(_accumulate(f, binding, transform, moments) for f in files)
     if n_valid == 0:
         raise DriftError(f"no valid (alpha > 0) pixel in {len(files)} raster(s)")
     new_std = moments.std
@@ -138,6 +149,7 @@ def drift_report(
         "stats_source": stats.source,
         "files": [str(f) for f in files],
         "valid_pixels": n_valid,
+        "clipped_to_training_percentiles": transform.clip_min is not None,
         "thresholds": {
             "max_mean_shift_sigma": MAX_MEAN_SHIFT_SIGMA,
             "max_std_ratio_deviation": MAX_STD_RATIO_DEVIATION,

@@ -13,8 +13,9 @@ from pathlib import Path
 import yaml
 
 from rtscore.config.base import config_hash, load_config
+from rtscore.config.binding import RGB_NAMES
 from rtscore.config.deployment import DeploymentConfig
-from rtscore.config.pipeline import RGB_NAMES, PipelineConfig
+from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.package.format import (
     DEPLOYMENT,
@@ -91,6 +92,7 @@ def _model_config(cfg: PipelineConfig) -> PackagedModelConfig:
         in_channels=cfg.channels.count,
         channels=PackagedChannels(rgb=list(RGB_NAMES), extra=list(cfg.channels.extra)),
         tile_size=cfg.data.tile_size,
+        nodata_handling=cfg.data.nodata_handling,
     )
 
 
@@ -125,7 +127,7 @@ def build_package(
             f"{deployment}: precision {dep.precision} differs from training.precision {cfg.training.precision} "
             "(guide §4.6: calibration and deployment must run at the training precision)"
         )
-    load_normalization_stats(stats, [c.name for c in cfg.channels.extra])  # the channel binding (guide §4.5)
+    load_normalization_stats(stats, cfg.channels.extra)  # the channel binding by name and band (guide §4.5)
 
     git_sha, git_dirty = _git_state()
     best = seed.best_val_realistic_pr_auc_geomean_smoothed

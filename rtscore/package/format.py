@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from rtscore.config.base import StrictModel
+from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, check_extra_channels
 from rtscore.config.deployment import Precision
-from rtscore.config.pipeline import RGB_NAMES, ExtraChannel
 from rtscore.errors import PipelineError
 from rtscore.train.result import METRIC
 
@@ -34,11 +34,23 @@ class PackagedChannels(StrictModel):
     """Input channels in order: RGB, then the EXTRA bands (early fusion)."""
 
     rgb: list[str] = Field(..., description="RGB channel names; always ['R', 'G', 'B'].")
-    extra: list[ExtraChannel] = Field(default_factory=list, description="EXTRA channels: name and band index.")
+    extra: list[ExtraChannel] = Field(
+        default_factory=list, description="EXTRA channels: name and 0-based band of the EXTRA raster."
+    )
+
+    @field_validator("extra")
+    @classmethod
+    def _binding_rules(cls, v: list[ExtraChannel]) -> list[ExtraChannel]:
+        return check_extra_channels(v)
 
     @property
     def names(self) -> list[str]:
         return [*self.rgb, *(c.name for c in self.extra)]
+
+    @property
+    def binding(self) -> InputBinding:
+        """The input binding predict and drift read rasters with: the one training's stores were written with."""
+        return InputBinding.of_extra(self.extra)
 
 
 class PackagedModelConfig(StrictModel):
@@ -52,6 +64,11 @@ class PackagedModelConfig(StrictModel):
     output: Literal["logits"] = Field("logits", description="The model outputs logits (no activation).")
     channels: PackagedChannels = Field(..., description="Input channel binding.")
     tile_size: int = Field(..., ge=32, le=4096, description="Model input size (snapshot of data.tile_size).")
+    nodata_handling: bool = Field(
+        True,
+        description="Snapshot of data.nodata_handling: alpha-0 pixels take the channel's training mean before "
+        "normalisation (predict applies the input transform training applied).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> PackagedModelConfig:

@@ -17,7 +17,7 @@ import yaml
 
 from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config
 from rtscore.config.deployment import DeploymentConfig
-from rtscore.data.normalization import load_normalization_stats
+from rtscore.data.normalization import NormalizationStats, load_normalization_stats
 from rtscore.models import load_model
 from rtscore.package.format import (
     DEPLOYMENT,
@@ -249,7 +249,7 @@ def _load_model_config(path: Path) -> tuple[str, PackagedModelConfig]:
     return f"{mc.architecture}/{mc.backbone}, {mc.in_channels} channels {mc.channels.names}, tile {mc.tile_size}", mc
 
 
-def _load_stats(path: Path) -> tuple[str, list[str]]:
+def _load_stats(path: Path) -> tuple[str, NormalizationStats]:
     if not path.is_file():
         raise PackageError(f"{path.name}: missing")
     try:
@@ -258,7 +258,21 @@ def _load_stats(path: Path) -> tuple[str, list[str]]:
         raise PackageError(f"{path.name} is not valid JSON: {err}") from None
     extra = doc.get("extra", {}).get("channel_names", []) if isinstance(doc, dict) else []
     stats = load_normalization_stats(path, extra if isinstance(extra, list) else [])
-    return f"channels {stats.channel_names}", stats.channel_names
+    return f"channels {stats.channel_names}", stats
+
+
+def _binding_check(model: PackagedModelConfig, stats: NormalizationStats) -> Check:
+    """The stats are bound to the model's channels by name and, where the stats record them, by EXTRA band."""
+    names, bands = stats.channel_names, stats.extra_bands
+    model_bands = model.channels.binding.extra_bands
+    if names != model.channels.names:
+        detail = f"{STATS} channels {names} differ from {MODEL} channels {model.channels.names}"
+        return Check(name="channel binding", ok=False, detail=detail)
+    if bands is not None and bands != model_bands:
+        detail = f"{STATS} was computed from EXTRA bands {bands}; {MODEL} reads bands {model_bands}"
+        return Check(name="channel binding", ok=False, detail=detail)
+    shown = f"{names}, EXTRA bands {model_bands}" if model_bands else f"{names}"
+    return Check(name="channel binding", ok=True, detail=f"{STATS} = {MODEL}: {shown}")
 
 
 def _load_requirements(path: Path) -> tuple[str, int]:
@@ -283,19 +297,10 @@ def audit_package(path: str | Path) -> list[Check]:
     checks.append(c)
     c, model = _check(MODEL, lambda: _load_model_config(pkg / MODEL))
     checks.append(c)
-    c, stats_names = _check(STATS, lambda: _load_stats(pkg / STATS))
+    c, stats = _check(STATS, lambda: _load_stats(pkg / STATS))
     checks.append(c)
-    if model is not None and stats_names is not None:
-        if stats_names == model.channels.names:
-            checks.append(Check(name="channel binding", ok=True, detail=f"{STATS} = {MODEL}: {stats_names}"))
-        else:
-            checks.append(
-                Check(
-                    name="channel binding",
-                    ok=False,
-                    detail=f"{STATS} channels {stats_names} differ from {MODEL} channels {model.channels.names}",
-                )
-            )
+    if model is not None and stats is not None:
+        checks.append(_binding_check(model, stats))
     else:
         checks.append(Check(name="channel binding", ok=False, detail=f"skipped: {STATS} or {MODEL} is invalid"))
 

@@ -14,7 +14,7 @@ def normalization_stats(run_dir: str, cfg: PipelineConfig, *, progress: bool = F
     require_inputs(SPEC, run)
     stats = compute_normalization_stats(
         run.at(RunLayout.DATASET, split="train"),
-        extra_channels=[c.name for c in cfg.channels.extra],
+        extra_channels=cfg.channels.extra,  # names and EXTRA bands: checked against the store's binding
         clip_percentiles=cfg.normalization.clip_percentiles,
         max_tiles=cfg.normalization.max_tiles,
         progress=progress,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from flows.cli import main
+from rtscore.config.binding import InputBinding
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.generate import generate_synthetic
 from rtscore.data.geotiff import GeotiffError, GeotiffProducer, ingest_geotiffs, select_tiles, write_synthetic_geotiffs
@@ -109,7 +111,8 @@ def test_producer_is_picklable_and_reads_lazily(root: Path) -> None:
     import pickle
 
     entries = select_tiles(root, "train", with_extra=True)
-    p = pickle.loads(pickle.dumps(GeotiffProducer(root, entries, 1, batch_size=2)))
+    binding = InputBinding.positional(["ndvi"])
+    p = pickle.loads(pickle.dumps(GeotiffProducer(root, entries, binding, batch_size=2)))
     tiles, codes = next(p.batches(1, 3))
     assert [t.tile_id for t in tiles] == [entries[1].tile_id, entries[2].tile_id] and len(codes) == 2
     assert tiles[0].extra is not None and tiles[0].extra.shape == (1, 64, 64)  # ndvi = EXTRA band 0
@@ -266,7 +269,10 @@ def test_pipeline_config_points_generation_at_a_geotiff_root(tmp_path: Path) -> 
                 "split": split,
                 "tile_size": data["data"]["tile_size"],
                 "source": "geotiff",
-                "geotiff": {"data_root": "tiles", "extra_channels": ["ndvi"]},  # relative to the config's dir
+                "geotiff": {
+                    "data_root": "tiles",
+                    "extra_channels": [{"name": "ndvi", "band": 0}],
+                },  # relative to the config's dir
             }
             for split in ("train", "val", "test")
         },
@@ -377,3 +383,79 @@ def test_a_gs_data_root_is_staged_then_ingested(
     for tid in a:
         for name in ("rgb", "alpha", "label", "extra"):
             assert np.array_equal(getattr(a[tid], name), getattr(b[tid], name))
+
+
+def two_band_root(tmp_path: Path) -> tuple[Path, GenerationConfig]:
+    """A GeoTIFF root whose EXTRA files hold two bands (synthetic ndvi, slope), and the generation config of a
+    GeoTIFF source that binds channel ``nbr`` to EXTRA band 1."""
+    synthetic = GenerationConfig(
+        split="train",
+        tile_size=64,
+        seed=5,
+        synthetic={
+            "n_positive": 3,
+            "n_negative": 3,
+            "regions": ["alpha tundra", "beta tundra"],
+            "extra_channels": ["ndvi", "slope"],
+            "partial_nodata_probability": 0.6,
+            "generation_batch_size": 3,
+        },
+        store={"shard_tiles": 4, "write_noisy_labels": False},
+    )
+    root = tmp_path / "two-band-tifs"
+    write_synthetic_geotiffs(synthetic, root)
+    geo = GenerationConfig(
+        split="train",
+        tile_size=64,
+        source="geotiff",
+        geotiff={"data_root": str(root), "extra_channels": [{"name": "nbr", "band": 1}]},
+        store={"shard_tiles": 4, "write_noisy_labels": False},
+    )
+    return root, geo
+
+
+def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path) -> None:
+    """Issue 11 point 1: ``{name: nbr, band: 1}`` makes the store, the stats, predict and drift all read band 1."""
+    from rtscore.config.binding import ExtraChannel
+    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+    from rtscore.inference.drift import drift_report
+    from rtscore.inference.predict import PredictError, load_package, read_inputs
+    from tests.test_predict import write_package
+
+    root, geo = two_band_root(tmp_path)
+    store = tmp_path / "train.zarr"
+    attrs = ingest_geotiffs(geo, root, store)
+    assert attrs["channel_names"] == ["R", "G", "B", "nbr"]
+    assert InputBinding.of_store_attrs(read_store_attrs(store)).bands_by_name() == {"nbr": 1}
+    band0, band1 = [], []
+    tiles = ZarrTileStore(store)
+    for sample in (tiles[i] for i in range(len(tiles))):
+        with rasterio.open(root / "EXTRA" / f"{sample.tile_id}.tif") as f:
+            raw = f.read()
+        np.testing.assert_array_equal(sample.extra[0], raw[1])  # the store holds band 1 ...
+        assert not np.array_equal(sample.extra[0], raw[0])  # ... not band 0
+        band0.append(raw[0][sample.alpha > 0])
+        band1.append(raw[1][sample.alpha > 0])
+    b0, b1 = np.concatenate(band0).astype(np.float64), np.concatenate(band1).astype(np.float64)
+    assert abs(b0.mean() - b1.mean()) > 0.1 * b1.std()
+
+    stats = compute_normalization_stats(store, extra_channels=[ExtraChannel(name="nbr", band=1)])
+    assert stats.extra_bands == [1] and stats.to_json()["extra"]["bands"] == [1]
+    np.testing.assert_allclose([stats.mean[3], stats.std[3]], [b1.mean(), b1.std()], rtol=1e-6)
+
+    pkg_dir = write_package(tmp_path / "pkg", extra=[{"name": "nbr", "band": 1}], stats=stats)
+    pkg = load_package(pkg_dir, device="cpu")
+    tile = next(iter(sorted((root / "PLANET-RGB").iterdir())))
+    with rasterio.open(root / "EXTRA" / tile.name) as f:
+        np.testing.assert_array_equal(read_inputs(pkg.binding, tile).extra[0], f.read(2))  # predict reads band 1
+
+    report = drift_report(pkg_dir, root, tmp_path / "drift")  # the root's tiles are the training tiles
+    nbr = report["channels"][3]
+    assert nbr["channel"] == "nbr" and report["valid_pixels"] == b1.size
+    np.testing.assert_allclose([nbr["new_mean"], nbr["new_std"]], [b1.mean(), b1.std()], rtol=1e-6)
+    assert report["ok"]
+
+    # stats of band 0 under the same name are refused at every load that knows the binding
+    write_normalization_stats(dataclasses.replace(stats, extra_bands=[0]), pkg_dir / "normalization_stats.json")
+    with pytest.raises(PredictError, match=r"'nbr' is band 0 there, band 1 here"):
+        load_package(pkg_dir, device="cpu")

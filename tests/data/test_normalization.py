@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import BaseModel
 
 from rtscore.data.normalization import (
     NormalizationStatsError,
@@ -129,3 +131,43 @@ def test_malformed_stats_files(tmp_path: Path) -> None:
         load_normalization_stats(p)
     with pytest.raises(NormalizationStatsError, match="not found"):
         load_normalization_stats(tmp_path / "missing.json")
+
+
+def test_clipping_is_one_transform_in_training_evaluation_and_predict(train_store: Path, tmp_path: Path) -> None:
+    """Issue 11 point 2: the dataset (training and evaluation) and predict apply the same clip -> fill -> normalise,
+    with the bounds the stats file carries."""
+    from rtscore.config.pipeline import AugmentationConfig
+    from rtscore.data.dataset import TileDataset
+    from rtscore.data.normalization import InputTransform
+
+    clipped = compute_normalization_stats(train_store, clip_percentiles=(5.0, 95.0))
+    path = write_normalization_stats(clipped, tmp_path / "stats.json")
+    stats = load_normalization_stats(path, ["e0", "e1"])  # the bounds travel through the file
+    assert stats.clip_min is not None and stats.clip_max is not None
+    transform = InputTransform.from_stats(stats)
+    source = ZarrTileStore(train_store)
+    evaluation = TileDataset(source, stats)
+    training = TileDataset(source, stats, augmentation=_never(AugmentationConfig()))  # the training code path
+    hi = (stats.clip_max - stats.mean) / stats.std
+    lo = (stats.clip_min - stats.mean) / stats.std
+    for i in range(len(evaluation)):
+        tile = source[int(evaluation.indices[i])]
+        expected = transform(tile.rgb, tile.extra, tile.alpha)
+        np.testing.assert_array_equal(evaluation[i]["image"].numpy(), expected)
+        np.testing.assert_array_equal(training[i]["image"].numpy(), expected)
+        valid = tile.alpha > 0
+        image = expected[:, valid]
+        assert (image <= hi[:, None].astype(np.float32) + 1e-6).all() and (image >= lo[:, None] - 1e-6).all()
+    # the clip really bit: raw values beyond the bounds exist
+    raw = np.concatenate([source[i].rgb.reshape(3, -1) for i in range(len(source))], axis=1)
+    assert (raw > stats.clip_max[:3, None]).any() and (raw < stats.clip_min[:3, None]).any()
+
+
+def _never(model: BaseModel) -> Any:
+    """``model`` with every probability ``p`` (at any depth) set to 0: augmentation on, nothing fires."""
+    update: dict[str, Any] = {"p": 0.0} if "p" in type(model).model_fields else {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            update[name] = _never(value)
+    return model.model_copy(update=update)
