@@ -119,8 +119,19 @@ class SplitsConfig(StrictModel):
     train: list[str] | None = Field(None, description="Regions of the train split (None: take from the data).")
     val: list[str] | None = Field(None, description="Regions of the validation split.")
     test: list[str] | None = Field(None, description="Regions of the test split.")
-    min_test_positives: int = Field(100, ge=0, description="Least positive tiles the test split must hold.")
-    min_val_regions: int = Field(2, ge=1, description="Least regions the validation split must span.")
+    min_test_positives: int = Field(
+        100,
+        ge=0,
+        description="Least positive tiles the test split must hold: a split derived for a GeoTIFF root without "
+        "splits.yaml must meet it; validate-data warns when a test store holds fewer. The one key of this rule "
+        "(generation configs have none).",
+    )
+    min_val_regions: int = Field(
+        2,
+        ge=1,
+        description="Least regions the validation split must span: a derived split must meet it and "
+        "validate-data fails a val store that spans fewer.",
+    )
 
     @model_validator(mode="after")
     def _check_disjoint(self) -> SplitsConfig:

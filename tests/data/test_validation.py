@@ -88,3 +88,10 @@ def test_validation_needs_its_inputs(tmp_path: Path) -> None:
 
     with pytest.raises(StorageError, match="normalization_stats.json is missing"):
         stages.validate_data(str(tmp_path / "empty"), _cfg())
+
+
+def test_val_spanning_fewer_regions_than_min_val_regions_fails(good_run: Path, tmp_path: Path) -> None:
+    """splits.min_val_regions is checked on the stores whatever their source (given splits.yaml, synthetic)."""
+    run = copy_run(good_run, tmp_path / "run")
+    with pytest.raises(DataValidationError, match=r"'val_regions' failed in split val: val spans 2 region.*is 3"):
+        stages.validate_data(str(run), _cfg(splits__min_val_regions=3))
