@@ -29,7 +29,13 @@ class LoaderConfig(StrictModel):
     pin_memory: bool = Field(True, description="Pin host memory for faster host-to-GPU copies.")
     prefetch_factor: int = Field(2, ge=1, le=64, description="Batches prefetched per worker.")
     persistent_workers: bool = Field(True, description="Keep workers alive across epochs.")
-    drop_last: bool = Field(True, description="Drop the last incomplete training batch.")
+    drop_last: bool = Field(
+        True,
+        description="Drop the last incomplete training batch: the positives (or, unbalanced, the tiles) of an "
+        "epoch that do not fill a whole batch wait for the next epoch. false: they go in one smaller last batch "
+        "with negatives in the epoch's proportion. No effect when training.steps_per_epoch is set (every batch "
+        "is whole); validation and evaluation never drop tiles.",
+    )
 
 
 class GenerationRefs(StrictModel):
@@ -178,7 +184,14 @@ class SamplingConfig(StrictModel):
     """Balanced batch sampling and the negative-ratio curriculum (guide §7)."""
 
     balanced: bool = Field(True, description="Compose batches from positive and negative tiles.")
-    positive_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="Share of positive tiles per batch.")
+    positive_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="Share of positive tiles per batch in the balanced phase: the epochs of curriculum stages at "
+        "1:1 (neg_per_pos 1; the guide's epochs 1-10). Every other stage's batches hold exactly its own odds, "
+        "1 / (1 + neg_per_pos) positives (1:20 -> 1 in 21), whatever this is (guide §7.3).",
+    )
     curriculum_schedule: list[CurriculumStage] = Field(
         default_factory=_default_curriculum, description="Step-wise epoch ranges of neg:pos (guide §7.3)."
     )
@@ -204,6 +217,18 @@ class SamplingConfig(StrictModel):
         if last.end_epoch is not None and last.end_epoch < last.start_epoch:
             raise ValueError(f"last stage ends ({last.end_epoch}) before it starts ({last.start_epoch})")
         return v
+
+    @model_validator(mode="after")
+    def _positive_fraction_has_a_phase(self) -> SamplingConfig:
+        """A positive_fraction other than the curriculum's own 1:1 share must have a balanced phase to act in."""
+        balanced_phase = any(s.neg_per_pos == 1.0 for s in self.curriculum_schedule)
+        if self.balanced and self.positive_fraction != 0.5 and not balanced_phase:
+            raise ValueError(
+                f"sampling.positive_fraction ({self.positive_fraction}) sets the batches of the balanced phase "
+                "(curriculum stages at neg_per_pos 1), but sampling.curriculum_schedule has no such stage: it "
+                "would have no effect; add a 1:1 stage or remove positive_fraction"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- augmentation

@@ -39,6 +39,7 @@ def train_loader(cfg: PipelineConfig, ds: TileDataset, seed: int) -> tuple[Any, 
         seed=seed,
         balanced=cfg.sampling.balanced,
         steps_per_epoch=cfg.training.steps_per_epoch,
+        drop_last=cfg.data.loader.drop_last,
     )
     loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
         ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
