@@ -83,11 +83,18 @@ def format_validation_error(err: ValidationError, source: str) -> str:
             lines.append(f"  {path}: required key is missing")
         elif not e["loc"] or (kind == "value_error" and isinstance(e.get("input"), dict)):
             lines.append(f"  {path}: {e['msg'].removeprefix('Value error, ')}")
+        elif kind == "value_error":  # a validator's own message: it says what was expected (and usually found)
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"  {path}: {msg}" + ("" if "got " in msg else f"; got {_found(e.get('input'))}"))
         else:
-            found = e.get("input")
-            found_s = repr(found) if not isinstance(found, dict | list) else type(found).__name__
-            lines.append(f"  {path}: {e['msg']}; got {found_s}")
+            lines.append(f"  {path}: {e['msg']}; got {_found(e.get('input'))}")
     return "\n".join(lines)
+
+
+def _found(value: Any) -> str:
+    """A found value for an error line: its repr, or its type when that is long (a whole section, a long list)."""
+    text = repr(value)
+    return text if not isinstance(value, dict) and len(text) <= 80 else type(value).__name__
 
 
 def parse_config(model: type[M], data: Any, source: str = "<dict>") -> M:
@@ -100,14 +107,6 @@ def parse_config(model: type[M], data: Any, source: str = "<dict>") -> M:
         return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, source)) from None
-
-
-class DuplicateKeyError(yaml.MarkedYAMLError):
-    """A mapping gives the same key twice (PyYAML alone would keep the last one silently)."""
-
-    def __init__(self, key: Any, first: yaml.Mark, again: yaml.Mark) -> None:
-        super().__init__(problem=f"duplicate key {key!r}", problem_mark=again)
-        self.key, self.first_line, self.line = key, first.line + 1, again.line + 1
 
 
 # Number patterns of YAML 1.1 (PyYAML's) with two traps removed: `1e-4` (no dot) would be the *string* '1e-4',
@@ -129,6 +128,8 @@ _NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 class ConfigLoader(yaml.SafeLoader):
     """The loader of every config file: SafeLoader that refuses duplicate keys and reads `1e-4` as a float."""
 
+    source = "<string>"  # the file named in errors (set per load by parse_yaml)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Mark] = {}
         for key_node, _ in node.value:
@@ -140,7 +141,11 @@ class ConfigLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: SafeLoader reports it itself below
                 continue
             if first is not None:
-                raise DuplicateKeyError(key, first, key_node.start_mark)
+                raise ConfigError(
+                    f"config file {self.source}, line {key_node.start_mark.line + 1}: key {key!r} is given twice in "
+                    f"one mapping (first on line {first.line + 1}); YAML would keep only the last one, so remove "
+                    "or rename one of them"
+                )
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
@@ -155,15 +160,14 @@ ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+01
 
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text with :class:`ConfigLoader`; errors name ``source`` and the line."""
+    loader = ConfigLoader(text)
+    loader.source = source
     try:
-        return yaml.load(text, Loader=ConfigLoader)  # ConfigLoader is a SafeLoader
-    except DuplicateKeyError as err:
-        raise ConfigError(
-            f"config file {source}, line {err.line}: key {err.key!r} is given twice in one mapping (first on line "
-            f"{err.first_line}); YAML would keep only the last one, so remove or rename one of them"
-        ) from None
+        return loader.get_single_data()
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {source} is not valid YAML: {err}") from None
+    finally:
+        loader.dispose()
 
 
 def read_yaml(path: str | Path) -> Any:

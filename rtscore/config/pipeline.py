@@ -333,7 +333,9 @@ class LossConfig(StrictModel):
 # --------------------------------------------------------------------------- training
 class EarlyStoppingConfig(StrictModel):
     metric: Literal["val_realistic_pr_auc_geomean"] = Field(
-        "val_realistic_pr_auc_geomean", description="Geomean of Val-Realistic PR-AUC at 1:200/1:500/1:1000."
+        "val_realistic_pr_auc_geomean",
+        description="Geometric mean of the Val-Realistic PR-AUC over metrics.ratios: the guide's 1:200, 1:500 and "
+        "1:1000 (§9.1) with the default ratios; other ratios redefine it.",
     )
     patience: int = Field(8, ge=1, description="Validation events without improvement before stopping.")
     min_delta: float = Field(0.005, ge=0.0, description="Least improvement of the smoothed metric that counts.")
@@ -423,14 +425,39 @@ class ModelConfig(StrictModel):
 
 
 class MetricsConfig(StrictModel):
-    ratios: list[int] = Field(default_factory=lambda: [200, 500, 1000], description="Val/Test-Realistic 1:N.")
+    ratios: list[int] = Field(
+        default_factory=lambda: [200, 500, 1000],
+        description="Val/Test-Realistic prevalences 1:N, as N negatives per positive tile (distinct, >= 1; guide "
+        "§10.3: 200, 500, 1000). training.early_stopping.metric is the geometric mean of the Val-Realistic "
+        "PR-AUC over exactly these ratios.",
+    )
     reporting_threshold: float = Field(0.5, gt=0.0, lt=1.0, description="In-training reference threshold.")
     object_iou_thresholds: list[float] = Field(
-        default_factory=lambda: [0.1, 0.3, 0.5], description="IoU thresholds for object matching."
+        default_factory=lambda: [0.1, 0.3, 0.5],
+        description="IoU thresholds for object matching (distinct, in (0, 1]; guide §6.2: 0.1, 0.3, 0.5).",
     )
     min_blob_size_px: int = Field(16, ge=1, description="Connected components smaller than this are dropped.")
     pr_bins: int = Field(2048, ge=64, le=65536, description="Histogram bins for streaming PR-AUC.")
     bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples for PR-AUC intervals.")
+
+    @field_validator("ratios")
+    @classmethod
+    def _ratios(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError(
+                "needs at least one prevalence 1:N (the guide's Val-Realistic: [200, 500, 1000]): the early-stopping "
+                "metric is the geometric mean of the PR-AUC over these ratios"
+            )
+        if any(r < 1 for r in v) or len(set(v)) != len(v):
+            raise ValueError(f"expected distinct ratios N >= 1 (1:N negatives per positive, e.g. 200); got {v}")
+        return v
+
+    @field_validator("object_iou_thresholds")
+    @classmethod
+    def _iou_thresholds(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0.0 < t <= 1.0 for t in v) or len(set(v)) != len(v):
+            raise ValueError(f"expected a non-empty list of distinct IoU thresholds in (0, 1]; got {v}")
+        return v
 
 
 def _all_tta_modes() -> list[TTAMode]:
@@ -496,6 +523,13 @@ class CalibrationConfig(StrictModel):
             raise ValueError(f"must be distinct and include 'none' (the baseline); got {v}")
         return v
 
+    @field_validator("temperature_bounds")
+    @classmethod
+    def _temperature_bounds(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 < v[0] < v[1]:
+            raise ValueError(f"expected 0 < low < high; got {v}")
+        return v
+
     @field_validator("scale_candidates")
     @classmethod
     def _scales(cls, v: list[float]) -> list[float]:
@@ -509,8 +543,15 @@ class EvaluationConfig(StrictModel):
 
     size_bins_m2: list[float] = Field(
         default_factory=lambda: [0.0, 2_000.0, 10_000.0, 50_000.0, 1.0e12],
-        description="Edges of the RTS area bins (m²) for object recall by size.",
+        description="Edges of the RTS area bins (m²) for object recall by size (at least 2, increasing, >= 0).",
     )
+
+    @field_validator("size_bins_m2")
+    @classmethod
+    def _edges(cls, v: list[float]) -> list[float]:
+        if len(v) < 2 or v[0] < 0.0 or any(b <= a for a, b in pairwise(v)):
+            raise ValueError(f"expected at least 2 strictly increasing non-negative edges; got {v}")
+        return v
 
 
 class PackageConfig(StrictModel):
