@@ -83,10 +83,10 @@ def test_yaml_ints_for_floats_and_lists_for_tuples_still_load(tmp_path: Path) ->
 
 
 def test_ratio_written_as_1_colon_n_is_refused_not_read_as_base_60(tmp_path: Path) -> None:
-    """YAML 1.1 reads 1:200 as the sexagesimal integer 12000; the config loader keeps it a string."""
-    assert read_yaml(_write(tmp_path, "r: 1:200\n", "r.yaml")) == {"r": "1:200"}
-    with pytest.raises(ConfigError, match=r"metrics\.ratios\[0\]: .*got '1:200'"):
-        load_pipeline_config(_write(tmp_path, "metrics:\n  ratios: [1:200, 500]\n"))
+    """YAML 1.1 reads 1:20 as the base-60 integer 80 (1 x 60 + 20); the config loader keeps it a string."""
+    assert read_yaml(_write(tmp_path, "r: 1:20\n", "r.yaml")) == {"r": "1:20"}
+    with pytest.raises(ConfigError, match=r"metrics\.ratios\[0\]: .*got '1:50'"):
+        load_pipeline_config(_write(tmp_path, "metrics:\n  ratios: [1:50, 500]\n"))
 
 
 def test_every_shipped_config_loads_strictly() -> None:
