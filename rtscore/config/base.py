@@ -110,7 +110,7 @@ def parse_config(model: type[M], data: Any, source: str = "<dict>") -> M:
 
 
 # Number patterns of YAML 1.1 (PyYAML's) with two traps removed: `1e-4` (no dot) would be the *string* '1e-4',
-# which strict config types refuse, and `1:200` would be the base-60 integer 12000 (write the ratio as 200).
+# which strict config types refuse, and a ratio `1:20` would be the base-60 integer 80 (write the ratio as 20).
 _INT = re.compile(
     r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$",
 )
