@@ -86,7 +86,7 @@ def _stats(args: argparse.Namespace) -> int:
     from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
 
     extra = None
-    clip = tuple(args.clip) if args.clip else None
+    clip = _clip_percentiles(args.clip)
     if args.config:
         from rtscore.config import load_pipeline_config
 
@@ -99,6 +99,22 @@ def _stats(args: argparse.Namespace) -> int:
     print(json.dumps(stats.to_json(), indent=2))
     print(f"wrote {out}")
     return 0
+
+
+def _clip_percentiles(values: Sequence[float] | None) -> tuple[float, float] | None:
+    """``--clip LOW HIGH`` checked by the rule of normalization.clip_percentiles (one rule, one place)."""
+    if values is None:
+        return None
+    from pydantic import ValidationError
+
+    from rtscore.config.pipeline import NormalizationConfig
+
+    low, high = values
+    try:
+        return NormalizationConfig(clip_percentiles=(low, high)).clip_percentiles
+    except ValidationError as err:
+        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+        raise PipelineError(f"--clip {low:g} {high:g}: {why} (the rule of normalization.clip_percentiles)") from None
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -145,7 +161,8 @@ def _noise_floor(args: argparse.Namespace) -> int:
     from rtscore.train.noise_floor import measure_noise_floor, render_noise_floor
 
     cfg = load_pipeline_config(args.config)
-    report = measure_noise_floor(cfg, args.run, args.seed, repeats=args.repeats, draws_per_run=args.draws)
+    seed = cfg.training.seed if args.seed is None else args.seed
+    report = measure_noise_floor(cfg, args.run, seed, repeats=args.repeats, draws_per_run=args.draws)
     print(render_noise_floor(report))
     return 0
 
@@ -375,7 +392,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stats", help="normalization stats of a train store (train split only)")
     s.add_argument("--dataset", required=True, help="the train store (.zarr)")
     s.add_argument("--config", help="pipeline config (selects channels.extra and clipping)")
-    s.add_argument("--clip", type=float, nargs=2, metavar=("LOW", "HIGH"), help="percentile clipping")
+    s.add_argument(
+        "--clip",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        help="percentile clipping, 0 <= LOW < HIGH <= 100 (default: normalization.clip_percentiles of --config)",
+    )
     s.add_argument("--output", help="default: normalization_stats.json next to the store")
     s.set_defaults(func=_stats)
 
@@ -399,7 +422,9 @@ def parser() -> argparse.ArgumentParser:
     n = sub.add_parser("noise-floor", help="repeat validation on a seed's best checkpoint; suggest min_delta")
     n.add_argument("--config", required=True, help="pipeline config YAML")
     n.add_argument("--run", required=True, help="run directory with the trained seed")
-    n.add_argument("--seed", type=int, default=42, help="which seed's best_deployment.pth")
+    n.add_argument(
+        "--seed", type=int, default=None, help="which seed's best_deployment.pth (default: training.seed of the config)"
+    )
     n.add_argument("--repeats", type=int, default=5, help="validation passes on the same checkpoint")
     n.add_argument("--draws", type=int, default=4, help="random negative subsets per pass (the old method)")
     n.set_defaults(func=_noise_floor)
@@ -438,7 +463,12 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one seed (train-seed flow) or several (multi-seed-train flow)")
     t.add_argument("--config", required=True, help="pipeline config YAML")
     t.add_argument("--run", required=True, help="run directory holding the data stages' outputs")
-    t.add_argument("--seed", type=int, default=42, help="seed of a single-seed run (default 42)")
+    t.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of a single-seed run; overrides training.seed of the config, which is the default",
+    )
     t.add_argument("--seeds", type=int, nargs="+", help="train these seeds in sequence under one parent run")
     t.add_argument("--fresh", action="store_true", help="start over instead of resuming from resume_latest.pth")
     t.set_defaults(func=_train)

@@ -67,6 +67,9 @@ def submit_seed(
 ) -> FlowRun:
     """Start (or find) the seed's train-seed flow run; a run of an earlier attempt that failed is replaced."""
     logger = _logger()
+    seed = child.seed
+    if seed is None:  # the idempotency key needs the seed itself, not "training.seed of the config"
+        raise FanOutError("a distributed train-seed run must name its seed")
     for attempt in range(MAX_ATTEMPTS):
         # Prefect types run_deployment (sync-compatible) as `FlowRun | Coroutine[..., FlowRun]`; called sync: FlowRun.
         run = cast(
@@ -75,20 +78,20 @@ def submit_seed(
                 dist.deployment,
                 parameters={"params": child.model_dump(mode="json")},
                 timeout=0,  # start every seed first, then wait for all (wait_for_runs)
-                idempotency_key=idempotency_key(parent_flow_run_id, child.seed, attempt),
-                flow_run_name=f"train-seed-{child.seed}",
+                idempotency_key=idempotency_key(parent_flow_run_id, seed, attempt),
+                flow_run_name=f"train-seed-{seed}",
                 tags=tags,
                 job_variables=dist.job_variables or None,
             ),
         )
         state = run.state
         if state is not None and state.is_final() and not state.is_completed():
-            logger.info(f"seed {child.seed}: run {run.name} of an earlier attempt ended {state.type.value}; new run")
+            logger.info(f"seed {seed}: run {run.name} of an earlier attempt ended {state.type.value}; new run")
             continue
         if state is not None and state.is_completed():
-            logger.info(f"seed {child.seed}: reusing completed run {run.name} ({run.id}) of an earlier attempt")
+            logger.info(f"seed {seed}: reusing completed run {run.name} ({run.id}) of an earlier attempt")
         return run
-    raise FanOutError(f"seed {child.seed}: {MAX_ATTEMPTS} train-seed runs failed; giving up")
+    raise FanOutError(f"seed {seed}: {MAX_ATTEMPTS} train-seed runs failed; giving up")
 
 
 def wait_for_runs(runs: dict[int, FlowRun], timeout_s: float, poll_interval_s: float) -> dict[int, FlowRun]:

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rtscore.config import PipelineConfig
+
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
 
@@ -71,7 +73,13 @@ class GenerateParams(DataParams):
 class TrainSeedParams(RunParams):
     """train-seed: one seed, resumed from resume_latest.pth unless fresh."""
 
-    seed: int = Field(42, ge=0, description="Training seed.")
+    def seed_of(self, cfg: PipelineConfig) -> int:
+        """The seed to train: this run's ``seed``, else ``training.seed`` of the config."""
+        return self.seed if self.seed is not None else cfg.training.seed
+
+    seed: int | None = Field(
+        None, ge=0, description="Training seed. Empty: training.seed of the config (the guide's 42 by default)."
+    )
     fresh: bool = Field(False, description="Start over instead of resuming (and ignore a cached result).")
     parent_run_id: str | None = Field(
         None, description="MLflow run the seed's run nests under (set by a multi-seed or pipeline run)."

@@ -13,13 +13,15 @@ from tasks import train as t
 
 @flow(name="train-seed")
 def train_seed(params: TrainSeedParams) -> TrainResult:
-    """Train one seed from the run's datasets and stats; re-running resumes from resume_latest.pth."""
+    """Train one seed (``seed``, else training.seed of the config) from the run's datasets and stats; re-running
+    resumes from resume_latest.pth."""
     with flow_run_scope():
         cfg = load_config(params)
+        seed = params.seed_of(cfg)
         result = t.train_seed.with_options(refresh_cache=params.fresh)(
-            params.run_dir, cfg, params.seed, params.fresh, params.parent_run_id
+            params.run_dir, cfg, seed, params.fresh, params.parent_run_id
         )
-        ui.publish_training(params.run_dir, cfg, [result], f"train-seed-{params.seed}")
+        ui.publish_training(params.run_dir, cfg, [result], f"train-seed-{seed}")
         return result
 
 

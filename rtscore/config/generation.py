@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from rtscore.config.base import SCHEMA_VERSION, StrictModel
 from rtscore.config.binding import ExtraChannel, InputBinding, check_extra_channels
@@ -13,6 +13,13 @@ from rtscore.config.binding import ExtraChannel, InputBinding, check_extra_chann
 Split = Literal["train", "val", "test"]
 SCALES = (1.0, 0.5)  # ground-sampling scales a store may hold (training guide §8.3)
 SyntheticExtraChannel = Literal["ndvi", "slope"]
+# Keys only the synthetic renderer reads, and why a GeoTIFF source has no use for them.
+SYNTHETIC_ONLY = {
+    "synthetic": "scene settings of the renderer; the tiles come from the data root",
+    "seed": "seeds the renderer; ingestion is deterministic without one",
+    "processing.augmentation.rotations": "offline rotation is done for rendered scenes only",
+    "store.write_noisy_labels": "the noisy label variant is rendered; ingested stores hold the exact labels",
+}
 
 
 class NoisyLabelConfig(StrictModel):
@@ -127,9 +134,16 @@ class GeotiffSourceConfig(StrictModel):
         "refuses a binding that differs from its channels.extra.",
     )
     batch_size: int = Field(16, ge=1, le=4096, description="Tiles read per batch (bounds the reader's memory).")
-    min_test_positives: int = Field(
-        100, ge=1, description="When splits.yaml is absent and derived: positive tiles test must hold."
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "min_test_positives" in data:
+            raise ValueError(
+                "min_test_positives moved to splits.min_test_positives of the pipeline config: one key for the "
+                "rule a derived split must meet (with splits.min_val_regions); remove it here"
+            )
+        return data
 
     @field_validator("extra_channels", mode="before")
     @classmethod
@@ -194,6 +208,41 @@ class GenerationConfig(StrictModel):
         if self.source == "geotiff" and self.geotiff is None:
             raise ValueError("source 'geotiff' needs the geotiff section (data_root, extra_channels)")
         return self
+
+    @model_validator(mode="after")
+    def _no_synthetic_keys_for_geotiff(self) -> GenerationConfig:
+        """A GeoTIFF source reads none of the synthetic-only keys: giving one is an error, not a silent no-op."""
+        if self.source == "geotiff":
+            given = [
+                key
+                for key, is_set in (
+                    ("synthetic", self.synthetic is not None),
+                    ("seed", "seed" in self.model_fields_set),
+                    ("processing.augmentation.rotations", "rotations" in self.processing.augmentation.model_fields_set),
+                    ("store.write_noisy_labels", "write_noisy_labels" in self.store.model_fields_set),
+                )
+                if is_set
+            ]
+            if given:
+                raise ValueError(
+                    "source 'geotiff' does not read the synthetic-only keys "
+                    + "; ".join(f"{k} ({SYNTHETIC_ONLY[k]})" for k in given)
+                    + ": remove them"
+                )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_synthetic_keys_for_geotiff(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A GeoTIFF config is written without the synthetic-only keys, so that it loads back (see above)."""
+        data: dict[str, Any] = handler(self)
+        if self.source == "geotiff":
+            data.pop("seed", None)
+            data.pop("synthetic", None)
+            if isinstance(data.get("processing"), dict):
+                data["processing"] = {k: v for k, v in data["processing"].items() if k != "augmentation"}
+            if isinstance(data.get("store"), dict):
+                data["store"] = {k: v for k, v in data["store"].items() if k != "write_noisy_labels"}
+        return data
 
     @property
     def synthetic_settings(self) -> SyntheticConfig:

@@ -28,7 +28,13 @@ class LoaderConfig(StrictModel):
     pin_memory: bool = Field(True, description="Pin host memory for faster host-to-GPU copies.")
     prefetch_factor: int = Field(2, ge=1, le=64, description="Batches prefetched per worker.")
     persistent_workers: bool = Field(True, description="Keep workers alive across epochs.")
-    drop_last: bool = Field(True, description="Drop the last incomplete training batch.")
+    drop_last: bool = Field(
+        True,
+        description="Drop the last incomplete training batch: the positives (or, unbalanced, the tiles) of an "
+        "epoch that do not fill a whole batch wait for the next epoch. false: they go in one smaller last batch "
+        "with negatives in the epoch's proportion. No effect when training.steps_per_epoch is set (every batch "
+        "is whole); validation and evaluation never drop tiles.",
+    )
 
 
 class GenerationRefs(StrictModel):
@@ -113,8 +119,19 @@ class SplitsConfig(StrictModel):
     train: list[str] | None = Field(None, description="Regions of the train split (None: take from the data).")
     val: list[str] | None = Field(None, description="Regions of the validation split.")
     test: list[str] | None = Field(None, description="Regions of the test split.")
-    min_test_positives: int = Field(100, ge=0, description="Least positive tiles the test split must hold.")
-    min_val_regions: int = Field(2, ge=1, description="Least regions the validation split must span.")
+    min_test_positives: int = Field(
+        100,
+        ge=0,
+        description="Least positive tiles the test split must hold: a split derived for a GeoTIFF root without "
+        "splits.yaml must meet it; validate-data warns when a test store holds fewer. The one key of this rule "
+        "(generation configs have none).",
+    )
+    min_val_regions: int = Field(
+        2,
+        ge=1,
+        description="Least regions the validation split must span: a derived split must meet it and "
+        "validate-data fails a val store that spans fewer.",
+    )
 
     @model_validator(mode="after")
     def _check_disjoint(self) -> SplitsConfig:
@@ -161,7 +178,14 @@ class SamplingConfig(StrictModel):
     """Balanced batch sampling and the negative-ratio curriculum (guide §7)."""
 
     balanced: bool = Field(True, description="Compose batches from positive and negative tiles.")
-    positive_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="Share of positive tiles per batch.")
+    positive_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="Share of positive tiles per batch in the balanced phase: the epochs of curriculum stages at "
+        "1:1 (neg_per_pos 1; the guide's epochs 1-10). Every other stage's batches hold exactly its own odds, "
+        "1 / (1 + neg_per_pos) positives (1:20 -> 1 in 21), whatever this is (guide §7.3).",
+    )
     curriculum_schedule: list[CurriculumStage] = Field(
         default_factory=_default_curriculum, description="Step-wise epoch ranges of neg:pos (guide §7.3)."
     )
@@ -187,6 +211,18 @@ class SamplingConfig(StrictModel):
         if last.end_epoch is not None and last.end_epoch < last.start_epoch:
             raise ValueError(f"last stage ends ({last.end_epoch}) before it starts ({last.start_epoch})")
         return v
+
+    @model_validator(mode="after")
+    def _positive_fraction_has_a_phase(self) -> SamplingConfig:
+        """A positive_fraction other than the curriculum's own 1:1 share must have a balanced phase to act in."""
+        balanced_phase = any(s.neg_per_pos == 1.0 for s in self.curriculum_schedule)
+        if self.balanced and self.positive_fraction != 0.5 and not balanced_phase:
+            raise ValueError(
+                f"sampling.positive_fraction ({self.positive_fraction}) sets the batches of the balanced phase "
+                "(curriculum stages at neg_per_pos 1), but sampling.curriculum_schedule has no such stage: it "
+                "would have no effect; add a 1:1 stage or remove positive_fraction"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- augmentation
@@ -318,7 +354,9 @@ class LossConfig(StrictModel):
 # --------------------------------------------------------------------------- training
 class EarlyStoppingConfig(StrictModel):
     metric: Literal["val_realistic_pr_auc_geomean"] = Field(
-        "val_realistic_pr_auc_geomean", description="Geomean of Val-Realistic PR-AUC at 1:200/1:500/1:1000."
+        "val_realistic_pr_auc_geomean",
+        description="Geometric mean of the Val-Realistic PR-AUC over metrics.ratios: the guide's 1:200, 1:500 and "
+        "1:1000 (§9.1) with the default ratios; other ratios redefine it.",
     )
     patience: int = Field(8, ge=1, description="Validation events without improvement before stopping.")
     min_delta: float = Field(0.005, ge=0.0, description="Least improvement of the smoothed metric that counts.")
@@ -411,14 +449,39 @@ class ModelConfig(StrictModel):
 
 
 class MetricsConfig(StrictModel):
-    ratios: list[int] = Field(default_factory=lambda: [200, 500, 1000], description="Val/Test-Realistic 1:N.")
+    ratios: list[int] = Field(
+        default_factory=lambda: [200, 500, 1000],
+        description="Val/Test-Realistic prevalences 1:N, as N negatives per positive tile (distinct, >= 1; guide "
+        "§10.3: 200, 500, 1000). training.early_stopping.metric is the geometric mean of the Val-Realistic "
+        "PR-AUC over exactly these ratios.",
+    )
     reporting_threshold: float = Field(0.5, gt=0.0, lt=1.0, description="In-training reference threshold.")
     object_iou_thresholds: list[float] = Field(
-        default_factory=lambda: [0.1, 0.3, 0.5], description="IoU thresholds for object matching."
+        default_factory=lambda: [0.1, 0.3, 0.5],
+        description="IoU thresholds for object matching (distinct, in (0, 1]; guide §6.2: 0.1, 0.3, 0.5).",
     )
     min_blob_size_px: int = Field(16, ge=1, description="Connected components smaller than this are dropped.")
     pr_bins: int = Field(2048, ge=64, le=65536, description="Histogram bins for streaming PR-AUC.")
     bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples for PR-AUC intervals.")
+
+    @field_validator("ratios")
+    @classmethod
+    def _ratios(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError(
+                "needs at least one prevalence 1:N (the guide's Val-Realistic: [200, 500, 1000]): the early-stopping "
+                "metric is the geometric mean of the PR-AUC over these ratios"
+            )
+        if any(r < 1 for r in v) or len(set(v)) != len(v):
+            raise ValueError(f"expected distinct ratios N >= 1 (1:N negatives per positive, e.g. 200); got {v}")
+        return v
+
+    @field_validator("object_iou_thresholds")
+    @classmethod
+    def _iou_thresholds(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0.0 < t <= 1.0 for t in v) or len(set(v)) != len(v):
+            raise ValueError(f"expected a non-empty list of distinct IoU thresholds in (0, 1]; got {v}")
+        return v
 
 
 def _guide_tta_modes() -> list[TTAMode]:
@@ -488,6 +551,13 @@ class CalibrationConfig(StrictModel):
             raise ValueError(f"must be distinct and include 'none' (the baseline); got {v}")
         return v
 
+    @field_validator("temperature_bounds")
+    @classmethod
+    def _temperature_bounds(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 < v[0] < v[1]:
+            raise ValueError(f"expected 0 < low < high; got {v}")
+        return v
+
     @field_validator("scale_candidates")
     @classmethod
     def _scales(cls, v: list[float]) -> list[float]:
@@ -501,8 +571,15 @@ class EvaluationConfig(StrictModel):
 
     size_bins_m2: list[float] = Field(
         default_factory=lambda: [0.0, 2_000.0, 10_000.0, 50_000.0, 1.0e12],
-        description="Edges of the RTS area bins (m²) for object recall by size.",
+        description="Edges of the RTS area bins (m²) for object recall by size (at least 2, increasing, >= 0).",
     )
+
+    @field_validator("size_bins_m2")
+    @classmethod
+    def _edges(cls, v: list[float]) -> list[float]:
+        if len(v) < 2 or v[0] < 0.0 or any(b <= a for a, b in pairwise(v)):
+            raise ValueError(f"expected at least 2 strictly increasing non-negative edges; got {v}")
+        return v
 
 
 class PackageConfig(StrictModel):

@@ -33,6 +33,7 @@ import numpy as np
 from rtscore.config.base import config_hash
 from rtscore.config.binding import InputBinding
 from rtscore.config.generation import GenerationConfig
+from rtscore.config.pipeline import SplitsConfig
 from rtscore.data.bands import read_bound_bands, unreadable_extra
 from rtscore.data.splits import SplitError, derive_splits
 from rtscore.data.store import StoreLayout, TileStoreError
@@ -266,13 +267,20 @@ def _tile_files(root: Path, tile_id: str, with_extra: bool) -> dict[str, Path]:
     return files
 
 
-def ensure_splits(root: Path, *, min_test_positives: int = 100, seed: int = 0) -> dict[str, list[str]]:
+def ensure_splits(root: Path, *, rules: SplitsConfig | None = None, seed: int = 0) -> dict[str, list[str]]:
     """splits.yaml of the root; when absent, a region-level split is derived from metadata.csv with the rules of
-    DATA_LAYOUT.md (`rtscore.data.splits`) and written with `splits_summary.md` next to it (atomically)."""
+    DATA_LAYOUT.md (`rtscore.data.splits`; thresholds from ``rules``, the pipeline config's `splits` section,
+    defaults when None) and written with `splits_summary.md` next to it (atomically)."""
     if (root / SPLITS_YAML).is_file():
         return read_splits(root)
+    rules = rules or SplitsConfig()
     try:
-        result = derive_splits(read_metadata(root), min_test_positives=min_test_positives, seed=seed)
+        result = derive_splits(
+            read_metadata(root),
+            min_test_positives=rules.min_test_positives,
+            min_val_regions=rules.min_val_regions,
+            seed=seed,
+        )
     except SplitError as err:
         raise GeotiffError(f"{root}: no {SPLITS_YAML}, and none can be derived: {err}") from None
     summary = f"# Derived spatial-block split of {root}\n\n" + result.summary()
@@ -283,12 +291,12 @@ def ensure_splits(root: Path, *, min_test_positives: int = 100, seed: int = 0) -
     return read_splits(root)
 
 
-def select_tiles(root: Path, split: str, *, with_extra: bool, min_test_positives: int = 100) -> list[TileEntry]:
+def select_tiles(root: Path, split: str, *, with_extra: bool, rules: SplitsConfig | None = None) -> list[TileEntry]:
     """The tiles of ``split`` (its regions in splits.yaml x RegionName), after checking every tile has its files.
 
-    Without splits.yaml the split is derived first (`ensure_splits`).
+    Without splits.yaml the split is derived first (`ensure_splits`, with ``rules``).
     """
-    splits = ensure_splits(root, min_test_positives=min_test_positives)
+    splits = ensure_splits(root, rules=rules)
     if split not in splits:
         raise GeotiffError(f"{root / SPLITS_YAML}: no split {split!r} (has {sorted(splits)})")
     rows = read_metadata(root)
@@ -466,6 +474,7 @@ def ingest_geotiffs(
     restart: bool = False,
     progress: bool = False,
     num_workers: int | None = None,
+    split_rules: SplitsConfig | None = None,
 ) -> dict[str, Any]:
     """`rts generate --source geotiff`: the tiles of ``cfg.split`` of a GeoTIFF data root as a published tile store.
 
@@ -483,6 +492,8 @@ def ingest_geotiffs(
         restart: Discard an interrupted ingestion instead of resuming it.
         progress: Show a progress bar.
         num_workers: Worker processes (default ``processing.num_workers``).
+        split_rules: The pipeline config's `splits` section: the rules a split derived for a root without
+            splits.yaml must meet (None: its defaults).
 
     Returns:
         The published store's attributes.
@@ -492,8 +503,7 @@ def ingest_geotiffs(
         raise GeotiffError(f"data root {root} is not a directory")
     binding = cfg.input_binding
     extra = binding.extra_names
-    min_pos = cfg.geotiff.min_test_positives if cfg.geotiff else 100
-    entries = select_tiles(root, cfg.split, with_extra=bool(extra), min_test_positives=min_pos)
+    entries = select_tiles(root, cfg.split, with_extra=bool(extra), rules=split_rules)
     check_tiles(root, entries, cfg.tile_size, binding)
     layout = StoreLayout(
         n_tiles=len(entries),

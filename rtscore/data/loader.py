@@ -51,6 +51,7 @@ def train_loader(
         seed=seed,
         balanced=cfg.sampling.balanced,
         steps_per_epoch=cfg.training.steps_per_epoch,
+        drop_last=cfg.data.loader.drop_last,
     )
     loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
         ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works

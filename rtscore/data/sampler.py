@@ -18,14 +18,20 @@ def curriculum_ratio(schedule: Sequence[CurriculumStage], epoch: int) -> float:
     return float(schedule[-1].neg_per_pos)  # past a closed last stage: keep its ratio
 
 
-def positives_per_batch(batch_size: int, positive_fraction: float, ratio: float) -> int:
-    """Positive tiles per batch: ``positive_fraction`` at 1:1, tilted by the curriculum's odds, at least one.
+def positive_share(positive_fraction: float, ratio: float) -> float:
+    """Share of positive tiles per batch in an epoch whose curriculum stage has ``ratio`` negatives per positive.
 
-    share = p / (p + (1 - p) * ratio): at p = 0.5 this is exactly 1 / (1 + ratio), so a 1:5 epoch has
-    ~1 positive in 6 tiles while every batch still sees a positive (guide §7.2).
+    The balanced phase, a 1:1 stage (the guide's epochs 1-10), holds ``positive_fraction`` positives per batch
+    (guide §7.2 and §9.1: 0.5). Every other stage holds exactly the curriculum's odds, 1 / (1 + ratio): 1:20
+    means one positive in 21 tiles whatever ``positive_fraction`` is, as the guide's "near-realistic ratio ...
+    matches val prevalence" (§7.3) requires.
     """
-    share = positive_fraction / (positive_fraction + (1.0 - positive_fraction) * ratio)
-    return int(min(max(round(batch_size * share), 1), batch_size))
+    return positive_fraction if ratio == 1.0 else 1.0 / (1.0 + ratio)
+
+
+def positives_per_batch(batch_size: int, positive_fraction: float, ratio: float) -> int:
+    """Positive tiles in a batch of ``batch_size`` (:func:`positive_share`, rounded, at least one)."""
+    return int(min(max(round(batch_size * positive_share(positive_fraction, ratio)), 1), batch_size))
 
 
 class BalancedCurriculumSampler:
@@ -34,6 +40,11 @@ class BalancedCurriculumSampler:
     Each epoch takes every positive tile once (shuffled) and fills the rest of each batch with negatives
     drawn from successive shuffles of the negative pool (every negative is used before any repeats).
     The epoch's batches are a pure function of (seed, epoch), so a resumed run draws the same batches.
+
+    ``drop_last`` (data.loader.drop_last) decides what happens to the positives that do not fill a last whole
+    batch: dropped for this epoch (True, the guide's setting: every batch has the same size and composition),
+    or sent in one smaller last batch with negatives in the epoch's proportion (False). Without balancing the
+    same holds for the tiles left over by the shuffle. With ``steps_per_epoch`` set, every batch is whole.
     """
 
     def __init__(
@@ -46,6 +57,7 @@ class BalancedCurriculumSampler:
         seed: int,
         balanced: bool = True,
         steps_per_epoch: int | None = None,
+        drop_last: bool = True,
     ) -> None:
         flags = np.asarray(is_positive, bool)
         self.pos = np.flatnonzero(flags)
@@ -61,6 +73,7 @@ class BalancedCurriculumSampler:
         self.seed = seed
         self.balanced = balanced
         self.steps_per_epoch = steps_per_epoch
+        self.drop_last = drop_last
         self.epoch = 1
         self.skip_batches = 0  # batches of the current epoch already consumed (mid-epoch resume)
 
@@ -76,23 +89,37 @@ class BalancedCurriculumSampler:
 
     def batches(self, epoch: int) -> list[list[tuple[int, int]]]:
         rng = self._rng(epoch)
+        rest: np.ndarray | None = None  # the smaller last batch (drop_last False)
         if not self.balanced:
             order = rng.permutation(self.n)
-            n_batches = self.steps_per_epoch or self.n // self.batch_size
-            order = np.resize(order, n_batches * self.batch_size)
-            groups = order.reshape(n_batches, self.batch_size)
+            if self.steps_per_epoch:
+                order = np.resize(order, self.steps_per_epoch * self.batch_size)
+            n_whole = order.size // self.batch_size
+            whole = order[: n_whole * self.batch_size].reshape(n_whole, self.batch_size)
+            if not self.drop_last and order.size > whole.size:
+                rest = order[whole.size :]
         else:
             k_pos = positives_per_batch(self.batch_size, self.positive_fraction, curriculum_ratio(self.schedule, epoch))
             if self.neg.size == 0:
                 k_pos = self.batch_size
             k_neg = self.batch_size - k_pos
-            n_batches = self.steps_per_epoch or max(self.pos.size // k_pos, 1)
-            pos = self._draw(self.pos, n_batches * k_pos, rng)
-            neg = self._draw(self.neg, n_batches * k_neg, rng)
-            groups = np.concatenate([pos.reshape(n_batches, k_pos), neg.reshape(n_batches, k_neg)], axis=1)
-            groups = rng.permuted(groups, axis=1)
-        seeds = rng.integers(0, 2**31 - 1, size=groups.shape)
-        return [[(int(i), int(s)) for i, s in zip(g, sd, strict=True)] for g, sd in zip(groups, seeds, strict=True)]
+            n_whole = self.steps_per_epoch or max(self.pos.size // k_pos, 1)
+            rest_pos = 0 if self.steps_per_epoch or self.drop_last else max(self.pos.size - n_whole * k_pos, 0)
+            rest_neg = min(round(rest_pos * k_neg / k_pos), self.neg.size)
+            pos = self._draw(self.pos, n_whole * k_pos + rest_pos, rng)
+            neg = self._draw(self.neg, n_whole * k_neg + rest_neg, rng)
+            whole = np.concatenate(
+                [pos[: n_whole * k_pos].reshape(n_whole, k_pos), neg[: n_whole * k_neg].reshape(n_whole, k_neg)], axis=1
+            )
+            whole = rng.permuted(whole, axis=1)
+            if rest_pos:
+                rest = np.concatenate([pos[n_whole * k_pos :], neg[n_whole * k_neg :]])
+        seeds = rng.integers(0, 2**31 - 1, size=whole.shape)
+        out = [list(zip(g.tolist(), sd.tolist(), strict=True)) for g, sd in zip(whole, seeds, strict=True)]
+        if rest is not None:  # drawn after the whole batches, which are thus the same as with drop_last
+            rest = rng.permutation(rest)
+            out.append(list(zip(rest.tolist(), rng.integers(0, 2**31 - 1, size=rest.size).tolist(), strict=True)))
+        return out
 
     @staticmethod
     def _draw(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

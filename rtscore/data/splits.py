@@ -1,15 +1,16 @@
 """Spatial blocking (DATA_LAYOUT.md): whole regions go to one split, derived when `splits.yaml` is absent.
 
-The rules, in priority order:
+The rules, in priority order (the thresholds are the pipeline config's `splits.min_test_positives` and
+`splits.min_val_regions`, defaults 100 and 2):
     1. test holds at least `min_test_positives` positive tiles, else fail;
-    2. val spans at least 2 regions, else fail;
+    2. val spans at least `min_val_regions` regions, else fail;
     3. train holds at least 70% of the positive tiles, else warn;
     4. the tile shares are within `tolerance` (absolute, default 0.10) of 80/10/10, else fail.
 
 Regions are indivisible, so the derivation searches assignments: a seeded set of region orders, each filled
-greedily (test until it has enough positives, then val until it has 2 regions and about its share, the rest
-train); among the orders whose split satisfies the failing rules, the one closest to 80/10/10 wins (ties:
-first found). The same metadata and seed always give the same split.
+greedily (test until it has enough positives, then val until it has `min_val_regions` regions and about its
+share, the rest train); among the orders whose split satisfies the failing rules, the one closest to 80/10/10
+wins (ties: first found). The same metadata and seed always give the same split.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def evaluate_split(
     counts: Mapping[str, RegionCounts],
     *,
     min_test_positives: int = 100,
+    min_val_regions: int = 2,
     tolerance: float = 0.10,
 ) -> SplitResult:
     """Check a split (given or derived) against the rules; SplitError names the first failing rule."""
@@ -93,9 +95,15 @@ def evaluate_split(
     shares = {s: tiles[s] / total for s in TARGET}
     result = SplitResult({s: sorted(splits.get(s, ())) for s in TARGET}, tiles, positives, shares)
     if positives["test"] < min_test_positives:
-        raise SplitError(f"test holds {positives['test']} positive tiles; at least {min_test_positives} are needed")
-    if len(splits.get("val", ())) < 2:
-        raise SplitError(f"val spans {len(splits.get('val', ()))} region(s); at least 2 are needed")
+        raise SplitError(
+            f"test holds {positives['test']} positive tiles; at least {min_test_positives} are needed "
+            "(splits.min_test_positives)"
+        )
+    if len(splits.get("val", ())) < min_val_regions:
+        raise SplitError(
+            f"val spans {len(splits.get('val', ()))} region(s); at least {min_val_regions} are needed "
+            "(splits.min_val_regions)"
+        )
     if all_pos and positives["train"] < 0.7 * all_pos:
         result.warnings.append(
             f"train holds {positives['train']} of {all_pos} positive tiles ({positives['train'] / all_pos:.0%} < 70%)"
@@ -111,6 +119,7 @@ def derive_splits(
     rows: Sequence[Mapping[str, str]],
     *,
     min_test_positives: int = 100,
+    min_val_regions: int = 2,
     tolerance: float = 0.10,
     seed: int = 0,
     tries: int = 2000,
@@ -122,8 +131,11 @@ def derive_splits(
     """
     counts = region_counts(rows)
     regions = list(counts)
-    if len(regions) < 4:
-        raise SplitError(f"{len(regions)} regions: spatial blocking needs at least 4 (test, 2 for val, train)")
+    if len(regions) < min_val_regions + 2:
+        raise SplitError(
+            f"{len(regions)} regions: spatial blocking needs at least {min_val_regions + 2} (test, "
+            f"{min_val_regions} for val (splits.min_val_regions), train)"
+        )
     total = sum(c.tiles for c in counts.values())
     rng = np.random.default_rng(seed)
     best: tuple[float, SplitResult] | None = None
@@ -139,8 +151,8 @@ def derive_splits(
             pos += counts[order[k]].positives
             k += 1
         val_tiles = 0
-        while k < len(order) - 1 and (len(val) < 2 or val_tiles < TARGET["val"] * total):
-            if len(val) >= 2 and val_tiles + counts[order[k]].tiles > (TARGET["val"] + tolerance) * total:
+        while k < len(order) - 1 and (len(val) < min_val_regions or val_tiles < TARGET["val"] * total):
+            if len(val) >= min_val_regions and val_tiles + counts[order[k]].tiles > (TARGET["val"] + tolerance) * total:
                 break
             val.append(order[k])
             val_tiles += counts[order[k]].tiles
@@ -151,6 +163,7 @@ def derive_splits(
                 {"train": train, "val": val, "test": test},
                 counts,
                 min_test_positives=min_test_positives,
+                min_val_regions=min_val_regions,
                 tolerance=tolerance,
             )
         except SplitError as err:

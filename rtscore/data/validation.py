@@ -234,6 +234,14 @@ def validate_data(
         )
         if split == "train" and sm.n_positive == 0:
             out.add("train_positives", False, "the train split holds no positive tile", split)
+        if split == "val":
+            need = cfg.splits.min_val_regions
+            out.add(
+                "val_regions",
+                len(sm.regions) >= need,
+                f"val spans {len(sm.regions)} region(s) {sm.regions}; splits.min_val_regions is {need}",
+                split,
+            )
         configured = getattr(cfg.splits, split)
         if configured is not None:
             stray = sorted(set(sm.regions) - set(configured))

@@ -27,7 +27,15 @@ def generate_dataset(
     run.forget(rel)
     if gen.source == "geotiff":
         assert gen.geotiff is not None  # the config validator guarantees it
-        ingest_geotiffs(gen, gen.geotiff.data_root, run.path(rel), overwrite=True, restart=restart, progress=progress)
+        ingest_geotiffs(
+            gen,
+            gen.geotiff.data_root,
+            run.path(rel),
+            overwrite=True,
+            restart=restart,
+            progress=progress,
+            split_rules=cfg.splits,
+        )
     else:
         generate_synthetic(gen, run.path(rel), overwrite=True, restart=restart, progress=progress)
     return record(SPEC, run, rel, cfg)

@@ -13,6 +13,7 @@ import yaml
 from flows.cli import main
 from rtscore.config.binding import InputBinding
 from rtscore.config.generation import GenerationConfig
+from rtscore.config.pipeline import SplitsConfig
 from rtscore.data.generate import generate_synthetic
 from rtscore.data.geotiff import GeotiffError, GeotiffProducer, ingest_geotiffs, select_tiles, write_synthetic_geotiffs
 from rtscore.data.store import ZarrTileStore, read_store_attrs
@@ -347,10 +348,10 @@ def test_missing_splits_yaml_is_derived_by_region_and_written(tmp_path: Path) ->
             "split": "val",
             "tile_size": 32,
             "source": "geotiff",
-            "geotiff": {"data_root": str(root), "min_test_positives": 2},
+            "geotiff": {"data_root": str(root)},
         }
     )
-    ingest_geotiffs(geo, root, tmp_path / "val.zarr")
+    ingest_geotiffs(geo, root, tmp_path / "val.zarr", split_rules=SplitsConfig(min_test_positives=2))
     splits = yaml.safe_load((root / "splits.yaml").read_text())
     regions = [r for s in ("train", "val", "test") for r in splits[s]]
     assert sorted(regions) == [f"r{i:02d}" for i in range(20)] and len(splits["val"]) >= 2

@@ -18,11 +18,74 @@ def test_guide_curriculum_steps_at_epoch_boundaries(epoch: int, ratio: float) ->
 
 
 def test_positives_per_batch() -> None:
-    # p = 0.5: share = 1 / (1 + ratio); at least one positive per batch.
+    # 1:1 (the balanced phase): positive_fraction; later stages: the curriculum's 1 / (1 + ratio), at least one.
     assert positives_per_batch(32, 0.5, 1) == 16
     assert positives_per_batch(32, 0.5, 5) == round(32 / 6)  # 5
     assert positives_per_batch(32, 0.5, 20) == round(32 / 21)  # 2
     assert positives_per_batch(8, 0.5, 1000) == 1
+    assert positives_per_batch(32, 0.25, 1) == 8
+    assert positives_per_batch(32, 0.75, 1) == 24
+
+
+def _count_positives(s: BalancedCurriculumSampler, epoch: int) -> list[int]:
+    flags = np.zeros(s.n, bool)
+    flags[s.pos] = True
+    return [int(sum(flags[i] for i, _ in b)) for b in s.batches(epoch)]
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
+def test_positive_fraction_is_the_share_of_positives_per_batch_in_the_balanced_phase(fraction: float) -> None:
+    """Counted per batch: positive_fraction in the 1:1 stage, the curriculum's own odds in every later stage."""
+    flags = np.zeros(600, bool)
+    flags[np.random.default_rng(1).choice(600, 120, replace=False)] = True
+    s = BalancedCurriculumSampler(flags, batch_size=24, positive_fraction=fraction, schedule=GUIDE, seed=0)
+    assert set(_count_positives(s, 1)) == {round(24 * fraction)}  # balanced phase (epochs 1-10)
+    assert set(_count_positives(s, 11)) == {4}  # 1:5 -> 24 / 6, whatever positive_fraction is
+    assert set(_count_positives(s, 31)) == {2}  # 1:10 -> 24 / 11 rounded
+    wide = BalancedCurriculumSampler(flags, batch_size=42, positive_fraction=fraction, schedule=GUIDE, seed=0)
+    assert set(_count_positives(wide, 101)) == {2}  # 1:20 -> 42 / 21: near-realistic, as the guide says
+
+
+def test_drop_last_false_sends_the_leftover_positives_in_a_smaller_last_batch() -> None:
+    flags = np.zeros(230, bool)
+    flags[np.random.default_rng(9).choice(230, 22, replace=False)] = True  # 22 = 5 x 4 + 2 at 1:1, batch 8
+    kw = {"batch_size": 8, "positive_fraction": 0.5, "schedule": GUIDE, "seed": 0}
+    dropped = BalancedCurriculumSampler(flags, **kw)  # type: ignore[arg-type]
+    kept = BalancedCurriculumSampler(flags, drop_last=False, **kw)  # type: ignore[arg-type]
+    assert [len(b) for b in dropped.batches(1)] == [8] * 5
+    assert [len(b) for b in kept.batches(1)] == [8] * 5 + [4]
+    assert _count_positives(kept, 1) == [4] * 5 + [2]  # the epoch's 1:1 proportion in the last batch too
+    assert {i for b in kept.batches(1) for i, _ in b if flags[i]} == set(np.flatnonzero(flags).tolist())
+    assert kept.batches(1)[:5] == dropped.batches(1)  # the whole batches are the same draw
+    assert _count_positives(kept, 11)[-1] == 22 - 21  # 1:5, batch 8: 1 positive per batch, none left over
+
+
+def test_drop_last_false_without_balancing_keeps_every_tile() -> None:
+    s = _sampler(balanced=False, drop_last=False)
+    batches = s.batches(1)
+    assert [len(b) for b in batches] == [8] * (220 // 8) + [220 % 8]
+    assert sorted(i for b in batches for i, _ in b) == list(range(220))
+
+
+def test_drop_last_has_nothing_to_drop_with_a_fixed_step_count() -> None:
+    assert [len(b) for b in _sampler(drop_last=False, steps_per_epoch=7).batches(1)] == [8] * 7
+
+
+def test_the_training_loader_takes_drop_last_from_the_config() -> None:
+    from types import SimpleNamespace
+
+    from rtscore.config import parse_pipeline_config
+    from rtscore.train.data import train_loader
+    from tests.helpers import tiny_pipeline_config
+
+    data = tiny_pipeline_config()
+    flags = np.zeros(30, bool)
+    flags[:9] = True
+    ds = SimpleNamespace(source=SimpleNamespace(metadata=SimpleNamespace(is_positive=flags)), indices=np.arange(30))
+    for drop_last, sizes in ((True, [4, 4, 4, 4]), (False, [4, 4, 4, 4, 2])):
+        data["data"]["loader"]["drop_last"] = drop_last
+        _, sampler = train_loader(parse_pipeline_config(data), ds, seed=0)  # type: ignore[arg-type]
+        assert [len(b) for b in sampler.batches(1)] == sizes
 
 
 def _sampler(seed: int = 0, n_pos: int = 20, n_neg: int = 200, **kw: object) -> BalancedCurriculumSampler:

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import pytest
 
 from rtscore.data.splits import SplitError, derive_splits, evaluate_split, region_counts
+from rtscore.errors import PipelineError
 
 
 def _rows(spec: dict[str, tuple[int, int]]) -> list[dict[str, str]]:
@@ -55,3 +59,36 @@ def test_too_few_positives_in_train_is_a_warning() -> None:
         tolerance=0.2,
     )
     assert result.warnings and "70%" in result.warnings[0]
+
+
+def test_min_val_regions_is_enforced_where_splits_are_checked_and_derived() -> None:
+    """splits.min_val_regions: a given split is refused naming the key; a derived split meets it."""
+    counts = region_counts(_rows(SPEC))
+    all_regions = sorted(SPEC)
+    given = {"train": all_regions[5:], "val": all_regions[2:5], "test": all_regions[:2]}  # val: 3 regions
+    assert len(evaluate_split(given, counts, min_val_regions=3).splits["val"]) == 3
+    with pytest.raises(SplitError, match=r"val spans 3 region\(s\); at least 4 are needed \(splits.min_val_regions\)"):
+        evaluate_split(given, counts, min_val_regions=4)
+    derived = derive_splits(_rows(SPEC), min_test_positives=100, min_val_regions=4, seed=1)
+    assert len(derived.splits["val"]) >= 4
+    with pytest.raises(SplitError, match=r"needs at least 7 .*splits.min_val_regions"):
+        derive_splits(_rows({f"r{i}": (10, 5) for i in range(6)}), min_test_positives=1, min_val_regions=5)
+
+
+def test_a_derived_data_root_split_uses_the_pipeline_splits_rules(tmp_path: Path) -> None:
+    """The pipeline's `splits` section (not a second knob in the generation config) sets the derived split's rules."""
+    from rtscore.config.pipeline import SplitsConfig
+    from rtscore.data.geotiff import METADATA_COLUMNS, ensure_splits
+
+    root = tmp_path / "root"
+    root.mkdir()
+    with open(root / "metadata.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(METADATA_COLUMNS))
+        writer.writeheader()
+        for row in _rows({f"r{i:02d}": (10, 5) for i in range(20)}):
+            writer.writerow({**row, "centroid_lat": "70", "centroid_lon": "-150", "UIDs": ""})
+    splits = ensure_splits(root, rules=SplitsConfig(min_test_positives=5, min_val_regions=3))
+    assert len(splits["val"]) >= 3
+    (root / "splits.yaml").unlink()
+    with pytest.raises(PipelineError, match=r"splits\.min_test_positives"):
+        ensure_splits(root, rules=SplitsConfig(min_test_positives=1000))

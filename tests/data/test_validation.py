@@ -135,3 +135,10 @@ def test_a_train_store_training_cannot_join_fails_validation_not_training(good_r
     cfg = _curriculum_cfg(additional_roots=["datasets/train_half.zarr"])
     with pytest.raises(DataValidationError, match=r"training_batches.*data.additional_roots\[0\].*does not exist"):
         stages.validate_data(str(run), cfg)
+
+
+def test_val_spanning_fewer_regions_than_min_val_regions_fails(good_run: Path, tmp_path: Path) -> None:
+    """splits.min_val_regions is checked on the stores whatever their source (given splits.yaml, synthetic)."""
+    run = copy_run(good_run, tmp_path / "run")
+    with pytest.raises(DataValidationError, match=r"'val_regions' failed in split val: val spans 2 region.*is 3"):
+        stages.validate_data(str(run), _cfg(splits__min_val_regions=3))

@@ -115,7 +115,6 @@ def test_pools_job_variables_schedule_and_concurrency() -> None:
     assert final["entrypoint"] == "flows/pipeline.py:pipeline"
     (schedule,) = final["schedules"]
     CronSchedule(cron=schedule["cron"], timezone=schedule.get("timezone"))  # a valid cron expression
-    assert schedule.get("active", True)
     limit = final["concurrency_limit"]
     assert (limit["limit"] if isinstance(limit, dict) else limit) == 1
     from flows.params import PipelineParams
@@ -159,3 +158,20 @@ def test_kubernetes_gpu_template_adds_node_selector_and_gpu_limit() -> None:
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "{{ accelerator_count }}"
     assert {"accelerator_type", "accelerator_count", "image"} <= set(out["variables"]["properties"])
     assert add(out) == out, "idempotent"
+
+
+def test_the_scheduled_gpu_run_ships_paused_and_the_docs_say_how_to_activate_it() -> None:
+    """`prefect deploy --all` must not start spending GPU hours every Sunday: the schedule Prefect creates from
+    prefect.yaml is inactive, and docs/cloud.md gives the commands that activate it."""
+    from prefect.cli.deploy._schedules import _schedule_config_to_deployment_schedule
+    from prefect.client.schemas.actions import DeploymentScheduleCreate
+
+    for dep in DOC["deployments"]:
+        for spec in dep.get("schedules") or []:
+            assert spec.get("active") is False, f"{dep['name']}: a shipped schedule must say `active: false`"
+            created = DeploymentScheduleCreate(**_schedule_config_to_deployment_schedule(spec))
+            assert created.active is False, f"{dep['name']}: prefect deploy would create an active schedule"
+    assert DEPLOYMENTS["final-multiseed"]["schedules"], "the weekly final run keeps its (paused) schedule"
+    docs = (ROOT / "docs" / "cloud.md").read_text()
+    assert "prefect deployment schedule resume rts-pipeline/final-multiseed" in docs
+    assert "active: true" in docs

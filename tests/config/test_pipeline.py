@@ -1,0 +1,69 @@
+"""The pipeline config (rtscore/config/pipeline.py): metric and ratio keys validated at load time with their key
+path, and sampling keys that could not act refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rtscore.config import ConfigError, parse_pipeline_config
+
+
+def _refused(data: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        parse_pipeline_config(data)
+
+
+@pytest.mark.parametrize(
+    ("ratios", "pattern"),
+    [
+        ([], r"metrics\.ratios: needs at least one prevalence 1:N"),
+        ([0, -5], r"metrics\.ratios: expected distinct ratios N >= 1 .*got \[0, -5\]"),
+        ([200, 500, 200], r"metrics\.ratios: expected distinct ratios"),
+        ([200, 0], r"metrics\.ratios: expected distinct ratios"),
+        ([200.5], r"metrics\.ratios\[0\]: .*valid integer"),
+    ],
+)
+def test_metric_ratios_are_checked_when_the_config_loads(ratios: list[Any], pattern: str) -> None:
+    """Before: [] trained with a nan metric and no best checkpoint; [0, -5] failed after a whole epoch."""
+    _refused({"metrics": {"ratios": ratios}}, pattern)
+
+
+def test_valid_ratios_load_and_define_the_early_stopping_geomean() -> None:
+    cfg = parse_pipeline_config({"metrics": {"ratios": [1, 200]}})
+    assert cfg.metrics.ratios == [1, 200]
+    desc = type(cfg.training.early_stopping).model_fields["metric"].description or ""
+    assert "metrics.ratios" in desc, "the metric's definition follows the configured ratios"
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        ({"metrics": {"object_iou_thresholds": []}}, r"metrics\.object_iou_thresholds: expected a non-empty list"),
+        ({"metrics": {"object_iou_thresholds": [0.3, 0.0]}}, r"metrics\.object_iou_thresholds: .*in \(0, 1\]"),
+        ({"metrics": {"object_iou_thresholds": [0.3, 1.5]}}, r"metrics\.object_iou_thresholds"),
+        ({"metrics": {"object_iou_thresholds": [0.3, 0.3]}}, r"metrics\.object_iou_thresholds: .*distinct"),
+        ({"metrics": {"reporting_threshold": 1.0}}, r"metrics\.reporting_threshold"),
+        ({"metrics": {"pr_bins": 8}}, r"metrics\.pr_bins"),
+        ({"evaluation": {"size_bins_m2": [0.0]}}, r"evaluation\.size_bins_m2: expected at least 2"),
+        ({"evaluation": {"size_bins_m2": [0.0, 100.0, 50.0]}}, r"evaluation\.size_bins_m2: .*increasing"),
+        ({"evaluation": {"size_bins_m2": [-1.0, 100.0]}}, r"evaluation\.size_bins_m2: .*non-negative"),
+        ({"calibration": {"ratio": 0}}, r"calibration\.ratio"),
+        ({"calibration": {"temperature_bounds": [3.0, 1.0]}}, r"calibration\.temperature_bounds: expected 0 < low"),
+        ({"calibration": {"temperature_bounds": [0.0, 1.0]}}, r"calibration\.temperature_bounds"),
+    ],
+)
+def test_every_metric_key_is_checked_with_its_path(data: dict[str, Any], pattern: str) -> None:
+    _refused(data, pattern)
+
+
+def test_positive_fraction_without_a_balanced_phase_is_refused() -> None:
+    no_balanced_phase = [{"start_epoch": 1, "end_epoch": None, "neg_per_pos": 5}]
+    _refused(
+        {"sampling": {"positive_fraction": 0.3, "curriculum_schedule": no_balanced_phase}},
+        r"sampling\.positive_fraction \(0\.3\) sets the batches of the balanced phase .* no such stage",
+    )
+    # The guide's 0.5 is the curriculum's own 1:1 share: with or without a 1:1 stage it changes nothing.
+    assert parse_pipeline_config({"sampling": {"curriculum_schedule": no_balanced_phase}})
+    assert parse_pipeline_config({"sampling": {"positive_fraction": 0.3}}).sampling.positive_fraction == 0.3
