@@ -75,7 +75,7 @@ def test_the_training_loader_takes_drop_last_from_the_config() -> None:
     from types import SimpleNamespace
 
     from rtscore.config import parse_pipeline_config
-    from rtscore.train.data import train_loader
+    from rtscore.data.loader import train_loader
     from tests.helpers import tiny_pipeline_config
 
     data = tiny_pipeline_config()
