@@ -14,7 +14,9 @@ import pytest
 from scipy.special import expit
 from sklearn.metrics import average_precision_score
 
+from rtscore.config import ConfigError, parse_pipeline_config
 from rtscore.metrics import TileHistogramAccumulator, TileHistograms, negative_weight, pr_auc
+from tests.helpers import tiny_pipeline_config
 
 RATIOS = (1.0, 200.0, 1000.0)
 SEEDS = (0, 1, 2, 3)
@@ -88,3 +90,11 @@ def test_histograms_merge_in_any_order() -> None:
     back = np.argsort(np.asarray(pieces.tile_ids))
     np.testing.assert_array_equal(pieces.pos[back], whole.pos)
     np.testing.assert_array_equal(pieces.neg[back], whole.neg)
+
+
+def test_an_odd_pr_bins_is_refused_at_config_load_naming_the_key() -> None:
+    """Logit 0 must be a bin edge; an odd core used to fail only when the first validation pass began."""
+    data = tiny_pipeline_config()
+    data["metrics"] = {"pr_bins": 2047}
+    with pytest.raises(ConfigError, match=r"metrics\.pr_bins: .*multiple of 2"):
+        parse_pipeline_config(data)
