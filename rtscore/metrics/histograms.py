@@ -50,10 +50,10 @@ class LogitBins:
       Relative (scale-free) resolution is what a confident model needs: PR-AUC is invariant to any monotone
       rescaling of the logits, and saturated logits of ±20-50 are as finely ordered as ±2-5.
     * **Overflow**: one bin each for logits >= top and < -top (±inf included). At ±512 the probability is
-      within 1e-222 of 0 or 1; a network emitting more has diverged. `TileHistograms.overflow` counts them.
+      within 1e-222 of 0 or 1; a network emitting more has diverged. `TileHistograms.n_overflow` counts them.
 
     Before the tails existed, every logit beyond ±16 fell into the core's end bins, so a saturated model's
-    PR-AUC at 1:200 came out 2-2.5x low and temperature fits were biased low (issue 11, point 5).
+    PR-AUC at 1:200 came out 2-5x low and temperature fits were biased low (issue 11, point 5).
 
     Bin k holds logits in [edges[k], edges[k+1]); `edges[0]` and `edges[-1]` (±2 top) are nominal outer edges
     of the overflow bins (their centres are ±1.5 top). With `tail_octaves=0` the core's end bins absorb
