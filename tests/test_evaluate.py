@@ -61,8 +61,8 @@ def test_one_seed_shows_its_std_as_undefined_not_zero() -> None:
 
 
 def test_exact_pixel_counts_are_reweighted_to_the_ratio() -> None:
-    bins = LogitBins(n_bins=64)
-    z = np.zeros((3, 64), np.uint32)
+    bins = LogitBins(core_bins=64)
+    z = np.zeros((3, bins.n_bins), np.uint32)
     hist = TileHistograms(bins, z, z, ("a", "b", "c"), np.array([True, False, False]), np.zeros(3, np.int64))
     conf = np.array([[10, 2, 5, 100], [0, 4, 0, 200], [0, 0, 0, 300]], np.int64)  # tp, fp, fn, tn
     ev = SeedEvaluation(hist, conf, hist.is_positive, ObjectCounter())

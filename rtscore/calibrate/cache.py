@@ -11,7 +11,8 @@ threshold: tiles with ground-truth RTS, or with any pixel at or above `calibrati
 configuration. They are stored per (scale, TTA) in float16, and every fused configuration is rebuilt from them.
 
 Layout (Zarr v3, `calibration/seed_<n>/logit_cache.zarr`):
-    hist        (configs, tiles, 3, n_bins) uint32   rows: neg, pos, pos_large; one chunk per loader batch
+    hist        (configs, tiles, 3, n_bins) uint32   rows: neg, pos, pos_large; one chunk per loader batch;
+                n_bins = the core (metrics.pr_bins) plus tails and overflow bins (`LogitBins`, attrs["bins"])
     tile_id, region, is_positive   (tiles,)
     dense/row     (S,) int64            tile row of each kept tile
     dense/logits  (S, maps, H, W) f16   per (scale, TTA) logits at native resolution (attrs["maps"])
@@ -48,7 +49,9 @@ from rtscore.storage import staged_dir
 if TYPE_CHECKING:
     import zarr
 
-CACHE_FORMAT = "rts-logit-cache/1"
+# /2: the bins gained geometric tails and overflow bins (attrs["bins"] names core_bins and tail_octaves); a /1
+# cache clamped every logit beyond ±16 into one bin, so it is refused, never reinterpreted.
+CACHE_FORMAT = "rts-logit-cache/2"
 _NEG, _POS, _POS_LARGE = 0, 1, 2
 
 
@@ -140,7 +143,7 @@ def build_logit_cache(
     from zarr.codecs import BloscCodec
 
     cal, dep = cfg.calibration, cfg.deployment
-    bins = LogitBins(n_bins=cfg.metrics.pr_bins)
+    bins = LogitBins(core_bins=cfg.metrics.pr_bins)
     combos = candidate_combos(cal)
     needed = {t for tta in cal.tta_candidates for t in TTA_TRANSFORMS[tta]}
     transforms = [t for t in D4 if t in needed]
@@ -233,7 +236,13 @@ def build_logit_cache(
                 "format": CACHE_FORMAT,
                 "precision": dep.precision,
                 "torch_compile": dep.torch_compile,
-                "bins": {"n_bins": bins.n_bins, "lo": bins.lo, "hi": bins.hi},
+                "bins": {
+                    "core_bins": bins.core_bins,
+                    "lo": bins.lo,
+                    "hi": bins.hi,
+                    "tail_octaves": bins.tail_octaves,
+                    "n_bins": bins.n_bins,
+                },
                 "combos": [c.key for c in combos],
                 "tta_candidates": list(cal.tta_candidates),
                 "scale_candidates": list(cal.scale_candidates),
@@ -281,10 +290,23 @@ class LogitCache:
                 f"no logit cache at {self.path} ({type(err).__name__}); run the logit-cache stage"
             ) from None
         self.attrs: dict[str, Any] = dict(self._group.attrs)
-        if self.attrs.get("format") != CACHE_FORMAT:
-            raise CacheError(f"{self.path} is not a logit cache of format {CACHE_FORMAT!r}")
+        found = self.attrs.get("format")
+        if found != CACHE_FORMAT:
+            raise CacheError(
+                f"{self.path} is a logit cache of format {found!r}, this code reads {CACHE_FORMAT!r} (older caches "
+                "tied every logit beyond ±16 in one bin); run the logit-cache stage again, it replaces the cache"
+                if isinstance(found, str) and found.startswith("rts-logit-cache/")
+                else f"{self.path} is not a logit cache of format {CACHE_FORMAT!r}"
+            )
         b = self.attrs["bins"]
-        self.bins = LogitBins(n_bins=int(b["n_bins"]), lo=float(b["lo"]), hi=float(b["hi"]))
+        self.bins = LogitBins(
+            core_bins=int(b["core_bins"]), lo=float(b["lo"]), hi=float(b["hi"]), tail_octaves=int(b["tail_octaves"])
+        )
+        if self.bins.n_bins != int(b["n_bins"]):
+            raise CacheError(
+                f"the logit cache {self.path} holds {b['n_bins']} bins per histogram, its binning {b} has "
+                f"{self.bins.n_bins} here; run the logit-cache stage again"
+            )
         self.keys: list[str] = list(self.attrs["combos"])
 
     def _array(self, name: str) -> zarr.Array:

@@ -1,4 +1,10 @@
-"""Temperature scaling fitted on per-tile logit histograms: NLL and ECE without re-running the model."""
+"""Temperature scaling fitted on per-tile logit histograms: NLL and ECE without re-running the model.
+
+Each pixel's logit is taken at its bin's centre. The bins (`LogitBins`) are 1/64 logit wide in [-16, 16) and
+0.4-0.8 % of the logit wide beyond, out to ±512, so the centre moves a pixel's logit by at most 1/128 or
+0.4 %: the fitted T of a model whose logits reach ±150 is within 1 % of the pixel-level fit (tests). When
+the histograms clamped every logit beyond ±16 into one bin, a model with true T = 8 came out at 5-7.
+"""
 
 from __future__ import annotations
 
@@ -32,8 +38,9 @@ def _centres(bins: LogitBins, pos: np.ndarray) -> np.ndarray:
 def nll_from_hist(pos: np.ndarray, neg: np.ndarray, bins: LogitBins, temperature: float = 1.0) -> float:
     """Mean binary NLL per (weighted) pixel, each pixel's logit taken at its bin centre.
 
-    The bins are 1/64 logit wide by default, so the centre approximation moves the NLL by far less than
-    the differences temperature scaling makes.
+    The bins are 1/64 logit wide in the core and 0.4-0.8 % of the logit in the tails, so the centre
+    approximation moves the NLL by far less than the differences temperature scaling makes. Pixels in the
+    overflow bins (|logit| >= 512) count at ±768.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0; got {temperature}")

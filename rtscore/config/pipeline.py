@@ -461,7 +461,15 @@ class MetricsConfig(StrictModel):
         description="IoU thresholds for object matching (distinct, in (0, 1]; guide §6.2: 0.1, 0.3, 0.5).",
     )
     min_blob_size_px: int = Field(16, ge=1, description="Connected components smaller than this are dropped.")
-    pr_bins: int = Field(2048, ge=64, le=65536, description="Histogram bins for streaming PR-AUC.")
+    pr_bins: int = Field(
+        2048,
+        ge=64,
+        le=65536,
+        multiple_of=2,
+        description="Uniform logit-histogram bins over [-16, 16) for streaming PR-AUC, thresholds and temperature "
+        "(1/64 logit at 2048). Geometric tails out to ±512 (per octave, the largest power of two <= pr_bins/16) "
+        "and an overflow bin on each side are added: 3330 bins in all at 2048 (see rtscore/metrics/histograms.py).",
+    )
     bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples for PR-AUC intervals.")
 
     @field_validator("ratios")

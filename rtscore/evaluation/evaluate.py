@@ -84,7 +84,7 @@ def run_test_pass(
 
     assert dep.threshold is not None and dep.temperature is not None
     m = cfg.metrics
-    acc = TileHistogramAccumulator(LogitBins(n_bins=m.pr_bins))
+    acc = TileHistogramAccumulator(LogitBins(core_bins=m.pr_bins))
     objects = ObjectCounter(m.object_iou_thresholds, threshold=dep.threshold, min_blob_size_px=m.min_blob_size_px)
     run_model = prepare_model(model, dep.torch_compile)
     device = next(model.parameters()).device

@@ -44,7 +44,7 @@ def collect(
 ) -> PoolStats:
     """Run the model once over the pool at the training precision; keep per-tile histograms and object counts."""
     m = cfg.metrics
-    acc = TileHistogramAccumulator(LogitBins(n_bins=m.pr_bins))
+    acc = TileHistogramAccumulator(LogitBins(core_bins=m.pr_bins))
     objects = ObjectCounter(
         m.object_iou_thresholds, threshold=m.reporting_threshold, min_blob_size_px=m.min_blob_size_px
     )
@@ -69,9 +69,15 @@ def collect(
 
 
 def summarize(pool: PoolStats, cfg: PipelineConfig, *, prefix: str = "val", seed: int = 0) -> dict[str, float]:
-    """PR-AUC (1:1 and each 1:N, geomean), bootstrap intervals, pixel IoU/F1 at 0.5, object P/R/F1."""
+    """PR-AUC (1:1 and each 1:N, geomean), bootstrap intervals, pixel IoU/F1 at 0.5, object P/R/F1.
+
+    Also `<prefix>_logit_overflow_fraction`: the share of valid pixels whose logit is beyond ±512
+    (`LogitBins.top`), which the histograms can only tie with one another; above 0 the model's logits diverge.
+    """
     m = cfg.metrics
     out: dict[str, float] = {f"{prefix}_loss": pool.loss}
+    n_valid = int(pool.hist.n_valid.sum())
+    out[f"{prefix}_logit_overflow_fraction"] = pool.hist.n_overflow / n_valid if n_valid else math.nan
     out.update(pr_auc_at_ratios(pool.hist, m.ratios, prefix=prefix))
     out.update(pixel_metrics_at_ratios(pool.hist, m.ratios, threshold=m.reporting_threshold, prefix=prefix))
     out.update(object_metrics_at_ratios(pool.objects, m.ratios, prefix=prefix))

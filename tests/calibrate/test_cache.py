@@ -50,7 +50,7 @@ def test_cache_gives_the_pr_auc_of_the_full_probabilities(cached: tuple[Path, Lo
     h = cache.hist(combo).hist
     assert list(h.tile_ids) == ids
     # Same histograms as binning the recomputed logits (up to float noise moving a pixel across a bin edge).
-    acc = TileHistogramAccumulator(LogitBins(n_bins=cfg.metrics.pr_bins))
+    acc = TileHistogramAccumulator(LogitBins(core_bins=cfg.metrics.pr_bins))
     acc.add_batch(z, y, ids)
     ref = acc.result()
     assert np.abs(ref.pos.astype(np.int64) - h.pos).sum() <= 2
@@ -66,7 +66,12 @@ def test_cache_layout_grows_with_tiles_times_bins(cached: tuple[Path, LogitCache
     cfg = calib_config()
     combos = candidate_combos(cfg.calibration)
     assert cache.keys == [c.key for c in combos]
-    assert cache._group["hist"].shape == (len(combos), cache.n_tiles, 3, cfg.metrics.pr_bins)
+    assert cache._group["hist"].shape == (
+        len(combos),
+        cache.n_tiles,
+        3,
+        LogitBins(core_bins=cfg.metrics.pr_bins).n_bins,
+    )
     assert cache.attrs["precision"] == "fp32" and cache.attrs["torch_compile"] is False
     sizes = cache.nbytes()
     assert sizes["hist"] > 0 and sizes["total"] >= sizes["hist"] + sizes["dense"]
@@ -100,9 +105,25 @@ def test_missing_or_foreign_cache_is_a_clear_error(tmp_path: Path) -> None:
     import zarr
 
     g = zarr.open_group(str(tmp_path / "c.zarr"), mode="w", zarr_format=3)
-    g.attrs.update({"format": "rts-logit-cache/1", "bins": {"n_bins": 64, "lo": -16, "hi": 16}, "combos": []})
+    bins = {"core_bins": 64, "lo": -16, "hi": 16, "tail_octaves": 5, "n_bins": 64 + 2 * (5 * 4 + 1)}
+    g.attrs.update({"format": "rts-logit-cache/2", "bins": bins, "combos": []})
     with pytest.raises(CacheError, match="has no configuration tta=full"):
         LogitCache(tmp_path / "c.zarr").index(Combo("full", (1.0,)))
+    g.attrs["bins"] = {**bins, "n_bins": 64}
+    with pytest.raises(CacheError, match="holds 64 bins per histogram"):
+        LogitCache(tmp_path / "c.zarr")
+    # A cache of the ±16-clamped binning is refused with the way forward, never read with the new bins.
+    g.attrs.update({"format": "rts-logit-cache/1", "bins": {"n_bins": 64, "lo": -16, "hi": 16}})
+    with pytest.raises(CacheError, match=r"format 'rts-logit-cache/1'.*run the logit-cache stage again"):
+        LogitCache(tmp_path / "c.zarr")
     g.attrs["format"] = "something else"
     with pytest.raises(CacheError, match="not a logit cache"):
         LogitCache(tmp_path / "c.zarr")
+
+
+def test_every_stage_that_bins_logits_reruns_when_the_binning_changes() -> None:
+    """The histogram binning is in the code fingerprint of each stage that writes histograms or statistics
+    derived from them, so a change of binning recomputes them instead of reading them with other bins."""
+    for name in ("train-seed", "logit-cache", "calibrate", "evaluate-test"):
+        modules, _ = stages.code_closure(stages.BY_NAME[name].module)
+        assert "rtscore.metrics.histograms" in modules, name

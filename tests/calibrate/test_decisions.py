@@ -69,7 +69,7 @@ def test_unreachable_precision_falls_back_to_max_f1() -> None:
 
 
 def test_confusion_at_logit_counts_the_bins_above() -> None:
-    bins = LogitBins(n_bins=4, lo=-2.0, hi=2.0)
+    bins = LogitBins(core_bins=4, lo=-2.0, hi=2.0, tail_octaves=0)
     c = confusion_at_logit(np.array([0, 1, 2, 3.0]), np.array([4, 3, 2, 1.0]), bins, 0.0)
     assert (c.tp, c.fp, c.fn, c.tn) == (5.0, 3.0, 1.0, 7.0)
     assert confusion_at_logit(np.ones(4), np.ones(4), bins, -np.inf).tp == 4.0

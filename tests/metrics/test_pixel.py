@@ -71,7 +71,7 @@ def test_hist_and_streaming_match_numpy(seed: int) -> None:
 
 def test_threshold_on_a_bin_edge_is_exact() -> None:
     bins = LogitBins()
-    edge = float(bins.edges[1100])  # an exact edge at 76/64 logits
+    edge = float(bins.edges[bins.zero_index + 76])  # an exact edge at 76/64 logits
     threshold = 1 / (1 + math.exp(-edge))
     # Pixels exactly on the edge are positive, the next float below is not.
     logits = np.array([[[edge, np.nextafter(edge, -1, dtype=np.float32), 0.0, -np.float32(1e-30)]]], np.float32)
@@ -124,6 +124,6 @@ def test_undefined_reductions_are_nan_and_bad_labels_raise() -> None:
         PixelConfusion().update(torch.zeros(1, 2, 2), torch.full((1, 2, 2), 2))
     with pytest.raises(ValueError, match=r"\(0, 1\)"):
         prob_to_logit(1.0)
-    assert confusion_from_hist(np.array([1.0, 2.0]), np.array([3.0, 4.0]), LogitBins(2, -1, 1)) == ConfusionCounts(
-        tp=2, fp=4, fn=1, tn=3
-    )
+    assert confusion_from_hist(
+        np.array([1.0, 2.0]), np.array([3.0, 4.0]), LogitBins(2, -1, 1, tail_octaves=0)
+    ) == ConfusionCounts(tp=2, fp=4, fn=1, tn=3)

@@ -60,31 +60,64 @@ def sk_ap(logits: np.ndarray, labels: np.ndarray, weight: np.ndarray | None = No
 # --------------------------------------------------------------------------- binning and accumulation
 def test_bins_put_zero_on_an_edge_and_index_by_arithmetic() -> None:
     bins = LogitBins()
-    assert bins.width == 1 / 64 and bins.zero_index == 1024
-    assert bins.edges[bins.zero_index] == 0.0
-    x = np.array([-1e-30, -0.0, 0.0, 1e-30, 1 / 64, -100.0, 100.0, np.inf, -np.inf], np.float32)
-    np.testing.assert_array_equal(bins.index(x), [1023, 1024, 1024, 1024, 1025, 0, 2047, 2047, 0])
+    t = bins.n_tail  # 5 octaves x 128 tail bins + 1 overflow bin on each side of the 2048-bin core
+    assert bins.width == 1 / 64 and t == 641 and bins.n_bins == 2048 + 2 * 641 and bins.zero_index == t + 1024
+    assert bins.edges[bins.zero_index] == 0.0 and bins.edges[t] == -16.0 and bins.edges[t + 2048] == 16.0
+    x = np.array([-1e-30, -0.0, 0.0, 1e-30, 1 / 64, -100.0, 100.0, np.inf, -np.inf, 512.0, -512.0], np.float32)
+    z = bins.zero_index
+    idx = bins.index(x)
+    np.testing.assert_array_equal(idx[:5], [z - 1, z, z, z, z + 1])
+    assert (
+        bins.edges[idx[5]] <= -100.0 < bins.edges[idx[5] + 1] and bins.edges[idx[6]] <= 100.0 < bins.edges[idx[6] + 1]
+    )
+    np.testing.assert_array_equal(idx[7:], [bins.n_bins - 1, 0, bins.n_bins - 1, 1])  # overflow: >= 512, < -512
     centres = bins.centres
-    np.testing.assert_array_equal(bins.index(centres), np.arange(2048))
-    np.testing.assert_array_equal(bins.index(bins.edges[:-1]), np.arange(2048))
+    np.testing.assert_array_equal(bins.index(centres), np.arange(bins.n_bins))
+    np.testing.assert_array_equal(bins.index(bins.edges[:-1]), np.arange(bins.n_bins))
     np.testing.assert_array_equal(bins.index(torch.tensor(centres[:5])), np.arange(5))
 
 
+def test_tail_bins_are_exact_at_every_edge_in_every_float_width() -> None:
+    """Each finite edge starts its bin and the float just below it belongs to the bin before, in float32 and
+    float64, on the numpy and the torch kernel alike; tail bins are 0.4-0.8 % of their logit wide."""
+    bins = LogitBins()
+    inner = bins.edges[1:-1]
+    for dtype in (np.float32, np.float64):
+        e = inner.astype(dtype)
+        assert np.array_equal(e.astype(np.float64), inner)  # every edge is representable
+        below = np.nextafter(e, dtype(-np.inf))
+        np.testing.assert_array_equal(bins.index(e), np.arange(1, bins.n_bins))
+        np.testing.assert_array_equal(bins.index(below), np.arange(0, bins.n_bins - 1))
+        x = np.concatenate([e, below, [np.inf, -np.inf, dtype(1e30), dtype(-1e30)]])[None, None]
+        y = np.zeros(x.shape, np.uint8)
+        ref = _tile_counts_numpy(x, y, bins, [0])
+        np.testing.assert_array_equal(ref, _tile_counts_torch(torch.from_numpy(x), torch.from_numpy(y), bins, [0]))
+    tail = bins.edges[bins.n_tail + 2048 : -1]
+    rel = np.diff(tail) / tail[:-1]
+    assert tail[0] == 16.0 and tail[-1] == bins.top == 512.0
+    assert rel.min() > 0.0038 and rel.max() < 0.0079
+
+
 def test_bins_reject_zero_off_an_edge_and_nan() -> None:
-    with pytest.raises(ValueError, match="even n_bins"):
-        LogitBins(n_bins=2047)
+    with pytest.raises(ValueError, match="even core_bins"):
+        LogitBins(core_bins=2047)
     with pytest.raises(ValueError, match="lo < 0 < hi"):
         LogitBins(lo=1.0, hi=2.0)
+    with pytest.raises(ValueError, match="power of two"):
+        LogitBins(core_bins=240, lo=-15.0, hi=15.0)
     with pytest.raises(ValueError, match="NaN"):
         LogitBins().index(np.array([0.0, np.nan]))
 
 
 def test_threshold_index_exact_at_edges_nearest_otherwise() -> None:
     bins = LogitBins()
-    assert bins.threshold_index(0.0) == 1024
-    assert bins.threshold_index(1 / 64) == 1025
-    assert bins.threshold_index(0.3 / 64) == 1024  # nearest edge
-    assert bins.threshold_index(-1e9) == 0 and bins.threshold_index(1e9) == 2048
+    z = bins.zero_index
+    assert bins.threshold_index(0.0) == z
+    assert bins.threshold_index(1 / 64) == z + 1
+    assert bins.threshold_index(0.3 / 64) == z  # nearest edge
+    assert bins.threshold_index(20.0) == z + 1024 + 32 and bins.edges[z + 1024 + 32] == 20.0  # 16 x (1 + 32/128)
+    assert bins.threshold_index(-1e9) == 0 and bins.threshold_index(1e9) == bins.n_bins
+    assert bins.threshold_index(512.0) == bins.n_bins - 1  # exactly the overflow bin
 
 
 def test_ignore_pixels_never_counted() -> None:
@@ -108,14 +141,15 @@ def test_ignore_pixels_never_counted() -> None:
 def test_memory_is_tiles_times_bins() -> None:
     rng = np.random.default_rng(1)
     logits, labels = make_pool(rng, 10, 90, size=16)
-    bins = LogitBins(n_bins=512, lo=-8.0, hi=8.0)
+    bins = LogitBins(core_bins=512, lo=-8.0, hi=8.0)
+    assert bins.tail_per_octave == 32 and bins.n_bins == 512 + 2 * (5 * 32 + 1)  # the tails scale with the core
     acc = TileHistogramAccumulator(bins)
     for s in range(0, 100, 7):
         acc.add_batch(logits[s : s + 7], labels[s : s + 7], [f"t{i}" for i in range(s, min(s + 7, 100))])
     h = acc.result()
-    assert h.pos.shape == h.neg.shape == (100, 512)
+    assert h.pos.shape == h.neg.shape == (100, bins.n_bins)
     assert h.pos.dtype == np.uint32
-    assert acc.nbytes == h.nbytes == 100 * 512 * 2 * 4
+    assert acc.nbytes == h.nbytes == 100 * bins.n_bins * 2 * 4
     assert h.tile_ids[:2] == ("t0", "t1") and h.n_pos_tiles == 10 and h.n_neg_tiles == 90
 
 
@@ -293,8 +327,8 @@ def test_random_subsample_varies_while_reweighted_is_fixed() -> None:
 # --------------------------------------------------------------------------- PR curve and threshold selection
 def test_pr_curve_matches_sklearn_on_bin_centres() -> None:
     rng = np.random.default_rng(11)
-    bins = LogitBins(n_bins=256, lo=-8.0, hi=8.0)
-    x = bins.centres[rng.integers(0, 256, 20_000)].reshape(2, 100, 100)
+    bins = LogitBins(core_bins=256, lo=-8.0, hi=8.0)
+    x = bins.centres[rng.integers(0, bins.n_bins, 20_000)].reshape(2, 100, 100)
     y = ((rng.random(x.shape) < 0.02) | (x > 4)).astype(np.uint8)
     h = accumulate(x, y, bins)
     curve = precision_recall_curve_from_hist(h.pos.sum(0), h.neg.sum(0), bins)
