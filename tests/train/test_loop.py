@@ -194,3 +194,23 @@ def test_resume_from_a_checkpoint_with_the_old_dict_state(run_copy: Path, tmp_pa
     summary = json.loads((a / "run_summary.json").read_text())
     assert summary["best_epoch"] == expected.best_epoch
     assert summary["best_val_realistic_pr_auc_geomean_smoothed"] == expected.best_metric
+
+
+@pytest.mark.slow
+def test_truncated_resume_latest_resumes_from_the_last_intact_epoch(run_copy: Path) -> None:
+    """Issue 11.15: `rts train` again after a truncated resume_latest.pth continues from resume_epoch_NNNN.pth."""
+    cfg = tiny_train_config(max_epochs=3)
+
+    def kill(epoch: int, row: dict) -> None:
+        if epoch == 2:
+            raise KeyboardInterrupt("simulated kill")
+
+    with pytest.raises(KeyboardInterrupt):
+        train_seed(cfg, run_copy, 5, on_epoch_end=kill)
+    seed_dir = run_copy / "seeds/seed_5"
+    latest = seed_dir / "resume_latest.pth"
+    latest.write_bytes(latest.read_bytes()[:100])
+    result = train_seed(cfg, run_copy, 5)
+    assert result.epochs_run == 3
+    assert [json.loads(x)["epoch"] for x in (seed_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert ckpt.load(latest)["epoch"] == 3
