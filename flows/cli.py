@@ -501,6 +501,20 @@ def _log_to_stdout() -> None:
     logger.propagate = False  # Prefect's console handler on the root would print every line twice
 
 
+def error_message(err: PipelineError) -> str:
+    """The error's own message. An error raised in a DataLoader worker comes back re-raised with the worker's
+    whole traceback as its message ("Caught X in DataLoader worker process 0. Original Traceback ..."): the
+    message is its last line(s), after the exception's name."""
+    text = str(err)
+    if text.startswith("Caught ") and "Original Traceback" in text:
+        kind = type(err)
+        for marker in (f"{kind.__module__}.{kind.__qualname__}: ", f"{kind.__name__}: "):
+            at = text.rfind(marker)
+            if at >= 0:
+                return text[at + len(marker) :].strip()
+    return text
+
+
 def run(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse and dispatch: a PipelineError prints as one line (exit 2); Ctrl-C says how to resume."""
     args = p.parse_args(argv)
@@ -508,7 +522,7 @@ def run(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except PipelineError as err:
-        print(f"rts {args.command}: error: {err}", file=sys.stderr)
+        print(f"rts {args.command}: error: {error_message(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"rts {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)

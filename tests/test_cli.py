@@ -131,6 +131,27 @@ def test_pipeline_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> Non
     assert err.count("\n") == 1 and "threshold is null" in err
 
 
+def test_an_error_from_a_dataloader_worker_is_still_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11.16: a loader check failing in a worker process reaches the user as its own message."""
+    from torch._utils import ExceptionWrapper
+
+    from flows.cli import run
+    from rtscore.data.dataset import SampleValueError
+
+    try:
+        raise SampleValueError("tile t0003 (index 3 of store /x/train.zarr): label values [7] outside {0, 1, 255}")
+    except SampleValueError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+
+    def train(args: object) -> int:
+        wrapped.reraise()
+        return 0
+
+    assert run(_with_command(train), ["boom"]) == 2
+    err = capsys.readouterr().err
+    assert err == "rts boom: error: tile t0003 (index 3 of store /x/train.zarr): label values [7] outside {0, 1, 255}\n"
+
+
 def test_a_bug_is_not_dressed_as_a_user_error() -> None:
     from flows.cli import run
 

@@ -12,14 +12,20 @@ import numpy as np
 from rtscore.data.legacy_npz import BatchedNpzSource
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
 from rtscore.data.store import TileMetadata, TileStoreError, ZarrTileStore, read_store_attrs
-from rtscore.data.tiles import StoredSample
+from rtscore.data.tiles import IGNORE_INDEX, StoredSample
 from rtscore.data.transforms import SamplePipeline
+from rtscore.errors import PipelineError
 from rtscore.storage.layout import RunLayout
 
 if TYPE_CHECKING:
     import torch
 
     from rtscore.config.pipeline import PipelineConfig
+
+
+class SampleValueError(PipelineError, ValueError):
+    """A tile holds values training cannot use (labels outside {0, 1, 255}, non-finite inputs); the message
+    names the tile and where it is stored."""
 
 
 class TileSource(Protocol):
@@ -165,6 +171,7 @@ class TileDataset:
         if self.augmenting:
             seed = aug_seed if aug_seed is not None else self._sample_seed(position)
         image, label, valid = self.pipeline(rgb, extra, s.alpha, s.label, seed)
+        check_sample(s, image, self.source, self.stats.channel_names)
         return {
             "image": torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)),
             "label": torch.from_numpy(np.ascontiguousarray(label, dtype=np.int64)),
@@ -173,6 +180,42 @@ class TileDataset:
             "tile_id": s.tile_id,
             "region": s.region,
         }
+
+
+def check_sample(sample: StoredSample, image: np.ndarray, source: TileSource, channels: Sequence[str]) -> None:
+    """What data validation checks, on every sample the loader yields (so training never starts on them
+    unvalidated): stored labels in {0, 1, 255} and a finite model input. Vectorised; about a millisecond
+    for a 512 px tile.
+
+    Raises:
+        SampleValueError: naming the tile, its index and its store (or source), and what was found.
+    """
+    label = sample.label
+    bad_label = (label > 1) & (label != IGNORE_INDEX)
+    if bad_label.any():
+        values = np.unique(label[bad_label]).tolist()
+        raise SampleValueError(
+            f"tile {sample.tile_id} ({where_stored(source, sample.index)}): label values {values} outside "
+            "{0, 1, 255} in the stored labels; fix the labels and regenerate the store (rts validate checks all)"
+        )
+    finite = np.isfinite(image)
+    if not finite.all():
+        per_channel = (~finite).reshape(image.shape[0], -1).sum(axis=1)
+        names = [f"{channels[c] if c < len(channels) else c} ({int(n)} px)" for c, n in enumerate(per_channel) if n]
+        raise SampleValueError(
+            f"tile {sample.tile_id} ({where_stored(source, sample.index)}): non-finite values (NaN or inf) in "
+            f"the model input, channels {', '.join(names)}; the stored bands hold NaN/inf in valid pixels "
+            "(mark them NoData in the alpha band, or fill them) and regenerate the store"
+        )
+
+
+def where_stored(source: TileSource, index: int) -> str:
+    """``store <path>, index i`` of a position of ``source`` (a joined source names the member store)."""
+    if isinstance(source, ConcatSource):
+        k, j = source.locate(index)
+        return where_stored(source.sources[k], j)
+    path = getattr(source, "path", None)
+    return f"index {index} of {'store ' + str(path) if path is not None else type(source).__name__}"
 
 
 def open_source(path: str | Path, mask_type: str = "exact", extra_channels: list[str] | None = None) -> TileSource:
