@@ -339,7 +339,7 @@ def _stage_params(args: argparse.Namespace) -> Any:
     )
 
 
-def _stage_args(p: argparse.ArgumentParser, *, seeds_help: str = "seeds (default: training.seeds)") -> None:
+def _stage_args(p: argparse.ArgumentParser, *, seeds_help: str) -> None:
     p.add_argument("--config", required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)")
     p.add_argument("--run", help="run directory (default: artifacts/<config file name>)")
     p.add_argument("--seeds", type=int, nargs="+", help=seeds_help)
@@ -465,17 +465,17 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(func=_pipeline)
 
     c = sub.add_parser("calibrate", help="logit caches, TTA/scale gates, temperature and threshold (calibrate flow)")
-    _stage_args(c)
+    _stage_args(c, seeds_help="trained seeds to calibrate together (default: every seed trained in the run)")
     c.set_defaults(func=_calibrate)
 
     e = sub.add_parser("evaluate-test", help="Test-Realistic with the frozen deployment config, mean ± std")
-    _stage_args(e)
+    _stage_args(e, seeds_help="calibrated seeds (default: the seeds of the last calibration)")
     e.set_defaults(func=_evaluate_test)
 
     k = sub.add_parser("package", help="build or verify the deployment package")
     ksub = k.add_subparsers(dest="package_command", required=True, metavar="{build,verify}")
     kb = ksub.add_parser("build", help="assemble <run>/package/ from the shipped seed (package flow)")
-    _stage_args(kb, seeds_help="the calibrated seeds (default: training.seeds)")
+    _stage_args(kb, seeds_help="the seeds calibrated together (default: the seeds of the last calibration)")
     kb.set_defaults(func=_package_build)
     kv = ksub.add_parser("verify", help="audit a package without unpickling, then load it and run one tile")
     kv.add_argument("dir", help="package directory")
