@@ -211,8 +211,13 @@ def _drift(args: argparse.Namespace) -> int:
 
 
 def _quiet_ephemeral_prefect() -> None:
-    """No telemetry from the temporary local server (offline machines; it also races SQLite at start-up)."""
+    """Prefect's API for a flow command: no telemetry from the temporary local server (offline machines; it also
+    races SQLite at start-up), and that server started up front (a generous start-up limit, stopped even when
+    this process is killed: :func:`flows.common.start_local_api`) unless PREFECT_API_URL names a server."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.common import start_local_api
+
+    start_local_api()
 
 
 def _data(args: argparse.Namespace) -> int:
