@@ -30,14 +30,16 @@ def save_atomic(obj: Any, path: Path) -> None:
     """torch.save to a temporary name, fsync, then rename: a crash never leaves a torn checkpoint."""
     import torch
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with tmp.open("wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         tmp.replace(path)
+    except OSError as err:  # permission denied, disk full: the previous checkpoint stays intact
+        raise CheckpointError(f"cannot write checkpoint {path}: {err.strerror or type(err).__name__}") from err
     finally:
         tmp.unlink(missing_ok=True)
 
