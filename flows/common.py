@@ -75,7 +75,7 @@ def start_local_api() -> int | None:
         server.start(timeout=timeout)
     except RuntimeError as err:
         server.stop()  # a server still starting up would otherwise outlive us
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        first = (str(err).splitlines() or [type(err).__name__])[0][:200]  # not the server's whole stdout/stderr
         raise PrefectServerError(
             f"Prefect's temporary API server did not start within {timeout} s ({first}); on a loaded machine "
             f"set {STARTUP_TIMEOUT_ENV} higher (e.g. 600), or set PREFECT_API_URL to a running Prefect server"

@@ -124,9 +124,11 @@ class TileDataset:
         exclude_full_nodata: bool = True,
         indices: Sequence[int] | None = None,
         seed: int = 0,
+        check_values: bool = True,
     ) -> None:
         self.source = source
         self.stats = stats
+        self.check_values = check_values  # off only where the caller reports these checks itself (validation)
         names = getattr(source, "channel_names", None)
         if names is not None and list(names) != list(stats.channel_names):
             raise NormalizationStatsError(
@@ -171,7 +173,8 @@ class TileDataset:
         if self.augmenting:
             seed = aug_seed if aug_seed is not None else self._sample_seed(position)
         image, label, valid = self.pipeline(rgb, extra, s.alpha, s.label, seed)
-        check_sample(s, image, self.source, self.stats.channel_names)
+        if self.check_values:
+            check_sample(s, image, self.source, self.stats.channel_names)
         return {
             "image": torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)),
             "label": torch.from_numpy(np.ascontiguousarray(label, dtype=np.int64)),
@@ -227,11 +230,19 @@ def open_source(path: str | Path, mask_type: str = "exact", extra_channels: list
 
 
 def build_dataset(
-    cfg: PipelineConfig, store: str | Path | TileSource, stats: NormalizationStats, *, train: bool, seed: int = 0
+    cfg: PipelineConfig,
+    store: str | Path | TileSource,
+    stats: NormalizationStats,
+    *,
+    train: bool,
+    seed: int = 0,
+    check_values: bool = True,
 ) -> TileDataset:
     """The dataset of one split as the config says (augmentation only when ``train``).
 
     ``store`` is a path (opened with :func:`open_source`) or an already opened source (e.g. a ConcatSource).
+    ``check_values`` (:func:`check_sample` on every sample) is off only for data validation, which reports
+    the same checks per tile in its report instead of stopping at the first.
     """
     if isinstance(store, str | Path):
         source = open_source(store, cfg.data.mask_type, [c.name for c in cfg.channels.extra])
@@ -246,6 +257,7 @@ def build_dataset(
         boundary_ignore_width=cfg.loss.boundary_ignore_width,
         exclude_full_nodata=cfg.data.exclude_full_nodata,
         seed=seed,
+        check_values=check_values,
     )
 
 
