@@ -19,8 +19,46 @@ from typing import Any
 
 from flows.params import TRAIN_SEED_DEPLOYMENT
 from rtscore.errors import PipelineError
-from rtscore.storage import RunLayout, StorageError
+from rtscore.storage import RunLayout, StorageError, check_writable
 from rtscore.storage import absolute_location as absolute
+
+GS_SUPPORT = (
+    "gs:// is taken by --run of rts data, train, run, calibrate, evaluate-test and package build, and by "
+    "--data-root of rts generate --source geotiff"
+)
+
+
+def _local_path(value: str) -> str:
+    """argparse type of an option that takes a local path: a URI is refused, saying where gs:// is taken
+    (instead of becoming the local path 'gs:/bucket/...')."""
+    if "://" in value:
+        raise argparse.ArgumentTypeError(
+            f"{value} is a URI, this option takes a local path ({GS_SUPPORT}); copy it here first, "
+            f"e.g. gcloud storage cp -r {value} ."
+        )
+    return value
+
+
+def _local_output(value: str) -> str:
+    """argparse type of a local output location: refused at once when it cannot be written."""
+    _local_path(value)
+    try:
+        check_writable(value)
+    except StorageError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+def _run_location(value: str) -> str:
+    """argparse type of --run of a pipeline command: a gs:// URI, or a local directory that can be written."""
+    if value.startswith("gs://"):
+        return value
+    return _local_output(value)
+
+
+def _data_root(value: str) -> str:
+    """argparse type of --data-root: a gs:// prefix or a local directory."""
+    return value if value.startswith("gs://") else _local_path(value)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -93,8 +131,9 @@ def _stats(args: argparse.Namespace) -> int:
         cfg = load_pipeline_config(args.config)
         extra = cfg.channels.extra  # names and EXTRA bands: the store must have been written with this binding
         clip = clip or cfg.normalization.clip_percentiles
-    stats = compute_normalization_stats(args.dataset, extra_channels=extra, clip_percentiles=clip, progress=True)
     out = Path(args.output) if args.output else Path(args.dataset).parent / "normalization_stats.json"
+    check_writable(out)  # before the pass over the store, not after it
+    stats = compute_normalization_stats(args.dataset, extra_channels=extra, clip_percentiles=clip, progress=True)
     write_normalization_stats(stats, out)
     print(json.dumps(stats.to_json(), indent=2))
     print(f"wrote {out}")
@@ -135,6 +174,7 @@ def _validate(args: argparse.Namespace) -> int:
     if not stats.exists():
         raise StorageError(f"normalization stats not found at {stats}; run `rts stats --dataset <train.zarr>` first")
     out = Path(args.output) if args.output else root / "validation"
+    check_writable(out)
     report = validate_data(
         cfg, stores, stats, out, max_batches=args.max_batches, num_workers=args.workers, progress=True
     )
@@ -230,8 +270,13 @@ def _drift(args: argparse.Namespace) -> int:
 
 
 def _quiet_ephemeral_prefect() -> None:
-    """No telemetry from the temporary local server (offline machines; it also races SQLite at start-up)."""
+    """Prefect's API for a flow command: no telemetry from the temporary local server (offline machines; it also
+    races SQLite at start-up), and that server started up front (a generous start-up limit, stopped even when
+    this process is killed: :func:`flows.common.start_local_api`) unless PREFECT_API_URL names a server."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.common import start_local_api
+
+    start_local_api()
 
 
 def _data(args: argparse.Namespace) -> int:
@@ -358,9 +403,13 @@ def _stage_params(args: argparse.Namespace) -> Any:
     )
 
 
-def _stage_args(p: argparse.ArgumentParser, *, seeds_help: str = "seeds (default: training.seeds)") -> None:
-    p.add_argument("--config", required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)")
-    p.add_argument("--run", help="run directory (default: artifacts/<config file name>)")
+def _stage_args(p: argparse.ArgumentParser, *, seeds_help: str) -> None:
+    p.add_argument(
+        "--config", type=_local_path, required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)"
+    )
+    p.add_argument(
+        "--run", type=_run_location, help="run directory or gs:// URI (default: artifacts/<config file name>)"
+    )
     p.add_argument("--seeds", type=int, nargs="+", help=seeds_help)
     p.add_argument("--refresh", action="store_true", help="recompute (ignore cached results)")
 
@@ -373,25 +422,32 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--source", default=None, choices=["synthetic", "geotiff"], help="data source (default: the config's source)"
     )
-    g.add_argument("--config", required=True, help="generation config YAML (configs/generation/...)")
-    g.add_argument("--output", required=True, help="output store, e.g. datasets/train.zarr")
+    g.add_argument("--config", type=_local_path, required=True, help="generation config YAML (configs/generation/...)")
+    g.add_argument("--output", type=_local_output, required=True, help="output store, e.g. datasets/train.zarr")
     g.add_argument("--workers", type=int, default=None, help="worker processes (default: processing.num_workers)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing store")
     g.add_argument("--restart", action="store_true", help="discard an interrupted generation instead of resuming")
-    g.add_argument("--data-root", help="--source geotiff: root with PLANET-RGB/, EXTRA/, labels/, metadata.csv")
+    g.add_argument(
+        "--data-root", type=_data_root, help="--source geotiff: root with PLANET-RGB/, EXTRA/, labels/, metadata.csv"
+    )
     g.set_defaults(func=_generate)
 
     sg = sub.add_parser("synth-geotiff", help="write the synthetic scenes of a generation config as GeoTIFFs")
     sg.add_argument(
-        "--config", required=True, help="a generation config (one split) or a pipeline config (all its splits)"
+        "--config",
+        type=_local_path,
+        required=True,
+        help="a generation config (one split) or a pipeline config (all its splits)",
     )
-    sg.add_argument("--output", required=True, help="data root to create (PLANET-RGB/, EXTRA/, labels/, ...)")
+    sg.add_argument(
+        "--output", type=_local_output, required=True, help="data root to create (PLANET-RGB/, EXTRA/, labels/, ...)"
+    )
     sg.add_argument("--overwrite", action="store_true", help="replace an existing data root")
     sg.set_defaults(func=_synth_geotiff)
 
     s = sub.add_parser("stats", help="normalization stats of a train store (train split only)")
-    s.add_argument("--dataset", required=True, help="the train store (.zarr)")
-    s.add_argument("--config", help="pipeline config (selects channels.extra and clipping)")
+    s.add_argument("--dataset", type=_local_path, required=True, help="the train store (.zarr)")
+    s.add_argument("--config", type=_local_path, help="pipeline config (selects channels.extra and clipping)")
     s.add_argument(
         "--clip",
         type=float,
@@ -399,29 +455,33 @@ def parser() -> argparse.ArgumentParser:
         metavar=("LOW", "HIGH"),
         help="percentile clipping, 0 <= LOW < HIGH <= 100 (default: normalization.clip_percentiles of --config)",
     )
-    s.add_argument("--output", help="default: normalization_stats.json next to the store")
+    s.add_argument("--output", type=_local_output, help="default: normalization_stats.json next to the store")
     s.set_defaults(func=_stats)
 
     v = sub.add_parser("validate", help="check the datasets through the DataLoader and write a report")
-    v.add_argument("--dataset", required=True, help="a directory with <split>.zarr stores, or one store")
-    v.add_argument("--config", required=True, help="pipeline/training config YAML")
-    v.add_argument("--stats", help="normalization_stats.json (default: next to the datasets)")
-    v.add_argument("--output", help="report directory (default: <dataset>/validation)")
+    v.add_argument(
+        "--dataset", type=_local_path, required=True, help="a directory with <split>.zarr stores, or one store"
+    )
+    v.add_argument("--config", type=_local_path, required=True, help="pipeline/training config YAML")
+    v.add_argument("--stats", type=_local_path, help="normalization_stats.json (default: next to the datasets)")
+    v.add_argument("--output", type=_local_output, help="report directory (default: <dataset>/validation)")
     v.add_argument("--max-batches", type=int, default=None, help="check at most this many batches per split")
     v.add_argument("--workers", type=int, default=0, help="DataLoader workers")
     v.set_defaults(func=_validate)
 
     i = sub.add_parser("import-npz", help="convert a legacy batched .npz dataset into a Zarr tile store")
-    i.add_argument("--input", required=True, help="legacy dataset dir (with exact_masks/ or metadata.json)")
-    i.add_argument("--output", required=True, help="output store (.zarr)")
+    i.add_argument(
+        "--input", type=_local_path, required=True, help="legacy dataset dir (with exact_masks/ or metadata.json)"
+    )
+    i.add_argument("--output", type=_local_output, required=True, help="output store (.zarr)")
     i.add_argument("--split", required=True, choices=["train", "val", "test"], help="split the data belongs to")
     i.add_argument("--shard-tiles", type=int, default=32, help="tiles per shard")
     i.add_argument("--overwrite", action="store_true", help="replace an existing store")
     i.set_defaults(func=_import_npz)
 
     n = sub.add_parser("noise-floor", help="repeat validation on a seed's best checkpoint; suggest min_delta")
-    n.add_argument("--config", required=True, help="pipeline config YAML")
-    n.add_argument("--run", required=True, help="run directory with the trained seed")
+    n.add_argument("--config", type=_local_path, required=True, help="pipeline config YAML")
+    n.add_argument("--run", type=_local_path, required=True, help="run directory with the trained seed")
     n.add_argument(
         "--seed", type=int, default=None, help="which seed's best_deployment.pth (default: training.seed of the config)"
     )
@@ -430,18 +490,28 @@ def parser() -> argparse.ArgumentParser:
     n.set_defaults(func=_noise_floor)
 
     b = sub.add_parser("profile-batch", help="largest batch size that fits the configured model on this device")
-    b.add_argument("--config", required=True, help="pipeline config YAML (model, tile size, precision)")
+    b.add_argument(
+        "--config", type=_local_path, required=True, help="pipeline config YAML (model, tile size, precision)"
+    )
     b.add_argument("--max-memory-gb", type=float, default=None, help="on CPU: treat peak RSS growth above this as OOM")
     b.add_argument("--max-batch", type=int, default=512, help="stop the search at this batch size")
     b.add_argument("--steps", type=int, default=2, help="timed training steps per batch size")
-    b.add_argument("--output", help="also write the markdown report here")
+    b.add_argument("--output", type=_local_output, help="also write the markdown report here")
     b.set_defaults(func=_profile_batch)
     pr = sub.add_parser("predict", help="probability and mask COGs of GeoTIFFs from a deployment package")
-    pr.add_argument("--package", required=True, help="deployment package directory (rts package build)")
-    pr.add_argument("--input", required=True, help="a GeoTIFF (R, G, B [, alpha]) or a directory of them")
-    pr.add_argument("--output", required=True, help="directory for <name>_prob.tif and <name>_mask.tif")
+    pr.add_argument(
+        "--package", type=_local_path, required=True, help="deployment package directory (rts package build)"
+    )
+    pr.add_argument(
+        "--input", type=_local_path, required=True, help="a GeoTIFF (R, G, B [, alpha]) or a directory of them"
+    )
+    pr.add_argument(
+        "--output", type=_local_output, required=True, help="directory for <name>_prob.tif and <name>_mask.tif"
+    )
     pr.add_argument("--stride", type=int, default=None, help="window stride in pixels (default: half a tile)")
-    pr.add_argument("--extra", default=None, help="EXTRA raster of a single input (default: <name>_extra.tif)")
+    pr.add_argument(
+        "--extra", type=_local_path, default=None, help="EXTRA raster of a single input (default: <name>_extra.tif)"
+    )
     pr.add_argument(
         "--device",
         default="auto",
@@ -450,19 +520,29 @@ def parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=_predict)
 
     dr = sub.add_parser("drift", help="compare new imagery with the package's normalization stats (guide §4.1)")
-    dr.add_argument("--package", required=True, help="deployment package directory")
-    dr.add_argument("--input", required=True, help="a GeoTIFF or a directory of them (<name>_extra.tif siblings)")
-    dr.add_argument("--output", required=True, help="directory for drift_report.json and drift_report.md")
+    dr.add_argument("--package", type=_local_path, required=True, help="deployment package directory")
+    dr.add_argument(
+        "--input", type=_local_path, required=True, help="a GeoTIFF or a directory of them (<name>_extra.tif siblings)"
+    )
+    dr.add_argument(
+        "--output", type=_local_output, required=True, help="directory for drift_report.json and drift_report.md"
+    )
     dr.set_defaults(func=_drift)
     d = sub.add_parser("data", help="run the data-pipeline flow (generate -> stats -> validate) into a run dir")
-    d.add_argument("--config", required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)")
-    d.add_argument("--run", required=True, help="run directory, e.g. artifacts/quickstart")
+    d.add_argument(
+        "--config", type=_local_path, required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)"
+    )
+    d.add_argument(
+        "--run", type=_run_location, required=True, help="run directory or gs:// URI, e.g. artifacts/quickstart"
+    )
     d.add_argument("--refresh", action="store_true", help="recompute every stage (ignore cached results)")
     d.set_defaults(func=_data)
 
     t = sub.add_parser("train", help="train one seed (train-seed flow) or several (multi-seed-train flow)")
-    t.add_argument("--config", required=True, help="pipeline config YAML")
-    t.add_argument("--run", required=True, help="run directory holding the data stages' outputs")
+    t.add_argument("--config", type=_local_path, required=True, help="pipeline config YAML")
+    t.add_argument(
+        "--run", type=_run_location, required=True, help="run directory (or gs:// URI) with the data stages' outputs"
+    )
     t.add_argument(
         "--seed",
         type=int,
@@ -501,20 +581,20 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(func=_pipeline)
 
     c = sub.add_parser("calibrate", help="logit caches, TTA/scale gates, temperature and threshold (calibrate flow)")
-    _stage_args(c)
+    _stage_args(c, seeds_help="trained seeds to calibrate together (default: every seed trained in the run)")
     c.set_defaults(func=_calibrate)
 
     e = sub.add_parser("evaluate-test", help="Test-Realistic with the frozen deployment config, mean ± std")
-    _stage_args(e)
+    _stage_args(e, seeds_help="calibrated seeds (default: the seeds of the last calibration)")
     e.set_defaults(func=_evaluate_test)
 
     k = sub.add_parser("package", help="build or verify the deployment package")
     ksub = k.add_subparsers(dest="package_command", required=True, metavar="{build,verify}")
     kb = ksub.add_parser("build", help="assemble <run>/package/ from the shipped seed (package flow)")
-    _stage_args(kb, seeds_help="the calibrated seeds (default: training.seeds)")
+    _stage_args(kb, seeds_help="the seeds calibrated together (default: the seeds of the last calibration)")
     kb.set_defaults(func=_package_build)
     kv = ksub.add_parser("verify", help="audit a package without unpickling, then load it and run one tile")
-    kv.add_argument("dir", help="package directory")
+    kv.add_argument("dir", type=_local_path, help="package directory")
     kv.add_argument("--device", default="cpu", help="device for the one-tile forward pass (default cpu)")
     kv.set_defaults(func=_package_verify)
     return p
@@ -537,6 +617,20 @@ def _log_to_stdout() -> None:
     logger.propagate = False  # Prefect's console handler on the root would print every line twice
 
 
+def error_message(err: PipelineError) -> str:
+    """The error's own message. An error raised in a DataLoader worker comes back re-raised with the worker's
+    whole traceback as its message ("Caught X in DataLoader worker process 0. Original Traceback ..."): the
+    message is its last line(s), after the exception's name."""
+    text = str(err)
+    if text.startswith("Caught ") and "Original Traceback" in text:
+        kind = type(err)
+        for marker in (f"{kind.__module__}.{kind.__qualname__}: ", f"{kind.__name__}: "):
+            at = text.rfind(marker)
+            if at >= 0:
+                return text[at + len(marker) :].strip()
+    return text
+
+
 def run(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse and dispatch: a PipelineError prints as one line (exit 2); Ctrl-C says how to resume."""
     args = p.parse_args(argv)
@@ -544,7 +638,7 @@ def run(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except PipelineError as err:
-        print(f"rts {args.command}: error: {err}", file=sys.stderr)
+        print(f"rts {args.command}: error: {error_message(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"rts {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)

@@ -3,10 +3,14 @@ logs), cached-result checks."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from prefect.context import FlowRunContext, TaskRunContext
@@ -14,21 +18,84 @@ from prefect.logging.handlers import APILogHandler
 
 from flows.params import RunParams
 from rtscore.config import PipelineConfig, load_pipeline_config
+from rtscore.errors import PipelineError
 from rtscore.stages import ArtifactRef
 from rtscore.storage import RunDir
 
 FLOW_RUN_ENV = "RTS_FLOW_RUN_ID"  # rtscore's MLflow tracker tags runs with it
 LIBRARY_LOGGERS = ("rtscore",)  # loggers whose records go to the Prefect run's logs (the Logs tab)
+STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+STARTUP_TIMEOUT_S = 180  # Prefect's default (20 s) is too short on a loaded 2-core machine
+_WATCHDOG = Path(__file__).with_name("server_watchdog.py")
 
 __all__ = [
     "FLOW_RUN_ENV",
     "LIBRARY_LOGGERS",
+    "STARTUP_TIMEOUT_ENV",
+    "STARTUP_TIMEOUT_S",
+    "PrefectServerError",
     "flow_run_scope",
     "intact",
     "load_config",
     "route_library_logs",
     "run_stage",
+    "start_local_api",
 ]
+
+
+class PrefectServerError(PipelineError):
+    """Prefect's temporary local API server did not start; the message says which setting to change."""
+
+
+def start_local_api() -> int | None:
+    """Start Prefect's temporary (ephemeral) API server now, for a flow command run without a server.
+
+    Prefect would start it at the flow's first API call with a 20 s start-up limit and leave it running
+    when the command is killed with SIGKILL. Started here instead: the limit is ``$PREFECT_SERVER_EPHEMERAL_
+    STARTUP_TIMEOUT_SECONDS`` if set, else :data:`STARTUP_TIMEOUT_S`; a watchdog process
+    (``flows/server_watchdog.py``) stops the server when this process dies in any way; the flow's own calls
+    then reuse this server (Prefect keeps one instance per process). Returns the server's pid, or None when
+    ``PREFECT_API_URL`` names a server (nothing to start).
+
+    Raises:
+        PrefectServerError: the server did not answer within the limit (naming the setting to raise).
+    """
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return None
+    raw = os.environ.get(STARTUP_TIMEOUT_ENV, "").strip()
+    timeout = int(raw) if raw.isdigit() and int(raw) > 0 else STARTUP_TIMEOUT_S
+    os.environ[STARTUP_TIMEOUT_ENV] = str(timeout)  # processes started from here wait as long
+    server = SubprocessASGIServer()
+    if server.running and server.server_process is not None:
+        return int(server.server_process.pid)
+    try:
+        server.start(timeout=timeout)
+    except RuntimeError as err:
+        server.stop()  # a server still starting up would otherwise outlive us
+        first = (str(err).splitlines() or [type(err).__name__])[0][:200]  # not the server's whole stdout/stderr
+        raise PrefectServerError(
+            f"Prefect's temporary API server did not start within {timeout} s ({first}); on a loaded machine "
+            f"set {STARTUP_TIMEOUT_ENV} higher (e.g. 600), or set PREFECT_API_URL to a running Prefect server"
+        ) from None
+    assert server.server_process is not None, "a started server has a process"
+    pid = int(server.server_process.pid)
+    watchdog = subprocess.Popen(
+        [sys.executable, str(_WATCHDOG), str(os.getpid()), str(pid)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    atexit.register(_stop_watchdog, watchdog)  # runs before Prefect's own atexit stop of the server (LIFO)
+    return pid
+
+
+def _stop_watchdog(watchdog: subprocess.Popen[bytes]) -> None:
+    watchdog.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        watchdog.wait(timeout=5)
 
 
 def load_config(params: RunParams, skip_generation: bool = False) -> PipelineConfig:

@@ -98,7 +98,11 @@ class MultiSeedParams(RunParams):
 class SeedStageParams(StageParams):
     """A stage over the trained seeds (calibrate, evaluate-test, package)."""
 
-    seeds: list[int] | None = Field(None, description="Trained seeds to use. Empty: training.seeds of the config.")
+    seeds: list[int] | None = Field(
+        None,
+        description="Trained seeds to use. Empty: calibrate takes every seed trained in the run, evaluate-test "
+        "and package the seeds of the last calibration.",
+    )
 
     check_seeds = field_validator("seeds")(_seeds)
 

@@ -131,6 +131,27 @@ def test_pipeline_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> Non
     assert err.count("\n") == 1 and "threshold is null" in err
 
 
+def test_an_error_from_a_dataloader_worker_is_still_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11.16: a loader check failing in a worker process reaches the user as its own message."""
+    from torch._utils import ExceptionWrapper
+
+    from flows.cli import run
+    from rtscore.data.dataset import SampleValueError
+
+    try:
+        raise SampleValueError("tile t0003 (index 3 of store /x/train.zarr): label values [7] outside {0, 1, 255}")
+    except SampleValueError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+
+    def train(args: object) -> int:
+        wrapped.reraise()
+        return 0
+
+    assert run(_with_command(train), ["boom"]) == 2
+    err = capsys.readouterr().err
+    assert err == "rts boom: error: tile t0003 (index 3 of store /x/train.zarr): label values [7] outside {0, 1, 255}\n"
+
+
 def test_a_bug_is_not_dressed_as_a_user_error() -> None:
     from flows.cli import run
 
@@ -152,3 +173,45 @@ def test_run_directory_uris_are_kept_and_local_paths_made_absolute(
     assert _run_dir(argparse.Namespace(run=None, config="configs/quickstart.yaml")) == str(
         tmp_path.resolve() / "artifacts/quickstart"
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stats", "--dataset", "gs://bucket/run/datasets/train.zarr"],
+        ["predict", "--package", "pkg", "--input", "gs://bucket/scenes/a.tif", "--output", "maps"],
+        ["validate", "--dataset", "gs://bucket/run/datasets", "--config", "c.yaml"],
+    ],
+)
+def test_a_gs_uri_where_a_local_path_is_taken_says_where_gs_is_supported(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 11.19: the URI is refused naming the option and the commands that take gs://, not turned into the
+    local path 'gs:/bucket/...'."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "gs://bucket/" in err and "is a URI, this option takes a local path" in err
+    assert "gs:// is taken by --run of rts data, train, run, calibrate, evaluate-test and package build" in err
+    assert "gs:/bucket" not in err.replace("gs://bucket", "")
+
+
+def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11.19: --run / --output under a location that cannot be written: one clear line, exit 2, nothing
+    started (no Prefect server, no pass over the data)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for argv in (
+        ["train", "--config", "c.yaml", "--run", str(blocker / "run")],
+        ["calibrate", "--config", "c.yaml", "--run", str(blocker / "run")],
+        ["stats", "--dataset", str(tmp_path / "train.zarr"), "--output", str(blocker / "stats.json")],
+        ["drift", "--package", "p", "--input", "x.tif", "--output", str(blocker / "drift")],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{blocker} is a file, not a directory" in err and "Traceback" not in err
+    assert main(["stats", "--dataset", str(blocker / "train.zarr")]) == 2  # the default output, next to it
+    assert f"cannot write {blocker}/normalization_stats.json" in capsys.readouterr().err

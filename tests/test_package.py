@@ -240,6 +240,29 @@ def test_tampered_file_is_a_sha_mismatch(pkg: Path) -> None:
     assert "skipped" in checks(report)["load"].detail
 
 
+def test_altered_weights_with_regenerated_sums_fail_the_zip_crc(pkg: Path) -> None:
+    """Issue 11.14: a tensor byte of weights.pth changed and SHA256SUMS regenerated: the zip CRC catches it."""
+    import struct
+    import zipfile
+
+    from rtscore.package import write_sha256sums
+
+    weights = pkg / "weights.pth"
+    with zipfile.ZipFile(weights) as z:
+        member = next(i for i in z.infolist() if "/data/" in i.filename and i.file_size >= 8)
+    raw = bytearray(weights.read_bytes())
+    name_len, extra_len = struct.unpack_from("<HH", raw, member.header_offset + 26)  # the local file header's
+    data_at = member.header_offset + 30 + name_len + extra_len
+    raw[data_at + 3] ^= 0x10  # one tensor value changes (torch stores members uncompressed)
+    weights.write_bytes(bytes(raw))
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert checks(report)["SHA256SUMS"].ok, "the sums were regenerated: only the zip CRC can tell"
+    audit = checks(report)["weights.pth pickle"]
+    assert not report.ok and not audit.ok
+    assert f"member {member.filename} fails its CRC-32 check" in audit.detail
+
+
 def test_missing_and_extra_files(pkg: Path) -> None:
     (pkg / "requirements_frozen.txt").unlink()
     (pkg / "notes.txt").write_text("hi")

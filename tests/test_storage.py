@@ -60,3 +60,31 @@ def test_forget_removes_stale_record(tmp_path: Path) -> None:
     run.record("s.json", "s", "c")
     run.forget("s.json")
     assert run.entry("s.json") is None
+
+
+def test_os_errors_of_writes_name_the_path(tmp_path: Path) -> None:
+    """Issue 11.19: a write the file system refuses is a StorageError naming the path, not a traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match=rf"cannot write {blocker}/sub/report.json: Not a directory"):
+        atomic_write_text(blocker / "sub" / "report.json", "{}")
+    with pytest.raises(StorageError, match=rf"cannot write {blocker}/pkg"), staged_dir(blocker / "pkg"):
+        pass
+
+
+def test_check_writable_names_what_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from rtscore.storage import check_writable
+
+    check_writable(tmp_path / "new" / "run")  # creatable: fine
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match=rf"cannot write {blocker}/run: {blocker} is a file, not a directory"):
+        check_writable(blocker / "run")
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == read_only else real(p, mode))
+    with pytest.raises(StorageError, match=rf"cannot write {read_only}/run/x: {read_only} is not writable"):
+        check_writable(read_only / "run" / "x")

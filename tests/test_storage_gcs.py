@@ -532,6 +532,25 @@ def test_run_dir_pickles_without_a_client(run: RunDir, tmp_path: Path) -> None:
     assert copy.entry("a.json") == run.entry("a.json")  # a client is made again on first use
 
 
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [("not json", "is not a valid json file"), ('{"type": "weird"}', "does not have a valid type")],
+)
+def test_a_broken_credentials_file_is_reported_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str, reason: str
+) -> None:
+    """Issue 11.19: a credentials file that exists but does not load is not "no credentials"."""
+    creds = tmp_path / "creds.json"
+    creds.write_text(content)
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(creds))
+    with pytest.raises(StorageError) as err:
+        make_client()
+    msg = str(err.value)
+    assert f"GOOGLE_APPLICATION_CREDENTIALS={creds} cannot be used" in msg and reason in msg
+    assert "no Google Cloud credentials found" not in msg
+
+
 def test_emulator_client_is_anonymous(gcs_emulator: str) -> None:
     from google.auth.credentials import AnonymousCredentials
 

@@ -15,12 +15,18 @@ from rtscore.data.normalization import NormalizationStats, NormalizationStatsErr
 from rtscore.data.store import TileMetadata, TileStoreError, ZarrTileStore, read_store_attrs
 from rtscore.data.tiles import IGNORE_INDEX, ClassPixelCounts, StoredSample
 from rtscore.data.transforms import SamplePipeline
+from rtscore.errors import PipelineError
 from rtscore.storage.layout import RunLayout
 
 if TYPE_CHECKING:
     import torch
 
     from rtscore.config.pipeline import PipelineConfig
+
+
+class SampleValueError(PipelineError, ValueError):
+    """A tile holds values training cannot use (labels outside {0, 1, 255}, non-finite inputs); the message
+    names the tile and where it is stored."""
 
 
 class TileSource(Protocol):
@@ -144,9 +150,11 @@ class TileDataset:
         exclude_full_nodata: bool = True,
         indices: Sequence[int] | None = None,
         seed: int = 0,
+        check_values: bool = True,
     ) -> None:
         self.source = source
         self.stats = stats
+        self.check_values = check_values  # off only where the caller reports these checks itself (validation)
         names = getattr(source, "channel_names", None)
         if names is not None and list(names) != list(stats.channel_names):
             raise NormalizationStatsError(
@@ -188,6 +196,8 @@ class TileDataset:
             seed = aug_seed if aug_seed is not None else self._sample_seed(position)
         # Clipping, NoData fill and normalisation: the pipeline's InputTransform, as in predict and drift.
         image, label, valid = self.pipeline(s.rgb, s.extra, s.alpha, s.label, seed)
+        if self.check_values:
+            check_sample(s, image, self.source, self.stats.channel_names)
         return {
             "image": torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)),
             "label": torch.from_numpy(np.ascontiguousarray(label, dtype=np.int64)),
@@ -196,6 +206,42 @@ class TileDataset:
             "tile_id": s.tile_id,
             "region": s.region,
         }
+
+
+def check_sample(sample: StoredSample, image: np.ndarray, source: TileSource, channels: Sequence[str]) -> None:
+    """What data validation checks, on every sample the loader yields (so training never starts on them
+    unvalidated): stored labels in {0, 1, 255} and a finite model input. Vectorised; about a millisecond
+    for a 512 px tile.
+
+    Raises:
+        SampleValueError: naming the tile, its index and its store (or source), and what was found.
+    """
+    label = sample.label
+    bad_label = (label > 1) & (label != IGNORE_INDEX)
+    if bad_label.any():
+        values = np.unique(label[bad_label]).tolist()
+        raise SampleValueError(
+            f"tile {sample.tile_id} ({where_stored(source, sample.index)}): label values {values} outside "
+            "{0, 1, 255} in the stored labels; fix the labels and regenerate the store (rts validate checks all)"
+        )
+    finite = np.isfinite(image)
+    if not finite.all():
+        per_channel = (~finite).reshape(image.shape[0], -1).sum(axis=1)
+        names = [f"{channels[c] if c < len(channels) else c} ({int(n)} px)" for c, n in enumerate(per_channel) if n]
+        raise SampleValueError(
+            f"tile {sample.tile_id} ({where_stored(source, sample.index)}): non-finite values (NaN or inf) in "
+            f"the model input, channels {', '.join(names)}; the stored bands hold NaN/inf in valid pixels "
+            "(mark them NoData in the alpha band, or fill them) and regenerate the store"
+        )
+
+
+def where_stored(source: TileSource, index: int) -> str:
+    """``store <path>, index i`` of a position of ``source`` (a joined source names the member store)."""
+    if isinstance(source, ConcatSource):
+        k, j = source.locate(index)
+        return where_stored(source.sources[k], j)
+    path = getattr(source, "path", None)
+    return f"index {index} of {'store ' + str(path) if path is not None else type(source).__name__}"
 
 
 def open_source(path: str | Path, mask_type: str = "exact", extra_channels: list[str] | None = None) -> TileSource:
@@ -207,11 +253,19 @@ def open_source(path: str | Path, mask_type: str = "exact", extra_channels: list
 
 
 def build_dataset(
-    cfg: PipelineConfig, store: str | Path | TileSource, stats: NormalizationStats, *, train: bool, seed: int = 0
+    cfg: PipelineConfig,
+    store: str | Path | TileSource,
+    stats: NormalizationStats,
+    *,
+    train: bool,
+    seed: int = 0,
+    check_values: bool = True,
 ) -> TileDataset:
     """The dataset of one split as the config says (augmentation only when ``train``).
 
     ``store`` is a path (opened with :func:`open_source`) or an already opened source (e.g. a ConcatSource).
+    ``check_values`` (:func:`check_sample` on every sample) is off only for data validation, which reports
+    the same checks per tile in its report instead of stopping at the first.
     """
     if isinstance(store, str | Path):
         source = open_source(store, cfg.data.mask_type, [c.name for c in cfg.channels.extra])
@@ -226,6 +280,7 @@ def build_dataset(
         boundary_ignore_width=cfg.loss.boundary_ignore_width,
         exclude_full_nodata=cfg.data.exclude_full_nodata,
         seed=seed,
+        check_values=check_values,
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, binding_conflicts
-from rtscore.data.store import read_store_attrs, zarr_array
+from rtscore.data.store import read_rows, read_store_attrs, zarr_array
 from rtscore.errors import PipelineError
 from rtscore.storage import atomic_write_json
 
@@ -204,9 +204,9 @@ def _shard_blocks(
     step = images.shards[0] if images.shards else 32
     for a in range(0, n, step):
         b = min(a + step, n)
-        rgb = np.asarray(images[a:b])
-        ext = np.asarray(extra[a:b])[:, extra_idx] if extra is not None else None
-        yield rgb, ext, np.asarray(alpha[a:b])
+        rgb = read_rows(images, a, b, f"store {path}")
+        ext = read_rows(extra, a, b, f"store {path}")[:, extra_idx] if extra is not None else None
+        yield rgb, ext, read_rows(alpha, a, b, f"store {path}")
 
 
 def _valid_pixels(block: np.ndarray, valid: np.ndarray) -> np.ndarray:

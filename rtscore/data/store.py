@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -31,6 +32,10 @@ _TRANSIENT_RETRIES = 3
 
 class TileStoreError(PipelineError):
     """A tile store is missing, incomplete, corrupt or inconsistent; the message names it."""
+
+
+_log = logging.getLogger(__name__)
+_WARNED_UNCHECKED: set[str] = set()  # stores already warned about (once per process)
 
 
 # Per-tile metadata arrays (readable without touching pixel chunks).
@@ -70,13 +75,47 @@ class StoreLayout:
         return start, min(start + self.shard_tiles, self.n_tiles)
 
 
-def _compressors(layout: StoreLayout, typesize: int) -> Any:
-    from zarr.codecs import BloscCodec
+def _compressors(layout: StoreLayout, typesize: int) -> list[Any]:
+    """Blosc (unless ``none``), then a CRC-32C of every stored chunk: a flipped bit in a shard is caught on
+    read instead of decoding to wrong pixels."""
+    from zarr.codecs import BloscCodec, Crc32cCodec
 
     if layout.compressor == "none":
-        return None
+        return [Crc32cCodec()]
     shuffle: Literal["bitshuffle", "shuffle"] = "bitshuffle" if typesize == 1 else "shuffle"
-    return BloscCodec(cname=layout.compressor, clevel=layout.clevel, shuffle=shuffle)
+    return [BloscCodec(cname=layout.compressor, clevel=layout.clevel, shuffle=shuffle), Crc32cCodec()]
+
+
+def _meta_compressors(dtype: Any) -> list[Any]:
+    """Per-tile metadata chunks carry a CRC-32C too (zstd first for the numeric ones, as zarr's default)."""
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    return [Crc32cCodec()] if dtype == "str" else [ZstdCodec(level=0), Crc32cCodec()]
+
+
+def has_chunk_checksums(array_dir: Path) -> bool:
+    """Whether the array at ``array_dir`` stores a CRC-32C with each chunk (stores written before
+    checksums were added do not; they still read, without the check)."""
+    try:
+        codecs = json.loads((array_dir / "zarr.json").read_text())["codecs"]
+    except (OSError, ValueError, KeyError):
+        return False
+    names = [c.get("name") for c in codecs]
+    if names and names[0] == "sharding_indexed":
+        names = [c.get("name") for c in codecs[0].get("configuration", {}).get("codecs", [])]
+    return "crc32c" in names
+
+
+def read_rows(array: Any, start: int, stop: int, where: str) -> np.ndarray:
+    """``array[start:stop]`` as NumPy; a checksum or codec failure becomes a TileStoreError naming ``where``
+    and the tile range (a corrupt shard never decodes to wrong pixels silently)."""
+    try:
+        return np.asarray(array[start:stop])
+    except Exception as err:
+        raise TileStoreError(
+            f"{where}, tiles {start}..{stop - 1}: cannot decode ({type(err).__name__}: {err}); "
+            "the store is corrupt: regenerate it"
+        ) from err
 
 
 def zarr_array(group: zarr.Group, name: str) -> zarr.Array:
@@ -100,8 +139,16 @@ def zarr_group(group: zarr.Group, name: str) -> zarr.Group:
 
 
 def read_array(group: zarr.Group, name: str) -> np.ndarray:
-    """All of the array `name` of `group` in memory (`array[:]`, typed as the NumPy array it is)."""
-    return np.asarray(zarr_array(group, name)[:])
+    """All of the array `name` of `group` in memory (`array[:]`, typed as the NumPy array it is); a corrupt
+    chunk (checksum mismatch) is a TileStoreError naming the array."""
+    arr = zarr_array(group, name)
+    try:
+        return np.asarray(arr[:])
+    except Exception as err:
+        raise TileStoreError(
+            f"{group.store_path}/{name}: cannot decode ({type(err).__name__}: {err}); the store is corrupt: "
+            "regenerate it"
+        ) from err
 
 
 def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any]) -> None:
@@ -136,7 +183,7 @@ def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any
     for name, dtype in _META_FIELDS.items():
         dt = np.dtypes.StringDType() if dtype == "str" else dtype
         # One metadata chunk per shard so that shard owners never share a chunk.
-        meta.create_array(name, shape=(n,), chunks=(s,), dtype=dt, compressors=None if dtype == "str" else "auto")
+        meta.create_array(name, shape=(n,), chunks=(s,), dtype=dt, compressors=_meta_compressors(dtype))
     group.attrs.update({"rtscore_staging": staging_attrs})
     (path / PROGRESS_DIR).mkdir(exist_ok=True)
 
@@ -367,6 +414,14 @@ class ZarrTileStore:
         self._extra_idx = [stored_extra.index(c) for c in wanted]
         self.channel_names: list[str] = ["R", "G", "B", *wanted]
         self.n_tiles = int(self.attrs["counts"]["n_tiles"])
+        self.checksummed = has_chunk_checksums(self.path / "images")
+        if not self.checksummed and str(self.path) not in _WARNED_UNCHECKED:
+            _WARNED_UNCHECKED.add(str(self.path))
+            _log.warning(
+                f"tile store {self.path} was written without per-chunk checksums (before rtscore added them): "
+                "a corrupt shard cannot be detected on read. Regenerate it (rts generate ... --overwrite, or "
+                "rts run --refresh) to add them."
+            )
         self._arrays: dict[str, Any] | None = None
         self._pid: int | None = None
         self._meta: TileMetadata | None = None
@@ -417,7 +472,8 @@ class ZarrTileStore:
             raise IndexError(f"tile index {index} out of range for {self.n_tiles} tiles in {self.path}")
         i = int(index) % self.n_tiles
         arrays = self._open()
-        where = f"store {self.path}, tile index {i}"
+        meta = self.metadata
+        where = f"store {self.path}, tile index {i} ({meta.tile_id[i]})"
 
         def read() -> tuple[np.ndarray, ...]:
             return tuple(np.asarray(arrays[n][i]) for n in arrays)
@@ -426,16 +482,15 @@ class ZarrTileStore:
             values = _retry(read, where)
         except TileStoreError:
             raise
-        except Exception as err:  # codec errors on a truncated or corrupt shard
-            raise TileStoreError(f"{where}: cannot decode ({type(err).__name__}: {err}); shard may be corrupt") from err
+        except Exception as err:  # checksum and codec errors of a truncated or corrupt shard
+            raise TileStoreError(f"{where}: cannot decode ({err}); the shard is corrupt: regenerate the store") from err
         rgb, alpha, label = values[0], values[1], values[2]
         extra = values[3][self._extra_idx] if len(values) > 3 else None
-        meta = self.metadata
         # A missing shard object reads back as fill values; the metadata written with it tells.
         n_nodata = int((alpha == 0).sum())
         if n_nodata != int(meta.n_nodata_px[i]):
             raise TileStoreError(
-                f"{where} ({meta.tile_id[i]}): pixel data disagrees with the tile's metadata "
+                f"{where}: pixel data disagrees with the tile's metadata "
                 f"({n_nodata} vs {int(meta.n_nodata_px[i])} NoData pixels); a shard is missing or corrupt"
             )
         return StoredSample(

@@ -114,7 +114,8 @@ def _memo_index(arg: object) -> int:
 
 
 def audit_weights(path: Path) -> Check:
-    """``weights.pth`` is a torch zip archive whose pickles reference only :data:`ALLOWED_GLOBALS`."""
+    """``weights.pth`` is an intact torch zip archive (every member matches its CRC-32) whose pickles reference
+    only :data:`ALLOWED_GLOBALS`."""
     name = f"{WEIGHTS} pickle"
     if not path.is_file():
         return Check(name=name, ok=False, detail=f"{path.name}: missing")
@@ -129,6 +130,16 @@ def audit_weights(path: Path) -> Check:
                     name=name, ok=False, detail=f"{path.name}: expected one <archive>/data.pkl; found {data_pkls}"
                 )
             pickles = {m: z.read(m) for m in members if m.endswith(".pkl")}
+            # Each member's CRC-32 as torch.save wrote it: an altered tensor whose SHA256SUMS was regenerated
+            # still fails here (torch.load itself never checks them).
+            corrupt = z.testzip()
+            if corrupt is not None:
+                return Check(
+                    name=name,
+                    ok=False,
+                    detail=f"{path.name}: member {corrupt} fails its CRC-32 check (altered or corrupt after it was "
+                    "written); rebuild the package from the run",
+                )
     except (zipfile.BadZipFile, OSError) as err:
         return Check(name=name, ok=False, detail=f"{path.name}: unreadable zip archive: {err}")
     bad: list[str] = []

@@ -10,6 +10,7 @@ from rtscore.stages.calibrate import (
     CalibrationSummary,
     SeedCalibration,
     calibrate,
+    calibrated_seeds,
     choose_shipped_seed,
     read_calibration_summary,
 )
@@ -19,6 +20,7 @@ from rtscore.stages.logit_cache import logit_cache
 from rtscore.stages.normalization import normalization_stats
 from rtscore.stages.package import package
 from rtscore.stages.registry import BY_NAME, STAGES, cache_key, code_fingerprint, producers
+from rtscore.stages.seeds import trained_seeds
 from rtscore.stages.spec import ArtifactRef, StageSpec, code_closure
 from rtscore.stages.train import TrainResult, finish_multiseed, start_multiseed, train_seed
 from rtscore.stages.validate import validate_data
@@ -35,6 +37,7 @@ __all__ = [
     "TrainResult",
     "cache_key",
     "calibrate",
+    "calibrated_seeds",
     "choose_shipped_seed",
     "code_closure",
     "code_fingerprint",
@@ -49,5 +52,6 @@ __all__ = [
     "save_resolved_config",
     "start_multiseed",
     "train_seed",
+    "trained_seeds",
     "validate_data",
 ]

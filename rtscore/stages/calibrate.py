@@ -148,6 +148,12 @@ def read_calibration_summary(run: RunDir) -> CalibrationSummary:
         raise StorageError(f"{path} is not a valid calibration summary: {err}") from None
 
 
+def calibrated_seeds(run: RunDir) -> list[int]:
+    """The seeds of the run's last calibration: what evaluate-test and package take when no seeds are given
+    (so `rts train --seed 42` -> calibrate -> evaluate-test -> package build needs no --seeds)."""
+    return sorted(p.seed for p in read_calibration_summary(run).seeds)
+
+
 SPEC = StageSpec(
     name="calibrate",
     fn=calibrate,

@@ -14,9 +14,40 @@ from pathlib import Path
 from rtscore.storage.errors import StorageError
 
 
+@contextlib.contextmanager
+def os_errors(action: str, path: Path) -> Iterator[None]:
+    """An OSError (permission denied, read-only file system, disk full, a file where a directory should be)
+    raised inside becomes a StorageError naming ``path`` and what was being done."""
+    try:
+        yield
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        where = f" ({err.filename})" if err.filename and str(err.filename) != str(path) else ""
+        raise StorageError(f"cannot {action} {path}: {reason}{where}") from err
+
+
+def check_writable(path: str | Path) -> None:
+    """Refuse early a location that cannot be written: the nearest existing one of ``path`` and its parents
+    must be a directory this process may write into (``path`` itself when it is an existing directory).
+
+    Raises:
+        StorageError: naming ``path`` and the existing ancestor that blocks it.
+    """
+    target = Path(path).expanduser().absolute()
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_file():
+        if probe != target:
+            raise StorageError(f"cannot write {target}: {probe} is a file, not a directory")
+        probe = probe.parent
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise StorageError(f"cannot write {target}: {probe} is not writable (permission denied or read-only)")
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with os_errors("read", path), path.open("rb") as f:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
@@ -54,16 +85,17 @@ def fingerprint(path: Path) -> tuple[str, int]:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write a file so that readers see the old or the new content, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with tmp.open("w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with os_errors("write", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with tmp.open("w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write_json(path: Path, data: object) -> None:
@@ -72,12 +104,13 @@ def atomic_write_json(path: Path, data: object) -> None:
 
 def publish_dir(staging: Path, final: Path) -> None:
     """Move a completed staging directory into place, replacing any previous version."""
-    final.parent.mkdir(parents=True, exist_ok=True)
     trash = None
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
-        final.rename(trash)
-    staging.rename(final)
+    with os_errors("publish", final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+            final.rename(trash)
+        staging.rename(final)
     if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
 
@@ -86,7 +119,8 @@ def publish_dir(staging: Path, final: Path) -> None:
 def staged_dir(final: Path) -> Iterator[Path]:
     """Yield a temporary sibling directory that is published as ``final`` only on success."""
     staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-    staging.mkdir(parents=True)
+    with os_errors("write", final):
+        staging.mkdir(parents=True)
     try:
         yield staging
         publish_dir(staging, final)

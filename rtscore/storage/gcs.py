@@ -27,6 +27,7 @@ T = TypeVar("T")
 GS = "gs://"
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 EMULATOR_PROJECT = "rts-emulator"  # a placeholder: the emulator accepts any project
+CREDENTIALS_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
 SHA_KEY = "sha256"  # custom object metadata: sha256 of the object's content, set at upload
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
@@ -168,12 +169,26 @@ def make_client() -> Client:
 
     try:
         return storage.Client()
-    except DefaultCredentialsError:
-        raise StorageError(
-            "no Google Cloud credentials found for a gs:// run directory: run "
-            "`gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS "
-            f"(or {EMULATOR_ENV} to use a local emulator)"
-        ) from None
+    except DefaultCredentialsError as err:
+        raise StorageError(credentials_problem(err)) from None
+
+
+def credentials_problem(err: BaseException) -> str:
+    """What is wrong with the credentials, keeping google-auth's own reason (redacted): a credentials file
+    that exists but does not load is not "no credentials"."""
+    reason = redact("; ".join(str(a) for a in err.args) if err.args else str(err))
+    named = os.environ.get(CREDENTIALS_ENV)
+    if named:
+        return (
+            f"the Google Cloud credentials file {CREDENTIALS_ENV}={named} cannot be used: {reason}. Point "
+            f"{CREDENTIALS_ENV} at a valid service-account or user credentials JSON, or unset it to use "
+            "`gcloud auth application-default login`"
+        )
+    return (
+        f"no usable Google Cloud credentials for a gs:// location ({reason}): run "
+        f"`gcloud auth application-default login` or set {CREDENTIALS_ENV} "
+        f"(or {EMULATOR_ENV} to use a local emulator)"
+    )
 
 
 class GcsStore:

@@ -62,20 +62,21 @@ def train_seed(
     progress: bool = False,
     on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
 ) -> SeedResult:
-    """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth."""
+    """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth (the newest
+    readable resume checkpoint when it is truncated or corrupt)."""
     run = Path(run_dir)
     s = build_setup(cfg, run, seed)
     s.seed_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = s.seed_dir / layout.METRICS
     stopper = EarlyStopping(cfg.training.early_stopping)
-    start, latest = 1, s.seed_dir / layout.RESUME_LATEST
+    start = 1
     state = RunState()
     if fresh:
         for p in [*s.seed_dir.glob(layout.RESUME_GLOB), s.seed_dir / layout.BEST, metrics_path]:
             p.unlink(missing_ok=True)
-    elif latest.exists():
-        saved = ckpt.load(latest)
-        start = restore(s, saved, stopper, latest) + 1
+    elif (found := ckpt.load_resume(s.seed_dir)) is not None:  # newest readable: latest, else an older epoch
+        saved, path = found
+        start = restore(s, saved, stopper, path) + 1
         state = RunState.from_checkpoint(saved.get("extra", {}))
         _truncate_jsonl(metrics_path, start - 1)
     tracker = Tracker(cfg.mlflow, run)

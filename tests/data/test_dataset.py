@@ -78,3 +78,41 @@ def test_class_pixel_counts_from_metadata_match_the_pixels(tmp_path: Path) -> No
     labels = [np.where(joined[int(i)].alpha == 0, 255, joined[int(i)].label) for i in idx]
     assert from_meta.rts == sum(int((lab == 1).sum()) for lab in labels)
     assert from_meta.background == sum(int((lab == 0).sum()) for lab in labels)
+
+
+def test_loader_refuses_bad_label_values_and_non_finite_inputs_naming_tile_and_store(tmp_path: Path) -> None:
+    """Issue 11.16: label 7 or NaN EXTRA values stop the loader at the tile, not as a non-finite loss later."""
+    import zarr
+
+    from rtscore.data.dataset import SampleValueError, TileDataset
+    from rtscore.data.normalization import compute_normalization_stats
+
+    path = tmp_path / "train.zarr"
+    write_test_store(path, 8, extra=1)
+    stats = compute_normalization_stats(path)
+    group = zarr.open_group(str(path), mode="r+")
+    labels = group["labels_exact"]
+    bad = np.asarray(labels[3])
+    bad[10, 10] = 7
+    labels[3] = bad
+    extra = group["extra"]
+    nan = np.asarray(extra[6])
+    nan[0, 20, 20:23] = np.nan  # valid pixels (alpha 255)
+    extra[6] = nan
+
+    ds = TileDataset(ZarrTileStore(path), stats)
+    position = {int(i): p for p, i in enumerate(ds.indices)}
+    assert ds[position[2]]["label"].max() <= 1  # clean tiles load as before
+    with pytest.raises(SampleValueError, match=rf"tile t0003 \(index 3 of store {path}\): label values \[7\]"):
+        ds[position[3]]
+    with pytest.raises(SampleValueError, match=r"tile t0006 .*non-finite values .*channels e0 \(3 px\)"):
+        ds[position[6]]
+    joined = TileDataset(ConcatSource([ZarrTileStore(write_test_store_at(tmp_path)), ZarrTileStore(path)]), stats)
+    with pytest.raises(SampleValueError, match=rf"tile t0003 \(index 3 of store {path}\)"):
+        joined[int(np.flatnonzero(joined.indices == 4 + 3)[0])]
+
+
+def write_test_store_at(tmp_path: Path) -> Path:
+    out = tmp_path / "other.zarr"
+    write_test_store(out, 4, extra=1)
+    return out

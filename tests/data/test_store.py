@@ -118,7 +118,7 @@ def test_truncated_shard_gives_clear_error(tmp_path: Path) -> None:
     shard.write_bytes(data[: len(data) // 3])
     store = ZarrTileStore(out)
     np.testing.assert_array_equal(store[1].rgb, make_tile(1, SIZE, positive=False).rgb)  # other shards still read
-    with pytest.raises(TileStoreError, match=rf"store {out}, tile index 5: .*corrupt"):
+    with pytest.raises(TileStoreError, match=rf"store {out}, tile index 5 \(t0005\): .*corrupt"):
         store[5]
 
 
@@ -172,3 +172,75 @@ def test_transient_read_errors_are_retried(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr("rtscore.data.store.time.sleep", lambda s: None)
     tile = ZarrTileStore(out)[2]
     assert tile.tile_id == "t0002" and calls["n"] > 1
+
+
+# --------------------------------------------------------------------------- per-chunk checksums (issue 11.13)
+def _flip(path: Path, bit: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[bit // 8] ^= 1 << (bit % 8)
+    path.write_bytes(bytes(raw))
+
+
+def test_every_flipped_bit_in_an_image_shard_is_caught_naming_the_tile(tmp_path: Path) -> None:
+    import shutil
+
+    ref = tmp_path / "ref.zarr"
+    write_store(ListProducer(8), _layout(8), ref, _attrs())
+    good = ZarrTileStore(ref)
+    shard_rel = Path("images/c/1/0/0/0")  # tiles 4..7
+    n_bits = (ref / shard_rel).stat().st_size * 8
+    rng = np.random.default_rng(0)
+    for k, bit in enumerate(rng.choice(n_bits, size=40, replace=False)):
+        copy = tmp_path / f"flip{k}.zarr"
+        shutil.copytree(ref, copy)
+        _flip(copy / shard_rel, int(bit))
+        store = ZarrTileStore(copy)
+        caught = []
+        for i in range(4, 8):
+            try:
+                tile = store[i]
+            except TileStoreError as err:
+                assert f"t{i:04d}" in str(err) and str(copy) in str(err), err
+                caught.append(i)
+            else:  # a tile that reads must read exactly what was written
+                np.testing.assert_array_equal(tile.rgb, good[i].rgb)
+        assert caught, f"flip of bit {bit} decoded to pixels without error"
+
+
+def test_statistics_pass_over_a_corrupt_store_fails_naming_it(tmp_path: Path) -> None:
+    from rtscore.data.normalization import compute_normalization_stats
+
+    out = tmp_path / "train.zarr"
+    write_store(ListProducer(8), _layout(8), out, _attrs())
+    shard = out / "images/c/0/0/0/0"
+    _flip(shard, 8 * 40 + 3)  # inside the first chunk's data
+    with pytest.raises(TileStoreError, match=rf"store {out}, tiles 0..3: cannot decode .*regenerate"):
+        compute_normalization_stats(out)
+
+
+def test_store_without_checksums_reads_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from zarr.codecs import BloscCodec
+
+    import rtscore.data.store as store_mod
+
+    def old_style(layout: object, typesize: int) -> list[object]:
+        return [BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle" if typesize == 1 else "shuffle")]
+
+    monkeypatch.setattr(store_mod, "_compressors", old_style)
+    out = tmp_path / "old.zarr"
+    write_store(ListProducer(4), _layout(4), out, _attrs())
+    monkeypatch.undo()
+    with caplog.at_level("WARNING", logger="rtscore.data.store"):
+        store = ZarrTileStore(out)
+    assert not store.checksummed
+    assert any("without per-chunk checksums" in r.message and "Regenerate" in r.message for r in caplog.records)
+    np.testing.assert_array_equal(store[2].rgb, make_tile(2, SIZE).rgb)
+    assert ZarrTileStore(write_test_store_path(tmp_path)).checksummed
+
+
+def write_test_store_path(tmp_path: Path) -> Path:
+    out = tmp_path / "new.zarr"
+    write_store(ListProducer(4), _layout(4), out, _attrs())
+    return out

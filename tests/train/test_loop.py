@@ -213,3 +213,23 @@ def test_class_balanced_weight_comes_from_the_train_split_counts(data_run: Path)
         label = t.label[t.alpha > 0]
         rts, bg = rts + int((label == 1).sum()), bg + int((label == 0).sum())
     assert rts > 0 and s.loss_fn.pos_weight == pytest.approx(bg / rts)
+
+
+@pytest.mark.slow
+def test_truncated_resume_latest_resumes_from_the_last_intact_epoch(run_copy: Path) -> None:
+    """Issue 11.15: `rts train` again after a truncated resume_latest.pth continues from resume_epoch_NNNN.pth."""
+    cfg = tiny_train_config(max_epochs=3)
+
+    def kill(epoch: int, row: dict) -> None:
+        if epoch == 2:
+            raise KeyboardInterrupt("simulated kill")
+
+    with pytest.raises(KeyboardInterrupt):
+        train_seed(cfg, run_copy, 5, on_epoch_end=kill)
+    seed_dir = run_copy / "seeds/seed_5"
+    latest = seed_dir / "resume_latest.pth"
+    latest.write_bytes(latest.read_bytes()[:100])
+    result = train_seed(cfg, run_copy, 5)
+    assert result.epochs_run == 3
+    assert [json.loads(x)["epoch"] for x in (seed_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert ckpt.load(latest)["epoch"] == 3
