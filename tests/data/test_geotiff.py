@@ -410,7 +410,7 @@ def two_band_root(tmp_path: Path) -> tuple[Path, GenerationConfig]:
         tile_size=64,
         source="geotiff",
         geotiff={"data_root": str(root), "extra_channels": [{"name": "nbr", "band": 1}]},
-        store={"shard_tiles": 4, "write_noisy_labels": False},
+        store={"shard_tiles": 4},
     )
     return root, geo
 
