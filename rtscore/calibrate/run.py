@@ -20,14 +20,14 @@ from scipy.special import expit
 from rtscore.calibrate.cache import CachedHist, Combo, LogitCache
 from rtscore.calibrate.decisions import (
     GateDecision,
-    region_thresholds,
+    best_precision,
     scale_gate,
     thresholds_at_ratios,
     tta_gate,
 )
 from rtscore.calibrate.plots import plot_pr_curves, plot_reliability
 from rtscore.calibrate.temperature import fit_temperature
-from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.deployment import CalibratedNumerics, DeploymentConfig, ThresholdSource
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.errors import PipelineError
 from rtscore.metrics import ObjectCounter, object_metrics, weighted_hist
@@ -40,6 +40,10 @@ class CalibrationError(PipelineError):
 
 class ParityError(CalibrationError):
     """deployment_config.yaml asks for other numerics than the ones calibration measured (guide §4.6)."""
+
+
+class TargetPrecisionError(CalibrationError):
+    """No threshold reaches calibration.target_precision at calibration.ratio, and no fallback was allowed."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,8 @@ class SeedCalibrationReport(BaseModel):
     temperature: TemperatureReport = Field(..., description="Temperature fit.")
     thresholds: list[ThresholdReport] = Field(..., description="Thresholds at every reported ratio.")
     operating: ThresholdReport = Field(..., description="The operating threshold (at calibration.ratio).")
-    region_thresholds: dict[str, ThresholdReport | None] = Field(
-        default_factory=dict, description="Per-region thresholds (null: not enough data in the region)."
+    threshold_source: ThresholdSource = Field(
+        ..., description="target_precision, or max_f1_fallback (opted in by calibration.allow_max_f1_fallback)."
     )
     val_objects: dict[str, float | bool | int] = Field(
         default_factory=dict, description="Object P/R/F1 on Val-Realistic at the operating threshold."
@@ -153,11 +157,17 @@ def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[Deployment
             {"1.0": c.hist(Combo(tta, (1.0,))), **{_fusion_name(m): c.hist(m) for m in multi}} for c in caches
         ]
         sd: GateDecision = scale_gate(per_seed_scale, "1.0", cal)
-        if sd.chosen == "1.0":
-            scales, fusion = [1.0], dep.fusion
-        else:
-            scales, fusion = list(cal.scale_candidates), sd.chosen
-        gates["scales"] = sd.to_json()
+        verdict = [1.0] if sd.chosen == "1.0" else list(cal.scale_candidates)
+        gates["scales"] = sd.to_json() | {"verdict": verdict, "verdict_fusion": sd.chosen, "shipped": False}
+        if cal.allow_multiscale_deployment:
+            scales, fusion = verdict, (dep.fusion if sd.chosen == "1.0" else sd.chosen)
+            gates["scales"]["shipped"] = True
+        elif verdict != scales:
+            gates["scales"]["reason"] = (
+                f"{sd.reason}; verdict not shipped: calibration.allow_multiscale_deployment is false, "
+                f"deployment.scales {scales} kept (guide §8.3: shipping multi-scale is a separate decision)"
+            )
+        gates["scales"]["chosen"] = scales  # what ships (the gate's own pick stays in verdict/verdict_fusion)
     else:
         gates["scales"] = {"gate": "scales", "chosen": scales, "reason": "scale gate off or one candidate scale"}
     update = {"tta": tta, "scales": scales, "fusion": fusion, "threshold": None, "temperature": None}
@@ -192,6 +202,29 @@ def _val_objects(
     return out
 
 
+def _unreachable_target(
+    ch: CachedHist, cfg: PipelineConfig, cache: LogitCache, combo: Combo, temperature: float
+) -> TargetPrecisionError:
+    """The error of a pool on which no threshold reaches the target precision, naming the best one reached."""
+    cal = cfg.calibration
+    best = best_precision(ch.hist, cal.ratio)
+    if math.isnan(best.precision):
+        where = "no threshold calls any RTS pixel"
+    else:
+        prob = float(expit(best.threshold_logit / temperature))
+        where = (
+            f"the best precision reached is {best.precision:.3f} (recall {best.recall:.3f}) at threshold "
+            f"{prob:.4f} (logit {best.threshold_logit:.3f}, T {temperature:.3f})"
+        )
+    return TargetPrecisionError(
+        f"calibration.target_precision {cal.target_precision} is not reachable at 1:{cal.ratio} "
+        f"(calibration.ratio) on Val-Realistic ({combo.key}, logit cache {cache.path}): {where}. "
+        "hint: lower calibration.target_precision, improve the model, or set calibration.allow_max_f1_fallback: "
+        "true to ship the max-F1 threshold (recorded as threshold_source: max_f1_fallback in "
+        "deployment_config.yaml and flagged by `rts package verify` and the test report)"
+    )
+
+
 def calibrate_seed(
     dep: DeploymentConfig, cache: LogitCache, cfg: PipelineConfig, plots: CalibrationPlots, *, source: Path
 ) -> tuple[DeploymentConfig, SeedCalibrationReport]:
@@ -199,8 +232,12 @@ def calibrate_seed(
     config is written, for messages).
 
     Returns:
-        The frozen deployment config (threshold, temperature, region thresholds set) and the calibration
-        report (the content of ``calibration_report.json``).
+        The frozen deployment config (threshold, temperature, their source and the calibrated numerics set) and
+        the calibration report (the content of ``calibration_report.json``).
+
+    Raises:
+        TargetPrecisionError: No threshold reaches ``calibration.target_precision`` at ``calibration.ratio`` and
+            ``calibration.allow_max_f1_fallback`` is off.
     """
     cal = cfg.calibration
     combo = check_parity(dep, cache, source)
@@ -212,15 +249,25 @@ def calibrate_seed(
     ratios = sorted({*cfg.metrics.ratios, cal.ratio})
     per_ratio = thresholds_at_ratios(ch.hist, ratios, cal.target_precision, t)
     operating = next(rt for rt in per_ratio if rt.ratio == cal.ratio)
-    regions: dict[str, Any] = {}
-    region_map: dict[str, float] = {}
-    if cal.per_region_thresholds:
-        for name, rt in region_thresholds(ch, cal.ratio, cal.target_precision, t).items():
-            regions[name] = None if rt is None else rt.__dict__
-            if rt is not None:
-                region_map[name] = rt.threshold
+    threshold_source: ThresholdSource = "target_precision"
+    if not operating.target_reached:
+        if not cal.allow_max_f1_fallback:
+            raise _unreachable_target(ch, cfg, cache, combo, t)
+        threshold_source = "max_f1_fallback"
+    numerics = CalibratedNumerics(
+        precision=cache.attrs["precision"],
+        torch_compile=bool(cache.attrs["torch_compile"]),
+        tta=combo.tta,
+        scales=list(combo.scales),
+        fusion=combo.fusion,
+    )
     updated = dep.model_copy(
-        update={"threshold": operating.threshold, "temperature": t, "region_thresholds": region_map}
+        update={
+            "threshold": operating.threshold,
+            "temperature": t,
+            "threshold_source": threshold_source,
+            "calibrated_with": numerics,
+        }
     )
     frozen = DeploymentConfig.model_validate(updated.model_dump())
     pos, neg = weighted_hist(ch.hist, cal.ratio)
@@ -246,7 +293,7 @@ def calibrate_seed(
         ),
         thresholds=[ThresholdReport(**rt.__dict__) for rt in per_ratio],
         operating=ThresholdReport(**operating.__dict__),
-        region_thresholds={k: None if v is None else ThresholdReport(**v) for k, v in regions.items()},
+        threshold_source=threshold_source,
         val_objects=_val_objects(cache, combo, cfg, t, operating.threshold),
         cache_bytes=cache.nbytes(),
         cache_tiles=cache.n_tiles,
@@ -285,7 +332,7 @@ def render_report(
     lines.append("|---|---|---|---|---|---|---|")
     for s, r in reports.items():
         t, op = r.temperature, r.operating
-        flag = "" if op.target_reached else " (target not reachable: max-F1)"
+        flag = "" if r.threshold_source == "target_precision" else " (**max-F1 fallback**: target not reachable)"
         lines.append(
             f"| {s} | {t.T:.3f} | {t.nll_before:.4f} → {t.nll_after:.4f} | {t.ece_before:.4f} → "
             f"{t.ece_after:.4f} | {op.threshold:.4f}{flag} | {op.precision:.3f} | {op.recall:.3f} |"

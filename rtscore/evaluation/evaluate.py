@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.base import ConfigError, load_config
-from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.deployment import DeploymentConfig, ThresholdSource, require_calibrated
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.errors import PipelineError
 from rtscore.inference.numerics import predict_logits, prepare_model
@@ -48,20 +48,15 @@ class EvaluationError(PipelineError):
 
 
 def frozen_deployment(path: Path) -> DeploymentConfig:
-    """The calibrated deployment config; refuses while threshold or temperature is null."""
+    """The calibrated deployment config; refuses one calibration did not freeze (threshold or temperature null)
+    and one whose numerics were edited after calibration (:func:`~rtscore.config.deployment.require_calibrated`,
+    guide §4.6): test evaluation uses the frozen deployment config only (guide §10.4 step 6)."""
     if not path.is_file():
         raise EvaluationError(f"deployment config not found: {path}; run calibrate first")
     try:
-        dep = load_config(DeploymentConfig, path)
+        return require_calibrated(load_config(DeploymentConfig, path), str(path))
     except ConfigError as err:
         raise EvaluationError(str(err)) from None
-    missing = [name for name in ("threshold", "temperature") if getattr(dep, name) is None]
-    if missing:
-        raise EvaluationError(
-            f"{path}: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} null; test evaluation uses the "
-            "frozen deployment config only (guide §10.4 step 6): run calibrate first"
-        )
-    return dep
 
 
 @dataclass
@@ -103,8 +98,8 @@ def run_test_pass(
             z_np = z.float().cpu().numpy()
             y = batch["label"].numpy()
             acc.add_batch(z_np, y, list(batch["tile_id"]))
-            for i, region in enumerate(batch["region"]):
-                thr = dep.region_thresholds.get(str(region), dep.threshold)
+            thr = float(dep.threshold)
+            for i in range(len(z_np)):
                 called = z_np[i] >= prob_to_logit(thr)
                 pos, neg = y[i] == 1, y[i] == 0
                 tp, fp = int((called & pos).sum()), int((called & neg).sum())
@@ -206,6 +201,9 @@ class SeedTestResult(ReportModel):
     seed: int = Field(..., description="Training seed.")
     threshold: float = Field(..., description="The seed's frozen operating threshold.")
     temperature: float = Field(..., description="The seed's frozen temperature.")
+    threshold_source: ThresholdSource = Field(
+        "target_precision", description="Where the threshold comes from (max_f1_fallback: target not reachable)."
+    )
     metrics: dict[str, dict[str, float]] = Field(..., description="Per ratio tag (1_200, ...) and metric.")
     recall_by_size: list[SizeBin] = Field(..., description="Object recall by RTS area.")
     n_pos_tiles: int = Field(..., description="Test tiles with an RTS.")
@@ -245,6 +243,20 @@ class TestReport(ReportModel):
             per_seed=per_seed,
         )
 
+    @property
+    def fallback_seeds(self) -> list[int]:
+        """Seeds whose threshold is the max-F1 fallback (calibration.allow_max_f1_fallback), not the target's."""
+        return [s.seed for s in self.per_seed if s.threshold_source == "max_f1_fallback"]
+
+    def fallback_warning(self) -> str | None:
+        """The warning line of a report with fallback thresholds, else None."""
+        if not self.fallback_seeds:
+            return None
+        return (
+            f"WARNING: seeds {self.fallback_seeds} run at a max-F1 fallback threshold: the target precision was not "
+            "reachable on Val-Realistic (threshold_source: max_f1_fallback in deployment_config.yaml)"
+        )
+
     def render_markdown(self) -> str:
         """``test_report.md``: the guide's results table (mean ± std over seeds), per-seed rows, recall by size."""
         agg = self.aggregate
@@ -266,16 +278,22 @@ class TestReport(ReportModel):
             "",
             f"Frozen deployment config per seed (tta {self.tta}, scales {self.scales}); mean ± std over seeds.",
             "",
+            *([f"**{w}**", ""] if (w := self.fallback_warning()) else []),
             head,
             sep,
         ]
         for key, label in names:
             lines.append(f"| {label} | " + " | ".join(agg[t][key].text for t in tags) + " |")
-        lines += ["", "## Per seed", "", "| seed | threshold | T | " + " | ".join(f"PR-AUC {t}" for t in tags) + " |"]
-        lines.append("|---|---|---|" + "---|" * len(tags))
+        lines += ["", "## Per seed", ""]
+        lines.append("| seed | threshold | threshold source | T | " + " | ".join(f"PR-AUC {t}" for t in tags) + " |")
+        lines.append("|---|---|---|---|" + "---|" * len(tags))
         for s in self.per_seed:
             row = [f"{s.metrics[t]['pr_auc']:.3f}" for t in tags]
-            lines.append(f"| {s.seed} | {s.threshold:.4f} | {s.temperature:.3f} | " + " | ".join(row) + " |")
+            lines.append(
+                f"| {s.seed} | {s.threshold:.4f} | {s.threshold_source} | {s.temperature:.3f} | "
+                + " | ".join(row)
+                + " |"
+            )
         lines += [
             "",
             "## Object recall by RTS area (mean over seeds)",
@@ -303,4 +321,6 @@ class TestReport(ReportModel):
         out = [f"{'Test-Realistic':<{width}}" + "".join(f"{t.replace('1_', '1:'):>17}" for t in tags)]
         for label, key in rows:
             out.append(f"{label:<{width}}" + "".join(f"{agg[t][key].text:>17}" for t in tags))
+        if (w := self.fallback_warning()) is not None:
+            out.append(w)
         return "\n".join(out)

@@ -41,12 +41,14 @@ def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = N
         model, loader, _ = seed_model_and_loader(run, cfg, s, "test")
         dep = deps[s]
         ev = summarize_seed(run_test_pass(model, loader, cfg, dep), cfg, pixel)
-        assert dep.threshold is not None and dep.temperature is not None  # frozen_deployment refuses nulls
+        # frozen_deployment refuses nulls
+        assert dep.threshold is not None and dep.temperature is not None and dep.threshold_source is not None
         per_seed.append(
             SeedTestResult(
                 seed=s,
                 threshold=dep.threshold,
                 temperature=dep.temperature,
+                threshold_source=dep.threshold_source,
                 metrics=ev.metrics,
                 recall_by_size=ev.recall_by_size,
                 n_pos_tiles=int(ev.is_positive.sum()),

@@ -18,7 +18,8 @@ DECISION_SETTINGS = (
     "calibration.scale_gate",
     "calibration.scale_min_large_pr_auc_gain",
     "calibration.scale_max_fp_rate_increase",
-    "calibration.per_region_thresholds",
+    "calibration.allow_multiscale_deployment",
+    "calibration.allow_max_f1_fallback",
     "calibration.temperature_bounds",
     "calibration.ece_bins",
     "deployment.threshold",
@@ -26,7 +27,8 @@ DECISION_SETTINGS = (
     "deployment.tta",
     "deployment.scales",
     "deployment.fusion",
-    "deployment.region_thresholds",
+    "deployment.threshold_source",
+    "deployment.calibrated_with",
 )
 
 

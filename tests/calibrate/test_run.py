@@ -12,6 +12,7 @@ from rtscore.calibrate.run import (
     CalibrationPlots,
     ParityError,
     SeedCalibrationReport,
+    TargetPrecisionError,
     calibrate_seed,
     check_parity,
     run_gates,
@@ -113,3 +114,61 @@ def test_stale_cache_and_missing_inputs_are_refused(calibrated: Path, tmp_path: 
     (run / "calibration/seed_1/logit_cache.zarr").rename(run / "moved.zarr")
     with pytest.raises(StorageError, match="logit_cache.zarr is missing"):
         stages.calibrate(str(run), calib_config())
+
+
+# --------------------------------------------------------------------------- issue 11: honest outcomes
+def test_unreachable_target_precision_stops_calibration_naming_the_best_precision(
+    calibrated: Path, tmp_path: Path
+) -> None:
+    dep, path, cache = _gated(calibrated, tmp_path)
+    with pytest.raises(TargetPrecisionError) as err:
+        cfg = calib_config(target_precision=1.0, allow_max_f1_fallback=False)
+        calibrate_seed(dep, cache, cfg, _plots(tmp_path), source=path)
+    msg = str(err.value)
+    assert "calibration.target_precision 1.0 is not reachable at 1:200" in msg
+    assert "the best precision reached is" in msg and "at threshold" in msg
+    assert "calibration.allow_max_f1_fallback" in msg
+    assert not path.exists() and not list(tmp_path.glob("*.png")), "nothing written on refusal"
+
+
+def test_an_opted_in_fallback_is_recorded_as_the_threshold_source(calibrated: Path, tmp_path: Path) -> None:
+    dep, path, cache = _gated(calibrated, tmp_path)
+    cfg = calib_config(target_precision=1.0, allow_max_f1_fallback=True)
+    frozen, report = calibrate_seed(dep, cache, cfg, _plots(tmp_path), source=path)
+    assert frozen.threshold_source == "max_f1_fallback" == report.threshold_source
+    assert not report.operating.target_reached and frozen.threshold == report.operating.threshold
+    assert report.deployment_config == str(path)
+
+
+def test_calibration_records_the_numerics_it_measured(calibrated: Path) -> None:
+    for s in SEEDS:
+        dep = DeploymentConfig.model_validate(
+            yaml.safe_load((calibrated / f"calibration/seed_{s}/deployment_config.yaml").read_text())
+        )
+        assert dep.calibrated_with is not None and dep.calibrated_with == dep.numerics()
+        assert (
+            dep.calibrated_with.precision
+            == LogitCache(calibrated / f"calibration/seed_{s}/logit_cache.zarr").attrs["precision"]
+        )
+        assert dep.threshold_source in ("target_precision", "max_f1_fallback")
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_the_scale_gate_verdict_ships_only_when_the_config_allows_it(
+    calibrated: Path, monkeypatch: pytest.MonkeyPatch, allow: bool
+) -> None:
+    import rtscore.calibrate.run as run_module
+    from rtscore.calibrate.decisions import GateDecision
+
+    def passing_gate(*_: object) -> GateDecision:  # a gate whose verdict is multi-scale with 'max' fusion
+        return GateDecision("scales", "max", "'max' passes", [], [0.0])
+
+    monkeypatch.setattr(run_module, "scale_gate", passing_gate)
+    caches = [LogitCache(calibrated / f"calibration/seed_{s}/logit_cache.zarr") for s in SEEDS]
+    dep, gates = run_gates(calib_config(tta_gate=False, allow_multiscale_deployment=allow), caches)
+    assert gates["scales"]["verdict"] == [1.0, 0.5] and gates["scales"]["verdict_fusion"] == "max"
+    if allow:
+        assert dep.scales == [1.0, 0.5] and dep.fusion == "max" and gates["scales"]["shipped"]
+    else:
+        assert dep.scales == [1.0] and not gates["scales"]["shipped"]
+        assert "allow_multiscale_deployment is false" in gates["scales"]["reason"]
