@@ -9,6 +9,7 @@ returns the frozen config (threshold and temperature filled in) with its typed r
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from rtscore.calibrate.temperature import fit_temperature
 from rtscore.config.deployment import CalibratedNumerics, DeploymentConfig, ThresholdSource
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.errors import PipelineError
+from rtscore.inference.context import needs_context
 from rtscore.metrics import ObjectCounter, object_metrics, weighted_hist
 from rtscore.metrics.objects import iou_tag
 
@@ -94,6 +96,11 @@ class SeedCalibrationReport(BaseModel):
     )
     cache_bytes: dict[str, int] = Field(..., description="Bytes of the logit cache: hist, dense and total.")
     cache_tiles: int = Field(..., description="Tiles in the logit cache.")
+    canonical_1x: SeedCalibrationReport | None = Field(
+        None,
+        description="When the shipped scales are not [1.0]: the 1x calibration with the same TTA (its own "
+        "temperature and threshold), the operating point of evaluate-test's canonical 1x table (guide §4.6).",
+    )
 
 
 def check_parity(dep: DeploymentConfig, cache: LogitCache, source: Path) -> Combo:
@@ -130,6 +137,37 @@ def _fusion_name(c: Combo) -> str:
     return c.fusion if len(c.scales) > 1 else "1.0"
 
 
+def refuse_multiscale_without_context(cfg: PipelineConfig, reason: str) -> None:
+    """A config that asks to ship 0.5x (deployment.scales, or calibration.allow_multiscale_deployment) cannot be
+    calibrated without the 0.5x input (``reason``: why there is none); anything else only reports the scale gate
+    "not evaluated"."""
+    cal, dep = cfg.calibration, cfg.deployment
+    asks = []
+    if needs_context(dep.scales):
+        asks.append(f"deployment.scales is {dep.scales}")
+    if cal.allow_multiscale_deployment:
+        asks.append("calibration.allow_multiscale_deployment is true")
+    if asks:
+        raise CalibrationError(
+            f"{' and '.join(asks)}: that asks to ship a 0.5x pass, which cannot be calibrated: {reason}. "
+            "hint: set deployment.scales: [1.0] and calibration.allow_multiscale_deployment: false, or give the run "
+            "its context store (synthetic source: regenerate val and test with 0.5 in calibration.scale_candidates)"
+        )
+
+
+def cached_scales(caches: Sequence[LogitCache]) -> tuple[list[float], str | None]:
+    """The scales every cache measured, and why candidate scales were not (None when none was left out)."""
+    scales = [float(s) for s in caches[0].attrs["scale_candidates"]]
+    for c in caches[1:]:
+        if [float(s) for s in c.attrs["scale_candidates"]] != scales:
+            raise CalibrationError(
+                f"the logit caches measured different scales ({caches[0].path}: {scales}, {c.path}: "
+                f"{c.attrs['scale_candidates']}); recompute them with one config"
+            )
+    notes = [c.attrs.get("scales_not_evaluated") for c in caches]
+    return scales, next((n for n in notes if n), None)
+
+
 def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[DeploymentConfig, dict[str, Any]]:
     """TTA gate, then scale gate with the chosen TTA, over all seeds' caches; the gated deployment config.
 
@@ -151,13 +189,18 @@ def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[Deployment
         gates["tta"] = {"gate": "tta", "chosen": tta, "reason": "calibration.tta_gate is false: deployment.tta kept"}
     fusion: str
     scales, fusion = list(dep.scales), dep.fusion
-    if cal.scale_gate and len(cal.scale_candidates) > 1:
-        multi = [Combo(tta, tuple(cal.scale_candidates), f) for f in cal.fusion_candidates]
+    measured, not_evaluated = cached_scales(caches)
+    if not_evaluated is not None:
+        refuse_multiscale_without_context(cfg, not_evaluated)
+    if cal.scale_gate and not_evaluated is not None:
+        gates["scales"] = {"gate": "scales", "chosen": scales, "evaluated": False, "reason": not_evaluated}
+    elif cal.scale_gate and len(measured) > 1:
+        multi = [Combo(tta, tuple(measured), f) for f in cal.fusion_candidates]
         per_seed_scale: list[dict[str, CachedHist]] = [
             {"1.0": c.hist(Combo(tta, (1.0,))), **{_fusion_name(m): c.hist(m) for m in multi}} for c in caches
         ]
         sd: GateDecision = scale_gate(per_seed_scale, "1.0", cal)
-        verdict = [1.0] if sd.chosen == "1.0" else list(cal.scale_candidates)
+        verdict = [1.0] if sd.chosen == "1.0" else list(measured)
         gates["scales"] = sd.to_json() | {"verdict": verdict, "verdict_fusion": sd.chosen, "shipped": False}
         if cal.allow_multiscale_deployment:
             scales, fusion = verdict, (dep.fusion if sd.chosen == "1.0" else sd.chosen)
@@ -226,7 +269,7 @@ def _unreachable_target(
 
 
 def calibrate_seed(
-    dep: DeploymentConfig, cache: LogitCache, cfg: PipelineConfig, plots: CalibrationPlots, *, source: Path
+    dep: DeploymentConfig, cache: LogitCache, cfg: PipelineConfig, plots: CalibrationPlots | None, *, source: Path
 ) -> tuple[DeploymentConfig, SeedCalibrationReport]:
     """Temperature and threshold for one seed on the configuration ``dep`` names (``source``: where that
     config is written, for messages).
@@ -270,16 +313,17 @@ def calibrate_seed(
         }
     )
     frozen = DeploymentConfig.model_validate(updated.model_dump())
-    pos, neg = weighted_hist(ch.hist, cal.ratio)
-    plot_reliability(
-        pos, neg, cache.bins, t, cal.ece_bins, plots.reliability, f"Val-Realistic 1:{cal.ratio}, {combo.key}"
-    )
-    plot_pr_curves(
-        {f"1:{r}": (*weighted_hist(ch.hist, r), cache.bins) for r in cfg.metrics.ratios},
-        [(f"threshold {rt.threshold:.3f} @1:{rt.ratio}", rt.recall, rt.precision) for rt in per_ratio],
-        plots.pr_curves,
-        f"Val-Realistic PR curves ({combo.key})",
-    )
+    if plots is not None:
+        pos, neg = weighted_hist(ch.hist, cal.ratio)
+        plot_reliability(
+            pos, neg, cache.bins, t, cal.ece_bins, plots.reliability, f"Val-Realistic 1:{cal.ratio}, {combo.key}"
+        )
+        plot_pr_curves(
+            {f"1:{r}": (*weighted_hist(ch.hist, r), cache.bins) for r in cfg.metrics.ratios},
+            [(f"threshold {rt.threshold:.3f} @1:{rt.ratio}", rt.recall, rt.precision) for rt in per_ratio],
+            plots.pr_curves,
+            f"Val-Realistic PR curves ({combo.key})",
+        )
     report = SeedCalibrationReport(
         configuration=combo.key,
         deployment_config=str(source),
@@ -299,6 +343,13 @@ def calibrate_seed(
         cache_tiles=cache.n_tiles,
     )
     return frozen, report
+
+
+def one_x(dep: DeploymentConfig) -> DeploymentConfig:
+    """The 1x configuration of a (gated or frozen) deployment config: same numerics and TTA, scales [1.0], not
+    calibrated (the canonical evaluate-test contract, guide §4.6)."""
+    update = {"scales": [1.0], "threshold": None, "temperature": None, "calibrated_with": None}
+    return DeploymentConfig.model_validate(dep.model_copy(update=update | {"threshold_source": None}).model_dump())
 
 
 def render_report(
@@ -341,4 +392,17 @@ def render_report(
     for s, r in reports.items():
         parts = [f"1:{t.ratio} {t.threshold:.4f} (P {t.precision:.3f}, R {t.recall:.3f})" for t in r.thresholds]
         lines.append(f"- seed {s}: " + "; ".join(parts))
+    canonical = {s: r.canonical_1x for s, r in reports.items() if r.canonical_1x is not None}
+    if canonical:
+        lines += [
+            "",
+            "Canonical 1x operating point (same TTA, scales [1.0]; evaluate-test's canonical table runs at it):",
+            "",
+        ]
+        for s, c in canonical.items():
+            lines.append(
+                f"- seed {s}: T {c.temperature.T:.3f}, threshold {c.operating.threshold:.4f} "
+                f"(P {c.operating.precision:.3f}, R {c.operating.recall:.3f}, {c.threshold_source}); "
+                f"{c.deployment_config}"
+            )
     return "\n".join(lines) + "\n"

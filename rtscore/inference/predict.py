@@ -28,6 +28,7 @@ import numpy as np
 
 from rtscore.data.normalization import NormalizationStats, load_normalization_stats
 from rtscore.errors import PipelineError
+from rtscore.inference.context import ContextWindows, needs_context
 from rtscore.inference.numerics import predict_logits, prepare_model
 from rtscore.models import load_model
 from rtscore.package.format import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedModelConfig
@@ -191,9 +192,17 @@ def normalise(channels: np.ndarray, alpha: np.ndarray, stats: NormalizationStats
 
 
 def predict_array(
-    pkg: LoadedPackage, image: np.ndarray, *, stride: int | None = None, batch_size: int = 8
+    pkg: LoadedPackage,
+    image: np.ndarray,
+    *,
+    stride: int | None = None,
+    batch_size: int = 8,
+    context: ContextWindows | None = None,
 ) -> tuple[np.ndarray, int]:
-    """(H, W) float32 calibrated probabilities of a normalised (C, H, W) image, and the number of windows."""
+    """(H, W) float32 calibrated probabilities of a normalised (C, H, W) image, and the number of windows.
+
+    ``context`` gives each window's 0.5x input (its 2x field of view from the surrounding raster); required
+    when the package's scales hold 0.5."""
     import torch
 
     tile = pkg.tile_size
@@ -213,9 +222,16 @@ def predict_array(
             chunk = windows[i : i + batch_size]
             batch = np.stack([image[:, y : y + tile, x : x + tile] for y, x in chunk])
             x_t = torch.from_numpy(batch).to(pkg.device)
+            ctx = None if context is None else torch.from_numpy(context.batch(chunk)).to(pkg.device)
             z = (
                 predict_logits(
-                    pkg.model, x_t, tta=dep.tta, scales=dep.scales, fusion=dep.fusion, precision=pkg.precision
+                    pkg.model,
+                    x_t,
+                    tta=dep.tta,
+                    scales=dep.scales,
+                    fusion=dep.fusion,
+                    precision=pkg.precision,
+                    context=ctx,
                 )
                 / temperature
             )
@@ -274,8 +290,11 @@ def predict_raster(
     if not src.is_file():
         raise PredictError(f"input raster not found: {src}")
     channels, alpha, profile = read_inputs(pkg, src, Path(extra_tif) if extra_tif is not None else None)
+    context = None
+    if needs_context(pkg.deployment.scales):  # 0.5x: each window's 2x field of view from the raw raster
+        context = ContextWindows(channels.copy(), alpha, pkg.tile_size, lambda c, a: normalise(c, a, pkg.stats))
     image = normalise(channels, alpha, pkg.stats)
-    prob, n_windows = predict_array(pkg, image, stride=stride, batch_size=batch_size)
+    prob, n_windows = predict_array(pkg, image, stride=stride, batch_size=batch_size, context=context)
     nodata = alpha == 0
     prob[nodata] = PROB_NODATA
     assert pkg.deployment.threshold is not None  # load_package reads a calibrated deployment config only

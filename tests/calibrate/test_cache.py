@@ -15,17 +15,25 @@ from tests.calibrate.conftest import calib_config
 
 
 def _full_logits(run: Path, cfg, seed: int, combo: Combo) -> tuple[np.ndarray, np.ndarray, list[str]]:  # type: ignore[no-untyped-def]
-    """Recompute the fused logits of every val tile with the deployment path (no cache involved)."""
+    """Recompute the fused logits of every val tile with the deployment path (no cache involved); a 0.5x pass
+    takes each tile's context from the val context store, paired by tile id."""
+    from rtscore.inference.context import needs_context
     from rtscore.stages.seeds import seed_model_and_loader
     from rtscore.storage import RunDir
 
-    model, loader, _ = seed_model_and_loader(RunDir(str(run)), cfg, seed, "val")
+    model, loader, _ = seed_model_and_loader(RunDir(str(run)), cfg, seed, "val", context=needs_context(combo.scales))
     run_model = prepare_model(model, False)
     zs, ys, ids = [], [], []
     with torch.inference_mode():
         for b in loader:
             z = predict_logits(
-                run_model, b["image"], tta=combo.tta, scales=combo.scales, fusion=combo.fusion, precision="fp32"
+                run_model,
+                b["image"],
+                tta=combo.tta,
+                scales=combo.scales,
+                fusion=combo.fusion,
+                precision="fp32",
+                context=b.get("context"),
             )
             zs.append(z.numpy())
             ys.append(b["label"].numpy())
