@@ -52,6 +52,7 @@ def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool 
     rel = RunLayout.LOGIT_CACHE.at(seed=seed)
     run.forget(rel)
     val = run.entry(RunLayout.DATASET.at(split="val"))
+    ctx = run.entry(RunLayout.CONTEXT_DATASET.at(split="val"))
     build_logit_cache(
         model,
         loader,
@@ -59,7 +60,12 @@ def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool 
         run.path(rel),
         n_tiles=n,
         pixel_size_m=pixel_size_m(run.at(RunLayout.DATASET, split="val")),
-        attrs={"seed": seed, "weights_sha256": sha256_file(weights), "val_sha256": val.sha256 if val else None},
+        attrs={
+            "seed": seed,
+            "weights_sha256": sha256_file(weights),
+            "val_sha256": val.sha256 if val else None,
+            "val_context_sha256": ctx.sha256 if with_context and ctx else None,
+        },
         progress=progress,
         scales=scales,
         scales_note=note,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -76,3 +78,52 @@ def test_the_raster_context_is_downsampled_as_the_stores_are() -> None:
     np.testing.assert_array_equal(a, ref_a)
     np.testing.assert_array_equal(raw[:3], ref_rgb.astype(np.float32))
     np.testing.assert_array_equal(raw[3:], ref_extra)
+
+
+def test_predict_takes_the_half_scale_input_from_the_surrounding_raster(tmp_path: Path) -> None:
+    """A multi-scale package: a tile's probabilities depend on the ground around it (its 0.5x context), and are
+    those of the deployment numerics on the tile and on its 2x window from the raster."""
+    pytest.importorskip("rasterio")
+    import rasterio
+    import yaml
+
+    from rtscore.inference.predict import load_package, normalise, predict_raster
+    from rtscore.package import DEPLOYMENT
+    from tests.helpers import calibrated_deployment
+    from tests.test_predict import TILE as T
+    from tests.test_predict import random_rgba, write_package, write_raster
+
+    pkg = write_package(tmp_path / "pkg", tta="none")
+    dep = calibrated_deployment(threshold=0.5, temperature=1.7, tta="none", precision="fp32", scales=[1.0, 0.5])
+    dep = dep.model_copy(
+        update={"fusion": "max", "calibrated_with": dep.numerics().model_copy(update={"fusion": "max"})}
+    )
+    (pkg / DEPLOYMENT).write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
+    rng = np.random.default_rng(3)
+    a = random_rgba(rng, 3 * T, 3 * T)
+    b = a.copy()
+    b[:3, :T, :] = 255 - b[:3, :T, :]  # other ground in the top row of tiles only
+    out_a = predict_raster(pkg, write_raster(tmp_path / "a.tif", a), tmp_path / "out_a", stride=T)
+    out_b = predict_raster(pkg, write_raster(tmp_path / "b.tif", b), tmp_path / "out_b", stride=T)
+    with rasterio.open(out_a.prob) as pa, rasterio.open(out_b.prob) as pb:
+        prob_a, prob_b = pa.read(1), pb.read(1)
+    centre = (slice(T, 2 * T), slice(T, 2 * T))  # the middle tile: its own pixels are the same in a and b
+    assert not np.allclose(prob_a[centre], prob_b[centre])  # ... but not its surroundings, which its 0.5x pass sees
+
+    loaded = load_package(pkg)
+    raw = a[:3].astype(np.float32)
+    ctx_raw, ctx_alpha = context_window(raw, a[3], T, T, T)
+    ctx = normalise(ctx_raw, ctx_alpha, loaded.stats)
+    tile = normalise(raw.copy(), a[3], loaded.stats)[None, :, T : 2 * T, T : 2 * T]
+    with torch.inference_mode():
+        z = predict_logits(
+            loaded.model,
+            torch.from_numpy(np.ascontiguousarray(tile)),
+            tta="none",
+            scales=[1.0, 0.5],
+            fusion="max",
+            precision="fp32",
+            context=torch.from_numpy(ctx[None]),
+        )
+    expected = torch.sigmoid(z / 1.7)[0].numpy()
+    np.testing.assert_allclose(prob_a[centre], expected, atol=1e-5)
