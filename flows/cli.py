@@ -226,7 +226,11 @@ def _package_verify(args: argparse.Namespace) -> int:
     """`rts package verify DIR`: audit a deployment package, load it and run one tile; 0 when every check passes."""
     from rtscore.package import render_verify_report, verify_package
 
-    report = verify_package(Path(args.dir), device=getattr(args, "device", None) or "cpu")
+    report = verify_package(
+        Path(args.dir),
+        device=getattr(args, "device", None) or "cpu",
+        allow_fallback_threshold=bool(getattr(args, "allow_fallback_threshold", False)),
+    )
     print(render_verify_report(report))
     return 0 if report.ok else 1
 
@@ -331,7 +335,7 @@ def _print_calibration(cal: Any) -> None:
     print(f"  TTA gate:   {cal.summary.tta_reason}")
     print(f"  scale gate: {cal.summary.scales_reason}")
     for p in cal.summary.seeds:
-        note = "" if p.target_reached else " (target precision not reachable: max-F1 threshold)"
+        note = "" if p.target_reached else " (WARNING: target precision not reachable: max-F1 fallback threshold)"
         print(
             f"  seed {p.seed}: T = {p.temperature:.3f}, threshold {p.threshold:.4f} "
             f"(val precision {p.precision:.3f}, recall {p.recall:.3f}){note}"
@@ -596,6 +600,11 @@ def parser() -> argparse.ArgumentParser:
     kv = ksub.add_parser("verify", help="audit a package without unpickling, then load it and run one tile")
     kv.add_argument("dir", type=_local_path, help="package directory")
     kv.add_argument("--device", default="cpu", help="device for the one-tile forward pass (default cpu)")
+    kv.add_argument(
+        "--allow-fallback-threshold",
+        action="store_true",
+        help="accept a max-F1 fallback threshold (deployment threshold_source: max_f1_fallback) instead of failing",
+    )
     kv.set_defaults(func=_package_verify)
     return p
 

@@ -17,17 +17,18 @@ from rtscore.evaluation.evaluate import (
     pixel_confusion_at_ratio,
 )
 from rtscore.metrics import LogitBins, ObjectCounter, TileHistograms
+from tests.helpers import calibrated_deployment
 
 
 @pytest.mark.parametrize(
     ("threshold", "temperature", "message"),
-    [(None, 1.5, "threshold is null"), (0.5, None, "temperature is null"), (None, None, "threshold and temperature")],
+    [(None, 1.5, "threshold null"), (0.5, None, "temperature null"), (None, None, "threshold, temperature null")],
 )
 def test_test_evaluation_refuses_an_uncalibrated_deployment_config(
     tmp_path: Path, threshold: float | None, temperature: float | None, message: str
 ) -> None:
     path = tmp_path / "deployment_config.yaml"
-    dump_yaml(DeploymentConfig(threshold=threshold, temperature=temperature), path)
+    dump_yaml(calibrated_deployment(threshold=threshold, temperature=temperature), path)
     with pytest.raises(EvaluationError, match=message) as err:
         frozen_deployment(path)
     assert str(path) in str(err.value) and "run calibrate first" in str(err.value)
@@ -68,3 +69,24 @@ def test_exact_pixel_counts_are_reweighted_to_the_ratio() -> None:
     ev = SeedEvaluation(hist, conf, hist.is_positive, ObjectCounter())
     c = pixel_confusion_at_ratio(ev, 10)  # 1 positive tile, 2 negatives standing for 10: weight 5
     assert (c.tp, c.fp, c.fn, c.tn) == (10.0, 2 + 5 * 4.0, 5.0, 100 + 5 * 500.0)
+
+
+def test_test_evaluation_refuses_numerics_edited_after_calibration(tmp_path: Path) -> None:
+    """Issue 11: bf16 edited over an fp32 calibration must not produce a test report."""
+    path = tmp_path / "deployment_config.yaml"
+    dep = calibrated_deployment(precision="fp32")
+    dump_yaml(dep.model_copy(update={"precision": "bf16"}), path)
+    with pytest.raises(EvaluationError, match=r"precision: 'bf16' in the file, calibrated with 'fp32'") as err:
+        frozen_deployment(path)
+    assert str(path) in str(err.value)
+
+
+def test_the_test_report_flags_a_fallback_threshold() -> None:
+    ok = _seed(1, {"1_200": dict.fromkeys(("iou_rts", "f1_rts", "pr_auc", "no_skill_pr_auc"), 0.5)})
+    fallback = ok.model_copy(update={"seed": 2, "threshold_source": "max_f1_fallback"})
+    report = TestReport.from_seeds([ok, fallback], DeploymentConfig(threshold=0.5, temperature=1.0), [])
+    assert report.fallback_seeds == [2]
+    assert "WARNING: seeds [2] run at a max-F1 fallback threshold" in report.render_markdown()
+    assert "| 2 | 0.5000 | max_f1_fallback |" in report.render_markdown()
+    plain = TestReport.from_seeds([ok], DeploymentConfig(threshold=0.5, temperature=1.0), [])
+    assert plain.fallback_warning() is None and "WARNING" not in plain.render_markdown()

@@ -20,7 +20,6 @@ import yaml
 
 from flows.cli import main
 from rtscore.config import parse_pipeline_config
-from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError, write_normalization_stats
 from rtscore.models import build_model
@@ -37,7 +36,7 @@ from rtscore.package import (
 )
 from rtscore.storage import StorageError
 from rtscore.train.result import SeedSummary, read_seed_summary
-from tests.helpers import tiny_pipeline_config
+from tests.helpers import calibrated_deployment, tiny_pipeline_config
 
 METRICS = {42: 0.31, 43: 0.47}
 
@@ -72,9 +71,11 @@ def write_stats(path: Path, extra: list[str]) -> None:
     )
 
 
-def write_deployment(path: Path, precision: str, *, threshold: float | None = 0.42, temperature: float | None = 1.3):
+def write_deployment(
+    path: Path, precision: str, *, threshold: float | None = 0.42, temperature: float | None = 1.3, **fields: Any
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    dep = DeploymentConfig(threshold=threshold, temperature=temperature, precision=precision)  # type: ignore[arg-type]
+    dep = calibrated_deployment(threshold=threshold, temperature=temperature, precision=precision, **fields)
     path.write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
 
 
@@ -419,3 +420,35 @@ def test_cli_handler(pkg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "FAIL" in out and "model_config.yaml: sha256 mismatch" in out and "verdict: FAILED" in out
     assert main(["package", "verify", str(tmp_path / "nowhere")]) == 1
     assert "package directory not found" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- issue 11: fallback, numerics parity
+def test_a_fallback_threshold_fails_verify_unless_allowed(run: Path) -> None:
+    cal = run / "calibration" / "seed_43" / "deployment_config.yaml"
+    write_deployment(cal, "fp32", threshold_source="max_f1_fallback")
+    strict = package_config()
+    strict = strict.model_copy(
+        update={"calibration": strict.calibration.model_copy(update={"allow_max_f1_fallback": False})}
+    )
+    with pytest.raises(PackageError, match="threshold source: .*max_f1_fallback"):
+        build(run, strict)  # a run that did not opt in never packages a fallback threshold
+    pkg = Path(build(run, package_config()).path)  # package_config opts in (tiny models)
+    report = verify_package(pkg)
+    assert failed(report) == {"threshold source", "load", "forward"}
+    assert "--allow-fallback-threshold" in checks(report)["threshold source"].detail
+    allowed = verify_package(pkg, allow_fallback_threshold=True)
+    assert allowed.ok and "allowed" in checks(allowed)["threshold source"].detail
+
+
+def test_numerics_edited_after_calibration_are_refused_by_build_and_verify(run: Path, pkg: Path) -> None:
+    cal = run / "calibration" / "seed_43" / "deployment_config.yaml"
+    edited = yaml.safe_load(cal.read_text()) | {"tta": "minimal"}
+    cal.write_text(yaml.safe_dump(edited))
+    with pytest.raises(PackageError, match="tta: 'minimal' in the file, calibrated with 'none'"):
+        build(run, package_config())
+    shipped = yaml.safe_load((pkg / "deployment_config.yaml").read_text()) | {"tta": "standard"}
+    (pkg / "deployment_config.yaml").write_text(yaml.safe_dump(shipped))
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert "deployment_config.yaml" in failed(report)
+    assert "tta: 'standard' in the file, calibrated with 'none'" in checks(report)["deployment_config.yaml"].detail

@@ -15,6 +15,7 @@ from rtscore.data.normalization import NormalizationStats, write_normalization_s
 from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.models import build_model
 from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedChannels, PackagedModelConfig
+from tests.helpers import calibrated_deployment
 
 rasterio = pytest.importorskip("rasterio")
 
@@ -64,7 +65,7 @@ def write_package(
         computed_date="2026-01-01T00:00:00Z",
     )
     write_normalization_stats(stats, pkg / STATS)
-    dep = DeploymentConfig(threshold=threshold, temperature=temperature, tta=tta, precision="fp32")  # type: ignore[arg-type]
+    dep = calibrated_deployment(threshold=threshold, temperature=temperature, tta=tta, precision="fp32")
     (pkg / DEPLOYMENT).write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
     return pkg
 
@@ -193,6 +194,15 @@ def test_refuses_uncalibrated_package(tmp_path: Path) -> None:
     pkg = write_package(tmp_path / "pkg", threshold=None)
     src = write_raster(tmp_path / "s.tif", random_rgba(np.random.default_rng(0), TILE, TILE))
     with pytest.raises(PredictError, match="threshold"):
+        predict_raster(pkg, src, tmp_path / "out")
+
+
+def test_refuses_a_package_whose_numerics_were_edited_after_calibration(tmp_path: Path) -> None:
+    pkg = write_package(tmp_path / "pkg")
+    edited = yaml.safe_load((pkg / DEPLOYMENT).read_text()) | {"tta": "full"}
+    (pkg / DEPLOYMENT).write_text(yaml.safe_dump(edited))
+    src = write_raster(tmp_path / "s.tif", random_rgba(np.random.default_rng(0), TILE, TILE))
+    with pytest.raises(PredictError, match="tta: 'full' in the file, calibrated with 'minimal'"):
         predict_raster(pkg, src, tmp_path / "out")
 
 

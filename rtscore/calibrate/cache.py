@@ -10,6 +10,9 @@ Object metrics need pixels, so full-resolution logits are kept only where object
 threshold: tiles with ground-truth RTS, or with any pixel at or above `calibration.object_prob_floor` in some
 configuration. They are stored per (scale, TTA) in float16, and every fused configuration is rebuilt from them.
 
+A scale below 1.0 is cached only from a context-expanded input (each tile's 2x field of view, paired by tile
+id, guide §8.3); without one only [1.0] is cached and ``scales_not_evaluated`` says why.
+
 Layout (Zarr v3, `calibration/seed_<n>/logit_cache.zarr`):
     hist        (configs, tiles, 3, n_bins) uint32   rows: neg, pos, pos_large; one chunk per loader batch;
                 n_bins = the core (metrics.pr_bins) plus tails and overflow bins (`LogitBins`, attrs["bins"])
@@ -21,7 +24,7 @@ Layout (Zarr v3, `calibration/seed_<n>/logit_cache.zarr`):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -74,8 +77,9 @@ class Combo:
 
     @property
     def cost(self) -> float:
-        """Forward-pass cost relative to one native pass (a 0.5x pass costs a quarter)."""
-        return tta_cost(self.tta) * sum(s * s for s in self.scales)
+        """Forward-pass cost relative to one native pass (a 0.5x pass is one tile-sized pass too: its input is the
+        tile's 2x field of view downsampled to the tile size)."""
+        return float(tta_cost(self.tta) * len(self.scales))
 
     @classmethod
     def of(cls, dep: DeploymentConfig) -> Combo:
@@ -83,13 +87,15 @@ class Combo:
         return cls(dep.tta, scales, dep.fusion if len(scales) > 1 else "weighted_mean")
 
 
-def candidate_combos(cal: CalibrationConfig) -> list[Combo]:
-    """Every configuration the gates may choose: each TTA at [1.0], and at all scales with each fusion."""
+def candidate_combos(cal: CalibrationConfig, scales: Sequence[float] | None = None) -> list[Combo]:
+    """Every configuration the gates may choose: each TTA at [1.0], and at all `scales` (default
+    `cal.scale_candidates`; the cached ones, see :func:`build_logit_cache`) with each fusion."""
+    scales = list(cal.scale_candidates if scales is None else scales)
     combos = []
     for t in cal.tta_candidates:
         combos.append(Combo(t, (1.0,)))
-        if len(cal.scale_candidates) > 1:
-            combos += [Combo(t, tuple(cal.scale_candidates), f) for f in cal.fusion_candidates]
+        if len(scales) > 1:
+            combos += [Combo(t, tuple(scales), f) for f in cal.fusion_candidates]
     return combos
 
 
@@ -126,6 +132,8 @@ def build_logit_cache(
     pixel_size_m: float,
     attrs: dict[str, Any] | None = None,
     progress: bool = False,
+    scales: Sequence[float] | None = None,
+    scales_note: str | None = None,
 ) -> Path:
     """One pass over the loader per (scale, transform); writes the cache at `out` atomically.
 
@@ -137,6 +145,9 @@ def build_logit_cache(
         n_tiles: Tiles the loader yields.
         pixel_size_m: Ground sampling of the tiles (metres per pixel), for the large-RTS rule.
         attrs: Provenance stored with the cache (weights and dataset fingerprints, seed).
+        scales: The scales to cache (default ``calibration.scale_candidates``); a scale below 1.0 needs the
+            loader to yield each tile's ``context`` (:class:`~rtscore.inference.context.ContextPairedDataset`).
+        scales_note: Why candidate scales were left out (recorded as ``scales_not_evaluated``).
     """
     import torch
     import zarr
@@ -144,10 +155,11 @@ def build_logit_cache(
 
     cal, dep = cfg.calibration, cfg.deployment
     bins = LogitBins(core_bins=cfg.metrics.pr_bins)
-    combos = candidate_combos(cal)
+    scales = list(cal.scale_candidates if scales is None else scales)
+    combos = candidate_combos(cal, scales)
     needed = {t for tta in cal.tta_candidates for t in TTA_TRANSFORMS[tta]}
     transforms = [t for t in D4 if t in needed]
-    maps = [(s, t) for s in cal.scale_candidates for t in cal.tta_candidates]
+    maps = [(s, t) for s in scales for t in cal.tta_candidates]
     min_side_px = cal.large_rts_bbox_m / pixel_size_m
     floor_logit = prob_to_logit(cal.object_prob_floor)
     device = next(model.parameters()).device
@@ -176,18 +188,19 @@ def build_logit_cache(
         if progress:
             from tqdm import tqdm
 
-            it = tqdm(loader, desc=f"logit cache ({len(transforms)} transforms x {len(cal.scale_candidates)} scales)")
+            it = tqdm(loader, desc=f"logit cache ({len(transforms)} transforms x {len(scales)} scales)")
         with torch.inference_mode():
             for batch in it:
                 x = batch["image"].to(device)
+                ctx = batch["context"].to(device) if "context" in batch else None
                 y = batch["label"].numpy().astype(np.uint8)
                 b, h, w = y.shape
                 if row + b > n_tiles:
                     raise CacheError(f"the loader yielded more than the {n_tiles} tiles announced")
                 y_large = _large_targets(y, min_side_px)
                 per_map: dict[tuple[float, str], torch.Tensor] = {}
-                for s in cal.scale_candidates:
-                    logits = scale_logits(run_model, x, s, transforms, dep.precision)
+                for s in scales:
+                    logits = scale_logits(run_model, x, s, transforms, dep.precision, ctx)
                     for t in cal.tta_candidates:
                         per_map[(s, t)] = tta_logits(logits, t)
                 block = np.empty((len(combos), b, 3, bins.n_bins), np.uint32)
@@ -245,7 +258,8 @@ def build_logit_cache(
                 },
                 "combos": [c.key for c in combos],
                 "tta_candidates": list(cal.tta_candidates),
-                "scale_candidates": list(cal.scale_candidates),
+                "scale_candidates": scales,
+                "scales_not_evaluated": scales_note,
                 "fusion_candidates": list(cal.fusion_candidates),
                 "maps": [[s, t] for s, t in maps],
                 "pixel_size_m": pixel_size_m,

@@ -72,6 +72,18 @@ def operating_threshold(h: TileHistograms, ratio: float, target_precision: float
     return Operating(t, c.precision, c.recall, False)
 
 
+def best_precision(h: TileHistograms, ratio: float) -> Operating:
+    """The highest precision any threshold reaches at 1:`ratio` (with recall > 0), and where: what a target
+    precision that cannot be reached falls short of."""
+    curve = precision_recall_curve_from_hist(*weighted_hist(h, ratio), h.bins)
+    ok = curve.recall > 0
+    if not ok.any():
+        return Operating(math.inf, math.nan, 0.0, False)
+    precision = np.where(ok, curve.precision, -np.inf)
+    i = int(np.nanargmax(precision))
+    return Operating(float(curve.thresholds_logit[i]), float(curve.precision[i]), float(curve.recall[i]), False)
+
+
 def _rel(new: float, old: float) -> float:
     """Relative change (new - old) / old; inf when old is 0 and new is not, 0 when both are 0."""
     if old == 0:
@@ -222,20 +234,4 @@ def thresholds_at_ratios(
         op = operating_threshold(h, r, target_precision)
         p = float(expit(op.threshold_logit / temperature))
         out.append(RatioThreshold(r, p, op.threshold_logit, op.precision, op.recall, op.target_reached))
-    return out
-
-
-def region_thresholds(
-    h: CachedHist, ratio: int, target_precision: float, temperature: float
-) -> dict[str, RatioThreshold | None]:
-    """Per region (guide §6.4), the threshold of that region's tiles; None where the region cannot define one
-    (no positive or no negative tile)."""
-    regions = np.asarray(h.regions)
-    out: dict[str, RatioThreshold | None] = {}
-    for region in sorted(set(h.regions)):
-        sub = h.hist.subset(regions == region)
-        if sub.n_pos_tiles == 0 or sub.n_neg_tiles == 0:
-            out[region] = None
-            continue
-        out[region] = thresholds_at_ratios(sub, [ratio], target_precision, temperature)[0]
     return out

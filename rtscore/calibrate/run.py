@@ -9,6 +9,7 @@ returns the frozen config (threshold and temperature filled in) with its typed r
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,16 +21,17 @@ from scipy.special import expit
 from rtscore.calibrate.cache import CachedHist, Combo, LogitCache
 from rtscore.calibrate.decisions import (
     GateDecision,
-    region_thresholds,
+    best_precision,
     scale_gate,
     thresholds_at_ratios,
     tta_gate,
 )
 from rtscore.calibrate.plots import plot_pr_curves, plot_reliability
 from rtscore.calibrate.temperature import fit_temperature
-from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.deployment import CalibratedNumerics, DeploymentConfig, ThresholdSource
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.errors import PipelineError
+from rtscore.inference.context import needs_context
 from rtscore.metrics import ObjectCounter, object_metrics, weighted_hist
 from rtscore.metrics.objects import iou_tag
 
@@ -40,6 +42,10 @@ class CalibrationError(PipelineError):
 
 class ParityError(CalibrationError):
     """deployment_config.yaml asks for other numerics than the ones calibration measured (guide §4.6)."""
+
+
+class TargetPrecisionError(CalibrationError):
+    """No threshold reaches calibration.target_precision at calibration.ratio, and no fallback was allowed."""
 
 
 @dataclass(frozen=True)
@@ -82,14 +88,19 @@ class SeedCalibrationReport(BaseModel):
     temperature: TemperatureReport = Field(..., description="Temperature fit.")
     thresholds: list[ThresholdReport] = Field(..., description="Thresholds at every reported ratio.")
     operating: ThresholdReport = Field(..., description="The operating threshold (at calibration.ratio).")
-    region_thresholds: dict[str, ThresholdReport | None] = Field(
-        default_factory=dict, description="Per-region thresholds (null: not enough data in the region)."
+    threshold_source: ThresholdSource = Field(
+        ..., description="target_precision, or max_f1_fallback (opted in by calibration.allow_max_f1_fallback)."
     )
     val_objects: dict[str, float | bool | int] = Field(
         default_factory=dict, description="Object P/R/F1 on Val-Realistic at the operating threshold."
     )
     cache_bytes: dict[str, int] = Field(..., description="Bytes of the logit cache: hist, dense and total.")
     cache_tiles: int = Field(..., description="Tiles in the logit cache.")
+    canonical_1x: SeedCalibrationReport | None = Field(
+        None,
+        description="When the shipped scales are not [1.0]: the 1x calibration with the same TTA (its own "
+        "temperature and threshold), the operating point of evaluate-test's canonical 1x table (guide §4.6).",
+    )
 
 
 def check_parity(dep: DeploymentConfig, cache: LogitCache, source: Path) -> Combo:
@@ -126,6 +137,37 @@ def _fusion_name(c: Combo) -> str:
     return c.fusion if len(c.scales) > 1 else "1.0"
 
 
+def refuse_multiscale_without_context(cfg: PipelineConfig, reason: str) -> None:
+    """A config that asks to ship 0.5x (deployment.scales, or calibration.allow_multiscale_deployment) cannot be
+    calibrated without the 0.5x input (``reason``: why there is none); anything else only reports the scale gate
+    "not evaluated"."""
+    cal, dep = cfg.calibration, cfg.deployment
+    asks = []
+    if needs_context(dep.scales):
+        asks.append(f"deployment.scales is {dep.scales}")
+    if cal.allow_multiscale_deployment:
+        asks.append("calibration.allow_multiscale_deployment is true")
+    if asks:
+        raise CalibrationError(
+            f"{' and '.join(asks)}: that asks to ship a 0.5x pass, which cannot be calibrated: {reason}. "
+            "hint: set deployment.scales: [1.0] and calibration.allow_multiscale_deployment: false, or give the run "
+            "its context store (synthetic source: regenerate val and test with 0.5 in calibration.scale_candidates)"
+        )
+
+
+def cached_scales(caches: Sequence[LogitCache]) -> tuple[list[float], str | None]:
+    """The scales every cache measured, and why candidate scales were not (None when none was left out)."""
+    scales = [float(s) for s in caches[0].attrs["scale_candidates"]]
+    for c in caches[1:]:
+        if [float(s) for s in c.attrs["scale_candidates"]] != scales:
+            raise CalibrationError(
+                f"the logit caches measured different scales ({caches[0].path}: {scales}, {c.path}: "
+                f"{c.attrs['scale_candidates']}); recompute them with one config"
+            )
+    notes = [c.attrs.get("scales_not_evaluated") for c in caches]
+    return scales, next((n for n in notes if n), None)
+
+
 def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[DeploymentConfig, dict[str, Any]]:
     """TTA gate, then scale gate with the chosen TTA, over all seeds' caches; the gated deployment config.
 
@@ -147,17 +189,28 @@ def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[Deployment
         gates["tta"] = {"gate": "tta", "chosen": tta, "reason": "calibration.tta_gate is false: deployment.tta kept"}
     fusion: str
     scales, fusion = list(dep.scales), dep.fusion
-    if cal.scale_gate and len(cal.scale_candidates) > 1:
-        multi = [Combo(tta, tuple(cal.scale_candidates), f) for f in cal.fusion_candidates]
+    measured, not_evaluated = cached_scales(caches)
+    if not_evaluated is not None:
+        refuse_multiscale_without_context(cfg, not_evaluated)
+    if cal.scale_gate and not_evaluated is not None:
+        gates["scales"] = {"gate": "scales", "chosen": scales, "evaluated": False, "reason": not_evaluated}
+    elif cal.scale_gate and len(measured) > 1:
+        multi = [Combo(tta, tuple(measured), f) for f in cal.fusion_candidates]
         per_seed_scale: list[dict[str, CachedHist]] = [
             {"1.0": c.hist(Combo(tta, (1.0,))), **{_fusion_name(m): c.hist(m) for m in multi}} for c in caches
         ]
         sd: GateDecision = scale_gate(per_seed_scale, "1.0", cal)
-        if sd.chosen == "1.0":
-            scales, fusion = [1.0], dep.fusion
-        else:
-            scales, fusion = list(cal.scale_candidates), sd.chosen
-        gates["scales"] = sd.to_json()
+        verdict = [1.0] if sd.chosen == "1.0" else list(measured)
+        gates["scales"] = sd.to_json() | {"verdict": verdict, "verdict_fusion": sd.chosen, "shipped": False}
+        if cal.allow_multiscale_deployment:
+            scales, fusion = verdict, (dep.fusion if sd.chosen == "1.0" else sd.chosen)
+            gates["scales"]["shipped"] = True
+        elif verdict != scales:
+            gates["scales"]["reason"] = (
+                f"{sd.reason}; verdict not shipped: calibration.allow_multiscale_deployment is false, "
+                f"deployment.scales {scales} kept (guide §8.3: shipping multi-scale is a separate decision)"
+            )
+        gates["scales"]["chosen"] = scales  # what ships (the gate's own pick stays in verdict/verdict_fusion)
     else:
         gates["scales"] = {"gate": "scales", "chosen": scales, "reason": "scale gate off or one candidate scale"}
     update = {"tta": tta, "scales": scales, "fusion": fusion, "threshold": None, "temperature": None}
@@ -192,15 +245,42 @@ def _val_objects(
     return out
 
 
+def _unreachable_target(
+    ch: CachedHist, cfg: PipelineConfig, cache: LogitCache, combo: Combo, temperature: float
+) -> TargetPrecisionError:
+    """The error of a pool on which no threshold reaches the target precision, naming the best one reached."""
+    cal = cfg.calibration
+    best = best_precision(ch.hist, cal.ratio)
+    if math.isnan(best.precision):
+        where = "no threshold calls any RTS pixel"
+    else:
+        prob = float(expit(best.threshold_logit / temperature))
+        where = (
+            f"the best precision reached is {best.precision:.3f} (recall {best.recall:.3f}) at threshold "
+            f"{prob:.4f} (logit {best.threshold_logit:.3f}, T {temperature:.3f})"
+        )
+    return TargetPrecisionError(
+        f"calibration.target_precision {cal.target_precision} is not reachable at 1:{cal.ratio} "
+        f"(calibration.ratio) on Val-Realistic ({combo.key}, logit cache {cache.path}): {where}. "
+        "hint: lower calibration.target_precision, improve the model, or set calibration.allow_max_f1_fallback: "
+        "true to ship the max-F1 threshold (recorded as threshold_source: max_f1_fallback in "
+        "deployment_config.yaml and flagged by `rts package verify` and the test report)"
+    )
+
+
 def calibrate_seed(
-    dep: DeploymentConfig, cache: LogitCache, cfg: PipelineConfig, plots: CalibrationPlots, *, source: Path
+    dep: DeploymentConfig, cache: LogitCache, cfg: PipelineConfig, plots: CalibrationPlots | None, *, source: Path
 ) -> tuple[DeploymentConfig, SeedCalibrationReport]:
     """Temperature and threshold for one seed on the configuration ``dep`` names (``source``: where that
     config is written, for messages).
 
     Returns:
-        The frozen deployment config (threshold, temperature, region thresholds set) and the calibration
-        report (the content of ``calibration_report.json``).
+        The frozen deployment config (threshold, temperature, their source and the calibrated numerics set) and
+        the calibration report (the content of ``calibration_report.json``).
+
+    Raises:
+        TargetPrecisionError: No threshold reaches ``calibration.target_precision`` at ``calibration.ratio`` and
+            ``calibration.allow_max_f1_fallback`` is off.
     """
     cal = cfg.calibration
     combo = check_parity(dep, cache, source)
@@ -212,27 +292,40 @@ def calibrate_seed(
     ratios = sorted({*cfg.metrics.ratios, cal.ratio})
     per_ratio = thresholds_at_ratios(ch.hist, ratios, cal.target_precision, t)
     operating = next(rt for rt in per_ratio if rt.ratio == cal.ratio)
-    regions: dict[str, Any] = {}
-    region_map: dict[str, float] = {}
-    if cal.per_region_thresholds:
-        for name, rt in region_thresholds(ch, cal.ratio, cal.target_precision, t).items():
-            regions[name] = None if rt is None else rt.__dict__
-            if rt is not None:
-                region_map[name] = rt.threshold
+    threshold_source: ThresholdSource = "target_precision"
+    if not operating.target_reached:
+        if not cal.allow_max_f1_fallback:
+            raise _unreachable_target(ch, cfg, cache, combo, t)
+        threshold_source = "max_f1_fallback"
+    numerics = CalibratedNumerics.model_validate(  # validated: the cache's strings must be known modes
+        {
+            "precision": cache.attrs["precision"],
+            "torch_compile": bool(cache.attrs["torch_compile"]),
+            "tta": combo.tta,
+            "scales": list(combo.scales),
+            "fusion": combo.fusion,
+        }
+    )
     updated = dep.model_copy(
-        update={"threshold": operating.threshold, "temperature": t, "region_thresholds": region_map}
+        update={
+            "threshold": operating.threshold,
+            "temperature": t,
+            "threshold_source": threshold_source,
+            "calibrated_with": numerics,
+        }
     )
     frozen = DeploymentConfig.model_validate(updated.model_dump())
-    pos, neg = weighted_hist(ch.hist, cal.ratio)
-    plot_reliability(
-        pos, neg, cache.bins, t, cal.ece_bins, plots.reliability, f"Val-Realistic 1:{cal.ratio}, {combo.key}"
-    )
-    plot_pr_curves(
-        {f"1:{r}": (*weighted_hist(ch.hist, r), cache.bins) for r in cfg.metrics.ratios},
-        [(f"threshold {rt.threshold:.3f} @1:{rt.ratio}", rt.recall, rt.precision) for rt in per_ratio],
-        plots.pr_curves,
-        f"Val-Realistic PR curves ({combo.key})",
-    )
+    if plots is not None:
+        pos, neg = weighted_hist(ch.hist, cal.ratio)
+        plot_reliability(
+            pos, neg, cache.bins, t, cal.ece_bins, plots.reliability, f"Val-Realistic 1:{cal.ratio}, {combo.key}"
+        )
+        plot_pr_curves(
+            {f"1:{r}": (*weighted_hist(ch.hist, r), cache.bins) for r in cfg.metrics.ratios},
+            [(f"threshold {rt.threshold:.3f} @1:{rt.ratio}", rt.recall, rt.precision) for rt in per_ratio],
+            plots.pr_curves,
+            f"Val-Realistic PR curves ({combo.key})",
+        )
     report = SeedCalibrationReport(
         configuration=combo.key,
         deployment_config=str(source),
@@ -246,12 +339,19 @@ def calibrate_seed(
         ),
         thresholds=[ThresholdReport(**rt.__dict__) for rt in per_ratio],
         operating=ThresholdReport(**operating.__dict__),
-        region_thresholds={k: None if v is None else ThresholdReport(**v) for k, v in regions.items()},
+        threshold_source=threshold_source,
         val_objects=_val_objects(cache, combo, cfg, t, operating.threshold),
         cache_bytes=cache.nbytes(),
         cache_tiles=cache.n_tiles,
     )
     return frozen, report
+
+
+def one_x(dep: DeploymentConfig) -> DeploymentConfig:
+    """The 1x configuration of a (gated or frozen) deployment config: same numerics and TTA, scales [1.0], not
+    calibrated (the canonical evaluate-test contract, guide §4.6)."""
+    update = {"scales": [1.0], "threshold": None, "temperature": None, "calibrated_with": None}
+    return DeploymentConfig.model_validate(dep.model_copy(update=update | {"threshold_source": None}).model_dump())
 
 
 def render_report(
@@ -285,7 +385,7 @@ def render_report(
     lines.append("|---|---|---|---|---|---|---|")
     for s, r in reports.items():
         t, op = r.temperature, r.operating
-        flag = "" if op.target_reached else " (target not reachable: max-F1)"
+        flag = "" if r.threshold_source == "target_precision" else " (**max-F1 fallback**: target not reachable)"
         lines.append(
             f"| {s} | {t.T:.3f} | {t.nll_before:.4f} → {t.nll_after:.4f} | {t.ece_before:.4f} → "
             f"{t.ece_after:.4f} | {op.threshold:.4f}{flag} | {op.precision:.3f} | {op.recall:.3f} |"
@@ -294,4 +394,17 @@ def render_report(
     for s, r in reports.items():
         parts = [f"1:{t.ratio} {t.threshold:.4f} (P {t.precision:.3f}, R {t.recall:.3f})" for t in r.thresholds]
         lines.append(f"- seed {s}: " + "; ".join(parts))
+    canonical = {s: r.canonical_1x for s, r in reports.items() if r.canonical_1x is not None}
+    if canonical:
+        lines += [
+            "",
+            "Canonical 1x operating point (same TTA, scales [1.0]; evaluate-test's canonical table runs at it):",
+            "",
+        ]
+        for s, c in canonical.items():
+            lines.append(
+                f"- seed {s}: T {c.temperature.T:.3f}, threshold {c.operating.threshold:.4f} "
+                f"(P {c.operating.precision:.3f}, R {c.operating.recall:.3f}, {c.threshold_source}); "
+                f"{c.deployment_config}"
+            )
     return "\n".join(lines) + "\n"

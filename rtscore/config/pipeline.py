@@ -16,7 +16,7 @@ from rtscore.config.base import (
     read_yaml,
 )
 from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, binding_conflicts, check_extra_channels
-from rtscore.config.deployment import DeploymentConfig, Fusion, Precision, TTAMode
+from rtscore.config.deployment import REGION_THRESHOLDS_REMOVED, DeploymentConfig, Fusion, Precision, TTAMode
 from rtscore.config.generation import GenerationConfig, with_absolute_data_root
 
 
@@ -526,7 +526,16 @@ class CalibrationConfig(StrictModel):
         default_factory=lambda: [1.0, 0.5], description="Scales cached; the gate compares [1.0] with all of them."
     )
     fusion_candidates: list[Fusion] = Field(default_factory=_all_fusions, description="Multi-scale fusions offered.")
-    scale_gate: bool = Field(True, description="Choose deployment.scales/fusion by the gate (false: keep them).")
+    scale_gate: bool = Field(
+        True,
+        description="Run the scale gate (guide §8.3) and report its verdict; it changes deployment.scales/fusion only "
+        "with allow_multiscale_deployment (false: keep them, no verdict).",
+    )
+    allow_multiscale_deployment: bool = Field(
+        False,
+        description="Ship the scale gate's multi-scale verdict ([1.0, 0.5] and its fusion). Off by default: guide "
+        "§8.3, 'deploy default stays scales: [1.0]; shipping [1.0, 0.5] remains a separate decision'.",
+    )
     scale_min_large_pr_auc_gain: float = Field(
         0.02, ge=0.0, description="Relative large-RTS PR-AUC gain multi-scale must bring (0.02 = 2%)."
     )
@@ -536,8 +545,11 @@ class CalibrationConfig(StrictModel):
     large_rts_bbox_m: float = Field(
         500.0, gt=0.0, description="An RTS is 'large' when its bounding box's longer side exceeds this (metres)."
     )
-    per_region_thresholds: bool = Field(
-        False, description="Also choose one threshold per region (guide §6.4); the global one stays the default."
+    allow_max_f1_fallback: bool = Field(
+        False,
+        description="When no threshold reaches target_precision at `ratio`, ship the max-F1 threshold (recorded as "
+        "deployment threshold_source: max_f1_fallback, flagged by `rts package verify` and the test report) "
+        "instead of stopping calibration with the best precision reached.",
     )
     object_prob_floor: float = Field(
         0.5,
@@ -551,6 +563,13 @@ class CalibrationConfig(StrictModel):
         (0.05, 20.0), description="Search interval of the temperature T (guide: typically 1-3)."
     )
     ece_bins: int = Field(15, ge=2, le=100, description="Probability bins of the ECE and the reliability diagram.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "per_region_thresholds" in data:
+            raise ValueError(f"per_region_thresholds: {REGION_THRESHOLDS_REMOVED}; delete the key")
+        return data
 
     @field_validator("tta_candidates")
     @classmethod

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rtscore.config.base import config_hash
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.store import StoreLayout
-from rtscore.data.synthetic import plan_tiles, render_tile
-from rtscore.data.tiles import KIND_CODES, RawTile
+from rtscore.data.synthetic import plan_tiles, render_context, render_tile
+from rtscore.data.tiles import KIND_CODES, RawTile, TilePlan
 from rtscore.data.writer import base_attrs, write_store
 
 
 class SyntheticProducer:
-    """Renders synthetic scenes; stored tile j is source tile j // R rotated by (j % R) x 90 degrees."""
+    """Renders synthetic scenes; stored tile j is source tile j // R rotated by (j % R) x 90 degrees.
 
-    def __init__(self, cfg: GenerationConfig) -> None:
+    ``render`` is :func:`render_tile` (the split's store) or :func:`render_context` (its 0.5x context store:
+    same plans, same ids, same rotations, so tile j of both stores is the same place)."""
+
+    def __init__(
+        self, cfg: GenerationConfig, render: Callable[[TilePlan, GenerationConfig], RawTile] = render_tile
+    ) -> None:
         self.cfg = cfg
+        self.render = render
         self._plans: list[Any] | None = None
 
     def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
@@ -31,7 +38,7 @@ class SyntheticProducer:
             tiles: list[RawTile] = []
             codes: list[int] = []
             for plan in self._plans[a : min(a + step, last)]:
-                tile = render_tile(plan, self.cfg)
+                tile = self.render(plan, self.cfg)
                 for k in range(rot):
                     j = plan.index * rot + k
                     if start <= j < stop:
@@ -81,6 +88,50 @@ def generate_synthetic(
     )
     return write_store(
         SyntheticProducer(cfg),
+        layout_for(cfg),
+        Path(output),
+        attrs,
+        num_workers=num_workers or cfg.processing.num_workers,
+        overwrite=overwrite,
+        restart=restart,
+        progress=progress,
+    )
+
+
+def generate_synthetic_context(
+    cfg: GenerationConfig,
+    output: str | Path,
+    *,
+    overwrite: bool = False,
+    restart: bool = False,
+    progress: bool = False,
+    num_workers: int | None = None,
+) -> dict[str, Any]:
+    """The 0.5x context store of the split ``cfg`` generates (guide §8.3): tile j is the 2x field of view around
+    tile j of that split's store, downsampled to ``tile_size`` (:func:`~rtscore.data.synthetic.render_context`),
+    under the same tile id. ``context_of`` records the config hash of the 1x store it pairs with."""
+    if cfg.scale != 1.0:
+        raise ValueError(f"a context store is generated from the 1x config of a split; got scale {cfg.scale}")
+    attrs = base_attrs(
+        split=cfg.split,
+        source="synthetic",
+        tile_size=cfg.tile_size,
+        extra=list(cfg.synthetic_settings.extra_channels),
+        mask_types=["exact", "noisy"] if cfg.store.write_noisy_labels else ["exact"],
+        dataset_version=cfg.dataset_version,
+        scale=0.5,
+    )
+    attrs.update(
+        {
+            "config": cfg.model_dump(mode="json"),
+            "context_of": config_hash(cfg),
+            "config_hash": hashlib.sha256(f"context:{config_hash(cfg)}".encode()).hexdigest(),
+            "seed": cfg.seed,
+            "shard_tiles": cfg.store.shard_tiles,
+        }
+    )
+    return write_store(
+        SyntheticProducer(cfg, render_context),
         layout_for(cfg),
         Path(output),
         attrs,

@@ -8,6 +8,9 @@ leaving it: ``logit(mean_i sigmoid(z_i)) = logsumexp_i(logsigmoid(z_i)) - logsum
 (the 1/n cancels). This is exact for one transform (it returns z) and stable at any |z|, where going
 through float32 probabilities would saturate near p = 1. Temperature is applied after fusion:
 ``p = sigmoid(fused_logit / T)``, the quantity the cached histograms describe.
+
+Scales: a 1x pass sees the tile; a 0.5x pass sees the tile's context, its 2x field of view downsampled to the
+tile size (guide §8.3; :mod:`rtscore.inference.context`), and keeps the centre half of its output.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from rtscore.data.synthetic import CONTEXT_FACTOR
+from rtscore.inference.context import CONTEXT_SCALE, ContextError
 from rtscore.runtime import forward_logits
 
 if TYPE_CHECKING:
@@ -100,19 +105,15 @@ def fuse_scales(per_scale: Sequence[torch.Tensor], fusion: str) -> torch.Tensor:
     raise ValueError(f"unknown fusion {fusion!r}; expected one of {FUSIONS}")
 
 
-def resize_input(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """The input seen at `scale` (0.5: half resolution, area-averaged like the 0.5x training store)."""
+def _context_centre(y: torch.Tensor) -> torch.Tensor:
+    """The tile's footprint in a 0.5x output (B, 1, H, W) at native resolution: the whole map upsampled 2x
+    (bilinear, so the crop's border pixels interpolate towards their true neighbours), its centre H x W kept."""
     import torch.nn.functional as F
 
-    if scale == 1.0:
-        return x
-    h, w = x.shape[-2:]
-    size = (round(h * scale), round(w * scale))
-    if size[0] % 32 or size[1] % 32:
-        raise ValueError(
-            f"scale {scale} turns {h}x{w} tiles into {size[0]}x{size[1]}, not a multiple of 32 as the encoder needs"
-        )
-    return F.interpolate(x, size=size, mode="area")
+    h, w = y.shape[-2:]
+    up = F.interpolate(y, size=(CONTEXT_FACTOR * h, CONTEXT_FACTOR * w), mode="bilinear", align_corners=False)
+    top, left = (CONTEXT_FACTOR * h - h) // 2, (CONTEXT_FACTOR * w - w) // 2
+    return up[..., top : top + h, left : left + w]
 
 
 def scale_logits(
@@ -121,18 +122,34 @@ def scale_logits(
     scale: float,
     transforms: Sequence[str],
     precision: str,
+    context: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Per transform, the (B, H, W) float32 logits at native resolution of the model run at `scale`."""
-    import torch.nn.functional as F
+    """Per transform, the (B, H, W) float32 logits at native resolution of the model run at `scale`.
 
-    h, w = x.shape[-2:]
-    xs = resize_input(x, scale)
+    At 1.0 the model sees the tile `x`. At 0.5 it sees `context`, the tile's 2x field of view downsampled to
+    the tile size (:mod:`rtscore.inference.context`, guide §8.3), and the centre half of its output (the tile's
+    footprint) comes back at native resolution; a 0.5x pass without its context is refused, never replaced by
+    a shrunken copy of the tile (the same footprint blurred, not the guide's 0.5x).
+    """
+    if scale == 1.0:
+        xs = x
+    elif scale == CONTEXT_SCALE:
+        if context is None:
+            raise ContextError(
+                f"a {scale:g}x pass needs the tile's context (its 2x field of view, downsampled): from the "
+                "surrounding raster in predict, from the split's context store in calibration and test evaluation"
+            )
+        if context.shape != x.shape:
+            raise ContextError(f"the context batch has shape {tuple(context.shape)}, the tiles {tuple(x.shape)}")
+        xs = context
+    else:
+        raise ContextError(f"scale {scale:g}: only 1.0 and {CONTEXT_SCALE:g} (the 2x context) are implemented")
     out: dict[str, torch.Tensor] = {}
     for name in transforms:
         y = forward_logits(model, transform(xs, name), precision=precision, channels_last=True, keep_channels=True)
         y = invert(y[:, :1], name)
         if scale != 1.0:
-            y = F.interpolate(y, size=(h, w), mode="bilinear", align_corners=False)
+            y = _context_centre(y.float())
         out[name] = y[:, 0]
     return out
 
@@ -150,9 +167,11 @@ def predict_logits(
     scales: Sequence[float],
     fusion: str,
     precision: str,
+    context: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Fused (B, H, W) logits of a batch exactly as deployed (before temperature)."""
-    per_scale = [tta_logits(scale_logits(model, x, s, TTA_TRANSFORMS[tta], precision), tta) for s in scales]
+    """Fused (B, H, W) logits of a batch exactly as deployed (before temperature); `context` is the batch's
+    0.5x context (required when `scales` holds 0.5, see :func:`scale_logits`)."""
+    per_scale = [tta_logits(scale_logits(model, x, s, TTA_TRANSFORMS[tta], precision, context), tta) for s in scales]
     return fuse_scales(per_scale, fusion)
 
 

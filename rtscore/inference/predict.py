@@ -39,6 +39,7 @@ from rtscore.config.binding import InputBinding
 from rtscore.data.bands import read_bound_bands, unreadable_extra
 from rtscore.data.normalization import InputTransform, NormalizationStats, load_normalization_stats
 from rtscore.errors import PipelineError
+from rtscore.inference.context import ContextWindows, needs_context
 from rtscore.inference.numerics import predict_logits, prepare_model
 from rtscore.models import load_model
 from rtscore.package.format import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedModelConfig
@@ -90,6 +91,12 @@ class LoadedPackage:
     @property
     def input_transform(self) -> InputTransform:
         return InputTransform.from_stats(self.stats, nodata_fill=self.model_config.nodata_handling)
+
+    def prepare_raw(self, channels: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        """The model input of (C, H, W) raw channels (RGB holding uint8 values, then EXTRA), as a store tile's."""
+        rgb = np.clip(np.rint(channels[:3]), 0, 255).astype(np.uint8)
+        extra = channels[3:] if channels.shape[0] > 3 else None
+        return self.input_transform(rgb, extra, alpha)
 
 
 class PredictManifest(BaseModel):
@@ -218,6 +225,11 @@ class RasterInputs:
     profile: dict[str, Any]
     extra_path: Path | None
 
+    def stacked(self) -> np.ndarray:
+        """(C, H, W) float32 raw channels, RGB then EXTRA (the layout of a 0.5x context's source)."""
+        parts = [self.rgb.astype(np.float32)] + ([self.extra.astype(np.float32)] if self.extra is not None else [])
+        return np.concatenate(parts)
+
 
 def read_inputs(binding: InputBinding, input_tif: Path, extra_tif: Path | None = None) -> RasterInputs:
     """The raster's channels read with the package's input binding (the bands training read), and its alpha."""
@@ -253,17 +265,21 @@ def read_inputs(binding: InputBinding, input_tif: Path, extra_tif: Path | None =
     return RasterInputs(rgb, extra, alpha.astype(np.uint8), profile, path)
 
 
-def window_probabilities(pkg: LoadedPackage, batch: np.ndarray) -> np.ndarray:
+def window_probabilities(pkg: LoadedPackage, batch: np.ndarray, context: np.ndarray | None = None) -> np.ndarray:
     """(B, tile, tile) float32 calibrated probabilities of a (B, C, tile, tile) batch of normalised windows: the
-    deployment numerics (TTA, scales, fusion, precision), then ``sigmoid(z / T)``, as evaluation computes them."""
+    deployment numerics (TTA, scales, fusion, precision), then ``sigmoid(z / T)``, as evaluation computes them.
+    ``context`` holds the windows' prepared 0.5x inputs when the scales need them."""
     import torch
 
     dep = pkg.deployment
     if dep.temperature is None:
         raise PredictError(f"package {pkg.path}: {DEPLOYMENT} has no calibrated temperature; run calibrate first")
     x = torch.from_numpy(batch).to(pkg.device)
+    ctx = None if context is None else torch.from_numpy(context).to(pkg.device)
     with torch.inference_mode():
-        z = predict_logits(pkg.model, x, tta=dep.tta, scales=dep.scales, fusion=dep.fusion, precision=pkg.precision)
+        z = predict_logits(
+            pkg.model, x, tta=dep.tta, scales=dep.scales, fusion=dep.fusion, precision=pkg.precision, context=ctx
+        )
         prob = torch.sigmoid((z / float(dep.temperature)).float())
     return prob.cpu().numpy()
 
@@ -275,8 +291,12 @@ def predict_array(
     *,
     stride: int | None = None,
     batch_size: int = 8,
+    context: ContextWindows | None = None,
 ) -> WindowedProbabilities:
     """Calibrated probabilities of a normalised (C, H, W) image with its (H, W) NoData mask, window by window.
+
+    ``context`` gives each window's 0.5x input (its 2x field of view from the surrounding raster); required
+    when the package's scales hold 0.5.
 
     Windows that are NoData throughout are skipped (no model call; guide §4.4); pixels no window covered stay 0
     (they are NoData: the caller marks them).
@@ -295,7 +315,8 @@ def predict_array(
     for i in range(0, len(run), batch_size):
         chunk = run[i : i + batch_size]
         batch = np.stack([image[:, y : y + tile, x : x + tile] for y, x in chunk])  # the windows are read here
-        for (y, x), p in zip(chunk, window_probabilities(pkg, batch), strict=True):
+        ctx = None if context is None else context.batch(chunk)
+        for (y, x), p in zip(chunk, window_probabilities(pkg, batch, ctx), strict=True):
             acc[y : y + tile, x : x + tile] += weight * p
             norm[y : y + tile, x : x + tile] += weight
     prob = np.divide(acc, norm, out=np.zeros_like(acc), where=norm > 0).astype(np.float32)
@@ -356,7 +377,10 @@ def predict_raster(
     raw = read_inputs(pkg.binding, src, Path(extra_tif) if extra_tif is not None else None)
     image = pkg.input_transform(raw.rgb, raw.extra, raw.alpha)
     nodata = raw.alpha == 0
-    windows = predict_array(pkg, image, nodata, stride=stride, batch_size=batch_size)
+    context = None
+    if needs_context(dep.scales):  # 0.5x: each window's 2x field of view from the raw raster
+        context = ContextWindows(raw.stacked(), raw.alpha, pkg.tile_size, pkg.prepare_raw)
+    windows = predict_array(pkg, image, nodata, stride=stride, batch_size=batch_size, context=context)
     if windows.skipped:
         log.info(
             "%s: skipped %d of %d windows that are entirely NoData (row, col): %s",

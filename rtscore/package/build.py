@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from rtscore.config.base import config_hash, load_config
+from rtscore.config.base import ConfigError, config_hash, load_config
 from rtscore.config.binding import RGB_NAMES
-from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.deployment import DeploymentConfig, require_calibrated
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.package.format import (
@@ -118,10 +118,10 @@ def build_package(
         raise PackageError(f"weights of seed {n} not found: {weights} (was the seed's training completed?)")
     if not deployment.is_file():
         raise PackageError(f"deployment config of seed {n} not found: {deployment}; run calibrate first")
-    dep = load_config(DeploymentConfig, deployment)
-    missing = [k for k in ("threshold", "temperature") if getattr(dep, k) is None]
-    if missing:
-        raise PackageError(f"{deployment}: {' and '.join(missing)} null (not calibrated); run calibrate first")
+    try:
+        dep = require_calibrated(load_config(DeploymentConfig, deployment), str(deployment))
+    except ConfigError as err:
+        raise PackageError(str(err)) from None
     if dep.precision != cfg.training.precision:
         raise PackageError(
             f"{deployment}: precision {dep.precision} differs from training.precision {cfg.training.precision} "
@@ -151,7 +151,8 @@ def build_package(
         (tmp / METADATA).write_text(meta.model_dump_json(indent=2) + "\n")
         (tmp / REQUIREMENTS).write_text("\n".join(frozen_requirements()) + "\n")
         files = write_sha256sums(tmp)
-        failed = [c for c in audit_package(tmp) if not c.ok]
+        allow = cfg.calibration.allow_max_f1_fallback  # the run opted into a fallback threshold
+        failed = [c for c in audit_package(tmp, allow_fallback_threshold=allow) if not c.ok]
         if failed:
             lines = "\n".join(f"  {c.name}: {c.detail}" for c in failed)
             raise PackageError(f"the package built from seed {n}'s {weights} fails its audit:\n{lines}")

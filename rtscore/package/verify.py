@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 import yaml
 
 from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config
-from rtscore.config.deployment import DeploymentConfig
+from rtscore.config.deployment import DeploymentConfig, require_calibrated
 from rtscore.data.normalization import NormalizationStats, load_normalization_stats
 from rtscore.models import load_model
 from rtscore.package.format import (
@@ -218,12 +218,23 @@ def _sums_check(pkg: Path) -> Check:
 
 
 def read_deployment_config(path: Path) -> DeploymentConfig:
-    """A package's ``deployment.yaml``, which must be calibrated (threshold and temperature set)."""
-    dep = load_config(DeploymentConfig, path)
-    missing = [k for k in ("threshold", "temperature") if getattr(dep, k) is None]
-    if missing:
-        raise PackageError(f"{path.name}: {' and '.join(missing)} null (not calibrated); run calibrate first")
-    return dep
+    """A package's ``deployment_config.yaml``, which calibration must have frozen, with its numerics still the
+    calibrated ones (:func:`~rtscore.config.deployment.require_calibrated`; ``rts predict`` loads it here too)."""
+    return require_calibrated(load_config(DeploymentConfig, path), path.name)
+
+
+def threshold_source_check(dep: DeploymentConfig, *, allow_fallback_threshold: bool) -> Check:
+    """A max-F1 fallback threshold (the target precision was unreachable) fails unless explicitly allowed."""
+    name = "threshold source"
+    if dep.threshold_source == "target_precision":
+        return Check(name=name, ok=True, detail="target_precision: the threshold reaches the calibration target")
+    detail = (
+        f"{DEPLOYMENT} threshold_source {dep.threshold_source}: the target precision was not reachable on "
+        "Val-Realistic and the max-F1 threshold shipped (calibration.allow_max_f1_fallback)"
+    )
+    if allow_fallback_threshold:
+        return Check(name=name, ok=True, detail=f"{detail}; allowed by --allow-fallback-threshold")
+    return Check(name=name, ok=False, detail=f"{detail}; pass --allow-fallback-threshold to accept it")
 
 
 def _load_deployment(path: Path) -> tuple[str, DeploymentConfig]:
@@ -298,14 +309,17 @@ def _load_requirements(path: Path) -> tuple[str, int]:
     return f"{len(lines)} pinned distributions", len(lines)
 
 
-def audit_package(path: str | Path) -> list[Check]:
-    """Every check that needs no unpickling: files, checksums, config files, channel binding, weights' pickle."""
+def audit_package(path: str | Path, *, allow_fallback_threshold: bool = False) -> list[Check]:
+    """Every check that needs no unpickling: files, checksums, config files (with the parity of the deployment
+    numerics and the threshold's source), channel binding, weights' pickle."""
     pkg = Path(path)
     if not pkg.is_dir():
         return [Check(name="files", ok=False, detail=f"{pkg}: package directory not found")]
     checks = [_files_check(pkg), _sums_check(pkg)]
     c, dep = _check(DEPLOYMENT, lambda: _load_deployment(pkg / DEPLOYMENT))
     checks.append(c)
+    if dep is not None:
+        checks.append(threshold_source_check(dep, allow_fallback_threshold=allow_fallback_threshold))
     c, model = _check(MODEL, lambda: _load_model_config(pkg / MODEL))
     checks.append(c)
     c, stats = _check(STATS, lambda: _load_stats(pkg / STATS))
@@ -397,10 +411,12 @@ def _load_and_run(pkg: Path, device: str) -> list[Check]:
     return checks
 
 
-def verify_package(path: str | Path, *, device: str = "cpu") -> VerifyReport:
-    """Audit a package without unpickling anything; if that passes, load the weights and run one tile."""
+def verify_package(path: str | Path, *, device: str = "cpu", allow_fallback_threshold: bool = False) -> VerifyReport:
+    """Audit a package without unpickling anything; if that passes, load the weights and run one tile.
+
+    A max-F1 fallback threshold fails the audit unless ``allow_fallback_threshold``."""
     pkg = Path(path)
-    checks = audit_package(pkg)
+    checks = audit_package(pkg, allow_fallback_threshold=allow_fallback_threshold)
     if all(c.ok for c in checks):
         checks += _load_and_run(pkg, device)
     else:

@@ -9,11 +9,19 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from rtscore.calibrate.cache import CacheError, LogitCache
-from rtscore.calibrate.run import CalibrationPlots, SeedCalibrationReport, calibrate_seed, render_report, run_gates
+from rtscore.calibrate.run import (
+    CalibrationPlots,
+    SeedCalibrationReport,
+    calibrate_seed,
+    one_x,
+    render_report,
+    run_gates,
+)
 from rtscore.config.base import dump_yaml
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.errors import PipelineError
+from rtscore.inference.context import needs_context
 from rtscore.stages.seeds import trained_seeds
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_json, atomic_write_text, sha256_file
@@ -91,8 +99,11 @@ def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None)
         RunLayout.SEED_PR_CURVES,
     )
     outputs += [e.at(seed=s) for s in seeds for e in per_seed]
-    for rel in outputs:
+    stale_1x = [RunLayout.SEED_DEPLOYMENT_CONFIG_1X.at(seed=s) for s in seeds]
+    for rel in [*outputs, *stale_1x]:
         run.forget(rel)
+    for rel in stale_1x:  # written again below only where the shipped scales are not [1.0]
+        run.path(rel).unlink(missing_ok=True)
 
     gated, gates = run_gates(cfg, caches)
     atomic_write_json(run.at(RunLayout.GATES), gates)
@@ -105,6 +116,12 @@ def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None)
             reliability=run.at(RunLayout.SEED_RELIABILITY, seed=s), pr_curves=run.at(RunLayout.SEED_PR_CURVES, seed=s)
         )
         frozen[s], reports[s] = calibrate_seed(gated, cache, cfg, plots, source=source)
+        if needs_context(gated.scales):  # the canonical 1x operating point too (same TTA), for evaluate-test
+            rel_1x = RunLayout.SEED_DEPLOYMENT_CONFIG_1X.at(seed=s)
+            dep_1x, report_1x = calibrate_seed(one_x(gated), cache, cfg, None, source=run.path(rel_1x))
+            dump_yaml(dep_1x, run.path(rel_1x))
+            reports[s] = reports[s].model_copy(update={"canonical_1x": report_1x})
+            outputs.append(rel_1x)
         dump_yaml(frozen[s], source)
         atomic_write_json(run.at(RunLayout.SEED_CALIBRATION_REPORT, seed=s), reports[s].model_dump(mode="python"))
 
@@ -167,6 +184,7 @@ SPEC = StageSpec(
         RunLayout.SEED_CALIBRATION_REPORT,
         RunLayout.SEED_RELIABILITY,
         RunLayout.SEED_PR_CURVES,
+        RunLayout.SEED_DEPLOYMENT_CONFIG_1X,
     ),
     config=(*TRAINING_CONFIG, "deployment", "calibration", "package.seed"),
     params=("seeds",),

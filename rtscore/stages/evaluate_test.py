@@ -1,4 +1,5 @@
-"""Stage evaluate-test: Test-Realistic per seed with its frozen deployment config, mean ± std over seeds."""
+"""Stage evaluate-test: Test-Realistic per seed, mean ± std over seeds: the canonical 1x table, and the shipped
+multi-scale configuration's beside it when the deployment is not 1x (guide §4.6)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,20 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from rtscore.calibrate.plots import plot_pr_curves
+from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.evaluation import SeedTestResult, TestReport, frozen_deployment, run_test_pass, summarize_seed
+from rtscore.evaluation import (
+    EvaluationError,
+    SeedEvaluation,
+    SeedTestResult,
+    TestReport,
+    frozen_deployment,
+    run_test_pass,
+    summarize_seed,
+)
+from rtscore.inference.context import needs_context
 from rtscore.metrics import weighted_hist
-from rtscore.stages.seeds import pixel_size_m, seed_model_and_loader, trained_seeds
+from rtscore.stages.seeds import context_store, no_context_reason, pixel_size_m, seed_model_and_loader, trained_seeds
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, atomic_write_json, atomic_write_text
 
@@ -28,34 +39,65 @@ class TestResult(BaseModel):
         return self.report.render_table()
 
 
+def _seed_result(s: int, dep: DeploymentConfig, ev: SeedEvaluation) -> SeedTestResult:
+    # frozen_deployment refuses nulls
+    assert dep.threshold is not None and dep.temperature is not None and dep.threshold_source is not None
+    return SeedTestResult(
+        seed=s,
+        threshold=dep.threshold,
+        temperature=dep.temperature,
+        threshold_source=dep.threshold_source,
+        metrics=ev.metrics,
+        recall_by_size=ev.recall_by_size,
+        n_pos_tiles=int(ev.is_positive.sum()),
+        n_neg_tiles=int((~ev.is_positive).sum()),
+    )
+
+
+def canonical_deployment(run: RunDir, seed: int, dep: DeploymentConfig) -> DeploymentConfig:
+    """The seed's 1x operating point: its deployment config when that is 1x, else the 1x config calibration
+    wrote beside it (same TTA, its own temperature and threshold)."""
+    if not needs_context(dep.scales):
+        return dep
+    rel = RunLayout.SEED_DEPLOYMENT_CONFIG_1X.at(seed=seed)
+    run.fetch(rel)
+    return frozen_deployment(run.path(rel))
+
+
 def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -> TestResult:
-    """Test-Realistic per seed with its frozen deployment config, mean ± std across seeds; ``evaluation/``."""
+    """Test-Realistic per seed, mean ± std across seeds; ``evaluation/``.
+
+    The canonical table is always 1x (guide §4.6): each seed's 1x operating point (:func:`canonical_deployment`).
+    When a seed's frozen deployment config has other scales, that configuration is evaluated too, its 0.5x input
+    from the test context store, and reported beside it (``TestReport.multiscale``)."""
     run = RunDir(run_dir)
     seeds = trained_seeds(run, seeds)
     require_inputs(SPEC, run, seeds=seeds)
     deps = {s: frozen_deployment(run.at(RunLayout.SEED_DEPLOYMENT_CONFIG, seed=s)) for s in seeds}
+    canonical = {s: canonical_deployment(run, s, deps[s]) for s in seeds}
+    multiscale = [s for s in seeds if needs_context(deps[s].scales)]
+    if multiscale and context_store(run, "test") is None:
+        raise EvaluationError(
+            f"the deployment configs of seeds {multiscale} have scales {deps[multiscale[0]].scales}; their "
+            f"multi-scale table needs the test tiles' 0.5x input, and there is {no_context_reason('test')}"
+        )
     pixel = pixel_size_m(run.at(RunLayout.DATASET, split="test"))
     per_seed: list[SeedTestResult] = []
+    per_seed_ms: list[SeedTestResult] = []
     curves: dict[int, dict[str, Any]] = {}
     for s in seeds:
-        model, loader, _ = seed_model_and_loader(run, cfg, s, "test")
-        dep = deps[s]
-        ev = summarize_seed(run_test_pass(model, loader, cfg, dep), cfg, pixel)
-        assert dep.threshold is not None and dep.temperature is not None  # frozen_deployment refuses nulls
-        per_seed.append(
-            SeedTestResult(
-                seed=s,
-                threshold=dep.threshold,
-                temperature=dep.temperature,
-                metrics=ev.metrics,
-                recall_by_size=ev.recall_by_size,
-                n_pos_tiles=int(ev.is_positive.sum()),
-                n_neg_tiles=int((~ev.is_positive).sum()),
-            )
-        )
+        model, loader, _ = seed_model_and_loader(run, cfg, s, "test", context=s in multiscale)
+        ev = summarize_seed(run_test_pass(model, loader, cfg, canonical[s]), cfg, pixel)
+        per_seed.append(_seed_result(s, canonical[s], ev))
         for r in cfg.metrics.ratios:
             curves.setdefault(r, {})[f"seed {s}"] = (*weighted_hist(ev.hist, r), ev.hist.bins)
-    report = TestReport.from_seeds(per_seed, deps[seeds[0]], cfg.metrics.object_iou_thresholds)
+        if s in multiscale:
+            ev_ms = summarize_seed(run_test_pass(model, loader, cfg, deps[s]), cfg, pixel)
+            per_seed_ms.append(_seed_result(s, deps[s], ev_ms))
+    report = TestReport.from_seeds(per_seed, canonical[seeds[0]], cfg.metrics.object_iou_thresholds)
+    if per_seed_ms:
+        ms = TestReport.from_seeds(per_seed_ms, deps[multiscale[0]], cfg.metrics.object_iou_thresholds)
+        report = report.model_copy(update={"multiscale": ms})
     rels = [RunLayout.TEST_REPORT.at(), RunLayout.TEST_REPORT_MD.at()]
     rels += [RunLayout.TEST_PR_CURVES.at(ratio=r) for r in curves]
     for rel in rels:
@@ -67,7 +109,7 @@ def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = N
         points = [
             (f"seed {p.seed} @ threshold", p.metrics[tag]["recall"], p.metrics[tag]["precision"]) for p in per_seed
         ]
-        plot_pr_curves(c, points, run.at(RunLayout.TEST_PR_CURVES, ratio=r), f"Test-Realistic 1:{r}")
+        plot_pr_curves(c, points, run.at(RunLayout.TEST_PR_CURVES, ratio=r), f"Test-Realistic 1:{r} (1x)")
     refs = [record(SPEC, run, rel, cfg) for rel in rels]
     return TestResult(report=report, artifacts=refs)
 
@@ -81,6 +123,7 @@ SPEC = StageSpec(
         RunLayout.BEST_WEIGHTS,
         RunLayout.SEED_DEPLOYMENT_CONFIG,
     ),
+    optional_inputs=(RunLayout.CONTEXT_DATASET.bind(split="test"), RunLayout.SEED_DEPLOYMENT_CONFIG_1X),
     outputs=(RunLayout.TEST_REPORT, RunLayout.TEST_REPORT_MD, RunLayout.TEST_PR_CURVES),
     config=(*TRAINING_CONFIG, "deployment", "calibration", "evaluation"),
     params=("seeds",),

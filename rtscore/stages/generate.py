@@ -2,29 +2,47 @@
 
 from __future__ import annotations
 
+import shutil
+
 from rtscore.config.base import config_hash, dump_yaml
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.generate import generate_synthetic
+from rtscore.data.generate import generate_synthetic, generate_synthetic_context
 from rtscore.data.geotiff import ingest_geotiffs
 from rtscore.data.store import read_store_attrs
 from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, ref_of
 from rtscore.storage import RunDir, RunLayout, StorageError
 
 
+def wants_context(cfg: PipelineConfig, split: str) -> bool:
+    """Whether ``split`` gets a 0.5x context store: val and test, when 0.5x is calibrated or deployed."""
+    scales = [*cfg.calibration.scale_candidates, *cfg.deployment.scales]
+    return split in ("val", "test") and any(s != 1.0 for s in scales)
+
+
 def generate_dataset(
     run_dir: str, cfg: PipelineConfig, split: str, *, progress: bool = False, restart: bool = False
 ) -> ArtifactRef:
-    """Generate ``datasets/<split>.zarr`` (or adopt the existing store when data.skip_generation)."""
+    """Generate ``datasets/<split>.zarr`` (or adopt the existing store when data.skip_generation).
+
+    For a synthetic val or test split whose config calibrates or deploys 0.5x (:func:`wants_context`), also
+    ``datasets/context/<split>.zarr``: each tile's 2x field of view downsampled to the tile size, same ids
+    (guide §8.3). A GeoTIFF root gets none (calibration then reports the scale gate "not evaluated")."""
     run = RunDir(run_dir)
     rel = RunLayout.DATASET.at(split=split)
+    ctx_rel = RunLayout.CONTEXT_DATASET.at(split=split)
     gen = getattr(cfg.data.generation, split)
     if cfg.data.skip_generation:
         run.fetch(rel)  # a gs:// run stages a recorded store first
         read_store_attrs(run.path(rel))  # clear error if it does not exist
+        run.fetch(ctx_rel)
+        if run.path(ctx_rel).exists():  # an adopted context store is checked against its store when paired
+            record(SPEC, run, ctx_rel, cfg)
         return record(SPEC, run, rel, cfg)
     if gen is None:
         raise StorageError(f"data.generation.{split} is not set; give a generation config or set data.skip_generation")
     run.forget(rel)
+    run.forget(ctx_rel)
+    shutil.rmtree(run.path(ctx_rel), ignore_errors=True)  # a stale context would pair with the new tiles' ids
     if gen.source == "geotiff":
         assert gen.geotiff is not None  # the config validator guarantees it
         ingest_geotiffs(
@@ -38,6 +56,9 @@ def generate_dataset(
         )
     else:
         generate_synthetic(gen, run.path(rel), overwrite=True, restart=restart, progress=progress)
+        if wants_context(cfg, split):
+            generate_synthetic_context(gen, run.path(ctx_rel), overwrite=True, restart=restart, progress=progress)
+            record(SPEC, run, ctx_rel, cfg)
     return record(SPEC, run, rel, cfg)
 
 
@@ -53,8 +74,8 @@ SPEC = StageSpec(
     name="generate-dataset",
     fn=generate_dataset,
     inputs=(),
-    outputs=(RunLayout.DATASET,),
-    config=DATA_CONFIG,
+    outputs=(RunLayout.DATASET, RunLayout.CONTEXT_DATASET),
+    config=(*DATA_CONFIG, "calibration.scale_candidates", "deployment.scales"),
     params=("split",),
     description="Generate (or ingest) the tile store of one split.",
 )

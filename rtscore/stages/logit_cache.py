@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from rtscore.calibrate.cache import build_logit_cache
+from rtscore.calibrate.run import refuse_multiscale_without_context
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.stages.seeds import pixel_size_m, seed_model_and_loader
+from rtscore.inference.context import needs_context
+from rtscore.stages.seeds import context_store, no_context_reason, pixel_size_m, seed_model_and_loader
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, sha256_file
 
@@ -18,7 +20,8 @@ DECISION_SETTINGS = (
     "calibration.scale_gate",
     "calibration.scale_min_large_pr_auc_gain",
     "calibration.scale_max_fp_rate_increase",
-    "calibration.per_region_thresholds",
+    "calibration.allow_multiscale_deployment",
+    "calibration.allow_max_f1_fallback",
     "calibration.temperature_bounds",
     "calibration.ece_bins",
     "deployment.threshold",
@@ -26,19 +29,30 @@ DECISION_SETTINGS = (
     "deployment.tta",
     "deployment.scales",
     "deployment.fusion",
-    "deployment.region_thresholds",
+    "deployment.threshold_source",
+    "deployment.calibrated_with",
 )
 
 
 def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool = False) -> ArtifactRef:
-    """``calibration/seed_<n>/logit_cache.zarr``: one pass over Val-Realistic per (scale, TTA transform)."""
+    """``calibration/seed_<n>/logit_cache.zarr``: one pass over Val-Realistic per (scale, TTA transform).
+
+    0.5x is cached from the val context store (each tile's 2x field of view, paired by tile id); without one only
+    [1.0] is cached, the scale gate reports "not evaluated", and a config that asks to ship 0.5x is refused."""
     run = RunDir(run_dir)
     require_inputs(SPEC, run, seed=seed)
     weights = run.at(RunLayout.BEST_WEIGHTS, seed=seed)
-    model, loader, n = seed_model_and_loader(run, cfg, seed, "val")
+    scales, note = list(cfg.calibration.scale_candidates), None
+    with_context = needs_context(scales) and context_store(run, "val") is not None
+    if needs_context(scales) and not with_context:
+        reason = no_context_reason("val")
+        refuse_multiscale_without_context(cfg, reason)
+        scales, note = [1.0], f"not evaluated: {reason}; only [1.0] was cached"
+    model, loader, n = seed_model_and_loader(run, cfg, seed, "val", context=with_context)
     rel = RunLayout.LOGIT_CACHE.at(seed=seed)
     run.forget(rel)
     val = run.entry(RunLayout.DATASET.at(split="val"))
+    ctx = run.entry(RunLayout.CONTEXT_DATASET.at(split="val"))
     build_logit_cache(
         model,
         loader,
@@ -46,8 +60,15 @@ def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool 
         run.path(rel),
         n_tiles=n,
         pixel_size_m=pixel_size_m(run.at(RunLayout.DATASET, split="val")),
-        attrs={"seed": seed, "weights_sha256": sha256_file(weights), "val_sha256": val.sha256 if val else None},
+        attrs={
+            "seed": seed,
+            "weights_sha256": sha256_file(weights),
+            "val_sha256": val.sha256 if val else None,
+            "val_context_sha256": ctx.sha256 if with_context and ctx else None,
+        },
         progress=progress,
+        scales=scales,
+        scales_note=note,
     )
     return record(SPEC, run, rel, cfg)
 
@@ -56,6 +77,7 @@ SPEC = StageSpec(
     name="logit-cache",
     fn=logit_cache,
     inputs=(RunLayout.DATASET.bind(split="val"), RunLayout.NORMALIZATION_STATS, RunLayout.BEST_WEIGHTS),
+    optional_inputs=(RunLayout.CONTEXT_DATASET.bind(split="val"),),
     outputs=(RunLayout.LOGIT_CACHE,),
     config=(*TRAINING_CONFIG, "deployment", "calibration"),
     config_ignores=DECISION_SETTINGS,

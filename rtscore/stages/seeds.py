@@ -10,6 +10,7 @@ from rtscore.data.dataset import build_dataset
 from rtscore.data.loader import val_loader
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.data.store import read_store_attrs
+from rtscore.inference.context import ContextError, ContextPairedDataset, check_context_store
 from rtscore.models import load_model
 from rtscore.runtime import select_device
 from rtscore.storage import RunDir, RunLayout, StorageError
@@ -46,10 +47,40 @@ def pixel_size_m(store: Path) -> float:
     return float(read_store_attrs(store).get("pixel_size_m", 4.77))
 
 
-def seed_model_and_loader(run: RunDir, cfg: PipelineConfig, seed: int, split: str) -> tuple[Any, Any, int]:
-    """The seed's EMA model on the configured device and a sequential loader over ``split`` (tile count too)."""
+def context_store(run: RunDir, split: str) -> Path | None:
+    """The split's 0.5x context store (``RunLayout.CONTEXT_DATASET``) if the run has one, else None."""
+    rel = RunLayout.CONTEXT_DATASET.at(split=split)
+    run.fetch(rel)  # a gs:// run stages a recorded store first
+    path = run.path(rel)
+    return path if path.exists() else None
+
+
+def no_context_reason(split: str) -> str:
+    """Why a run has no 0.5x input for ``split``, and how to get one."""
+    return (
+        f"no context-expanded 0.5x {split} store ({RunLayout.CONTEXT_DATASET.at(split=split)}): the synthetic source "
+        "writes it for val and test when 0.5 is among calibration.scale_candidates or deployment.scales; a GeoTIFF "
+        "data root has none (ingesting 0.5x tiles from a neighbour-aware mosaic of the root is not implemented), "
+        "and shrinking the 1x tile is not the guide's 0.5x (guide §8.3)"
+    )
+
+
+def seed_model_and_loader(
+    run: RunDir, cfg: PipelineConfig, seed: int, split: str, *, context: bool = False
+) -> tuple[Any, Any, int]:
+    """The seed's EMA model on the configured device and a sequential loader over ``split`` (tile count too).
+
+    With ``context`` every batch also holds ``context``: each tile's 0.5x input from the split's context store,
+    paired by tile id (ContextError when the run has none)."""
     device = select_device(cfg)
     model = load_model(run.at(RunLayout.BEST_WEIGHTS, seed=seed), cfg, device)
     stats = load_normalization_stats(run.at(RunLayout.NORMALIZATION_STATS), [c.name for c in cfg.channels.extra])
-    ds = build_dataset(cfg, run.at(RunLayout.DATASET, split=split), stats, train=False)
+    store = run.at(RunLayout.DATASET, split=split)
+    ds: Any = build_dataset(cfg, store, stats, train=False)
+    if context:
+        path = context_store(run, split)
+        if path is None:
+            raise ContextError(no_context_reason(split))
+        check_context_store(store, path)
+        ds = ContextPairedDataset(ds, build_dataset(cfg, path, stats, train=False))
     return model, val_loader(cfg, ds), len(ds)

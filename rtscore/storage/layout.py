@@ -11,6 +11,7 @@ the project spells a run-directory path.
       manifest.json                               every artifact: sha256, bytes, stage, stage hashes
       config.resolved.yaml                        the config every stage used
       datasets/<split>.zarr                       tile stores
+      datasets/context/<split>.zarr               0.5x context of val/test tiles (2x field of view, same ids)
       normalization_stats.json                    train split only
       validation/  report.json report.md samples.png
       seeds/summary.json                          multi-seed summary
@@ -19,6 +20,7 @@ the project spells a run-directory path.
       calibration/  gates.json deployment_config.yaml summary.json report.md
       calibration/seed_<n>/  logit_cache.zarr deployment_config.yaml calibration_report.json
                              reliability.png pr_curves.png
+                             deployment_config_1x.yaml (only when the shipped scales are not [1.0])
       evaluation/  test_report.json test_report.md pr_curves_1_<ratio>.png
       package/                                    the deployment package (rtscore.package)
 """
@@ -77,6 +79,9 @@ class RunLayout:
     MANIFEST = Entry("manifest.json")
     CONFIG = Entry("config.resolved.yaml")
     DATASET = Entry("datasets/{split}.zarr")
+    # The 0.5x context of a split's tiles (guide §8.3): tile i is the 2x field of view around tile i of
+    # DATASET, downsampled to the tile size, under the same tile id (val and test, when 0.5x is calibrated).
+    CONTEXT_DATASET = Entry("datasets/context/{split}.zarr")
     NORMALIZATION_STATS = Entry("normalization_stats.json")
 
     VALIDATION = Entry("validation")
@@ -100,6 +105,9 @@ class RunLayout:
     SEED_CALIBRATION = Entry("calibration/seed_{seed}")
     LOGIT_CACHE = Entry("calibration/seed_{seed}/logit_cache.zarr")
     SEED_DEPLOYMENT_CONFIG = Entry("calibration/seed_{seed}/deployment_config.yaml")
+    # The canonical 1x operating point (same TTA, scales [1.0]) of a seed whose shipped scales are not [1.0]:
+    # what evaluate-test's canonical table runs at (guide §4.6, "evaluate_test is the 1x-only contract").
+    SEED_DEPLOYMENT_CONFIG_1X = Entry("calibration/seed_{seed}/deployment_config_1x.yaml")
     SEED_CALIBRATION_REPORT = Entry("calibration/seed_{seed}/calibration_report.json")
     SEED_RELIABILITY = Entry("calibration/seed_{seed}/reliability.png")
     SEED_PR_CURVES = Entry("calibration/seed_{seed}/pr_curves.png")

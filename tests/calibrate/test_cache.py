@@ -15,17 +15,25 @@ from tests.calibrate.conftest import calib_config
 
 
 def _full_logits(run: Path, cfg, seed: int, combo: Combo) -> tuple[np.ndarray, np.ndarray, list[str]]:  # type: ignore[no-untyped-def]
-    """Recompute the fused logits of every val tile with the deployment path (no cache involved)."""
+    """Recompute the fused logits of every val tile with the deployment path (no cache involved); a 0.5x pass
+    takes each tile's context from the val context store, paired by tile id."""
+    from rtscore.inference.context import needs_context
     from rtscore.stages.seeds import seed_model_and_loader
     from rtscore.storage import RunDir
 
-    model, loader, _ = seed_model_and_loader(RunDir(str(run)), cfg, seed, "val")
+    model, loader, _ = seed_model_and_loader(RunDir(str(run)), cfg, seed, "val", context=needs_context(combo.scales))
     run_model = prepare_model(model, False)
     zs, ys, ids = [], [], []
     with torch.inference_mode():
         for b in loader:
             z = predict_logits(
-                run_model, b["image"], tta=combo.tta, scales=combo.scales, fusion=combo.fusion, precision="fp32"
+                run_model,
+                b["image"],
+                tta=combo.tta,
+                scales=combo.scales,
+                fusion=combo.fusion,
+                precision="fp32",
+                context=b.get("context"),
             )
             zs.append(z.numpy())
             ys.append(b["label"].numpy())
@@ -127,3 +135,40 @@ def test_every_stage_that_bins_logits_reruns_when_the_binning_changes() -> None:
     for name in ("train-seed", "logit-cache", "calibrate", "evaluate-test"):
         modules, _ = stages.code_closure(stages.BY_NAME[name].module)
         assert "rtscore.metrics.histograms" in modules, name
+
+
+def test_calibration_pairs_each_tile_with_its_context_by_tile_id(
+    cached: tuple[Path, LogitCache], tmp_path: Path
+) -> None:
+    """The 0.5x input of a tile is the context-store tile with the same id, whatever order the 1x dataset is in;
+    a context store lacking a tile, or made for another store, is refused."""
+    import shutil
+
+    from rtscore.data.dataset import build_dataset
+    from rtscore.data.normalization import load_normalization_stats
+    from rtscore.inference.context import ContextError, ContextPairedDataset, check_context_store
+
+    model_run, cache = cached
+    cfg = calib_config()
+    stats = load_normalization_stats(model_run / "normalization_stats.json", [c.name for c in cfg.channels.extra])
+    val, ctx_path = model_run / "datasets" / "val.zarr", model_run / "datasets" / "context" / "val.zarr"
+    check_context_store(val, ctx_path)
+    base = build_dataset(cfg, val, stats, train=False)
+    base.indices = base.indices[::-1].copy()  # another order than the context store's
+    paired = ContextPairedDataset(base, build_dataset(cfg, ctx_path, stats, train=False))
+    reference = build_dataset(cfg, ctx_path, stats, train=False)
+    ids = [str(t) for t in reference.source.metadata.tile_id]  # type: ignore[attr-defined]
+    reference.indices = np.arange(len(ids))
+    for i in range(len(paired)):
+        item = paired[i]
+        ref = reference[ids.index(item["tile_id"])]
+        assert ref["tile_id"] == item["tile_id"] and torch.equal(item["context"], ref["image"])
+    assert cache.attrs["scale_candidates"] == [1.0, 0.5] and cache.attrs["scales_not_evaluated"] is None
+
+    short = build_dataset(cfg, ctx_path, stats, train=False)
+    short.source.metadata.tile_id[0] = "elsewhere_000000"  # type: ignore[attr-defined]
+    with pytest.raises(ContextError, match="lacks 1 of the"):
+        ContextPairedDataset(build_dataset(cfg, val, stats, train=False), short)
+    test_ctx = model_run / "datasets" / "context" / "test.zarr"
+    with pytest.raises(ContextError, match="is not the 0.5x context store of"):
+        check_context_store(val, shutil.copytree(test_ctx, tmp_path / "ctx.zarr"))

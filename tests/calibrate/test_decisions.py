@@ -153,20 +153,3 @@ def test_scale_gate_does_not_ship_without_large_rts() -> None:
 def test_histograms_are_tile_histograms() -> None:
     logits, labels = _pool(2.0)
     assert isinstance(_hist(logits, labels).hist, TileHistograms)
-
-
-def test_region_thresholds_adapt_per_region_and_skip_regions_that_cannot_define_one() -> None:
-    from rtscore.calibrate.decisions import region_thresholds
-
-    easy, labels = _pool(5.0, seed=4)
-    hard, _ = _pool(2.0, seed=5)
-    logits = np.concatenate([easy, hard, hard[6:12]])
-    lab = np.concatenate([labels, labels, labels[6:12]])
-    regions = ("easy",) * 36 + ("hard",) * 36 + ("negatives only",) * 6
-    acc = TileHistogramAccumulator(LogitBins())
-    acc.add_batch(logits, lab, list(range(len(lab))))
-    h = acc.result()
-    out = region_thresholds(CachedHist(h, h.pos, regions), 200, 0.8, temperature=1.0)
-    assert out["negatives only"] is None
-    assert out["easy"] is not None and out["hard"] is not None
-    assert out["easy"].threshold != out["hard"].threshold and out["easy"].recall > out["hard"].recall

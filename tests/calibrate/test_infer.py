@@ -4,6 +4,7 @@ import pytest
 import torch
 from scipy.special import expit, logit
 
+from rtscore.inference.context import ContextError
 from rtscore.inference.numerics import (
     D4,
     TTA_TRANSFORMS,
@@ -11,7 +12,6 @@ from rtscore.inference.numerics import (
     invert,
     mean_prob_logit,
     predict_logits,
-    resize_input,
     scale_logits,
     transform,
 )
@@ -59,14 +59,17 @@ def test_tta_of_an_equivariant_model_equals_no_tta() -> None:
     assert none.shape == (2, 64, 64)
 
 
-def test_half_scale_runs_at_half_resolution_and_comes_back_at_native() -> None:
+def test_half_scale_runs_on_the_context_and_keeps_its_centre_at_native_resolution() -> None:
     seen = []
 
     def model(x: torch.Tensor) -> torch.Tensor:
         seen.append(tuple(x.shape[-2:]))
         return x[:, :1]
 
-    out = scale_logits(model, torch.ones(1, 3, 64, 64), 0.5, ["id"], "fp32")
-    assert seen == [(32, 32)] and out["id"].shape == (1, 64, 64)
-    with pytest.raises(ValueError, match="multiple of 32"):
-        resize_input(torch.ones(1, 3, 96, 96), 0.5)
+    ctx = torch.zeros(1, 3, 64, 64)
+    ctx[..., 16:48, 16:48] = 1.0  # the tile's footprint: the centre half of its 2x field of view
+    out = scale_logits(model, torch.full((1, 3, 64, 64), 5.0), 0.5, ["id"], "fp32", ctx)
+    assert seen == [(64, 64)] and out["id"].shape == (1, 64, 64)  # a tile-sized pass over the context
+    assert torch.allclose(out["id"][:, 2:-2, 2:-2], torch.ones(1, 60, 60))  # the centre, not the surroundings
+    with pytest.raises(ContextError, match="needs the tile's context"):
+        scale_logits(model, torch.ones(1, 3, 64, 64), 0.5, ["id"], "fp32")

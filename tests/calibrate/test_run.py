@@ -12,6 +12,7 @@ from rtscore.calibrate.run import (
     CalibrationPlots,
     ParityError,
     SeedCalibrationReport,
+    TargetPrecisionError,
     calibrate_seed,
     check_parity,
     run_gates,
@@ -113,3 +114,136 @@ def test_stale_cache_and_missing_inputs_are_refused(calibrated: Path, tmp_path: 
     (run / "calibration/seed_1/logit_cache.zarr").rename(run / "moved.zarr")
     with pytest.raises(StorageError, match="logit_cache.zarr is missing"):
         stages.calibrate(str(run), calib_config())
+
+
+# --------------------------------------------------------------------------- issue 11: honest outcomes
+def test_unreachable_target_precision_stops_calibration_naming_the_best_precision(
+    calibrated: Path, tmp_path: Path
+) -> None:
+    dep, path, cache = _gated(calibrated, tmp_path)
+    with pytest.raises(TargetPrecisionError) as err:
+        cfg = calib_config(target_precision=1.0, allow_max_f1_fallback=False)
+        calibrate_seed(dep, cache, cfg, _plots(tmp_path), source=path)
+    msg = str(err.value)
+    assert "calibration.target_precision 1.0 is not reachable at 1:200" in msg
+    assert "the best precision reached is" in msg and "at threshold" in msg
+    assert "calibration.allow_max_f1_fallback" in msg
+    assert not path.exists() and not list(tmp_path.glob("*.png")), "nothing written on refusal"
+
+
+def test_an_opted_in_fallback_is_recorded_as_the_threshold_source(calibrated: Path, tmp_path: Path) -> None:
+    dep, path, cache = _gated(calibrated, tmp_path)
+    cfg = calib_config(target_precision=1.0, allow_max_f1_fallback=True)
+    frozen, report = calibrate_seed(dep, cache, cfg, _plots(tmp_path), source=path)
+    assert frozen.threshold_source == "max_f1_fallback" == report.threshold_source
+    assert not report.operating.target_reached and frozen.threshold == report.operating.threshold
+    assert report.deployment_config == str(path)
+
+
+def test_calibration_records_the_numerics_it_measured(calibrated: Path) -> None:
+    for s in SEEDS:
+        dep = DeploymentConfig.model_validate(
+            yaml.safe_load((calibrated / f"calibration/seed_{s}/deployment_config.yaml").read_text())
+        )
+        assert dep.calibrated_with is not None and dep.calibrated_with == dep.numerics()
+        assert (
+            dep.calibrated_with.precision
+            == LogitCache(calibrated / f"calibration/seed_{s}/logit_cache.zarr").attrs["precision"]
+        )
+        assert dep.threshold_source in ("target_precision", "max_f1_fallback")
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_the_scale_gate_verdict_ships_only_when_the_config_allows_it(
+    calibrated: Path, monkeypatch: pytest.MonkeyPatch, allow: bool
+) -> None:
+    import rtscore.calibrate.run as run_module
+    from rtscore.calibrate.decisions import GateDecision
+
+    def passing_gate(*_: object) -> GateDecision:  # a gate whose verdict is multi-scale with 'max' fusion
+        return GateDecision("scales", "max", "'max' passes", [], [0.0])
+
+    monkeypatch.setattr(run_module, "scale_gate", passing_gate)
+    caches = [LogitCache(calibrated / f"calibration/seed_{s}/logit_cache.zarr") for s in SEEDS]
+    dep, gates = run_gates(calib_config(tta_gate=False, allow_multiscale_deployment=allow), caches)
+    assert gates["scales"]["verdict"] == [1.0, 0.5] and gates["scales"]["verdict_fusion"] == "max"
+    if allow:
+        assert dep.scales == [1.0, 0.5] and dep.fusion == "max" and gates["scales"]["shipped"]
+    else:
+        assert dep.scales == [1.0] and not gates["scales"]["shipped"]
+        assert "allow_multiscale_deployment is false" in gates["scales"]["reason"]
+
+
+def test_without_a_context_store_the_scale_gate_is_not_evaluated_and_shipping_half_scale_is_refused(
+    calibrated: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from rtscore.calibrate.run import CalibrationError
+    from rtscore.storage import RunDir
+    from tests.helpers import copy_run
+
+    run = copy_run(calibrated, tmp_path / "run")
+    shutil.rmtree(run / "datasets" / "context" / "val.zarr", ignore_errors=True)  # as a GeoTIFF root: no 0.5x context
+    RunDir(str(run)).forget("datasets/context/val.zarr")
+    cfg = calib_config(allow_max_f1_fallback=True)
+    stages.logit_cache(str(run), cfg, 1)
+    cache = LogitCache(run / "calibration/seed_1/logit_cache.zarr")
+    assert cache.attrs["scale_candidates"] == [1.0]  # 0.5x is never made by shrinking the tile
+    assert "not evaluated: no context-expanded 0.5x val store" in cache.attrs["scales_not_evaluated"]
+    stages.calibrate(str(run), cfg, seeds=[1])
+    gates = json.loads((run / "calibration/gates.json").read_text())
+    assert gates["scales"]["evaluated"] is False and gates["scales"]["chosen"] == [1.0]
+    assert gates["scales"]["reason"].startswith("not evaluated: no context-expanded 0.5x val store")
+    assert "not evaluated: no context-expanded" in (run / "calibration/report.md").read_text()
+
+    ship = cfg.model_copy(update={"deployment": cfg.deployment.model_copy(update={"scales": [1.0, 0.5]})})
+    with pytest.raises(CalibrationError, match=r"deployment.scales is \[1.0, 0.5\].*no context-expanded 0.5x"):
+        stages.logit_cache(str(run), ship, 1)
+    allow = calib_config(allow_max_f1_fallback=True, allow_multiscale_deployment=True)
+    with pytest.raises(CalibrationError, match="allow_multiscale_deployment is true"):
+        stages.calibrate(str(run), allow, seeds=[1])
+
+
+def test_evaluate_test_reports_the_canonical_1x_table_and_the_multiscale_one_beside_it(
+    calibrated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rtscore.calibrate.run as run_module
+    from rtscore.calibrate.decisions import GateDecision
+    from tests.helpers import copy_run
+
+    def passing_gate(*_: object) -> GateDecision:  # the gate's verdict: [1.0, 0.5] with 'max' fusion
+        return GateDecision("scales", "max", "'max' passes", [], [0.0])
+
+    monkeypatch.setattr(run_module, "scale_gate", passing_gate)
+    run = copy_run(calibrated, tmp_path / "run")
+    cfg = calib_config(tta_gate=False, allow_multiscale_deployment=True, allow_max_f1_fallback=True)
+    stages.calibrate(str(run), cfg)
+    for s in SEEDS:
+        shipped = DeploymentConfig.model_validate(
+            yaml.safe_load((run / f"calibration/seed_{s}/deployment_config.yaml").read_text())
+        )
+        one = DeploymentConfig.model_validate(
+            yaml.safe_load((run / f"calibration/seed_{s}/deployment_config_1x.yaml").read_text())
+        )
+        assert shipped.scales == [1.0, 0.5] and one.scales == [1.0] and one.tta == shipped.tta
+        assert one.calibrated_with is not None and one.calibrated_with.scales == [1.0]
+        report = SeedCalibrationReport.model_validate_json(
+            (run / f"calibration/seed_{s}/calibration_report.json").read_text()
+        )
+        assert report.canonical_1x is not None and report.canonical_1x.operating.threshold == one.threshold
+
+    result = stages.evaluate_test(str(run), cfg)
+    rep = result.report
+    assert rep.scales == [1.0] and rep.multiscale is not None  # the canonical table is 1x
+    assert rep.multiscale.scales == [1.0, 0.5] and rep.multiscale.fusion == "max"
+    for s, row in zip(SEEDS, rep.per_seed, strict=True):
+        one = DeploymentConfig.model_validate(
+            yaml.safe_load((run / f"calibration/seed_{s}/deployment_config_1x.yaml").read_text())
+        )
+        assert row.threshold == one.threshold and row.temperature == one.temperature
+    assert rep.multiscale.per_seed[0].metrics != rep.per_seed[0].metrics  # another configuration was run
+    table = result.table
+    assert table.index("Test-Realistic") < table.index("Multi-scale deployment (tta none, scales [1.0, 0.5]")
+    md = (run / "evaluation/test_report.md").read_text()
+    assert "Canonical 1x result" in md and "# Multi-scale deployment" in md

@@ -58,7 +58,7 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
         assert rel in manifest or rel in json.loads((run / "manifest.json").read_text())["artifacts"]
     from rtscore.package import verify_package
 
-    verdict = verify_package(run / "package")
+    verdict = verify_package(run / "package", allow_fallback_threshold=True)
     assert verdict.ok, verdict.failures()
 
     watched = [

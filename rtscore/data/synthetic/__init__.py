@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -12,16 +13,27 @@ from rtscore.data.synthetic._constants import _META_KEYS, _PART_NAMES, _PLAN_SAL
 from rtscore.data.synthetic._negatives import _bare_patch, _cloud, _lake, _nodata_mask, _noisy_outline, _river, _road
 from rtscore.data.synthetic._palette import _region_palette
 from rtscore.data.synthetic._rts import _Rts, _RtsGeom
-from rtscore.data.synthetic._scale import downsample_mask, downsample_tile
+from rtscore.data.synthetic._scale import (
+    downsample_mask,
+    downsample_mean_float,
+    downsample_mean_uint8,
+    downsample_tile,
+    downsample_valid,
+)
 from rtscore.data.synthetic._scene import _paint_rts, _place_rts, _terrain
 from rtscore.data.tiles import IGNORE_INDEX, PIXEL_SIZE_M, RawTile, TileKind, TilePlan
 
 __all__ = [
+    "CONTEXT_FACTOR",
     "PIXEL_SIZE_M",
+    "downsample_mean_float",
+    "downsample_mean_uint8",
     "downsample_tile",
+    "downsample_valid",
     "native_config",
     "plan_tiles",
     "render_batch",
+    "render_context",
     "render_tile",
     "render_tile_with_parts",
     "scale_suffix",
@@ -30,7 +42,8 @@ __all__ = [
 # Lake and pond radii as fractions of the rendered tile (physical sizes: fractions of a 1x tile).
 _LAKE_SIZE = (0.04, 0.2)
 _POND_SIZE = (0.015, 0.05)
-_CONTEXT_FACTOR = 2  # a 0.5x tile is rendered at 2 x tile_size native pixels
+CONTEXT_FACTOR = 2  # a 0.5x tile is rendered at 2 x tile_size native pixels
+_CONTEXT_SALT = "#context"  # tile-id salt of the surroundings' random stream (never a stored id)
 
 # --------------------------------------------------------------------------------------------- planning
 
@@ -97,7 +110,7 @@ def native_config(cfg: GenerationConfig) -> GenerationConfig:
     """
     if cfg.scale == 1.0:
         return cfg
-    f = _CONTEXT_FACTOR
+    f = CONTEXT_FACTOR
     lo, hi = cfg.synthetic_settings.rts_diameter_fraction
     syn = cfg.synthetic_settings.model_copy(update={"rts_diameter_fraction": (lo / f, hi / f)})
     return cfg.model_copy(update={"tile_size": cfg.tile_size * f, "scale": 1.0, "synthetic": syn})
@@ -121,7 +134,7 @@ def render_tile_with_parts(plan: TilePlan, cfg: GenerationConfig) -> tuple[RawTi
         return _empty_tile(plan, cfg), {k: empty for k in _PART_NAMES}
     if cfg.scale == 1.0:
         return _render_scene(plan, cfg)
-    tile, parts = _render_scene(plan, native_config(cfg), fov=_CONTEXT_FACTOR)
+    tile, parts = _render_scene(plan, native_config(cfg), fov=CONTEXT_FACTOR)
     return downsample_tile(tile), {k: downsample_mask(m) for k, m in parts.items()}
 
 
@@ -303,3 +316,71 @@ def render_batch(plans: Sequence[TilePlan], cfg: GenerationConfig) -> list[RawTi
         One tile per plan.
     """
     return [render_tile(p, cfg) for p in plans]
+
+
+def render_context(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
+    """The 0.5x context of a 1x tile (guide §8.3): its 2x field of view, downsampled 2x to ``cfg.tile_size``.
+
+    The centre half of the context window *is* the 1x tile of ``plan`` (:func:`render_tile` at ``cfg``, pixel
+    for pixel, NoData and labels included); the surroundings are a scene of the same region rendered at native
+    resolution around it (2 x tile_size pixels, RTS diameters relative to the 1x tile, as a 0.5x store draws
+    them), like the neighbouring acquisitions of a basemap mosaic: the seam at the tile's border is a mosaic
+    seam. Slumps of the surroundings cut by the tile become ignore (255), as slumps cut by a tile edge are. The
+    window is then downsampled exactly as a 0.5x store (:func:`downsample_tile`). The tile id stays the 1x
+    tile's, so the two stores pair by id; a full-NoData tile has a full-NoData context.
+
+    Args:
+        plan: The 1x tile's plan.
+        cfg: The 1x store's generation config (scale 1.0).
+    """
+    from scipy import ndimage
+
+    if cfg.scale != 1.0:
+        raise ValueError(f"render_context needs the 1x generation config (scale 1.0); got scale {cfg.scale}")
+    centre = render_tile(plan, cfg)
+    if plan.kind == "full_nodata":
+        return centre
+    n = cfg.tile_size
+    q = n // 2
+    wide = native_config(cfg.model_copy(update={"scale": 0.5}))
+    around = dataclasses.replace(plan, tile_id=plan.tile_id + _CONTEXT_SALT)
+    scene, _ = _render_scene(around, wide, fov=CONTEXT_FACTOR)
+    inner = (slice(q, q + n), slice(q, q + n))
+    cut = np.zeros(scene.label_exact.shape, bool)
+    cut[inner] = True
+
+    def surround_labels(label: np.ndarray) -> np.ndarray:
+        out = label.copy()
+        lab, k = ndimage.label(out == 1, structure=np.ones((3, 3), bool))
+        if k:
+            touched = np.unique(lab[cut & (lab > 0)])
+            out[np.isin(lab, touched[touched > 0])] = IGNORE_INDEX
+        return out
+
+    exact = surround_labels(scene.label_exact)
+    exact[inner] = centre.label_exact
+    noisy = None
+    if scene.label_noisy is not None and centre.label_noisy is not None:
+        noisy = surround_labels(scene.label_noisy)
+        noisy[inner] = centre.label_noisy
+    rgb, alpha = scene.rgb.copy(), scene.alpha.copy()
+    rgb[(slice(None), *inner)] = centre.rgb
+    alpha[inner] = centre.alpha
+    extra = None
+    if scene.extra is not None and centre.extra is not None:
+        extra = scene.extra.copy()
+        extra[(slice(None), *inner)] = centre.extra
+    window = dataclasses.replace(
+        scene,
+        tile_id=plan.tile_id,
+        rgb=rgb,
+        alpha=alpha,
+        label_exact=exact,
+        label_noisy=noisy,
+        extra=extra,
+        source_index=plan.index,
+        meta=dict(centre.meta),
+    )
+    out = downsample_tile(window)
+    _, n_objects = ndimage.label(out.label_exact == 1, structure=np.ones((3, 3), bool))
+    return dataclasses.replace(out, n_objects=int(n_objects))
