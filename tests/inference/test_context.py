@@ -87,7 +87,7 @@ def test_predict_takes_the_half_scale_input_from_the_surrounding_raster(tmp_path
     import rasterio
     import yaml
 
-    from rtscore.inference.predict import load_package, normalise, predict_raster
+    from rtscore.inference.predict import load_package, predict_raster
     from rtscore.package import DEPLOYMENT
     from tests.helpers import calibrated_deployment
     from tests.test_predict import TILE as T
@@ -113,8 +113,8 @@ def test_predict_takes_the_half_scale_input_from_the_surrounding_raster(tmp_path
     loaded = load_package(pkg)
     raw = a[:3].astype(np.float32)
     ctx_raw, ctx_alpha = context_window(raw, a[3], T, T, T)
-    ctx = normalise(ctx_raw, ctx_alpha, loaded.stats)
-    tile = normalise(raw.copy(), a[3], loaded.stats)[None, :, T : 2 * T, T : 2 * T]
+    ctx = loaded.prepare_raw(ctx_raw, ctx_alpha)
+    tile = loaded.input_transform(a[:3], None, a[3])[None, :, T : 2 * T, T : 2 * T]
     with torch.inference_mode():
         z = predict_logits(
             loaded.model,
