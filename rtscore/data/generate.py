@@ -59,6 +59,43 @@ def layout_for(cfg: GenerationConfig) -> StoreLayout:
     )
 
 
+def _write_synthetic(
+    cfg: GenerationConfig,
+    output: str | Path,
+    producer: SyntheticProducer,
+    *,
+    scale: float,
+    hashes: dict[str, str],
+    overwrite: bool,
+    restart: bool,
+    progress: bool,
+    num_workers: int | None,
+) -> dict[str, Any]:
+    """Publish a synthetic store with the attributes every synthetic store carries; ``hashes`` say what it is."""
+    attrs = base_attrs(
+        split=cfg.split,
+        source="synthetic",
+        tile_size=cfg.tile_size,
+        extra=list(cfg.synthetic_settings.extra_channels),
+        mask_types=["exact", "noisy"] if cfg.store.write_noisy_labels else ["exact"],
+        dataset_version=cfg.dataset_version,
+        scale=scale,
+    )
+    attrs.update(
+        {"config": cfg.model_dump(mode="json"), **hashes, "seed": cfg.seed, "shard_tiles": cfg.store.shard_tiles}
+    )
+    return write_store(
+        producer,
+        layout_for(cfg),
+        Path(output),
+        attrs,
+        num_workers=num_workers or cfg.processing.num_workers,
+        overwrite=overwrite,
+        restart=restart,
+        progress=progress,
+    )
+
+
 def generate_synthetic(
     cfg: GenerationConfig,
     output: str | Path,
@@ -69,32 +106,16 @@ def generate_synthetic(
     num_workers: int | None = None,
 ) -> dict[str, Any]:
     """`rts generate --source synthetic`: render the configured split into a published tile store."""
-    attrs = base_attrs(
-        split=cfg.split,
-        source="synthetic",
-        tile_size=cfg.tile_size,
-        extra=list(cfg.synthetic_settings.extra_channels),
-        mask_types=["exact", "noisy"] if cfg.store.write_noisy_labels else ["exact"],
-        dataset_version=cfg.dataset_version,
-        scale=cfg.scale,
-    )
-    attrs.update(
-        {
-            "config": cfg.model_dump(mode="json"),
-            "config_hash": config_hash(cfg),
-            "seed": cfg.seed,
-            "shard_tiles": cfg.store.shard_tiles,
-        }
-    )
-    return write_store(
+    return _write_synthetic(
+        cfg,
+        output,
         SyntheticProducer(cfg),
-        layout_for(cfg),
-        Path(output),
-        attrs,
-        num_workers=num_workers or cfg.processing.num_workers,
+        scale=cfg.scale,
+        hashes={"config_hash": config_hash(cfg)},
         overwrite=overwrite,
         restart=restart,
         progress=progress,
+        num_workers=num_workers,
     )
 
 
@@ -112,31 +133,15 @@ def generate_synthetic_context(
     under the same tile id. ``context_of`` records the config hash of the 1x store it pairs with."""
     if cfg.scale != 1.0:
         raise ValueError(f"a context store is generated from the 1x config of a split; got scale {cfg.scale}")
-    attrs = base_attrs(
-        split=cfg.split,
-        source="synthetic",
-        tile_size=cfg.tile_size,
-        extra=list(cfg.synthetic_settings.extra_channels),
-        mask_types=["exact", "noisy"] if cfg.store.write_noisy_labels else ["exact"],
-        dataset_version=cfg.dataset_version,
-        scale=0.5,
-    )
-    attrs.update(
-        {
-            "config": cfg.model_dump(mode="json"),
-            "context_of": config_hash(cfg),
-            "config_hash": hashlib.sha256(f"context:{config_hash(cfg)}".encode()).hexdigest(),
-            "seed": cfg.seed,
-            "shard_tiles": cfg.store.shard_tiles,
-        }
-    )
-    return write_store(
+    of = config_hash(cfg)
+    return _write_synthetic(
+        cfg,
+        output,
         SyntheticProducer(cfg, render_context),
-        layout_for(cfg),
-        Path(output),
-        attrs,
-        num_workers=num_workers or cfg.processing.num_workers,
+        scale=0.5,
+        hashes={"context_of": of, "config_hash": hashlib.sha256(f"context:{of}".encode()).hexdigest()},
         overwrite=overwrite,
         restart=restart,
         progress=progress,
+        num_workers=num_workers,
     )
