@@ -23,7 +23,7 @@ import numpy as np
 from scipy.special import expit
 
 from rtscore.calibrate.cache import CachedHist
-from rtscore.config.pipeline import CalibrationConfig
+from rtscore.config.post_training import CalibrationConfig
 from rtscore.inference.numerics import TTA_TRANSFORMS
 from rtscore.metrics import (
     ConfusionCounts,

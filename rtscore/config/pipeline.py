@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from rtscore.config.augmentation import AugmentationConfig
 from rtscore.config.base import (
     SCHEMA_VERSION,
     ConfigError,
@@ -16,8 +17,9 @@ from rtscore.config.base import (
     read_yaml,
 )
 from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, binding_conflicts, check_extra_channels
-from rtscore.config.deployment import REGION_THRESHOLDS_REMOVED, DeploymentConfig, Fusion, Precision, TTAMode
+from rtscore.config.deployment import DeploymentConfig, Precision
 from rtscore.config.generation import GenerationConfig, with_absolute_data_root
+from rtscore.config.post_training import CalibrationConfig, EvaluationConfig, PackageConfig
 
 
 # --------------------------------------------------------------------------- data
@@ -225,105 +227,6 @@ class SamplingConfig(StrictModel):
         return self
 
 
-# --------------------------------------------------------------------------- augmentation
-class ProbOnly(StrictModel):
-    p: float = Field(0.5, ge=0.0, le=1.0, description="Probability of applying the transform.")
-
-
-class AffineAug(StrictModel):
-    """Shift-scale-rotate as one Affine (ShiftScaleRotate is deprecated in albumentations 2)."""
-
-    p: float = Field(0.5, ge=0.0, le=1.0, description="Probability.")
-    shift: float = Field(0.1, ge=0.0, le=0.5, description="Max translation as a fraction of the tile.")
-    scale: float = Field(0.2, ge=0.0, le=0.9, description="Max relative scale change (1 +- scale).")
-    rotate: float = Field(45.0, ge=0.0, le=180.0, description="Max rotation in degrees.")
-
-
-class ShearAug(StrictModel):
-    p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
-    shear: float = Field(10.0, ge=0.0, le=45.0, description="Max shear in degrees (both axes).")
-
-
-class ElasticAug(StrictModel):
-    p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
-    alpha: float = Field(120.0, ge=0.0, description="Displacement magnitude.")
-    sigma: float = Field(6.0, gt=0.0, description="Gaussian smoothing of the displacement field.")
-
-
-class JitterAug(StrictModel):
-    """One radiometric jitter: a factor drawn uniformly from [1 - limit, 1 + limit] (torchvision's ColorJitter)."""
-
-    p: float = Field(0.5, ge=0.0, le=1.0, description="Probability, drawn independently of the other jitters.")
-    limit: float = Field(0.2, ge=0.0, le=1.0, description="Largest relative change (+-); 0.2 = factor in [0.8, 1.2].")
-
-
-_JITTERS = ("brightness", "contrast", "saturation")
-
-
-class ColorAug(StrictModel):
-    """Brightness, contrast and saturation as three independent transforms (guide §9.2: one row each, p 0.5
-    each), RGB only. One joint ColorJitter at p 0.5 would jitter all three together or none of them."""
-
-    brightness: JitterAug = Field(default_factory=JitterAug, description="Brightness jitter (+-0.2, p 0.5).")
-    contrast: JitterAug = Field(default_factory=JitterAug, description="Contrast jitter (+-0.2, p 0.5).")
-    saturation: JitterAug = Field(default_factory=JitterAug, description="Saturation jitter (+-0.2, p 0.5).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_joint_form(cls, data: Any) -> Any:
-        """The earlier joint form (`p` next to float limits) names its replacement instead of 'unknown key'."""
-        if isinstance(data, dict) and ("p" in data or any(isinstance(data.get(k), int | float) for k in _JITTERS)):
-            raise ValueError(
-                "the joint ColorJitter form {p, brightness, contrast, saturation} was replaced by independent "
-                "transforms (guide §9.2): write brightness/contrast/saturation as {p: 0.5, limit: 0.2} each"
-            )
-        return data
-
-
-class NoiseAug(StrictModel):
-    p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
-    std_range: tuple[float, float] = Field(
-        (0.012, 0.028),
-        description="Noise std as a fraction of 255 (the guide's var_limit (10, 50) is std 3.2-7.1 of 255).",
-    )
-
-
-class ClaheAug(StrictModel):
-    p: float = Field(0.2, ge=0.0, le=1.0, description="Probability.")
-    clip_limit: float = Field(4.0, gt=0.0, description="CLAHE clip limit.")
-    tile_grid_size: int = Field(8, ge=1, le=64, description="CLAHE grid (square).")
-
-
-class RandomScaleAug(StrictModel):
-    p: float = Field(0.3, ge=0.0, le=1.0, description="Probability.")
-    scale_range: tuple[float, float] = Field((0.5, 1.0), description="Scale factors; padded areas become ignore.")
-
-    @field_validator("scale_range")
-    @classmethod
-    def _range(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not 0.0 < v[0] <= v[1] <= 4.0:
-            raise ValueError(f"expected 0 < low <= high <= 4; got {v}")
-        return v
-
-
-class AugmentationConfig(StrictModel):
-    """On-the-fly augmentation (guide §9.2); geometric on all channels + mask, colour on RGB only."""
-
-    enabled: bool = Field(True, description="Master switch (validation and evaluation never augment).")
-    rotate90: ProbOnly = Field(default_factory=lambda: ProbOnly(p=0.5), description="Random 90-degree rotation.")
-    hflip: ProbOnly = Field(default_factory=lambda: ProbOnly(p=0.5), description="Horizontal flip.")
-    vflip: ProbOnly = Field(default_factory=lambda: ProbOnly(p=0.5), description="Vertical flip.")
-    affine: AffineAug = Field(default_factory=AffineAug, description="Shift-scale-rotate.")
-    elastic: ElasticAug = Field(default_factory=ElasticAug, description="Elastic transform.")
-    shear: ShearAug = Field(default_factory=ShearAug, description="Affine shear.")
-    color: ColorAug = Field(
-        default_factory=ColorAug, description="Independent brightness, contrast and saturation jitters (RGB only)."
-    )
-    gauss_noise: NoiseAug = Field(default_factory=NoiseAug, description="Gaussian noise (RGB only).")
-    clahe: ClaheAug = Field(default_factory=ClaheAug, description="CLAHE (RGB only).")
-    random_scale: RandomScaleAug = Field(default_factory=RandomScaleAug, description="RandomScale + pad/crop.")
-
-
 # --------------------------------------------------------------------------- loss
 class LossConfig(StrictModel):
     """Loss on logits (guide §5); ignore index 255 always honoured."""
@@ -490,129 +393,6 @@ class MetricsConfig(StrictModel):
         if not v or any(not 0.0 < t <= 1.0 for t in v) or len(set(v)) != len(v):
             raise ValueError(f"expected a non-empty list of distinct IoU thresholds in (0, 1]; got {v}")
         return v
-
-
-def _guide_tta_modes() -> list[TTAMode]:
-    """Guide §11.1: "Use Minimal first, use Standard only if necessary": 'full' (8 passes) is not offered unless
-    a config lists it."""
-    return ["none", "minimal", "standard"]
-
-
-def _all_fusions() -> list[Fusion]:
-    return ["weighted_mean", "max", "consensus"]
-
-
-class CalibrationConfig(StrictModel):
-    """Post-training decisions on Val-Realistic (guide §10.4 steps 2-5, §11, §12), all from one cached pass."""
-
-    ratio: int = Field(
-        200, ge=1, description="Prevalence 1:N at which gates are judged and the operating threshold is chosen."
-    )
-    target_precision: float = Field(0.8, gt=0.0, le=1.0, description="Precision the operating threshold must reach.")
-    tta_candidates: list[TTAMode] = Field(
-        default_factory=_guide_tta_modes,
-        description="TTA configurations cached and offered to the gate ('none' is required). The gate tries them "
-        "cheapest first (none, minimal, standard, full) and ships the first that passes, so a costlier one ships "
-        "only if every cheaper one failed. Default: none, minimal, standard (guide §11.1); add 'full' explicitly.",
-    )
-    tta_gate: bool = Field(True, description="Choose deployment.tta by the gate (false: keep deployment.tta).")
-    tta_min_pr_auc_gain: float = Field(
-        0.01, ge=0.0, description="Relative PR-AUC gain over 'none' a TTA configuration must bring (0.01 = 1%)."
-    )
-    tta_max_precision_drop: float = Field(
-        0.005, ge=0.0, description="Largest relative drop of precision at the baseline threshold (0.005 = 0.5%)."
-    )
-    scale_candidates: list[float] = Field(
-        default_factory=lambda: [1.0, 0.5], description="Scales cached; the gate compares [1.0] with all of them."
-    )
-    fusion_candidates: list[Fusion] = Field(default_factory=_all_fusions, description="Multi-scale fusions offered.")
-    scale_gate: bool = Field(
-        True,
-        description="Run the scale gate (guide §8.3) and report its verdict; it changes deployment.scales/fusion only "
-        "with allow_multiscale_deployment (false: keep them, no verdict).",
-    )
-    allow_multiscale_deployment: bool = Field(
-        False,
-        description="Ship the scale gate's multi-scale verdict ([1.0, 0.5] and its fusion). Off by default: guide "
-        "§8.3, 'deploy default stays scales: [1.0]; shipping [1.0, 0.5] remains a separate decision'.",
-    )
-    scale_min_large_pr_auc_gain: float = Field(
-        0.02, ge=0.0, description="Relative large-RTS PR-AUC gain multi-scale must bring (0.02 = 2%)."
-    )
-    scale_max_fp_rate_increase: float = Field(
-        0.10, ge=0.0, description="Largest relative rise of the global pixel FP rate at the baseline threshold."
-    )
-    large_rts_bbox_m: float = Field(
-        500.0, gt=0.0, description="An RTS is 'large' when its bounding box's longer side exceeds this (metres)."
-    )
-    allow_max_f1_fallback: bool = Field(
-        False,
-        description="When no threshold reaches target_precision at `ratio`, ship the max-F1 threshold (recorded as "
-        "deployment threshold_source: max_f1_fallback, flagged by `rts package verify` and the test report) "
-        "instead of stopping calibration with the best precision reached.",
-    )
-    object_prob_floor: float = Field(
-        0.5,
-        gt=0.0,
-        lt=1.0,
-        description="Full-resolution logits are cached only for tiles with GT objects or a pixel whose (uncalibrated) "
-        "probability reaches this floor; object metrics are exact for operating thresholds at or above it. At 0.5 "
-        "that holds for every calibrated threshold >= 0.5 whatever the temperature (logit 0 stays 0 under T).",
-    )
-    temperature_bounds: tuple[float, float] = Field(
-        (0.05, 20.0), description="Search interval of the temperature T (guide: typically 1-3)."
-    )
-    ece_bins: int = Field(15, ge=2, le=100, description="Probability bins of the ECE and the reliability diagram.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "per_region_thresholds" in data:
-            raise ValueError(f"per_region_thresholds: {REGION_THRESHOLDS_REMOVED}; delete the key")
-        return data
-
-    @field_validator("tta_candidates")
-    @classmethod
-    def _tta_has_none(cls, v: list[str]) -> list[str]:
-        if "none" not in v or len(set(v)) != len(v):
-            raise ValueError(f"must be distinct and include 'none' (the baseline); got {v}")
-        return v
-
-    @field_validator("temperature_bounds")
-    @classmethod
-    def _temperature_bounds(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not 0.0 < v[0] < v[1]:
-            raise ValueError(f"expected 0 < low < high; got {v}")
-        return v
-
-    @field_validator("scale_candidates")
-    @classmethod
-    def _scales(cls, v: list[float]) -> list[float]:
-        if not v or v[0] != 1.0 or len(set(v)) != len(v) or any(not 0.0 < s <= 1.0 for s in v):
-            raise ValueError(f"must start with 1.0 and hold distinct scales in (0, 1]; got {v}")
-        return v
-
-
-class EvaluationConfig(StrictModel):
-    """Test-Realistic evaluation with the frozen deployment config (guide §10.4 step 6, §13)."""
-
-    size_bins_m2: list[float] = Field(
-        default_factory=lambda: [0.0, 2_000.0, 10_000.0, 50_000.0, 1.0e12],
-        description="Edges of the RTS area bins (m²) for object recall by size (at least 2, increasing, >= 0).",
-    )
-
-    @field_validator("size_bins_m2")
-    @classmethod
-    def _edges(cls, v: list[float]) -> list[float]:
-        if len(v) < 2 or v[0] < 0.0 or any(b <= a for a, b in pairwise(v)):
-            raise ValueError(f"expected at least 2 strictly increasing non-negative edges; got {v}")
-        return v
-
-
-class PackageConfig(StrictModel):
-    """Deployment package (guide §4.3)."""
-
-    seed: int | None = Field(None, description="Seed that ships; null = the best seed by the validation metric.")
 
 
 class MLflowConfig(StrictModel):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from rtscore.config.pipeline import AugmentationConfig
+from rtscore.config.augmentation import AugmentationConfig
 from rtscore.data.normalization import InputTransform, fill_where, normalize_in_place
 from rtscore.data.tiles import IGNORE_INDEX
 

@@ -12,7 +12,7 @@ from rtscore.calibrate.decisions import (
     thresholds_at_ratios,
     tta_gate,
 )
-from rtscore.config.pipeline import CalibrationConfig
+from rtscore.config.post_training import CalibrationConfig
 from rtscore.metrics import LogitBins, TileHistogramAccumulator, TileHistograms, pr_auc, weighted_hist
 
 
