@@ -133,3 +133,54 @@ def binding_conflicts(declared: Sequence[ExtraChannel], bound: Mapping[str, int]
         elif bound[c.name] != c.band:
             out.append(f"{c.name!r} is band {bound[c.name]} there, band {c.band} here")
     return out
+
+
+# --------------------------------------------------------------------------------------------- the raster contract
+NODATA_RULE: Literal["alpha-or-dataset-mask+extra-nodata"] = "alpha-or-dataset-mask+extra-nodata"
+
+
+class RasterBandMap(StrictModel):
+    """Explicit bands of an RGB raster whose colour interpretation does not say which band is which."""
+
+    rgb: list[int] = Field(..., min_length=3, max_length=3, description="0-based bands of R, G, B, in that order.")
+    alpha: int | None = Field(None, ge=0, description="0-based alpha band (0 = NoData); None: the dataset mask.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> RasterBandMap:
+        used = [*self.rgb, *([] if self.alpha is None else [self.alpha])]
+        if min(self.rgb) < 0 or len(set(used)) != len(used):
+            raise ValueError(
+                f"rgb and alpha bands must be distinct 0-based indexes; got rgb {self.rgb}, alpha {self.alpha}"
+            )
+        return self
+
+
+class RasterContract(StrictModel):
+    """What the model was trained on, beyond the channel binding: every raster read for it must match.
+
+    Recorded in a tile store's attributes (``raster_contract``) and in the package's ``model_config.yaml``
+    (``raster``); GeoTIFF ingestion, ``predict``, ``drift`` and mapping check each input against it before reading
+    pixels (`rtscore.data.bands.open_checked`). ``crs``/``pixel_size`` None: not known (stores and packages
+    written before the contract was recorded, synthetic-only data), so not checked.
+    """
+
+    rgb_bands: RasterBandMap | None = Field(
+        None,
+        description="Explicit R, G, B (and alpha) bands; None: by the raster's colour interpretation (red, green, "
+        "blue, alpha), or bands 0, 1, 2 of a 3-band raster without one.",
+    )
+    rgb_dtype: Literal["uint8"] = Field("uint8", description="dtype of the RGB bands (values 0-255).")
+    extra_dtype: Literal["float32"] = Field("float32", description="dtype of the EXTRA bands.")
+    crs: str | None = Field(None, description="CRS of the training rasters (e.g. EPSG:3857); None: not checked.")
+    pixel_size: float | None = Field(
+        None, gt=0, description="Pixel size of the training rasters in CRS units; None: not checked."
+    )
+    pixel_size_tolerance: float = Field(
+        0.05, ge=0, le=1, description="Relative difference of pixel size accepted (0.05: 5 %)."
+    )
+    nodata_rule: Literal["alpha-or-dataset-mask+extra-nodata"] = Field(
+        NODATA_RULE,
+        description="NoData: alpha 0 (the band the colour interpretation or rgb_bands says is alpha), else the "
+        "raster's dataset mask (internal mask, nodata value); plus EXTRA pixels equal to the EXTRA raster's declared "
+        "nodata (NaN included). Any other non-finite EXTRA value is an error.",
+    )

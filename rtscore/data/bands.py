@@ -1,15 +1,45 @@
-"""Reading a tile's bound bands from its rasters: the one reader of GeoTIFF ingestion, ``predict`` and ``drift``."""
+"""The one reader of input rasters: GeoTIFF ingestion, ``predict``, ``drift`` and mapping open every RGB (+ EXTRA)
+raster pair with :func:`open_checked`, which checks it against the :class:`RasterContract` the model was trained on
+before any pixel is read, and then read windows of bound channels and their NoData mask the same way.
+
+Rules (docs/geotiff.md):
+
+* **Bands.** R, G, B and alpha are the bands the raster's colour interpretation names (``red``, ``green``,
+  ``blue``, ``alpha``), or the contract's explicit ``rgb_bands``; a raster without colour interpretation is read as
+  R, G, B = bands 0, 1, 2 only when it has exactly 3 bands. A 4-band raster with no alpha and no red/green/blue
+  interpretation (R,G,B,NIR; Planet's B,G,R,NIR) is refused unless the contract maps its bands. An explicit map
+  that contradicts the file's colour interpretation is refused.
+* **dtype.** RGB bands must be the contract's dtype (uint8), EXTRA bands float32: no silent rescaling.
+* **Georeferencing.** A raster without a CRS is refused; with a contract CRS, another CRS is refused; with a
+  contract pixel size, a pixel size (either axis) beyond the relative tolerance is refused; rotated grids are
+  refused. The EXTRA raster must lie on the RGB raster's grid (size, CRS, transform to 1e-6 pixel).
+* **NoData** (the same at ingestion and inference): alpha 0 when there is an alpha band, else the raster's
+  dataset mask (internal mask or declared nodata value); plus every pixel where an EXTRA band equals that raster's
+  declared nodata (NaN included). A non-finite EXTRA value anywhere else is an error naming the file and count.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rtscore.config.binding import ExtraChannel, InputBinding
+from rtscore.config.binding import ExtraChannel, InputBinding, RasterBandMap, RasterContract
+from rtscore.errors import PipelineError
 
 if TYPE_CHECKING:
     from rasterio.io import DatasetReader
+
+GRID_TOLERANCE_PX = 1e-6
+
+
+class RasterContractError(PipelineError, ValueError):
+    """An input raster does not match what the model was trained on; the message names the file and the mismatch."""
 
 
 def unreadable_extra(binding: InputBinding, band_count: int) -> list[ExtraChannel]:
@@ -17,15 +47,228 @@ def unreadable_extra(binding: InputBinding, band_count: int) -> list[ExtraChanne
     return [c for c in binding.extra if c.band >= band_count]
 
 
+def resolve_bands(src: DatasetReader, path: Path | str, declared: RasterBandMap | None) -> RasterBandMap:
+    """The R, G, B and alpha bands of an RGB raster under the contract's rule (module docstring)."""
+    interp = [ci.name for ci in src.colorinterp]
+    by_name = {n: [i for i, x in enumerate(interp) if x == n] for n in ("red", "green", "blue", "alpha")}
+    if len(by_name["alpha"]) > 1:
+        raise RasterContractError(f"{path}: {len(by_name['alpha'])} bands are marked alpha ({interp}); expected one")
+    alpha = by_name["alpha"][0] if by_name["alpha"] else None
+    tagged = all(len(by_name[c]) == 1 for c in ("red", "green", "blue"))
+    if declared is not None:
+        beyond = [b for b in [*declared.rgb, declared.alpha] if b is not None and b >= src.count]
+        if beyond:
+            raise RasterContractError(f"{path}: {src.count} bands; the band map names band(s) {beyond} (0-based)")
+        if tagged and [by_name[c][0] for c in ("red", "green", "blue")] != declared.rgb:
+            found = [by_name[c][0] for c in ("red", "green", "blue")]
+            raise RasterContractError(
+                f"{path}: the file's colour interpretation puts R, G, B in bands {found}, the band map in "
+                f"{declared.rgb}; fix the map (or the file's colour interpretation)"
+            )
+        if alpha is not None and declared.alpha is not None and alpha != declared.alpha:
+            raise RasterContractError(f"{path}: band {alpha} is marked alpha, the band map says {declared.alpha}")
+        return RasterBandMap(rgb=list(declared.rgb), alpha=declared.alpha if declared.alpha is not None else alpha)
+    if tagged:
+        return RasterBandMap(rgb=[by_name[c][0] for c in ("red", "green", "blue")], alpha=alpha)
+    colour = [i for i, x in enumerate(interp) if x != "alpha"]
+    if len(colour) == 3 and src.count in (3, 4):
+        return RasterBandMap(rgb=colour, alpha=alpha)
+    raise RasterContractError(
+        f"{path}: {src.count} bands with colour interpretation {interp}: no red/green/blue bands "
+        f"{'and no alpha band ' if alpha is None else ''}say which band is which (an R,G,B,NIR or B,G,R,NIR file "
+        "reads wrongly as RGB + alpha); tag the bands, or map them with rgb_bands: {rgb: [r, g, b], alpha: a|null}"
+    )
+
+
+def _pixel_size(src: DatasetReader) -> tuple[float, float]:
+    t = src.transform
+    return abs(t.a), abs(t.e)
+
+
+def grid_problems(src: DatasetReader, path: Path | str, contract: RasterContract) -> list[str]:
+    """Why the raster's georeferencing does not fit the contract (empty: it fits)."""
+    from rasterio.crs import CRS
+
+    problems = []
+    if src.crs is None:
+        problems.append(f"{path}: has no CRS (the model was trained on {contract.crs or 'georeferenced'} rasters)")
+    elif contract.crs is not None and src.crs != CRS.from_user_input(contract.crs):
+        problems.append(f"{path}: CRS {src.crs.to_string()}, trained on {contract.crs}; reproject it first (rts tile)")
+    t = src.transform
+    if t.b != 0 or t.d != 0:
+        problems.append(f"{path}: rotated or sheared grid {tuple(t)[:6]}; warp it to a north-up grid first")
+    if contract.pixel_size is not None and src.crs is not None and not problems:
+        for axis, size in zip(("x", "y"), _pixel_size(src), strict=True):
+            if abs(size / contract.pixel_size - 1.0) > contract.pixel_size_tolerance:
+                problems.append(
+                    f"{path}: pixel size {size:.6g} ({axis}) differs from the training pixel size "
+                    f"{contract.pixel_size:.6g} by more than {contract.pixel_size_tolerance:.0%}; "
+                    "resample it (rts tile)"
+                )
+                break
+    return problems
+
+
+def same_grid(a: DatasetReader, b: DatasetReader) -> bool:
+    """Whether two rasters share size, CRS and transform (to 1e-6 pixel)."""
+    if (a.height, a.width) != (b.height, b.width) or a.crs != b.crs:
+        return False
+    ta, tb = a.transform, b.transform
+    px = max(abs(ta.a), abs(ta.e), 1e-12)
+    return all(math.isclose(x, y, rel_tol=0.0, abs_tol=GRID_TOLERANCE_PX * px) for x, y in zip(ta, tb, strict=True))
+
+
+@dataclass
+class CheckedRaster:
+    """An RGB raster (and its EXTRA raster) checked against a contract; read windows of its bound channels."""
+
+    path: Path
+    extra_path: Path | None
+    src: DatasetReader
+    extra: DatasetReader | None
+    bands: RasterBandMap
+    binding: InputBinding
+
+    @property
+    def height(self) -> int:
+        return int(self.src.height)
+
+    @property
+    def width(self) -> int:
+        return int(self.src.width)
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        return dict(self.src.profile)
+
+    def read(self, window: Any = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(3, h, w) uint8 RGB, (E, h, w) float32 EXTRA (None without EXTRA channels) and the (h, w) bool valid
+        mask of a window (None: the whole raster). EXTRA pixels at NoData are returned as 0 (never NaN)."""
+        rgb = self.src.read([b + 1 for b in self.bands.rgb], window=window)
+        if self.bands.alpha is not None:
+            valid = self.src.read(self.bands.alpha + 1, window=window) > 0
+        else:
+            valid = self.src.dataset_mask(window=window) > 0
+        if self.extra is None:
+            return rgb, None, valid
+        extra = self.extra.read([b + 1 for b in self.binding.extra_bands], window=window).astype(np.float32)
+        declared = _extra_nodata(self.extra)
+        if declared is not None:
+            hit = np.isnan(extra) if math.isnan(declared) else extra == np.float32(declared)
+            valid &= ~hit.any(axis=0)
+        extra[:, ~valid] = 0.0
+        return rgb, extra, valid
+
+    def nonfinite_extra(self) -> int:
+        """Valid pixels (by the NoData rule) whose bound EXTRA bands hold NaN or inf, counted block by block."""
+        if self.extra is None:
+            return 0
+        bad = 0
+        for _, window in self.extra.block_windows(1):
+            ex = self.extra.read([b + 1 for b in self.binding.extra_bands], window=window)
+            nonfinite = ~np.isfinite(ex).all(axis=0)
+            if not nonfinite.any():
+                continue
+            valid = self._valid_without_extra(window)
+            declared = _extra_nodata(self.extra)
+            if declared is not None:
+                valid &= ~(np.isnan(ex) if math.isnan(declared) else ex == np.float32(declared)).any(axis=0)
+            bad += int((nonfinite & valid).sum())
+        return bad
+
+    def _valid_without_extra(self, window: Any) -> np.ndarray:
+        if self.bands.alpha is not None:
+            return np.asarray(self.src.read(self.bands.alpha + 1, window=window) > 0)
+        return np.asarray(self.src.dataset_mask(window=window) > 0)
+
+
+def _extra_nodata(ds: DatasetReader) -> float | None:
+    nodata = ds.nodata
+    return None if nodata is None else float(nodata)
+
+
+@contextmanager
+def open_checked(
+    contract: RasterContract,
+    binding: InputBinding,
+    rgb_path: str | Path,
+    extra_path: str | Path | None = None,
+    *,
+    check_finite: bool = True,
+) -> Iterator[CheckedRaster]:
+    """Open an RGB raster (and the EXTRA raster its binding needs), check both against ``contract`` and yield a
+    :class:`CheckedRaster`; every mismatch found is listed in one :class:`RasterContractError` (files named).
+
+    ``check_finite`` scans the EXTRA bands for undeclared non-finite values (one pass over the EXTRA raster)."""
+    import rasterio
+
+    rgb_path = Path(rgb_path)
+    with ExitStack() as stack:
+        try:
+            src = stack.enter_context(rasterio.open(rgb_path))
+        except rasterio.errors.RasterioIOError as err:
+            raise RasterContractError(f"{rgb_path}: not a readable raster ({err})") from None
+        problems = grid_problems(src, rgb_path, contract)
+        bands = resolve_bands(src, rgb_path, contract.rgb_bands)
+        dtypes = sorted({src.dtypes[b] for b in bands.rgb})
+        if dtypes != [contract.rgb_dtype]:
+            problems.append(
+                f"{rgb_path}: RGB bands are {', '.join(dtypes)}, the model was trained on {contract.rgb_dtype} "
+                "(0-255): convert it to 8-bit as the training imagery was (no silent rescaling)"
+            )
+        extra = None
+        if binding.extra_bands:
+            if extra_path is None or not Path(extra_path).is_file():
+                raise RasterContractError(
+                    f"{rgb_path}: the model needs EXTRA channels {binding.extra_names}, but the EXTRA raster "
+                    f"{extra_path} was not found"
+                )
+            extra_path = Path(extra_path)
+            try:
+                extra = stack.enter_context(rasterio.open(extra_path))
+            except rasterio.errors.RasterioIOError as err:
+                raise RasterContractError(f"{extra_path}: not a readable raster ({err})") from None
+            if not same_grid(src, extra):
+                problems.append(
+                    f"{extra_path}: not on the grid of {rgb_path} (size {extra.height}x{extra.width} vs "
+                    f"{src.height}x{src.width}, CRS {extra.crs} vs {src.crs}, transform {tuple(extra.transform)[:6]} "
+                    f"vs {tuple(src.transform)[:6]})"
+                )
+            missing = unreadable_extra(binding, extra.count)
+            if missing:
+                problems.append(
+                    f"{extra_path}: {extra.count} bands; EXTRA channels "
+                    f"{', '.join(f'{c.name}=band {c.band}' for c in missing)} are beyond them"
+                )
+            else:
+                ex_dtypes = sorted({extra.dtypes[b] for b in binding.extra_bands})
+                if ex_dtypes != [contract.extra_dtype]:
+                    problems.append(
+                        f"{extra_path}: EXTRA bands are {', '.join(ex_dtypes)}, the model was trained on "
+                        f"{contract.extra_dtype}"
+                    )
+        if problems:
+            raise RasterContractError("; ".join(problems) if len(problems) < 3 else "\n  " + "\n  ".join(problems))
+        checked = CheckedRaster(rgb_path, None if extra is None else Path(extra_path or ""), src, extra, bands, binding)
+        if check_finite and extra is not None:
+            bad = checked.nonfinite_extra()
+            if bad:
+                raise RasterContractError(
+                    f"{extra_path}: {bad:,} valid pixels hold NaN or inf in the bound EXTRA bands "
+                    f"{binding.extra_names}; declare the raster's nodata (e.g. nodata=nan) so they are NoData, or "
+                    "mask them in the RGB raster's alpha"
+                )
+        yield checked
+
+
 def read_bound_bands(
     binding: InputBinding, rgb: DatasetReader, extra: DatasetReader | None, window: Any = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(3, h, w) RGB as stored (uint8) and (E, h, w) float32 EXTRA channels (None without any), each channel read
-    from the band the binding names (rasterio counts bands from 1, the binding from 0)."""
+    """(3, h, w) RGB bands 1-3 and (E, h, w) float32 bound EXTRA bands, unchecked. Superseded by
+    :func:`open_checked`; kept until every reader has moved to it."""
     rgb_px = rgb.read([c.band + 1 for c in binding.channels[:3]], window=window)
     if not binding.extra_bands:
         return rgb_px, None
     if extra is None:
         raise ValueError(f"EXTRA channels {binding.extra_names} need an EXTRA raster")
-    bands = [b + 1 for b in binding.extra_bands]
-    return rgb_px, extra.read(bands, window=window).astype(np.float32, copy=False)
+    return rgb_px, extra.read([b + 1 for b in binding.extra_bands], window=window).astype(np.float32, copy=False)

@@ -1,4 +1,9 @@
-"""RTS label polygons (GeoJSON in EPSG:3857) rasterised onto a tile's grid, instead of label rasters.
+"""RTS label polygons (any vector format GDAL reads: GeoJSON, GeoPackage, shapefile, FlatGeobuf) rasterised onto
+a tile's grid, instead of label rasters.
+
+Reading (:func:`read_polygons`, the one reader of polygon files for ingestion and ``rts tile``): files are read with
+pyogrio (GDAL/OGR); a GeoJSON file without a ``crs`` member is WGS84 lon/lat (RFC 7946), a file of another format
+must declare its CRS (a shapefile needs its .prj); polygons are reprojected to the CRS of the tile they label.
 
 Rules (DATA_LAYOUT.md): pixels inside an RTS polygon are 1, elsewhere 0; an RTS cut by the tile edge (its
 headwall or floor lies outside) is a partial object and its pixels are 255 (ignore), as are pixels of a
@@ -8,7 +13,6 @@ when its centre does.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,35 +21,81 @@ import numpy as np
 from rtscore.data.tiles import IGNORE_INDEX
 from rtscore.errors import PipelineError
 
-CRS_NAMES = {"EPSG:3857", "urn:ogc:def:crs:EPSG::3857", "urn:ogc:def:crs:EPSG:6.18:3:3857"}
+LABEL_CRS = "EPSG:3857"
 
 
 class LabelPolygonError(PipelineError, ValueError):
-    """A GeoJSON label file that cannot be used (names the file and the problem)."""
+    """A polygon file that cannot be used (names the file and the problem)."""
 
 
-def read_label_polygons(path: str | Path) -> list[dict[str, Any]]:
-    """The features of a GeoJSON FeatureCollection in EPSG:3857 (a missing `crs` member means EPSG:3857).
+def read_polygons(path: str | Path, dst_crs: Any, *, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """The polygon features of a vector file, reprojected to ``dst_crs``, as GeoJSON-like dicts
+    ``{"type": "Feature", "geometry": {...}, "properties": {...}}`` (``columns``: properties to keep; None: all).
 
     Raises:
-        LabelPolygonError: Not JSON, not a FeatureCollection, another CRS, or a non-polygon geometry.
+        LabelPolygonError: unreadable file, no CRS (formats other than GeoJSON), a non-polygon geometry.
     """
+    import pyogrio
+    import shapely
+    from rasterio.crs import CRS
+    from rasterio.warp import transform_geom
+
     p = Path(path)
+    if not p.is_file():
+        raise LabelPolygonError(f"{p}: polygon file not found")
     try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError) as err:
-        raise LabelPolygonError(f"{p}: not a readable GeoJSON file ({err})") from None
-    if doc.get("type") != "FeatureCollection":
-        raise LabelPolygonError(f"{p}: expected a GeoJSON FeatureCollection, got {doc.get('type')!r}")
-    crs = ((doc.get("crs") or {}).get("properties") or {}).get("name")
-    if crs is not None and crs not in CRS_NAMES:
-        raise LabelPolygonError(f"{p}: label polygons must be in EPSG:3857; the file declares {crs!r}")
-    features = doc.get("features") or []
-    for i, f in enumerate(features):
-        kind = (f.get("geometry") or {}).get("type")
-        if kind not in ("Polygon", "MultiPolygon"):
-            raise LabelPolygonError(f"{p}: feature {i} has geometry {kind!r}; RTS labels must be (Multi)Polygons")
+        meta, _, geoms, fields = pyogrio.raw.read(p, columns=columns)
+    except Exception as err:  # pyogrio raises DataSourceError/DataLayerError/FieldError, GDAL's reasons inside
+        raise LabelPolygonError(f"{p}: not a readable vector file ({type(err).__name__}: {err})") from None
+    src_crs = meta.get("crs")
+    if src_crs is None:
+        if p.suffix.lower() in (".geojson", ".json"):
+            src_crs = "EPSG:4326"  # RFC 7946: GeoJSON without a crs member is WGS84 lon/lat
+        else:
+            raise LabelPolygonError(f"{p}: declares no CRS (a shapefile needs its .prj); polygons cannot be placed")
+    src, dst = CRS.from_user_input(src_crs), CRS.from_user_input(dst_crs)
+    names = list(meta.get("fields", []))
+    features = []
+    for i, wkb in enumerate(geoms):
+        if wkb is None:
+            raise LabelPolygonError(f"{p}: feature {i} has no geometry")
+        geom = shapely.geometry.mapping(shapely.from_wkb(wkb))
+        if geom["type"] not in ("Polygon", "MultiPolygon"):
+            raise LabelPolygonError(
+                f"{p}: feature {i} has geometry {geom['type']!r}; RTS labels must be (Multi)Polygons"
+            )
+        if src.is_geographic and _beyond_lonlat(geom):
+            implied = " (GeoJSON without a crs member is lon/lat, RFC 7946)" if meta.get("crs") is None else ""
+            raise LabelPolygonError(
+                f"{p}: feature {i} has coordinates beyond ±180°/±90° in {src.to_string()}{implied}: they look like "
+                "projected metres; declare the file's CRS"
+            )
+        if src != dst:
+            try:
+                geom = transform_geom(src, dst, geom)
+            except Exception as err:  # PROJ errors come as CPLE_* from rasterio
+                raise LabelPolygonError(
+                    f"{p}: feature {i} cannot be reprojected from {src.to_string()} to {dst.to_string()}: {err}"
+                ) from None
+        props = {n: _plain(fields[k][i]) for k, n in enumerate(names)}
+        features.append({"type": "Feature", "geometry": geom, "properties": props})
     return features
+
+
+def _beyond_lonlat(geom: dict[str, Any]) -> bool:
+    v = _vertices(geom)
+    return bool((np.abs(v[:, 0]) > 180).any() or (np.abs(v[:, 1]) > 90).any())
+
+
+def _plain(value: Any) -> Any:
+    """A field value as a plain Python value; a missing value (pyogrio's NaN in numeric columns) as None."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return None if isinstance(value, float) and value != value else value
+
+
+def read_label_polygons(path: str | Path, dst_crs: Any = LABEL_CRS) -> list[dict[str, Any]]:
+    """The RTS polygons of a tile's label file (``labels/<id>.geojson``) in the tile's CRS (default EPSG:3857)."""
+    return read_polygons(path, dst_crs)
 
 
 def _vertices(geometry: dict[str, Any]) -> np.ndarray:

@@ -316,6 +316,7 @@ def test_rts_polygons_in_geojson_replace_a_missing_label_raster(
         json.dumps(
             {
                 "type": "FeatureCollection",
+                "crs": {"type": "name", "properties": {"name": "EPSG:3857"}},
                 "features": [
                     {"type": "Feature", "properties": {}, "geometry": {"type": "Polygon", "coordinates": [ring]}}
                 ],

@@ -43,15 +43,38 @@ def test_polygons_inside_are_rts_cut_by_the_edge_or_flagged_are_ignore(tmp_path:
 def test_bad_label_files_are_clear_errors(tmp_path: Path) -> None:
     p = tmp_path / "x.geojson"
     p.write_text(
-        json.dumps({"type": "FeatureCollection", "crs": {"properties": {"name": "EPSG:4326"}}, "features": []})
-    )
-    with pytest.raises(LabelPolygonError, match="must be in EPSG:3857"):
-        read_label_polygons(p)
-    p.write_text(
-        json.dumps({"type": "FeatureCollection", "features": [{"geometry": {"type": "Point", "coordinates": [0, 0]}}]})
+        json.dumps(
+            {
+                "type": "FeatureCollection",
+                "features": [
+                    {"type": "Feature", "properties": {}, "geometry": {"type": "Point", "coordinates": [0, 0]}}
+                ],
+            }
+        )
     )
     with pytest.raises(LabelPolygonError, match="feature 0 has geometry 'Point'"):
         read_label_polygons(p)
     p.write_text("{not json")
-    with pytest.raises(LabelPolygonError, match="not a readable GeoJSON"):
+    with pytest.raises(LabelPolygonError, match="not a readable vector file"):
         read_label_polygons(p)
+
+
+def test_geojson_without_crs_is_wgs84_and_is_reprojected_to_the_tile_crs(tmp_path: Path) -> None:
+    """RFC 7946: no crs member means lon/lat. Read as EPSG:3857 metres, a polygon near 70 N lands at (−150 m, 70 m)."""
+    lon0, lat0 = -149.0, 70.0
+    ring = [[lon0, lat0], [lon0 + 0.001, lat0], [lon0 + 0.001, lat0 - 0.0005], [lon0, lat0 - 0.0005], [lon0, lat0]]
+    p = tmp_path / "lonlat.geojson"
+    p.write_text(
+        json.dumps(
+            {
+                "type": "FeatureCollection",
+                "features": [
+                    {"type": "Feature", "properties": {}, "geometry": {"type": "Polygon", "coordinates": [ring]}}
+                ],
+            }
+        )
+    )
+    (feature,) = read_label_polygons(p)
+    xy = np.asarray(feature["geometry"]["coordinates"][0])
+    assert xy[:, 0].min() == pytest.approx(-149.0 * 111319.49079327357, rel=1e-9)
+    assert xy[:, 1].max() == pytest.approx(11_068_715.659, rel=1e-6)
