@@ -184,3 +184,14 @@ class RasterContract(StrictModel):
         "raster's dataset mask (internal mask, nodata value); plus EXTRA pixels equal to the EXTRA raster's declared "
         "nodata (NaN included). Any other non-finite EXTRA value is an error.",
     )
+
+    @classmethod
+    def of_store_attrs(cls, attrs: Mapping[str, Any]) -> RasterContract:
+        """The contract a tile store records (``raster_contract``). A store written before it was recorded: synthetic
+        stores are EPSG:3857 at their ``pixel_size_m`` (as ``rts synth-geotiff`` writes them), GeoTIFF stores were
+        EPSG:3857 (ingestion required it) at a pixel size not recorded (not checked)."""
+        doc = attrs.get("raster_contract")
+        if doc is not None:
+            return cls.model_validate(doc)
+        synthetic = attrs.get("source") == "synthetic" and attrs.get("pixel_size_m") is not None
+        return cls(crs="EPSG:3857", pixel_size=float(attrs["pixel_size_m"]) if synthetic else None)
