@@ -10,6 +10,7 @@ Usage: python bench/data_bench.py [--quick] [--workdir DIR]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -84,7 +85,7 @@ class CycledProducer:
 
     def tile(self, i: int) -> RawTile:
         t = self.tiles[i % len(self.tiles)]
-        return RawTile(f"t{i:06d}", t.region, t.rgb, t.alpha, t.label_exact, t.label_noisy, t.extra, t.n_objects, i)
+        return dataclasses.replace(t, tile_id=f"t{i:06d}", source_index=i)
 
     def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
         tiles = [self.tile(i) for i in range(start, stop)]

@@ -34,6 +34,7 @@ from prefect.artifacts import (
 )
 
 from rtscore.config import PipelineConfig
+from rtscore.data.splits import read_split_result
 from rtscore.data.store import read_store_attrs
 from rtscore.evaluation import TestReport, mean_std
 from rtscore.stages import ArtifactRef, CalibrationResult, TestResult, TrainResult
@@ -225,7 +226,11 @@ def mean_std_text(values: Sequence[float], digits: int = 4) -> str:
 # ------------------------------------------------------------------------------------------ data stages
 def publish_datasets(run_dir: str, refs: list[ArtifactRef]) -> None:
     publish_summary(
-        "generate-dataset", "Generated datasets", refs, lambda: _datasets_md(run_dir, refs), run_dir=run_dir
+        "generate-dataset",
+        "Generated datasets",
+        refs,
+        lambda: _datasets_md(run_dir, refs) + derived_split_md(run_dir),
+        run_dir=run_dir,
     )
 
 
@@ -243,7 +248,7 @@ def publish_data_pipeline(run_dir: str, refs: dict[str, ArtifactRef], datasets: 
         "data-pipeline",
         f"Data pipeline: {run_dir}",
         list(refs.values()),
-        lambda: _datasets_md(run_dir, datasets) + "\n" + _validation_md(run_dir),
+        lambda: _datasets_md(run_dir, datasets) + derived_split_md(run_dir) + "\n" + _validation_md(run_dir),
         run_dir=run_dir,
     )
     publish_image(run_dir, "validate-data", RunLayout.VALIDATION_SAMPLES.at())
@@ -262,6 +267,21 @@ def _datasets_md(run_dir: str, refs: list[ArtifactRef]) -> str:
             f"| {', '.join(a.get('channel_names', []))} | {ref.bytes / 1e6:.1f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def derived_split_md(run_dir: str) -> str:
+    """The split derived for a GeoTIFF root without splits.yaml and its warnings ('' when splits were given)."""
+    run = RunDir(run_dir)
+    rel = RunLayout.DERIVED_SPLITS_SUMMARY.at()
+    try:
+        run.fetch(rel)
+        derived = read_split_result(run.path(rel))
+    except Exception as err:  # a summary never fails a stage
+        return f"\n_{rel} not shown: {type(err).__name__}: {err}_\n"
+    if derived is None:
+        return ""
+    warnings = "".join(f"- **warning**: {w}\n" for w in derived.warnings)
+    return f"\n### Split derived from {derived.derived_from} (no splits.yaml)\n\n{derived.summary()}\n{warnings}"
 
 
 def _stats_md(run_dir: str) -> str:

@@ -17,7 +17,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 from rtscore.config.generation import GenerationConfig  # noqa: E402
-from rtscore.data.tiles import RawTile  # noqa: E402
+from rtscore.data.tiles import RawTile, nominal_pixel_area_m2  # noqa: E402
 
 
 def make_tile(
@@ -51,6 +51,7 @@ def make_tile(
         extra=rng.normal(0, 1, (extra, size, size)).astype(np.float32) if extra else None,
         n_objects=int(positive),
         source_index=i,
+        pixel_area_m2=nominal_pixel_area_m2(),
     )
 
 

@@ -17,6 +17,7 @@ Layout (Zarr v3, `calibration/seed_<n>/logit_cache.zarr`):
     hist        (configs, tiles, 3, n_bins) uint32   rows: neg, pos, pos_large; one chunk per loader batch;
                 n_bins = the core (metrics.pr_bins) plus tails and overflow bins (`LogitBins`, attrs["bins"])
     tile_id, region, is_positive   (tiles,)
+    pixel_area_m2 (tiles,) float64      each tile's ground m² per pixel: the large-RTS rule's side in pixels
     dense/row     (S,) int64            tile row of each kept tile
     dense/logits  (S, maps, H, W) f16   per (scale, TTA) logits at native resolution (attrs["maps"])
     dense/labels  (S, H, W) uint8
@@ -24,6 +25,7 @@ Layout (Zarr v3, `calibration/seed_<n>/logit_cache.zarr`):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -99,6 +101,12 @@ def candidate_combos(cal: CalibrationConfig, scales: Sequence[float] | None = No
     return combos
 
 
+def large_side_px(large_rts_bbox_m: float, pixel_area_m2: float) -> float:
+    """The large-RTS rule in pixels of one tile: its bounding box's longer side beyond ``large_rts_bbox_m`` ground
+    metres, with the tile's own ground pixel side ``sqrt(pixel_area_m2)`` (tiles differ in pixel size)."""
+    return float(large_rts_bbox_m / math.sqrt(pixel_area_m2))
+
+
 def large_positive_mask(label: np.ndarray, min_side_px: float) -> np.ndarray:
     """Label-1 pixels of 8-connected RTS whose bounding box's longer side exceeds `min_side_px` pixels."""
     from scipy import ndimage
@@ -113,11 +121,12 @@ def large_positive_mask(label: np.ndarray, min_side_px: float) -> np.ndarray:
     return big[lab]
 
 
-def _large_targets(labels: np.ndarray, min_side_px: float) -> np.ndarray:
-    """Targets whose label-1 pixels outside large RTS become ignore: the 'pos' row then counts large RTS only."""
+def _large_targets(labels: np.ndarray, min_side_px: Sequence[float]) -> np.ndarray:
+    """Targets whose label-1 pixels outside large RTS become ignore: the 'pos' row then counts large RTS only
+    (``min_side_px``: the rule in pixels of each tile)."""
     out = labels.copy()
     for i in range(labels.shape[0]):
-        small = (labels[i] == 1) & ~large_positive_mask(labels[i], min_side_px)
+        small = (labels[i] == 1) & ~large_positive_mask(labels[i], min_side_px[i])
         out[i][small] = 255
     return out
 
@@ -129,7 +138,6 @@ def build_logit_cache(
     out: Path,
     *,
     n_tiles: int,
-    pixel_size_m: float,
     attrs: dict[str, Any] | None = None,
     progress: bool = False,
     scales: Sequence[float] | None = None,
@@ -139,11 +147,11 @@ def build_logit_cache(
 
     Args:
         model: The EMA model on its device (eval mode is set here).
-        loader: Sequential (unshuffled) loader of the validation dataset, yielding image/label/tile_id/region.
+        loader: Sequential (unshuffled) loader of the validation dataset, yielding image/label/tile_id/region and
+            each tile's ``pixel_area_m2`` (the large-RTS rule is in ground metres of each tile).
         cfg: Pipeline config: calibration candidates, metrics.pr_bins, deployment precision and torch_compile.
         out: Cache path (`.../logit_cache.zarr`); replaced only once complete.
         n_tiles: Tiles the loader yields.
-        pixel_size_m: Ground sampling of the tiles (metres per pixel), for the large-RTS rule.
         attrs: Provenance stored with the cache (weights and dataset fingerprints, seed).
         scales: The scales to cache (default ``calibration.scale_candidates``); a scale below 1.0 needs the
             loader to yield each tile's ``context`` (:class:`~rtscore.inference.context.ContextPairedDataset`).
@@ -160,7 +168,6 @@ def build_logit_cache(
     needed = {t for tta in cal.tta_candidates for t in TTA_TRANSFORMS[tta]}
     transforms = [t for t in D4 if t in needed]
     maps = [(s, t) for s in scales for t in cal.tta_candidates]
-    min_side_px = cal.large_rts_bbox_m / pixel_size_m
     floor_logit = prob_to_logit(cal.object_prob_floor)
     device = next(model.parameters()).device
     run_model = prepare_model(model, dep.torch_compile)
@@ -170,6 +177,7 @@ def build_logit_cache(
     tile_ids: list[str] = []
     regions: list[str] = []
     positive: list[bool] = []
+    pixel_areas: list[float] = []
     with staged_dir(out) as tmp:
         g = zarr.open_group(str(tmp), mode="w", zarr_format=3)
         hist = g.create_array(
@@ -197,7 +205,8 @@ def build_logit_cache(
                 b, h, w = y.shape
                 if row + b > n_tiles:
                     raise CacheError(f"the loader yielded more than the {n_tiles} tiles announced")
-                y_large = _large_targets(y, min_side_px)
+                areas = [float(a) for a in batch["pixel_area_m2"]]  # each tile's ground pixel (large-RTS rule)
+                y_large = _large_targets(y, [large_side_px(cal.large_rts_bbox_m, a) for a in areas])
                 per_map: dict[tuple[float, str], torch.Tensor] = {}
                 for s in scales:
                     logits = scale_logits(run_model, x, s, transforms, dep.precision, ctx)
@@ -237,6 +246,7 @@ def build_logit_cache(
                     d_labels[n0:] = y[keep]
                 tile_ids += [str(t) for t in batch["tile_id"]]
                 regions += [str(r) for r in batch["region"]]
+                pixel_areas += areas
                 positive += list((y == 1).reshape(b, -1).any(axis=1))
                 row += b
         if row != n_tiles:
@@ -244,6 +254,7 @@ def build_logit_cache(
         for name, values, dtype in (("tile_id", tile_ids, "str"), ("region", regions, "str")):
             g.create_array(name, shape=(n_tiles,), dtype=dtype, compressors=None)[:] = np.asarray(values, dtype=object)
         g.create_array("is_positive", shape=(n_tiles,), dtype="bool")[:] = np.asarray(positive, bool)
+        g.create_array("pixel_area_m2", shape=(n_tiles,), dtype="float64")[:] = np.asarray(pixel_areas, np.float64)
         g.attrs.update(
             {
                 "format": CACHE_FORMAT,
@@ -262,7 +273,6 @@ def build_logit_cache(
                 "scales_not_evaluated": scales_note,
                 "fusion_candidates": list(cal.fusion_candidates),
                 "maps": [[s, t] for s, t in maps],
-                "pixel_size_m": pixel_size_m,
                 "large_rts_bbox_m": cal.large_rts_bbox_m,
                 "object_prob_floor": cal.object_prob_floor,
                 "n_tiles": n_tiles,

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from rtscore.config.base import SCHEMA_VERSION, StrictModel
-from rtscore.config.binding import ExtraChannel, InputBinding, check_extra_channels
+from rtscore.config.binding import ExtraChannel, InputBinding, RasterBandMap, RasterContract, check_extra_channels
 
 Split = Literal["train", "val", "test"]
 SCALES = (1.0, 0.5)  # ground-sampling scales a store may hold (training guide §8.3)
@@ -134,6 +134,36 @@ class GeotiffSourceConfig(StrictModel):
         "refuses a binding that differs from its channels.extra.",
     )
     batch_size: int = Field(16, ge=1, le=4096, description="Tiles read per batch (bounds the reader's memory).")
+    rgb_bands: RasterBandMap | None = Field(
+        None,
+        description="Explicit 0-based R, G, B (and alpha) bands of PLANET-RGB/<id>.tif, e.g. {rgb: [2, 1, 0], "
+        "alpha: null} for a B,G,R,NIR file; None: by each file's colour interpretation (a 3-band file without one "
+        "is R, G, B). Recorded in the store's raster_contract, so predict reads new scenes the same way.",
+    )
+    crs: str = Field(
+        "EPSG:3857",
+        min_length=1,
+        description="CRS every tile (RGB, EXTRA, label raster) must be in; a projected CRS (a geographic one, in "
+        "degrees, is refused: reproject with rts tile). Polygon labels are reprojected to it.",
+    )
+    pixel_size: float | None = Field(
+        None,
+        gt=0,
+        description="Pixel size every tile must have, in CRS units; None: the data's own (the median over the "
+        "split's tiles), every tile within pixel_size_tolerance of it.",
+    )
+    pixel_size_tolerance: float = Field(
+        0.05, ge=0, le=1, description="Relative pixel-size difference accepted between tiles (0.05: 5 %)."
+    )
+
+    def contract(self, pixel_size: float | None = None) -> RasterContract:
+        """The raster contract of this source; ``pixel_size`` when the data's own is known (else the config's)."""
+        return RasterContract(
+            rgb_bands=self.rgb_bands,
+            crs=self.crs,
+            pixel_size=self.pixel_size if pixel_size is None else pixel_size,
+            pixel_size_tolerance=self.pixel_size_tolerance,
+        )
 
     @model_validator(mode="before")
     @classmethod

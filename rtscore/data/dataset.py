@@ -90,7 +90,16 @@ def concat_metadata(metas: Sequence[TileMetadata]) -> TileMetadata:
     sizes = sorted({m.tile_size for m in metas})
     if len(sizes) != 1:
         raise ValueError(f"joined tile sources have different tile sizes: {sizes}")
-    fields = ("tile_id", "region", "kind", "is_positive", "n_positive_px", "n_ignore_px", "n_nodata_px")
+    fields = (
+        "tile_id",
+        "region",
+        "kind",
+        "is_positive",
+        "n_positive_px",
+        "n_ignore_px",
+        "n_nodata_px",
+        "pixel_area_m2",
+    )
     joined = {f: np.concatenate([np.asarray(getattr(m, f)) for m in metas]) for f in fields}
     return TileMetadata(**joined, tile_size=sizes[0])
 
@@ -135,7 +144,8 @@ class TileDataset:
     """Map-style dataset yielding dicts of tensors; index may be ``int`` or ``(int, augmentation_seed)``.
 
     Samples: ``image`` float32 (C, H, W) normalized, ``label`` int64 (H, W) in {0, 1, 255},
-    ``valid`` bool (H, W), ``index`` (position in the source), ``tile_id``, ``region``.
+    ``valid`` bool (H, W), ``index`` (position in the source), ``tile_id``, ``region``, ``pixel_area_m2`` (the
+    tile's ground m² per pixel: object areas and the large-RTS rule are per tile).
     """
 
     def __init__(
@@ -205,6 +215,7 @@ class TileDataset:
             "index": src_index,
             "tile_id": s.tile_id,
             "region": s.region,
+            "pixel_area_m2": float(s.pixel_area_m2),
         }
 
 

@@ -2,17 +2,20 @@
 
 Layout under a data root::
 
-    PLANET-RGB/<tile_id>.tif   tile_size^2, EPSG:3857, 3 bands R,G,B uint8 (+ optional alpha band 4)
+    PLANET-RGB/<tile_id>.tif   tile_size^2, geotiff.crs (EPSG:3857), 3 bands R,G,B uint8 (+ alpha)
     EXTRA/<tile_id>.tif        N float32 auxiliary bands, same grid (needed only when extra channels are selected)
-    labels/<tile_id>.tif       1 band uint8 in {0 background, 1 RTS, 255 ignore}
+    labels/<tile_id>.tif       1 band uint8 in {0 background, 1 RTS, 255 ignore}, same grid; or RTS polygons
+                               labels/<tile_id>.geojson|.gpkg|.fgb|.shp (reprojected to the tile's CRS)
     metadata.csv               Tile_id, centroid_lat, centroid_lon, TrainClass, RegionName, UIDs
-    splits.yaml                split -> [region names]
+    splits.yaml                split -> [region names] (derived into the run directory when absent)
 
 Channel rule: the generation config's input binding (``geotiff.extra_channels``: ``{name, band}`` entries, or the
 synthetic channels by position) says which band of the EXTRA file each stored channel is read from
 (`rtscore.config.binding`); the store records that binding, and stats, the package, predict and drift read it.
-Bands not bound are not read. NoData comes from the alpha band only (alpha 0); pixels (0, 0, 0) with alpha 255 are
-valid; an RGB file without alpha is all valid.
+Bands not bound are not read. Every raster is read through `rtscore.data.bands.open_checked`, against the raster
+contract of ``cfg.geotiff`` (bands by colour interpretation or ``rgb_bands``, dtypes, CRS, pixel size): NoData is
+its one rule, the same as at predict (alpha 0, else the dataset mask; plus EXTRA nodata). Pixels (0, 0, 0) with
+alpha 255 are valid. Each tile's ground pixel area (`rtscore.data.ground`) is stored with it.
 """
 
 from __future__ import annotations
@@ -20,39 +23,42 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import logging
 import math
 import shutil
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rtscore.config.base import config_hash
-from rtscore.config.binding import InputBinding
-from rtscore.config.generation import GenerationConfig
+from rtscore.config.base import ConfigError, config_hash, parse_yaml
+from rtscore.config.binding import InputBinding, RasterContract
+from rtscore.config.generation import GenerationConfig, GeotiffSourceConfig
 from rtscore.config.pipeline import SplitsConfig
-from rtscore.data.bands import read_bound_bands, unreadable_extra
-from rtscore.data.splits import SplitError, derive_splits
+from rtscore.data.bands import CheckedRaster, RasterContractError, open_checked, same_grid
+from rtscore.data.ground import WEB_MERCATOR_RADIUS_M, GroundSizeError, ground_pixel_area_m2, projected_crs
+from rtscore.data.splits import SplitError, SplitResult, derive_splits, unassigned_regions
 from rtscore.data.store import StoreLayout, TileStoreError
 from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
-from rtscore.data.tiles import KIND_CODES, LABEL_VALUES, RawTile
+from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile
 from rtscore.data.vector_labels import LabelPolygonError, rasterize_labels, read_label_polygons
 from rtscore.data.writer import base_attrs, write_store
 from rtscore.storage import atomic_write_text, default_cache_dir
 from rtscore.storage.gcs import GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
 
 RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"
-METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"
+METADATA_CSV, SPLITS_YAML, SPLITS_SUMMARY_JSON = "metadata.csv", "splits.yaml", "splits_summary.json"
+LABEL_POLYGON_SUFFIXES = (".geojson", ".gpkg", ".fgb", ".shp")  # labels/<id>.<suffix>, when there is no .tif
 METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
 CRS = "EPSG:3857"
-EARTH_RADIUS_M = 6378137.0  # Web Mercator sphere
+EARTH_RADIUS_M = WEB_MERCATOR_RADIUS_M
 GRID_LAT_DEG, GRID_LON_DEG = 70.0, -150.0  # north-west corner of the synthetic tile grid (Arctic Alaska)
 GRID_COLUMNS = 64  # synthetic tiles per grid row
 _SPLIT_ROW_OFFSET = {"train": 0, "val": 200, "test": 400}  # grid rows: splits never share ground
 _MAX_LISTED = 20  # problems listed in one error
+_log = logging.getLogger(__name__)
 
 
 class GeotiffError(TileStoreError):
@@ -208,17 +214,33 @@ class TileEntry:
     row: int  # 0-based data row in metadata.csv (stored as source_index)
 
 
-def read_splits(root: Path) -> dict[str, list[str]]:
-    """splits.yaml as ``{split: [regions]}``; a region listed in two splits is an error."""
-    import yaml
+@dataclass(frozen=True)
+class DerivedSplitFiles:
+    """Where a split derived for a root without splits.yaml is written (never into the data root, an input):
+    the split itself and its summary (:class:`~rtscore.data.splits.SplitResult` as JSON)."""
 
-    path = root / SPLITS_YAML
+    splits_yaml: Path
+    summary_json: Path
+
+    @classmethod
+    def beside(cls, store: Path) -> DerivedSplitFiles:
+        """Next to an output store (``rts generate`` outside a run): ``splits.yaml``, ``splits_summary.json``."""
+        return cls(store.parent / SPLITS_YAML, store.parent / SPLITS_SUMMARY_JSON)
+
+
+def read_splits(root: Path) -> dict[str, list[str]]:
+    """splits.yaml as ``{split: [regions]}`` (duplicate keys refused); a region listed in two splits is an error."""
+    return parse_splits(root / SPLITS_YAML)
+
+
+def parse_splits(path: Path) -> dict[str, list[str]]:
+    """A splits.yaml file (a data root's, or a derived one) as ``{split: [regions]}``."""
     if not path.is_file():
         raise GeotiffError(f"{path} not found (the data root needs splits.yaml)")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise GeotiffError(f"{path} is not valid YAML: {err}") from None
+        data = parse_yaml(path.read_text(), str(path)) or {}
+    except ConfigError as err:
+        raise GeotiffError(str(err)) from None
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
         raise GeotiffError(f"{path}: expected a mapping split -> [region names]")
     seen: dict[str, str] = {}
@@ -255,24 +277,23 @@ def read_metadata(root: Path) -> list[dict[str, str]]:
 
 
 def _tile_files(root: Path, tile_id: str, with_extra: bool) -> dict[str, Path]:
-    """The tile's files; labels are a raster, or (when there is none) RTS polygons `labels/<id>.geojson`."""
+    """The tile's files. Labels: the raster ``labels/<id>.tif``, else the first polygon file of
+    ``labels/<id>`` + LABEL_POLYGON_SUFFIXES that exists (the raster's path when there is none: reported missing)."""
     labels = root / LABEL_DIR / f"{tile_id}.tif"
-    polygons = labels.with_suffix(".geojson")
-    files = {
-        "rgb": root / RGB_DIR / f"{tile_id}.tif",
-        "labels": polygons if polygons.is_file() and not labels.is_file() else labels,
-    }
+    if not labels.is_file():
+        labels = next((p for s in LABEL_POLYGON_SUFFIXES if (p := labels.with_suffix(s)).is_file()), labels)
+    files = {"rgb": root / RGB_DIR / f"{tile_id}.tif", "labels": labels}
     if with_extra:
         files["extra"] = root / EXTRA_DIR / f"{tile_id}.tif"
     return files
 
 
-def ensure_splits(root: Path, *, rules: SplitsConfig | None = None, seed: int = 0) -> dict[str, list[str]]:
-    """splits.yaml of the root; when absent, a region-level split is derived from metadata.csv with the rules of
+def derive_root_splits(root: Path, *, rules: SplitsConfig | None = None, seed: int = 0) -> SplitResult | None:
+    """None when the root has splits.yaml; else a region-level split derived from metadata.csv with the rules of
     DATA_LAYOUT.md (`rtscore.data.splits`; thresholds from ``rules``, the pipeline config's `splits` section,
-    defaults when None) and written with `splits_summary.md` next to it (atomically)."""
+    defaults when None), each of its warnings logged (``logging.warning``: the console of ``rts``)."""
     if (root / SPLITS_YAML).is_file():
-        return read_splits(root)
+        return None
     rules = rules or SplitsConfig()
     try:
         result = derive_splits(
@@ -283,23 +304,49 @@ def ensure_splits(root: Path, *, rules: SplitsConfig | None = None, seed: int = 
         )
     except SplitError as err:
         raise GeotiffError(f"{root}: no {SPLITS_YAML}, and none can be derived: {err}") from None
-    summary = f"# Derived spatial-block split of {root}\n\n" + result.summary()
-    atomic_write_text(root / "splits_summary.md", summary)
+    for warning in result.warnings:
+        _log.warning(f"split derived for {root} (no {SPLITS_YAML}): {warning}")
+    return result.model_copy(update={"derived_from": str(root)})
+
+
+def ensure_splits(root: Path, *, rules: SplitsConfig | None = None, seed: int = 0) -> dict[str, list[str]]:
+    """The root's splits: its splits.yaml, else the split :func:`derive_root_splits` derives (written nowhere)."""
+    derived = derive_root_splits(root, rules=rules, seed=seed)
+    return read_splits(root) if derived is None else derived.splits
+
+
+def write_derived_split(result: SplitResult, to: DerivedSplitFiles) -> None:
+    """A derived split as ``splits.yaml`` and its summary as JSON (each atomically), at ``to``: never the data
+    root, which is an input."""
     import yaml
 
-    atomic_write_text(root / SPLITS_YAML, yaml.safe_dump(result.splits, sort_keys=False))
-    return read_splits(root)
+    atomic_write_text(to.summary_json, result.model_dump_json(indent=2))
+    atomic_write_text(to.splits_yaml, yaml.safe_dump(result.splits, sort_keys=False))
 
 
-def select_tiles(root: Path, split: str, *, with_extra: bool, rules: SplitsConfig | None = None) -> list[TileEntry]:
-    """The tiles of ``split`` (its regions in splits.yaml x RegionName), after checking every tile has its files.
+def select_tiles(
+    root: Path,
+    split: str,
+    *,
+    with_extra: bool,
+    rules: SplitsConfig | None = None,
+    splits: dict[str, list[str]] | None = None,
+) -> list[TileEntry]:
+    """The tiles of ``split`` (its regions in splits.yaml x RegionName), after checking that every region of
+    metadata.csv is in a split and every tile has its files.
 
-    Without splits.yaml the split is derived first (`ensure_splits`, with ``rules``).
+    ``splits``: the root's splits when the caller has them already; else :func:`ensure_splits` (with ``rules``).
     """
-    splits = ensure_splits(root, rules=rules)
+    splits = ensure_splits(root, rules=rules) if splits is None else splits
     if split not in splits:
         raise GeotiffError(f"{root / SPLITS_YAML}: no split {split!r} (has {sorted(splits)})")
     rows = read_metadata(root)
+    strays = unassigned_regions(splits, (r["RegionName"] for r in rows))
+    if strays:
+        raise GeotiffError(
+            f"{root / METADATA_CSV}: {len(strays)} RegionName(s) in no split of {root / SPLITS_YAML}: "
+            f"{', '.join(strays[:_MAX_LISTED])}; every region goes to exactly one split (names match exactly)"
+        )
     missing = [str(p) for r in rows for p in _tile_files(root, r["Tile_id"], with_extra).values() if not p.is_file()]
     if missing:
         more = f" (and {len(missing) - _MAX_LISTED} more)" if len(missing) > _MAX_LISTED else ""
@@ -321,54 +368,135 @@ def select_tiles(root: Path, split: str, *, with_extra: bool, rules: SplitsConfi
     return entries
 
 
-def check_tiles(root: Path, entries: list[TileEntry], tile_size: int, binding: InputBinding) -> None:
-    """Check headers (CRS, size, band count, dtype) of every file and the label values, before anything is written.
+# --------------------------------------------------------------------------------------------- checking the tiles
+
+
+@dataclass(frozen=True)
+class CheckedTiles:
+    """What checking a split's tiles established: the contract they all meet (CRS, the data's pixel size) and
+    each tile's ground pixel area."""
+
+    contract: RasterContract
+    pixel_area_m2: dict[str, float]
+
+
+@dataclass(frozen=True)
+class _TileFacts:
+    pixel_size: tuple[float, float]  # |a|, |e| in CRS units
+    pixel_area_m2: float
+
+
+def check_tiles(
+    root: Path, entries: list[TileEntry], tile_size: int, binding: InputBinding, contract: RasterContract
+) -> CheckedTiles:
+    """Check every file of every tile against ``contract`` before anything is written.
+
+    Each tile: its RGB (+ EXTRA) raster through :func:`~rtscore.data.bands.open_checked` (CRS, bands, dtypes,
+    EXTRA on the RGB grid, non-finite EXTRA values), its size, its label (a raster on the RGB grid with values in
+    {0, 1, 255}, or polygons reprojected to the tile's CRS), and a positive tile's label must hold RTS pixels.
+    Then the pixel sizes: all within ``contract.pixel_size_tolerance`` of the contract's, or (None) of their
+    median, which the returned contract records.
 
     Raises:
         GeotiffError: listing every problem found (up to 20), each naming the tile and the file.
     """
-    import rasterio
-
     problems: list[str] = []
-    expected = {"rgb": ((3, 4), "uint8"), "labels": ((1,), "uint8"), "extra": (None, "float32")}
+    facts: dict[str, _TileFacts] = {}
     for e in entries:
-        for kind, path in _tile_files(root, e.tile_id, bool(binding.extra_bands)).items():
-            where = f"tile {e.tile_id} ({path})"
-            if path.suffix == ".geojson":
-                try:
-                    read_label_polygons(path)
-                except LabelPolygonError as err:
-                    problems.append(f"{where}: {err}")
-                continue
-            with rasterio.open(path) as f:
-                crs = f.crs.to_string() if f.crs else None
-                if crs != CRS:
-                    problems.append(f"{where}: CRS must be {CRS}; got {crs}")
-                if (f.height, f.width) != (tile_size, tile_size):
-                    problems.append(f"{where}: size must be {tile_size}x{tile_size}; got {f.height}x{f.width}")
-                counts, dtype = expected[kind]
-                if counts is not None and f.count not in counts:
-                    problems.append(f"{where}: {kind} needs {' or '.join(map(str, counts))} bands; got {f.count}")
-                beyond = unreadable_extra(binding, f.count) if kind == "extra" else []
-                if beyond:
-                    problems.append(
-                        f"{where}: extra channel band index {max(c.band for c in beyond)} is beyond the file's "
-                        f"{f.count} bands (bound: {', '.join(f'{c.name}={c.band}' for c in beyond)})"
-                    )
-                if any(d != dtype for d in f.dtypes):
-                    problems.append(f"{where}: {kind} bands must be {dtype}; got {sorted(set(f.dtypes))}")
-                if kind == "labels" and not _problems_for(problems, where) and f.count == 1:
-                    problem = _label_problem(f.read(1), where)
-                    if problem:
-                        problems.append(problem)
+        found = _check_tile(root, e, tile_size, binding, contract)
+        if isinstance(found, list):
+            problems += found
+        else:
+            facts[e.tile_id] = found
         if len(problems) >= _MAX_LISTED:
             break
+    if not problems:
+        contract, problems = _agreed_pixel_size(root, facts, contract, bool(binding.extra_bands))
     if problems:
         raise GeotiffError(f"{len(problems)} problem(s) in {root}:\n  " + "\n  ".join(problems[:_MAX_LISTED]))
+    return CheckedTiles(contract, {t: f.pixel_area_m2 for t, f in facts.items()})
 
 
-def _problems_for(problems: list[str], where: str) -> bool:
-    return any(p.startswith(where) for p in problems)
+def _check_tile(
+    root: Path, e: TileEntry, tile_size: int, binding: InputBinding, contract: RasterContract
+) -> _TileFacts | list[str]:
+    """The facts of one tile, or its problems (each naming the tile and the file)."""
+    files = _tile_files(root, e.tile_id, bool(binding.extra_bands))
+    try:
+        with open_checked(contract, binding, files["rgb"], files.get("extra")) as src:
+            if (src.height, src.width) != (tile_size, tile_size):
+                got = f"{src.height}x{src.width}"
+                return [f"tile {e.tile_id} ({files['rgb']}): size must be {tile_size}x{tile_size}; got {got}"]
+            label, problem = _read_label(files["labels"], src, e)
+            if problem is not None:
+                return [problem]
+            where = f"tile {e.tile_id} ({files['labels']})"
+            if e.positive and not (label == 1).any():
+                return [_empty_positive(where, label)]
+            t = src.src.transform
+            area = ground_pixel_area_m2(src.src.crs, t, src.height, src.width, str(files["rgb"]))
+            return _TileFacts((abs(t.a), abs(t.e)), area)
+    except (RasterContractError, GroundSizeError) as err:
+        return [f"tile {e.tile_id}: {err}"]
+
+
+def _empty_positive(where: str, label: np.ndarray) -> str:
+    only_ignore = " (only ignore pixels, 255: its RTS are all partial)" if (label == IGNORE_INDEX).any() else ""
+    return (
+        f"{where}: TrainClass is positive in {METADATA_CSV}, but the label has no RTS pixel (value 1){only_ignore}; "
+        "polygons in another CRS than declared, a label of another tile or a shifted grid give this: check the "
+        "label, or make the tile negative"
+    )
+
+
+def _read_label(path: Path, src: CheckedRaster, e: TileEntry) -> tuple[np.ndarray, str | None]:
+    """The tile's label on the RGB raster's grid: a label raster (checked: one uint8 band, on the grid, values in
+    {0, 1, 255}) or polygons reprojected to the tile's CRS and rasterised; else the problem, naming the file."""
+    import rasterio
+
+    where = f"tile {e.tile_id} ({path})"
+    empty = np.zeros((0, 0), np.uint8)
+    if path.suffix.lower() in LABEL_POLYGON_SUFFIXES:
+        try:
+            features = read_label_polygons(path, src.src.crs)
+        except LabelPolygonError as err:
+            return empty, f"tile {e.tile_id}: {err}"
+        return rasterize_labels(features, src.src.transform, src.width), None
+    with rasterio.open(path) as f:
+        if f.count != 1 or f.dtypes[0] != "uint8":
+            return empty, f"{where}: labels need 1 uint8 band; got {f.count} band(s) {sorted(set(f.dtypes))}"
+        if (f.height, f.width) != (src.height, src.width):
+            return empty, f"{where}: size must be {src.height}x{src.width} (its RGB raster's); got {f.height}x{f.width}"
+        if not same_grid(src.src, f):
+            return empty, (
+                f"{where}: not on the grid of {src.path} (CRS {f.crs} vs {src.src.crs}, transform "
+                f"{tuple(f.transform)[:6]} vs {tuple(src.src.transform)[:6]}): labels would be shifted"
+            )
+        label = f.read(1)
+    return label, _label_problem(label, where)
+
+
+def _agreed_pixel_size(
+    root: Path, facts: dict[str, _TileFacts], contract: RasterContract, with_extra: bool
+) -> tuple[RasterContract, list[str]]:
+    """The contract with the tiles' pixel size (the median, when the config gives none) and the tiles beyond the
+    tolerance of it (open_checked already refused them against a configured pixel size)."""
+    if contract.pixel_size is not None or not facts:
+        return contract, []
+    size = float(np.median([s for f in facts.values() for s in f.pixel_size]))
+    tol = contract.pixel_size_tolerance
+    outliers = [
+        f"tile {t} ({root / RGB_DIR / f'{t}.tif'}): pixel size {f.pixel_size[0]:.6g} x {f.pixel_size[1]:.6g}, "
+        f"the split's median is {size:.6g} (tolerance {tol:.0%})"
+        for t, f in facts.items()
+        if any(abs(s / size - 1.0) > tol for s in f.pixel_size)
+    ]
+    if outliers:
+        outliers.append(
+            "every tile of a split must share one pixel size (the model learns object sizes in pixels): resample "
+            "the outliers (rts tile), or set geotiff.pixel_size"
+        )
+    return contract.model_copy(update={"pixel_size": size}), outliers
 
 
 def _label_problem(label: np.ndarray, where: str) -> str | None:
@@ -380,50 +508,51 @@ def _label_problem(label: np.ndarray, where: str) -> str | None:
 
 
 class GeotiffProducer:
-    """Reads the selected tiles of a data root lazily with rasterio; picklable (paths and small records only)."""
+    """Reads the selected tiles of a data root lazily through :func:`~rtscore.data.bands.open_checked` (the
+    contract and NoData rule of predict); picklable (paths and small records only)."""
 
-    def __init__(self, root: str | Path, entries: list[TileEntry], binding: InputBinding, batch_size: int = 16) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        entries: list[TileEntry],
+        binding: InputBinding,
+        batch_size: int = 16,
+        *,
+        contract: RasterContract | None = None,
+        pixel_area_m2: dict[str, float] | None = None,
+    ) -> None:
         self.root = Path(root)
         self.entries = list(entries)
         self.binding = binding
         self.batch_size = batch_size
+        self.contract = contract or RasterContract(crs=CRS)
+        self.pixel_area_m2 = dict(pixel_area_m2 or {})
 
     def read(self, entry: TileEntry) -> tuple[RawTile, int]:
-        """One tile and its kind code (full NoData when alpha is all 0, else the TrainClass)."""
-        import rasterio
-
-        with_extra = bool(self.binding.extra_bands)
-        files = _tile_files(self.root, entry.tile_id, with_extra)
-        with rasterio.open(files["rgb"]) as f, rasterio.open(files["extra"]) if with_extra else nullcontext() as ex:
-            rgb, extra = read_bound_bands(self.binding, f, ex)
-            transform = f.transform
-            alpha = (
-                np.where(f.read(4) > 0, 255, 0).astype(np.uint8)
-                if f.count == 4
-                else np.full(rgb.shape[1:], 255, np.uint8)
-            )
-        rgb = np.ascontiguousarray(rgb)
-        if files["labels"].suffix == ".geojson":
-            label = rasterize_labels(read_label_polygons(files["labels"]), transform, rgb.shape[-1])
-        else:
-            with rasterio.open(files["labels"]) as f:
-                label = f.read(1)
-        problem = _label_problem(label, f"tile {entry.tile_id} ({files['labels']})")
+        """One tile and its kind code (full NoData when no pixel is valid, else the TrainClass)."""
+        files = _tile_files(self.root, entry.tile_id, bool(self.binding.extra_bands))
+        # Checked already (check_tiles): the EXTRA scan for non-finite values is not repeated.
+        with open_checked(self.contract, self.binding, files["rgb"], files.get("extra"), check_finite=False) as src:
+            rgb, extra, valid = src.read()
+            label, problem = _read_label(files["labels"], src, entry)
+            area = self.pixel_area_m2.get(entry.tile_id)
+            if area is None:
+                t = src.src.transform
+                area = ground_pixel_area_m2(src.src.crs, t, src.height, src.width, str(files["rgb"]))
         if problem:
             raise GeotiffError(problem)
-        if not alpha.any():
-            code = KIND_CODES["full_nodata"]
-        else:
-            code = KIND_CODES["positive" if entry.positive else "negative"]
+        alpha = np.where(valid, 255, 0).astype(np.uint8)
+        code = KIND_CODES["full_nodata" if not valid.any() else "positive" if entry.positive else "negative"]
         tile = RawTile(
             tile_id=entry.tile_id,
             region=entry.region,
-            rgb=rgb,
+            rgb=np.ascontiguousarray(rgb),
             alpha=alpha,
             label_exact=label,
-            extra=extra,
+            extra=None if extra is None else np.ascontiguousarray(extra, np.float32),
             n_objects=entry.n_uids,
             source_index=entry.row,
+            pixel_area_m2=area,
         )
         return tile, code
 
@@ -475,14 +604,17 @@ def ingest_geotiffs(
     progress: bool = False,
     num_workers: int | None = None,
     split_rules: SplitsConfig | None = None,
+    derived_splits: DerivedSplitFiles | None = None,
 ) -> dict[str, Any]:
     """`rts generate --source geotiff`: the tiles of ``cfg.split`` of a GeoTIFF data root as a published tile store.
 
     Tiles: the rows of metadata.csv whose RegionName is a region of ``cfg.split`` in splits.yaml, in file order.
-    Every file is checked (headers and label values) before any store is staged; the store is published
-    atomically by :func:`write_store`. The store holds the exact labels only (no noisy variant). ``cfg`` gives
-    the split, tile size, scale, the input binding (which EXTRA band each stored channel is read from; recorded
-    in the store as ``input_binding``), store layout and workers.
+    Every file is checked against the raster contract of ``cfg.geotiff`` (:func:`check_tiles`) before any store
+    is staged; the store is published atomically by :func:`write_store` and records the contract
+    (``raster_contract``, with the data's pixel size) and each tile's ground pixel area (``meta/pixel_area_m2``).
+    The store holds the exact labels only (no noisy variant). ``cfg`` gives the split, tile size, scale, the input
+    binding (which EXTRA band each stored channel is read from; recorded in the store as ``input_binding``), the
+    raster contract (``geotiff``), store layout and workers.
 
     Args:
         cfg: Generation config (its ``synthetic`` counts and regions are not used).
@@ -494,6 +626,8 @@ def ingest_geotiffs(
         num_workers: Worker processes (default ``processing.num_workers``).
         split_rules: The pipeline config's `splits` section: the rules a split derived for a root without
             splits.yaml must meet (None: its defaults).
+        derived_splits: Where such a derived split and its summary are written (a run's
+            ``RunLayout.DERIVED_SPLITS``); None: beside ``output``. Never into the data root.
 
     Returns:
         The published store's attributes.
@@ -501,10 +635,17 @@ def ingest_geotiffs(
     root = stage_data_root(str(data_root), cfg.split) if str(data_root).startswith("gs://") else Path(data_root)
     if not root.is_dir():
         raise GeotiffError(f"data root {root} is not a directory")
+    source = cfg.geotiff or GeotiffSourceConfig(data_root=str(root))
+    try:
+        projected_crs(source.crs, "geotiff.crs")
+    except GroundSizeError as err:
+        raise GeotiffError(str(err)) from None
     binding = cfg.input_binding
     extra = binding.extra_names
-    entries = select_tiles(root, cfg.split, with_extra=bool(extra), rules=split_rules)
-    check_tiles(root, entries, cfg.tile_size, binding)
+    derived = derive_root_splits(root, rules=split_rules)
+    splits = read_splits(root) if derived is None else derived.splits
+    entries = select_tiles(root, cfg.split, with_extra=bool(extra), splits=splits)
+    checked = check_tiles(root, entries, cfg.tile_size, binding, source.contract())
     layout = StoreLayout(
         n_tiles=len(entries),
         tile_size=cfg.tile_size,
@@ -522,6 +663,7 @@ def ingest_geotiffs(
         mask_types=["exact"],
         dataset_version=cfg.dataset_version,
         scale=cfg.scale,
+        pixel_size_m=checked.contract.pixel_size,
     )
     fingerprint = {"config": config_hash(cfg), "data_root": str(root.resolve()), "tiles": [e.tile_id for e in entries]}
     attrs.update(
@@ -530,12 +672,15 @@ def ingest_geotiffs(
             "config_hash": hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest(),
             "data_root": str(root.resolve()),
             "input_binding": binding.model_dump(mode="json"),
+            "raster_contract": checked.contract.model_dump(mode="json"),
             "shard_tiles": cfg.store.shard_tiles,
         }
     )
     batch = cfg.geotiff.batch_size if cfg.geotiff else cfg.synthetic.generation_batch_size if cfg.synthetic else 16
-    producer = GeotiffProducer(root, entries, binding, batch)
-    return write_store(
+    producer = GeotiffProducer(
+        root, entries, binding, batch, contract=checked.contract, pixel_area_m2=checked.pixel_area_m2
+    )
+    published = write_store(
         producer,
         layout,
         Path(output),
@@ -545,3 +690,8 @@ def ingest_geotiffs(
         restart=restart,
         progress=progress,
     )
+    if derived is not None:  # once the store is out: a refused ingestion leaves nothing behind
+        to = derived_splits or DerivedSplitFiles.beside(Path(output))
+        write_derived_split(derived, to)
+        _log.info(f"{root} has no {SPLITS_YAML}: the split derived for it is in {to.splits_yaml} ({to.summary_json})")
+    return published

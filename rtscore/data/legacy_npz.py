@@ -13,7 +13,7 @@ import numpy as np
 
 from rtscore.config.base import canonical_json
 from rtscore.data.store import StoreLayout
-from rtscore.data.tiles import KIND_CODES, RawTile, StoredSample
+from rtscore.data.tiles import KIND_CODES, RawTile, StoredSample, nominal_pixel_area_m2
 from rtscore.data.writer import base_attrs, write_store
 from rtscore.errors import PipelineError
 from rtscore.storage import fingerprint
@@ -133,7 +133,9 @@ class BatchedNpzSource:
         tile_id = str(data["tile_ids"][j]) if "tile_ids" in data else f"{self.path.name}_{index:06d}"
         region = str(data["regions"][j]) if "regions" in data else "unknown"
         extra = data["extra"][j] if "extra" in data else None
-        return StoredSample(index, tile_id, region, images[j], alpha, data["masks"][j], extra)
+        # Legacy batches carry no georeferencing: the nominal 4.77 m pixel of the tiles they were cut from.
+        area = nominal_pixel_area_m2()
+        return StoredSample(index, tile_id, region, images[j], alpha, data["masks"][j], extra, pixel_area_m2=area)
 
 
 class NpzProducer:
@@ -165,6 +167,7 @@ class NpzProducer:
                     extra=None if s.extra is None else np.ascontiguousarray(s.extra, np.float32),
                     n_objects=0,
                     source_index=i,
+                    pixel_area_m2=s.pixel_area_m2,
                 )
             )
             kind = "full_nodata" if not (s.alpha > 0).any() else "positive" if (s.label == 1).any() else "negative"

@@ -15,10 +15,12 @@ wins (ties: first found). The same metadata and seed always give the same split.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 from rtscore.errors import PipelineError
 
@@ -37,15 +39,15 @@ class RegionCounts:
     positives: int
 
 
-@dataclass
-class SplitResult:
-    """The derived split and how it measures against the rules."""
+class SplitResult(BaseModel):
+    """The derived split and how it measures against the rules (written as the run's ``splits_summary.json``)."""
 
-    splits: dict[str, list[str]]
-    tiles: dict[str, int]
-    positives: dict[str, int]
-    shares: dict[str, float]
-    warnings: list[str] = field(default_factory=list)
+    splits: dict[str, list[str]] = Field(..., description="split -> its regions.")
+    tiles: dict[str, int] = Field(..., description="split -> tiles.")
+    positives: dict[str, int] = Field(..., description="split -> positive tiles (TrainClass positive).")
+    shares: dict[str, float] = Field(..., description="split -> share of all tiles.")
+    warnings: list[str] = Field(default_factory=list, description="Rules met only with a warning (e.g. the 70 %).")
+    derived_from: str | None = Field(None, description="The data root whose metadata.csv the split was derived from.")
 
     def summary(self) -> str:
         lines = ["| split | regions | tiles | share | positive tiles |", "|---|---|---|---|---|"]
@@ -53,7 +55,6 @@ class SplitResult:
             lines.append(
                 f"| {s} | {len(self.splits[s])} | {self.tiles[s]} | {self.shares[s]:.1%} | {self.positives[s]} |"
             )
-        lines += [f"- warning: {w}" for w in self.warnings]
         return "\n".join(lines) + "\n"
 
 
@@ -93,7 +94,9 @@ def evaluate_split(
     tiles = {s: sum(counts[r].tiles for r in splits.get(s, ()) if r in counts) for s in TARGET}
     positives = {s: sum(counts[r].positives for r in splits.get(s, ()) if r in counts) for s in TARGET}
     shares = {s: tiles[s] / total for s in TARGET}
-    result = SplitResult({s: sorted(splits.get(s, ())) for s in TARGET}, tiles, positives, shares)
+    result = SplitResult(
+        splits={s: sorted(splits.get(s, ())) for s in TARGET}, tiles=tiles, positives=positives, shares=shares
+    )
     if positives["test"] < min_test_positives:
         raise SplitError(
             f"test holds {positives['test']} positive tiles; at least {min_test_positives} are needed "
@@ -136,6 +139,7 @@ def derive_splits(
             f"{len(regions)} regions: spatial blocking needs at least {min_val_regions + 2} (test, "
             f"{min_val_regions} for val (splits.min_val_regions), train)"
         )
+    _check_test_positives_reachable(counts, min_test_positives, min_val_regions)
     total = sum(c.tiles for c in counts.values())
     rng = np.random.default_rng(seed)
     best: tuple[float, SplitResult] | None = None
@@ -175,3 +179,52 @@ def derive_splits(
     if best is None:
         raise SplitError(f"no region-level split satisfies the rules after {tries} orders; e.g.: {last_error}")
     return best[1]
+
+
+def _check_test_positives_reachable(
+    counts: Mapping[str, RegionCounts], min_test_positives: int, min_val_regions: int
+) -> None:
+    """Refuse, blaming ``splits.min_test_positives``, when test cannot reach it and leave val and train a region
+    each: otherwise every order fails further down and the last failure ("val spans 1 region") hides the cause."""
+    by_positives = sorted((c.positives for c in counts.values()), reverse=True)
+    total = sum(by_positives)
+    if total < min_test_positives:
+        raise SplitError(
+            f"no region-level split satisfies the rules: metadata.csv holds {total} positive tiles in all, and test "
+            f"alone needs splits.min_test_positives={min_test_positives}; lower it (a small test set gives noisy "
+            "metrics) or give splits.yaml"
+        )
+    need = int(np.searchsorted(np.cumsum(by_positives), min_test_positives)) + 1
+    if need > len(by_positives) - min_val_regions - 1:
+        raise SplitError(
+            f"no region-level split satisfies the rules: test needs splits.min_test_positives={min_test_positives} "
+            f"positive tiles, which takes at least {need} of the {len(by_positives)} regions, leaving fewer than "
+            f"{min_val_regions} for val (splits.min_val_regions) and one for train; lower splits.min_test_positives "
+            "or give splits.yaml"
+        )
+
+
+def unassigned_regions(splits: Mapping[str, Sequence[str]], regions: Iterable[str]) -> list[str]:
+    """Each region of ``regions`` (metadata.csv's RegionName) in no split of ``splits``, with a hint when a split
+    lists it under another case or spacing ("'Noatak' (splits.yaml has 'noatak' in val)")."""
+    listed = {r: s for s, rs in splits.items() for r in rs}
+    folded = {_fold(r): (r, s) for r, s in listed.items()}
+    out = []
+    for region in sorted(set(regions) - set(listed)):
+        near = folded.get(_fold(region))
+        out.append(f"{region!r}" + (f" (splits.yaml has {near[0]!r} in {near[1]})" if near else ""))
+    return out
+
+
+def _fold(region: str) -> str:
+    return " ".join(region.split()).casefold()
+
+
+def read_split_result(path: Path) -> SplitResult | None:
+    """A derived split's summary (a run's ``splits_summary.json``); None when there is none (splits.yaml given)."""
+    if not path.is_file():
+        return None
+    try:
+        return SplitResult.model_validate_json(path.read_text())
+    except ValueError as err:
+        raise SplitError(f"{path}: not a derived split summary ({err}); regenerate the datasets") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from rtscore.data.shard_reader import FastShardArray
-from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile, StoredSample
+from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, PIXEL_SIZE_M, RawTile, StoredSample
 from rtscore.errors import PipelineError
 from rtscore.storage import publish_dir
 
@@ -51,6 +52,7 @@ _META_FIELDS: dict[str, Any] = {
     "n_objects": np.int16,
     "source_index": np.int32,
     "rotation": np.uint8,
+    "pixel_area_m2": np.float64,  # ground m² of one pixel of the tile (GeoTIFF: from its transform)
 }
 
 
@@ -203,6 +205,7 @@ def _tile_meta(tile: RawTile, kind_code: int) -> dict[str, Any]:
         "n_objects": tile.n_objects,
         "source_index": tile.source_index,
         "rotation": tile.rotation,
+        "pixel_area_m2": tile.pixel_area_m2,
     }
 
 
@@ -223,6 +226,9 @@ def check_tile(tile: RawTile, layout: StoreLayout) -> None:
         if arr is None or arr.shape != shape or arr.dtype != dtype:
             found = None if arr is None else f"{arr.shape} {arr.dtype}"
             raise TileStoreError(f"tile {tile.tile_id}: {name} must be {shape} {np.dtype(dtype)}; got {found}")
+    area = tile.pixel_area_m2
+    if not (isinstance(area, float | int) and math.isfinite(area) and area > 0):
+        raise TileStoreError(f"tile {tile.tile_id}: pixel_area_m2 must be a positive ground area (m²); got {area!r}")
     for name in ("label_exact", "label_noisy"):
         arr = getattr(tile, name)
         if arr is not None:
@@ -368,6 +374,7 @@ class TileMetadata:
     n_positive_px: np.ndarray
     n_ignore_px: np.ndarray
     n_nodata_px: np.ndarray
+    pixel_area_m2: np.ndarray  # float64 ground m² of one pixel, per tile
     tile_size: int
 
     def __len__(self) -> int:
@@ -463,9 +470,18 @@ class ZarrTileStore:
                 n_positive_px=n_pos,
                 n_ignore_px=read_array(meta, "n_ignore_px"),
                 n_nodata_px=read_array(meta, "n_nodata_px"),
+                pixel_area_m2=self._pixel_areas(meta, len(n_pos)),
                 tile_size=self.tile_size,
             )
         return self._meta
+
+    def _pixel_areas(self, meta: zarr.Group, n: int) -> np.ndarray:
+        """Per-tile ground pixel areas; a store written before they were recorded: its nominal pixel size
+        (``pixel_size_m``, 4.77 / scale) squared for every tile, as every reader assumed then."""
+        if "pixel_area_m2" in meta:
+            return read_array(meta, "pixel_area_m2").astype(np.float64)
+        nominal = float(self.attrs.get("pixel_size_m", PIXEL_SIZE_M))
+        return np.full(n, nominal**2, np.float64)
 
     def __getitem__(self, index: int) -> StoredSample:
         if not -self.n_tiles <= index < self.n_tiles:
@@ -501,6 +517,7 @@ class ZarrTileStore:
             alpha=alpha,
             label=label,
             extra=extra,
+            pixel_area_m2=float(meta.pixel_area_m2[i]),
         )
 
 

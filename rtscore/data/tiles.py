@@ -15,6 +15,12 @@ KIND_CODES: dict[str, int] = {"negative": 0, "positive": 1, "full_nodata": 2}
 PIXEL_SIZE_M = 4.77  # Web Mercator zoom 15, as the real PLANET-RGB tiles (DATA_LAYOUT.md)
 
 
+def nominal_pixel_area_m2(scale: float = 1.0) -> float:
+    """Ground area of a pixel of a source without georeferencing (synthetic scenes, legacy npz batches): the
+    renderer draws RTS at ``PIXEL_SIZE_M`` ground metres per pixel at 1x, so ``(4.77 / scale)^2`` m²."""
+    return (PIXEL_SIZE_M / scale) ** 2
+
+
 @dataclass(frozen=True)
 class ClassPixelCounts:
     """Labelled pixels per class over a set of tiles (ignore and NoData pixels excluded)."""
@@ -43,7 +49,8 @@ class TilePlan:
 
 @dataclass
 class RawTile:
-    """One tile as stored: uint8 RGB, alpha, labels in {0, 1, 255}, optional float32 extra bands."""
+    """One tile as stored: uint8 RGB, alpha, labels in {0, 1, 255}, optional float32 extra bands, and the ground
+    area of one of its pixels (m²): from the tile's transform for GeoTIFF tiles, nominal for synthetic ones."""
 
     tile_id: str
     region: str
@@ -56,6 +63,7 @@ class RawTile:
     source_index: int = -1
     rotation: int = 0  # k of np.rot90 applied at generation
     meta: dict[str, float] = field(default_factory=dict)
+    pixel_area_m2: float = field(kw_only=True)
 
     @property
     def size(self) -> int:
@@ -84,6 +92,7 @@ class RawTile:
             source_index=self.source_index,
             rotation=k % 4,
             meta=dict(self.meta),
+            pixel_area_m2=self.pixel_area_m2,
         )
 
 
@@ -98,3 +107,4 @@ class StoredSample:
     alpha: np.ndarray  # (H, W) uint8, 0 = NoData
     label: np.ndarray  # (H, W) uint8 in {0, 1, 255}
     extra: np.ndarray | None = None  # (E, H, W) float32
+    pixel_area_m2: float = field(kw_only=True)  # ground m² of one pixel (object areas, size bins, large RTS)

@@ -15,6 +15,7 @@ from rtscore.data.errors import DataValidationError
 from rtscore.data.loader import positive_flags, train_loader
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.data.sample_grid import write_sample_grid
+from rtscore.data.splits import SplitResult, read_split_result
 from rtscore.data.store import ZarrTileStore
 from rtscore.data.tiles import LABEL_VALUES
 from rtscore.errors import PipelineError
@@ -277,8 +278,14 @@ def validate_data(
             f"test split has {summaries['test'].n_positive} positive tiles, fewer than "
             f"splits.min_test_positives={cfg.splits.min_test_positives}: test metrics will be noisy"
         )
+    derived = _derived_split(
+        run_dir if run_dir is not None else _run_dir_of(stores["train"]) if "train" in stores else None
+    )
+    if derived is not None:  # the derivation's warnings (e.g. "69% < 70% of positives in train") are the run's
+        out.warnings += [f"split derived for {derived.derived_from} (no splits.yaml): {w}" for w in derived.warnings]
     report = {
         "status": "failed" if out.failed else "passed",
+        "derived_split": None if derived is None else derived.model_dump(mode="json"),
         "checks": [asdict(c) for c in out.checks],
         "warnings": out.warnings,
         "splits": {k: asdict(v) for k, v in summaries.items()},
@@ -296,6 +303,11 @@ def validate_data(
         )
         raise DataValidationError(f"data check '{first.name}' failed{where}: {first.detail} (report: {out_dir})")
     return report
+
+
+def _derived_split(run_dir: Path | None) -> SplitResult | None:
+    """The split generate-dataset derived for a GeoTIFF root without splits.yaml, if the run has one."""
+    return None if run_dir is None else read_split_result(Path(run_dir) / RunLayout.DERIVED_SPLITS_SUMMARY.at())
 
 
 def _run_dir_of(train_store: Path) -> Path:
@@ -415,5 +427,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {c['name']} | {where} | {'pass' if c['passed'] else 'FAIL'} | {c['detail']} |")
     if report["warnings"]:
         lines += ["", "Warnings:", *[f"- {w}" for w in report["warnings"]]]
+    if report.get("derived_split"):
+        derived = SplitResult.model_validate(report["derived_split"])
+        lines += ["", f"Split derived from {derived.derived_from} (no splits.yaml there):", "", derived.summary()]
     lines += ["", f"![samples]({SAMPLES})", ""]
     return "\n".join(lines)

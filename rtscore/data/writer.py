@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rtscore import __version__
+from rtscore.config.binding import RasterContract
 from rtscore.data.store import (
     FORMAT,
     FORMAT_VERSION,
@@ -22,6 +23,8 @@ from rtscore.data.store import (
     staging_attrs,
 )
 from rtscore.data.tiles import PIXEL_SIZE_M, RawTile
+
+SYNTHETIC_CRS = "EPSG:3857"  # the CRS rts synth-geotiff writes synthetic scenes in
 
 
 class TileProducer(Protocol):
@@ -125,9 +128,16 @@ def base_attrs(
     mask_types: list[str],
     dataset_version: str,
     scale: float = 1.0,
+    pixel_size_m: float | None = None,
 ) -> dict[str, Any]:
-    """Attributes every store records; ``scale`` is the ground-sampling scale (0.5: 2x field of view)."""
-    return {
+    """Attributes every store records; ``scale`` is the ground-sampling scale (0.5: 2x field of view).
+
+    ``pixel_size_m``: the tiles' pixel size in their CRS units (a GeoTIFF store: the data's, from the raster
+    contract); None: the synthetic scenes' nominal ``4.77 / scale`` m, and the store's ``raster_contract`` is
+    theirs (EPSG:3857 at that size, as ``rts synth-geotiff`` writes them). Ground areas are per tile
+    (``meta/pixel_area_m2``), not derived from this."""
+    nominal = PIXEL_SIZE_M / scale
+    attrs = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "split": split,
@@ -135,9 +145,12 @@ def base_attrs(
         "dataset_version": dataset_version,
         "tile_size": tile_size,
         "scale": float(scale),
-        "pixel_size_m": PIXEL_SIZE_M / scale,
+        "pixel_size_m": nominal if pixel_size_m is None else float(pixel_size_m),
         "channel_names": ["R", "G", "B", *extra],
         "extra_channel_names": list(extra),
         "mask_types": mask_types,
         "versions": _versions(),
     }
+    if pixel_size_m is None:
+        attrs["raster_contract"] = RasterContract(crs=SYNTHETIC_CRS, pixel_size=nominal).model_dump(mode="json")
+    return attrs

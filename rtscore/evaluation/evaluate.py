@@ -33,7 +33,7 @@ from rtscore.metrics import (
     object_metrics,
     pr_auc,
     ratio_tag,
-    recall_by_size,
+    recall_by_area,
     weighted_hist,
 )
 from rtscore.metrics.objects import iou_tag
@@ -118,7 +118,8 @@ def run_test_pass(
                         threshold=thr,
                         iou_thresholds=m.object_iou_thresholds,
                         min_blob_size_px=m.min_blob_size_px,
-                    )
+                    ),
+                    pixel_area_m2=float(batch["pixel_area_m2"][i]),  # each tile's own ground pixel (size bins)
                 )
     hist = acc.result()
     return SeedEvaluation(hist, np.stack(confusion), hist.is_positive, objects)
@@ -132,8 +133,9 @@ def pixel_confusion_at_ratio(ev: SeedEvaluation, ratio: float) -> ConfusionCount
     return ConfusionCounts(tp=float(tp), fp=float(fp), fn=float(fn), tn=float(tn))
 
 
-def summarize_seed(ev: SeedEvaluation, cfg: PipelineConfig, pixel_size_m: float) -> SeedEvaluation:
-    """Fill `ev.metrics` (per ratio tag) and `ev.recall_by_size`."""
+def summarize_seed(ev: SeedEvaluation, cfg: PipelineConfig) -> SeedEvaluation:
+    """Fill `ev.metrics` (per ratio tag) and `ev.recall_by_size` (object ground areas from each tile's pixel
+    area, so tiles of different pixel size or latitude share the m² bins)."""
     for r in cfg.metrics.ratios:
         c = pixel_confusion_at_ratio(ev, r)
         pos, neg = weighted_hist(ev.hist, r)
@@ -150,14 +152,20 @@ def summarize_seed(ev: SeedEvaluation, cfg: PipelineConfig, pixel_size_m: float)
             row[f"object_recall_{iou_tag(thr)}"] = s.recall
             row[f"object_f1_{iou_tag(thr)}"] = s.f1
         ev.metrics[ratio_tag(r)] = row
-    edges_m2 = np.asarray(cfg.evaluation.size_bins_m2, np.float64)
-    iou = 0.3 if 0.3 in ev.objects.iou_thresholds else ev.objects.iou_thresholds[0]
-    n, recall = recall_by_size(ev.objects, edges_m2 / pixel_size_m**2, iou)
-    ev.recall_by_size = [
-        SizeBin(area_m2_from=float(lo), area_m2_to=float(hi), n_objects=int(k), recall=float(rc), iou=iou)
-        for lo, hi, k, rc in zip(edges_m2[:-1], edges_m2[1:], n, recall, strict=True)
-    ]
+    ev.recall_by_size = size_bins(ev.objects, cfg.evaluation.size_bins_m2)
     return ev
+
+
+def size_bins(objects: ObjectCounter, edges_m2: Sequence[float]) -> list[SizeBin]:
+    """Object recall per RTS ground-area bin (m²) at IoU 0.3 (else the first threshold matched): each object's
+    area is its pixels times its own tile's ground pixel area, never an assumed pixel size."""
+    edges = np.asarray(edges_m2, np.float64)
+    iou = 0.3 if 0.3 in objects.iou_thresholds else objects.iou_thresholds[0]
+    n, recall = recall_by_area(objects, edges, iou)
+    return [
+        SizeBin(area_m2_from=float(lo), area_m2_to=float(hi), n_objects=int(k), recall=float(rc), iou=iou)
+        for lo, hi, k, rc in zip(edges[:-1], edges[1:], n, recall, strict=True)
+    ]
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

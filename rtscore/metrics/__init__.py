@@ -15,6 +15,7 @@ from rtscore.metrics.objects import (
     match_objects,
     object_metrics,
     object_metrics_at_ratios,
+    recall_by_area,
     recall_by_size,
 )
 from rtscore.metrics.pixel import (
@@ -71,6 +72,7 @@ __all__ = [
     "prob_to_logit",
     "random_subsample_pr_auc",
     "ratio_tag",
+    "recall_by_area",
     "recall_by_size",
     "threshold_for_precision",
     "tile_counts",

@@ -221,10 +221,13 @@ class ObjectCounter:
         self.n_pos_tiles = 0
         self.n_neg_tiles = 0
         self._gt_area: list[np.ndarray] = []
+        self._gt_area_m2: list[np.ndarray] = []
         self._gt_matched: list[np.ndarray] = []
 
-    def add(self, tile: TileObjects) -> None:
-        """Add one tile's matching result (its thresholds must be the counter's)."""
+    def add(self, tile: TileObjects, pixel_area_m2: float | None = None) -> None:
+        """Add one tile's matching result (its thresholds must be the counter's); ``pixel_area_m2``, the tile's
+        ground area of one pixel, gives its objects' areas in m² (:func:`recall_by_area`). Tiles differ in pixel
+        size (latitude in EPSG:3857, the resolution of each scene), so an area in pixels is per tile only."""
         if tile.iou_thresholds != self.iou_thresholds:
             raise ValueError(f"tile matched at IoU {tile.iou_thresholds}; counter expects {self.iou_thresholds}")
         self.tp += tile.tp
@@ -236,6 +239,8 @@ class ObjectCounter:
             self.n_neg_tiles += 1
             self.fp_neg_tiles += tile.fp
         self._gt_area.append(tile.gt_area)
+        area = math.nan if pixel_area_m2 is None else float(pixel_area_m2)
+        self._gt_area_m2.append(tile.gt_area.astype(np.float64) * area)
         self._gt_matched.append(tile.gt_matched)
 
     def add_batch(self, logits: ArrayLike, target: ArrayLike) -> None:
@@ -259,6 +264,17 @@ class ObjectCounter:
         if not self._gt_area:
             return np.zeros(0, np.int64), np.zeros((k, 0), bool)
         return np.concatenate(self._gt_area), np.concatenate(self._gt_matched, axis=1)
+
+    def gt_objects_m2(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every GT object seen: (G,) ground areas in m² (each from its tile's pixel area) and (n_thr, G) matched
+        flags. Raises ValueError when a tile holding objects was added without its pixel area."""
+        _, matched = self.gt_objects()
+        if not self._gt_area_m2:
+            return np.zeros(0, np.float64), matched
+        area = np.concatenate(self._gt_area_m2)
+        if np.isnan(area).any():
+            raise ValueError("object areas in m² need each tile's pixel_area_m2 (ObjectCounter.add(tile, area))")
+        return area, matched
 
 
 def object_metrics(counter: ObjectCounter, ratio: float | None = None) -> dict[float, ObjectScores]:
@@ -304,12 +320,31 @@ def recall_by_size(
 
     Bins without GT objects have nan recall.
     """
+    area, matched = counter.gt_objects()
+    return _recall_in_bins(area, matched, counter, size_edges_px, iou_threshold)
+
+
+def recall_by_area(
+    counter: ObjectCounter, edges_m2: Sequence[float] | np.ndarray, iou_threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Object recall per GT ground-area bin [edges[i], edges[i+1]) in m², each object's area from its own tile's
+    pixel area; returns (GT objects per bin, recall per bin), nan recall for an empty bin."""
+    area, matched = counter.gt_objects_m2()
+    return _recall_in_bins(area, matched, counter, edges_m2, iou_threshold)
+
+
+def _recall_in_bins(
+    area: np.ndarray,
+    matched: np.ndarray,
+    counter: ObjectCounter,
+    size_edges: Sequence[float] | np.ndarray,
+    iou_threshold: float,
+) -> tuple[np.ndarray, np.ndarray]:
     if iou_threshold not in counter.iou_thresholds:
         raise ValueError(f"IoU threshold {iou_threshold} was not matched; counter has {counter.iou_thresholds}")
-    edges = np.asarray(size_edges_px, np.float64)
+    edges = np.asarray(size_edges, np.float64)
     if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
-        raise ValueError(f"size_edges_px must be increasing with at least 2 edges; got {list(edges)}")
-    area, matched = counter.gt_objects()
+        raise ValueError(f"size edges must be increasing with at least 2 edges; got {list(edges)}")
     hit = matched[counter.iou_thresholds.index(iou_threshold)]
     inside = (area >= edges[0]) & (area < edges[-1])
     b = np.searchsorted(edges, area[inside], side="right") - 1

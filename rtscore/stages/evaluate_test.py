@@ -21,7 +21,7 @@ from rtscore.evaluation import (
 )
 from rtscore.inference.context import needs_context
 from rtscore.metrics import weighted_hist
-from rtscore.stages.seeds import context_store, no_context_reason, pixel_size_m, seed_model_and_loader, trained_seeds
+from rtscore.stages.seeds import context_store, no_context_reason, seed_model_and_loader, trained_seeds
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, atomic_write_json, atomic_write_text
 
@@ -81,18 +81,17 @@ def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = N
             f"the deployment configs of seeds {multiscale} have scales {deps[multiscale[0]].scales}; their "
             f"multi-scale table needs the test tiles' 0.5x input, and there is {no_context_reason('test')}"
         )
-    pixel = pixel_size_m(run.at(RunLayout.DATASET, split="test"))
     per_seed: list[SeedTestResult] = []
     per_seed_ms: list[SeedTestResult] = []
     curves: dict[int, dict[str, Any]] = {}
     for s in seeds:
         model, loader, _ = seed_model_and_loader(run, cfg, s, "test", context=s in multiscale)
-        ev = summarize_seed(run_test_pass(model, loader, cfg, canonical[s]), cfg, pixel)
+        ev = summarize_seed(run_test_pass(model, loader, cfg, canonical[s]), cfg)
         per_seed.append(_seed_result(s, canonical[s], ev))
         for r in cfg.metrics.ratios:
             curves.setdefault(r, {})[f"seed {s}"] = (*weighted_hist(ev.hist, r), ev.hist.bins)
         if s in multiscale:
-            ev_ms = summarize_seed(run_test_pass(model, loader, cfg, deps[s]), cfg, pixel)
+            ev_ms = summarize_seed(run_test_pass(model, loader, cfg, deps[s]), cfg)
             per_seed_ms.append(_seed_result(s, deps[s], ev_ms))
     report = TestReport.from_seeds(per_seed, canonical[seeds[0]], cfg.metrics.object_iou_thresholds)
     if per_seed_ms:

@@ -7,7 +7,7 @@ import shutil
 from rtscore.config.base import config_hash, dump_yaml
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.generate import generate_synthetic, generate_synthetic_context
-from rtscore.data.geotiff import ingest_geotiffs
+from rtscore.data.geotiff import DerivedSplitFiles, ingest_geotiffs
 from rtscore.data.store import read_store_attrs
 from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, ref_of
 from rtscore.storage import RunDir, RunLayout, StorageError
@@ -26,7 +26,8 @@ def generate_dataset(
 
     For a synthetic val or test split whose config calibrates or deploys 0.5x (:func:`wants_context`), also
     ``datasets/context/<split>.zarr``: each tile's 2x field of view downsampled to the tile size, same ids
-    (guide §8.3). A GeoTIFF root gets none (calibration then reports the scale gate "not evaluated")."""
+    (guide §8.3). A GeoTIFF root gets none (calibration then reports the scale gate "not evaluated"). A GeoTIFF
+    root without splits.yaml gets its split derived into ``datasets/splits.yaml`` (+ ``splits_summary.json``)."""
     run = RunDir(run_dir)
     rel = RunLayout.DATASET.at(split=split)
     ctx_rel = RunLayout.CONTEXT_DATASET.at(split=split)
@@ -45,6 +46,10 @@ def generate_dataset(
     shutil.rmtree(run.path(ctx_rel), ignore_errors=True)  # a stale context would pair with the new tiles' ids
     if gen.source == "geotiff":
         assert gen.geotiff is not None  # the config validator guarantees it
+        derived = (RunLayout.DERIVED_SPLITS.at(), RunLayout.DERIVED_SPLITS_SUMMARY.at())
+        for d in derived:
+            run.forget(d)
+            run.path(d).unlink(missing_ok=True)  # a split derived for another root must not outlive it
         ingest_geotiffs(
             gen,
             gen.geotiff.data_root,
@@ -53,7 +58,11 @@ def generate_dataset(
             restart=restart,
             progress=progress,
             split_rules=cfg.splits,
+            derived_splits=DerivedSplitFiles(*(run.path(d) for d in derived)),
         )
+        for d in derived:
+            if run.path(d).is_file():
+                record(SPEC, run, d, cfg)
     else:
         generate_synthetic(gen, run.path(rel), overwrite=True, restart=restart, progress=progress)
         if wants_context(cfg, split):
@@ -74,7 +83,7 @@ SPEC = StageSpec(
     name="generate-dataset",
     fn=generate_dataset,
     inputs=(),
-    outputs=(RunLayout.DATASET, RunLayout.CONTEXT_DATASET),
+    outputs=(RunLayout.DATASET, RunLayout.CONTEXT_DATASET, RunLayout.DERIVED_SPLITS, RunLayout.DERIVED_SPLITS_SUMMARY),
     config=(*DATA_CONFIG, "calibration.scale_candidates", "deployment.scales"),
     params=("split",),
     description="Generate (or ingest) the tile store of one split.",

@@ -6,7 +6,7 @@ from rtscore.calibrate.cache import build_logit_cache
 from rtscore.calibrate.run import refuse_multiscale_without_context
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.inference.context import needs_context
-from rtscore.stages.seeds import context_store, no_context_reason, pixel_size_m, seed_model_and_loader
+from rtscore.stages.seeds import context_store, no_context_reason, seed_model_and_loader
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, sha256_file
 
@@ -59,7 +59,6 @@ def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool 
         cfg,
         run.path(rel),
         n_tiles=n,
-        pixel_size_m=pixel_size_m(run.at(RunLayout.DATASET, split="val")),
         attrs={
             "seed": seed,
             "weights_sha256": sha256_file(weights),

@@ -9,7 +9,6 @@ from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import build_dataset
 from rtscore.data.loader import val_loader
 from rtscore.data.normalization import load_normalization_stats
-from rtscore.data.store import read_store_attrs
 from rtscore.inference.context import ContextError, ContextPairedDataset, check_context_store
 from rtscore.models import load_model
 from rtscore.runtime import select_device
@@ -41,10 +40,6 @@ def trained_seeds(run: RunDir, seeds: list[int] | None) -> list[int]:
     if missing:
         raise StorageError(f"seeds {missing} have no trained weights under {where}; trained seeds: {found}")
     return list(seeds)
-
-
-def pixel_size_m(store: Path) -> float:
-    return float(read_store_attrs(store).get("pixel_size_m", 4.77))
 
 
 def context_store(run: RunDir, split: str) -> Path | None:

@@ -46,7 +46,7 @@ SPEC = StageSpec(
     name="validate-data",
     fn=validate_data,
     inputs=(RunLayout.NORMALIZATION_STATS,),
-    optional_inputs=tuple(RunLayout.DATASET.bind(split=s) for s in SPLITS),
+    optional_inputs=(*(RunLayout.DATASET.bind(split=s) for s in SPLITS), RunLayout.DERIVED_SPLITS_SUMMARY),
     outputs=(RunLayout.VALIDATION,),
     # The training loader it checks reads these too (boundary ignore, the sampler's seed, batches and epochs).
     config=(

@@ -12,6 +12,7 @@ the project spells a run-directory path.
       config.resolved.yaml                        the config every stage used
       datasets/<split>.zarr                       tile stores
       datasets/context/<split>.zarr               0.5x context of val/test tiles (2x field of view, same ids)
+      datasets/splits.yaml splits_summary.json    the split derived for a GeoTIFF root without splits.yaml
       normalization_stats.json                    train split only
       validation/  report.json report.md samples.png
       seeds/summary.json                          multi-seed summary
@@ -82,6 +83,10 @@ class RunLayout:
     # The 0.5x context of a split's tiles (guide §8.3): tile i is the 2x field of view around tile i of
     # DATASET, downsampled to the tile size, under the same tile id (val and test, when 0.5x is calibrated).
     CONTEXT_DATASET = Entry("datasets/context/{split}.zarr")
+    # The region split derived for a GeoTIFF data root without splits.yaml, and its summary (rules, warnings):
+    # written here, never into the data root (an input); the same for every split (derivation is seeded).
+    DERIVED_SPLITS = Entry("datasets/splits.yaml")
+    DERIVED_SPLITS_SUMMARY = Entry("datasets/splits_summary.json")
     NORMALIZATION_STATS = Entry("normalization_stats.json")
 
     VALIDATION = Entry("validation")

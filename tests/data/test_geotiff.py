@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 import shutil
 from pathlib import Path
@@ -191,12 +192,12 @@ def _region_twice(root: Path, tid: str) -> None:
 @pytest.mark.parametrize(
     ("corrupt", "message", "names_file"),
     [
-        (_bad_crs, "CRS must be EPSG:3857; got EPSG:4326", "PLANET-RGB"),
-        (_bad_size, "size must be 64x64; got 32x32", "labels"),
-        (_bad_bands, "rgb needs 3 or 4 bands; got 2", "PLANET-RGB"),
-        (_bad_dtype, "labels bands must be uint8", "labels"),
+        (_bad_crs, "CRS EPSG:4326, trained on EPSG:3857", "PLANET-RGB"),
+        (_bad_size, "size must be 64x64 (its RGB raster's); got 32x32", "labels"),
+        (_bad_bands, "2 bands with colour interpretation", "PLANET-RGB"),
+        (_bad_dtype, "labels need 1 uint8 band; got 1 band(s) ['uint16']", "labels"),
         (_bad_label, "label values [7] outside {0, 1, 255}", "labels"),
-        (_few_extra, "extra channel band index 1 is beyond the file's 1 bands", "EXTRA"),
+        (_few_extra, "1 bands; EXTRA channels slope=band 1 are beyond them", "EXTRA"),
         (_missing, "tile files of metadata.csv are missing", "EXTRA"),
         (_missing_label, "tile files of metadata.csv are missing", "labels"),
         (_region_twice, "region 'beta tundra' is in two splits (train and val)", "splits.yaml"),
@@ -352,12 +353,16 @@ def test_missing_splits_yaml_is_derived_by_region_and_written(tmp_path: Path) ->
             "geotiff": {"data_root": str(root)},
         }
     )
-    ingest_geotiffs(geo, root, tmp_path / "val.zarr", split_rules=SplitsConfig(min_test_positives=2))
-    splits = yaml.safe_load((root / "splits.yaml").read_text())
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    out = tmp_path / "out"
+    ingest_geotiffs(geo, root, out / "val.zarr", split_rules=SplitsConfig(min_test_positives=2))
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # the data root is an input: untouched
+    splits = yaml.safe_load((out / "splits.yaml").read_text())  # outside a run: beside the store
     regions = [r for s in ("train", "val", "test") for r in splits[s]]
     assert sorted(regions) == [f"r{i:02d}" for i in range(20)] and len(splits["val"]) >= 2
-    assert "| test |" in (root / "splits_summary.md").read_text()
-    stored = {s.region for s in _by_id(tmp_path / "val.zarr").values()}  # type: ignore[attr-defined]
+    summary = json.loads((out / "splits_summary.json").read_text())
+    assert summary["splits"] == splits and summary["derived_from"] == str(root)
+    stored = {s.region for s in _by_id(out / "val.zarr").values()}  # type: ignore[attr-defined]
     assert stored <= set(splits["val"])
 
 
@@ -461,3 +466,319 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
     write_normalization_stats(dataclasses.replace(stats, extra_bands=[0]), pkg_dir / "normalization_stats.json")
     with pytest.raises(PredictError, match=r"'nbr' is band 0 there, band 1 here"):
         load_package(pkg_dir, device="cpu")
+
+
+# --------------------------------------------------------------------------------------------- issue 12: cases 6-10
+def _positive(root: Path) -> str:
+    return next(r["Tile_id"] for r in _rows(root) if r["TrainClass"] == "positive")
+
+
+def _rgb_grid(root: Path, tid: str) -> tuple[object, object]:
+    with rasterio.open(root / "PLANET-RGB" / f"{tid}.tif") as f:
+        return f.transform, f.crs
+
+
+def _refused(cfg: GenerationConfig, root: Path, tmp_path: Path, *expected: str) -> str:
+    """Ingestion refuses with a message holding every ``expected`` part, and leaves no store, no staging and no
+    file in the data root behind."""
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    out = tmp_path / "refused.zarr"
+    with pytest.raises(GeotiffError) as err:
+        ingest_geotiffs(cfg, root, out)
+    text = str(err.value)
+    for part in expected:
+        assert part in text, (part, text)
+    assert not out.exists() and not staging_path(out).exists() and not list(tmp_path.glob("splits*"))
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    return text
+
+
+def _polygon_file(path: Path, rings_lonlat: list[list[list[float]]], driver: str | None = None) -> None:
+    """Polygons in lon/lat: GeoJSON without a crs member (RFC 7946), or another OGR format declaring EPSG:4326."""
+    if driver is None:
+        feats = [
+            {"type": "Feature", "properties": {}, "geometry": {"type": "Polygon", "coordinates": [r]}}
+            for r in rings_lonlat
+        ]
+        path.write_text(json.dumps({"type": "FeatureCollection", "features": feats}))
+        return
+    import pyogrio
+    import shapely
+
+    geoms = np.array([shapely.to_wkb(shapely.Polygon(r)) for r in rings_lonlat], dtype=object)
+    pyogrio.raw.write(path, geoms, [], fields=[], crs="EPSG:4326", geometry_type="Polygon", driver=driver)
+
+
+def _lonlat_box(root: Path, tid: str, rows: tuple[int, int], cols: tuple[int, int]) -> list[list[float]]:
+    """The lon/lat ring of pixel rows/cols ``[r0, r1) x [c0, c1)`` of a tile (corners through EPSG:3857)."""
+    t, crs = _rgb_grid(root, tid)
+    xs = [t.c + c * t.a for c in cols]  # type: ignore[attr-defined]
+    ys = [t.f + r * t.e for r in rows]  # type: ignore[attr-defined]
+    lon, lat = warp_transform(crs, "EPSG:4326", [xs[0], xs[1], xs[1], xs[0]], [ys[0], ys[0], ys[1], ys[1]])
+    return [[x, y] for x, y in zip(lon, lat, strict=True)] + [[lon[0], lat[0]]]
+
+
+@pytest.mark.parametrize(("suffix", "driver"), [(".geojson", None), (".gpkg", "GPKG"), (".fgb", "FlatGeobuf")])
+def test_case6_lonlat_polygons_in_any_vector_format_label_the_tile(
+    cfg: GenerationConfig, root: Path, tmp_path: Path, suffix: str, driver: str | None
+) -> None:
+    """GeoJSON without crs is WGS84 and is reprojected; GeoPackage and FlatGeobuf labels are read too."""
+    tid = _positive(root)
+    (root / "labels" / f"{tid}.tif").unlink()
+    _polygon_file(root / "labels" / f"{tid}{suffix}", [_lonlat_box(root, tid, (10, 30), (10, 20))], driver)
+    ingest_geotiffs(cfg, root, tmp_path / "store.zarr")
+    tile = _by_id(tmp_path / "store.zarr")[tid]
+    inside = np.zeros((64, 64), bool)
+    inside[10:30, 10:20] = True
+    valid = tile.alpha > 0  # type: ignore[attr-defined]
+    assert (tile.label[inside & valid] == 1).all() and (tile.label[~inside & valid] == 0).all()  # type: ignore[attr-defined]
+
+
+def test_case6_a_positive_tile_whose_label_comes_out_empty_is_refused(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    """Polygons elsewhere (here 1 km east of the tile) or an all-background raster on a positive tile: an error
+    naming the tile and the file, not a positive tile trained as background."""
+    tid = _positive(root)
+    (root / "labels" / f"{tid}.tif").unlink()
+    ring = [[x + 0.05, y] for x, y in _lonlat_box(root, tid, (10, 30), (10, 20))]
+    _polygon_file(root / "labels" / f"{tid}.geojson", [ring])
+    _refused(cfg, root, tmp_path, f"tile {tid}", f"labels/{tid}.geojson", "positive", "no RTS pixel (value 1)")
+    (root / "labels" / f"{tid}.geojson").unlink()
+    with rasterio.open(root / "PLANET-RGB" / f"{tid}.tif") as f:
+        profile = {**f.profile, "count": 1, "dtype": "uint8"}
+    with rasterio.open(root / "labels" / f"{tid}.tif", "w", **profile) as f:
+        f.write(np.zeros((1, 64, 64), np.uint8))
+    _refused(cfg, root, tmp_path, f"tile {tid}", f"labels/{tid}.tif", "no RTS pixel (value 1)")
+
+
+def _shift(path: Path, dx_px: float) -> None:
+    from rasterio.transform import Affine
+
+    with rasterio.open(path) as f:
+        data, t = f.read(), f.transform
+    _rewrite(path, data, transform=Affine(t.a, t.b, t.c + dx_px * t.a, t.d, t.e, t.f))
+
+
+def test_case7_label_and_extra_rasters_off_the_rgb_grid_are_refused(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    tid = _first(root)
+    _shift(root / "labels" / f"{tid}.tif", 3)
+    _refused(cfg, root, tmp_path, f"labels/{tid}.tif", "not on the grid", f"PLANET-RGB/{tid}.tif")
+    _shift(root / "labels" / f"{tid}.tif", -3)
+    _shift(root / "EXTRA" / f"{tid}.tif", 0.5)
+    _refused(cfg, root, tmp_path, f"EXTRA/{tid}.tif", "not on the grid", f"PLANET-RGB/{tid}.tif")
+
+
+def _valid_at(root: Path, tid: str, lo: int, hi: int) -> bool:
+    with rasterio.open(root / "PLANET-RGB" / f"{tid}.tif") as f:
+        return bool((f.read(4)[lo:hi, lo:hi] > 0).all())
+
+
+def test_case7_nan_in_extra_is_refused_at_ingestion_naming_tile_and_file(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    """Undeclared NaN (NDVI over water) fails ingestion, naming the tile and the EXTRA file (not later at stats);
+    declared as the raster's nodata, those pixels are NoData."""
+    tid = next(t for t in (r["Tile_id"] for r in _rows(root)) if _valid_at(root, t, 40, 50))
+    p = root / "EXTRA" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()
+    data[0, 40:50, 40:50] = np.nan
+    _rewrite(p, data)
+    _refused(cfg, root, tmp_path, f"tile {tid}", f"EXTRA/{tid}.tif", "NaN or inf")
+    _rewrite(p, data, nodata=float("nan"))
+    ingest_geotiffs(cfg, root, tmp_path / "declared.zarr")
+    tile = _by_id(tmp_path / "declared.zarr")[tid]
+    assert (tile.alpha[40:50, 40:50] == 0).all() and np.isfinite(tile.extra).all()  # type: ignore[attr-defined]
+
+
+def test_case8_a_3band_tile_with_nodata_0_is_nodata_at_ingestion_as_at_predict(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    from rtscore.config.binding import RasterContract
+    from rtscore.data.bands import open_checked
+
+    tid = _first(root)
+    p = root / "PLANET-RGB" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        rgb = f.read([1, 2, 3])
+    rgb[:, :20, :] = 0  # a black NoData border, the file's declared nodata
+    from rasterio.enums import ColorInterp
+
+    _rewrite(p, rgb, nodata=0)
+    with rasterio.open(p, "r+") as f:
+        f.colorinterp = [ColorInterp.red, ColorInterp.green, ColorInterp.blue]
+    ingest_geotiffs(cfg, root, tmp_path / "store.zarr")
+    stored = _by_id(tmp_path / "store.zarr")[tid].alpha  # type: ignore[attr-defined]
+    with open_checked(RasterContract(crs="EPSG:3857"), InputBinding.positional([]), p) as src:
+        _, _, valid = src.read()  # what predict reads
+    np.testing.assert_array_equal(stored, np.where(valid, 255, 0))
+    assert (stored[:20] == 0).all() and (stored[20:] == 255).any()
+
+
+def test_point1_band_order_by_colour_interpretation_or_the_configured_map(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    """A 4-band B,G,R,NIR tile (no alpha, no colour interpretation) is refused; geotiff.rgb_bands maps it, and the
+    store records the contract (band map, CRS, the data's pixel size)."""
+    tid = _first(root)
+    p = root / "PLANET-RGB" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        rgb = f.read([1, 2, 3])
+    from rasterio.enums import ColorInterp
+
+    _rewrite(p, np.concatenate([rgb[::-1], np.full((1, 64, 64), 7, np.uint8)]))
+    with rasterio.open(p, "r+") as f:
+        f.colorinterp = [ColorInterp.undefined] * 4
+    _refused(cfg, root, tmp_path, f"PLANET-RGB/{tid}.tif", "say which band is which", "rgb_bands")
+    geo = GenerationConfig.model_validate(
+        {
+            "split": "train",
+            "tile_size": 64,
+            "source": "geotiff",
+            "geotiff": {
+                "data_root": str(root),
+                "extra_channels": [{"name": "ndvi", "band": 0}],
+                "rgb_bands": {"rgb": [2, 1, 0], "alpha": None},
+            },
+        }
+    )
+    for other in _rows(root):  # every other tile as B,G,R,NIR too
+        if other["Tile_id"] != tid:
+            q = root / "PLANET-RGB" / f"{other['Tile_id']}.tif"
+            with rasterio.open(q) as f:
+                px = f.read([1, 2, 3])
+            _rewrite(q, np.concatenate([px[::-1], np.full((1, 64, 64), 7, np.uint8)]))
+            with rasterio.open(q, "r+") as f:
+                f.colorinterp = [ColorInterp.undefined] * 4
+    attrs = ingest_geotiffs(geo, root, tmp_path / "mapped.zarr")
+    np.testing.assert_array_equal(_by_id(tmp_path / "mapped.zarr")[tid].rgb, rgb)  # type: ignore[attr-defined]
+    contract = attrs["raster_contract"]
+    assert contract["rgb_bands"] == {"rgb": [2, 1, 0], "alpha": None} and contract["crs"] == "EPSG:3857"
+    assert contract["pixel_size"] == pytest.approx(4.77)
+
+
+def _regrid(root: Path, pixel: float) -> None:
+    """Every file of the root at ``pixel`` CRS units per pixel (same upper-left corners)."""
+    from rasterio.transform import Affine
+
+    for p in root.glob("*/*.tif"):
+        with rasterio.open(p) as f:
+            data, t, interp = f.read(), f.transform, f.colorinterp
+        _rewrite(p, data, transform=Affine(pixel, 0.0, t.c, 0.0, -pixel, t.f))
+        with rasterio.open(p, "r+") as f:
+            f.colorinterp = interp
+
+
+def test_case9_pixel_areas_come_from_each_tiles_transform_and_latitude(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    """110 m EPSG:3857 pixels near 70 N: each tile stores its ground pixel area (110 cos(lat))^2 ~ 1,400 m², so
+    a 10 x 10 px RTS is ~0.14 km² (not 2,275 m² as with 4.77 m assumed) and falls in the >= 50,000 m² bin."""
+    from rtscore.config import parse_pipeline_config
+    from rtscore.evaluation.evaluate import size_bins
+    from rtscore.metrics import ObjectCounter, match_objects
+    from tests.helpers import tiny_pipeline_config
+
+    _regrid(root, 110.0)
+    ingest_geotiffs(cfg, root, tmp_path / "store.zarr")
+    store = ZarrTileStore(tmp_path / "store.zarr")
+    for i, tid in enumerate(store.metadata.tile_id):
+        t, _ = _rgb_grid(root, str(tid))
+        _, lat = warp_transform("EPSG:3857", "EPSG:4326", [t.c + 32 * 110.0], [t.f - 32 * 110.0])  # type: ignore[attr-defined]
+        expected = (110.0 * math.cos(math.radians(lat[0]))) ** 2
+        assert store.metadata.pixel_area_m2[i] == pytest.approx(expected, rel=1e-9)
+        assert store[i].pixel_area_m2 == pytest.approx(expected, rel=1e-9) and 1_000 < expected < 2_000
+    assert read_store_attrs(tmp_path / "store.zarr")["raster_contract"]["pixel_size"] == pytest.approx(110.0)
+
+    pipeline = parse_pipeline_config(tiny_pipeline_config())
+    label = np.zeros((64, 64), np.uint8)
+    label[5:15, 5:15] = 1
+    objects = ObjectCounter(pipeline.metrics.object_iou_thresholds)
+    objects.add(match_objects(np.where(label == 1, 5.0, -5.0), label), pixel_area_m2=store[0].pixel_area_m2)
+    bins = {(b.area_m2_from, b.area_m2_to): b.n_objects for b in size_bins(objects, pipeline.evaluation.size_bins_m2)}
+    assert bins[(50_000.0, 1.0e12)] == 1 and bins[(0.0, 2_000.0)] == 0
+
+    from rtscore.calibrate.cache import large_positive_mask, large_side_px
+
+    # the large-RTS rule (bbox > 500 m): 10 px of ~37.6 m ground are 376 m, 14 px are 526 m
+    side = large_side_px(pipeline.calibration.large_rts_bbox_m, store[0].pixel_area_m2)
+    assert not large_positive_mask(label, side).any()
+    label[5:19, 5:19] = 1
+    assert large_positive_mask(label, side).sum() == 14 * 14
+
+
+def test_case9_a_geographic_crs_and_disagreeing_pixel_sizes_are_refused(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    geo = {"split": "train", "tile_size": 64, "source": "geotiff", "geotiff": {"data_root": str(root)}}
+    degrees = GenerationConfig.model_validate({**geo, "geotiff": {"data_root": str(root), "crs": "EPSG:4326"}})
+    _refused(degrees, root, tmp_path, "geotiff.crs", "EPSG:4326 is geographic (degrees)", "rts tile")
+    from rasterio.transform import Affine
+
+    odd = _first(root)
+    for p in root.glob(f"*/{odd}.tif"):
+        with rasterio.open(p) as f:
+            data, t = f.read(), f.transform
+        _rewrite(p, data, transform=Affine(9.54, 0.0, t.c, 0.0, -9.54, t.f))
+    _refused(
+        GenerationConfig.model_validate(geo), root, tmp_path, f"tile {odd}", "pixel size 9.54 x 9.54", "median is 4.77"
+    )
+
+
+def test_case10_a_region_in_no_split_is_an_error_with_a_case_hint(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    (root / "splits.yaml").write_text(yaml.safe_dump({"train": ["Alpha Tundra", "beta tundra"]}))
+    _refused(cfg, root, tmp_path, "'alpha tundra'", "in no split", "splits.yaml has 'Alpha Tundra' in train")
+
+
+def test_case10_splits_yaml_with_a_duplicate_key_is_refused(cfg: GenerationConfig, root: Path, tmp_path: Path) -> None:
+    (root / "splits.yaml").write_text("train: [alpha tundra]\ntrain: [beta tundra]\n")
+    _refused(cfg, root, tmp_path, "splits.yaml, line 2: key 'train' is given twice")
+
+
+def _metadata(root: Path, regions: dict[str, tuple[int, int]]) -> None:
+    """metadata.csv of ``region -> (tiles, positive tiles)``."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "metadata.csv", "w", newline="") as fh:
+        w = csv.DictWriter(
+            fh, fieldnames=["Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs"]
+        )
+        w.writeheader()
+        for region, (n, pos) in regions.items():
+            for i in range(n):
+                klass = "positive" if i < pos else "negative"
+                w.writerow(
+                    {
+                        "Tile_id": f"{region}-{i}",
+                        "centroid_lat": "70",
+                        "centroid_lon": "-150",
+                        "UIDs": "",
+                        "TrainClass": klass,
+                        "RegionName": region,
+                    }
+                )
+
+
+def test_case10_derivation_blames_min_test_positives_and_warns_on_the_console(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Six regions of 30 positives, min_test_positives 100: test takes 4 regions, so val cannot have 2. The error
+    names splits.min_test_positives (not "val spans 1 region"). A derived split's warning is logged."""
+    import logging
+
+    from rtscore.data.geotiff import ensure_splits
+
+    _metadata(tmp_path / "six", {f"r{r}": (40, 30) for r in range(6)})
+    with pytest.raises(GeotiffError) as err:
+        ensure_splits(tmp_path / "six", rules=SplitsConfig(min_test_positives=100))
+    assert "splits.min_test_positives=100" in str(err.value) and "val spans" not in str(err.value)
+    # 40 positives in 4 small regions, test needs 20 of them: train can never hold 70 % (a warning, not an error)
+    _metadata(tmp_path / "skewed", {**{f"p{i}": (10, 10) for i in range(4)}, **{f"n{i}": (100, 0) for i in range(16)}})
+    with caplog.at_level(logging.WARNING, logger="rtscore"):
+        ensure_splits(tmp_path / "skewed", rules=SplitsConfig(min_test_positives=20))
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(logged) == 1 and "no splits.yaml" in logged[0] and "< 70%" in logged[0]

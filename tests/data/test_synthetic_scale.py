@@ -121,6 +121,7 @@ def test_downsample_tile_keeps_nodata_rules_and_recounts() -> None:
         n_objects=1,
         source_index=3,
         meta={"has_partial_nodata": 1.0, "has_dark_pixels": 0.0, "n_hard_negatives": 2.0},
+        pixel_area_m2=4.77**2,
     )
     small = downsample_tile(tile)
     np.testing.assert_array_equal(small.alpha, [[0, 255], [255, 255]])

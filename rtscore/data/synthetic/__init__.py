@@ -21,7 +21,7 @@ from rtscore.data.synthetic._scale import (
     downsample_valid,
 )
 from rtscore.data.synthetic._scene import _paint_rts, _place_rts, _terrain
-from rtscore.data.tiles import IGNORE_INDEX, PIXEL_SIZE_M, RawTile, TileKind, TilePlan
+from rtscore.data.tiles import IGNORE_INDEX, PIXEL_SIZE_M, RawTile, TileKind, TilePlan, nominal_pixel_area_m2
 
 __all__ = [
     "CONTEXT_FACTOR",
@@ -98,6 +98,7 @@ def _empty_tile(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
         source_index=plan.index,
         rotation=0,
         meta=dict.fromkeys(_META_KEYS, 0.0),
+        pixel_area_m2=nominal_pixel_area_m2(cfg.scale),
     )
 
 
@@ -287,6 +288,7 @@ def _render_scene(plan: TilePlan, cfg: GenerationConfig, fov: int = 1) -> tuple[
             "sun_azimuth_deg": math.degrees(sun_az),
             "sun_elevation_deg": math.degrees(sun_el),
         },
+        pixel_area_m2=nominal_pixel_area_m2(1.0),  # rendered at native resolution (downsample_tile scales it)
     )
     parts.update(bare=scene.parts["bare"], water=scene.parts["water"], road=scene.parts["road"], cloud=cloud)
     return tile, parts

@@ -108,4 +108,5 @@ def downsample_tile(tile: RawTile) -> RawTile:
         source_index=tile.source_index,
         rotation=tile.rotation,
         meta=meta,
+        pixel_area_m2=4.0 * tile.pixel_area_m2,  # a 2x2 block of the native pixels
     )
