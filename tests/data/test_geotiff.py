@@ -782,3 +782,53 @@ def test_case10_derivation_blames_min_test_positives_and_warns_on_the_console(
         ensure_splits(tmp_path / "skewed", rules=SplitsConfig(min_test_positives=20))
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(logged) == 1 and "no splits.yaml" in logged[0] and "< 70%" in logged[0]
+
+
+def test_case10_the_generate_stage_derives_the_split_into_the_run_directory(tmp_path: Path) -> None:
+    """generate-dataset on a root without splits.yaml: the derived split and its summary are run artifacts
+    (RunLayout.DERIVED_SPLITS*, recorded in the manifest), the same for every split; the data root is untouched."""
+    from rtscore import stages
+    from rtscore.config import parse_pipeline_config
+    from rtscore.storage import RunDir, RunLayout
+    from tests.helpers import tiny_pipeline_config
+
+    synthetic = GenerationConfig(
+        split="train",
+        tile_size=32,
+        seed=3,
+        synthetic={
+            "n_positive": 20,
+            "n_negative": 20,
+            "regions": [f"r{i:02d}" for i in range(20)],
+            "extra_channels": ["ndvi"],
+        },
+        store={"shard_tiles": 8, "write_noisy_labels": False},
+    )
+    root = tmp_path / "tifs"
+    write_synthetic_geotiffs(synthetic, root)
+    (root / "splits.yaml").unlink()
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    data = tiny_pipeline_config(tile=32)
+    data["splits"] = {"min_test_positives": 2}
+    data["data"]["generation"] = {
+        s: {
+            "split": s,
+            "tile_size": 32,
+            "source": "geotiff",
+            "geotiff": {"data_root": str(root), "extra_channels": [{"name": "ndvi", "band": 0}]},
+        }
+        for s in ("train", "val", "test")
+    }
+    cfg = parse_pipeline_config(data)
+    run = RunDir(str(tmp_path / "run"))
+    derived: list[str] = []
+    for split in ("train", "val"):
+        stages.generate_dataset(str(tmp_path / "run"), cfg, split)
+        derived.append(run.at(RunLayout.DERIVED_SPLITS).read_text())
+        assert run.entry(RunLayout.DERIVED_SPLITS.at()) is not None
+        assert run.entry(RunLayout.DERIVED_SPLITS_SUMMARY.at()) is not None
+    assert derived[0] == derived[1]  # seeded: every split ingests the same split
+    splits = yaml.safe_load(derived[0])
+    stored = {s.region for s in _by_id(run.at(RunLayout.DATASET, split="val")).values()}  # type: ignore[attr-defined]
+    assert stored <= set(splits["val"])
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before

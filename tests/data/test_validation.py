@@ -163,3 +163,27 @@ def test_max_batches_does_not_gate_the_normalized_moments_on_a_few_tiles(good_ru
     full = validate_data(_cfg(), stores, good_run / "normalization_stats.json", tmp_path / "full", batch_size=2)
     gated = next(c for c in full["checks"] if c["name"] == "normalized_train")
     assert gated["passed"] and "expected mean ~0 and std ~1" in gated["detail"], "a whole pass is still gated"
+
+
+def test_derived_split_warnings_reach_the_validation_report(good_run: Path, tmp_path: Path) -> None:
+    """Issue 12 case 10: a split derived for a root without splits.yaml warns in the report, not only in a file."""
+    from rtscore.data.splits import SplitResult
+    from rtscore.storage import RunLayout
+
+    run = copy_run(good_run, tmp_path / "run")
+    warning = "train holds 69 of 100 positive tiles (69% < 70%)"
+    derived = SplitResult(
+        splits={"train": ["ta", "tb"], "val": ["va", "vb"], "test": ["sa"]},
+        tiles={"train": 17, "val": 13, "test": 13},
+        positives={"train": 69, "val": 10, "test": 21},
+        shares={"train": 0.4, "val": 0.3, "test": 0.3},
+        warnings=[warning],
+        derived_from="/data/tiles",
+    )
+    (run / RunLayout.DERIVED_SPLITS_SUMMARY.at()).write_text(derived.model_dump_json())
+    stages.validate_data(str(run), _cfg())
+    report = json.loads((run / "validation" / "report.json").read_text())
+    assert f"split derived for /data/tiles (no splits.yaml): {warning}" in report["warnings"]
+    assert report["derived_split"]["splits"] == derived.splits
+    md = (run / "validation" / "report.md").read_text()
+    assert warning in md and "Split derived from /data/tiles" in md and "| train | 2 | 17 |" in md
