@@ -431,8 +431,8 @@ def _check_tile(
             if problem is not None:
                 return [problem]
             where = f"tile {e.tile_id} ({files['labels']})"
-            if e.positive and not (label == 1).any():
-                return [_empty_positive(where, label)]
+            if e.positive and not np.isin(label, (1, IGNORE_INDEX)).any():
+                return [_empty_positive(where)]
             t = src.src.transform
             area = ground_pixel_area_m2(src.src.crs, t, src.height, src.width, str(files["rgb"]))
             return _TileFacts((abs(t.a), abs(t.e)), area)
@@ -440,10 +440,11 @@ def _check_tile(
         return [f"tile {e.tile_id}: {err}"]
 
 
-def _empty_positive(where: str, label: np.ndarray) -> str:
-    only_ignore = " (only ignore pixels, 255: its RTS are all partial)" if (label == IGNORE_INDEX).any() else ""
+def _empty_positive(where: str) -> str:
+    """A positive tile whose label holds no RTS (1) and no partial RTS (255): the metadata and the label disagree.
+    A tile whose RTS are all cut by its edge (only 255) is a real positive tile and is accepted."""
     return (
-        f"{where}: TrainClass is positive in {METADATA_CSV}, but the label has no RTS pixel (value 1){only_ignore}; "
+        f"{where}: TrainClass is positive in {METADATA_CSV}, but the label has no RTS pixel (1 or partial 255); "
         "polygons in another CRS than declared, a label of another tile or a shifted grid give this: check the "
         "label, or make the tile negative"
     )

@@ -543,13 +543,18 @@ def test_case6_a_positive_tile_whose_label_comes_out_empty_is_refused(
     (root / "labels" / f"{tid}.tif").unlink()
     ring = [[x + 0.05, y] for x, y in _lonlat_box(root, tid, (10, 30), (10, 20))]
     _polygon_file(root / "labels" / f"{tid}.geojson", [ring])
-    _refused(cfg, root, tmp_path, f"tile {tid}", f"labels/{tid}.geojson", "positive", "no RTS pixel (value 1)")
+    _refused(cfg, root, tmp_path, f"tile {tid}", f"labels/{tid}.geojson", "positive", "no RTS pixel (1 or partial 255)")
     (root / "labels" / f"{tid}.geojson").unlink()
     with rasterio.open(root / "PLANET-RGB" / f"{tid}.tif") as f:
         profile = {**f.profile, "count": 1, "dtype": "uint8"}
     with rasterio.open(root / "labels" / f"{tid}.tif", "w", **profile) as f:
         f.write(np.zeros((1, 64, 64), np.uint8))
-    _refused(cfg, root, tmp_path, f"tile {tid}", f"labels/{tid}.tif", "no RTS pixel (value 1)")
+    _refused(cfg, root, tmp_path, f"tile {tid}", f"labels/{tid}.tif", "no RTS pixel (1 or partial 255)")
+    partial = np.zeros((1, 64, 64), np.uint8)
+    partial[0, :10, :10] = 255  # a slump cut by the tile edge: a real positive tile, accepted
+    with rasterio.open(root / "labels" / f"{tid}.tif", "w", **profile) as f:
+        f.write(partial)
+    ingest_geotiffs(cfg, root, tmp_path / "partial.zarr")
 
 
 def _shift(path: Path, dx_px: float) -> None:
