@@ -268,8 +268,7 @@ def test_partial_object_on_a_tile_edge_is_255_in_both_tiles(tmp_path: Path) -> N
     for r in metadata(tmp_path / "tiles"):
         label, f = read_tif(tmp_path / "tiles" / "labels" / f"{r['Tile_id']}.tif")
         for k, p in enumerate((edge, whole)):
-            inside = rasterize([transform_geom(UTM, "EPSG:3857", shapely.geometry.mapping(p))], (TILE, TILE),
-                               transform=f.transform) > 0  # fmt: skip
+            inside = direct_labels([p], f.transform)[0]
             if inside.any():
                 values[k].append(set(np.unique(label[0][inside]).tolist()))
                 if k == 1:
@@ -361,8 +360,8 @@ def test_ndvi_from_scene_bands_and_a_companion_dem_in_another_crs(tmp_path: Path
     dem = tmp_path / "dem.tif"  # a DEM in lon/lat: elevation = 1000 * (lon + 148)
     lon0, lat0, res = -147.1, 65.1, 0.0005
     lon = lon0 + res * (np.arange(400) + 0.5)
-    with rasterio.open(dem, "w", driver="GTiff", height=400, width=400, count=1, dtype="float32",
-                       crs="EPSG:4326", transform=from_origin(lon0, lat0, res, res)) as f:  # fmt: skip
+    profile = {"driver": "GTiff", "height": 400, "width": 400, "count": 1, "dtype": "float32", "crs": "EPSG:4326"}
+    with rasterio.open(dem, "w", **profile, transform=from_origin(lon0, lat0, res, res)) as f:
         f.write(np.tile(1000 * (lon + 148), (400, 1)).astype(np.float32)[None])
     extra = [
         {"name": "ndvi", "kind": "ndvi", "nir": {"band": 4}, "red": {"band": 0}},
@@ -413,9 +412,15 @@ def test_regions_from_a_region_polygon_file(mosaic: Path) -> None:
         shapely.geometry.shape(transform_geom(UTM, "EPSG:4326", shapely.geometry.mapping(b)))
         for b in (west_box, east_box)
     ]
-    pyogrio.raw.write(mosaic / "regions.gpkg", geometry=np.array([shapely.to_wkb(g) for g in geoms], dtype=object),
-                      field_data=[np.array(["tundra west", "tundra east"], dtype=object)], fields=["name"],
-                      crs="EPSG:4326", driver="GPKG", geometry_type="Polygon")  # fmt: skip
+    pyogrio.raw.write(
+        mosaic / "regions.gpkg",
+        geometry=np.array([shapely.to_wkb(g) for g in geoms], dtype=object),
+        field_data=[np.array(["tundra west", "tundra east"], dtype=object)],
+        fields=["name"],
+        crs="EPSG:4326",
+        driver="GPKG",
+        geometry_type="Polygon",
+    )
     polys = [*POLYS, blob(east + 200, Y0 - 150, 50, 4)]
     write_gpkg(mosaic / "rts.gpkg", polys, ["x"] * 4)
     cfg = config(mosaic, regions={"path": "regions.gpkg", "name_column": "name"})
@@ -563,6 +568,12 @@ def direct_labels(polys: list[shapely.Polygon], transform: Any) -> list[np.ndarr
     ]
 
 
+def geotiff_generation(split: str, root: Path) -> dict[str, Any]:
+    """A generation config (as YAML data) ingesting ``split`` of the tiled data root with its NDVI band."""
+    geotiff = {"data_root": str(root), "extra_channels": [{"name": "ndvi", "band": 0}]}
+    return {"split": split, "tile_size": TILE, "source": "geotiff", "store": {"shard_tiles": 8}, "geotiff": geotiff}
+
+
 @pytest.mark.slow
 def test_rts_tile_to_ingestion_to_a_package(prefect_harness: None, tmp_path: Path) -> None:
     """Issue 12 acceptance: a UTM scene mosaic and a GeoPackage in EPSG:4326 -> rts tile -> rts generate --source
@@ -588,9 +599,7 @@ def test_rts_tile_to_ingestion_to_a_package(prefect_harness: None, tmp_path: Pat
     # ingestion: every split through `rts generate --source geotiff`
     stores = {}
     for split in ("train", "val", "test"):
-        gen = {"split": split, "tile_size": TILE, "source": "geotiff", "store": {"shard_tiles": 8},
-               "geotiff": {"data_root": str(root), "extra_channels": [{"name": "ndvi", "band": 0}]}}  # fmt: skip
-        path = write_config(tmp_path / f"gen_{split}.yaml", gen)
+        path = write_config(tmp_path / f"gen_{split}.yaml", geotiff_generation(split, root))
         stores[split] = tmp_path / "stores" / f"{split}.zarr"
         assert main(["generate", "--source", "geotiff", "--config", str(path), "--output", str(stores[split])]) == 0
     inter = np.zeros(len(polys))
@@ -620,11 +629,7 @@ def test_rts_tile_to_ingestion_to_a_package(prefect_harness: None, tmp_path: Pat
     data["data"]["tile_size"] = TILE
     data["splits"]["min_val_regions"] = 1  # a 2.4 km mosaic: one val region
     data["calibration"]["tta_candidates"] = ["none"]  # seconds, not minutes, on 2 cores
-    data["data"]["generation"] = {
-        s: {"split": s, "tile_size": TILE, "source": "geotiff", "store": {"shard_tiles": 8},
-            "geotiff": {"data_root": str(root), "extra_channels": [{"name": "ndvi", "band": 0}]}}
-        for s in ("train", "val", "test")
-    }  # fmt: skip
+    data["data"]["generation"] = {s: geotiff_generation(s, root) for s in ("train", "val", "test")}
     pipeline = write_config(tmp_path / "pipeline.yaml", data)
     run = tmp_path / "run"
     assert main(["run", "--config", str(pipeline), "--run", str(run)]) == 0
