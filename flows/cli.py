@@ -120,6 +120,27 @@ def _synth_geotiff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tile(args: argparse.Namespace) -> int:
+    from rtscore.config.tiling import load_tiling_config
+    from rtscore.data.tiling import tile_scenes
+
+    cfg = load_tiling_config(args.config)
+    output = args.output or cfg.output
+    if not output:
+        raise PipelineError(f"{args.config}: no output; give --output <dir> (or output: in the config)")
+    m = tile_scenes(cfg, Path(output), overwrite=args.overwrite)
+    c = m.counts
+    print(
+        f"wrote {output}: {c.tiles} tiles ({c.positive} positive, {c.negative} negative; {m.resumed_tiles} kept from "
+        f"an earlier run) in regions {m.regions}; {c.skipped_no_valid_pixels} cells without valid pixels skipped"
+        + (f", {c.skipped_outside_regions} outside the regions" if c.skipped_outside_regions else "")
+    )
+    print(f"polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile")
+    if c.polygons_outside_scenes:
+        print(f"warning: {c.polygons_outside_scenes} polygon(s) touch no scene and were not tiled")
+    return 0
+
+
 def _stats(args: argparse.Namespace) -> int:
     from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
 
@@ -448,6 +469,14 @@ def parser() -> argparse.ArgumentParser:
     )
     sg.add_argument("--overwrite", action="store_true", help="replace an existing data root")
     sg.set_defaults(func=_synth_geotiff)
+
+    tl = sub.add_parser("tile", help="cut scenes and an RTS polygon inventory into the tile layout (DATA_LAYOUT.md)")
+    tl.add_argument("--config", type=_local_path, required=True, help="tiling config YAML (configs/tile_example.yaml)")
+    tl.add_argument(
+        "--output", type=_local_output, help="data root to write (default: output of the config); re-runs resume"
+    )
+    tl.add_argument("--overwrite", action="store_true", help="start over in an output tiled with other settings")
+    tl.set_defaults(func=_tile)
 
     s = sub.add_parser("stats", help="normalization stats of a train store (train split only)")
     s.add_argument("--dataset", type=_local_path, required=True, help="the train store (.zarr)")

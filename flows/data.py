@@ -1,4 +1,5 @@
-"""Data flows: generate-dataset, normalization-stats, validate-data, and data-pipeline chaining them."""
+"""Data flows: tile-scenes (scenes and polygons to a data root), generate-dataset, normalization-stats,
+validate-data, and data-pipeline chaining the last three."""
 
 from __future__ import annotations
 
@@ -6,9 +7,20 @@ from prefect import flow
 
 from flows import ui
 from flows.common import flow_run_scope, load_config, run_stage
-from flows.params import SPLITS, DataParams, GenerateParams, StageParams
+from flows.params import SPLITS, DataParams, GenerateParams, StageParams, TileParams
+from rtscore.data.tiling import TilingManifest
 from rtscore.stages import ArtifactRef, save_resolved_config
 from tasks import stages as t
+from tasks import tiling
+
+
+@flow(name="tile-scenes")
+def tile_scenes(params: TileParams) -> TilingManifest:
+    """Scenes or quads and an RTS polygon inventory -> PLANET-RGB/, EXTRA/, labels/, metadata.csv (`rts tile`)."""
+    with flow_run_scope():
+        manifest = tiling.tile(params.config, params.output, params.overwrite)
+        ui.publish_tiling(manifest)
+        return manifest
 
 
 @flow(name="generate-dataset")

@@ -70,6 +70,24 @@ class GenerateParams(DataParams):
     splits: list[Split] = Field(list(SPLITS), description="Splits to generate (or adopt).")
 
 
+class TileParams(BaseModel):
+    """tile-scenes: scenes or quads and an RTS polygon inventory -> the tile layout of DATA_LAYOUT.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: str = Field(
+        ...,
+        description="Tiling config YAML on the worker (e.g. configs/tile_example.yaml): absolute, or relative to the "
+        "project directory; the paths inside it are relative to the file.",
+    )
+    output: str | None = Field(
+        None, description="Data root to write (a local path). Empty: `output` of the config. A re-run resumes."
+    )
+    overwrite: bool = Field(
+        False, description="Start over when the output was tiled with other settings or inputs (else refused)."
+    )
+
+
 class TrainSeedParams(RunParams):
     """train-seed: one seed, resumed from resume_latest.pth unless fresh."""
 

@@ -36,6 +36,7 @@ from prefect.artifacts import (
 from rtscore.config import PipelineConfig
 from rtscore.data.splits import read_split_result
 from rtscore.data.store import read_store_attrs
+from rtscore.data.tiling import TilingManifest
 from rtscore.evaluation import TestReport, mean_std
 from rtscore.stages import ArtifactRef, CalibrationResult, TestResult, TrainResult
 from rtscore.storage import RunDir, RunLayout
@@ -224,6 +225,20 @@ def mean_std_text(values: Sequence[float], digits: int = 4) -> str:
 
 
 # ------------------------------------------------------------------------------------------ data stages
+def publish_tiling(manifest: TilingManifest) -> None:
+    """What `rts tile` wrote: tiles per class and region, what was skipped, the polygons tiled."""
+    c = manifest.counts
+    rows = "\n".join(f"| {name} | {n} |" for name, n in manifest.regions.items())
+    md = (
+        f"# Tiles of {manifest.output}\n\n{c.tiles} tiles ({c.positive} positive, {c.negative} negative; "
+        f"{manifest.resumed_tiles} kept from an earlier run) of {c.candidate_tiles} grid cells: "
+        f"{c.skipped_no_valid_pixels} without valid pixels, {c.skipped_outside_regions} outside the regions.\n\n"
+        f"Polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile, "
+        f"{c.polygons_outside_scenes} touching no scene.\n\n| region | tiles |\n|---|---|\n{rows}\n"
+    )
+    create_markdown_artifact(key=artifact_key("tile-scenes"), markdown=md, description="Tiles written by rts tile")
+
+
 def publish_datasets(run_dir: str, refs: list[ArtifactRef]) -> None:
     publish_summary(
         "generate-dataset",

@@ -1,0 +1,221 @@
+"""Config of `rts tile`: scenes and a polygon inventory in, the tile layout of DATA_LAYOUT.md out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rtscore.config.base import SCHEMA_VERSION, StrictModel, load_config
+from rtscore.config.binding import RGB_NAMES, RasterBandMap
+from rtscore.data.tiles import PIXEL_SIZE_M
+
+DEFAULT_TILE_SIZE = 512  # DATA_LAYOUT.md: 512 x 512 tiles
+Resampling = Literal["bilinear", "cubic", "average", "nearest"]
+
+
+class BandSource(StrictModel):
+    """One band of a raster: of the scene being tiled (``path`` empty) or of a companion raster (a DEM, ...)."""
+
+    path: str | None = Field(
+        None,
+        description="Companion raster (any CRS; reprojected onto the tile grid), relative to the config file. "
+        "Empty: the scene being tiled (each scene's own band).",
+    )
+    band: int = Field(..., ge=0, description="0-based band index in that raster.")
+
+
+class ExtraBandConfig(StrictModel):
+    """One band of EXTRA/<tile_id>.tif, float32 on the tile grid (band i of the file is entry i of the list)."""
+
+    name: str = Field(..., min_length=1, description="Channel name, written as the band's description.")
+    kind: Literal["ndvi", "band"] = Field(
+        ...,
+        description="ndvi: (nir - red) / (nir + red) of the bands nir and red (NaN where undefined); band: the "
+        "band `band` as it is (e.g. a DEM).",
+    )
+    nir: BandSource | None = Field(None, description="kind ndvi: the near-infrared band.")
+    red: BandSource | None = Field(None, description="kind ndvi: the red band (same radiometric scale as nir).")
+    band: BandSource | None = Field(None, description="kind band: the band to cut onto the tile grid.")
+
+    @model_validator(mode="after")
+    def _sources_of_kind(self) -> ExtraBandConfig:
+        given = {k for k in ("nir", "red", "band") if getattr(self, k) is not None}
+        wanted = {"ndvi": {"nir", "red"}, "band": {"band"}}[self.kind]
+        if given != wanted:
+            raise ValueError(
+                f"kind {self.kind!r} takes exactly {sorted(wanted)}; got {sorted(given) or 'none'} "
+                "(ndvi: {nir: {band}, red: {band}}; band: {band: {path, band}})"
+            )
+        return self
+
+    @property
+    def sources(self) -> list[BandSource]:
+        """The bands this channel is computed from, in the order its formula takes them."""
+        found = [self.nir, self.red] if self.kind == "ndvi" else [self.band]
+        return [s for s in found if s is not None]
+
+
+class PolygonsConfig(StrictModel):
+    """The RTS inventory: any vector file OGR reads (GeoPackage, shapefile, GeoJSON, FlatGeobuf), any CRS."""
+
+    path: str = Field(..., min_length=1, description="Polygon file, relative to the config file.")
+    id_column: str | None = Field(
+        None,
+        description="Column holding each RTS's id (listed in metadata.csv UIDs). Empty: '<file stem>-<feature index>'.",
+    )
+
+
+class RegionsConfig(StrictModel):
+    """Where each tile's RegionName (the unit of spatial blocking) comes from: exactly one of the three."""
+
+    column: str | None = Field(
+        None,
+        description="A column of the polygon inventory: a tile takes the region of the polygons it holds (the most "
+        "common), a tile without polygons that of the nearest polygon.",
+    )
+    path: str | None = Field(
+        None,
+        description="A polygon file of regions (relative to the config file): a tile takes the region whose polygon "
+        "holds its centre; tiles outside every region are skipped (counted in the manifest); a tile holding RTS "
+        "outside every region is an error.",
+    )
+    name_column: str | None = Field(None, description="With `path`: the column holding each region's name.")
+    name: str | None = Field(None, min_length=1, description="One region name for every tile.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RegionsConfig:
+        given = [k for k in ("column", "path", "name") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of column, path, name; got {given or 'none'}")
+        if (self.path is None) != (self.name_column is None):
+            raise ValueError("path and name_column go together (the region file and the column naming regions)")
+        return self
+
+
+class GridConfig(StrictModel):
+    """The tile grid: fixed, anchored at the CRS origin, so tiles cut from different scenes line up."""
+
+    crs: str = Field("EPSG:3857", description="CRS of the tiles (DATA_LAYOUT.md: EPSG:3857); must be projected.")
+    pixel_size: float = Field(
+        PIXEL_SIZE_M, gt=0, description="Pixel size in CRS units (the guide's 4.77 m: Web Mercator zoom 15)."
+    )
+    tile_size: int = Field(DEFAULT_TILE_SIZE, ge=32, le=4096, description="Tile height and width in pixels.")
+
+    @field_validator("tile_size")
+    @classmethod
+    def _multiple_of_32(cls, v: int) -> int:
+        if v % 32:
+            raise ValueError(f"must be a multiple of 32 (encoder strides); got {v}")
+        return v
+
+    @field_validator("crs")
+    @classmethod
+    def _projected(cls, v: str) -> str:
+        from rasterio.crs import CRS
+        from rasterio.errors import CRSError
+
+        try:
+            crs = CRS.from_user_input(v)
+        except CRSError as err:
+            raise ValueError(f"not a CRS PROJ knows: {err}") from None
+        if not crs.is_projected:
+            raise ValueError(f"must be a projected CRS (pixel sizes in metres); got {v}")
+        return v
+
+
+class TilingConfig(StrictModel):
+    """`rts tile --config <this>`: scenes or quads (any CRS, any size) and RTS polygons -> PLANET-RGB/, EXTRA/,
+    labels/, metadata.csv (and splits.yaml) under ``output``."""
+
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="Config schema version.")
+    scenes: list[str] = Field(
+        ...,
+        min_length=1,
+        description="GeoTIFF scenes or quads, paths or glob patterns relative to the config file. Where scenes "
+        "overlap, the first (in this order, globs sorted) with a valid pixel wins.",
+    )
+    rgb_bands: RasterBandMap | None = Field(
+        None,
+        description="Explicit R, G, B (and alpha) bands of the scenes; empty: by their colour interpretation "
+        "(red, green, blue, alpha), or bands 0, 1, 2 of a 3-band scene (rtscore.data.bands.resolve_bands).",
+    )
+    polygons: PolygonsConfig = Field(..., description="The RTS polygon inventory.")
+    regions: RegionsConfig = Field(..., description="The RegionName of each tile.")
+    extra: list[ExtraBandConfig] = Field(
+        default_factory=list, description="EXTRA bands, in band order (e.g. ndvi from NIR and red, a DEM)."
+    )
+    grid: GridConfig = Field(default_factory=GridConfig, description="Tile CRS, pixel size and tile size.")
+    resampling: Resampling = Field(
+        "bilinear",
+        description="Resampling of RGB and EXTRA onto the tile grid (validity is always nearest, labels are "
+        "rasterised from the polygons). bilinear: no aliasing at non-integer scale ratios, no overshoot; average "
+        "when downsampling more than 2x.",
+    )
+    splits: dict[str, list[str]] | None = Field(
+        None,
+        description="Optional splits.yaml to write: split -> region names; every region of a tile must be in "
+        "exactly one split. Empty: no splits.yaml (ingestion derives one).",
+    )
+    output: str | None = Field(None, description="Data root to write, relative to the config file (or --output).")
+
+    @field_validator("extra")
+    @classmethod
+    def _unique_names(cls, v: list[ExtraBandConfig]) -> list[ExtraBandConfig]:
+        names = [e.name for e in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"extra band names must be unique; repeated: {dupes}")
+        clash = sorted(set(names) & set(RGB_NAMES))
+        if clash:
+            raise ValueError(f"extra band names may not reuse RGB names {list(RGB_NAMES)}; got {clash}")
+        return v
+
+    @field_validator("splits")
+    @classmethod
+    def _regions_once(cls, v: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        if v is None:
+            return v
+        unknown = sorted(set(v) - {"train", "val", "test"})
+        if unknown:
+            raise ValueError(f"splits are train, val, test; got {unknown}")
+        seen: dict[str, str] = {}
+        for split, regions in v.items():
+            for r in regions:
+                if r in seen:
+                    raise ValueError(f"region {r!r} is in two splits ({seen[r]} and {split}); whole regions go to one")
+                seen[r] = split
+        return v
+
+
+def resolve_paths(cfg: TilingConfig, base_dir: str | Path) -> TilingConfig:
+    """``cfg`` with every relative path (scenes, polygons, regions, companion rasters, output) resolved against
+    ``base_dir`` (the config file's directory); scene globs are kept as patterns."""
+    base = Path(base_dir)
+
+    def at(p: str) -> str:
+        return p if Path(p).is_absolute() else str(base / p)
+
+    def band(s: BandSource | None) -> BandSource | None:
+        return None if s is None or s.path is None else s.model_copy(update={"path": at(s.path)})
+
+    extra = [
+        e.model_copy(update={k: band(getattr(e, k)) or getattr(e, k) for k in ("nir", "red", "band")})
+        for e in cfg.extra
+    ]
+    regions = cfg.regions.model_copy(update={"path": at(cfg.regions.path)}) if cfg.regions.path else cfg.regions
+    return cfg.model_copy(
+        update={
+            "scenes": [at(s) for s in cfg.scenes],
+            "polygons": cfg.polygons.model_copy(update={"path": at(cfg.polygons.path)}),
+            "regions": regions,
+            "extra": extra,
+            "output": at(cfg.output) if cfg.output else None,
+        }
+    )
+
+
+def load_tiling_config(path: str | Path) -> TilingConfig:
+    """A tiling config file, its relative paths resolved against the file's directory."""
+    return resolve_paths(load_config(TilingConfig, path), Path(path).parent)

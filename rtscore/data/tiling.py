@@ -1,0 +1,828 @@
+"""`rts tile`: GeoTIFF scenes or quads (any CRS, any size) and an RTS polygon inventory cut into the tile layout of
+DATA_LAYOUT.md (PLANET-RGB/, EXTRA/, labels/, metadata.csv, splits.yaml) on a fixed grid.
+
+Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
+
+* **Grid.** Tile (c, r) of the grid CRS covers x in [c S, (c+1) S), y in [r S, (r+1) S) with S = tile_size x
+  pixel_size: anchored at the CRS origin, so the tiles of two scenes (or two runs) line up pixel for pixel. Its id
+  is ``c<c>_r<r>``. Every cell a scene's footprint touches is a candidate; a cell without a valid pixel is skipped.
+* **Pixels.** For each tile only the window of each scene that covers it is read (plus a 2-pixel margin for the
+  kernel): memory is bounded by one tile and one scene window, never by the scene or mosaic. Validity (the alpha
+  band, else the dataset mask: `rtscore.data.bands.resolve_bands`) is warped with nearest neighbour; RGB and EXTRA
+  bands with ``resampling`` (bilinear by default), NoData pixels excluded from the kernel. Scenes overlap: per
+  pixel, the first scene in config order with a valid pixel wins.
+* **Outputs.** PLANET-RGB/<id>.tif: R, G, B, alpha uint8, colour interpretation tagged, LZW; NoData pixels RGB 0,
+  alpha 0. EXTRA/<id>.tif: float32, declared nodata NaN (NDVI where nir + red is 0, a companion raster's NoData),
+  0 on NoData pixels. labels/<id>.tif: uint8, the polygons rasterised directly on the tile grid
+  (`rtscore.data.vector_labels.rasterize_labels`): 1 inside a whole RTS, 255 over an RTS cut by the tile edge or
+  touching NoData, 255 on NoData, else 0. metadata.csv: TrainClass positive when a pixel is 1; UIDs the RTS with a
+  pixel of 1.
+* **Resumable.** Each file is written under a temporary name and renamed; a tile's record (``.rts-tile/tiles/``) is
+  written after its files, so a tile with a record and all its files is skipped on a re-run; metadata.csv,
+  splits.yaml and ``tiling.json`` are written at the end, atomically, from the records.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import shutil
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from rtscore.config.base import canonical_json
+from rtscore.config.binding import RasterBandMap
+from rtscore.config.tiling import BandSource, TilingConfig
+from rtscore.data.bands import RasterContractError, resolve_bands
+from rtscore.data.tiles import IGNORE_INDEX
+from rtscore.data.vector_labels import rasterize_labels, read_polygons
+from rtscore.errors import PipelineError
+from rtscore.storage import atomic_write_json, atomic_write_text
+
+if TYPE_CHECKING:
+    from affine import Affine
+    from rasterio.io import DatasetReader
+
+log = logging.getLogger(__name__)
+
+RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"
+METADATA_CSV, SPLITS_YAML, MANIFEST_JSON = "metadata.csv", "splits.yaml", "tiling.json"
+METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
+STATE_DIR = ".rts-tile"  # the run's own bookkeeping: its config fingerprint and one record per finished tile
+MARGIN_PX = 2  # source pixels read beyond a tile's footprint, for the resampling kernel
+_OPEN_DATASETS = 8  # rasters kept open at once (a mosaic of many quads opens each as its tiles need it)
+
+
+class TilingError(PipelineError, ValueError):
+    """Scenes, polygons or an output directory `rts tile` cannot use; the message names the file and the problem."""
+
+
+class TilingCounts(BaseModel):
+    """What a tiling run found and wrote."""
+
+    candidate_tiles: int = Field(..., description="Grid cells touched by a scene footprint.")
+    tiles: int = Field(..., description="Tiles written (listed in metadata.csv).")
+    positive: int = Field(..., description="Tiles with at least one RTS pixel (label 1).")
+    negative: int = Field(..., description="Tiles without an RTS pixel.")
+    skipped_no_valid_pixels: int = Field(..., description="Candidate cells without a valid pixel in any scene.")
+    skipped_outside_regions: int = Field(..., description="Cells whose centre lies in no region polygon.")
+    polygons: int = Field(..., description="Polygons in the inventory.")
+    polygons_labelled: int = Field(..., description="Polygons labelled 1 (whole, on valid pixels) in some tile.")
+    polygons_outside_scenes: int = Field(..., description="Polygons that touch no scene footprint (not tiled).")
+
+
+class TilingManifest(BaseModel):
+    """``tiling.json``: what was tiled, how, and what came out (written last: its presence means done)."""
+
+    output: str = Field(..., description="The data root written.")
+    config_fingerprint: str = Field(..., description="sha256 of the settings that decide the tiles' content.")
+    config: dict[str, Any] = Field(..., description="The tiling config, paths resolved.")
+    scenes: list[str] = Field(..., description="The scenes, in priority order (first valid pixel wins).")
+    extra_bands: list[str] = Field(..., description="EXTRA band names, in band order.")
+    regions: dict[str, int] = Field(..., description="Tiles written per RegionName.")
+    counts: TilingCounts = Field(..., description="Counts of tiles and polygons.")
+    resumed_tiles: int = Field(..., description="Tiles found complete from an earlier run and kept.")
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """One tile of the fixed grid."""
+
+    col: int
+    row: int
+    tile_size: int
+    pixel_size: float
+
+    @property
+    def tile_id(self) -> str:
+        return f"c{self.col}_r{self.row}"
+
+    @property
+    def span(self) -> float:
+        return self.tile_size * self.pixel_size
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        s = self.span
+        return self.col * s, self.row * s, (self.col + 1) * s, (self.row + 1) * s
+
+    @property
+    def transform(self) -> Affine:
+        from affine import Affine
+
+        x0, _, _, y1 = self.bounds
+        return Affine(self.pixel_size, 0.0, x0, 0.0, -self.pixel_size, y1)
+
+    @property
+    def centre(self) -> tuple[float, float]:
+        x0, y0, x1, y1 = self.bounds
+        return (x0 + x1) / 2, (y0 + y1) / 2
+
+
+def grid_cells(bounds: tuple[float, float, float, float], tile_size: int, pixel_size: float) -> list[GridCell]:
+    """The grid cells that ``bounds`` (grid CRS) touches, north to south, west to east."""
+    span = tile_size * pixel_size
+    x0, y0, x1, y1 = bounds
+    cols = range(math.floor(x0 / span), math.ceil(x1 / span))
+    rows = range(math.ceil(y1 / span) - 1, math.floor(y0 / span) - 1, -1)
+    return [GridCell(c, r, tile_size, pixel_size) for r in rows for c in cols]
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A scene checked for tiling: its footprint on the grid CRS and its R, G, B (and alpha) bands."""
+
+    path: Path
+    bounds: tuple[float, float, float, float]  # in the grid CRS
+    bands: RasterBandMap
+
+
+class _Datasets:
+    """A few rasters kept open (least recently used closed first), so a tile's scenes open once per run of tiles."""
+
+    def __init__(self, limit: int = _OPEN_DATASETS) -> None:
+        self.limit = limit
+        self.open: OrderedDict[Path, DatasetReader] = OrderedDict()
+
+    def get(self, path: Path) -> DatasetReader:
+        import rasterio
+
+        if path in self.open:
+            self.open.move_to_end(path)
+            return self.open[path]
+        try:
+            ds = rasterio.open(path)
+        except rasterio.errors.RasterioIOError as err:
+            raise TilingError(f"{path}: not a readable raster ({err})") from None
+        self.open[path] = ds
+        while len(self.open) > self.limit:
+            self.open.popitem(last=False)[1].close()
+        return ds
+
+    def close(self) -> None:
+        for ds in self.open.values():
+            ds.close()
+        self.open.clear()
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def scene_paths(patterns: Sequence[str]) -> list[Path]:
+    """The scenes of ``patterns`` (paths or globs), in order, each once; a pattern matching nothing is an error."""
+    import glob
+
+    out: list[Path] = []
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        found = [f for f in found if Path(f).is_file()]
+        if not found:
+            raise TilingError(f"scenes: {pattern} matches no file")
+        out += [Path(f) for f in found if Path(f) not in out]
+    return out
+
+
+def check_scenes(cfg: TilingConfig, datasets: _Datasets) -> list[Scene]:
+    """Every scene's header checked (CRS, R, G, B bands and their dtype, bands the EXTRA sources name), before any
+    pixel is read; all problems in one :class:`TilingError`."""
+    from rasterio.warp import transform_bounds
+
+    problems: list[str] = []
+    scenes: list[Scene] = []
+    scene_bands = sorted({s.band for e in cfg.extra for s in e.sources if s.path is None})
+    for path in scene_paths(cfg.scenes):
+        src = datasets.get(path)
+        if src.crs is None:
+            problems.append(f"{path}: has no CRS; rts tile cannot place it on the grid (assign its CRS first)")
+            continue
+        try:
+            bands = resolve_bands(src, path, cfg.rgb_bands)
+        except RasterContractError as err:
+            problems.append(str(err))
+            continue
+        dtypes = sorted({src.dtypes[b] for b in bands.rgb})
+        if dtypes != ["uint8"]:
+            problems.append(
+                f"{path}: RGB bands are {', '.join(dtypes)}; the tile layout holds 8-bit RGB as the training imagery "
+                "(convert it to 8-bit first: no silent rescaling)"
+            )
+        beyond = [b for b in scene_bands if b >= src.count]
+        if beyond:
+            problems.append(f"{path}: {src.count} bands; extra (nir/red/band) names scene band(s) {beyond} (0-based)")
+        bounds = transform_bounds(src.crs, cfg.grid.crs, *src.bounds, densify_pts=21)
+        scenes.append(Scene(path, tuple(float(v) for v in bounds), bands))  # type: ignore[arg-type]
+    for path in sorted({Path(s.path) for e in cfg.extra for s in e.sources if s.path is not None}):
+        if not path.is_file():
+            problems.append(f"{path}: companion raster (extra) not found")
+            continue
+        src = datasets.get(path)
+        if src.crs is None:
+            problems.append(f"{path}: companion raster has no CRS; it cannot be placed on the grid")
+        wanted = [s.band for e in cfg.extra for s in e.sources if s.path is not None and Path(s.path) == path]
+        if max(wanted) >= src.count:
+            problems.append(f"{path}: {src.count} bands; extra names band {max(wanted)} (0-based)")
+    if problems:
+        raise TilingError("; ".join(problems) if len(problems) < 3 else "\n  " + "\n  ".join(problems))
+    return scenes
+
+
+def vector_fields(path: Path) -> list[str]:
+    """The attribute columns of a vector file (its first layer)."""
+    import pyogrio
+
+    try:
+        return [str(f) for f in pyogrio.read_info(path)["fields"]]
+    except Exception as err:  # pyogrio's DataSourceError/DataLayerError, GDAL's reasons inside
+        raise TilingError(f"{path}: not a readable vector file ({type(err).__name__}: {err})") from None
+
+
+def _require_columns(path: Path, wanted: dict[str, str | None]) -> None:
+    if not path.is_file():
+        raise TilingError(f"{path}: polygon file not found")
+    fields = vector_fields(path)
+    for key, column in wanted.items():
+        if column is not None and column not in fields:
+            raise TilingError(f"{key}: column {column!r} is not in {path}; its columns are {fields}")
+
+
+@dataclass
+class Inventory:
+    """The RTS polygons on the grid CRS, with their ids, regions (column source) and a spatial index."""
+
+    features: list[dict[str, Any]]
+    geoms: list[Any]  # shapely geometries, index-aligned with features
+    uids: list[str]
+    regions: list[str] | None
+    tree: Any  # shapely STRtree
+
+    def touching(self, cell: GridCell) -> list[int]:
+        import shapely
+
+        box = shapely.box(*cell.bounds)
+        return sorted(int(i) for i in self.tree.query(box, predicate="intersects"))
+
+
+def read_inventory(cfg: TilingConfig) -> Inventory:
+    """The polygons of ``cfg.polygons`` reprojected to the grid CRS (`read_polygons`), with ids and regions."""
+    import shapely
+
+    path = Path(cfg.polygons.path)
+    _require_columns(path, {"polygons.id_column": cfg.polygons.id_column, "regions.column": cfg.regions.column})
+    features = read_polygons(path, cfg.grid.crs)
+    if not features:
+        raise TilingError(f"{path}: holds no polygons")
+    geoms = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in features]
+    if cfg.polygons.id_column is None:
+        uids = [f"{path.stem}-{i}" for i in range(len(features))]
+    else:
+        uids = [_text(f["properties"].get(cfg.polygons.id_column)) for f in features]
+        _no_blanks(path, "polygons.id_column", cfg.polygons.id_column, uids)
+        dupes = sorted({u for u in uids if uids.count(u) > 1})
+        if dupes:
+            raise TilingError(f"{path}: polygons.id_column {cfg.polygons.id_column!r} repeats ids {dupes[:20]}")
+    regions = None
+    if cfg.regions.column is not None:
+        regions = [_text(f["properties"].get(cfg.regions.column)) for f in features]
+        _no_blanks(path, "regions.column", cfg.regions.column, regions)
+    return Inventory(features, geoms, uids, regions, shapely.STRtree(geoms))
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value).strip()
+
+
+def _no_blanks(path: Path, key: str, column: str, values: list[str]) -> None:
+    blank = [i for i, v in enumerate(values) if not v]
+    if blank:
+        raise TilingError(f"{path}: {key} {column!r} is empty for feature(s) {blank[:20]}")
+
+
+class RegionOf:
+    """The RegionName of a grid cell (config ``regions``); None: the cell lies outside every region polygon."""
+
+    def __init__(self, cfg: TilingConfig, inventory: Inventory) -> None:
+        import shapely
+
+        self.name = cfg.regions.name
+        self.inventory = inventory
+        self.region_geoms: list[Any] = []
+        self.region_names: list[str] = []
+        if cfg.regions.path is not None:
+            path = Path(cfg.regions.path)
+            _require_columns(path, {"regions.name_column": cfg.regions.name_column})
+            feats = read_polygons(path, cfg.grid.crs, columns=[str(cfg.regions.name_column)])
+            self.region_geoms = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in feats]
+            self.region_names = [_text(f["properties"].get(cfg.regions.name_column)) for f in feats]
+            _no_blanks(path, "regions.name_column", str(cfg.regions.name_column), self.region_names)
+            self.region_tree = shapely.STRtree(self.region_geoms)
+
+    def __call__(self, cell: GridCell, touching: list[int]) -> str | None:
+        import shapely
+
+        if self.name is not None:
+            return self.name
+        if self.region_names:
+            hit = self.region_tree.query(shapely.Point(*cell.centre), predicate="intersects")
+            return self.region_names[int(min(hit))] if len(hit) else None
+        regions = self.inventory.regions
+        assert regions is not None  # RegionsConfig: exactly one source
+        if touching:  # the most common region of the polygons in the tile (ties: the first name in order)
+            counts = Counter(regions[i] for i in touching)
+            return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+        nearest = self.inventory.tree.nearest(shapely.Point(*cell.centre))
+        return regions[int(nearest)]
+
+
+# --------------------------------------------------------------------------------------------- pixels
+
+
+def _source_window(src: DatasetReader, cell: GridCell, grid_crs: str) -> Any:
+    """The window of ``src`` covering ``cell`` (plus :data:`MARGIN_PX`), clipped to the raster; None: no overlap."""
+    from rasterio.warp import transform
+    from rasterio.windows import Window
+
+    x0, y0, x1, y1 = cell.bounds
+    t = np.linspace(0.0, 1.0, 9)
+    xs = np.concatenate([x0 + (x1 - x0) * t, np.full(9, x1), x1 - (x1 - x0) * t, np.full(9, x0)])
+    ys = np.concatenate([np.full(9, y0), y0 + (y1 - y0) * t, np.full(9, y1), y1 - (y1 - y0) * t])
+    sx, sy = transform(grid_crs, src.crs, xs.tolist(), ys.tolist())
+    cols, rows = ~src.transform * (np.asarray(sx), np.asarray(sy))
+    if not (np.isfinite(cols).all() and np.isfinite(rows).all()):
+        return None
+    c0 = max(math.floor(float(np.min(cols))) - MARGIN_PX, 0)
+    r0 = max(math.floor(float(np.min(rows))) - MARGIN_PX, 0)
+    c1 = min(math.ceil(float(np.max(cols))) + MARGIN_PX, src.width)
+    r1 = min(math.ceil(float(np.max(rows))) + MARGIN_PX, src.height)
+    if c1 <= c0 or r1 <= r0:
+        return None
+    return Window(c0, r0, c1 - c0, r1 - r0)
+
+
+def _warp(
+    data: np.ndarray, src: DatasetReader, window: Any, cell: GridCell, grid_crs: str, resampling: str, nodata: float
+) -> np.ndarray:
+    """(B, h, w) source pixels of ``window`` -> (B, n, n) on the tile grid; ``nodata`` source pixels are left out of
+    the kernel and tile pixels nothing covers hold ``nodata``."""
+    from rasterio.enums import Resampling
+    from rasterio.warp import reproject
+
+    n = cell.tile_size
+    out = np.full((data.shape[0], n, n), nodata, dtype=data.dtype)
+    reproject(
+        source=data,
+        destination=out,
+        src_transform=src.window_transform(window),
+        src_crs=src.crs,
+        src_nodata=nodata,
+        dst_transform=cell.transform,
+        dst_crs=grid_crs,
+        dst_nodata=nodata,
+        resampling=Resampling[resampling],
+    )
+    return out
+
+
+def _scene_valid(src: DatasetReader, bands: RasterBandMap, window: Any) -> np.ndarray:
+    """(h, w) bool: the scene's valid pixels by the one NoData rule (alpha band, else the dataset mask)."""
+    if bands.alpha is not None:
+        return np.asarray(src.read(bands.alpha + 1, window=window) > 0)
+    return np.asarray(src.dataset_mask(window=window) > 0)
+
+
+def _warp_bands(
+    src: DatasetReader,
+    window: Any,
+    band_idx: list[int],
+    valid: np.ndarray,
+    cell: GridCell,
+    cfg: TilingConfig,
+    fill_from_nearest: np.ndarray | None = None,
+) -> np.ndarray:
+    """Bands (0-based) of ``src`` as float32 on the tile grid with ``cfg.resampling``, NaN where undefined.
+
+    Where ``fill_from_nearest`` (tile pixels valid by the nearest-neighbour mask) is left NaN by the kernel (it
+    found no valid source pixel in reach, at the edge of the valid area), the nearest source pixel is taken."""
+    px = src.read([b + 1 for b in band_idx], window=window).astype(np.float32)
+    px[:, ~valid] = np.nan
+    px[~np.isfinite(px)] = np.nan
+    out = _warp(px, src, window, cell, cfg.grid.crs, cfg.resampling, math.nan)
+    if fill_from_nearest is not None:
+        holes = fill_from_nearest & np.isnan(out).any(axis=0)
+        if holes.any() and cfg.resampling != "nearest":
+            near = _warp(px, src, window, cell, cfg.grid.crs, "nearest", math.nan)
+            out[:, holes] = near[:, holes]
+    return out
+
+
+@dataclass
+class TilePixels:
+    """One tile on the grid: RGB, validity and the EXTRA bands (None without any)."""
+
+    rgb: np.ndarray  # (3, n, n) uint8, 0 on NoData
+    valid: np.ndarray  # (n, n) bool
+    extra: np.ndarray | None  # (E, n, n) float32, NaN where undefined on valid pixels, 0 on NoData
+
+
+def render_pixels(cell: GridCell, scenes: list[Scene], cfg: TilingConfig, datasets: _Datasets) -> TilePixels | None:
+    """The tile's pixels from ``scenes`` (first valid pixel wins) and companion rasters; None: no valid pixel."""
+    n = cell.tile_size
+    valid = np.zeros((n, n), bool)
+    rgb = np.zeros((3, n, n), np.uint8)
+    scene_band_ids = sorted({s.band for e in cfg.extra for s in e.sources if s.path is None})
+    scene_bands = np.full((len(scene_band_ids), n, n), np.nan, np.float32)
+    for scene in scenes:
+        x0, y0, x1, y1 = scene.bounds
+        cx0, cy0, cx1, cy1 = cell.bounds
+        if x1 <= cx0 or x0 >= cx1 or y1 <= cy0 or y0 >= cy1:
+            continue
+        src = datasets.get(scene.path)
+        window = _source_window(src, cell, cfg.grid.crs)
+        if window is None:
+            continue
+        src_valid = _scene_valid(src, scene.bands, window)
+        mask = _warp(src_valid[None].astype(np.uint8), src, window, cell, cfg.grid.crs, "nearest", 0)[0] > 0
+        new = mask & ~valid
+        if not new.any():
+            continue
+        colour = _warp_bands(src, window, scene.bands.rgb, src_valid, cell, cfg, fill_from_nearest=new)
+        rgb[:, new] = np.clip(np.rint(colour[:, new]), 0, 255).astype(np.uint8)
+        if scene_band_ids:
+            scene_bands[:, new] = _warp_bands(src, window, scene_band_ids, src_valid, cell, cfg, new)[:, new]
+        valid |= new
+        if valid.all():
+            break
+    if not valid.any():
+        return None
+    extra = _extra_bands(cell, cfg, datasets, dict(zip(scene_band_ids, scene_bands, strict=True)), valid)
+    return TilePixels(rgb, valid, extra)
+
+
+def _companion_band(source: BandSource, cell: GridCell, cfg: TilingConfig, datasets: _Datasets) -> np.ndarray:
+    """A companion raster's band on the tile grid (float32), NaN where it has NoData or does not reach."""
+    assert source.path is not None
+    src = datasets.get(Path(source.path))
+    window = _source_window(src, cell, cfg.grid.crs)
+    if window is None:
+        return np.full((cell.tile_size, cell.tile_size), np.nan, np.float32)
+    valid = np.asarray(src.read_masks(source.band + 1, window=window) > 0)
+    return _warp_bands(src, window, [source.band], valid, cell, cfg)[0]
+
+
+def _extra_bands(
+    cell: GridCell, cfg: TilingConfig, datasets: _Datasets, scene_bands: dict[int, np.ndarray], valid: np.ndarray
+) -> np.ndarray | None:
+    if not cfg.extra:
+        return None
+
+    def band(s: BandSource) -> np.ndarray:
+        return scene_bands[s.band] if s.path is None else _companion_band(s, cell, cfg, datasets)
+
+    out = np.empty((len(cfg.extra), cell.tile_size, cell.tile_size), np.float32)
+    for k, e in enumerate(cfg.extra):
+        if e.kind == "ndvi":
+            assert e.nir is not None and e.red is not None
+            out[k] = ndvi(band(e.nir), band(e.red))
+        else:
+            assert e.band is not None
+            out[k] = band(e.band)
+    out[:, ~valid] = 0.0  # NoData pixels hold 0, as rts synth-geotiff writes them
+    return out
+
+
+def ndvi(nir: np.ndarray, red: np.ndarray) -> np.ndarray:
+    """(nir - red) / (nir + red) as float32; NaN where either band is undefined or nir + red is 0."""
+    nir64, red64 = nir.astype(np.float64), red.astype(np.float64)
+    total = nir64 + red64
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(total != 0, (nir64 - red64) / np.where(total != 0, total, 1.0), np.nan)
+    out[~np.isfinite(out)] = np.nan
+    return out.astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------- labels
+
+
+def tile_labels(
+    cell: GridCell, inventory: Inventory, touching: list[int], valid: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """(n, n) uint8 labels and the ids of the RTS labelled 1. An RTS cut by the tile edge or touching NoData is
+    255 over its extent (`rasterize_labels`' partial-object rule); NoData pixels are 255."""
+    from rasterio.features import geometry_mask
+
+    n = cell.tile_size
+    features: list[dict[str, Any]] = []
+    footprints: list[np.ndarray] = []
+    for i in touching:
+        f = inventory.features[i]
+        inside = geometry_mask([f["geometry"]], out_shape=(n, n), transform=cell.transform, invert=True)
+        if not inside.any():
+            continue
+        props = dict(f.get("properties") or {})
+        if (inside & ~valid).any():
+            props["ignore"] = True  # the RTS runs into NoData: not wholly observed, like one cut by the edge
+        features.append({"type": "Feature", "geometry": f["geometry"], "properties": props, "uid": inventory.uids[i]})
+        footprints.append(inside)
+    label = rasterize_labels(features, cell.transform, n)
+    label[~valid] = IGNORE_INDEX
+    uids = [f["uid"] for f, inside in zip(features, footprints, strict=True) if (label[inside] == 1).any()]
+    return label, uids
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+
+
+def _write_tif(path: Path, data: np.ndarray, cell: GridCell, crs: str, **kw: Any) -> None:
+    """A GeoTIFF on the tile grid, written under a temporary name and renamed into place."""
+    import rasterio
+    from rasterio.enums import ColorInterp
+
+    interp = kw.pop("colorinterp", None)
+    descriptions = kw.pop("descriptions", None)
+    profile = {
+        "driver": "GTiff",
+        "width": cell.tile_size,
+        "height": cell.tile_size,
+        "count": data.shape[0],
+        "dtype": data.dtype.name,
+        "crs": crs,
+        "transform": cell.transform,
+        "compress": "lzw",
+        **kw,
+    }
+    tmp = _tmp(path)
+    try:
+        with rasterio.open(tmp, "w", **profile) as f:
+            f.write(data)
+            if interp is not None:
+                f.colorinterp = [ColorInterp[c] for c in interp]
+            for b, name in enumerate(descriptions or [], start=1):
+                f.set_band_description(b, name)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_tile(root: Path, cell: GridCell, px: TilePixels, label: np.ndarray, cfg: TilingConfig) -> dict[str, int]:
+    """The tile's files; returns each file's size (root-relative path -> bytes) for its record."""
+    alpha = np.where(px.valid, 255, 0).astype(np.uint8)
+    rgb = np.where(px.valid, px.rgb, 0).astype(np.uint8)
+    tid = cell.tile_id
+    files = {f"{RGB_DIR}/{tid}.tif": None, f"{LABEL_DIR}/{tid}.tif": None}
+    rgba = np.concatenate([rgb, alpha[None]])
+    _write_tif(root / RGB_DIR / f"{tid}.tif", rgba, cell, cfg.grid.crs, colorinterp=["red", "green", "blue", "alpha"])
+    _write_tif(root / LABEL_DIR / f"{tid}.tif", label[None], cell, cfg.grid.crs)
+    if px.extra is not None:
+        files[f"{EXTRA_DIR}/{tid}.tif"] = None
+        names = [e.name for e in cfg.extra]
+        _write_tif(root / EXTRA_DIR / f"{tid}.tif", px.extra, cell, cfg.grid.crs, nodata=math.nan, descriptions=names)
+    return {rel: (root / rel).stat().st_size for rel in files}
+
+
+def _lonlat(cell: GridCell, crs: str) -> tuple[float, float]:
+    from rasterio.warp import transform
+
+    xs, ys = transform(crs, "EPSG:4326", [cell.centre[0]], [cell.centre[1]])
+    return float(xs[0]), float(ys[0])
+
+
+def _record_path(root: Path, tile_id: str) -> Path:
+    return root / STATE_DIR / "tiles" / f"{tile_id}.json"
+
+
+def _complete(root: Path, tile_id: str) -> dict[str, Any] | None:
+    """The record of a finished tile whose files are all there with their recorded sizes; else None."""
+    path = _record_path(root, tile_id)
+    if not path.is_file():
+        return None
+    try:
+        record: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    for rel, size in record.get("files", {}).items():
+        f = root / rel
+        if not f.is_file() or f.stat().st_size != size:
+            return None
+    return record
+
+
+def fingerprint(cfg: TilingConfig) -> str:
+    """sha256 of what decides the tiles' content: the config but its output and splits, and the size and time of
+    every input file (scenes, polygons, regions, companion rasters). A re-run with another fingerprint is refused
+    unless it overwrites: tiles of two inputs are never mixed."""
+    doc = cfg.model_dump(mode="json", exclude={"output", "splits"})
+    inputs = [*scene_paths(cfg.scenes), Path(cfg.polygons.path)]
+    inputs += [Path(p) for p in [cfg.regions.path, *(s.path for e in cfg.extra for s in e.sources)] if p is not None]
+    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in inputs]
+    return hashlib.sha256(canonical_json({"config": doc, "inputs": stats}).encode()).hexdigest()
+
+
+def prepare_output(root: Path, fp: str, *, overwrite: bool) -> None:
+    """Create ``root`` or reopen an unfinished (or finished) run of the same fingerprint; clear stray temp files.
+
+    Raises:
+        TilingError: ``root`` holds something not written by rts tile, or a run of other settings (no overwrite).
+    """
+    state = root / STATE_DIR / "fingerprint"
+    ours = state.is_file()
+    if root.exists() and not root.is_dir():
+        raise TilingError(f"output {root} exists and is not a directory")
+    if root.is_dir() and any(root.iterdir()) and not ours:
+        raise TilingError(f"output {root} is not empty and was not written by rts tile; choose a new directory")
+    if ours and state.read_text().strip() != fp and not overwrite:
+        raise TilingError(
+            f"output {root} was tiled with other settings or inputs; pass --overwrite to start over, or choose a "
+            "new directory"
+        )
+    if ours and overwrite:
+        shutil.rmtree(root)
+    for sub in (RGB_DIR, EXTRA_DIR, LABEL_DIR, f"{STATE_DIR}/tiles"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(state, fp + "\n")
+    for sub in (RGB_DIR, EXTRA_DIR, LABEL_DIR):
+        for stray in (root / sub).glob(".*.tmp-*"):  # left by a killed run
+            stray.unlink(missing_ok=True)
+    (root / MANIFEST_JSON).unlink(missing_ok=True)  # it will say "done" again only when this run is done
+
+
+def _metadata_csv(records: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(METADATA_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: r["row"][k] for k in METADATA_COLUMNS})
+    return buf.getvalue()
+
+
+def _check_splits(cfg: TilingConfig, regions: set[str]) -> None:
+    if cfg.splits is None:
+        return
+    listed = {r for rs in cfg.splits.values() for r in rs}
+    strays = sorted(regions - listed)
+    if strays:
+        raise TilingError(
+            f"splits: region(s) {strays} of the tiles are in no split (splits lists {sorted(listed)}); every region "
+            "must be in exactly one split"
+        )
+
+
+# --------------------------------------------------------------------------------------------- the run
+
+
+def _plan(cfg: TilingConfig, scenes: list[Scene], inventory: Inventory) -> tuple[list[GridCell], int]:
+    """Candidate cells of every scene footprint (each once), and the polygons touching no scene footprint.
+
+    Raises:
+        TilingError: no polygon overlaps any scene.
+    """
+    import shapely
+
+    seen: set[tuple[int, int]] = set()
+    cells: list[GridCell] = []
+    for s in scenes:
+        for c in grid_cells(s.bounds, cfg.grid.tile_size, cfg.grid.pixel_size):
+            if (c.col, c.row) not in seen:
+                seen.add((c.col, c.row))
+                cells.append(c)
+    cells.sort(key=lambda c: (-c.row, c.col))
+    footprints = shapely.union_all([shapely.box(*s.bounds) for s in scenes])
+    outside = sum(1 for g in inventory.geoms if not g.intersects(footprints))
+    if outside == len(inventory.geoms):
+        x0, y0, x1, y1 = footprints.bounds
+        px0, py0, px1, py1 = shapely.union_all(inventory.geoms).bounds
+        raise TilingError(
+            f"{cfg.polygons.path}: none of its {outside} polygons overlaps the {len(scenes)} scene(s) (scenes cover "
+            f"x {x0:.0f}..{x1:.0f}, y {y0:.0f}..{y1:.0f}, polygons x {px0:.0f}..{px1:.0f}, y {py0:.0f}..{py1:.0f} in "
+            f"{cfg.grid.crs}); are they of the same area, and is the polygon file's CRS right?"
+        )
+    return cells, outside
+
+
+def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = False) -> TilingManifest:
+    """`rts tile`: cut ``cfg.scenes`` and ``cfg.polygons`` into the tile layout under ``output`` (module docstring).
+
+    Every input is checked before a tile is written; a re-run resumes (finished tiles kept); ``tiling.json``
+    is written last.
+
+    Raises:
+        TilingError: a scene without CRS or with unusable bands, a polygon column that does not exist, no overlap
+            between polygons and scenes, a region in no split, an output that is not ours.
+        LabelPolygonError: a polygon file without CRS (not GeoJSON) or unreadable.
+    """
+    root = Path(output)
+    datasets = _Datasets()
+    try:
+        scenes = check_scenes(cfg, datasets)
+        inventory = read_inventory(cfg)
+        region_of = RegionOf(cfg, inventory)
+        cells, outside = _plan(cfg, scenes, inventory)
+        prepare_output(root, fingerprint(cfg), overwrite=overwrite)
+        records, resumed, empty, outside_regions = [], 0, 0, 0
+        for k, cell in enumerate(cells):
+            touching = inventory.touching(cell)
+            region = region_of(cell, touching)
+            if region is None:
+                if touching:
+                    raise TilingError(
+                        f"{cfg.regions.path}: tile {cell.tile_id} holds RTS {[inventory.uids[i] for i in touching]} "
+                        "but its centre lies in no region polygon; extend the regions"
+                    )
+                outside_regions += 1
+                continue
+            record = _complete(root, cell.tile_id)
+            if record is not None:
+                resumed += record["status"] == "written"
+            else:
+                record = _tile(root, cell, scenes, cfg, datasets, inventory, touching, region)
+                atomic_write_json(_record_path(root, cell.tile_id), record)
+            if record["status"] == "written":
+                records.append(record)
+            else:
+                empty += 1
+            if (k + 1) % 100 == 0:
+                log.info("rts tile: %d of %d grid cells done (%d tiles)", k + 1, len(cells), len(records))
+    finally:
+        datasets.close()
+    regions = Counter(r["row"]["RegionName"] for r in records)
+    _check_splits(cfg, set(regions))
+    if not records:
+        raise TilingError(f"no tile of {len(cells)} grid cells has a valid pixel in the scenes {cfg.scenes}")
+    atomic_write_text(root / METADATA_CSV, _metadata_csv(records))
+    if cfg.splits is not None:
+        import yaml
+
+        atomic_write_text(root / SPLITS_YAML, yaml.safe_dump(cfg.splits, sort_keys=False))
+    labelled = {u for r in records for u in r["uids"]}
+    n_pos = sum(r["row"]["TrainClass"] == "positive" for r in records)
+    manifest = TilingManifest(
+        output=str(root),
+        config_fingerprint=fingerprint(cfg),
+        config=cfg.model_dump(mode="json"),
+        scenes=[str(s.path) for s in scenes],
+        extra_bands=[e.name for e in cfg.extra],
+        regions=dict(sorted(regions.items())),
+        counts=TilingCounts(
+            candidate_tiles=len(cells),
+            tiles=len(records),
+            positive=n_pos,
+            negative=len(records) - n_pos,
+            skipped_no_valid_pixels=empty,
+            skipped_outside_regions=outside_regions,
+            polygons=len(inventory.geoms),
+            polygons_labelled=len(labelled),
+            polygons_outside_scenes=outside,
+        ),
+        resumed_tiles=resumed,
+    )
+    atomic_write_json(root / MANIFEST_JSON, manifest.model_dump(mode="json"))
+    return manifest
+
+
+def _tile(
+    root: Path,
+    cell: GridCell,
+    scenes: list[Scene],
+    cfg: TilingConfig,
+    datasets: _Datasets,
+    inventory: Inventory,
+    touching: list[int],
+    region: str,
+) -> dict[str, Any]:
+    """Render and write one tile; its record (status written or empty)."""
+    px = render_pixels(cell, scenes, cfg, datasets)
+    if px is None:
+        return {"tile_id": cell.tile_id, "status": "empty", "files": {}}
+    label, uids = tile_labels(cell, inventory, touching, px.valid)
+    files = _write_tile(root, cell, px, label, cfg)
+    lon, lat = _lonlat(cell, cfg.grid.crs)
+    positive = bool((label == 1).any())
+    row = {
+        "Tile_id": cell.tile_id,
+        "centroid_lat": f"{lat:.6f}",
+        "centroid_lon": f"{lon:.6f}",
+        "TrainClass": "positive" if positive else "negative",
+        "RegionName": region,
+        "UIDs": ";".join(uids),
+    }
+    return {"tile_id": cell.tile_id, "status": "written", "files": files, "row": row, "uids": uids}
+
+
+def iter_records(root: Path) -> Iterator[dict[str, Any]]:
+    """The tile records of a tiling output (finished tiles), for inspection and tests."""
+    for p in sorted((root / STATE_DIR / "tiles").glob("*.json")):
+        yield json.loads(p.read_text())

@@ -1,0 +1,636 @@
+"""`rts tile`: scenes in EPSG:32606 (UTM 6N, Alaska) and a GeoPackage of RTS polygons in EPSG:4326 -> tiles."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import rasterio
+import shapely
+import yaml
+from rasterio.enums import ColorInterp
+from rasterio.features import rasterize
+from rasterio.transform import from_origin
+from rasterio.warp import transform_geom
+
+from flows.cli import main
+from rtscore.config.base import ConfigError, parse_config
+from rtscore.config.tiling import TilingConfig, load_tiling_config
+from rtscore.data import tiling
+from rtscore.data.tiling import TilingError, tile_scenes
+from rtscore.data.vector_labels import LabelPolygonError
+
+UTM = "EPSG:32606"
+X0, Y0 = 500_000.0, 7_210_000.0  # upper-left corner of scene A, ~65° N 147° W
+GSD = 3.0  # scene pixel size (m)
+SIZE = 200  # scene pixels per side in the unit tests
+PX = 9.54  # tile pixel size (EPSG:3857 m): 4.0 m on the ground at 65° N
+TILE = 64
+
+
+def blob(cx: float, cy: float, r: float, seed: int, n: int = 24) -> shapely.Polygon:
+    """An irregular RTS-like outline around (cx, cy) (UTM m) of mean radius r."""
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0, 2 * np.pi, n, endpoint=False)
+    rr = r * (1 + 0.2 * np.sin(3 * t + rng.uniform(0, 6)) + 0.05 * rng.standard_normal(n))
+    return shapely.Polygon(np.c_[cx + rr * np.cos(t), cy + 0.8 * rr * np.sin(t)])
+
+
+def write_scene(
+    path: Path,
+    x0: float,
+    polygons: list[shapely.Polygon],
+    *,
+    size: int = SIZE,
+    alpha: bool = True,
+    nir: bool = False,
+    nir_hole: bool = True,
+    nodata_cols: int = 0,
+    seed: int = 0,
+    dtype: str = "uint8",
+    crs: str | None = UTM,
+) -> Path:
+    """A textured scene with the polygons painted bright; RGB + alpha (+ NIR), or RGB with nodata 0."""
+    rng = np.random.default_rng(seed)
+    transform = from_origin(x0, Y0, GSD, GSD)
+    yy, xx = np.mgrid[0:size, 0:size]
+    base = 90 + 25 * np.sin(xx / 7.0 + seed) * np.cos(yy / 11.0)
+    rgb = np.stack([base + rng.normal(0, 6, (size, size)) + d for d in (0, 8, -6)])
+    inside = rasterize([shapely.geometry.mapping(p) for p in polygons], (size, size), transform=transform) > 0
+    rgb[:, inside] = np.array([205.0, 170.0, 140.0])[:, None] + rng.normal(0, 5, (3, int(inside.sum())))
+    rgb = np.clip(rgb, 20, 250).astype(np.uint8)
+    valid = np.ones((size, size), bool)
+    valid[:, :nodata_cols] = False
+    rgb[:, ~valid] = 0
+    bands = [rgb]
+    interp = ["red", "green", "blue"]
+    kw: dict[str, Any] = {}
+    if alpha:
+        bands.append(np.where(valid, 255, 0).astype(np.uint8)[None])
+        interp.append("alpha")
+    else:
+        kw["nodata"] = 0
+    if nir:
+        n = np.clip(150 - 60 * inside + rng.normal(0, 5, (size, size)), 1, 255).astype(np.uint8)
+        if nir_hole:
+            n[:3, :3] = 0  # nir + red == 0 here: NDVI undefined
+            rgb[0, :3, :3] = 0
+        bands.append(np.where(valid, n, 0)[None].astype(np.uint8))
+        interp.append("undefined")
+    data = np.concatenate(bands).astype(dtype)
+    profile = {"driver": "GTiff", "height": size, "width": size, "count": data.shape[0], "dtype": dtype}
+    if crs is not None:
+        profile.update(crs=crs, transform=transform)
+    with rasterio.open(path, "w", **profile, **kw) as f:
+        f.write(data)
+        f.colorinterp = [ColorInterp[c] for c in interp]
+    return path
+
+
+def write_gpkg(path: Path, polygons: list[shapely.Polygon], regions: list[str], crs: str | None = "EPSG:4326") -> Path:
+    """The inventory as a GeoPackage in EPSG:4326 (pyogrio.raw.write; geopandas is not a dependency)."""
+    import pyogrio
+
+    geoms = [shapely.geometry.shape(transform_geom(UTM, crs or UTM, shapely.geometry.mapping(p))) for p in polygons]
+    uids = np.array([f"RTS-{i:03d}" for i in range(len(polygons))], dtype=object)
+    pyogrio.raw.write(
+        path,
+        geometry=np.array([shapely.to_wkb(g) for g in geoms], dtype=object),
+        field_data=[uids, np.array(regions, dtype=object)],
+        fields=["UID", "Region"],
+        crs=crs,
+        driver="GPKG",
+        geometry_type="Polygon",
+    )
+    return path
+
+
+def base_config(tmp: Path, **over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "scenes": ["scenes/*.tif"],
+        "polygons": {"path": "rts.gpkg", "id_column": "UID"},
+        "regions": {"column": "Region"},
+        "grid": {"pixel_size": PX, "tile_size": TILE},
+        "output": "tiles",
+    }
+    doc.update(over)
+    return doc
+
+
+def config(tmp: Path, **over: Any) -> TilingConfig:
+    path = tmp / "tile.yaml"
+    path.write_text(yaml.safe_dump(base_config(tmp, **over)))
+    return load_tiling_config(path)
+
+
+POLYS = [blob(X0 + 150, Y0 - 150, 45, 1), blob(X0 + 420, Y0 - 330, 60, 2), blob(X0 + 300, Y0 - 500, 35, 3)]
+
+
+@pytest.fixture
+def mosaic(tmp_path: Path) -> Path:
+    """Scene A (alpha band) and scene B east of it (nodata mask), polygons in both, inventory in EPSG:4326."""
+    (tmp_path / "scenes").mkdir()
+    east = X0 + SIZE * GSD
+    polys = [*POLYS, blob(east + 200, Y0 - 250, 50, 4), blob(east - 20, Y0 - 420, 50, 5)]  # the last on the seam
+    write_scene(tmp_path / "scenes" / "a.tif", X0, polys, seed=1)
+    write_scene(tmp_path / "scenes" / "b.tif", east, polys, alpha=False, seed=2)
+    write_gpkg(tmp_path / "rts.gpkg", polys, ["west", "west", "west", "east", "east"])
+    return tmp_path
+
+
+def read_tif(path: Path) -> tuple[np.ndarray, Any]:
+    with rasterio.open(path) as f:
+        return f.read(), f
+
+
+def metadata(root: Path) -> list[dict[str, str]]:
+    with open(root / "metadata.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# ------------------------------------------------------------------------------------------------ the layout
+
+
+def test_layout_files_georeferencing_and_metadata(mosaic: Path) -> None:
+    cfg = config(mosaic)
+    out = tile_scenes(cfg, cfg.output or "")
+    root = Path(cfg.output or "")
+    rows = metadata(root)
+    assert list(rows[0]) == ["Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs"]
+    assert out.counts.tiles == len(rows) > 0 and out.counts.positive == sum(r["TrainClass"] == "positive" for r in rows)
+    for r in rows:
+        with rasterio.open(root / "PLANET-RGB" / f"{r['Tile_id']}.tif") as f:
+            assert f.crs.to_string() == "EPSG:3857" and (f.height, f.width) == (TILE, TILE)
+            assert [c.name for c in f.colorinterp] == ["red", "green", "blue", "alpha"]
+            assert f.dtypes == ("uint8",) * 4 and f.compression.name == "lzw"
+            t = f.transform
+            span = TILE * PX
+            assert t.a == PX and t.e == -PX
+            assert math.isclose(t.c / span, round(t.c / span), abs_tol=1e-9), "anchored at the CRS origin"
+            assert math.isclose(t.f / span, round(t.f / span), abs_tol=1e-9)
+            lon, lat = float(r["centroid_lon"]), float(r["centroid_lat"])
+            assert 64.9 < lat < 65.1 and -147.1 < lon < -146.9
+        label, _ = read_tif(root / "labels" / f"{r['Tile_id']}.tif")
+        assert set(np.unique(label)) <= {0, 1, 255}
+        assert (r["TrainClass"] == "positive") == bool((label == 1).any())
+        assert (r["UIDs"] != "") == (r["TrainClass"] == "positive")
+    assert (
+        out.counts.polygons == 5
+        and out.counts.polygons_labelled == len({u for r in rows for u in r["UIDs"].split(";") if u}) >= 1
+    )
+    manifest = json.loads((root / "tiling.json").read_text())
+    assert manifest["counts"]["tiles"] == len(rows) and manifest["scenes"][0].endswith("a.tif")
+
+
+def test_tiles_line_up_across_two_scenes_and_the_first_valid_pixel_wins(mosaic: Path) -> None:
+    both = tile_scenes(config(mosaic), mosaic / "both")
+    only_a = tile_scenes(config(mosaic, scenes=["scenes/a.tif"], output="a"), mosaic / "a")
+    only_b = tile_scenes(config(mosaic, scenes=["scenes/b.tif"], output="b"), mosaic / "b")
+    ids = {p: {r["Tile_id"] for r in metadata(mosaic / p)} for p in ("both", "a", "b")}
+    seam = ids["a"] & ids["b"]
+    assert seam, "tiles of the two scenes share grid cells along the seam"
+    assert ids["both"] == ids["a"] | ids["b"] and both.counts.tiles == len(ids["both"])
+    assert only_a.counts.tiles + only_b.counts.tiles - len(seam) == both.counts.tiles
+    for tid in seam:
+        mixed, fm = read_tif(mosaic / "both" / "PLANET-RGB" / f"{tid}.tif")
+        a, fa = read_tif(mosaic / "a" / "PLANET-RGB" / f"{tid}.tif")
+        b, fb = read_tif(mosaic / "b" / "PLANET-RGB" / f"{tid}.tif")
+        assert fm.transform == fa.transform == fb.transform, "one fixed grid"
+        va, vb = a[3] > 0, b[3] > 0
+        np.testing.assert_array_equal(mixed[3] > 0, va | vb)
+        np.testing.assert_array_equal(mixed[:3][:, va], a[:3][:, va])  # scene A first: its valid pixels win
+        only_in_b = vb & ~va
+        np.testing.assert_array_equal(mixed[:3][:, only_in_b], b[:3][:, only_in_b])
+    inner = sorted(ids["a"] - seam)[0]  # a tile scene A alone covers: the same bytes with or without scene B
+    np.testing.assert_array_equal(
+        read_tif(mosaic / "both" / "PLANET-RGB" / f"{inner}.tif")[0],
+        read_tif(mosaic / "a" / "PLANET-RGB" / f"{inner}.tif")[0],
+    )
+
+
+def test_rgb_is_resampled_bilinear_and_validity_nearest(tmp_path: Path) -> None:
+    (tmp_path / "scenes").mkdir()
+    write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, nodata_cols=60, seed=3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    cfg = config(tmp_path)
+    tile_scenes(cfg, tmp_path / "tiles")
+    for r in metadata(tmp_path / "tiles"):
+        px, _ = read_tif(tmp_path / "tiles" / "PLANET-RGB" / f"{r['Tile_id']}.tif")
+        valid = px[3] > 0
+        assert (px[:3][:, ~valid] == 0).all() and set(np.unique(px[3])) <= {0, 255}
+        # no NoData (0) bled into valid pixels at the edge of the NoData area: the scene's valid values are >= 20
+        assert (px[:3][:, valid] >= 20).all()
+
+
+def test_an_rts_running_into_nodata_is_ignore_and_nodata_is_ignore(tmp_path: Path) -> None:
+    (tmp_path / "scenes").mkdir()
+    into_nodata = blob(X0 + 45, Y0 - 420, 40, 2)  # its west part lies in the scene's NoData columns
+    write_scene(tmp_path / "scenes" / "a.tif", X0, [into_nodata], nodata_cols=20, seed=4)
+    write_gpkg(tmp_path / "rts.gpkg", [into_nodata], ["r"])
+    cfg = config(tmp_path)
+    tile_scenes(cfg, tmp_path / "tiles")
+    geom = transform_geom(UTM, "EPSG:3857", shapely.geometry.mapping(into_nodata))
+    touched = 0
+    for r in metadata(tmp_path / "tiles"):
+        label, f = read_tif(tmp_path / "tiles" / "labels" / f"{r['Tile_id']}.tif")
+        alpha = read_tif(tmp_path / "tiles" / "PLANET-RGB" / f"{r['Tile_id']}.tif")[0][3]
+        assert (label[0][alpha == 0] == 255).all(), "NoData is ignore"
+        inside = rasterize([geom], (TILE, TILE), transform=f.transform) > 0
+        if inside.any():
+            touched += 1
+            assert (label[0][inside] == 255).all(), "an RTS not wholly observed is ignore, like one cut by the edge"
+            assert r["UIDs"] == "" and r["TrainClass"] == "negative"
+    assert touched >= 1
+
+
+def test_partial_object_on_a_tile_edge_is_255_in_both_tiles(tmp_path: Path) -> None:
+    """An RTS centred on a grid line of the tile grid: 255 on both sides; a small one inside a tile: 1."""
+    from rasterio.warp import transform as warp_points
+
+    span = TILE * PX
+    # a grid line (EPSG:3857 x = k * span) inside the scene, mapped back to UTM for the polygon
+    sx, sy = warp_points(UTM, "EPSG:3857", [X0 + 300], [Y0 - 300])
+    gx = math.floor(sx[0] / span) * span
+    ux, uy = warp_points("EPSG:3857", UTM, [gx], [sy[0]])
+    cx, cy = warp_points("EPSG:3857", UTM, [gx + span / 2], [math.floor(sy[0] / span) * span + span / 2])
+    edge, whole = blob(ux[0], uy[0], 40, 7), blob(cx[0], cy[0], 15, 8)
+    (tmp_path / "scenes").mkdir()
+    write_scene(tmp_path / "scenes" / "a.tif", X0, [edge, whole], seed=5)
+    write_gpkg(tmp_path / "rts.gpkg", [edge, whole], ["r", "r"])
+    cfg = config(tmp_path)
+    tile_scenes(cfg, tmp_path / "tiles")
+    values: dict[int, list[set[int]]] = {0: [], 1: []}
+    for r in metadata(tmp_path / "tiles"):
+        label, f = read_tif(tmp_path / "tiles" / "labels" / f"{r['Tile_id']}.tif")
+        for k, p in enumerate((edge, whole)):
+            inside = direct_labels([p], f.transform)[0]
+            if inside.any():
+                values[k].append(set(np.unique(label[0][inside]).tolist()))
+                if k == 1:
+                    assert r["UIDs"] == "RTS-001" and r["TrainClass"] == "positive"
+    assert len(values[0]) == 2 and values[0] == [{255}, {255}]
+    assert values[1] == [{1}]
+
+
+def test_tiles_without_valid_pixels_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / "scenes").mkdir()
+    write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS[1:], nodata_cols=SIZE - 40, seed=6)  # 40 valid columns
+    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:], ["r", "r"])
+    cfg = config(tmp_path)
+    out = tile_scenes(cfg, tmp_path / "tiles")
+    assert out.counts.skipped_no_valid_pixels > 0
+    assert out.counts.tiles + out.counts.skipped_no_valid_pixels == out.counts.candidate_tiles
+    written = {p.stem for p in (tmp_path / "tiles" / "PLANET-RGB").glob("*.tif")}
+    assert written == {r["Tile_id"] for r in metadata(tmp_path / "tiles")}
+    for tid in written:
+        assert (read_tif(tmp_path / "tiles" / "PLANET-RGB" / f"{tid}.tif")[0][3] > 0).any()
+
+
+def test_a_killed_run_resumes_and_redoes_only_unfinished_tiles(mosaic: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config(mosaic)
+    root = mosaic / "tiles"
+    real = tiling._tile
+    calls: list[str] = []
+
+    def dies_after_five(*args: Any, **kw: Any) -> dict[str, Any]:
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # the kill
+        calls.append(args[1].tile_id)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tiling, "_tile", dies_after_five)
+    with pytest.raises(KeyboardInterrupt):
+        tile_scenes(cfg, root)
+    assert not (root / "metadata.csv").exists() and not (root / "tiling.json").exists()
+    monkeypatch.setattr(tiling, "_tile", real)
+    first = tile_scenes(cfg, root)
+    assert first.resumed_tiles == sum(
+        r["status"] == "written" for r in tiling.iter_records(root) if r["tile_id"] in calls
+    )
+    reference = {p.relative_to(root): p.read_bytes() for p in root.rglob("*.tif")}
+    csv_before = (root / "metadata.csv").read_text()
+
+    # a kill mid-file leaves a temp file; a lost file makes its tile incomplete
+    rows = metadata(root)
+    victim = rows[len(rows) // 2]["Tile_id"]
+    (root / "labels" / f"{victim}.tif").unlink()
+    stray = root / "PLANET-RGB" / f".{rows[0]['Tile_id']}.tif.tmp-deadbeef"
+    stray.write_bytes(b"half")
+    redone: list[str] = []
+
+    def counting(*args: Any, **kw: Any) -> dict[str, Any]:
+        redone.append(args[1].tile_id)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tiling, "_tile", counting)
+    again = tile_scenes(cfg, root)
+    assert redone == [victim] and again.resumed_tiles == first.counts.tiles - 1
+    assert not stray.exists()
+    assert {p.relative_to(root): p.read_bytes() for p in root.rglob("*.tif")} == reference
+    assert (root / "metadata.csv").read_text() == csv_before
+
+
+def test_other_settings_into_the_same_output_are_refused_unless_overwrite(mosaic: Path) -> None:
+    cfg = config(mosaic)
+    tile_scenes(cfg, mosaic / "tiles")
+    other = config(mosaic, grid={"pixel_size": 2 * PX, "tile_size": TILE})
+    with pytest.raises(TilingError, match="tiled with other settings .* --overwrite"):
+        tile_scenes(other, mosaic / "tiles")
+    out = tile_scenes(other, mosaic / "tiles", overwrite=True)
+    assert out.resumed_tiles == 0 and out.counts.tiles == len(metadata(mosaic / "tiles"))
+    (mosaic / "mine").mkdir()
+    (mosaic / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(TilingError, match="not written by rts tile"):
+        tile_scenes(cfg, mosaic / "mine", overwrite=True)
+    assert (mosaic / "mine" / "notes.txt").exists()
+
+
+# ------------------------------------------------------------------------------------------------ EXTRA bands
+
+
+def test_ndvi_from_scene_bands_and_a_companion_dem_in_another_crs(tmp_path: Path) -> None:
+    (tmp_path / "scenes").mkdir()
+    write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, nir=True, seed=7)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    dem = tmp_path / "dem.tif"  # a DEM in lon/lat: elevation = 1000 * (lon + 148)
+    lon0, lat0, res = -147.1, 65.1, 0.0005
+    lon = lon0 + res * (np.arange(400) + 0.5)
+    profile = {"driver": "GTiff", "height": 400, "width": 400, "count": 1, "dtype": "float32", "crs": "EPSG:4326"}
+    with rasterio.open(dem, "w", **profile, transform=from_origin(lon0, lat0, res, res)) as f:
+        f.write(np.tile(1000 * (lon + 148), (400, 1)).astype(np.float32)[None])
+    extra = [
+        {"name": "ndvi", "kind": "ndvi", "nir": {"band": 4}, "red": {"band": 0}},
+        {"name": "dem", "kind": "band", "band": {"path": "dem.tif", "band": 0}},
+    ]
+    cfg = config(tmp_path, extra=extra)
+    out = tile_scenes(cfg, tmp_path / "tiles")
+    assert out.extra_bands == ["ndvi", "dem"]
+    nan_seen = False
+    for r in metadata(tmp_path / "tiles"):
+        with rasterio.open(tmp_path / "tiles" / "EXTRA" / f"{r['Tile_id']}.tif") as f:
+            ex = f.read()
+            assert f.dtypes == ("float32", "float32") and math.isnan(f.nodata) and f.descriptions == ("ndvi", "dem")
+            t = f.transform
+        alpha = read_tif(tmp_path / "tiles" / "PLANET-RGB" / f"{r['Tile_id']}.tif")[0][3] > 0
+        nd = ex[0][alpha]
+        finite = np.isfinite(nd)
+        nan_seen |= not finite.all()
+        assert (np.abs(nd[finite]) <= 1).all()
+        assert (ex[:, ~alpha] == 0).all(), "NoData pixels hold 0"
+        # the DEM follows longitude: check the tile centre
+        from rasterio.warp import transform as warp_points
+
+        row, col = np.argwhere(alpha)[len(np.argwhere(alpha)) // 2]
+        cx, cy = t * (col + 0.5, row + 0.5)
+        (clon,), _ = warp_points("EPSG:3857", "EPSG:4326", [cx], [cy])
+        assert abs(ex[1][row, col] - 1000 * (clon + 148)) < 0.5
+    assert nan_seen, "NDVI is NaN (declared nodata) where nir + red is 0"
+
+
+def test_ndvi_is_nan_safe() -> None:
+    nir = np.array([0.0, 10.0, np.nan, 5.0], np.float32)
+    red = np.array([0.0, 0.0, 1.0, 5.0], np.float32)
+    out = tiling.ndvi(nir, red)
+    assert out.dtype == np.float32 and math.isnan(out[0]) and out[1] == 1.0 and math.isnan(out[2]) and out[3] == 0
+
+
+# ------------------------------------------------------------------------------------------------ regions
+
+
+def test_regions_from_a_region_polygon_file(mosaic: Path) -> None:
+    import pyogrio
+
+    east = X0 + SIZE * GSD
+    west_box = shapely.box(X0 - 100, Y0 - SIZE * GSD - 100, east, Y0 + 100)
+    east_box = shapely.box(east, Y0 - 300, east + SIZE * GSD + 100, Y0 + 100)  # leaves the south-east out
+    geoms = [
+        shapely.geometry.shape(transform_geom(UTM, "EPSG:4326", shapely.geometry.mapping(b)))
+        for b in (west_box, east_box)
+    ]
+    pyogrio.raw.write(
+        mosaic / "regions.gpkg",
+        geometry=np.array([shapely.to_wkb(g) for g in geoms], dtype=object),
+        field_data=[np.array(["tundra west", "tundra east"], dtype=object)],
+        fields=["name"],
+        crs="EPSG:4326",
+        driver="GPKG",
+        geometry_type="Polygon",
+    )
+    polys = [*POLYS, blob(east + 200, Y0 - 150, 50, 4)]
+    write_gpkg(mosaic / "rts.gpkg", polys, ["x"] * 4)
+    cfg = config(mosaic, regions={"path": "regions.gpkg", "name_column": "name"})
+    out = tile_scenes(cfg, mosaic / "tiles")
+    assert set(out.regions) == {"tundra west", "tundra east"} and out.counts.skipped_outside_regions > 0
+    assert out.counts.tiles + out.counts.skipped_outside_regions + out.counts.skipped_no_valid_pixels == (
+        out.counts.candidate_tiles
+    )
+    write_gpkg(mosaic / "rts.gpkg", [*polys, blob(east + 400, Y0 - 500, 40, 9)], ["x"] * 5)  # in no region
+    with pytest.raises(TilingError, match=r"regions.gpkg: tile c-?\d+_r\d+ holds RTS \['RTS-004'\] .* no region"):
+        tile_scenes(cfg, mosaic / "tiles2")
+
+
+def test_splits_yaml_is_written_and_a_region_in_no_split_is_refused(mosaic: Path) -> None:
+    cfg = config(mosaic, splits={"train": ["west"], "test": ["east"]})
+    tile_scenes(cfg, mosaic / "tiles")
+    assert yaml.safe_load((mosaic / "tiles" / "splits.yaml").read_text()) == {"train": ["west"], "test": ["east"]}
+    bad = config(mosaic, splits={"train": ["west"], "test": ["East"]}, output="t2")
+    with pytest.raises(TilingError, match=r"region\(s\) \['east'\] of the tiles are in no split"):
+        tile_scenes(bad, mosaic / "t2")
+    assert not (mosaic / "t2" / "metadata.csv").exists()
+
+
+# ------------------------------------------------------------------------------------------------ errors
+
+
+def test_a_scene_without_crs_is_refused_naming_the_file(mosaic: Path) -> None:
+    write_scene(mosaic / "scenes" / "c.tif", X0, POLYS, crs=None)
+    with pytest.raises(TilingError, match=r"c\.tif: has no CRS"):
+        tile_scenes(config(mosaic), mosaic / "tiles")
+    assert not (mosaic / "tiles").exists()
+
+
+def test_uint16_and_unmapped_four_band_scenes_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "scenes").mkdir()
+    write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, dtype="uint16")
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    with pytest.raises(TilingError, match=r"a\.tif: RGB bands are uint16"):
+        tile_scenes(config(tmp_path), tmp_path / "tiles")
+    data = np.full((4, SIZE, SIZE), 50, np.uint8)  # B, G, R, NIR, no colour interpretation (Planet analytic order)
+    profile = {"driver": "GTiff", "height": SIZE, "width": SIZE, "count": 4, "dtype": "uint8", "crs": UTM}
+    with rasterio.open(tmp_path / "scenes" / "a.tif", "w", **profile, transform=from_origin(X0, Y0, GSD, GSD)) as f:
+        f.write(data)
+        f.colorinterp = [ColorInterp.gray, *[ColorInterp.undefined] * 3]
+    with pytest.raises(TilingError, match=r"a\.tif: 4 bands .* rgb_bands"):
+        tile_scenes(config(tmp_path), tmp_path / "tiles")
+    mapped = tile_scenes(config(tmp_path, rgb_bands={"rgb": [2, 1, 0], "alpha": None}), tmp_path / "tiles")
+    assert mapped.counts.tiles > 0
+
+
+def test_polygons_without_crs_are_refused_naming_the_file(mosaic: Path) -> None:
+    write_gpkg(mosaic / "rts.gpkg", POLYS, ["r"] * 3, crs=None)
+    with pytest.raises(LabelPolygonError, match=r"rts\.gpkg: declares no CRS"):
+        tile_scenes(config(mosaic), mosaic / "tiles")
+
+
+def test_polygons_that_overlap_no_scene_are_refused(mosaic: Path) -> None:
+    far = [shapely.affinity.translate(p, 50_000, 0) for p in POLYS]
+    write_gpkg(mosaic / "rts.gpkg", far, ["r"] * 3)
+    with pytest.raises(TilingError, match=r"rts\.gpkg: none of its 3 polygons overlaps the 2 scene\(s\)"):
+        tile_scenes(config(mosaic), mosaic / "tiles")
+    assert not (mosaic / "tiles").exists()
+
+
+def test_unknown_columns_are_refused_naming_the_file_and_its_columns(mosaic: Path) -> None:
+    with pytest.raises(TilingError, match=r"regions.column: column 'region' is not in .*rts\.gpkg; its columns are"):
+        tile_scenes(config(mosaic, regions={"column": "region"}), mosaic / "tiles")
+    with pytest.raises(TilingError, match=r"polygons.id_column: column 'id'"):
+        tile_scenes(config(mosaic, polygons={"path": "rts.gpkg", "id_column": "id"}), mosaic / "tiles")
+
+
+def test_config_rules() -> None:
+    with pytest.raises(ConfigError, match="regions: give exactly one of column, path, name"):
+        parse_config(TilingConfig, {"scenes": ["a.tif"], "polygons": {"path": "p"}, "regions": {}})
+    with pytest.raises(ConfigError, match=r"extra\[0\]: kind 'ndvi' takes exactly \['nir', 'red'\]"):
+        parse_config(
+            TilingConfig,
+            {
+                "scenes": ["a.tif"],
+                "polygons": {"path": "p"},
+                "regions": {"name": "r"},
+                "extra": [{"name": "n", "kind": "ndvi"}],
+            },
+        )
+    with pytest.raises(ConfigError, match="grid.crs: must be a projected CRS"):
+        parse_config(
+            TilingConfig,
+            {"scenes": ["a"], "polygons": {"path": "p"}, "regions": {"name": "r"}, "grid": {"crs": "EPSG:4326"}},
+        )
+    cfg = parse_config(TilingConfig, {"scenes": ["a"], "polygons": {"path": "p"}, "regions": {"name": "r"}})
+    assert (cfg.grid.crs, cfg.grid.pixel_size, cfg.grid.tile_size, cfg.resampling) == (
+        "EPSG:3857",
+        4.77,
+        512,
+        "bilinear",
+    )
+
+
+def test_cli_tiles_and_errors_are_one_line(mosaic: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (mosaic / "tile.yaml").write_text(yaml.safe_dump(base_config(mosaic)))
+    assert main(["tile", "--config", str(mosaic / "tile.yaml"), "--output", str(mosaic / "cli")]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {mosaic / 'cli'}" in out and "positive" in out
+    assert (mosaic / "cli" / "metadata.csv").is_file() and not (mosaic / "tiles").exists()
+    write_gpkg(mosaic / "rts.gpkg", POLYS, ["r"] * 3)
+    (mosaic / "tile.yaml").write_text(yaml.safe_dump(base_config(mosaic, regions={"column": "Regoin"})))
+    assert main(["tile", "--config", str(mosaic / "tile.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rts tile: error: regions.column: column 'Regoin' is not in" in err
+
+
+def test_the_example_config_loads_with_paths_relative_to_it() -> None:
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_tiling_config(root / "configs" / "tile_example.yaml")
+    assert cfg.output == str(root / "configs" / ".." / "data" / "my-tiles")
+    assert [e.name for e in cfg.extra] == ["ndvi"] and cfg.grid.pixel_size == 4.77 and cfg.grid.tile_size == 512
+
+
+# ------------------------------------------------------------------------------------------------ acceptance
+
+MOSAIC = 400  # scene pixels per side: two scenes of 1.2 km at 3 m
+
+
+def mosaic_polygons() -> tuple[list[shapely.Polygon], list[str]]:
+    """RTS outlines on a jittered grid over both scenes, and their regions: four stripes west to east."""
+    rng = np.random.default_rng(12)
+    polys, regions = [], []
+    for i, cx in enumerate(np.arange(150.0, 2 * MOSAIC * GSD - 100, 300.0)):
+        for j, cy in enumerate(np.arange(150.0, MOSAIC * GSD - 100, 300.0)):
+            if (i + j) % 2:
+                continue
+            x, y = X0 + cx + rng.uniform(-40, 40), Y0 - cy + rng.uniform(-40, 40)
+            polys.append(blob(x, y, rng.uniform(22, 40), seed=100 * i + j))
+            stripe = int(cx // (MOSAIC * GSD / 2))
+            regions.append(["north slope", "brooks foothills", "yukon flats", "seward lowland"][stripe])
+    return polys, regions
+
+
+def direct_labels(polys: list[shapely.Polygon], transform: Any) -> list[np.ndarray]:
+    """Each polygon reprojected from UTM to EPSG:3857 and rasterised straight onto a tile's grid."""
+    return [
+        rasterize([transform_geom(UTM, "EPSG:3857", shapely.geometry.mapping(p))], (TILE, TILE), transform=transform)
+        > 0
+        for p in polys
+    ]
+
+
+def geotiff_generation(split: str, root: Path) -> dict[str, Any]:
+    """A generation config (as YAML data) ingesting ``split`` of the tiled data root with its NDVI band."""
+    geotiff = {"data_root": str(root), "extra_channels": [{"name": "ndvi", "band": 0}]}
+    return {"split": split, "tile_size": TILE, "source": "geotiff", "store": {"shard_tiles": 8}, "geotiff": geotiff}
+
+
+@pytest.mark.slow
+def test_rts_tile_to_ingestion_to_a_package(prefect_harness: None, tmp_path: Path) -> None:
+    """Issue 12 acceptance: a UTM scene mosaic and a GeoPackage in EPSG:4326 -> rts tile -> rts generate --source
+    geotiff gives labels matching the polygons rasterised directly (IoU >= 0.98 per object) -> rts run packages."""
+    from rtscore.data.store import ZarrTileStore
+    from tests.flows.configs import tiny_training_config, write_config
+
+    polys, regions = mosaic_polygons()
+    (tmp_path / "scenes").mkdir()
+    east = X0 + MOSAIC * GSD
+    write_scene(tmp_path / "scenes" / "a.tif", X0, polys, size=MOSAIC, nir=True, nir_hole=False, seed=1)
+    write_scene(tmp_path / "scenes" / "b.tif", east, polys, size=MOSAIC, nir=True, nir_hole=False, seed=2)
+    write_gpkg(tmp_path / "rts.gpkg", polys, regions)
+    splits = {"train": ["north slope", "brooks foothills"], "val": ["yukon flats"], "test": ["seward lowland"]}
+    extra = [{"name": "ndvi", "kind": "ndvi", "nir": {"band": 4}, "red": {"band": 0}}]
+    doc = base_config(tmp_path, splits=splits, extra=extra)
+    (tmp_path / "tile.yaml").write_text(yaml.safe_dump(doc))
+    assert main(["tile", "--config", str(tmp_path / "tile.yaml")]) == 0
+    root = tmp_path / "tiles"
+    rows = metadata(root)
+    assert {r["RegionName"] for r in rows} == set(regions)
+
+    # ingestion: every split through `rts generate --source geotiff`
+    stores = {}
+    for split in ("train", "val", "test"):
+        path = write_config(tmp_path / f"gen_{split}.yaml", geotiff_generation(split, root))
+        stores[split] = tmp_path / "stores" / f"{split}.zarr"
+        assert main(["generate", "--source", "geotiff", "--config", str(path), "--output", str(stores[split])]) == 0
+    inter = np.zeros(len(polys))
+    union = np.zeros(len(polys))
+    for store_path in stores.values():
+        store = ZarrTileStore(store_path)
+        for i in range(len(store)):
+            sample = store[i]
+            with rasterio.open(root / "PLANET-RGB" / f"{sample.tile_id}.tif") as f:
+                transform = f.transform
+            truth = direct_labels(polys, transform)
+            for k, t in enumerate(truth):
+                if not t.any():
+                    continue
+                others = np.any([u for j, u in enumerate(truth) if j != k], axis=0)
+                region = ~others & (sample.alpha > 0)
+                pred = (sample.label != 0) & region
+                inter[k] += (pred & t & region).sum()
+                union[k] += ((pred | t) & region).sum()
+                assert set(np.unique(sample.label[t])) <= {1, 255}
+    iou = inter / np.maximum(union, 1)
+    assert (union > 0).all(), "every polygon is in some ingested tile"
+    assert (iou >= 0.98).all(), dict(enumerate(np.round(iou, 4)))
+
+    # the quickstart-style pipeline on the layout, end to end
+    data = tiny_training_config([1])
+    data["data"]["tile_size"] = TILE
+    data["splits"]["min_val_regions"] = 1  # a 2.4 km mosaic: one val region
+    data["calibration"]["tta_candidates"] = ["none"]  # seconds, not minutes, on 2 cores
+    data["data"]["generation"] = {s: geotiff_generation(s, root) for s in ("train", "val", "test")}
+    pipeline = write_config(tmp_path / "pipeline.yaml", data)
+    run = tmp_path / "run"
+    assert main(["run", "--config", str(pipeline), "--run", str(run)]) == 0
+    assert (run / "package" / "weights.pth").is_file() and (run / "package" / "model_config.yaml").is_file()
