@@ -133,6 +133,10 @@ POLYS = [blob(X0 + 150, Y0 - 150, 45, 1), blob(X0 + 420, Y0 - 330, 60, 2), blob(
 
 @pytest.fixture
 def mosaic(tmp_path: Path) -> Path:
+    return mosaic_scenes(tmp_path)
+
+
+def mosaic_scenes(tmp_path: Path) -> Path:
     """Scene A (alpha band) and scene B east of it (nodata mask), polygons in both, inventory in EPSG:4326."""
     (tmp_path / "scenes").mkdir()
     east = X0 + SIZE * GSD

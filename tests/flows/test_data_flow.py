@@ -76,3 +76,29 @@ def test_data_pipeline_runs_caches_and_refreshes(prefect_harness: None, config_f
     import asyncio
 
     assert "data-pipeline" in asyncio.run(artifacts())
+
+
+@pytest.mark.slow
+def test_tile_scenes_flow_writes_the_layout_and_its_ui_artifact(prefect_harness: None, tmp_path: Path) -> None:
+    """The tile-scenes deployment's flow: the library's tiling, then a markdown artifact the UI shows."""
+    from prefect.client.orchestration import get_client
+
+    from flows.data import tile_scenes
+    from flows.params import TileParams
+    from tests.data.test_tiling import base_config, mosaic_scenes
+
+    mosaic_scenes(tmp_path)
+    (tmp_path / "tile.yaml").write_text(yaml.safe_dump(base_config(tmp_path)))
+    manifest = tile_scenes(TileParams(config=str(tmp_path / "tile.yaml"), output=str(tmp_path / "root")))
+    assert manifest.counts.tiles > 0 and (tmp_path / "root" / "metadata.csv").is_file()
+    again = tile_scenes(TileParams(config=str(tmp_path / "tile.yaml"), output=str(tmp_path / "root")))
+    assert again.resumed_tiles == manifest.counts.tiles
+
+    async def artifacts() -> list[str]:
+        async with get_client() as client:
+            return [a.data or "" for a in await client.read_artifacts() if (a.key or "").startswith("tile-scenes")]
+
+    import asyncio
+
+    shown = asyncio.run(artifacts())
+    assert shown and f"{manifest.counts.tiles} tiles ({manifest.counts.positive} positive" in shown[0]
