@@ -29,3 +29,4 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/data_bench.py
 	$(BIN)/python bench/train_bench.py
 	$(BIN)/python bench/calibration_bench.py
+	$(BIN)/python bench/predict_memory_bench.py

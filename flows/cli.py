@@ -49,6 +49,30 @@ def _local_output(value: str) -> str:
     return value
 
 
+def _rgb_bands(value: str) -> Any:
+    """argparse type of --rgb-bands ``r,g,b[,alpha]`` (0-based band indexes) -> a RasterBandMap."""
+    from pydantic import ValidationError
+
+    from rtscore.config.binding import RasterBandMap
+
+    try:
+        bands = [int(v) for v in value.split(",")]
+    except ValueError:
+        bands = []
+    if len(bands) not in (3, 4):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected r,g,b or r,g,b,alpha (0-based band indexes)")
+    try:
+        return RasterBandMap(rgb=bands[:3], alpha=bands[3] if len(bands) == 4 else None)
+    except ValidationError as err:
+        raise argparse.ArgumentTypeError(f"{value!r}: {err.errors()[0]['msg']}") from None
+
+
+RGB_BANDS_HELP = (
+    "0-based bands of R, G, B (and alpha) of input files laid out unlike the training rasters, e.g. 2,1,0 for "
+    "Planet's B,G,R,NIR (alpha from the dataset mask) or 2,1,0,3; default: the package's (by colour interpretation)"
+)
+
+
 def _run_location(value: str) -> str:
     """argparse type of --run of a pipeline command: a gs:// URI, or a local directory that can be written."""
     if value.startswith("gs://"):
@@ -262,17 +286,22 @@ def _predict(args: argparse.Namespace) -> int:
     Arguments: ``package`` (package dir), ``input`` (a .tif or a directory of .tif; ``*_extra.tif`` are EXTRA
     siblings), ``output`` (directory), ``stride`` (int or None: half a tile), ``device`` (default auto: the GPU
     when there is one, as calibration ran),
-    ``extra`` (optional EXTRA raster for a single input; default ``<stem>_extra.tif`` next to each input).
+    ``extra`` (optional EXTRA raster for a single input; default ``<stem>_extra.tif`` next to each input),
+    ``rgb_bands`` (a RasterBandMap replacing the package's band map, or None). Every input is checked against the
+    package's raster contract before the first is predicted.
     """
-    from rtscore.inference.predict import input_rasters, load_package, predict_raster
+    from rtscore.inference.predict import check_inputs, input_rasters, load_package, predict_raster
 
     files = input_rasters(args.input)
     extra = getattr(args, "extra", None)
+    bands = getattr(args, "rgb_bands", None)
     if extra and len(files) > 1:
         raise PipelineError("--extra needs a single --input raster (directories use <stem>_extra.tif)")
     pkg = load_package(args.package, device=getattr(args, "device", None) or "auto")
+    check_inputs(pkg, files, extra_tif=extra, rgb_bands=bands)  # every file, before any output is written
     for f in files:
-        out = predict_raster(pkg, f, args.output, stride=getattr(args, "stride", None), extra_tif=extra)
+        stride = getattr(args, "stride", None)
+        out = predict_raster(pkg, f, args.output, stride=stride, extra_tif=extra, rgb_bands=bands, check_finite=False)
         skipped = f" ({out.skipped_windows} full-NoData skipped)" if out.skipped_windows else ""
         print(
             f"{f.name}: {out.windows} windows{skipped}, {out.positive_pixels:,} of {out.valid_pixels:,} valid "
@@ -284,11 +313,12 @@ def _predict(args: argparse.Namespace) -> int:
 def _drift(args: argparse.Namespace) -> int:
     """`rts drift`: input drift of new imagery against the package's normalization stats; 1 on a blocker.
 
-    Arguments: ``package`` (package dir), ``input`` (a .tif or a directory of .tif), ``output`` (report dir).
+    Arguments: ``package`` (package dir), ``input`` (a .tif or a directory of .tif), ``output`` (report dir),
+    ``rgb_bands`` (a RasterBandMap replacing the package's band map, or None).
     """
     from rtscore.inference.drift import REPORT_MD, drift_report, render_markdown
 
-    report = drift_report(args.package, args.input, args.output)
+    report = drift_report(args.package, args.input, args.output, rgb_bands=getattr(args, "rgb_bands", None))
     print(render_markdown(report), end="")
     print(f"wrote {Path(args.output) / REPORT_MD}")
     return 0 if report["ok"] else 1
@@ -550,6 +580,7 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto (default: the GPU when there is one, as calibration ran), cpu, cuda or cuda:N",
     )
+    pr.add_argument("--rgb-bands", type=_rgb_bands, default=None, metavar="R,G,B[,ALPHA]", help=RGB_BANDS_HELP)
     pr.set_defaults(func=_predict)
 
     dr = sub.add_parser("drift", help="compare new imagery with the package's normalization stats (guide §4.1)")
@@ -560,6 +591,7 @@ def parser() -> argparse.ArgumentParser:
     dr.add_argument(
         "--output", type=_local_output, required=True, help="directory for drift_report.json and drift_report.md"
     )
+    dr.add_argument("--rgb-bands", type=_rgb_bands, default=None, metavar="R,G,B[,ALPHA]", help=RGB_BANDS_HELP)
     dr.set_defaults(func=_drift)
     d = sub.add_parser("data", help="run the data-pipeline flow (generate -> stats -> validate) into a run dir")
     d.add_argument(

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.inference.drift import DriftError, drift_report
+from rtscore.data.bands import RasterContractError
+from rtscore.inference.drift import drift_report
 from tests.test_predict import TILE, random_rgba, write_package, write_raster
 
 MEAN = np.array([60.0, 70.0, 55.0])
@@ -77,7 +78,7 @@ def test_contrast_change_blocks(package: Path, tmp_path: Path) -> None:
 def test_extra_channels_from_sibling(tmp_path: Path) -> None:
     pkg = write_package(tmp_path / "pkg", extra=[{"name": "ndvi", "band": 0}])  # train mean 0.5, std 0.2
     d = write_all(tmp_path / "in", imagery(np.random.default_rng(3), 1))
-    with pytest.raises(DriftError, match="s0_extra.tif"):
+    with pytest.raises(RasterContractError, match="s0_extra.tif was not found"):
         drift_report(pkg, d, tmp_path / "out")
     ndvi = np.random.default_rng(4).normal(0.9, 0.2, (1, 2 * TILE, 2 * TILE))  # 2 σ brighter
     write_raster(d / "s0_extra.tif", ndvi, dtype="float32")
@@ -87,7 +88,7 @@ def test_extra_channels_from_sibling(tmp_path: Path) -> None:
 
 def test_wrong_band_count(package: Path, tmp_path: Path) -> None:
     f = write_raster(tmp_path / "two.tif", np.zeros((2, TILE, TILE)))
-    with pytest.raises(DriftError, match=r"two\.tif: 2 bands"):
+    with pytest.raises(RasterContractError, match=r"two\.tif: 2 bands"):
         drift_report(package, [f], tmp_path / "out")
 
 

@@ -20,6 +20,7 @@ import yaml
 
 from flows.cli import main
 from rtscore.config import parse_pipeline_config
+from rtscore.config.binding import RasterContract
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError, write_normalization_stats
 from rtscore.models import build_model
@@ -39,6 +40,7 @@ from rtscore.train.result import SeedSummary, read_seed_summary
 from tests.helpers import calibrated_deployment, tiny_pipeline_config
 
 METRICS = {42: 0.31, 43: 0.47}
+CONTRACT = RasterContract(crs="EPSG:3857", pixel_size=4.77)  # what the train store records
 
 
 def package_config(precision: str = "fp32", **package: Any) -> PipelineConfig:
@@ -113,6 +115,7 @@ def build(run: Path, cfg: PipelineConfig, seed: int = 43) -> PackageInfo:
         weights=run / "seeds" / f"seed_{seed}" / "best_deployment.pth",
         deployment=run / "calibration" / f"seed_{seed}" / "deployment_config.yaml",
         stats=run / "normalization_stats.json",
+        contract=CONTRACT,
     )
 
 
@@ -452,3 +455,64 @@ def test_numerics_edited_after_calibration_are_refused_by_build_and_verify(run: 
     report = verify_package(pkg)
     assert "deployment_config.yaml" in failed(report)
     assert "tta: 'standard' in the file, calibrated with 'none'" in checks(report)["deployment_config.yaml"].detail
+
+
+# --------------------------------------------------------------------------- the raster contract (issue 12)
+def test_the_package_records_the_raster_contract_and_verify_parses_it(built: Path, pkg: Path) -> None:
+    model = PackagedModelConfig.model_validate(yaml.safe_load((built / "model_config.yaml").read_text()))
+    assert model.raster == CONTRACT and model.contract == CONTRACT
+    assert (
+        "raster: EPSG:3857, 4.77 ±5%, uint8 RGB by colour interpretation"
+        in checks(verify_package(built))["model_config.yaml"].detail
+    )
+    doc = yaml.safe_load((pkg / "model_config.yaml").read_text())
+    doc["raster"]["pixel_size"] = -4.77
+    (pkg / "model_config.yaml").write_text(yaml.safe_dump(doc))
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert "model_config.yaml" in failed(report)
+    assert "raster.pixel_size" in checks(report)["model_config.yaml"].detail
+
+
+def test_a_package_without_a_contract_loads_as_epsg3857_with_a_warning(
+    pkg: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Packages built before the contract was recorded: their rasters were EPSG:3857 (ingestion required it)."""
+    import logging
+
+    from rtscore.inference.predict import load_package
+
+    doc = yaml.safe_load((pkg / "model_config.yaml").read_text())
+    del doc["raster"]
+    (pkg / "model_config.yaml").write_text(yaml.safe_dump(doc))
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert report.ok and "raster not recorded (older package)" in checks(report)["model_config.yaml"].detail
+    with caplog.at_level(logging.WARNING, logger="rtscore.inference.predict"):
+        loaded = load_package(pkg, device="cpu")
+    assert loaded.contract == RasterContract(crs="EPSG:3857")
+    assert "records no raster contract" in caplog.text
+
+
+def test_the_package_stage_takes_the_contract_from_the_train_store(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package stage reads `raster_contract` from the train store's attributes (RasterContract.of_store_attrs)."""
+    import importlib
+
+    stage = importlib.import_module("rtscore.stages.package")  # the package name is shadowed by the stage function
+
+    recorded = CONTRACT.model_copy(update={"pixel_size": 9.54})
+    attrs_seen: list[Path] = []
+
+    def attrs(path: Path) -> dict[str, Any]:
+        attrs_seen.append(path)
+        return {"raster_contract": recorded.model_dump(mode="json")}
+
+    built: dict[str, Any] = {}
+    monkeypatch.setattr(stage, "require_inputs", lambda *a, **k: None)
+    monkeypatch.setattr(stage, "read_store_attrs", attrs)
+    monkeypatch.setattr(stage, "record", lambda *a, **k: None)
+    monkeypatch.setattr(stage, "build_package", lambda out, cfg, **kw: built.update(kw))
+    summary = type("S", (), {"shipped_seed": 43, "seeds": [type("P", (), {"seed": 43})()]})()
+    monkeypatch.setattr(stage, "read_calibration_summary", lambda _run: summary)
+    stage.package(str(run), package_config())
+    assert attrs_seen == [run / "datasets" / "train.zarr"] and built["contract"] == recorded

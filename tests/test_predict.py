@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import yaml
 
+from rtscore.config.binding import RasterContract
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import ChannelsConfig, ModelConfig
+from rtscore.data.bands import RasterContractError, open_checked
 from rtscore.data.normalization import NormalizationStats, write_normalization_stats
 from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.models import build_model
@@ -23,6 +26,7 @@ TILE = 64
 MEAN = np.array([60.0, 70.0, 55.0])
 STD = np.array([25.0, 30.0, 20.0])
 TRANSFORM = rasterio.Affine(4.77, 0.0, 1_000_000.0, 0.0, -4.77, 8_000_000.0)
+CONTRACT = RasterContract(crs="EPSG:3857", pixel_size=4.77)  # what the package's training rasters were
 
 
 def write_package(
@@ -33,9 +37,10 @@ def write_package(
     tta: str = "minimal",
     extra: list[dict[str, object]] | None = None,
     stats: NormalizationStats | None = None,
+    raster: RasterContract | None = CONTRACT,
 ) -> Path:
-    """The package files read by inference (same schema as build_package), with a seeded random tiny model and
-    the given stats (default: fixed moments, no clipping)."""
+    """The package files read by inference (same schema as build_package), with a seeded random tiny model,
+    the given stats (default: fixed moments, no clipping) and raster contract (None: an older package's)."""
     pkg.mkdir(parents=True, exist_ok=True)
     extra = extra or []
     names = ["R", "G", "B", *(str(e["name"]) for e in extra)]
@@ -53,6 +58,7 @@ def write_package(
         in_channels=len(names),
         channels=PackagedChannels(rgb=["R", "G", "B"], extra=channels.extra),
         tile_size=TILE,
+        raster=raster,
     )
     (pkg / MODEL).write_text(yaml.safe_dump(mc.model_dump(mode="json"), sort_keys=False))
     n_extra = len(extra)
@@ -208,7 +214,7 @@ def test_refuses_a_package_whose_numerics_were_edited_after_calibration(tmp_path
 
 def test_refuses_wrong_band_count(package: Path, tmp_path: Path) -> None:
     src = write_raster(tmp_path / "two.tif", np.zeros((2, TILE, TILE)))
-    with pytest.raises(PredictError, match=r"two\.tif: 2 bands"):
+    with pytest.raises(RasterContractError, match=r"two\.tif: 2 bands"):
         predict_raster(package, src, tmp_path / "out")
 
 
@@ -222,7 +228,7 @@ def test_extra_channels(tmp_path: Path) -> None:
     pkg = write_package(tmp_path / "pkg", extra=[{"name": "ndvi", "band": 1}])
     rgba = random_rgba(np.random.default_rng(4), TILE, TILE)
     src = write_raster(tmp_path / "s.tif", rgba)
-    with pytest.raises(PredictError, match=r"EXTRA channels \['ndvi'\]"):
+    with pytest.raises(RasterContractError, match=r"EXTRA channels \['ndvi'\].*s_extra.tif was not found"):
         predict_raster(pkg, src, tmp_path / "out")
     write_raster(tmp_path / "s_extra.tif", np.random.default_rng(5).random((2, TILE, TILE)), dtype="float32")
     out = predict_raster(pkg, src, tmp_path / "out")
@@ -257,7 +263,7 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
     from rtscore.data.geotiff import ingest_geotiffs
     from rtscore.data.normalization import compute_normalization_stats
     from rtscore.inference.numerics import predict_logits, prepare_model
-    from rtscore.inference.predict import load_package, read_inputs
+    from rtscore.inference.predict import load_package
     from rtscore.models import load_model
     from tests.data.test_geotiff import two_band_root
     from tests.helpers import tiny_pipeline_config
@@ -270,7 +276,10 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
         store, extra_channels=[ExtraChannel(name="nbr", band=1)], clip_percentiles=(2, 98)
     )
     assert stats.clip_min is not None and stats.clip_max is not None
-    pkg = load_package(write_package(tmp_path / "pkg", extra=extra, stats=stats), device="cpu")
+    from rtscore.data.store import read_store_attrs
+
+    contract = RasterContract.of_store_attrs(read_store_attrs(store))  # as the package stage records it
+    pkg = load_package(write_package(tmp_path / "pkg", extra=extra, stats=stats, raster=contract), device="cpu")
     base = tiny_pipeline_config(tile=TILE, extra=False)
     cfg = parse_pipeline_config({**base, "data": {**base["data"], "generation": {}}, "channels": {"extra": extra}})
     dataset = build_dataset(cfg, store, stats, train=False)
@@ -280,8 +289,10 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
     for i in range(len(dataset)):
         item = dataset[i]
         rgb_tif = root / "PLANET-RGB" / f"{item['tile_id']}.tif"
-        raw = read_inputs(pkg.binding, rgb_tif)
-        image = pkg.input_transform(raw.rgb, raw.extra, raw.alpha)
+        with open_checked(pkg.contract, pkg.binding, rgb_tif, root / "EXTRA" / rgb_tif.name) as raster:
+            rgb, extra, valid_in = raster.read()
+        assert extra is not None
+        image = pkg.input_transform(rgb, extra, valid_in.astype(np.uint8))
         np.testing.assert_array_equal(image, item["image"].numpy())  # the one input transform
         with torch.inference_mode():
             z = predict_logits(
@@ -293,7 +304,7 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
         valid = item["valid"].numpy()
         np.testing.assert_array_equal(prob[valid], ref[valid])
         assert (prob[~valid] == -1.0).all()
-        clipped += int((raw.extra < stats.clip_min[3]).any() or (raw.extra > stats.clip_max[3]).any())
+        clipped += int((extra < stats.clip_min[3]).any() or (extra > stats.clip_max[3]).any())
         nodata_tiles += int((~valid).any())
     assert clipped > 0 and nodata_tiles > 0, "tiles with clipped values and with NoData were compared"
 
@@ -371,3 +382,105 @@ def test_predict_defaults_to_the_gpu_when_there_is_one(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(PredictError, match="--device is 'cuda' but no CUDA device"):
         predict_mod.load_package(package, device="cuda")
+
+
+# --------------------------------------------------------------------------- bounded memory (issue 12)
+def whole_raster_reference(pkg: Any, rgba: np.ndarray, stride: int, batch_size: int = 8) -> np.ndarray:
+    """The fusion as it was before windowed reads: the whole raster normalised and accumulated at once."""
+    from rtscore.inference.predict import window_probabilities, window_starts, window_weights
+
+    tile = pkg.tile_size
+    image = pkg.input_transform(rgba[:3], None, rgba[3])
+    nodata = rgba[3] == 0
+    _, h, w = image.shape
+    windows = [(y, x) for y in window_starts(h, tile, stride) for x in window_starts(w, tile, stride)]
+    run = [(y, x) for y, x in windows if not nodata[y : y + tile, x : x + tile].all()]
+    acc, norm, weight = np.zeros((h, w)), np.zeros((h, w)), window_weights(tile)
+    for i in range(0, len(run), batch_size):
+        chunk = run[i : i + batch_size]
+        batch = np.stack([image[:, y : y + tile, x : x + tile] for y, x in chunk])
+        for (y, x), p in zip(chunk, window_probabilities(pkg, batch), strict=True):
+            acc[y : y + tile, x : x + tile] += weight * p
+            norm[y : y + tile, x : x + tile] += weight
+    prob = np.divide(acc, norm, out=np.zeros_like(acc), where=norm > 0).astype(np.float32)
+    prob[nodata] = -1.0
+    return prob
+
+
+@pytest.mark.parametrize("stride", [TILE // 2, 23])
+def test_windowed_rolling_fusion_equals_the_whole_raster_fusion(
+    package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stride: int
+) -> None:
+    """A raster taller than the rolling band (so rows are handed out several times) and not a multiple of the
+    tile, with a NoData block that skips windows: the maps equal the whole-raster fusion bit for bit, and no read
+    is larger than a window."""
+    from rtscore.data.bands import CheckedRaster
+    from rtscore.inference.predict import OUT_BLOCK, load_package
+
+    rng = np.random.default_rng(11)
+    h, w = 2 * OUT_BLOCK + 3 * TILE + 17, TILE + 29
+    rgba = random_rgba(rng, h, w)
+    rgba[3, OUT_BLOCK - 40 : OUT_BLOCK + 2 * TILE, :] = 0  # whole windows of NoData across a band boundary
+    rgba[3, -7:, :11] = 0
+    pkg = load_package(package, device="cpu")
+    reads: list[tuple[int, ...]] = []
+    original = CheckedRaster.read
+
+    def spy(self: CheckedRaster, window: Any = None) -> Any:
+        pixels = original(self, window)
+        reads.append(pixels[2].shape)
+        return pixels
+
+    monkeypatch.setattr(CheckedRaster, "read", spy)
+    out = predict_raster(pkg, write_raster(tmp_path / "tall.tif", rgba), tmp_path / "out", stride=stride)
+    monkeypatch.setattr(CheckedRaster, "read", original)
+    prob, *_ = read(out.prob)
+    np.testing.assert_array_equal(prob, whole_raster_reference(pkg, rgba, stride))
+    assert out.skipped_windows > 0 and max(reads) == (TILE, TILE) and len(reads) == out.windows
+    mask, *_ = read(out.mask)
+    valid = rgba[3] > 0
+    np.testing.assert_array_equal(mask, np.where(valid, (prob >= 0.5).astype(np.uint8), 255))
+    assert out.valid_pixels == int(valid.sum()) and out.positive_pixels == int((mask == 1).sum())
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "tall_mask.tif",
+        "tall_predict.json",
+        "tall_prob.tif",
+    ]
+
+
+def test_the_fusion_band_is_bounded_by_tile_and_block_rows() -> None:
+    from rtscore.inference.predict import OverlapFusion, window_starts
+
+    fusion = OverlapFusion(10_000, 300, TILE, 256)
+    assert fusion.acc.shape == (256 + TILE, 300)
+    handed: list[int] = []
+    for y in window_starts(10_000, TILE, TILE // 2):
+        handed += [row for row, *_ in fusion.finished(y)]
+        fusion.add(y, 0, np.full((TILE, TILE), 0.25, np.float32), np.ones((TILE, TILE), bool))
+    (last, prob, valid), *more = [*fusion.rest()]
+    assert not more and handed == list(range(0, last, 256)) and last % 256 == 0
+    assert prob.shape == (10_000 - last, 300) and 10_000 - last <= 256 + TILE  # the rows left, in one strip
+    assert (prob[:, :TILE] == 0.25).all() and (prob[:, TILE:] == 0).all() and (valid[:, :TILE]).all()
+
+
+def test_a_failure_mid_raster_leaves_no_file_behind(package: Path, tmp_path: Path) -> None:
+    """The model fails after rows were written: no map, no temporary file, no manifest is left."""
+    from rtscore.inference.predict import OUT_BLOCK, load_package
+
+    pkg = load_package(package, device="cpu")
+    calls = 0
+    model = pkg.model
+
+    def failing(x: torch.Tensor) -> torch.Tensor:
+        nonlocal calls
+        calls += 1
+        if calls > 4:  # the third batch: the first band of rows is in the temporary GeoTIFFs by then
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return model(x)
+
+    pkg.model = failing
+    rgba = random_rgba(np.random.default_rng(12), 2 * OUT_BLOCK + TILE, TILE)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="simulated"):
+        predict_raster(pkg, write_raster(tmp_path / "s.tif", rgba), out, stride=TILE // 2)
+    assert calls == 5 and not any(out.glob("*"))  # hidden temporaries included

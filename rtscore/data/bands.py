@@ -259,16 +259,3 @@ def open_checked(
                     "mask them in the RGB raster's alpha"
                 )
         yield checked
-
-
-def read_bound_bands(
-    binding: InputBinding, rgb: DatasetReader, extra: DatasetReader | None, window: Any = None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """(3, h, w) RGB bands 1-3 and (E, h, w) float32 bound EXTRA bands, unchecked. Superseded by
-    :func:`open_checked`; kept until every reader has moved to it."""
-    rgb_px = rgb.read([c.band + 1 for c in binding.channels[:3]], window=window)
-    if not binding.extra_bands:
-        return rgb_px, None
-    if extra is None:
-        raise ValueError(f"EXTRA channels {binding.extra_names} need an EXTRA raster")
-    return rgb_px, extra.read([b + 1 for b in binding.extra_bands], window=window).astype(np.float32, copy=False)

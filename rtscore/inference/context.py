@@ -7,11 +7,12 @@ it back to native resolution and fuses it with the 1x pass.
 
 Two sides provide that input, built by the same rules:
 
-* Rasters (``rts predict``): :func:`context_window` reads the 2x window centred on a tile window from the
-  surrounding raster (outside the raster: NoData, alpha 0) and downsamples every 2x2 block exactly as the
-  0.5x stores are (:mod:`rtscore.data.synthetic`: RGB mean rounded half up, extra bands mean, alpha valid only
-  where all four pixels are, NoData pixels RGB 0 and extra 0); :class:`ContextWindows` then prepares it as the
-  window itself (normalisation).
+* Rasters (``rts predict``): :class:`ContextWindows` reads the 2x window centred on a tile window from the
+  surrounding raster, one windowed read per context (outside the raster: NoData, alpha 0), downsamples every
+  2x2 block exactly as the 0.5x stores are (:func:`downsample_context`, :mod:`rtscore.data.synthetic`: RGB mean
+  rounded half up, extra bands mean, alpha valid only where all four pixels are, NoData pixels RGB 0 and
+  extra 0), then prepares it as the window itself (normalisation). :func:`context_window` is the same for a
+  raster held in memory.
 * Tile stores (calibration, test evaluation): a split's context store (``RunLayout.CONTEXT_DATASET``) holds
   the same window for every tile under the same id; :class:`ContextPairedDataset` pairs each 1x tile with its
   context by tile id and yields it as ``context``.
@@ -42,7 +43,7 @@ def needs_context(scales: Sequence[float]) -> bool:
 
 
 def context_window(channels: np.ndarray, alpha: np.ndarray, y: int, x: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
-    """The 0.5x context of the tile window at (``y``, ``x``) of a raster: raw channels and alpha.
+    """The 0.5x context of the tile window at (``y``, ``x``) of a raster held in memory: raw channels and alpha.
 
     Args:
         channels: (C, H, W) raw channels of the whole raster, RGB first (uint8 values), then extra bands.
@@ -55,15 +56,13 @@ def context_window(channels: np.ndarray, alpha: np.ndarray, y: int, x: int, tile
         (C, tile, tile) float32 raw channels and (tile, tile) uint8 alpha of the (2 tile)-pixel window centred
         on the tile window, downsampled 2x; pixels outside the raster are NoData.
     """
-    c, h, w = channels.shape
-    size, half = CONTEXT_FACTOR * tile, tile // 2
-    raw = np.zeros((c, size, size), np.float32)
-    valid = np.zeros((size, size), np.uint8)
-    y0, x0 = y - half, x - half
-    sy, sx = slice(max(y0, 0), min(y0 + size, h)), slice(max(x0, 0), min(x0 + size, w))
-    dy, dx = slice(sy.start - y0, sy.stop - y0), slice(sx.start - x0, sx.stop - x0)
-    raw[:, dy, dx] = channels[:, sy, sx]
-    valid[dy, dx] = alpha[sy, sx]
+    return ContextWindows.of_arrays(channels, alpha, tile, lambda c, _a: c).raw(y, x)
+
+
+def downsample_context(raw: np.ndarray, valid: np.ndarray, tile: int) -> tuple[np.ndarray, np.ndarray]:
+    """(C, tile, tile) float32 channels and (tile, tile) uint8 alpha of a (C, 2 tile, 2 tile) context window
+    (NoData where ``valid`` is 0), by the 0.5x stores' 2x2 rules."""
+    c = raw.shape[0]
     out_alpha = downsample_valid(valid)
     nodata = out_alpha == 0
     out = np.empty((c, tile, tile), np.float32)
@@ -77,31 +76,61 @@ def context_window(channels: np.ndarray, alpha: np.ndarray, y: int, x: int, tile
     return out, out_alpha
 
 
+RegionReader = Callable[[int, int, int, int], tuple[np.ndarray, np.ndarray]]
+"""``read(row, col, height, width)`` of a region inside a raster: (C, h, w) float32 raw channels (RGB holding
+uint8 values, then EXTRA) and the (h, w) uint8 alpha (0: NoData)."""
+
+
 class ContextWindows:
     """The prepared 0.5x context of any tile window of one raster (``rts predict``'s side of the pairing).
 
-    ``prepare`` turns raw channels and alpha into the model input exactly as the tile windows are prepared
-    (predict's normalisation), so a context differs from its window only in what it covers.
+    Each context is read as a region of the raster (``read``: only the 2x window, clipped to the raster, so a
+    raster of any size is never held in memory); ``prepare`` turns raw channels and alpha into the model input
+    exactly as the tile windows are prepared (predict's normalisation), so a context differs from its window
+    only in what it covers.
     """
 
     def __init__(
         self,
-        channels: np.ndarray,
-        alpha: np.ndarray,
+        read: RegionReader,
+        height: int,
+        width: int,
         tile: int,
         prepare: Callable[[np.ndarray, np.ndarray], np.ndarray],
     ) -> None:
-        self.channels = channels
-        self.alpha = alpha
+        self.read = read
+        self.height = height
+        self.width = width
         self.tile = tile
         self.prepare = prepare
 
+    @classmethod
+    def of_arrays(
+        cls, channels: np.ndarray, alpha: np.ndarray, tile: int, prepare: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> ContextWindows:
+        """Contexts of a raster held in memory as (C, H, W) raw channels and (H, W) alpha."""
+
+        def read(row: int, col: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+            return channels[:, row : row + h, col : col + w], alpha[row : row + h, col : col + w]
+
+        return cls(read, channels.shape[1], channels.shape[2], tile, prepare)
+
+    def raw(self, y: int, x: int) -> tuple[np.ndarray, np.ndarray]:
+        """Raw channels and alpha of the context of the window at (``y``, ``x``) (see :func:`context_window`)."""
+        size, half = CONTEXT_FACTOR * self.tile, self.tile // 2
+        y0, x0 = y - half, x - half
+        sy, sx = slice(max(y0, 0), min(y0 + size, self.height)), slice(max(x0, 0), min(x0 + size, self.width))
+        channels, alpha = self.read(sy.start, sx.start, sy.stop - sy.start, sx.stop - sx.start)
+        raw = np.zeros((channels.shape[0], size, size), np.float32)
+        valid = np.zeros((size, size), np.uint8)
+        dy, dx = slice(sy.start - y0, sy.stop - y0), slice(sx.start - x0, sx.stop - x0)
+        raw[:, dy, dx] = channels
+        valid[dy, dx] = alpha
+        return downsample_context(raw, valid, self.tile)
+
     def batch(self, windows: Sequence[tuple[int, int]]) -> np.ndarray:
         """(B, C, tile, tile) float32 prepared contexts of the windows at these (y, x)."""
-        out = []
-        for y, x in windows:
-            raw, alpha = context_window(self.channels, self.alpha, y, x, self.tile)
-            out.append(self.prepare(raw, alpha))
+        out = [self.prepare(*self.raw(y, x)) for y, x in windows]
         return np.stack(out).astype(np.float32, copy=False)
 
 

@@ -8,26 +8,38 @@ normalises with. A channel is a deployment blocker when
 * ``|std_new / std_train - 1| > 0.25`` (a contrast change),
 
 because a model fed inputs normalised with the wrong moments is outside what it was trained and calibrated
-on (guide §4.1, §4.6): its threshold and temperature no longer mean what they did. The channels are read with
-the package's input binding (the EXTRA bands training read) from the RGB rasters and each raster's EXTRA raster
-(``EXTRA/<name>`` of a data root, else ``<stem>_extra.tif``), and clipped to the training percentiles when the
-stats carry them (the package's input transform: the training moments are those of clipped values), so both
-sides of the comparison describe what the model is fed.
+on (guide §4.1, §4.6): its threshold and temperature no longer mean what they did. Every raster (and its EXTRA
+raster: ``EXTRA/<name>`` of a data root, else ``<stem>_extra.tif``) is first checked against the package's raster
+contract, as ``rts predict`` checks it (`rtscore.data.bands.open_checked`: a uint16 scene is refused as "uint16,
+trained on uint8", not reported as a shift of many σ; undeclared NaN in EXTRA is refused, declared NoData is not
+counted). The channels are then read block by block through the package's input binding, with the contract's
+NoData rule, and clipped to the training percentiles when the stats carry them (the package's input transform:
+the training moments are those of clipped values), so both sides of the comparison describe what the model is
+fed. A measure that is not a finite number (a channel with no valid pixel, a training std of 0) is an error,
+never a verdict: the report holds numbers only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rtscore.config.binding import InputBinding
-from rtscore.data.bands import read_bound_bands, unreadable_extra
+from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
+from rtscore.data.bands import CheckedRaster, open_checked
 from rtscore.data.normalization import InputTransform, NormalizationStats, RunningMoments, load_normalization_stats
 from rtscore.errors import PipelineError
-from rtscore.inference.predict import PredictError, extra_path_for, input_rasters
+from rtscore.inference.predict import (
+    PredictError,
+    extra_input,
+    gdal_env,
+    input_contract,
+    input_rasters,
+    warn_if_no_contract,
+)
 from rtscore.package.format import MODEL, STATS
 from rtscore.package.verify import read_model_config
 from rtscore.storage import atomic_write_json, atomic_write_text
@@ -42,8 +54,9 @@ class DriftError(PipelineError):
     """The drift report cannot be computed (no rasters, wrong band count, missing EXTRA raster, no valid pixel)."""
 
 
-def _package_inputs(package_dir: Path) -> tuple[InputBinding, NormalizationStats, InputTransform]:
-    """(input binding, stats, input transform) of a package; the stats are bound to the model's channels."""
+def _package_inputs(package_dir: Path) -> tuple[InputBinding, NormalizationStats, InputTransform, RasterContract]:
+    """(input binding, stats, input transform, raster contract) of a package; the stats are bound to the model's
+    channels."""
     if not package_dir.is_dir():
         raise DriftError(f"package directory not found: {package_dir}")
     try:
@@ -51,59 +64,42 @@ def _package_inputs(package_dir: Path) -> tuple[InputBinding, NormalizationStats
         stats = load_normalization_stats(package_dir / STATS, mc.channels.extra)
     except ValueError as err:
         raise DriftError(f"package {package_dir}: {err}") from None
+    warn_if_no_contract(mc, package_dir)
     transform = InputTransform.from_stats(stats, nodata_fill=mc.nodata_handling)
-    return mc.channels.binding, stats, transform
+    return mc.channels.binding, stats, transform, mc.contract
 
 
-def _accumulate(path: Path, binding: InputBinding, transform: InputTransform, moments: RunningMoments) -> int:
-    """Add one raster's valid pixels (block by block, clipped as the model sees them) to ``moments``; the number
-    of valid pixels."""
-    import rasterio
-
+def _accumulate(raster: CheckedRaster, transform: InputTransform, moments: RunningMoments) -> int:
+    """Add one checked raster's valid pixels (block by block, clipped as the model sees them) to ``moments``;
+    the number of valid pixels."""
     n_valid = 0
-    with rasterio.open(path) as src:
-        if src.count not in (3, 4):
-            raise DriftError(f"{path}: {src.count} bands; expected an RGB (3) or RGB + alpha (4) raster")
-        ex = None
-        if binding.extra_bands:
-            ex_path = extra_path_for(path)
-            if not ex_path.is_file():
-                raise DriftError(f"{path}: the package has EXTRA channels but {ex_path} was not found")
-            ex = rasterio.open(ex_path)
-            if (ex.height, ex.width) != (src.height, src.width):
-                ex.close()
-                raise DriftError(f"{ex_path}: size differs from {path}")
-            missing = unreadable_extra(binding, ex.count)
-            if missing:
-                ex.close()
-                raise DriftError(
-                    f"{ex_path}: {ex.count} bands; the package reads EXTRA bands {binding.extra_bands} "
-                    f"({', '.join(f'{c.name}={c.band}' for c in missing)} missing)"
-                )
-        try:
-            for _, window in src.block_windows(1):
-                alpha = src.read(4, window=window) if src.count == 4 else src.dataset_mask(window=window)
-                valid = alpha > 0
-                if not valid.any():
-                    continue
-                rgb, extra = transform.clip(*read_bound_bands(binding, src, ex, window=window))
-                block = rgb[:, valid].astype(np.float64)
-                if extra is not None:
-                    block = np.concatenate([block, extra[:, valid].astype(np.float64)])
-                moments.add(block)
-                n_valid += int(valid.sum())
-        finally:
-            if ex is not None:
-                ex.close()
+    for _, window in raster.src.block_windows(1):
+        rgb, extra, valid = raster.read(window)
+        if not valid.any():
+            continue
+        rgb, extra = transform.clip(rgb, extra)
+        block = rgb[:, valid].astype(np.float64)
+        if extra is not None:
+            block = np.concatenate([block, extra[:, valid].astype(np.float64)])
+        moments.add(block)
+        n_valid += int(valid.sum())
     return n_valid
 
 
 def drift_report(
-    package_dir: str | Path, input_dir_or_files: str | Path | Sequence[str | Path], output_dir: str | Path
+    package_dir: str | Path,
+    input_dir_or_files: str | Path | Sequence[str | Path],
+    output_dir: str | Path,
+    *,
+    rgb_bands: RasterBandMap | None = None,
 ) -> dict[str, Any]:
-    """Compare the new imagery's per-channel moments with the package's stats; write JSON + Markdown reports."""
+    """Compare the new imagery's per-channel moments with the package's stats; write JSON + Markdown reports.
+
+    Every raster is checked against the package's raster contract (``rgb_bands`` replaces its band map) before
+    any is read; nothing is written unless the report is complete."""
     pkg = Path(package_dir)
-    binding, stats, transform = _package_inputs(pkg)
+    binding, stats, transform, contract = _package_inputs(pkg)
+    contract = input_contract(contract, rgb_bands)
     names = binding.names
     if isinstance(input_dir_or_files, (str, Path)):
         try:
@@ -115,14 +111,27 @@ def drift_report(
     if not files:
         raise DriftError("no input rasters given")
     moments = RunningMoments.empty(len(names))
-    n_valid = sum(_accumulate(f, binding, transform, moments) for f in files)
+    n_valid = 0
+    with gdal_env():
+        for f in files:  # every file checked (headers, EXTRA grid, undeclared NaN/inf) before any pixel counts
+            with open_checked(contract, binding, f, extra_input(binding, f, None)):
+                pass
+        for f in files:
+            with open_checked(contract, binding, f, extra_input(binding, f, None), check_finite=False) as raster:
+                n_valid += _accumulate(raster, transform, moments)
     if n_valid == 0:
-        raise DriftError(f"no valid (alpha > 0) pixel in {len(files)} raster(s)")
+        raise DriftError(f"no valid pixel (by the NoData rule: alpha or dataset mask) in {len(files)} raster(s)")
     new_std = moments.std
     channels = []
     for c, name in enumerate(names):
         m_train, s_train = float(stats.mean[c]), float(stats.std[c])
         m_new, s_new = float(moments.mean[c]), float(new_std[c])
+        if not (s_train > 0 and all(math.isfinite(v) for v in (m_train, s_train, m_new, s_new))):
+            raise DriftError(
+                f"channel {name}: no drift measure (training mean {m_train:g}, std {s_train:g}; new imagery mean "
+                f"{m_new:g}, std {s_new:g}): a channel needs a positive training std and finite values in the new "
+                f"imagery's {n_valid:,} valid pixels"
+            )
         shift = (m_new - m_train) / s_train
         ratio = s_new / s_train
         reasons = []

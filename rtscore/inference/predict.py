@@ -1,8 +1,13 @@
 """Whole-raster inference with a deployment package: sliding windows, the deployment numerics, COG outputs.
 
+Every input raster (and its EXTRA raster) is first checked against the package's raster contract, the one the
+training rasters met (`rtscore.data.bands.open_checked`: band sources, dtypes, CRS, pixel size, grid of the
+EXTRA raster, undeclared NaN/inf in EXTRA); a mismatch is refused naming the file before any pixel is read.
+
 A raster of any size (at least one tile) is cut into tile-sized windows at a stride (default half a tile;
-the last window of a row/column is clamped to the border, so nothing is padded). The raster's channels are read
-with the package's input binding (the EXTRA bands training read, `rtscore.config.binding`) and put through the
+the last window of a row/column is clamped to the border, so nothing is padded). Each window is read on its own
+(never the whole raster): its channels through the package's input binding (the EXTRA bands training read,
+`rtscore.config.binding`), its NoData by the contract's rule, and put through the
 package's input transform (`rtscore.data.normalization.InputTransform`: clipping to the training percentiles,
 alpha-0 pixels to the channel's training mean, ``(x - mean) / std``), exactly as the training and evaluation
 dataset does. A window that is entirely NoData (alpha 0) is skipped: no model call, its pixels are NoData, and
@@ -11,7 +16,8 @@ it is listed in the log and in ``<name>_predict.json`` (guide §4.4). Every othe
 when there is one (``device="auto"``, as calibration ran), is divided by the calibrated temperature and turned
 into probabilities. Overlapping windows are averaged in probability space (as TTA and scale fusion are, guide
 §11.2) with weights that fall off from the window centre, so tile borders, where the model sees the least
-context, count least.
+context, count least. The fusion keeps a rolling band of ``tile + 256`` rows (:class:`OverlapFusion`) and
+writes finished rows as they come (:func:`write_maps`), so memory grows with the raster's width, not its area.
 
 Outputs, CRS and transform of the input kept:
 
@@ -27,7 +33,7 @@ on the same device.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from rtscore.config.binding import InputBinding
-from rtscore.data.bands import read_bound_bands, unreadable_extra
+from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
+from rtscore.data.bands import CheckedRaster, open_checked
 from rtscore.data.normalization import InputTransform, NormalizationStats, load_normalization_stats
 from rtscore.errors import PipelineError
 from rtscore.inference.context import ContextWindows, needs_context
@@ -56,6 +62,8 @@ PROB_NODATA = -1.0
 MASK_NODATA = 255
 EXTRA_SUFFIX = "_extra"
 MANIFEST_SUFFIX = "_predict.json"
+OUT_BLOCK = 256  # block size of the output GeoTIFFs, and the rows the fusion hands out at a time
+GDAL_CACHE_MB = 128  # GDAL's block cache while predict and drift read and write
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +95,11 @@ class LoadedPackage:
     @property
     def extra_names(self) -> list[str]:
         return self.binding.extra_names
+
+    @property
+    def contract(self) -> RasterContract:
+        """What the training rasters were: inputs are checked against it (`rtscore.data.bands.open_checked`)."""
+        return self.model_config.contract
 
     @property
     def input_transform(self) -> InputTransform:
@@ -136,15 +149,6 @@ class PredictOutputs:
     positive_pixels: int
 
 
-@dataclass
-class WindowedProbabilities:
-    """:func:`predict_array`'s result: (H, W) float32 probabilities (0 where no window ran) and the windows."""
-
-    prob: np.ndarray
-    windows: list[tuple[int, int]]
-    skipped: list[tuple[int, int]]
-
-
 def load_package(package_dir: str | Path, *, device: str = "auto") -> LoadedPackage:
     """Load a package: calibrated deployment config, channel-bound stats, weights (weights_only) strictly.
 
@@ -183,9 +187,21 @@ def load_package(package_dir: str | Path, *, device: str = "auto") -> LoadedPack
             dev.type.upper(),
             precision,
         )
+    warn_if_no_contract(mc, pkg)
     log.info("package %s on %s at %s", pkg, dev, precision)
     run_model = prepare_model(model.to(dev), dep.torch_compile)
     return LoadedPackage(pkg, run_model, mc, stats, dep, dev, precision)
+
+
+def warn_if_no_contract(mc: PackagedModelConfig, pkg: Path) -> None:
+    """Log that a package built before the raster contract was recorded is checked against the legacy one."""
+    if mc.raster is None:
+        log.warning(
+            "package %s: %s records no raster contract (built before it was recorded): inputs are checked as "
+            "EPSG:3857, uint8 RGB, float32 EXTRA, pixel size not checked; rebuild the package to check them all",
+            pkg,
+            MODEL,
+        )
 
 
 def window_starts(length: int, tile: int, stride: int) -> list[int]:
@@ -215,56 +231,6 @@ def extra_path_for(input_tif: Path) -> Path:
     return input_tif.with_name(f"{input_tif.stem}{EXTRA_SUFFIX}{input_tif.suffix}")
 
 
-@dataclass
-class RasterInputs:
-    """A raster's bound channels as stored: (3, H, W) uint8 RGB, (E, H, W) float32 EXTRA, (H, W) uint8 alpha."""
-
-    rgb: np.ndarray
-    extra: np.ndarray | None
-    alpha: np.ndarray
-    profile: dict[str, Any]
-    extra_path: Path | None
-
-    def stacked(self) -> np.ndarray:
-        """(C, H, W) float32 raw channels, RGB then EXTRA (the layout of a 0.5x context's source)."""
-        parts = [self.rgb.astype(np.float32)] + ([self.extra.astype(np.float32)] if self.extra is not None else [])
-        return np.concatenate(parts)
-
-
-def read_inputs(binding: InputBinding, input_tif: Path, extra_tif: Path | None = None) -> RasterInputs:
-    """The raster's channels read with the package's input binding (the bands training read), and its alpha."""
-    import rasterio
-
-    with rasterio.open(input_tif) as src:
-        if src.count not in (3, 4):
-            raise PredictError(
-                f"{input_tif}: {src.count} bands; expected an RGB (3) or RGB + alpha (4) raster "
-                f"for channels {binding.names[:3]}"
-            )
-        alpha = src.read(4) if src.count == 4 else src.dataset_mask()
-        profile = dict(src.profile)
-        if not binding.extra_bands:
-            rgb, extra = read_bound_bands(binding, src, None)
-            return RasterInputs(rgb, extra, alpha.astype(np.uint8), profile, None)
-        path = extra_tif if extra_tif is not None else extra_path_for(input_tif)
-        if not path.is_file():
-            raise PredictError(
-                f"{input_tif}: the package needs EXTRA channels {binding.extra_names}, but the EXTRA raster {path} "
-                "was not found (pass it explicitly or place it next to the RGB raster)"
-            )
-        with rasterio.open(path) as ex:
-            if (ex.height, ex.width) != (src.height, src.width) or ex.transform != src.transform or ex.crs != src.crs:
-                raise PredictError(f"{path}: grid differs from {input_tif} (size, transform or CRS)")
-            missing = unreadable_extra(binding, ex.count)
-            if missing:
-                raise PredictError(
-                    f"{path}: {ex.count} bands; EXTRA channels {[c.name for c in missing]} (bands "
-                    f"{[c.band for c in missing]}) are missing"
-                )
-            rgb, extra = read_bound_bands(binding, src, ex)
-    return RasterInputs(rgb, extra, alpha.astype(np.uint8), profile, path)
-
-
 def window_probabilities(pkg: LoadedPackage, batch: np.ndarray, context: np.ndarray | None = None) -> np.ndarray:
     """(B, tile, tile) float32 calibrated probabilities of a (B, C, tile, tile) batch of normalised windows: the
     deployment numerics (TTA, scales, fusion, precision), then ``sigmoid(z / T)``, as evaluation computes them.
@@ -284,72 +250,225 @@ def window_probabilities(pkg: LoadedPackage, batch: np.ndarray, context: np.ndar
     return prob.cpu().numpy()
 
 
-def predict_array(
-    pkg: LoadedPackage,
-    image: np.ndarray,
-    nodata: np.ndarray,
-    *,
-    stride: int | None = None,
-    batch_size: int = 8,
-    context: ContextWindows | None = None,
-) -> WindowedProbabilities:
-    """Calibrated probabilities of a normalised (C, H, W) image with its (H, W) NoData mask, window by window.
+class OverlapFusion:
+    """Weighted overlap fusion of window probabilities over a rolling band of rows, so that memory is bounded by
+    ``(block + tile) x width``, never by the raster's height.
 
-    ``context`` gives each window's 0.5x input (its 2x field of view from the surrounding raster); required
-    when the package's scales hold 0.5.
-
-    Windows that are NoData throughout are skipped (no model call; guide §4.4); pixels no window covered stay 0
-    (they are NoData: the caller marks them).
+    Windows arrive in row-major order. Before a window at row ``y`` is added, every row above ``y`` is final (no
+    later window reaches it): :meth:`finished` hands those rows out in whole blocks of ``block`` rows (the output
+    GeoTIFF's block height, so each block of it is written once) and moves the band down. Sums run in float64 in
+    the windows' order, so each pixel's value is the one a whole-raster accumulator gives, bit for bit.
     """
+
+    def __init__(self, height: int, width: int, tile: int, block: int) -> None:
+        self.height, self.tile, self.block = height, tile, block
+        rows = block + tile
+        self.acc = np.zeros((rows, width), np.float64)
+        self.norm = np.zeros((rows, width), np.float64)
+        self.valid = np.zeros((rows, width), bool)
+        self.top = 0  # raster row of the band's first row
+        self.weight = window_weights(tile)
+
+    def add(self, y: int, x: int, prob: np.ndarray, valid: np.ndarray) -> None:
+        """Add a window's (tile, tile) probabilities and valid mask at raster offset (``y``, ``x``)."""
+        r = y - self.top
+        if r < 0 or r + self.tile > self.acc.shape[0]:  # a caller that skipped :meth:`finished`: a bug
+            raise ValueError(f"window at row {y} outside the band of rows {self.top}..{self.top + len(self.acc)}")
+        rows, cols = slice(r, r + self.tile), slice(x, x + self.tile)
+        self.acc[rows, cols] += self.weight * prob
+        self.norm[rows, cols] += self.weight
+        self.valid[rows, cols] = valid
+
+    def finished(self, y: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """The whole blocks of rows above row ``y`` as (first row, (n, W) float32 probabilities, valid mask)."""
+        while y - self.top >= self.block:
+            yield self._emit(self.block)
+
+    def rest(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """The rows not handed out yet (after the last window)."""
+        if self.top < self.height:
+            yield self._emit(self.height - self.top)
+
+    def _emit(self, n: int) -> tuple[int, np.ndarray, np.ndarray]:
+        acc, norm = self.acc[:n], self.norm[:n]
+        prob = np.divide(acc, norm, out=np.zeros_like(acc), where=norm > 0).astype(np.float32)
+        out = (self.top, prob, self.valid[:n].copy())
+        for a in (self.acc, self.norm, self.valid):
+            a[:-n] = a[n:]
+            a[-n:] = 0
+        self.top += n
+        return out
+
+
+def fused_rows(
+    pkg: LoadedPackage,
+    raster: CheckedRaster,
+    windows: Sequence[tuple[int, int]],
+    skipped: list[tuple[int, int]],
+    *,
+    batch_size: int,
+    block: int = OUT_BLOCK,
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Calibrated probabilities of a checked raster, read window by window, as blocks of finished rows
+    (first row, (n, W) float32 probabilities, 0 where no window ran, and the valid mask).
+
+    Windows that are NoData throughout are appended to ``skipped`` and never reach the model (guide §4.4);
+    the others run in batches of ``batch_size`` in row-major order; a package whose scales hold 0.5 reads each
+    window's context (its 2x field of view) from the raster too."""
+    from rasterio.windows import Window
+
     tile = pkg.tile_size
-    step = tile // 2 if stride is None else stride
-    if not 0 < step <= tile:
-        raise PredictError(f"stride {step} must be in [1, tile size {tile}]")
-    _, h, w = image.shape
-    windows = [(y, x) for y in window_starts(h, tile, step) for x in window_starts(w, tile, step)]
-    full_nodata = [bool(nodata[y : y + tile, x : x + tile].all()) for y, x in windows]
-    run = [win for win, skip in zip(windows, full_nodata, strict=True) if not skip]
-    weight = window_weights(tile)
-    acc = np.zeros((h, w), np.float64)
-    norm = np.zeros((h, w), np.float64)
-    for i in range(0, len(run), batch_size):
-        chunk = run[i : i + batch_size]
-        batch = np.stack([image[:, y : y + tile, x : x + tile] for y, x in chunk])  # the windows are read here
-        ctx = None if context is None else context.batch(chunk)
-        for (y, x), p in zip(chunk, window_probabilities(pkg, batch, ctx), strict=True):
-            acc[y : y + tile, x : x + tile] += weight * p
-            norm[y : y + tile, x : x + tile] += weight
-    prob = np.divide(acc, norm, out=np.zeros_like(acc), where=norm > 0).astype(np.float32)
-    skipped = [win for win, skip in zip(windows, full_nodata, strict=True) if skip]
-    return WindowedProbabilities(prob, windows, skipped)
+    context = None
+    if needs_context(pkg.deployment.scales):  # 0.5x: each window's 2x field of view, read from the raster
+
+        def region(row: int, col: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+            return _raw_region(raster, Window(col, row, w, h))
+
+        context = ContextWindows(region, raster.height, raster.width, tile, pkg.prepare_raw)
+    fusion = OverlapFusion(raster.height, raster.width, tile, block)
+    pending: list[tuple[int, int, np.ndarray | None]] = []  # windows read, in order; None: skipped
+    images: list[np.ndarray] = []
+
+    def run_pending() -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        ran = [(y, x) for y, x, valid in pending if valid is not None]
+        probs: Iterator[np.ndarray] = iter(())
+        if ran:
+            ctx = None if context is None else context.batch(ran)
+            probs = iter(window_probabilities(pkg, np.stack(images), ctx))
+        for y, x, valid in pending:
+            yield from fusion.finished(y)
+            if valid is not None:
+                fusion.add(y, x, next(probs), valid)
+        pending.clear()
+        images.clear()
+
+    for y, x in windows:
+        rgb, extra, valid = raster.read(Window(x, y, tile, tile))
+        if not valid.any():
+            skipped.append((y, x))
+            pending.append((y, x, None))
+            continue
+        images.append(pkg.input_transform(rgb, extra, valid.astype(np.uint8)))
+        pending.append((y, x, valid))
+        if len(images) == batch_size:
+            yield from run_pending()
+    yield from run_pending()
+    yield from fusion.rest()
 
 
-def write_cog(path: Path, data: np.ndarray, profile: dict[str, Any], *, nodata: float, resampling: str) -> Path:
-    """Write one band as a Cloud-Optimized GeoTIFF (GDAL's COG driver: tiled, overviews, deflate)."""
-    import rasterio
+def _raw_region(raster: CheckedRaster, window: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(C, h, w) float32 raw channels (RGB, then EXTRA) and uint8 alpha (255 valid, 0 NoData) of a region."""
+    rgb, extra, valid = raster.read(window)
+    parts = [rgb.astype(np.float32)] + ([extra] if extra is not None else [])
+    return np.concatenate(parts), np.where(valid, 255, 0).astype(np.uint8)
 
-    h, w = data.shape
-    tmp = path.with_name(f".{path.name}.tmp")
-    out_profile = {
-        "driver": "COG",
-        "width": w,
-        "height": h,
+
+def _gtiff_profile(profile: dict[str, Any], dtype: str, nodata: float) -> dict[str, Any]:
+    return {
+        "driver": "GTiff",
+        "width": profile["width"],
+        "height": profile["height"],
         "count": 1,
-        "dtype": data.dtype.name,
+        "dtype": dtype,
         "crs": profile.get("crs"),
         "transform": profile["transform"],
         "nodata": nodata,
+        "tiled": True,
+        "blockxsize": OUT_BLOCK,
+        "blockysize": OUT_BLOCK,
         "compress": "deflate",
-        "blocksize": 256,
-        "overview_resampling": resampling,
+        "bigtiff": "IF_SAFER",
     }
+
+
+def partial_path(final: Path) -> Path:
+    """Where ``final`` is written before it is complete (hidden, in the same directory: renamed into place)."""
+    return final.with_name(f".{final.name}.partial")
+
+
+def write_maps(
+    strips: Iterable[tuple[int, np.ndarray, np.ndarray]],
+    profile: dict[str, Any],
+    prob_path: Path,
+    mask_path: Path,
+    threshold: float,
+) -> tuple[int, int]:
+    """Write finished strips of probabilities (first row, (n, W) float32, valid mask) as the probability and mask
+    COGs; (valid pixels, positive pixels).
+
+    The strips go into tiled GeoTIFFs under temporary names as they come (one block row at a time), which GDAL's
+    COG driver then copies block by block (overviews included) into COGs, renamed into place last. Nothing is
+    left under the final names unless both are complete, and every temporary file is removed on any error.
+    """
+    import rasterio
+    import rasterio.shutil
+    from rasterio.windows import Window
+
+    tmp_prob, tmp_mask = partial_path(prob_path), partial_path(mask_path)
+    cog_prob, cog_mask = Path(f"{tmp_prob}.cog"), Path(f"{tmp_mask}.cog")
+    n_valid = n_positive = 0
     try:
-        with rasterio.open(tmp, "w", **out_profile) as dst:
-            dst.write(data, 1)
-        tmp.replace(path)
+        with (
+            rasterio.open(tmp_prob, "w", **_gtiff_profile(profile, "float32", PROB_NODATA)) as dp,
+            rasterio.open(tmp_mask, "w", **_gtiff_profile(profile, "uint8", MASK_NODATA)) as dm,
+        ):
+            for row, prob, valid in strips:
+                prob[~valid] = PROB_NODATA
+                mask = (prob >= threshold).astype(np.uint8)
+                mask[~valid] = MASK_NODATA
+                window = Window(0, row, prob.shape[1], prob.shape[0])
+                dp.write(prob, 1, window=window)
+                dm.write(mask, 1, window=window)
+                n_valid += int(valid.sum())
+                n_positive += int((mask == 1).sum())
+        for tmp, cog, resampling in ((tmp_prob, cog_prob, "average"), (tmp_mask, cog_mask, "nearest")):
+            rasterio.shutil.copy(
+                tmp, cog, driver="COG", compress="deflate", blocksize=OUT_BLOCK, overview_resampling=resampling
+            )
+        cog_prob.replace(prob_path)
+        cog_mask.replace(mask_path)
     finally:
-        tmp.unlink(missing_ok=True)
-    return path
+        for t in (tmp_prob, tmp_mask, cog_prob, cog_mask):
+            t.unlink(missing_ok=True)
+    return n_valid, n_positive
+
+
+def extra_input(binding: InputBinding, input_tif: Path, extra_tif: str | Path | None) -> Path | None:
+    """The EXTRA raster of an input when the package reads EXTRA channels (``extra_tif``, else
+    :func:`extra_path_for`), else None."""
+    if not binding.extra_bands:
+        return None
+    return Path(extra_tif) if extra_tif is not None else extra_path_for(input_tif)
+
+
+def input_contract(contract: RasterContract, rgb_bands: RasterBandMap | None) -> RasterContract:
+    """The contract inputs are checked against: the package's, with ``rgb_bands`` (``--rgb-bands``) as its band
+    map for files whose band layout differs from the training rasters'."""
+    return contract if rgb_bands is None else contract.model_copy(update={"rgb_bands": rgb_bands})
+
+
+def gdal_env() -> Any:
+    """GDAL settings of predict and drift: a block cache of :data:`GDAL_CACHE_MB` MB, so that memory does not
+    grow with the raster (GDAL's default is 5 % of the machine's RAM)."""
+    import rasterio
+
+    return rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_MB)
+
+
+def check_inputs(
+    pkg: LoadedPackage,
+    inputs: Sequence[Path],
+    *,
+    extra_tif: str | Path | None = None,
+    rgb_bands: RasterBandMap | None = None,
+) -> None:
+    """Check every input raster (and its EXTRA raster) against the package's contract before any is predicted,
+    so that a bad file of a batch leaves no output of the others behind; the first mismatch is raised."""
+    contract = input_contract(pkg.contract, rgb_bands)
+    with gdal_env():
+        for f in inputs:
+            with open_checked(contract, pkg.binding, f, extra_input(pkg.binding, f, extra_tif)):
+                pass
 
 
 def predict_raster(
@@ -361,11 +480,16 @@ def predict_raster(
     stride: int | None = None,
     extra_tif: str | Path | None = None,
     batch_size: int = 8,
+    rgb_bands: RasterBandMap | None = None,
+    check_finite: bool = True,
 ) -> PredictOutputs:
     """Probabilities, mask and manifest of one RGB(+alpha) raster; see the module docstring.
 
     ``package_dir`` may be an already loaded package (to run many rasters with one load). ``extra_tif``
-    is the EXTRA raster when the package has extra channels (default: ``<stem>_extra.tif`` next to the input).
+    is the EXTRA raster when the package has extra channels (default: :func:`extra_path_for`). The raster is
+    checked against the package's raster contract before any pixel is read (``rgb_bands`` replaces its band
+    map, for files laid out unlike the training rasters); ``check_finite=False`` skips the scan of the EXTRA
+    raster for undeclared NaN/inf when :func:`check_inputs` has done it already.
     """
     pkg = package_dir if isinstance(package_dir, LoadedPackage) else load_package(package_dir, device=device)
     src = Path(input_tif)
@@ -374,45 +498,46 @@ def predict_raster(
     dep = pkg.deployment
     if dep.threshold is None or dep.temperature is None:
         raise PredictError(f"package {pkg.path}: {DEPLOYMENT} is not calibrated (threshold/temperature null)")
-    raw = read_inputs(pkg.binding, src, Path(extra_tif) if extra_tif is not None else None)
-    image = pkg.input_transform(raw.rgb, raw.extra, raw.alpha)
-    nodata = raw.alpha == 0
-    context = None
-    if needs_context(dep.scales):  # 0.5x: each window's 2x field of view from the raw raster
-        context = ContextWindows(raw.stacked(), raw.alpha, pkg.tile_size, pkg.prepare_raw)
-    windows = predict_array(pkg, image, nodata, stride=stride, batch_size=batch_size, context=context)
-    if windows.skipped:
+    tile = pkg.tile_size
+    step = tile // 2 if stride is None else stride
+    if not 0 < step <= tile:
+        raise PredictError(f"stride {step} must be in [1, tile size {tile}]")
+    out = Path(output_dir)
+    contract = input_contract(pkg.contract, rgb_bands)
+    extra = extra_input(pkg.binding, src, extra_tif)
+    skipped: list[tuple[int, int]] = []
+    with gdal_env(), open_checked(contract, pkg.binding, src, extra, check_finite=check_finite) as raster:
+        ys, xs = window_starts(raster.height, tile, step), window_starts(raster.width, tile, step)
+        windows = [(y, x) for y in ys for x in xs]
+        out.mkdir(parents=True, exist_ok=True)
+        prob_path, mask_path = out / f"{src.stem}_prob.tif", out / f"{src.stem}_mask.tif"
+        strips = fused_rows(pkg, raster, windows, skipped, batch_size=batch_size)
+        n_valid, n_positive = write_maps(strips, raster.profile, prob_path, mask_path, float(dep.threshold))
+        extra_path = raster.extra_path
+    if skipped:
         log.info(
             "%s: skipped %d of %d windows that are entirely NoData (row, col): %s",
             src.name,
-            len(windows.skipped),
-            len(windows.windows),
-            windows.skipped,
+            len(skipped),
+            len(windows),
+            skipped,
         )
-    prob = windows.prob
-    prob[nodata] = PROB_NODATA
-    mask = (prob >= float(dep.threshold)).astype(np.uint8)
-    mask[nodata] = MASK_NODATA
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    prob_path = write_cog(out / f"{src.stem}_prob.tif", prob, raw.profile, nodata=PROB_NODATA, resampling="average")
-    mask_path = write_cog(out / f"{src.stem}_mask.tif", mask, raw.profile, nodata=MASK_NODATA, resampling="nearest")
     manifest = PredictManifest(
         input=str(src),
-        extra_input=None if raw.extra_path is None else str(raw.extra_path),
+        extra_input=None if extra_path is None else str(extra_path),
         package=str(pkg.path),
         prob=str(prob_path),
         mask=str(mask_path),
         device=str(pkg.device),
         precision=pkg.precision,
         deployment_precision=dep.precision,
-        tile_size=pkg.tile_size,
-        stride=pkg.tile_size // 2 if stride is None else stride,
-        windows=len(windows.windows),
-        windows_run=len(windows.windows) - len(windows.skipped),
-        skipped_full_nodata=windows.skipped,
-        valid_pixels=int((~nodata).sum()),
-        positive_pixels=int((mask == 1).sum()),
+        tile_size=tile,
+        stride=step,
+        windows=len(windows),
+        windows_run=len(windows) - len(skipped),
+        skipped_full_nodata=skipped,
+        valid_pixels=n_valid,
+        positive_pixels=n_positive,
         threshold=float(dep.threshold),
         temperature=float(dep.temperature),
     )
@@ -423,9 +548,9 @@ def predict_raster(
         mask=mask_path,
         manifest=manifest_path,
         windows=manifest.windows,
-        skipped_windows=len(windows.skipped),
-        valid_pixels=manifest.valid_pixels,
-        positive_pixels=manifest.positive_pixels,
+        skipped_windows=len(skipped),
+        valid_pixels=n_valid,
+        positive_pixels=n_positive,
     )
 
 
@@ -448,14 +573,20 @@ def input_rasters(input_path: str | Path) -> list[Path]:
 
 
 def predict_many(
-    package_dir: str | Path,
+    package_dir: str | Path | LoadedPackage,
     inputs: Sequence[Path],
     output_dir: str | Path,
     *,
     device: str = "auto",
     stride: int | None = None,
     extra_tif: str | Path | None = None,
+    rgb_bands: RasterBandMap | None = None,
 ) -> list[PredictOutputs]:
-    """:func:`predict_raster` over several rasters with one package load."""
-    pkg = load_package(package_dir, device=device)
-    return [predict_raster(pkg, f, output_dir, stride=stride, extra_tif=extra_tif) for f in inputs]
+    """:func:`predict_raster` over several rasters with one package load; every raster is checked first
+    (:func:`check_inputs`), so a bad one stops the batch before any output is written."""
+    pkg = load_package(package_dir, device=device) if not isinstance(package_dir, LoadedPackage) else package_dir
+    check_inputs(pkg, inputs, extra_tif=extra_tif, rgb_bands=rgb_bands)
+    return [
+        predict_raster(pkg, f, output_dir, stride=stride, extra_tif=extra_tif, rgb_bands=rgb_bands, check_finite=False)
+        for f in inputs
+    ]

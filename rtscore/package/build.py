@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from rtscore.config.base import ConfigError, config_hash, load_config
-from rtscore.config.binding import RGB_NAMES
+from rtscore.config.binding import RGB_NAMES, RasterContract
 from rtscore.config.deployment import DeploymentConfig, require_calibrated
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization import load_normalization_stats
@@ -84,7 +84,7 @@ def write_sha256sums(directory: Path) -> list[PackageFile]:
     return files
 
 
-def _model_config(cfg: PipelineConfig) -> PackagedModelConfig:
+def _model_config(cfg: PipelineConfig, contract: RasterContract) -> PackagedModelConfig:
     return PackagedModelConfig(
         architecture=cfg.model.architecture,
         backbone=cfg.model.backbone,
@@ -93,6 +93,7 @@ def _model_config(cfg: PipelineConfig) -> PackagedModelConfig:
         channels=PackagedChannels(rgb=list(RGB_NAMES), extra=list(cfg.channels.extra)),
         tile_size=cfg.data.tile_size,
         nodata_handling=cfg.data.nodata_handling,
+        raster=contract,
     )
 
 
@@ -105,11 +106,14 @@ def build_package(
     weights: Path,
     deployment: Path,
     stats: Path,
+    contract: RasterContract,
 ) -> PackageInfo:
     """Assemble the package directory ``out`` from one seed's weights and frozen deployment config (published
     atomically).
 
-    ``seed`` is the shipped seed's training summary (the calibrate stage decides which seed ships). Every
+    ``seed`` is the shipped seed's training summary (the calibrate stage decides which seed ships); ``contract``
+    the raster contract of the train store (``RasterContract.of_store_attrs``), recorded as ``raster`` in
+    ``model_config.yaml`` so that predict and drift check their inputs against what training read. Every
     input is checked before anything is written, and the staged package is audited (as by
     :func:`verify_package`, without the model load) before it replaces a previous one.
     """
@@ -147,7 +151,7 @@ def build_package(
         shutil.copyfile(weights, tmp / WEIGHTS)
         shutil.copyfile(stats, tmp / STATS)
         shutil.copyfile(deployment, tmp / DEPLOYMENT)
-        (tmp / MODEL).write_text(yaml.safe_dump(_model_config(cfg).model_dump(mode="json"), sort_keys=False))
+        (tmp / MODEL).write_text(yaml.safe_dump(_model_config(cfg, contract).model_dump(mode="json"), sort_keys=False))
         (tmp / METADATA).write_text(meta.model_dump_json(indent=2) + "\n")
         (tmp / REQUIREMENTS).write_text("\n".join(frozen_requirements()) + "\n")
         files = write_sha256sums(tmp)

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from rtscore.config.base import StrictModel
-from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, check_extra_channels
+from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, RasterContract, check_extra_channels
 from rtscore.config.deployment import Precision
 from rtscore.errors import PipelineError
 from rtscore.train.result import METRIC
@@ -22,6 +22,11 @@ METADATA = "run_metadata.json"
 REQUIREMENTS = "requirements_frozen.txt"
 SUMS = "SHA256SUMS"
 PACKAGE_FILES = (WEIGHTS, STATS, DEPLOYMENT, MODEL, METADATA, REQUIREMENTS, SUMS)
+
+# The contract of a package built before ``raster`` was recorded: its training rasters were EPSG:3857 (GeoTIFF
+# ingestion required it; synthetic stores are written in it), uint8 RGB by colour interpretation, float32 EXTRA;
+# their pixel size was not recorded, so it is not checked.
+LEGACY_RASTER_CONTRACT = RasterContract(crs="EPSG:3857")
 
 
 class PackageError(PipelineError, ValueError):
@@ -69,6 +74,12 @@ class PackagedModelConfig(StrictModel):
         description="Snapshot of data.nodata_handling: alpha-0 pixels take the channel's training mean before "
         "normalisation (predict applies the input transform training applied).",
     )
+    raster: RasterContract | None = Field(
+        None,
+        description="What the training rasters were (band sources, dtypes, CRS, pixel size, NoData rule): the "
+        "train store's raster_contract; predict and drift refuse inputs that differ. Null: a package built before "
+        "it was recorded, read as EPSG:3857 at an unchecked pixel size (with a warning).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> PackagedModelConfig:
@@ -80,6 +91,11 @@ class PackagedModelConfig(StrictModel):
                 f"{self.channels.names}"
             )
         return self
+
+    @property
+    def contract(self) -> RasterContract:
+        """The raster contract inputs are checked against (``raster``, else :data:`LEGACY_RASTER_CONTRACT`)."""
+        return self.raster if self.raster is not None else LEGACY_RASTER_CONTRACT
 
 
 class TrainedWith(StrictModel):

@@ -268,7 +268,17 @@ def read_model_config(path: Path) -> PackagedModelConfig:
 
 def _load_model_config(path: Path) -> tuple[str, PackagedModelConfig]:
     mc = read_model_config(path)
-    return f"{mc.architecture}/{mc.backbone}, {mc.in_channels} channels {mc.channels.names}, tile {mc.tile_size}", mc
+    summary = f"{mc.architecture}/{mc.backbone}, {mc.in_channels} channels {mc.channels.names}, tile {mc.tile_size}"
+    return f"{summary}; {describe_contract(mc)}", mc
+
+
+def describe_contract(mc: PackagedModelConfig) -> str:
+    """One line on the raster contract inputs are checked against (and whether the package records it)."""
+    c = mc.contract
+    size = "pixel size not checked" if c.pixel_size is None else f"{c.pixel_size:g} ±{c.pixel_size_tolerance:.0%}"
+    bands = "by colour interpretation" if c.rgb_bands is None else f"bands {c.rgb_bands.rgb}, alpha {c.rgb_bands.alpha}"
+    where = "raster" if mc.raster is not None else "raster not recorded (older package), read as"
+    return f"{where}: {c.crs or 'any CRS'}, {size}, {c.rgb_dtype} RGB {bands}, {c.extra_dtype} EXTRA"
 
 
 def _load_stats(path: Path) -> tuple[str, NormalizationStats]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from rtscore.config.binding import RasterContract
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.store import read_store_attrs
 from rtscore.package import PackageError, build_package
 from rtscore.stages.calibrate import read_calibration_summary
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
@@ -12,6 +14,9 @@ from rtscore.train.result import read_seed_summary
 
 def package(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -> ArtifactRef:
     """``package/``: weights, stats, model/deployment config, run metadata, frozen requirements, SHA256SUMS.
+
+    ``model_config.yaml`` records the train store's raster contract (the store is an input: a gs:// run stages
+    it).
 
     The shipped seed is the one the calibrate stage decided (``calibration/summary.json``); ``seeds`` are
     the seeds that were calibrated together, and must contain it.
@@ -26,6 +31,8 @@ def package(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -
             f"{sorted(seeds)}; run calibrate with --seeds {' '.join(map(str, sorted(seeds)))} first"
         )
     require_inputs(SPEC, run, seed=shipped)
+    # what the model was trained on (band sources, dtypes, CRS, pixel size): predict and drift check inputs with it
+    contract = RasterContract.of_store_attrs(read_store_attrs(run.at(RunLayout.DATASET, split="train")))
     rel = RunLayout.PACKAGE.at()
     run.forget(rel)
     build_package(
@@ -35,6 +42,7 @@ def package(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -
         weights=run.at(RunLayout.BEST_WEIGHTS, seed=shipped),
         deployment=run.at(RunLayout.SEED_DEPLOYMENT_CONFIG, seed=shipped),
         stats=run.at(RunLayout.NORMALIZATION_STATS),
+        contract=contract,
     )
     return record(SPEC, run, rel, cfg)
 
@@ -43,6 +51,7 @@ SPEC = StageSpec(
     name="package",
     fn=package,
     inputs=(
+        RunLayout.DATASET.bind(split="train"),
         RunLayout.CALIBRATION_SUMMARY,
         RunLayout.NORMALIZATION_STATS,
         RunLayout.BEST_WEIGHTS,

@@ -424,9 +424,10 @@ def two_band_root(tmp_path: Path) -> tuple[Path, GenerationConfig]:
 def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path) -> None:
     """Issue 11 point 1: ``{name: nbr, band: 1}`` makes the store, the stats, predict and drift all read band 1."""
     from rtscore.config.binding import ExtraChannel
+    from rtscore.data.bands import open_checked
     from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
     from rtscore.inference.drift import drift_report
-    from rtscore.inference.predict import PredictError, load_package, read_inputs
+    from rtscore.inference.predict import PredictError, load_package
     from tests.test_predict import write_package
 
     root, geo = two_band_root(tmp_path)
@@ -453,8 +454,12 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
     pkg_dir = write_package(tmp_path / "pkg", extra=[{"name": "nbr", "band": 1}], stats=stats)
     pkg = load_package(pkg_dir, device="cpu")
     tile = next(iter(sorted((root / "PLANET-RGB").iterdir())))
-    with rasterio.open(root / "EXTRA" / tile.name) as f:
-        np.testing.assert_array_equal(read_inputs(pkg.binding, tile).extra[0], f.read(2))  # predict reads band 1
+    with (
+        rasterio.open(root / "EXTRA" / tile.name) as f,
+        open_checked(pkg.contract, pkg.binding, tile, root / "EXTRA" / tile.name) as raster,
+    ):
+        _, extra, valid = raster.read()  # predict's reader reads band 1 (0 under NoData)
+        np.testing.assert_array_equal(extra[0], np.where(valid, f.read(2), 0))
 
     report = drift_report(pkg_dir, root, tmp_path / "drift")  # the root's tiles are the training tiles
     nbr = report["channels"][3]

@@ -38,7 +38,7 @@ def test_the_half_scale_input_is_the_2x_context_of_the_same_tile() -> None:
         seen.append(x.clone())
         return x[:, :1]
 
-    windows = ContextWindows(channels, alpha, TILE, lambda c, _a: c / 100.0)
+    windows = ContextWindows.of_arrays(channels, alpha, TILE, lambda c, _a: c / 100.0)
     tile = torch.from_numpy(channels[None, :, TILE : 2 * TILE, TILE : 2 * TILE] / 100.0)
     ctx = torch.from_numpy(windows.batch([(TILE, TILE)]))
     z = predict_logits(model, tile, tta="none", scales=[1.0, 0.5], fusion="max", precision="fp32", context=ctx)
