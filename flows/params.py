@@ -77,7 +77,7 @@ class TileParams(BaseModel):
 
     config: str = Field(
         ...,
-        description="Tiling config YAML on the worker (e.g. configs/tile_example.yaml): absolute, or relative to the "
+        description="Tiling config YAML on the worker (e.g. configs/tiling/example.yaml): absolute, or relative to the "
         "project directory; the paths inside it are relative to the file.",
     )
     output: str | None = Field(

@@ -94,6 +94,10 @@ def test_every_shipped_config_loads_strictly() -> None:
         assert isinstance(load_pipeline_config(p), PipelineConfig), p
     for p in sorted((CONFIGS / "generation").glob("*.yaml")):
         assert isinstance(load_config(GenerationConfig, p), GenerationConfig), p
+    from rtscore.config.tiling import TilingConfig, load_tiling_config
+
+    for p in sorted((CONFIGS / "tiling").glob("*.yaml")):
+        assert isinstance(load_tiling_config(p), TilingConfig), p
 
 
 def test_test_configs_load_strictly() -> None:
