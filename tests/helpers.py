@@ -162,3 +162,26 @@ def calibrated_deployment(**fields: Any) -> Any:
     fields = {"threshold": 0.5, "temperature": 1.0, "threshold_source": "target_precision", **fields}
     dep = DeploymentConfig.model_validate(fields)
     return dep if dep.calibrated_with is not None else dep.model_copy(update={"calibrated_with": dep.numerics()})
+
+
+def write_raster(path: Path, data: Any, *, transform: Any, interp: list[str] | None = None, **profile: Any) -> Path:
+    """A (bands, h, w) GeoTIFF in EPSG:3857 (``profile`` overrides any creation key), colour interpretation
+    ``interp`` (rasterio ColorInterp names) when given."""
+    import rasterio
+    from rasterio.enums import ColorInterp
+
+    kw: dict[str, Any] = {
+        "driver": "GTiff",
+        "height": data.shape[1],
+        "width": data.shape[2],
+        "count": data.shape[0],
+        "dtype": data.dtype.name,
+        "crs": "EPSG:3857",
+        "transform": transform,
+        **profile,
+    }
+    with rasterio.open(path, "w", **kw) as f:
+        f.write(data)
+        if interp is not None:
+            f.colorinterp = [ColorInterp[c] for c in interp]
+    return path

@@ -200,3 +200,10 @@ def dump_yaml(model: BaseModel, path: str | Path) -> None:
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False))
     tmp.replace(p)
+
+
+def check_tile_size(v: int) -> int:
+    """A tile size the encoders take: a multiple of 32 (five stride-2 stages)."""
+    if v % 32:
+        raise ValueError(f"must be a multiple of 32 (encoder strides); got {v}")
+    return v

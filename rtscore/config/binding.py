@@ -30,19 +30,23 @@ class ExtraChannel(StrictModel):
     band: int = Field(..., ge=0, description="0-based band index in the EXTRA file.")
 
 
-def check_extra_channels(extra: Sequence[ExtraChannel]) -> list[ExtraChannel]:
-    """The rules of any EXTRA binding list: unique names, no RGB name, one channel per band.
-
-    Raises:
-        ValueError: naming the repeated names or bands (pydantic prefixes the key path).
-    """
-    names = [c.name for c in extra]
+def check_extra_names(names: Sequence[str]) -> None:
+    """EXTRA channel names are unique and never an RGB name (ValueError naming them)."""
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"extra channel names must be unique; repeated: {dupes}")
     clash = sorted(set(names) & set(RGB_NAMES))
     if clash:
         raise ValueError(f"extra channel names may not reuse RGB names {list(RGB_NAMES)}; got {clash}")
+
+
+def check_extra_channels(extra: Sequence[ExtraChannel]) -> list[ExtraChannel]:
+    """The rules of any EXTRA binding list: unique names, no RGB name, one channel per band.
+
+    Raises:
+        ValueError: naming the repeated names or bands (pydantic prefixes the key path).
+    """
+    check_extra_names([c.name for c in extra])
     bands = [c.band for c in extra]
     shared = sorted({b for b in bands if bands.count(b) > 1})
     if shared:

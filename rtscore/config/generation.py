@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
-from rtscore.config.base import SCHEMA_VERSION, StrictModel
+from rtscore.config.base import SCHEMA_VERSION, StrictModel, check_tile_size
 from rtscore.config.binding import ExtraChannel, InputBinding, RasterBandMap, RasterContract, check_extra_channels
 
 Split = Literal["train", "val", "test"]
@@ -220,9 +220,7 @@ class GenerationConfig(StrictModel):
     @field_validator("tile_size")
     @classmethod
     def _multiple_of_32(cls, v: int) -> int:
-        if v % 32:
-            raise ValueError(f"must be a multiple of 32 (encoder strides); got {v}")
-        return v
+        return check_tile_size(v)
 
     @field_validator("scale")
     @classmethod

@@ -7,8 +7,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rtscore.config.base import SCHEMA_VERSION, StrictModel, load_config
-from rtscore.config.binding import RGB_NAMES, RasterBandMap
+from rtscore.config.base import SCHEMA_VERSION, StrictModel, check_tile_size, load_config
+from rtscore.config.binding import RasterBandMap, check_extra_names
+from rtscore.data.splits import region_splits
 from rtscore.data.tiles import PIXEL_SIZE_M
 
 DEFAULT_TILE_SIZE = 512  # DATA_LAYOUT.md: 512 x 512 tiles
@@ -106,9 +107,7 @@ class GridConfig(StrictModel):
     @field_validator("tile_size")
     @classmethod
     def _multiple_of_32(cls, v: int) -> int:
-        if v % 32:
-            raise ValueError(f"must be a multiple of 32 (encoder strides); got {v}")
-        return v
+        return check_tile_size(v)
 
     @field_validator("crs")
     @classmethod
@@ -163,13 +162,7 @@ class TilingConfig(StrictModel):
     @field_validator("extra")
     @classmethod
     def _unique_names(cls, v: list[ExtraBandConfig]) -> list[ExtraBandConfig]:
-        names = [e.name for e in v]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"extra band names must be unique; repeated: {dupes}")
-        clash = sorted(set(names) & set(RGB_NAMES))
-        if clash:
-            raise ValueError(f"extra band names may not reuse RGB names {list(RGB_NAMES)}; got {clash}")
+        check_extra_names([e.name for e in v])
         return v
 
     @field_validator("splits")
@@ -180,12 +173,7 @@ class TilingConfig(StrictModel):
         unknown = sorted(set(v) - {"train", "val", "test"})
         if unknown:
             raise ValueError(f"splits are train, val, test; got {unknown}")
-        seen: dict[str, str] = {}
-        for split, regions in v.items():
-            for r in regions:
-                if r in seen:
-                    raise ValueError(f"region {r!r} is in two splits ({seen[r]} and {split}); whole regions go to one")
-                seen[r] = split
+        region_splits(v)  # SplitError is a ValueError: pydantic names the key
         return v
 
 

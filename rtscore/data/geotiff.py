@@ -39,7 +39,7 @@ from rtscore.config.generation import GenerationConfig, GeotiffSourceConfig
 from rtscore.config.pipeline import SplitsConfig
 from rtscore.data.bands import CheckedRaster, RasterContractError, open_checked, same_grid
 from rtscore.data.ground import WEB_MERCATOR_RADIUS_M, GroundSizeError, ground_pixel_area_m2, projected_crs
-from rtscore.data.splits import SplitError, SplitResult, derive_splits, unassigned_regions
+from rtscore.data.splits import SplitError, SplitResult, derive_splits, region_splits, unassigned_regions
 from rtscore.data.store import StoreLayout, TileStoreError
 from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
 from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile
@@ -243,15 +243,10 @@ def parse_splits(path: Path) -> dict[str, list[str]]:
         raise GeotiffError(str(err)) from None
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
         raise GeotiffError(f"{path}: expected a mapping split -> [region names]")
-    seen: dict[str, str] = {}
-    for split, regions in data.items():
-        for region in regions:
-            if region in seen and seen[region] != split:
-                raise GeotiffError(
-                    f"{path}: region {region!r} is in two splits ({seen[region]} and {split}); "
-                    "whole regions go to one split"
-                )
-            seen[str(region)] = str(split)
+    try:
+        region_splits(data)
+    except SplitError as err:
+        raise GeotiffError(f"{path}: {err}") from None
     return {str(k): [str(r) for r in v] for k, v in data.items()}
 
 

@@ -58,6 +58,20 @@ class SplitResult(BaseModel):
         return "\n".join(lines) + "\n"
 
 
+def region_splits(splits: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """Region -> its split; a region listed in two splits is a :class:`SplitError` (spatial blocking: whole regions
+    go to one split). The one check of this rule for splits.yaml, tiling configs and derived splits."""
+    seen: dict[str, str] = {}
+    for split, regions in splits.items():
+        for r in regions:
+            if r in seen and seen[r] != split:
+                raise SplitError(
+                    f"region {r!r} is in two splits ({seen[r]} and {split}); whole regions go to one split"
+                )
+            seen[str(r)] = str(split)
+    return seen
+
+
 def region_counts(rows: Sequence[Mapping[str, str]]) -> dict[str, RegionCounts]:
     """Per `RegionName`, tiles and positive tiles (`TrainClass == positive`) of metadata.csv rows."""
     tiles: dict[str, int] = {}
@@ -80,12 +94,7 @@ def evaluate_split(
     tolerance: float = 0.10,
 ) -> SplitResult:
     """Check a split (given or derived) against the rules; SplitError names the first failing rule."""
-    seen: dict[str, str] = {}
-    for s, regions in splits.items():
-        for r in regions:
-            if r in seen:
-                raise SplitError(f"region {r!r} is in two splits ({seen[r]} and {s}); a region belongs to one split")
-            seen[r] = s
+    seen = region_splits(splits)
     missing = sorted(set(counts) - set(seen))
     if missing:
         raise SplitError(f"regions {missing} of metadata.csv are in no split")

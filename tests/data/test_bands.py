@@ -7,12 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import rasterio
-from rasterio.enums import ColorInterp
 from rasterio.transform import from_origin
 
 from rtscore.config.binding import ExtraChannel, InputBinding, RasterBandMap, RasterContract
 from rtscore.data.bands import RasterContractError, open_checked
+from tests.helpers import write_raster
 
 PX = 4.77
 CONTRACT = RasterContract(crs="EPSG:3857", pixel_size=PX)
@@ -20,22 +19,14 @@ RGB_ONLY = InputBinding.of_extra([])
 NDVI = InputBinding.of_extra([ExtraChannel(name="ndvi", band=0)])
 
 
-def write(path: Path, data: np.ndarray, *, interp: list[str] | None = None, **kw: Any) -> Path:
-    profile: dict[str, Any] = {
-        "driver": "GTiff",
-        "height": data.shape[1],
-        "width": data.shape[2],
-        "count": data.shape[0],
-        "dtype": data.dtype.name,
-        "crs": "EPSG:3857",
-        "transform": from_origin(-15_000_000.0, 11_000_000.0, PX, PX),
-    }
-    profile.update(kw)
-    with rasterio.open(path, "w", **profile) as f:
-        f.write(data)
-        if interp is not None:
-            f.colorinterp = [ColorInterp[c] for c in interp]
-    return path
+def write(path: Path, data: np.ndarray, *, interp: list[str] | None = None, **profile: Any) -> Path:
+    return write_raster(
+        path,
+        data,
+        transform=profile.pop("transform", from_origin(-15_000_000.0, 11_000_000.0, PX, PX)),
+        interp=interp,
+        **profile,
+    )
 
 
 def refused(match: str, *args: Any) -> None:

@@ -14,6 +14,7 @@ from rasterio.enums import ColorInterp
 from rasterio.transform import from_origin
 
 from flows.cli import main
+from tests.helpers import write_raster
 from tests.test_predict import TILE, TRANSFORM, random_rgba, write_package
 
 COMMANDS = ("predict", "drift")
@@ -41,21 +42,7 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def write(path: Path, data: np.ndarray, *, interp: list[str] | None = None, **profile: Any) -> Path:
-    kw: dict[str, Any] = {
-        "driver": "GTiff",
-        "height": data.shape[1],
-        "width": data.shape[2],
-        "count": data.shape[0],
-        "dtype": data.dtype.name,
-        "crs": "EPSG:3857",
-        "transform": TRANSFORM,
-    }
-    kw.update(profile)
-    with rasterio.open(path, "w", **kw) as f:
-        f.write(data)
-        if interp is not None:
-            f.colorinterp = [ColorInterp[c] for c in interp]
-    return path
+    return write_raster(path, data, transform=profile.pop("transform", TRANSFORM), interp=interp, **profile)
 
 
 def scene(d: Path, *, rgb: np.ndarray | None = None, extra: np.ndarray | None = None, **extra_kw: Any) -> Path:
