@@ -59,12 +59,7 @@ def snapshot(path: Path) -> Snapshot | None:
         stats = [("", top)]
     elif stat.S_ISDIR(top.st_mode):
         stats = []
-        for dirpath, _, names in os.walk(path):
-            for name in names:
-                f = os.path.join(dirpath, name)
-                st = os.stat(f)  # follows symlinks, as the content fingerprint does
-                if stat.S_ISREG(st.st_mode):
-                    stats.append((Path(f).relative_to(path).as_posix(), st))
+        _walk(str(path), "", stats)
         stats.sort(key=lambda x: x[0])
     else:
         return None
@@ -74,6 +69,20 @@ def snapshot(path: Path) -> Snapshot | None:
         h.update(f"{name}\t{st.st_size}\t{st.st_mtime_ns}\t{st.st_ctime_ns}\t{st.st_ino}\n".encode())
         newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
     return Snapshot(h.hexdigest(), len(stats), newest)
+
+
+def _walk(top: str, prefix: str, out: list[tuple[str, os.stat_result]]) -> None:
+    """Every regular file under ``top`` (symlinks followed, as the content fingerprint does) and its stat."""
+    with os.scandir(top) as it:
+        for e in it:
+            try:
+                st = e.stat()
+            except FileNotFoundError:  # a dangling link: not a file of the artifact (nor of its fingerprint)
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                _walk(e.path, f"{prefix}{e.name}/", out)
+            elif stat.S_ISREG(st.st_mode):
+                out.append((f"{prefix}{e.name}", st))
 
 
 def record_path(root: Path, rel: str) -> Path:
