@@ -30,3 +30,4 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/train_bench.py
 	$(BIN)/python bench/calibration_bench.py
 	$(BIN)/python bench/predict_memory_bench.py
+	$(BIN)/python bench/require_bench.py

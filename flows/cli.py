@@ -501,7 +501,9 @@ def parser() -> argparse.ArgumentParser:
     sg.set_defaults(func=_synth_geotiff)
 
     tl = sub.add_parser("tile", help="cut scenes and an RTS polygon inventory into the tile layout (DATA_LAYOUT.md)")
-    tl.add_argument("--config", type=_local_path, required=True, help="tiling config YAML (configs/tiling/example.yaml)")
+    tl.add_argument(
+        "--config", type=_local_path, required=True, help="tiling config YAML (configs/tiling/example.yaml)"
+    )
     tl.add_argument(
         "--output", type=_local_output, help="data root to write (default: output of the config); re-runs resume"
     )

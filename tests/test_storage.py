@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,61 @@ def test_check_writable_names_what_blocks(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == read_only else real(p, mode))
     with pytest.raises(StorageError, match=rf"cannot write {read_only}/run/x: {read_only} is not writable"):
         check_writable(read_only / "run" / "x")
+
+
+@pytest.fixture
+def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file whose content is hashed (sha256_file is what every fingerprint reads through)."""
+    import rtscore.storage.files as files
+
+    calls: list[Path] = []
+    real = files.sha256_file
+
+    def counting(path: Path, chunk: int = 1 << 20) -> str:
+        calls.append(path)
+        return real(path, chunk)
+
+    monkeypatch.setattr(files, "sha256_file", counting)
+    return calls
+
+
+def flip_byte(path: Path, keep_mtime: bool) -> None:
+    """Corrupt one byte in place, size unchanged; with ``keep_mtime`` the mtime is set back as it was."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+def test_verify_hashes_an_unchanged_artifact_once(tmp_path: Path, hash_calls: list[Path]) -> None:
+    run = RunDir(tmp_path / "run")
+    (run.path("tree/sub")).mkdir(parents=True)
+    run.path("tree/sub/x.bin").write_bytes(b"x" * 100)
+    run.path("tree/y.bin").write_bytes(b"y" * 100)
+    run.record("tree", "stage-b", "cfg2")
+    assert len(hash_calls) == 2  # record hashes each file once ...
+    hash_calls.clear()
+    run.verify("tree")
+    run.verify("tree")
+    assert hash_calls == []  # ... and the content it just hashed is not hashed again
+
+    run.path("tree/sub/x.bin").unlink()  # a missing record (e.g. written by an older version) hashes once
+    run.path("tree/sub/x.bin").write_bytes(b"x" * 100)
+    run.verify("tree")
+    assert len(hash_calls) == 2
+    run.verify("tree")
+    assert len(hash_calls) == 2
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True], ids=["mtime-touched", "mtime-restored"])
+def test_verify_catches_an_edit_that_keeps_the_size(tmp_path: Path, keep_mtime: bool) -> None:
+    run = RunDir(tmp_path / "run")
+    atomic_write_text(run.path("stats.json"), '{"mean": [1, 2, 3]}')
+    run.record("stats.json", "stage-a", "cfg1")
+    run.verify("stats.json")
+    flip_byte(run.path("stats.json"), keep_mtime)  # the change time moves even when the mtime is put back
+    with pytest.raises(StorageError, match="does not match the manifest"):
+        run.verify("stats.json")

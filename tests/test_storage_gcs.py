@@ -613,3 +613,91 @@ def test_transient_classification() -> None:
     permanent = [gexc.Forbidden("x"), gexc.NotFound("x"), gexc.PreconditionFailed("x"), ValueError("x")]
     assert all(is_transient(e) for e in transient)
     assert not any(is_transient(e) for e in permanent)
+
+
+# --------------------------------------------------------------------------- verified once per content
+@pytest.fixture
+def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file whose content is hashed (sha256_file is what every fingerprint reads through)."""
+    import rtscore.storage.files as files
+
+    calls: list[Path] = []
+    real = files.sha256_file
+
+    def counting(path: Path, chunk: int = 1 << 20) -> str:
+        calls.append(path)
+        return real(path, chunk)
+
+    monkeypatch.setattr(files, "sha256_file", counting)
+    return calls
+
+
+def flip_byte(path: Path, keep_mtime: bool) -> None:
+    """Corrupt one byte in place, size unchanged; with ``keep_mtime`` the mtime is set back as it was."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        import os
+
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+def test_require_hashes_a_staged_input_once_per_content(
+    run: RunDir, tmp_path: Path, hash_calls: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_store(run.at(RunLayout.DATASET, split="train"))
+    run.record("datasets/train.zarr", "generate-dataset", "h")
+    hash_calls.clear()
+    run.require("datasets/train.zarr")  # the writer's own mirror: record() just hashed it
+    assert hash_calls == []
+
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")
+    assert len(hash_calls) == 14  # downloaded and verified: each file hashed once
+    hash_calls.clear()
+    from rtscore.storage.gcs import GcsStore
+
+    def no_download(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an unchanged verified copy must not be downloaded again")
+
+    with monkeypatch.context() as m:
+        m.setattr(GcsStore, "download_many", no_download)
+        for _ in range(3):
+            other.require("datasets/train.zarr")
+            other.fetch("datasets/train.zarr")
+            assert worker(run.uri, tmp_path).require("datasets/train.zarr")  # another RunDir, same mirror
+    assert hash_calls == []
+
+    run.path("datasets/train.zarr/images/c/0").write_bytes(b"new content under the same path")
+    run.record("datasets/train.zarr", "generate-dataset", "h2")
+    other.require("datasets/train.zarr")  # the manifest's sha256 changed: hashed, found stale, replaced
+    assert fingerprint(other.at(RunLayout.DATASET, split="train")) == fingerprint(
+        run.at(RunLayout.DATASET, split="train")
+    )
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True], ids=["mtime-touched", "mtime-restored"])
+def test_require_catches_a_corrupted_staged_file_of_the_same_size(
+    run: RunDir, tmp_path: Path, hash_calls: list[Path], keep_mtime: bool
+) -> None:
+    atomic_write_text(run.path("normalization_stats.json"), '{"mean": [1, 2, 3]}')
+    write_store(run.at(RunLayout.DATASET, split="train"))
+    run.record("normalization_stats.json", "normalization-stats", "c")
+    run.record("datasets/train.zarr", "generate-dataset", "h")
+    other = worker(run.uri, tmp_path)
+    for rel, victim in (
+        ("normalization_stats.json", "normalization_stats.json"),
+        ("datasets/train.zarr", "datasets/train.zarr/images/c/7"),
+    ):
+        other.require(rel)
+        good = other.path(victim).read_bytes()
+        flip_byte(other.path(victim), keep_mtime)
+        hash_calls.clear()
+        other.require(rel)  # caught before use: hashed, found different, downloaded again
+        assert hash_calls and other.path(victim).read_bytes() == good
+        hash_calls.clear()
+        other.require(rel)
+        assert hash_calls == []

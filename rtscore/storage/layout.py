@@ -9,6 +9,7 @@ the project spells a run-directory path.
 
     <run>/
       manifest.json                               every artifact: sha256, bytes, stage, stage hashes
+      .verified/                                  hidden: one verification record per artifact (stat + sha256)
       config.resolved.yaml                        the config every stage used
       datasets/<split>.zarr                       tile stores
       datasets/context/<split>.zarr               0.5x context of val/test tiles (2x field of view, same ids)
@@ -43,6 +44,9 @@ RUN_SUMMARY_MD = "run_summary.md"
 CURVES = "curves.png"
 # File names inside the validation directory (the data validation writes them there).
 SAMPLES = "samples.png"
+# Hidden bookkeeping at the run root (a gs:// run: its local mirror): one verification record per
+# artifact, so an unchanged input is hashed once per content (rtscore.storage.verified).
+VERIFIED_DIR = ".verified"
 
 
 @dataclass(frozen=True)

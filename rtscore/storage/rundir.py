@@ -30,6 +30,9 @@ from rtscore.storage.files import (
 from rtscore.storage.gcs import SHA_KEY, GcsStore, ManifestConflict, RetryPolicy, parse_gs_uri, transfer_workers
 from rtscore.storage.layout import Entry
 from rtscore.storage.manifest import MANIFEST_NAME, ArtifactEntry, Manifest
+from rtscore.storage.verified import check as verified_check
+from rtscore.storage.verified import save as verified_save
+from rtscore.storage.verified import snapshot
 
 CACHE_ENV = "RTS_CACHE_DIR"  # base of the local mirrors of gs:// run directories
 
@@ -148,6 +151,7 @@ class RunDir:
         and the manifest entry is only written once every object is in the bucket.
         """
         p = self.path(rel)
+        seen = snapshot(p)
         files = tree_digests(p) if p.is_dir() else None
         sha, size = tree_fingerprint(files) if files is not None else fingerprint(p)
         entry = ArtifactEntry(
@@ -169,11 +173,12 @@ class RunDir:
                 return True
 
             self._update_manifest(add)  # last: only after every object is in the bucket
-            return entry
-        with self._locked():
-            manifest = self.read_manifest()
-            manifest.artifacts[rel] = entry
-            atomic_write_text(self.manifest_path, manifest.model_dump_json(indent=2) + "\n")
+        else:
+            with self._locked():
+                manifest = self.read_manifest()
+                manifest.artifacts[rel] = entry
+                atomic_write_text(self.manifest_path, manifest.model_dump_json(indent=2) + "\n")
+        verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind, seen)  # just hashed: no re-hash
         return entry
 
     def forget(self, rel: str) -> None:
@@ -233,13 +238,28 @@ class RunDir:
         entry = self.require(rel)
         if self.remote:
             return entry  # require verified the local copy against the record
-        sha, size = fingerprint(self.path(rel))
-        if sha != entry.sha256 or size != entry.bytes:
+        if not self._verified_copy(rel, entry):
+            sha, size = fingerprint(self.path(rel))
             raise StorageError(
                 f"artifact {self.path(rel)} does not match the manifest "
                 f"(sha256 {sha[:12]} vs recorded {entry.sha256[:12]}, {size} vs {entry.bytes} bytes)"
             )
         return entry
+
+    def _verified_copy(self, rel: str, entry: ArtifactEntry) -> bool:
+        """Whether the local copy of ``rel`` matches ``entry``: hashed only when its verification record
+        (``rtscore.storage.verified``) is missing or its size, times or inode changed since; a match is
+        recorded so that the next call does not hash again."""
+        p = self.path(rel)
+        if not p.exists():
+            return False
+        if verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind):
+            return True
+        seen = snapshot(p)
+        if fingerprint(p) != (entry.sha256, entry.bytes):
+            return False
+        verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind, seen)
+        return True
 
     # ----------------------------------------------------------------------------- gs:// runs
     @property
@@ -321,7 +341,7 @@ class RunDir:
         p.parent.mkdir(parents=True, exist_ok=True)
         lock = f".locks/require-{hashlib.sha256(rel.encode()).hexdigest()[:16]}.lock"
         with self._locked(lock):
-            if p.exists() and fingerprint(p) == (entry.sha256, entry.bytes):
+            if self._verified_copy(rel, entry):
                 return
             staging = p.with_name(f".{p.name}.download-{uuid.uuid4().hex[:8]}")
             try:
@@ -330,6 +350,7 @@ class RunDir:
                 else:
                     self._download_file(rel, entry, staging)
                 _replace(staging, p)
+                verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind)  # verified in staging
             finally:
                 if staging.is_dir():
                     shutil.rmtree(staging, ignore_errors=True)

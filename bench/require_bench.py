@@ -1,0 +1,160 @@
+"""``RunDir.require`` of a staged input: the first call (hash the mirror) vs the second (verification record).
+
+A gs:// run (the in-process GCS emulator) whose local mirror already holds ``datasets/train.zarr``, a
+4,000-tile 512-px store written by the project's writer at the baseline layout (RGB, no EXTRA channel;
+100 rendered synthetic tiles cycled over 4,000 tile ids, as ``data_bench.py`` (b)), recorded in the
+bucket's manifest. The objects themselves are not uploaded: the mirror already holds the content, so
+neither call downloads; what is measured is the verification of the staged copy, which before issue 13
+every call paid. Each repetition deletes the verification record, then times ``require`` twice on a fresh
+``RunDir`` (as a new stage on the same worker would). The store stays in the page cache: a cold cache
+makes the first call slower still.
+
+Usage: python bench/require_bench.py [--quick] [--tiles N] [--extra E] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rtscore.config.generation import GenerationConfig  # noqa: E402
+from rtscore.data.tiles import KIND_CODES, RawTile  # noqa: E402
+from rtscore.storage import MANIFEST_NAME, ArtifactEntry, Manifest, RunDir, RunLayout, fingerprint  # noqa: E402
+from rtscore.storage.verified import record_path  # noqa: E402
+
+TILE = 512
+BUCKET = "rts-bench"
+
+
+class CycledProducer:
+    """``n`` stored tiles cycling over the rendered ones (EXTRA channels derived from the RGB, if any)."""
+
+    def __init__(self, tiles: list[RawTile], n: int, extra: int) -> None:
+        self.tiles, self.n = tiles, n
+        if extra:
+            self.tiles = [
+                dataclasses.replace(t, extra=np.stack([t.rgb[i % 3].astype(np.float32) / 255 for i in range(extra)]))
+                for t in tiles
+            ]
+
+    def tile(self, i: int) -> RawTile:
+        t = self.tiles[i % len(self.tiles)]
+        return dataclasses.replace(t, tile_id=f"t{i:06d}", source_index=i)
+
+    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
+        tiles = [self.tile(i) for i in range(start, stop)]
+        yield tiles, [KIND_CODES["positive" if t.n_objects else "negative"] for t in tiles]
+
+
+def write_config_store(path: Path, n: int, unique: int, extra: int) -> None:
+    from rtscore.data.store import StoreLayout
+    from rtscore.data.synthetic import plan_tiles, render_tile
+    from rtscore.data.writer import base_attrs, write_store
+
+    cfg = GenerationConfig(
+        split="train",
+        tile_size=TILE,
+        seed=1,
+        synthetic={"n_positive": unique // 2, "n_negative": unique - unique // 2, "regions": ["a", "b", "c"]},
+    )
+    tiles = [render_tile(p, cfg) for p in plan_tiles(cfg)]
+    names = tuple(f"extra{i}" for i in range(extra))
+    layout = StoreLayout(n_tiles=n, tile_size=TILE, extra_channel_names=names, shard_tiles=32)
+    attrs = base_attrs(
+        split="train",
+        source="bench",
+        tile_size=TILE,
+        extra=list(names),
+        mask_types=["exact", "noisy"],
+        dataset_version="bench",
+    )
+    attrs.update({"config": {}, "config_hash": "bench", "seed": 0, "shard_tiles": 32})
+    write_store(CycledProducer(tiles, n, extra), layout, path, attrs, overwrite=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="400 tiles (a smoke run, not the quoted figures)")
+    p.add_argument("--tiles", type=int, default=4000, help="tiles in the store (default 4000)")
+    p.add_argument("--extra", type=int, default=0, help="EXTRA channels (default 0: the baseline layout)")
+    p.add_argument("--repeats", type=int, default=3, help="repetitions (default 3)")
+    p.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, removed after)")
+    args = p.parse_args()
+    n = 400 if args.quick else args.tiles
+    from gcp_storage_emulator.server import create_server
+
+    from rtscore.storage.gcs import EMULATOR_ENV, make_client
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="rts-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
+    server.start()
+    os.environ[EMULATOR_ENV] = f"http://127.0.0.1:{port}"
+    try:
+        uri = f"gs://{BUCKET}/{uuid.uuid4().hex[:8]}/run"
+        run = RunDir(uri, cache_dir=workdir / "cache")
+        rel = RunLayout.DATASET.at(split="train")
+        t0 = time.perf_counter()
+        write_config_store(run.path(rel), n, unique=min(100, n), extra=args.extra)
+        t_write = time.perf_counter() - t0
+        sha, size = fingerprint(run.path(rel))
+        entry = ArtifactEntry(
+            path=rel,
+            uri=run.uri_of(rel),
+            kind="dir",
+            sha256=sha,
+            bytes=size,
+            stage="generate-dataset",
+            config_hash="bench",
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        manifest = Manifest(artifacts={rel: entry}).model_dump_json(indent=2)
+        prefix = uri.removeprefix(f"gs://{BUCKET}/")
+        make_client().bucket(BUCKET).blob(f"{prefix}/{MANIFEST_NAME}").upload_from_string(manifest)
+        files = sum(1 for f in run.path(rel).rglob("*") if f.is_file())
+        first, second = [], []
+        for _ in range(args.repeats):
+            record_path(run.root, rel).unlink(missing_ok=True)
+            for times in (first, second):
+                t0 = time.perf_counter()
+                got = RunDir(uri, cache_dir=workdir / "cache").require(rel)
+                times.append(time.perf_counter() - t0)
+                assert got.sha256 == sha
+    finally:
+        server.stop()
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    m1, m2 = statistics.median(first), statistics.median(second)
+    gib = size / 2**30
+    print(
+        f"store: {n} tiles {TILE}x{TILE}, {args.extra} EXTRA, {files} files, {gib:.2f} GiB (written in {t_write:.0f} s)"
+    )
+    print(f"require, first call (hash the mirror) : median {m1:8.3f} s  range {min(first):.3f}-{max(first):.3f} s")
+    print(f"require, second call (record matches) : median {m2:8.3f} s  range {min(second):.3f}-{max(second):.3f} s")
+    print(f"second / first: {m2 / m1:.4f} ({100 * m2 / m1:.2f} %; target <= 1 %)")
+    out = {"tiles": n, "extra": args.extra, "files": files, "gib": size / 2**30, "first_s": first, "second_s": second}
+    print(json.dumps(out | {"ratio": m2 / m1}))
+
+
+if __name__ == "__main__":
+    main()
