@@ -348,27 +348,21 @@ class GcsStore:
         object now holds this content (our own earlier try landed); otherwise it is an error."""
         blob = self.bucket.blob(self.name(rel))
         blob.metadata = {SHA_KEY: sha256}
-        size = path.stat().st_size
-
-        def upload() -> None:
-            from google.api_core import exceptions as gexc
-
-            try:
-                blob.upload_from_filename(str(path), if_generation_match=generation, retry=self.guarded)
-            except gexc.PreconditionFailed:
-                now = self.bucket.get_blob(self.name(rel), retry=self.idempotent)
-                if now is None or (now.metadata or {}).get(SHA_KEY) != sha256 or now.size != size:
-                    raise StorageError(
-                        f"upload of {self.uri(rel)} refused: the object changed since it was listed (generation "
-                        f"{generation}); another worker is writing this artifact, let one of them finish"
-                    ) from None
+        from google.api_core import exceptions as gexc
 
         try:
-            upload()
-        except StorageError:
-            raise
+            blob.upload_from_filename(str(path), if_generation_match=generation, retry=self.guarded)
+            return
+        except gexc.PreconditionFailed:
+            pass
         except Exception as err:
             raise self.error("upload of", rel, err) from None
+        now = self.get(rel)
+        if now is None or (now.metadata or {}).get(SHA_KEY) != sha256 or now.size != path.stat().st_size:
+            raise StorageError(
+                f"upload of {self.uri(rel)} refused: the object changed since it was listed (generation "
+                f"{generation}); another worker is writing this artifact, let one of them finish"
+            )
 
     def download_file(self, blob: Blob, rel: str, path: Path) -> None:
         """Download ``blob`` to ``path``; a checksum mismatch in transit downloads it again from the start."""
