@@ -23,7 +23,7 @@ from rtscore.storage import CACHE_ENV, RunDir, RunLayout, StorageError, atomic_w
 from rtscore.storage.gcs import RetryPolicy, make_client, parse_gs_uri, redact
 from tests.conftest import GCS_TEST_BUCKET
 
-FAST = RetryPolicy(attempts=6, initial_s=0.001, max_s=0.005, conflict_attempts=10)
+FAST = RetryPolicy(deadline_s=5.0, initial_s=0.001, max_s=0.005, conflict_attempts=10)
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def test_rerecord_uploads_only_changes_and_removes_stale_objects(
     real = GcsStore.upload_many
 
     def spy(self: GcsStore, items: Any) -> None:
-        uploaded.extend(rel for _, rel, _ in items)
+        uploaded.extend(rel for _, rel, *_ in items)
         real(self, items)
 
     monkeypatch.setattr(GcsStore, "upload_many", spy)
@@ -361,31 +361,209 @@ def test_transient_errors_are_retried(run: RunDir, tmp_path: Path, flaky: Callab
     assert fingerprint(other.at(RunLayout.DATASET, split="train")) == (entry.sha256, entry.bytes)
 
 
-def test_persistent_transient_errors_give_up(run: RunDir, flaky: Callable[[Flaky], Flaky]) -> None:
+def test_persistent_transient_errors_give_up(gcs_env: str, tmp_path: Path, flaky: Callable[[Flaky], Flaky]) -> None:
+    run = RunDir(gcs_env, cache_dir=tmp_path / "w", retry=RetryPolicy(deadline_s=0.2, initial_s=0.01, max_s=0.02))
     atomic_write_text(run.path("a.json"), "1")
     f = flaky(Flaky(1, [status(503)]))
-    with pytest.raises(StorageError, match=r"gs://rts-test/.* failed after 6 attempts: ServiceUnavailable"):
+    with pytest.raises(
+        StorageError, match=r"stat of gs://rts-test/.* failed after retrying for 0.2 s .*: ServiceUnavailable"
+    ):
         run.record("a.json", "s", "c")
-    assert f.calls == 6
+    assert f.calls > 3  # retried by the library until its deadline
 
 
-def test_other_errors_are_not_retried(run: RunDir, flaky: Callable[[Flaky], Flaky]) -> None:
+@pytest.mark.parametrize(("code", "name"), [(403, "Forbidden"), (401, "Unauthorized"), (400, "BadRequest")])
+def test_other_errors_are_not_retried(run: RunDir, flaky: Callable[[Flaky], Flaky], code: int, name: str) -> None:
     atomic_write_text(run.path("a.json"), "1")
-    f = flaky(Flaky(1, [status(403)]))
-    with pytest.raises(StorageError, match=r"stat of gs://rts-test/.*/run/manifest.json failed: Forbidden"):
+    f = flaky(Flaky(1, [status(code)]))
+    with pytest.raises(StorageError, match=rf"stat of gs://rts-test/.*/run/manifest.json failed: {name}"):
         run.record("a.json", "s", "c")
     assert f.calls == 1
 
 
+def test_not_found_is_an_answer_not_retried(run: RunDir, flaky: Callable[[Flaky], Flaky]) -> None:
+    f = flaky(Flaky(1, [status(404)]))
+    assert run.read_manifest().artifacts == {}  # a 404 on the manifest: there is none yet
+    assert f.calls == 1
+
+
+@pytest.fixture
+def library_retries(monkeypatch: pytest.MonkeyPatch) -> list[BaseException]:
+    """The errors google-api-core's retry loop (``retry_target``, run by ``Retry``) was handed to retry."""
+    from google.api_core.retry import retry_unary
+
+    seen: list[BaseException] = []
+    real = retry_unary.retry_target
+
+    def spy(target: Any, predicate: Any, *args: Any, **kwargs: Any) -> Any:
+        def watched(err: Exception) -> bool:
+            seen.append(err)
+            return bool(predicate(err))
+
+        return real(target, watched, *args, **kwargs)
+
+    monkeypatch.setattr(retry_unary, "retry_target", spy)
+    return seen
+
+
+def test_a_transient_503_is_retried_by_the_client_library(
+    run: RunDir, tmp_path: Path, flaky: Callable[[Flaky], Flaky], library_retries: list[BaseException]
+) -> None:
+    """Issue 13.5: no hand loop; the library's Retry (built from RetryPolicy) retries the 503s, a 403 it does not."""
+    from google.api_core.exceptions import Forbidden, ServiceUnavailable
+
+    from rtscore.storage.gcs import is_transient
+
+    atomic_write_text(run.path("a.json"), '{"a": 1}')
+    write_store(run.at(RunLayout.DATASET, split="train"))
+    f = flaky(Flaky(2, [status(503)]))
+    run.record("a.json", "s", "c")
+    entry = run.record("datasets/train.zarr", "generate-dataset", "h")
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")
+    assert fingerprint(other.at(RunLayout.DATASET, split="train")) == (entry.sha256, entry.bytes)
+    transient = [e for e in library_retries if is_transient(e)]  # the 503s: JSON API errors and media responses
+    assert f.injected >= 10 and len(transient) == f.injected  # every injected 503 went through the library
+    assert any(isinstance(e, ServiceUnavailable) for e in transient)  # JSON API calls (stat, list, manifest)
+    assert any(not isinstance(e, ServiceUnavailable) for e in transient)  # uploads and downloads (media)
+
+    library_retries.clear()
+    f = flaky(Flaky(1, [status(403)]))
+    with pytest.raises(StorageError, match="failed: Forbidden"):
+        other.require("a.json")
+    assert f.calls == 1 and [type(e) for e in library_retries] == [Forbidden]  # seen, judged permanent
+
+
+def test_a_checksum_mismatch_in_transit_downloads_again_from_the_start(
+    run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library resumes a retried download at the bytes received; bytes that arrived wrong need a new one."""
+    from google.cloud.storage import Blob
+    from google.cloud.storage.exceptions import DataCorruption
+
+    write_store(run.at(RunLayout.DATASET, split="train"))
+    entry = run.record("datasets/train.zarr", "generate-dataset", "h")
+    real = Blob.download_to_filename
+    tries: dict[str, int] = {}
+
+    def corrupt_first(self: Blob, filename: str, *args: Any, **kwargs: Any) -> Any:
+        tries[self.name] = tries.get(self.name, 0) + 1
+        if tries[self.name] == 1:
+            Path(filename).write_bytes(b"arrived wrong")
+            raise DataCorruption(None, "injected crc32c mismatch")
+        return real(self, filename, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "download_to_filename", corrupt_first)
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")
+    assert fingerprint(other.at(RunLayout.DATASET, split="train")) == (entry.sha256, entry.bytes)
+    assert len(tries) == 14 and set(tries.values()) == {2}
+
+
+def test_calls_carry_the_configured_library_retry_and_uploads_a_precondition(
+    gcs_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core.retry import Retry
+    from google.cloud.storage import Blob, Bucket
+    from google.cloud.storage.retry import ConditionalRetryPolicy
+
+    policy = RetryPolicy(deadline_s=17.0, initial_s=0.01, max_s=0.5, multiplier=3.0)
+    run = RunDir(gcs_env, cache_dir=tmp_path / "w", retry=policy)
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def spy(cls: Any, name: str) -> None:
+        real = getattr(cls, name)
+
+        def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append((name, kwargs))
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapped)
+
+    for cls, name in [
+        (Bucket, "get_blob"),
+        (Blob, "upload_from_string"),
+        (Blob, "upload_from_filename"),
+        (Blob, "download_as_bytes"),
+        (Blob, "download_to_filename"),
+    ]:
+        spy(cls, name)
+    atomic_write_text(run.path("a.json"), "1")
+    run.record("a.json", "s", "c")
+    atomic_write_text(run.path("a.json"), "2")
+    run.record("a.json", "s", "c2")  # overwrites the object: guarded by the generation it replaces
+    RunDir(gcs_env, cache_dir=tmp_path / "w2", retry=policy).require("a.json")
+    assert {n for n, _ in calls} == {
+        "get_blob",
+        "upload_from_string",
+        "upload_from_filename",
+        "download_as_bytes",
+        "download_to_filename",
+    }
+    for name, kwargs in calls:
+        retry = kwargs["retry"]
+        if name.startswith("upload"):
+            assert isinstance(retry, ConditionalRetryPolicy) and isinstance(kwargs["if_generation_match"], int)
+            retry = retry.retry_policy
+        assert isinstance(retry, Retry) and retry.timeout == 17.0 and retry._multiplier == 3.0, name
+    uploads = [kw["if_generation_match"] for n, kw in calls if n == "upload_from_filename"]
+    assert uploads[0] == 0 and uploads[1] > 0  # created only if absent, then replaced only at that generation
+
+
+def test_an_artifact_object_changed_by_another_writer_is_not_clobbered(
+    run: RunDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core.exceptions import PreconditionFailed
+    from google.cloud.storage import Blob
+
+    atomic_write_text(run.path("a.json"), "mine")
+    real = Blob.upload_from_filename
+    other_content = [True]
+
+    def rejected(self: Blob, *args: Any, if_generation_match: int | None = None, **kwargs: Any) -> Any:
+        if other_content[0]:  # another writer put different content there first: the emulator ignores 412s
+            self.bucket.blob(self.name).upload_from_string(b"theirs")
+            raise PreconditionFailed("injected 412")
+        real(self, *args, if_generation_match=if_generation_match, **kwargs)  # our own try landed...
+        raise PreconditionFailed("injected 412 on the retry")  # ...and its retry found the object changed
+
+    monkeypatch.setattr(Blob, "upload_from_filename", rejected)
+    with pytest.raises(StorageError, match=r"upload of gs://.*/a.json refused: the object changed"):
+        run.record("a.json", "s", "c")
+    assert bucket().blob(object_name(run, "a.json")).download_as_bytes() == b"theirs"
+    assert run.entry("a.json") is None
+    other_content[0] = False
+    run.record("a.json", "s", "c")  # a 412 whose object holds our content is our own earlier try: fine
+    assert bucket().blob(object_name(run, "a.json")).download_as_bytes() == b"mine"
+
+
 def test_retry_policy_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RTS_GCS_RETRY_ATTEMPTS", "3")
+    from google.api_core.retry import Retry
+    from google.cloud.storage.retry import ConditionalRetryPolicy
+
+    monkeypatch.setenv("RTS_GCS_RETRY_DEADLINE_S", "42")
     monkeypatch.setenv("RTS_GCS_RETRY_INITIAL_S", "0.25")
+    monkeypatch.setenv("RTS_GCS_RETRY_MAX_S", "8")
+    monkeypatch.setenv("RTS_GCS_RETRY_MULTIPLIER", "3")
     policy = RetryPolicy.from_env()
-    assert (policy.attempts, policy.initial_s) == (3, 0.25)
-    assert all(0.125 <= policy.delay(0) <= 0.25 for _ in range(20))
-    assert policy.delay(20) <= policy.max_s
-    monkeypatch.setenv("RTS_GCS_RETRY_ATTEMPTS", "many")
-    with pytest.raises(StorageError, match="RTS_GCS_RETRY_ATTEMPTS must be a number"):
+    assert (policy.deadline_s, policy.initial_s, policy.max_s, policy.multiplier) == (42, 0.25, 8, 3)
+    retry = policy.retry()
+    assert isinstance(retry, Retry) and retry.timeout == 42
+    assert (retry._initial, retry._maximum, retry._multiplier) == (0.25, 8, 3)
+    conditional = policy.conditional()
+    assert isinstance(conditional, ConditionalRetryPolicy) and conditional.retry_policy.timeout == 42
+    assert conditional.get_retry_policy_if_conditions_met(query_params={"ifGenerationMatch": 0}) is not None
+    assert conditional.get_retry_policy_if_conditions_met(query_params={}) is None  # an unguarded write
+    assert all(0.125 <= policy.delay(0) <= 0.25 for _ in range(20)) and policy.delay(20) <= policy.max_s
+    monkeypatch.setenv("RTS_GCS_RETRY_DEADLINE_S", "soon")
+    with pytest.raises(StorageError, match="RTS_GCS_RETRY_DEADLINE_S must be a number"):
+        RetryPolicy.from_env()
+    monkeypatch.setenv("RTS_GCS_RETRY_DEADLINE_S", "0")
+    with pytest.raises(StorageError, match="RTS_GCS_RETRY_.*deadline"):
+        RetryPolicy.from_env()
+    monkeypatch.delenv("RTS_GCS_RETRY_DEADLINE_S")
+    monkeypatch.setenv("RTS_GCS_RETRY_ATTEMPTS", "3")  # the old knob: not silently ignored
+    with pytest.raises(StorageError, match="RTS_GCS_RETRY_ATTEMPTS is no longer read.*RTS_GCS_RETRY_DEADLINE_S"):
         RetryPolicy.from_env()
 
 

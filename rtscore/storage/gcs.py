@@ -10,17 +10,20 @@ import contextlib
 import os
 import random
 import re
-import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rtscore.storage.errors import StorageError
 
 if TYPE_CHECKING:
+    from google.api_core.retry import Retry
     from google.cloud.storage import Blob, Bucket, Client
+    from google.cloud.storage.retry import ConditionalRetryPolicy
 
 T = TypeVar("T")
 
@@ -32,6 +35,7 @@ SHA_KEY = "sha256"  # custom object metadata: sha256 of the object's content, se
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_ATTEMPTS_ENV = "RTS_GCS_RETRY_ATTEMPTS"  # replaced by RTS_GCS_RETRY_DEADLINE_S; rejected so it is not silently ignored
 _REDACTIONS = (
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), "<redacted key>"),
     (re.compile(r"(?i)\bBearer\s+[A-Za-z0-9._~+/=-]+"), "Bearer <redacted>"),
@@ -69,23 +73,29 @@ def parse_gs_uri(uri: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff for transient GCS errors and for manifest write conflicts (HTTP 412).
+    """How GCS calls are retried: the knobs of google-api-core's :class:`~google.api_core.retry.Retry` (which
+    the client library runs) and the rounds of the manifest's read-modify-write under concurrent writers (412).
 
-    Defaults come from ``RTS_GCS_RETRY_ATTEMPTS``, ``RTS_GCS_RETRY_INITIAL_S``, ``RTS_GCS_RETRY_MAX_S`` and
-    ``RTS_GCS_CONFLICT_ATTEMPTS`` (see :meth:`from_env`).
+    Defaults come from ``RTS_GCS_RETRY_DEADLINE_S``, ``RTS_GCS_RETRY_INITIAL_S``, ``RTS_GCS_RETRY_MAX_S``,
+    ``RTS_GCS_RETRY_MULTIPLIER`` and ``RTS_GCS_CONFLICT_ATTEMPTS`` (see :meth:`from_env`). Plain data (picklable);
+    :meth:`retry` and :meth:`conditional` build the library's objects.
     """
 
-    attempts: int = 6  # tries per call, the first included
-    initial_s: float = 0.5
-    max_s: float = 30.0
+    deadline_s: float = 120.0  # stop retrying one call once the next wait would end past this (library default)
+    initial_s: float = 0.5  # first wait
+    max_s: float = 30.0  # longest wait
     multiplier: float = 2.0
     conflict_attempts: int = 20  # read-modify-write rounds of the manifest under concurrent writers
 
     def __post_init__(self) -> None:
-        if self.attempts < 1 or self.conflict_attempts < 1:
-            raise ValueError(f"retry attempts must be >= 1; got {self.attempts}, {self.conflict_attempts}")
-        if self.initial_s < 0 or self.max_s < 0 or self.multiplier < 1:
-            raise ValueError("retry delays must be >= 0 and the multiplier >= 1")
+        if self.conflict_attempts < 1:
+            raise ValueError(f"conflict attempts must be >= 1; got {self.conflict_attempts}")
+        if self.deadline_s <= 0 or self.initial_s <= 0 or self.max_s < self.initial_s or self.multiplier < 1:
+            raise ValueError(
+                "the deadline and the first wait must be > 0, the longest wait >= the first and the multiplier >= 1; "
+                f"got deadline {self.deadline_s}, initial {self.initial_s}, max {self.max_s}, "
+                f"multiplier {self.multiplier}"
+            )
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
@@ -98,19 +108,55 @@ class RetryPolicy:
             except ValueError:
                 raise StorageError(f"{name} must be a number; got {raw!r}") from None
 
+        if os.environ.get(_ATTEMPTS_ENV):
+            raise StorageError(
+                f"{_ATTEMPTS_ENV} is no longer read: GCS calls are retried by the client library until a deadline; "
+                "unset it and set RTS_GCS_RETRY_DEADLINE_S (seconds, default 120) instead"
+            )
         d = cls()
         try:
             return cls(
-                attempts=int(get("RTS_GCS_RETRY_ATTEMPTS", d.attempts)),
+                deadline_s=get("RTS_GCS_RETRY_DEADLINE_S", d.deadline_s),
                 initial_s=get("RTS_GCS_RETRY_INITIAL_S", d.initial_s),
                 max_s=get("RTS_GCS_RETRY_MAX_S", d.max_s),
+                multiplier=get("RTS_GCS_RETRY_MULTIPLIER", d.multiplier),
                 conflict_attempts=int(get("RTS_GCS_CONFLICT_ATTEMPTS", d.conflict_attempts)),
             )
         except ValueError as err:  # out of range: name the variables a user sets
             raise StorageError(f"RTS_GCS_RETRY_* / RTS_GCS_CONFLICT_ATTEMPTS: {err}") from None
 
+    def retry(self) -> Retry:
+        """The library's retry for idempotent calls (reads, listings, deletes): transient errors
+        (:func:`is_transient`, a checksum mismatch aside) are retried with capped exponential backoff and jitter
+        until the deadline."""
+        return self._retry(_retry_in_place)
+
+    def redownload(self) -> Retry:
+        """The library's retry around a whole download, for a checksum mismatch in transit: the library's own
+        retry resumes a download at the bytes already received, which cannot repair bytes that arrived wrong."""
+        return self._retry(_is_corruption)
+
+    def _retry(self, predicate: Callable[[Exception], bool]) -> Retry:
+        from google.api_core.retry import Retry
+
+        return Retry(
+            predicate=predicate,
+            initial=self.initial_s,
+            maximum=self.max_s,
+            multiplier=self.multiplier,
+            timeout=self.deadline_s,
+        )
+
+    def conditional(self) -> ConditionalRetryPolicy:
+        """The library's retry for writes: only a call that carries a generation precondition
+        (``if_generation_match``, 0 for "must not exist") is retried, since only such a call is idempotent."""
+        from google.cloud.storage.retry import ConditionalRetryPolicy, is_generation_specified
+
+        return ConditionalRetryPolicy(self.retry(), is_generation_specified, ["query_params"])
+
     def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed try ``attempt`` (0-based): capped exponential with full jitter."""
+        """Seconds to wait before read-modify-write round ``attempt + 1`` of the manifest (0-based): capped
+        exponential with full jitter. Transport errors are not retried with this: see :meth:`retry`."""
         cap = min(self.max_s, self.initial_s * self.multiplier**attempt)
         return cap * random.uniform(0.5, 1.0)
 
@@ -144,6 +190,18 @@ def is_transient(err: BaseException) -> bool:
     if isinstance(err, requests.exceptions.ChunkedEncodingError | TransportError):
         return True
     return isinstance(err, ConnectionError | TimeoutError)
+
+
+def _is_corruption(err: BaseException) -> bool:
+    from google.cloud.storage.exceptions import DataCorruption
+
+    return isinstance(err, DataCorruption)
+
+
+def _retry_in_place(err: BaseException) -> bool:
+    """What the library retries within a call: the transient errors but a checksum mismatch (see
+    :meth:`RetryPolicy.redownload`)."""
+    return is_transient(err) and not _is_corruption(err)
 
 
 def _is_precondition_failure(err: BaseException) -> bool:
@@ -194,14 +252,17 @@ def credentials_problem(err: BaseException) -> str:
 class GcsStore:
     """The objects under one ``gs://bucket/prefix``, addressed by paths relative to the prefix.
 
-    Every call is retried on transient errors (:func:`is_transient`) with ``retry``; other errors become a
-    :class:`StorageError` naming the object. Holds a client: not picklable, created lazily by ``RunDir``.
+    Every call hands the client library a retry built from ``retry`` (:meth:`RetryPolicy.retry` for reads,
+    listings and deletes, :meth:`RetryPolicy.conditional` for uploads, which always carry a generation
+    precondition); errors that remain become a :class:`StorageError` naming the object. Holds a client: not
+    picklable, created lazily by ``RunDir``.
     """
 
     def __init__(
         self, bucket: str, prefix: str, retry: RetryPolicy, *, client: Client | None = None, workers: int = 8
     ) -> None:
         self.bucket_name, self.prefix, self.retry, self.workers = bucket, prefix, retry, workers
+        self.idempotent, self.guarded, self.redownload = retry.retry(), retry.conditional(), retry.redownload()
         self._client = client if client is not None else make_client()
         self.bucket: Bucket = self._client.bucket(bucket)
 
@@ -222,28 +283,28 @@ class GcsStore:
 
     # ----------------------------------------------------------------------------- calls
     def call(self, what: str, rel: str, fn: Callable[[], T], *, conflict: bool = False) -> T:
-        """``fn()`` retried on transient errors; ``conflict`` turns a 412 into :class:`ManifestConflict`."""
-        for attempt in range(self.retry.attempts):
-            try:
-                return fn()
-            except Exception as err:
-                if conflict and _is_precondition_failure(err):
-                    raise ManifestConflict(self.uri(rel)) from None
-                if not is_transient(err):
-                    raise self.error(what, rel, err) from None
-                if attempt + 1 == self.retry.attempts:
-                    raise self.error(what, rel, err, attempts=self.retry.attempts) from None
-                time.sleep(self.retry.delay(attempt))
-        raise AssertionError("unreachable")
+        """``fn()`` (which retries through the library); ``conflict`` turns a 412 into :class:`ManifestConflict`,
+        any other error becomes a :class:`StorageError`."""
+        try:
+            return fn()
+        except Exception as err:
+            if conflict and _is_precondition_failure(err):
+                raise ManifestConflict(self.uri(rel)) from None
+            raise self.error(what, rel, err) from None
 
-    def error(self, what: str, rel: str, err: BaseException, *, attempts: int | None = None) -> StorageError:
-        tail = f" after {attempts} attempts" if attempts else ""
+    def error(self, what: str, rel: str, err: BaseException) -> StorageError:
+        from google.api_core.exceptions import RetryError
+
+        tail = ""
+        if isinstance(err, RetryError):  # the library gave up on a transient error: report that error
+            tail = f" after retrying for {self.retry.deadline_s:g} s (RTS_GCS_RETRY_DEADLINE_S)"
+            err = err.cause if err.cause is not None else err
         return StorageError(f"{what} {self.uri(rel)} failed{tail}: {type(err).__name__}: {redact(str(err))}")
 
     # ----------------------------------------------------------------------------- single objects
     def get(self, rel: str) -> Blob | None:
         """The object's metadata (generation, size, custom metadata), or None if it does not exist."""
-        return self.call("stat of", rel, lambda: self.bucket.get_blob(self.name(rel), retry=None))
+        return self.call("stat of", rel, lambda: self.bucket.get_blob(self.name(rel), retry=self.idempotent))
 
     def read(self, rel: str) -> tuple[bytes, int] | None:
         """(content, generation) of a small object, or None if it does not exist.
@@ -260,7 +321,7 @@ class GcsStore:
 
         def download() -> bytes | None:
             try:
-                return blob.download_as_bytes(if_generation_match=generation or None, retry=None)
+                return blob.download_as_bytes(if_generation_match=generation or None, retry=self.idempotent)
             except gexc.NotFound:
                 return None
 
@@ -276,19 +337,38 @@ class GcsStore:
 
         def upload() -> None:
             blob.upload_from_string(
-                data, content_type=content_type, if_generation_match=if_generation_match, retry=None
+                data, content_type=content_type, if_generation_match=if_generation_match, retry=self.guarded
             )
 
         self.call("upload of", rel, upload, conflict=True)
 
-    def upload_file(self, path: Path, rel: str, sha256: str) -> None:
+    def upload_file(self, path: Path, rel: str, sha256: str, *, generation: int) -> None:
+        """Upload ``path`` as ``rel`` only if the object still is at ``generation`` (0: must not exist), so a
+        retried upload is idempotent and a concurrent writer's object is never clobbered. A 412 is fine when the
+        object now holds this content (our own earlier try landed); otherwise it is an error."""
         blob = self.bucket.blob(self.name(rel))
         blob.metadata = {SHA_KEY: sha256}
-        self.call("upload of", rel, lambda: blob.upload_from_filename(str(path), retry=None))
+        from google.api_core import exceptions as gexc
+
+        try:
+            blob.upload_from_filename(str(path), if_generation_match=generation, retry=self.guarded)
+            return
+        except gexc.PreconditionFailed:
+            pass
+        except Exception as err:
+            raise self.error("upload of", rel, err) from None
+        now = self.get(rel)
+        if now is None or (now.metadata or {}).get(SHA_KEY) != sha256 or now.size != path.stat().st_size:
+            raise StorageError(
+                f"upload of {self.uri(rel)} refused: the object changed since it was listed (generation "
+                f"{generation}); another worker is writing this artifact, let one of them finish"
+            )
 
     def download_file(self, blob: Blob, rel: str, path: Path) -> None:
+        """Download ``blob`` to ``path``; a checksum mismatch in transit downloads it again from the start."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.call("download of", rel, lambda: blob.download_to_filename(str(path), retry=None))
+        fetch = self.redownload(lambda: blob.download_to_filename(str(path), retry=self.idempotent))
+        self.call("download of", rel, fetch)
         _set_mtime(path, blob.updated)
 
     def exists(self, rel: str) -> bool:
@@ -298,7 +378,9 @@ class GcsStore:
         """Whether at least one object lies under ``rel/``."""
 
         def first() -> bool:
-            it = self._client.list_blobs(self.bucket_name, prefix=self.name(rel) + "/", max_results=1, retry=None)
+            it = self._client.list_blobs(
+                self.bucket_name, prefix=self.name(rel) + "/", max_results=1, retry=self.idempotent
+            )
             return next(iter(it), None) is not None
 
         return self.call("listing of", rel + "/", first)
@@ -308,7 +390,7 @@ class GcsStore:
         base = self.name(rel) + "/"
 
         def listing() -> dict[str, Blob]:
-            blobs = self._client.list_blobs(self.bucket_name, prefix=base, retry=None)
+            blobs = self._client.list_blobs(self.bucket_name, prefix=base, retry=self.idempotent)
             return {b.name[len(base) :]: b for b in blobs}
 
         out = self.call("listing of", rel + "/", listing)
@@ -325,79 +407,32 @@ class GcsStore:
             blob = self.bucket.blob(self.name(rel))
 
             def remove(blob: Blob = blob) -> None:
-                with contextlib.suppress(gexc.NotFound):  # already gone: fine
-                    blob.delete(retry=None)
+                with contextlib.suppress(gexc.NotFound):  # already gone (or our retried delete landed): fine
+                    blob.delete(retry=self.idempotent)
 
             self.call("delete of", rel, remove)
 
     # ----------------------------------------------------------------------------- many objects
-    def upload_many(self, items: Sequence[tuple[Path, str, str]]) -> None:
-        """Upload (local path, rel, sha256) in parallel (transfer_manager, threads); retry what failed."""
-        from google.cloud.storage import transfer_manager
-
-        def blob(rel: str, sha: str) -> Blob:
-            b = self.bucket.blob(self.name(rel))
-            b.metadata = {SHA_KEY: sha}
-            return b
-
-        def run(batch: Sequence[tuple[Path, str, str]]) -> list[Any]:
-            return transfer_manager.upload_many(
-                [(str(p), blob(rel, sha)) for p, rel, sha in batch],
-                upload_kwargs={"retry": None},
-                raise_exception=False,
-                worker_type=transfer_manager.THREAD,
-                max_workers=self.workers,
-            )
-
-        self._many("upload of", items, run, lambda item: item[1])
+    def upload_many(self, items: Sequence[tuple[Path, str, str, int]]) -> None:
+        """Upload (local path, rel, sha256, generation) in parallel threads, each as :meth:`upload_file` (its own
+        precondition: transfer_manager would share one set of upload arguments across all objects)."""
+        self._parallel([partial(self.upload_file, p, rel, sha, generation=g) for p, rel, sha, g in items])
 
     def download_many(self, items: Sequence[tuple[Blob, str, Path]]) -> None:
-        """Download (blob, rel, local path) in parallel (transfer_manager, threads); retry what failed."""
-        from google.cloud.storage import transfer_manager
+        """Download (blob, rel, local path) in parallel threads, each as :meth:`download_file`."""
+        self._parallel([partial(self.download_file, b, rel, p) for b, rel, p in items])
 
-        for _, _, path in items:
-            path.parent.mkdir(parents=True, exist_ok=True)
-
-        def run(batch: Sequence[tuple[Blob, str, Path]]) -> list[Any]:
-            return transfer_manager.download_many(
-                [(b, str(p)) for b, _, p in batch],
-                download_kwargs={"retry": None},
-                raise_exception=False,
-                worker_type=transfer_manager.THREAD,
-                max_workers=self.workers,
-            )
-
-        self._many("download of", items, run, lambda item: item[1])
-        for b, _, p in items:
-            _set_mtime(p, b.updated)
-
-    def _many(
-        self,
-        what: str,
-        items: Sequence[T],
-        run: Callable[[Sequence[T]], list[Any]],
-        rel_of: Callable[[T], str],
-    ) -> None:
-        pending = list(items)
-        for attempt in range(self.retry.attempts):
-            if not pending:
-                return
-            results = run(pending)
-            failed = [(item, r) for item, r in zip(pending, results, strict=True) if isinstance(r, BaseException)]
-            for item, err in failed:
-                if not is_transient(err):
-                    raise self.error(what, rel_of(item), err) from None
-            if not failed:
-                return
-            pending = [item for item, _ in failed]
-            if attempt + 1 < self.retry.attempts:
-                time.sleep(self.retry.delay(attempt))
-        item, err = failed[0]
-        more = f" (and {len(failed) - 1} more objects)" if len(failed) > 1 else ""
-        raise StorageError(
-            f"{what} {self.uri(rel_of(item))}{more} failed after {self.retry.attempts} attempts: "
-            f"{type(err).__name__}: {redact(str(err))}"
-        )
+    def _parallel(self, jobs: Sequence[Callable[[], None]]) -> None:
+        """Run ``jobs`` (which raise StorageError only) on ``workers`` threads; all finish before the first error
+        is raised, with the number of others that failed."""
+        if not jobs:
+            return
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(jobs))) as pool:
+            futures = [pool.submit(job) for job in jobs]
+        errors = [err for f in futures if (err := f.exception()) is not None]
+        if errors:
+            more = f" (and {len(errors) - 1} more objects)" if len(errors) > 1 else ""
+            raise StorageError(f"{errors[0]}{more}") from None
 
 
 def _set_mtime(path: Path, when: datetime | None) -> None:

@@ -322,14 +322,20 @@ class RunDir:
         def same(blob: Any, sha: str, size: int) -> bool:
             return blob is not None and (blob.metadata or {}).get(SHA_KEY) == sha and blob.size == size
 
+        def generation(blob: Any) -> int:  # the upload's precondition: the object as seen, 0 if there is none
+            return int(blob.generation or 0) if blob is not None else 0
+
         p = self.path(rel)
         if files is None:
-            if not same(self._gcs.get(rel), entry.sha256, entry.bytes):
-                self._gcs.upload_file(p, rel, entry.sha256)
+            blob = self._gcs.get(rel)
+            if not same(blob, entry.sha256, entry.bytes):
+                self._gcs.upload_file(p, rel, entry.sha256, generation=generation(blob))
             return
         existing = self._gcs.list_under(rel)
         todo = [
-            (p / name, f"{rel}/{name}", sha) for name, sha, size in files if not same(existing.get(name), sha, size)
+            (p / name, f"{rel}/{name}", sha, generation(existing.get(name)))
+            for name, sha, size in files
+            if not same(existing.get(name), sha, size)
         ]
         self._gcs.upload_many(todo)
         names = {name for name, _, _ in files}
