@@ -29,4 +29,5 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/data_bench.py
 	$(BIN)/python bench/train_bench.py
 	$(BIN)/python bench/calibration_bench.py
+	$(BIN)/python bench/calibration_memory_bench.py
 	$(BIN)/python bench/predict_memory_bench.py
