@@ -94,7 +94,7 @@ def test_streamed_sums_equal_the_per_tile_histograms(caches: list[LogitCache], m
         )
 
 
-def test_unchanged_deployment_config_reads_as_before(caches: list[LogitCache]) -> None:
-    # The combo the default deployment config names is in the cache, and its sums describe every tile.
-    combo = Combo.of(DeploymentConfig(precision="fp32"))
-    assert caches[0].sums(combo).hist.n_tiles == caches[0].n_tiles
+def test_sums_count_every_tile_of_the_cache(caches: list[LogitCache], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_module, "HIST_READ_BYTES", 1)
+    sums = caches[0].sums(Combo.of(DeploymentConfig(precision="fp32"))).hist
+    assert sums.n_tiles == caches[0].n_tiles and sums.n_pos_tiles == int(caches[0].is_positive.sum())
