@@ -156,8 +156,9 @@ def main() -> None:
         print(
             f"cache size: histograms {size['hist'] / 1e6:.2f} MB on disk = {per_tile / 1e3:.1f} kB/tile for {n_conf} "
             f"configurations x 3 rows x {cache.bins.n_bins} bins (uint32, zstd) -> {per_tile * 1e5 / 1e9:.2f} GB "
-            f"per seed at 100,000 tiles; one configuration in memory {mem / cache.n_tiles / 1e3:.1f} kB/tile "
-            f"-> {mem / cache.n_tiles * 1e5 / 1e9:.2f} GB at 100,000 tiles"
+            f"per seed at 100,000 tiles; one configuration's per-tile histograms {mem / cache.n_tiles / 1e3:.1f} "
+            f"kB/tile -> {mem / cache.n_tiles * 1e5 / 1e9:.2f} GB at 100,000 tiles (the decisions stream class sums "
+            "instead: bench/calibration_memory_bench.py)"
         )
         kept = int(cache._group["dense/row"].shape[0])
         print(
