@@ -29,5 +29,6 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/data_bench.py
 	$(BIN)/python bench/train_bench.py
 	$(BIN)/python bench/calibration_bench.py
+	$(BIN)/python bench/calibration_memory_bench.py
 	$(BIN)/python bench/predict_memory_bench.py
 	$(BIN)/python bench/require_bench.py

@@ -92,7 +92,7 @@ def one_pass(run: Path, cfg: Any, seed: int) -> float:
 def decisions(run: Path, cfg: Any, seeds: list[int]) -> float:
     """Seconds of every decision from the caches: gates, then per seed temperature and thresholds."""
     from rtscore.calibrate.cache import Combo, LogitCache
-    from rtscore.calibrate.decisions import region_thresholds, thresholds_at_ratios
+    from rtscore.calibrate.decisions import thresholds_at_ratios
     from rtscore.calibrate.run import run_gates
     from rtscore.calibrate.temperature import fit_temperature
 
@@ -101,10 +101,9 @@ def decisions(run: Path, cfg: Any, seeds: list[int]) -> float:
     caches = [LogitCache(run / f"calibration/seed_{s}/logit_cache.zarr") for s in seeds]
     dep, _ = run_gates(cfg, caches)
     for cache in caches:
-        ch = cache.hist(Combo.of(dep))
+        ch = cache.sums(Combo.of(dep))
         t = fit_temperature(ch.hist, cal.ratio, bounds=cal.temperature_bounds).temperature
         thresholds_at_ratios(ch.hist, sorted({*cfg.metrics.ratios, cal.ratio}), cal.target_precision, t)
-        region_thresholds(ch, cal.ratio, cal.target_precision, t)
     return time.perf_counter() - t0
 
 
@@ -157,8 +156,9 @@ def main() -> None:
         print(
             f"cache size: histograms {size['hist'] / 1e6:.2f} MB on disk = {per_tile / 1e3:.1f} kB/tile for {n_conf} "
             f"configurations x 3 rows x {cache.bins.n_bins} bins (uint32, zstd) -> {per_tile * 1e5 / 1e9:.2f} GB "
-            f"per seed at 100,000 tiles; one configuration in memory {mem / cache.n_tiles / 1e3:.1f} kB/tile "
-            f"-> {mem / cache.n_tiles * 1e5 / 1e9:.2f} GB at 100,000 tiles"
+            f"per seed at 100,000 tiles; one configuration's per-tile histograms {mem / cache.n_tiles / 1e3:.1f} "
+            f"kB/tile -> {mem / cache.n_tiles * 1e5 / 1e9:.2f} GB at 100,000 tiles (the decisions stream class sums "
+            "instead: bench/calibration_memory_bench.py)"
         )
         kept = int(cache._group["dense/row"].shape[0])
         print(

@@ -15,7 +15,8 @@ id, guide §8.3); without one only [1.0] is cached and ``scales_not_evaluated`` 
 
 Layout (Zarr v3, `calibration/seed_<n>/logit_cache.zarr`):
     hist        (configs, tiles, 3, n_bins) uint32   rows: neg, pos, pos_large; one chunk per loader batch;
-                n_bins = the core (metrics.pr_bins) plus tails and overflow bins (`LogitBins`, attrs["bins"])
+                n_bins = the core (metrics.pr_bins) plus tails and overflow bins (`LogitBins`, attrs["bins"]);
+                read back chunk by chunk (`LogitCache.hist_blocks`), never one configuration at once
     tile_id, region, is_positive   (tiles,)
     pixel_area_m2 (tiles,) float64      each tile's ground m² per pixel: the large-RTS rule's side in pixels
     dense/row     (S,) int64            tile row of each kept tile
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,7 @@ from rtscore.inference.numerics import (
     tta_cost,
     tta_logits,
 )
-from rtscore.metrics import LogitBins, TileHistograms, tile_counts
+from rtscore.metrics import ClassSumAccumulator, ClassSums, LogitBins, TileHistograms, tile_counts
 from rtscore.metrics.objects import EIGHT_CONNECTED
 from rtscore.metrics.pixel import prob_to_logit
 from rtscore.storage import staged_dir
@@ -282,22 +283,48 @@ def build_logit_cache(
     return out
 
 
+# Bytes of histograms one read of the cache brings into memory (whole chunks, at least one): the decisions'
+# memory is this plus the class sums, whatever the number of tiles (a 32-tile chunk of 3330 bins is 1.3 MB).
+HIST_READ_BYTES = 32 << 20
+
+
 @dataclass(frozen=True, eq=False)
-class CachedHist:
-    """One configuration's per-tile histograms; `large` is the same pool with only large-RTS pixels positive."""
+class CachedSums:
+    """One configuration's pool as class sums: `hist` over all pixels, and `large`, the same pool with only the
+    large-RTS pixels positive (its negatives and tile flags are `hist`'s). All the gates, the temperature and the
+    thresholds need; built by :meth:`LogitCache.sums` chunk by chunk, or from per-tile histograms (`of_tiles`)."""
 
-    hist: TileHistograms
-    pos_large: np.ndarray
-    regions: tuple[str, ...]
-
-    @cached_property
-    def large(self) -> TileHistograms:
-        h = self.hist
-        return TileHistograms(h.bins, self.pos_large, h.neg, h.tile_ids, h.is_positive, h.n_valid)
+    hist: ClassSums
+    large: ClassSums
 
     @property
     def has_large(self) -> bool:
-        return bool(self.pos_large.any())
+        return bool(self.large.pos.any())
+
+    @classmethod
+    def of_tiles(cls, h: TileHistograms, pos_large: np.ndarray) -> CachedSums:
+        """The sums of per-tile histograms ``h`` and their (T, n_bins) large-RTS positive counts."""
+        pooled = h.pooled
+        large = ClassSumAccumulator(h.bins)
+        large.add(pos_large, h.neg, h.is_positive)
+        return cls(pooled, large.result())
+
+
+@dataclass(frozen=True, eq=False)
+class HistBlock:
+    """A block of consecutive tiles of one configuration, as the cache stores them (whole chunks).
+
+    Attributes:
+        start: Row of the block's first tile.
+        pos: (B, n_bins) uint32 label-1 counts; neg: label-0 counts; pos_large: label-1 counts of large RTS.
+        is_positive: (B,) bool, the tile has a label-1 pixel.
+    """
+
+    start: int
+    pos: np.ndarray
+    neg: np.ndarray
+    pos_large: np.ndarray
+    is_positive: np.ndarray
 
 
 class LogitCache:
@@ -375,13 +402,41 @@ class LogitCache:
                 f"the logit cache {self.path} has no configuration {combo.key}; it holds {self.keys}"
             ) from None
 
-    def hist(self, combo: Combo) -> CachedHist:
-        """The per-tile histograms of one configuration (T x n_bins x 3 uint32 in memory)."""
-        block = np.asarray(self._array("hist")[self.index(combo)])
-        pos, neg = block[:, _POS], block[:, _NEG]
+    def hist_blocks(self, combo: Combo) -> Iterator[HistBlock]:
+        """One configuration's per-tile histograms in blocks of whole chunks of at most `HIST_READ_BYTES` (one chunk
+        when a chunk is larger): memory is one block, whatever the number of tiles."""
+        arr, flags = self._array("hist"), self._array("is_positive")
+        c = self.index(combo)
+        chunk_tiles = int(arr.chunks[1])
+        chunk_bytes = chunk_tiles * math.prod(arr.shape[2:]) * arr.dtype.itemsize
+        step = max(1, HIST_READ_BYTES // max(chunk_bytes, 1)) * chunk_tiles
+        for start in range(0, self.n_tiles, step):
+            stop = min(self.n_tiles, start + step)
+            block = np.asarray(arr[c, start:stop])
+            yield HistBlock(
+                start, block[:, _POS], block[:, _NEG], block[:, _POS_LARGE], np.asarray(flags[start:stop], bool)
+            )
+
+    def sums(self, combo: Combo) -> CachedSums:
+        """One configuration's class sums (all pixels, and large RTS only), streamed chunk by chunk: what the
+        gates, the temperature fit and the thresholds read. Exactly the sums of :meth:`tile_hist`."""
+        acc = ClassSumAccumulator(self.bins)
+        pos_large = np.zeros(self.bins.n_bins, np.int64)
+        for b in self.hist_blocks(combo):
+            acc.add(b.pos, b.neg, b.is_positive)
+            pos_large += b.pos_large.sum(axis=0, dtype=np.int64)
+        pooled = acc.result()
+        return CachedSums(pooled, replace(pooled, pos=pos_large))
+
+    def tile_hist(self, combo: Combo) -> TileHistograms:
+        """One configuration's per-tile histograms, all in memory (tiles x n_bins x 2 uint32: 2.7 GB at 100,000
+        tiles): for per-tile questions (tests, diagnostics); the decisions read :meth:`sums`."""
+        blocks = list(self.hist_blocks(combo))
+        n = self.bins.n_bins
+        pos = np.concatenate([b.pos for b in blocks]) if blocks else np.zeros((0, n), np.uint32)
+        neg = np.concatenate([b.neg for b in blocks]) if blocks else np.zeros((0, n), np.uint32)
         n_valid = pos.sum(axis=1, dtype=np.int64) + neg.sum(axis=1, dtype=np.int64)
-        h = TileHistograms(self.bins, pos, neg, self.tile_ids, self.is_positive, n_valid)
-        return CachedHist(h, block[:, _POS_LARGE], self.regions)
+        return TileHistograms(self.bins, pos, neg, self.tile_ids, self.is_positive, n_valid)
 
     def dense_tiles(self, combo: Combo) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(tile row, fused float32 logits (H, W), labels (H, W)) for every tile kept at full resolution."""

@@ -1,7 +1,9 @@
 """Post-training decisions from cached statistics (guide §10.4 steps 2-5): TTA gate, scale gate, threshold.
 
 Every function here takes histograms, never a model: the gates, the temperature and the thresholds of a
-100,000-tile validation pool are decided in seconds from the cache of one inference pass.
+100,000-tile validation pool are decided in seconds from the cache of one inference pass. They read only a
+pool's class sums (`ClassSums`, streamed from the cache chunk by chunk, :meth:`LogitCache.sums`), so their
+memory does not grow with the number of tiles; per-tile `TileHistograms` are accepted too, with the same result.
 
 Gain and drop criteria are relative: a TTA configuration passes with PR-AUC >= (1 + min_gain) x the 'none'
 PR-AUC and precision >= (1 - max_drop) x the baseline precision, both at the prevalence ratio
@@ -22,13 +24,13 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
-from rtscore.calibrate.cache import CachedHist
+from rtscore.calibrate.cache import CachedSums
 from rtscore.config.post_training import CalibrationConfig
 from rtscore.inference.numerics import TTA_TRANSFORMS
 from rtscore.metrics import (
     ConfusionCounts,
+    HistogramPool,
     LogitBins,
-    TileHistograms,
     pr_auc,
     precision_recall_curve_from_hist,
     threshold_for_precision,
@@ -54,7 +56,7 @@ class Operating:
     target_reached: bool
 
 
-def operating_threshold(h: TileHistograms, ratio: float, target_precision: float) -> Operating:
+def operating_threshold(h: HistogramPool, ratio: float, target_precision: float) -> Operating:
     """Lowest threshold reaching `target_precision` at 1:`ratio` (guide §12.2); if none does, the max-F1 one.
 
     The threshold never goes below the lowest finite bin edge, so it maps to a probability in (0, 1).
@@ -72,7 +74,7 @@ def operating_threshold(h: TileHistograms, ratio: float, target_precision: float
     return Operating(t, c.precision, c.recall, False)
 
 
-def best_precision(h: TileHistograms, ratio: float) -> Operating:
+def best_precision(h: HistogramPool, ratio: float) -> Operating:
     """The highest precision any threshold reaches at 1:`ratio` (with recall > 0), and where: what a target
     precision that cannot be reached falls short of."""
     curve = precision_recall_curve_from_hist(*weighted_hist(h, ratio), h.bins)
@@ -123,7 +125,7 @@ def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(vals) if vals else math.nan
 
 
-def tta_gate(per_seed: Sequence[Mapping[str, CachedHist]], cal: CalibrationConfig) -> GateDecision:
+def tta_gate(per_seed: Sequence[Mapping[str, CachedSums]], cal: CalibrationConfig) -> GateDecision:
     """Cheapest TTA gaining >= `tta_min_pr_auc_gain` PR-AUC and losing <= `tta_max_precision_drop` precision.
 
     Args:
@@ -162,13 +164,13 @@ def tta_gate(per_seed: Sequence[Mapping[str, CachedHist]], cal: CalibrationConfi
     return GateDecision("tta", name, reason, rows, [op.threshold_logit for op in base_ops])
 
 
-def fp_rate(h: TileHistograms, ratio: float, threshold_logit: float) -> float:
+def fp_rate(h: HistogramPool, ratio: float, threshold_logit: float) -> float:
     """Global pixel false-positive rate FP / (FP + TN) at 1:`ratio`."""
     c = confusion_at_logit(*weighted_hist(h, ratio), h.bins, threshold_logit)
     return c.fp / (c.fp + c.tn) if c.fp + c.tn > 0 else math.nan
 
 
-def scale_gate(per_seed: Sequence[Mapping[str, CachedHist]], baseline: str, cal: CalibrationConfig) -> GateDecision:
+def scale_gate(per_seed: Sequence[Mapping[str, CachedSums]], baseline: str, cal: CalibrationConfig) -> GateDecision:
     """Ship multi-scale only if large-RTS PR-AUC gains >= `scale_min_large_pr_auc_gain` and the FP rate at the
     baseline threshold rises <= `scale_max_fp_rate_increase` (guide §8.3).
 
@@ -226,7 +228,7 @@ class RatioThreshold:
 
 
 def thresholds_at_ratios(
-    h: TileHistograms, ratios: Sequence[int], target_precision: float, temperature: float
+    h: HistogramPool, ratios: Sequence[int], target_precision: float, temperature: float
 ) -> list[RatioThreshold]:
     """Per ratio, the operating threshold as a probability of the calibrated model: sigmoid(t_logit / T)."""
     out = []

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
-from rtscore.calibrate.cache import CachedHist, Combo, LogitCache
+from rtscore.calibrate.cache import CachedSums, Combo, LogitCache
 from rtscore.calibrate.decisions import (
     GateDecision,
     best_precision,
@@ -179,8 +179,8 @@ def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[Deployment
     gates: dict[str, Any] = {"ratio": cal.ratio, "target_precision": cal.target_precision}
     tta: str = dep.tta
     if cal.tta_gate:
-        per_seed: list[dict[str, CachedHist]] = [
-            {t: c.hist(Combo(t, (1.0,))) for t in cal.tta_candidates} for c in caches
+        per_seed: list[dict[str, CachedSums]] = [
+            {t: c.sums(Combo(t, (1.0,))) for t in cal.tta_candidates} for c in caches
         ]
         decision = tta_gate(per_seed, cal)
         tta = decision.chosen
@@ -196,8 +196,8 @@ def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[Deployment
         gates["scales"] = {"gate": "scales", "chosen": scales, "evaluated": False, "reason": not_evaluated}
     elif cal.scale_gate and len(measured) > 1:
         multi = [Combo(tta, tuple(measured), f) for f in cal.fusion_candidates]
-        per_seed_scale: list[dict[str, CachedHist]] = [
-            {"1.0": c.hist(Combo(tta, (1.0,))), **{_fusion_name(m): c.hist(m) for m in multi}} for c in caches
+        per_seed_scale: list[dict[str, CachedSums]] = [
+            {"1.0": c.sums(Combo(tta, (1.0,))), **{_fusion_name(m): c.sums(m) for m in multi}} for c in caches
         ]
         sd: GateDecision = scale_gate(per_seed_scale, "1.0", cal)
         verdict = [1.0] if sd.chosen == "1.0" else list(measured)
@@ -221,7 +221,8 @@ def run_gates(cfg: PipelineConfig, caches: list[LogitCache]) -> tuple[Deployment
 def _val_objects(
     cache: LogitCache, combo: Combo, cfg: PipelineConfig, temperature: float, threshold: float
 ) -> dict[str, Any]:
-    """Object P/R/F1 on the validation pool at the operating threshold, from the full-resolution part."""
+    """Object P/R/F1 on the validation pool at the operating threshold, from the full-resolution part (read one
+    kept tile at a time; the only per-tile reading of calibration)."""
     m = cfg.metrics
     counter = ObjectCounter(m.object_iou_thresholds, threshold=threshold, min_blob_size_px=m.min_blob_size_px)
     kept = np.zeros(cache.n_tiles, bool)
@@ -229,9 +230,10 @@ def _val_objects(
         counter.add_batch((z / temperature)[None], label[None])
         kept[row] = True
     # Tiles not kept hold no GT object and no pixel above the floor: no object at thresholds above it.
-    for missed in np.flatnonzero(~kept):
-        counter.n_pos_tiles += int(cache.is_positive[missed])
-        counter.n_neg_tiles += int(not cache.is_positive[missed])
+    missed = ~kept
+    n_pos_missed = int((cache.is_positive & missed).sum())
+    counter.n_pos_tiles += n_pos_missed
+    counter.n_neg_tiles += int(missed.sum()) - n_pos_missed
     raw_threshold = float(expit(temperature * math.log(threshold / (1 - threshold))))
     out: dict[str, Any] = {
         "exact": raw_threshold >= float(cache.attrs["object_prob_floor"]),
@@ -246,7 +248,7 @@ def _val_objects(
 
 
 def _unreachable_target(
-    ch: CachedHist, cfg: PipelineConfig, cache: LogitCache, combo: Combo, temperature: float
+    ch: CachedSums, cfg: PipelineConfig, cache: LogitCache, combo: Combo, temperature: float
 ) -> TargetPrecisionError:
     """The error of a pool on which no threshold reaches the target precision, naming the best one reached."""
     cal = cfg.calibration
@@ -284,7 +286,7 @@ def calibrate_seed(
     """
     cal = cfg.calibration
     combo = check_parity(dep, cache, source)
-    ch = cache.hist(combo)
+    ch = cache.sums(combo)
     if ch.hist.n_pos_tiles == 0:
         raise CalibrationError(f"the validation pool in {cache.path} has no positive tile: nothing to calibrate on")
     fit = fit_temperature(ch.hist, cal.ratio, bounds=cal.temperature_bounds)

@@ -14,7 +14,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import expit, log_expit
 
-from rtscore.metrics import LogitBins, TileHistograms, weighted_hist
+from rtscore.metrics import HistogramPool, LogitBins, weighted_hist
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,11 @@ def ece_from_hist(
 
 
 def fit_temperature(
-    h: TileHistograms, ratio: float | None = None, *, bounds: tuple[float, float] = (0.05, 20.0)
+    h: HistogramPool, ratio: float | None = None, *, bounds: tuple[float, float] = (0.05, 20.0)
 ) -> TemperatureFit:
-    """Fit T on the pool re-weighted to 1:``ratio`` (None: as collected) by bounded 1-D search on log T."""
+    """Fit T on the pool re-weighted to 1:``ratio`` (None: as collected) by bounded 1-D search on log T.
+
+    Only the pool's class sums enter (``h`` may be the streamed `ClassSums` of a logit cache)."""
     pos, neg = weighted_hist(h, ratio)
     lo, hi = np.log(bounds[0]), np.log(bounds[1])
     res = minimize_scalar(

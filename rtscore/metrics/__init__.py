@@ -1,6 +1,9 @@
 """Streaming validation metrics: per-tile logit histograms, PR-AUC at prevalence ratios, pixel and object scores."""
 
 from rtscore.metrics.histograms import (
+    ClassSumAccumulator,
+    ClassSums,
+    HistogramPool,
     LogitBins,
     TileHistogramAccumulator,
     TileHistograms,
@@ -44,7 +47,10 @@ from rtscore.metrics.prevalence import geometric_mean, negative_weight, ratio_ta
 
 __all__ = [
     "EIGHT_CONNECTED",
+    "ClassSumAccumulator",
+    "ClassSums",
     "ConfusionCounts",
+    "HistogramPool",
     "LogitBins",
     "ObjectCounter",
     "ObjectScores",

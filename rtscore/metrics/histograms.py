@@ -418,16 +418,19 @@ class TileHistograms:
         return int(sum(a[:, i].sum(dtype=np.int64) for a in (self.pos, self.neg) for i in (0, -1)))
 
     @cached_property
+    def pooled(self) -> ClassSums:
+        """The pool's class sums (what every ratio-weighted pool statistic needs), computed once."""
+        acc = ClassSumAccumulator(self.bins)
+        acc.add(self.pos, self.neg, self.is_positive)
+        return acc.result()
+
+    @property
     def class_sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Exact int64 totals over tiles: (pos, neg on positive tiles, neg on negative tiles), each (n_bins,).
 
         Every prevalence ratio is a weighted sum of these three, so they are computed once.
         """
-        m = self.is_positive
-        pos = self.pos.sum(axis=0, dtype=np.int64)
-        neg_on_pos = self.neg[m].sum(axis=0, dtype=np.int64)
-        neg_on_neg = self.neg.sum(axis=0, dtype=np.int64) - neg_on_pos
-        return pos, neg_on_pos, neg_on_neg
+        return self.pooled.class_sums
 
     def subset(self, index: np.ndarray | Sequence[int]) -> TileHistograms:
         """The histograms of a subset of tiles (by integer index or boolean mask)."""
@@ -439,6 +442,84 @@ class TileHistograms:
             tuple(self.tile_ids[i] for i in idx),
             self.is_positive[idx],
             self.n_valid[idx],
+        )
+
+
+@dataclass(frozen=True, eq=False)  # arrays: identity, not elementwise, equality
+class ClassSums:
+    """A pool of tiles reduced to its class sums: all that PR-AUC, PR curves, thresholds, confusion counts and a
+    temperature fit at any prevalence ratio need (`weighted_hist`), in memory flat in the number of tiles.
+
+    Per-tile questions (bootstrap intervals, subsets) need `TileHistograms`; the sums of a `TileHistograms` are
+    its `pooled`, and `ClassSumAccumulator` builds them from blocks of tiles without holding the tiles.
+
+    Attributes:
+        bins: The binning.
+        pos: (n_bins,) int64, label-1 pixels per bin over all tiles.
+        neg_on_pos: (n_bins,) int64, label-0 pixels per bin over the positive tiles.
+        neg_on_neg: (n_bins,) int64, label-0 pixels per bin over the negative tiles.
+        n_pos_tiles: Tiles with at least one label-1 pixel.
+        n_neg_tiles: The other tiles.
+    """
+
+    bins: LogitBins
+    pos: np.ndarray
+    neg_on_pos: np.ndarray
+    neg_on_neg: np.ndarray
+    n_pos_tiles: int
+    n_neg_tiles: int
+
+    @property
+    def n_tiles(self) -> int:
+        return self.n_pos_tiles + self.n_neg_tiles
+
+    @property
+    def class_sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pos, neg on positive tiles, neg on negative tiles), each (n_bins,) int64."""
+        return self.pos, self.neg_on_pos, self.neg_on_neg
+
+
+# Either form of a pool: every pool-level statistic (`weighted_hist` and what is built on it) takes both.
+HistogramPool = TileHistograms | ClassSums
+
+
+class ClassSumAccumulator:
+    """Adds blocks of per-tile histograms into a pool's `ClassSums` (exact int64; blocks in any order).
+
+    Memory is 3 x n_bins int64 whatever the number of tiles: a reader streams a store block by block into it.
+    """
+
+    def __init__(self, bins: LogitBins) -> None:
+        self.bins = bins
+        self._pos = np.zeros(bins.n_bins, np.int64)
+        self._neg_on_pos = np.zeros(bins.n_bins, np.int64)
+        self._neg_on_neg = np.zeros(bins.n_bins, np.int64)
+        self._n_pos = self._n_neg = 0
+
+    def add(self, pos: np.ndarray, neg: np.ndarray, is_positive: np.ndarray) -> None:
+        """Add a block of tiles: (B, n_bins) label-1 and label-0 counts and the (B,) positive-tile flags.
+
+        Raises:
+            ValueError: Blocks whose shapes do not match each other or the binning.
+        """
+        m = np.asarray(is_positive, bool)
+        if pos.shape != neg.shape or pos.ndim != 2 or pos.shape[1] != self.bins.n_bins or m.shape != pos.shape[:1]:
+            raise ValueError(
+                f"a block of tile histograms needs pos and neg of shape (B, {self.bins.n_bins}) and (B,) flags; "
+                f"got {pos.shape}, {neg.shape} and {m.shape}"
+            )
+        self._pos += pos.sum(axis=0, dtype=np.int64)
+        on_pos = neg[m].sum(axis=0, dtype=np.int64)
+        self._neg_on_pos += on_pos
+        self._neg_on_neg += neg.sum(axis=0, dtype=np.int64) - on_pos
+        n_pos = int(m.sum())
+        self._n_pos += n_pos
+        self._n_neg += int(m.size) - n_pos
+
+    def result(self) -> ClassSums:
+        """The sums so far (copies: the accumulator can keep adding)."""
+        return ClassSums(
+            self.bins, self._pos.copy(), self._neg_on_pos.copy(), self._neg_on_neg.copy(), self._n_pos, self._n_neg
         )
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit
 
-from rtscore.metrics.histograms import LogitBins, TileHistograms
+from rtscore.metrics.histograms import HistogramPool, LogitBins, TileHistograms
 from rtscore.metrics.prevalence import geometric_mean, negative_weight, ratio_tag
 
 # Tiles per float64 block when histograms are combined by matrix product: bounds the float copy to
@@ -59,8 +59,11 @@ def tile_weights(h: TileHistograms, ratio: float | None) -> np.ndarray:
     return np.where(h.is_positive, 1.0, w)
 
 
-def weighted_hist(h: TileHistograms, ratio: float | None) -> tuple[np.ndarray, np.ndarray]:
+def weighted_hist(h: HistogramPool, ratio: float | None) -> tuple[np.ndarray, np.ndarray]:
     """Pool histograms (pos, neg) as float64 (n_bins,) at prevalence 1:`ratio` (None: the natural pool).
+
+    Only the pool's class sums are read, so per-tile histograms and their streamed `ClassSums` give the same
+    (bit-identical) result.
 
     Negative tiles are weighted by `ratio × n_pos / n_neg`: the expected value of drawing `ratio × n_pos`
     negative tiles at random, without the draw's noise. Positive tiles (and their label-0 pixels) weigh 1.
@@ -73,12 +76,12 @@ def weighted_hist(h: TileHistograms, ratio: float | None) -> tuple[np.ndarray, n
     return pos.astype(np.float64), neg_on_pos + w * neg_on_neg.astype(np.float64)
 
 
-def pr_auc(h: TileHistograms, ratio: float | None) -> float:
+def pr_auc(h: HistogramPool, ratio: float | None) -> float:
     """PR-AUC (average precision) of the pool at 1:`ratio`; nan without positive pixels."""
     return average_precision_from_hist(*weighted_hist(h, ratio))
 
 
-def _pool_stats(h: TileHistograms, ratio: float, name: str) -> dict[str, float]:
+def _pool_stats(h: HistogramPool, ratio: float, name: str) -> dict[str, float]:
     n_pos, n_neg = h.n_pos_tiles, h.n_neg_tiles
     return {
         f"{name}_n_pos_tiles": float(n_pos),
@@ -89,7 +92,7 @@ def _pool_stats(h: TileHistograms, ratio: float, name: str) -> dict[str, float]:
 
 
 def pr_auc_at_ratios(
-    h: TileHistograms,
+    h: HistogramPool,
     ratios: Sequence[float] = (200, 500, 1000),
     *,
     balanced: bool = True,
@@ -236,7 +239,7 @@ class OperatingPoint:
     recall: float
 
 
-def threshold_for_precision(h: TileHistograms, ratio: float | None, target_precision: float) -> OperatingPoint | None:
+def threshold_for_precision(h: HistogramPool, ratio: float | None, target_precision: float) -> OperatingPoint | None:
     """Lowest bin-edge threshold (hence highest recall) whose precision at 1:`ratio` is >= target (guide §12.2).
 
     Returns:

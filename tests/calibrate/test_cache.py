@@ -55,7 +55,7 @@ def test_cache_gives_the_pr_auc_of_the_full_probabilities(cached: tuple[Path, Lo
     run, cache = cached
     cfg = calib_config()
     z, y, ids = _full_logits(run, cfg, 1, combo)
-    h = cache.hist(combo).hist
+    h = cache.tile_hist(combo)
     assert list(h.tile_ids) == ids
     # Same histograms as binning the recomputed logits (up to float noise moving a pixel across a bin edge).
     acc = TileHistogramAccumulator(LogitBins(core_bins=cfg.metrics.pr_bins))

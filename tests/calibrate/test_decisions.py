@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from rtscore.calibrate.cache import CachedHist
+from rtscore.calibrate.cache import CachedSums
 from rtscore.calibrate.decisions import (
     confusion_at_logit,
     operating_threshold,
@@ -13,7 +13,14 @@ from rtscore.calibrate.decisions import (
     tta_gate,
 )
 from rtscore.config.post_training import CalibrationConfig
-from rtscore.metrics import LogitBins, TileHistogramAccumulator, TileHistograms, pr_auc, weighted_hist
+from rtscore.metrics import (
+    ClassSums,
+    LogitBins,
+    TileHistogramAccumulator,
+    TileHistograms,
+    pr_auc,
+    weighted_hist,
+)
 
 
 def _pool(shift: float, noise: float = 1.0, seed: int = 0, n_pos: int = 6, n_neg: int = 30) -> tuple:
@@ -25,13 +32,15 @@ def _pool(shift: float, noise: float = 1.0, seed: int = 0, n_pos: int = 6, n_neg
     return logits.astype(np.float32), labels
 
 
-def _hist(logits: np.ndarray, labels: np.ndarray, large: np.ndarray | None = None) -> CachedHist:
-    bins = LogitBins()
-    acc = TileHistogramAccumulator(bins)
+def _tiles(logits: np.ndarray, labels: np.ndarray) -> TileHistograms:
+    acc = TileHistogramAccumulator(LogitBins())
     acc.add_batch(logits, labels, list(range(len(labels))))
-    h = acc.result()
-    pos_large = h.pos if large is None else large
-    return CachedHist(h, pos_large, tuple("r" for _ in range(h.n_tiles)))
+    return acc.result()
+
+
+def _hist(logits: np.ndarray, labels: np.ndarray, large: np.ndarray | None = None) -> CachedSums:
+    h = _tiles(logits, labels)
+    return CachedSums.of_tiles(h, h.pos if large is None else large)
 
 
 def test_threshold_matches_a_brute_force_scan() -> None:
@@ -78,7 +87,7 @@ def test_confusion_at_logit_counts_the_bins_above() -> None:
 CAL = CalibrationConfig()
 
 
-def _seed(shifts: dict[str, float], seed: int = 0) -> dict[str, CachedHist]:
+def _seed(shifts: dict[str, float], seed: int = 0) -> dict[str, CachedSums]:
     out = {}
     for name, shift in shifts.items():
         logits, labels = _pool(shift, seed=seed)
@@ -119,12 +128,12 @@ def test_tta_gate_refuses_a_gain_that_costs_precision_at_the_threshold() -> None
     assert d.chosen == "none" and d.rows[1].side_mean > CAL.tta_max_precision_drop
 
 
-def _large_only(logits: np.ndarray, labels: np.ndarray, large_rows: int) -> CachedHist:
+def _large_only(logits: np.ndarray, labels: np.ndarray, large_rows: int) -> CachedSums:
     """Histograms where the RTS of the first `large_rows` tiles count as large."""
-    h = _hist(logits, labels)
-    pos_large = h.hist.pos.copy()
+    h = _tiles(logits, labels)
+    pos_large = h.pos.copy()
     pos_large[large_rows:] = 0
-    return CachedHist(h.hist, pos_large, h.regions)
+    return CachedSums.of_tiles(h, pos_large)
 
 
 def test_scale_gate_ships_multiscale_only_with_large_rts_gain_and_few_new_false_alarms() -> None:
@@ -150,6 +159,13 @@ def test_scale_gate_does_not_ship_without_large_rts() -> None:
     assert d.chosen == "1.0" and "no large RTS" in d.reason
 
 
-def test_histograms_are_tile_histograms() -> None:
-    logits, labels = _pool(2.0)
-    assert isinstance(_hist(logits, labels).hist, TileHistograms)
+def test_decisions_from_class_sums_equal_those_from_tile_histograms() -> None:
+    logits, labels = _pool(2.5, noise=1.5, seed=5)
+    tiles = _tiles(logits, labels)
+    sums = _hist(logits, labels).hist
+    assert isinstance(sums, ClassSums) and sums.n_pos_tiles == tiles.n_pos_tiles
+    for ratio in (None, 1, 200):
+        for a, b in zip(weighted_hist(tiles, ratio), weighted_hist(sums, ratio), strict=True):
+            assert np.array_equal(a, b)
+    assert operating_threshold(tiles, 200, 0.7) == operating_threshold(sums, 200, 0.7)
+    assert thresholds_at_ratios(tiles, [1, 200], 0.7, 1.3) == thresholds_at_ratios(sums, [1, 200], 0.7, 1.3)

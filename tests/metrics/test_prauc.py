@@ -8,6 +8,7 @@ import torch
 from sklearn.metrics import average_precision_score, precision_recall_curve
 
 from rtscore.metrics import (
+    ClassSumAccumulator,
     LogitBins,
     TileHistogramAccumulator,
     TileHistograms,
@@ -247,6 +248,24 @@ def test_reweighting_equals_duplicating_negative_tiles() -> None:
     # The same expected value through sklearn's sample weights (ties grouped identically only to ~1e-3).
     weights = np.where(np.arange(len(logits))[:, None, None] < 8, 1.0, float(k)) * np.ones_like(logits)
     assert pr_auc(h, ratio) == pytest.approx(sk_ap(logits, labels, weights), abs=0.005)
+
+
+def test_class_sums_of_blocks_in_any_order_equal_the_pool() -> None:
+    rng = np.random.default_rng(11)
+    logits, labels = make_pool(rng, 5, 37)
+    h = accumulate(logits, labels)
+    acc = ClassSumAccumulator(h.bins)
+    order = rng.permutation(h.n_tiles)
+    for block in np.array_split(order, 6):  # uneven blocks, shuffled tiles
+        acc.add(h.pos[block], h.neg[block], h.is_positive[block])
+    sums = acc.result()
+    for a, b in zip(sums.class_sums, h.class_sums, strict=True):
+        assert a.dtype == np.int64 and np.array_equal(a, b)
+    assert (sums.n_pos_tiles, sums.n_neg_tiles) == (h.n_pos_tiles, h.n_neg_tiles)
+    for ratio in (None, 1, 200):
+        assert pr_auc(sums, ratio) == pr_auc(h, ratio)
+    with pytest.raises(ValueError, match="shape"):
+        acc.add(h.pos[:3], h.neg[:3], h.is_positive[:2])
 
 
 def test_weighted_hist_mass_matches_the_ratio() -> None:
