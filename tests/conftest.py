@@ -115,3 +115,19 @@ def prefect_harness() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture
+def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file whose content is hashed (sha256_file is what every fingerprint reads through)."""
+    import rtscore.storage.files as files
+
+    calls: list[Path] = []
+    real = files.sha256_file
+
+    def counting(path: Path, chunk: int = 1 << 20) -> str:
+        calls.append(path)
+        return real(path, chunk)
+
+    monkeypatch.setattr(files, "sha256_file", counting)
+    return calls

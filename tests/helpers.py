@@ -185,3 +185,16 @@ def write_raster(path: Path, data: Any, *, transform: Any, interp: list[str] | N
         if interp is not None:
             f.colorinterp = [ColorInterp[c] for c in interp]
     return path
+
+
+def flip_byte(path: Path, keep_mtime: bool) -> None:
+    """Corrupt one byte in place, size unchanged; with ``keep_mtime`` the mtime is set back as it was."""
+    import os
+
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size

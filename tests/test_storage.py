@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rtscore.storage import RunDir, StorageError, atomic_write_text, fingerprint, staged_dir
+from tests.helpers import flip_byte
 
 
 def test_record_and_verify_file_and_tree(tmp_path: Path) -> None:
@@ -74,7 +75,6 @@ def test_os_errors_of_writes_name_the_path(tmp_path: Path) -> None:
 
 
 def test_check_writable_names_what_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
 
     from rtscore.storage import check_writable
 
@@ -89,33 +89,6 @@ def test_check_writable_names_what_blocks(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == read_only else real(p, mode))
     with pytest.raises(StorageError, match=rf"cannot write {read_only}/run/x: {read_only} is not writable"):
         check_writable(read_only / "run" / "x")
-
-
-@pytest.fixture
-def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every file whose content is hashed (sha256_file is what every fingerprint reads through)."""
-    import rtscore.storage.files as files
-
-    calls: list[Path] = []
-    real = files.sha256_file
-
-    def counting(path: Path, chunk: int = 1 << 20) -> str:
-        calls.append(path)
-        return real(path, chunk)
-
-    monkeypatch.setattr(files, "sha256_file", counting)
-    return calls
-
-
-def flip_byte(path: Path, keep_mtime: bool) -> None:
-    """Corrupt one byte in place, size unchanged; with ``keep_mtime`` the mtime is set back as it was."""
-    st = path.stat()
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-    if keep_mtime:
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-        assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
 
 
 def test_verify_hashes_an_unchanged_artifact_once(tmp_path: Path, hash_calls: list[Path]) -> None:

@@ -22,6 +22,7 @@ import requests
 from rtscore.storage import CACHE_ENV, RunDir, RunLayout, StorageError, atomic_write_text, fingerprint
 from rtscore.storage.gcs import RetryPolicy, make_client, parse_gs_uri, redact
 from tests.conftest import GCS_TEST_BUCKET
+from tests.helpers import flip_byte
 
 FAST = RetryPolicy(deadline_s=5.0, initial_s=0.001, max_s=0.005, conflict_attempts=10)
 
@@ -794,33 +795,6 @@ def test_transient_classification() -> None:
 
 
 # --------------------------------------------------------------------------- verified once per content
-@pytest.fixture
-def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every file whose content is hashed (sha256_file is what every fingerprint reads through)."""
-    import rtscore.storage.files as files
-
-    calls: list[Path] = []
-    real = files.sha256_file
-
-    def counting(path: Path, chunk: int = 1 << 20) -> str:
-        calls.append(path)
-        return real(path, chunk)
-
-    monkeypatch.setattr(files, "sha256_file", counting)
-    return calls
-
-
-def flip_byte(path: Path, keep_mtime: bool) -> None:
-    """Corrupt one byte in place, size unchanged; with ``keep_mtime`` the mtime is set back as it was."""
-    st = path.stat()
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-    if keep_mtime:
-        import os
-
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-        assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
 
 
 def test_require_hashes_a_staged_input_once_per_content(
