@@ -21,7 +21,7 @@ from rasterio.warp import transform_geom
 from flows.cli import main
 from rtscore.config.base import ConfigError, parse_config
 from rtscore.config.tiling import TilingConfig, load_tiling_config
-from rtscore.data import tiling
+from rtscore.data import tile_pixels, tiling
 from rtscore.data.tiling import TilingError, tile_scenes
 from rtscore.data.vector_labels import LabelPolygonError
 
@@ -399,7 +399,7 @@ def test_ndvi_from_scene_bands_and_a_companion_dem_in_another_crs(tmp_path: Path
 def test_ndvi_is_nan_safe() -> None:
     nir = np.array([0.0, 10.0, np.nan, 5.0], np.float32)
     red = np.array([0.0, 0.0, 1.0, 5.0], np.float32)
-    out = tiling.ndvi(nir, red)
+    out = tile_pixels.ndvi(nir, red)
     assert out.dtype == np.float32 and math.isnan(out[0]) and out[1] == 1.0 and math.isnan(out[2]) and out[3] == 0
 
 
