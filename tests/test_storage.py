@@ -120,3 +120,33 @@ def test_verify_catches_an_edit_that_keeps_the_size(tmp_path: Path, keep_mtime: 
     flip_byte(run.path("stats.json"), keep_mtime)  # the change time moves even when the mtime is put back
     with pytest.raises(StorageError, match="does not match the manifest"):
         run.verify("stats.json")
+
+
+@pytest.mark.parametrize("change", ["truncate", "new-file", "touch-only"])
+def test_verify_checks_a_tree_changed_after_a_first_verify(tmp_path: Path, hash_calls: list[Path], change: str) -> None:
+    """A file of a verified tree truncated, a file added, or a file merely touched: hashed again before use;
+    a real change is refused, a touch costs one hash and is trusted again afterwards."""
+    run = RunDir(tmp_path / "run")
+    run.path("tree/sub").mkdir(parents=True)
+    run.path("tree/sub/x.bin").write_bytes(b"x" * 100)
+    run.record("tree", "stage-b", "cfg2")
+    run.verify("tree")
+    victim = run.path("tree/sub/x.bin")
+    if change == "truncate":
+        victim.write_bytes(b"x" * 10)
+    elif change == "new-file":
+        run.path("tree/sub/extra.bin").write_bytes(b"e")
+    else:
+        st = victim.stat()
+        os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    hash_calls.clear()
+    if change == "touch-only":
+        run.verify("tree")
+        assert hash_calls
+        hash_calls.clear()
+        run.verify("tree")
+        assert hash_calls == []
+    else:
+        with pytest.raises(StorageError, match="does not match the manifest"):
+            run.verify("tree")
+        assert hash_calls

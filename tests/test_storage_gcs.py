@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import pickle
 import threading
 import uuid
@@ -20,7 +21,7 @@ import pytest
 import requests
 
 from rtscore.storage import CACHE_ENV, RunDir, RunLayout, StorageError, atomic_write_text, fingerprint
-from rtscore.storage.gcs import RetryPolicy, make_client, parse_gs_uri, redact
+from rtscore.storage.gcs import RetryPolicy, make_client, parse_gs_uri, redact, reset_clients, shared_client
 from tests.conftest import GCS_TEST_BUCKET
 from tests.helpers import flip_byte
 
@@ -671,9 +672,11 @@ def test_credentials_never_leak(run: RunDir, tmp_path: Path, monkeypatch: pytest
 
     client = storage.Client(credentials=Credentials(token=SECRET), project="p")
     monkeypatch.setattr(rtscore.storage.gcs, "make_client", lambda: client)
+    monkeypatch.setattr(rtscore.storage.gcs, "_clients", {})  # this test's client only, not the process's
     secret_run = worker(run.uri, tmp_path)
     atomic_write_text(secret_run.path("a.json"), "1")
     secret_run.record("a.json", "s", "c")  # the client (and its token) is in use now
+    assert secret_run._gcs._client is client
 
     assert SECRET not in repr(secret_run) and repr(secret_run) == f"RunDir({run.uri!r})"
     blob = pickle.dumps(secret_run)
@@ -853,3 +856,147 @@ def test_require_catches_a_corrupted_staged_file_of_the_same_size(
         hash_calls.clear()
         other.require(rel)
         assert hash_calls == []
+
+
+# --------------------------------------------------------------------------- a repeated require is cheap
+
+
+@pytest.fixture
+def http_requests(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """(method, path) of every HTTP request any GCS client sends."""
+    from google.auth.transport.requests import AuthorizedSession
+
+    seen: list[tuple[str, str]] = []
+    real = AuthorizedSession.request
+
+    def request(self: AuthorizedSession, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append((method, urlsplit(url).path))
+        return real(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(AuthorizedSession, "request", request)
+    return seen
+
+
+def test_a_repeated_require_reuses_the_client_and_makes_one_request(
+    run: RunDir, tmp_path: Path, http_requests: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13.3: the next stage's require (a new RunDir in the same process) makes no client and one
+    request (the manifest's generation), downloads nothing and hashes nothing."""
+    import rtscore.storage.gcs
+
+    write_store(run.at(RunLayout.DATASET, split="train"))
+    run.record("datasets/train.zarr", "generate-dataset", "h")
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")  # staged and verified: downloads
+    made: list[int] = []
+    real_make = rtscore.storage.gcs.make_client
+    monkeypatch.setattr(rtscore.storage.gcs, "make_client", lambda: made.append(1) or real_make())
+    for _ in range(2):
+        http_requests.clear()
+        nxt = worker(run.uri, tmp_path)
+        assert nxt.require("datasets/train.zarr").sha256 == run.entry("datasets/train.zarr").sha256  # type: ignore[union-attr]
+        assert nxt._gcs._client is other._gcs._client
+    http_requests.clear()
+    worker(run.uri, tmp_path).require("datasets/train.zarr")
+    assert made == []
+    assert len(http_requests) == 1 and http_requests[0][0] == "GET"
+    assert "alt=media" not in http_requests[0][1] and "/download/" not in http_requests[0][1]  # a stat, no content
+
+
+def test_a_manifest_rewritten_elsewhere_is_always_seen(run: RunDir, tmp_path: Path) -> None:
+    """The parsed-manifest cache is keyed by the object's generation: a rewrite by any writer (here another
+    client writing the object directly) is read at the next call, never a stale record."""
+    atomic_write_text(run.path("a.json"), "1")
+    run.record("a.json", "s", "c")
+    assert run.entry("a.json") is not None and run.entry("a.json") is not None  # cached generation in use
+    manifest = bucket_manifest(run)
+    manifest["artifacts"]["a.json"]["config_hash"] = "rewritten"
+    bucket().blob(object_name(run, "manifest.json")).upload_from_string(json.dumps(manifest))
+    assert run.entry("a.json").config_hash == "rewritten"  # type: ignore[union-attr]
+    assert worker(run.uri, tmp_path).entry("a.json").config_hash == "rewritten"  # type: ignore[union-attr]
+    got = run.read_manifest()
+    got.artifacts.clear()  # a caller's copy: changing it does not change what the next read returns
+    assert set(run.read_manifest().artifacts) == {"a.json"}
+    bucket().blob(object_name(run, "manifest.json")).delete()
+    assert run.entry("a.json") is None
+
+
+def test_the_process_client_is_per_environment_and_thread_safe(
+    gcs_emulator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rtscore.storage.gcs
+
+    monkeypatch.setattr(rtscore.storage.gcs, "_clients", {})
+    made: list[object] = []
+    real_make = rtscore.storage.gcs.make_client
+
+    def counting() -> Any:
+        made.append(1)
+        return real_make()
+
+    monkeypatch.setattr(rtscore.storage.gcs, "make_client", counting)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(shared_client())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and all(c is got[0] for c in got)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "another-project")
+    assert shared_client() is not got[0] and len(made) == 2  # another project: another client
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
+    assert shared_client() is got[0]
+    reset_clients()
+    assert shared_client() is not got[0]
+
+
+def test_a_forked_child_makes_its_own_client(run: RunDir, tmp_path: Path) -> None:
+    """After fork a child must not reuse its parent's HTTP session: it makes a client of its own, and works."""
+    atomic_write_text(run.path("a.json"), "1")
+    run.record("a.json", "s", "c")
+    parent = shared_client()
+    parent._rts_parent = True  # type: ignore[attr-defined]  # the child sees this only on the parent's object
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running pytest's teardown
+        code = 1
+        try:
+            mine = shared_client()
+            ok = not getattr(mine, "_rts_parent", False)
+            ok = ok and worker(run.uri, tmp_path, "child").require("a.json").path == "a.json"
+            code = 0 if ok else 2
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == bytes([0])
+    assert shared_client() is parent
+
+
+@pytest.mark.parametrize("change", ["truncate", "append", "touch-only"])
+def test_require_checks_a_staged_file_changed_after_a_first_require(
+    run: RunDir, tmp_path: Path, hash_calls: list[Path], change: str
+) -> None:
+    """A staged file truncated, grown or merely touched after a first require is hashed again before use;
+    a real change is replaced by the recorded content, a touch costs one hash and is then trusted again."""
+    write_store(run.at(RunLayout.DATASET, split="train"))
+    run.record("datasets/train.zarr", "generate-dataset", "h")
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")
+    victim = other.path("datasets/train.zarr/images/c/3")
+    good = victim.read_bytes()
+    if change == "truncate":
+        victim.write_bytes(good[:10])
+    elif change == "append":
+        victim.write_bytes(good + b"x")
+    else:
+        os.utime(victim, ns=(victim.stat().st_atime_ns, victim.stat().st_mtime_ns + 1_000_000_000))
+    hash_calls.clear()
+    worker(run.uri, tmp_path).require("datasets/train.zarr")
+    assert hash_calls and victim.read_bytes() == good
+    hash_calls.clear()
+    worker(run.uri, tmp_path).require("datasets/train.zarr")
+    assert hash_calls == []

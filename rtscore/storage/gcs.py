@@ -10,6 +10,7 @@ import contextlib
 import os
 import random
 import re
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -249,13 +250,48 @@ def credentials_problem(err: BaseException) -> str:
     )
 
 
+# One client per process and per what makes clients differ (see shared_client); replaced whole in a forked
+# child (register_at_fork below), so a child never shares its parent's HTTP connections or lock.
+_clients: dict[tuple[int, str, str, str], Client] = {}
+_clients_lock = threading.Lock()
+
+
+def client_key() -> tuple[int, str, str, str]:
+    """What makes one process's clients differ: the process, the emulator host, the project and the
+    credentials file named in the environment (Application Default Credentials otherwise)."""
+    env = os.environ.get
+    return (os.getpid(), env(EMULATOR_ENV, ""), env("GOOGLE_CLOUD_PROJECT", ""), env(CREDENTIALS_ENV, ""))
+
+
+def shared_client() -> Client:
+    """This process's client for the current environment (:func:`client_key`), made once by
+    :func:`make_client`: its HTTP session (connection pool, token) is reused by every ``GcsStore``.
+    Thread-safe; a child process after ``fork`` makes its own."""
+    key = client_key()
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = make_client()
+    return client
+
+
+def reset_clients() -> None:
+    """Forget this process's clients: the next :func:`shared_client` makes a new one (e.g. after the
+    credentials file named in the environment was rewritten in place)."""
+    global _clients, _clients_lock
+    _clients, _clients_lock = {}, threading.Lock()
+
+
+os.register_at_fork(after_in_child=reset_clients)  # the parent's lock may be held and its sockets are shared
+
+
 class GcsStore:
     """The objects under one ``gs://bucket/prefix``, addressed by paths relative to the prefix.
 
     Every call hands the client library a retry built from ``retry`` (:meth:`RetryPolicy.retry` for reads,
     listings and deletes, :meth:`RetryPolicy.conditional` for uploads, which always carry a generation
-    precondition); errors that remain become a :class:`StorageError` naming the object. Holds a client: not
-    picklable, created lazily by ``RunDir``.
+    precondition); errors that remain become a :class:`StorageError` naming the object. Holds a client (by
+    default the process's :func:`shared_client`): not picklable, created lazily by ``RunDir``.
     """
 
     def __init__(
@@ -263,8 +299,9 @@ class GcsStore:
     ) -> None:
         self.bucket_name, self.prefix, self.retry, self.workers = bucket, prefix, retry, workers
         self.idempotent, self.guarded, self.redownload = retry.retry(), retry.conditional(), retry.redownload()
-        self._client = client if client is not None else make_client()
+        self._client = client if client is not None else shared_client()
         self.bucket: Bucket = self._client.bucket(bucket)
+        self.endpoint = client_key()[1:]  # where the objects live (emulator host, project, credentials)
 
     def __repr__(self) -> str:
         return f"GcsStore({self.uri()!r})"
@@ -312,12 +349,24 @@ class GcsStore:
         The download is conditional on the generation just read, so content and generation belong together
         (a 412 raises :class:`ManifestConflict`).
         """
+        got = self.read_unless(rel, known=0)
+        if got is None:
+            return None
+        data, generation = got
+        assert data is not None  # known=0: always downloaded
+        return data, generation
+
+    def read_unless(self, rel: str, *, known: int) -> tuple[bytes | None, int] | None:
+        """As :meth:`read`, but one request (the object's metadata) when its generation still is ``known``
+        (a generation whose content the caller holds; 0: none): the content is then None, not downloaded."""
         from google.api_core import exceptions as gexc
 
         blob = self.get(rel)
         if blob is None:
             return None
         generation = int(blob.generation or 0)
+        if known and generation == known:
+            return None, generation
 
         def download() -> bytes | None:
             try:

@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,6 +36,37 @@ from rtscore.storage.verified import save as verified_save
 from rtscore.storage.verified import snapshot
 
 CACHE_ENV = "RTS_CACHE_DIR"  # base of the local mirrors of gs:// run directories
+
+
+class _ManifestCache:
+    """The parsed bucket manifests this process has read, by (endpoint, bucket, object) with their
+    generation: a manifest whose generation is unchanged is neither downloaded nor parsed again, and any
+    rewrite of the object (a new generation) is read. Thread-safe; a forked child starts empty."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parsed: dict[tuple[object, ...], tuple[int, Manifest]] = {}
+
+    def get(self, key: tuple[object, ...]) -> tuple[int, Manifest] | None:
+        with self._lock:
+            return self._parsed.get(key)
+
+    def put(self, key: tuple[object, ...], generation: int, manifest: Manifest) -> None:
+        with self._lock:
+            self._parsed[key] = (generation, manifest)
+
+    def reset(self) -> None:
+        self._lock, self._parsed = threading.Lock(), {}
+
+
+_manifests = _ManifestCache()
+os.register_at_fork(after_in_child=_manifests.reset)
+
+
+def forget_parsed_manifests() -> None:
+    """Forget the bucket manifests this process parsed: the next read downloads them (benchmarks measure a
+    new process's first read this way; correctness never needs it, a rewrite has a new generation)."""
+    _manifests.reset()
 
 
 def default_cache_dir() -> Path:
@@ -269,12 +301,12 @@ class RunDir:
         """Whether the local copy of ``rel`` matches ``entry``: hashed only when its verification record
         (``rtscore.storage.verified``) is missing or its size, times or inode changed since; a match is
         recorded so that the next call does not hash again."""
-        p = self.path(rel)
-        if not p.exists():
-            return False
-        if verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind):
+        if verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind):  # one stat walk, no read
             return True
+        p = self.path(rel)
         seen = snapshot(p)
+        if seen is None:
+            return False
         if fingerprint(p) != (entry.sha256, entry.bytes):
             return False
         verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind, seen)
@@ -290,23 +322,35 @@ class RunDir:
         return self._store
 
     def _read_remote_manifest(self) -> tuple[Manifest, int]:
-        """The bucket's manifest and its generation (0: none yet)."""
+        """The bucket's manifest and its generation (0: none yet); a copy the caller may change.
 
-        retry = self._gcs.retry
+        One request (the object's generation) when this process already parsed that generation; the
+        content is downloaded and parsed only when it changed (see :class:`_ManifestCache`).
+        """
+
+        store = self._gcs
+        retry = store.retry
+        key = (store.endpoint, store.bucket_name, store.name(MANIFEST_NAME))
         for attempt in range(retry.conflict_attempts):
+            cached = _manifests.get(key)
             try:
-                got = self._gcs.read(MANIFEST_NAME)
+                got = store.read_unless(MANIFEST_NAME, known=cached[0] if cached is not None else 0)
             except ManifestConflict:  # rewritten between stat and download
                 time.sleep(retry.delay(attempt))
                 continue
             if got is None:
                 return Manifest(), 0
             data, generation = got
+            if data is None:  # the generation this process parsed
+                assert cached is not None
+                return cached[1].model_copy(deep=True), generation
             try:
-                return Manifest.model_validate_json(data), generation
+                manifest = Manifest.model_validate_json(data)
             except ValueError as err:
-                raise StorageError(f"manifest {self._gcs.uri(MANIFEST_NAME)} is corrupt: {err}") from None
-        raise StorageError(f"manifest {self._gcs.uri(MANIFEST_NAME)} kept changing while being read")
+                raise StorageError(f"manifest {store.uri(MANIFEST_NAME)} is corrupt: {err}") from None
+            _manifests.put(key, generation, manifest.model_copy(deep=True))
+            return manifest, generation
+        raise StorageError(f"manifest {store.uri(MANIFEST_NAME)} kept changing while being read")
 
     def _update_manifest(self, change: Callable[[Manifest], bool]) -> None:
         """Read-modify-write of the bucket's manifest, conditional on the generation read (0: create only).
@@ -362,6 +406,8 @@ class RunDir:
 
     def _materialize(self, rel: str, entry: ArtifactEntry) -> None:
         """Make the local mirror hold a copy of ``rel`` that matches ``entry`` (download, verify, move in)."""
+        if verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind):
+            return  # verified and unchanged since: no lock needed to trust it (a replacement changes its stats)
         p = self.path(rel)
         p.parent.mkdir(parents=True, exist_ok=True)
         lock = f".locks/require-{hashlib.sha256(rel.encode()).hexdigest()[:16]}.lock"

@@ -72,16 +72,21 @@ def snapshot(path: Path) -> Snapshot | None:
 
 
 def _walk(top: str, prefix: str, out: list[tuple[str, os.stat_result]]) -> None:
-    """Every regular file under ``top`` (symlinks followed, as the content fingerprint does) and its stat."""
+    """Every regular file under ``top`` (symlinks followed, as the content fingerprint does) and its stat.
+
+    One ``os.scandir`` pass per directory and one ``stat`` per file: a directory is recognised from the
+    entry's type (no system call unless it is a symlink), and only files are stat-ed.
+    """
     with os.scandir(top) as it:
         for e in it:
+            if e.is_dir():
+                _walk(e.path, f"{prefix}{e.name}/", out)
+                continue
             try:
                 st = e.stat()
             except FileNotFoundError:  # a dangling link: not a file of the artifact (nor of its fingerprint)
                 continue
-            if stat.S_ISDIR(st.st_mode):
-                _walk(e.path, f"{prefix}{e.name}/", out)
-            elif stat.S_ISREG(st.st_mode):
+            if stat.S_ISREG(st.st_mode):
                 out.append((f"{prefix}{e.name}", st))
 
 
