@@ -457,6 +457,36 @@ def test_read_train_result_from_the_run_directory(tmp_path: Path) -> None:
         read_train_result(str(run.root), 7)
 
 
+def test_read_logit_caches_and_test_result_from_the_run_directory(tmp_path: Path) -> None:
+    """What the logit-cache and evaluate-test runs recorded is what the parent reads back (NaN included)."""
+    from flows.fanout import FanOutError, read_logit_caches, read_test_result
+    from rtscore.storage import RunDir, RunLayout, atomic_write_json
+
+    run = RunDir(tmp_path / "run")
+    with pytest.raises(FanOutError, match=r"logit-cache of seeds \[1, 2\] completed but .* records no"):
+        read_logit_caches(str(run.root), [1, 2])
+    for s in (2, 1):
+        cache = run.path(RunLayout.LOGIT_CACHE.at(seed=s))
+        cache.mkdir(parents=True)
+        (cache / "zarr.json").write_text(f'{{"seed": {s}}}')
+        run.record(RunLayout.LOGIT_CACHE.at(seed=s), "logit-cache", "h")
+    refs = read_logit_caches(str(run.root), [1, 2])
+    assert [r.path for r in refs] == [RunLayout.LOGIT_CACHE.at(seed=1), RunLayout.LOGIT_CACHE.at(seed=2)]
+    assert all(r.stage == "logit-cache" and r.sha256 for r in refs)
+
+    report = _report([1, 2])
+    rel = RunLayout.TEST_REPORT.at()
+    with pytest.raises(FanOutError, match="evaluate-test completed but its artifacts are not in the run"):
+        read_test_result(str(run.root), [1, 2])
+    atomic_write_json(run.path(rel), report.model_dump(mode="python"))  # as evaluate-test writes it
+    run.record(rel, "evaluate-test", "h")
+    result = read_test_result(str(run.root), [1, 2])
+    assert result.report.model_dump_json() == report.model_dump_json()
+    assert [a.path for a in result.artifacts] == [rel]
+    with pytest.raises(FanOutError, match=r"reports seeds \[1, 2\], not \[1\]"):
+        read_test_result(str(run.root), [1])
+
+
 # ----------------------------------------------------------------------------------------------- CLI
 class _Called(Exception):
     def __init__(self, params: Any) -> None:

@@ -1,16 +1,20 @@
 """The production path end to end: a real Prefect server, process work pools, `prefect deploy --all` from
 prefect.yaml, workers, and the pipeline deployment triggered through the API.
 
-One scenario serves the three tests (training is the expensive part, and CI has two cores): the pipeline
-deployment runs with ``execution: distributed`` and two seeds, each a train-seed run on the `gpu` pool (a
-local process pool standing in for the GPU pool); calibrate fails on the first attempt (its output path is
-blocked by a directory); the test unblocks it and retries the failed flow run through the API as the UI's
-Retry button does. Then:
+One scenario serves the tests (training is the expensive part, and CI has two cores): the pipeline
+deployment runs with ``execution: distributed`` and two seeds: per seed a train-seed and a logit-cache run on
+the `gpu` pool (a local process pool standing in for the GPU pool), then one evaluate-test run there; the
+pipeline run itself (cpu pool) only decides the calibration and packages. The decision fails on the first
+attempt (its output path is blocked by a directory); the test unblocks it and retries the failed flow run
+through the API as the UI's Retry button does. Then:
 
 - the run completed with every stage's artifacts in its manifest and its artifacts in the UI;
-- exactly one train-seed run per seed exists, also after the retry (idempotency keys);
+- exactly one train-seed and one logit-cache run per seed and one evaluate-test run exist, on the gpu pool,
+  children of the pipeline run, also after the retry (idempotency keys);
 - the retry executed only calibrate, evaluate-test and package (task runs not served from the cache);
-- the same pipeline with ``execution: local`` on the cpu pool then executes nothing: the cache is shared.
+- the same pipeline with ``execution: local`` on the cpu pool then executes nothing: the cache is shared;
+- the same config run with ``execution: local`` into a second run directory gives the same package, test
+  report and calibration (only the run's own metadata differs: MLflow run id and dates).
 
 The server, pools and workers are subprocesses with their own PREFECT_HOME and PREFECT_API_URL; the test
 process talks to the server inside ``temporary_settings``, so the session's in-process test harness
@@ -38,7 +42,9 @@ from uuid import UUID
 
 import pytest
 
+from rtscore.package.format import METADATA, SUMS
 from rtscore.stages import STAGES
+from rtscore.storage import RunLayout
 from tests.flows.configs import tiny_training_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -330,34 +336,53 @@ def test_pipeline_deployment_runs_every_stage_into_the_manifest(server: Server, 
 
 
 @pytest.mark.slow
-def test_distributed_run_starts_one_train_seed_run_per_seed_even_when_retried(
+def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_retried(
     server: Server, scenario: Scenario
 ) -> None:
+    """train-seed and logit-cache once per seed, evaluate-test once: flow runs of their deployments on the gpu
+    pool, children of the pipeline run, each under its idempotency key, also after the pipeline's retry."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.fanout import idempotency_key
 
     parent = str(scenario.flow_run.id)
+    children: dict[str, list[Any]] = {}
     with server.client() as client:
-        deployment = client.read_deployment_by_name("train-seed/train-seed")
-        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
-
-        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])))
-    mine = [r for r in runs if (r.idempotency_key or "").startswith(f"rts-pipeline/{parent}/")]
-    assert sorted(r.parameters["params"]["seed"] for r in mine) == [1, 2], [r.idempotency_key for r in mine]
-    assert all(r.state.is_completed() for r in mine)
-    assert all(r.work_pool_name == "gpu" for r in mine)
-    assert {r.parameters["params"]["run_dir"] for r in mine} == {str(scenario.run_dir)}
+        for name in ("train-seed/train-seed", "logit-cache/logit-cache", "evaluate-test/evaluate-test"):
+            deployment = client.read_deployment_by_name(name)
+            runs = client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id]))
+            )
+            mine = [r for r in runs if (r.idempotency_key or "").startswith(f"rts-pipeline/{parent}/")]
+            children[name] = mine
+            assert mine and all(r.state.is_completed() for r in mine), name
+            assert all(r.work_pool_name == "gpu" and r.deployment_id == deployment.id for r in mine), name
+            assert {r.parameters["params"]["run_dir"] for r in mine} == {str(scenario.run_dir)}, name
+            # A child of the pipeline run: run_deployment links it to a task run of the parent.
+            assert all(client.read_task_run(r.parent_task_run_id).flow_run_id == scenario.flow_run.id for r in mine)
+        attempts = client.read_artifacts()
+    assert sorted(r.parameters["params"]["seed"] for r in children["train-seed/train-seed"]) == [1, 2]
+    assert sorted(r.parameters["params"]["seed"] for r in children["logit-cache/logit-cache"]) == [1, 2]
+    (test_run,) = children["evaluate-test/evaluate-test"]
+    assert test_run.parameters["params"]["seeds"] == [1, 2]
+    assert test_run.idempotency_key == idempotency_key(parent, "evaluate-test", "all")
+    # The attempts tables on the pipeline run: every child completed at its first attempt.
+    own = {a.key: a for a in attempts if a.flow_run_id == scenario.flow_run.id and a.key}
+    for stage, n in (("train-seed", 2), ("logit-cache", 2), ("evaluate-test", 1)):
+        table = own[f"{stage}-attempts"].data
+        rows = json.loads(table) if isinstance(table, str) else table
+        assert [(r["attempt"], r["final state"]) for r in rows] == [(1, "COMPLETED")] * n, (stage, rows)
 
     # The key is the whole scheme: asking again for seed 1 of this parent returns the same run.
-    again = mine[0]
+    again = children["train-seed/train-seed"][0]
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
         same = run_deployment(
             "train-seed/train-seed",
             parameters={"params": again.parameters["params"]},
             timeout=0,
-            idempotency_key=idempotency_key(parent, again.parameters["params"]["seed"]),
+            idempotency_key=idempotency_key(parent, "train-seed", again.parameters["params"]["seed"]),
         )
     assert same.id == again.id
 
@@ -408,3 +433,59 @@ def test_a_local_run_on_the_cpu_pool_reuses_what_the_gpu_pool_computed(server: S
             "package": 1,
         }
     )
+
+
+@pytest.fixture(scope="module")
+def local_twin(server: Server, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scenario's config run with ``execution: local`` (every stage inside the pipeline run, cpu pool) into
+    a second run directory."""
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    run_dir = tmp_path_factory.mktemp("local-twin") / "run"
+    params = {"config": str(scenario.config), "run_dir": str(run_dir), "execution": "local"}
+    with temporary_settings(updates={PREFECT_API_URL: server.url}):
+        created = run_deployment("rts-pipeline/rts-pipeline", parameters={"params": params}, timeout=0)
+    final = _wait_final(server, created.id)
+    assert final.state.is_completed(), f"{final.state}:\n{server.log_tail()}"
+    return run_dir
+
+
+# run_metadata.json fields that belong to the run, not to what was computed: the seed's MLflow run, the time
+# the weights were written and the time the package was built.
+RUN_OWN_METADATA = {"mlflow_run_id", "training_date", "package_date"}
+
+
+@pytest.mark.slow
+def test_the_distributed_package_equals_the_local_executions(scenario: Scenario, local_twin: Path) -> None:
+    """Where a stage ran changes nothing it computed: the same files with the same bytes (weights, stats,
+    model and deployment configs, requirements), the same test report and calibration; run_metadata.json
+    differs only in the run's own fields (and SHA256SUMS only in its line)."""
+    dist, local = scenario.run_dir / "package", local_twin / "package"
+
+    def files(root: Path) -> list[str]:
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+    assert files(dist) == files(local)
+    differing = {f for f in files(dist) if (dist / f).read_bytes() != (local / f).read_bytes()}
+    assert differing <= {METADATA, SUMS}, differing
+    meta_d, meta_l = (json.loads((root / METADATA).read_text()) for root in (dist, local))
+    assert set(meta_d) == set(meta_l) and set(meta_d) >= RUN_OWN_METADATA
+    assert {k: v for k, v in meta_d.items() if k not in RUN_OWN_METADATA} == {
+        k: v for k, v in meta_l.items() if k not in RUN_OWN_METADATA
+    }
+
+    def sums(root: Path) -> dict[str, str]:
+        lines = (root / SUMS).read_text().splitlines()
+        return {name.strip().lstrip("*"): h for h, name in (line.split(maxsplit=1) for line in lines if line)}
+
+    sums_d, sums_l = sums(dist), sums(local)
+    assert set(sums_d) == set(sums_l) and METADATA in sums_d
+    assert {k: v for k, v in sums_d.items() if k != METADATA} == {k: v for k, v in sums_l.items() if k != METADATA}
+    # What the GPU-pool runs computed equals what the local run computed.
+    for entry in (RunLayout.TEST_REPORT, RunLayout.CALIBRATION_SUMMARY, RunLayout.GATES):
+        # NaN (an undefined metric) read as text: NaN != NaN would make equal reports differ
+        a, b = (
+            json.loads((root / entry.at()).read_text(), parse_constant=str) for root in (scenario.run_dir, local_twin)
+        )
+        assert a == b, entry.at()
