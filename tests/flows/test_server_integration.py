@@ -42,7 +42,7 @@ from uuid import UUID
 
 import pytest
 
-from rtscore.package.format import METADATA, SUMS
+from rtscore.package.format import METADATA, STATS, SUMS
 from rtscore.stages import STAGES
 from rtscore.storage import RunLayout
 from tests.flows.configs import tiny_training_config, write_config
@@ -412,7 +412,10 @@ def test_a_retry_after_a_failed_calibrate_reruns_only_calibrate_and_what_follows
     retry = _executed(scenario.second, set(scenario.second) - set(scenario.first))
     assert retry == Counter({"calibrate": 1, "evaluate-test": 1, "package": 1}), retry
     cached = Counter(n for tid, (n, s) in scenario.second.items() if tid not in scenario.first and s == "Cached")
-    assert {"generate-dataset", "normalization-stats", "validate-data", "logit-cache"} <= set(cached), cached
+    assert {"generate-dataset", "normalization-stats", "validate-data"} <= set(cached), cached
+    # The logit caches were built by logit-cache runs on the gpu pool; the retry reused those runs (their keys),
+    # so it has no logit-cache task run at all, not even a cached one.
+    assert "logit-cache" not in {n for tid, (n, s) in scenario.second.items() if tid not in scenario.first}
 
 
 @pytest.mark.slow
@@ -452,37 +455,42 @@ def local_twin(server: Server, scenario: Scenario) -> Path:
     return scenario.twin_dir
 
 
-# run_metadata.json fields that belong to the run, not to what was computed: the seed's MLflow run, the time
-# the weights were written and the time the package was built.
-RUN_OWN_METADATA = {"mlflow_run_id", "training_date", "package_date"}
+# Package files whose JSON holds fields that belong to the run, not to what was computed; they differ between
+# two runs of one config: the shipped seed's MLflow run, when its weights were written and the package built
+# (run_metadata.json), when the normalization statistics were computed (normalization_stats.json).
+RUN_OWN_FIELDS = {METADATA: {"mlflow_run_id", "training_date", "package_date"}, STATS: {"computed_date"}}
 
 
 @pytest.mark.slow
 def test_the_distributed_package_equals_the_local_executions(scenario: Scenario, local_twin: Path) -> None:
-    """Where a stage ran changes nothing it computed: the same files with the same bytes (weights, stats,
-    model and deployment configs, requirements), the same test report and calibration; run_metadata.json
-    differs only in the run's own fields (and SHA256SUMS only in its line)."""
+    """Where a stage ran changes nothing it computed: the same files with the same bytes (weights, model and
+    deployment configs, requirements), the same test report and calibration; the files of RUN_OWN_FIELDS differ
+    only in those fields, and SHA256SUMS only in their lines."""
     dist, local = scenario.run_dir / "package", local_twin / "package"
 
     def files(root: Path) -> list[str]:
         return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
+    def without_run_own(root: Path, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((root / name).read_text())
+        assert RUN_OWN_FIELDS[name] <= set(data), name
+        return {k: v for k, v in data.items() if k not in RUN_OWN_FIELDS[name]}
+
     assert files(dist) == files(local)
     differing = {f for f in files(dist) if (dist / f).read_bytes() != (local / f).read_bytes()}
-    assert differing <= {METADATA, SUMS}, differing
-    meta_d, meta_l = (json.loads((root / METADATA).read_text()) for root in (dist, local))
-    assert set(meta_d) == set(meta_l) and set(meta_d) >= RUN_OWN_METADATA
-    assert {k: v for k, v in meta_d.items() if k not in RUN_OWN_METADATA} == {
-        k: v for k, v in meta_l.items() if k not in RUN_OWN_METADATA
-    }
+    assert differing <= {*RUN_OWN_FIELDS, SUMS}, differing
+    for name in RUN_OWN_FIELDS:
+        assert without_run_own(dist, name) == without_run_own(local, name), name
 
     def sums(root: Path) -> dict[str, str]:
         lines = (root / SUMS).read_text().splitlines()
         return {name.strip().lstrip("*"): h for h, name in (line.split(maxsplit=1) for line in lines if line)}
 
     sums_d, sums_l = sums(dist), sums(local)
-    assert set(sums_d) == set(sums_l) and METADATA in sums_d
-    assert {k: v for k, v in sums_d.items() if k != METADATA} == {k: v for k, v in sums_l.items() if k != METADATA}
+    assert set(sums_d) == set(sums_l) and set(RUN_OWN_FIELDS) <= set(sums_d)
+    assert {k: v for k, v in sums_d.items() if k not in RUN_OWN_FIELDS} == {
+        k: v for k, v in sums_l.items() if k not in RUN_OWN_FIELDS
+    }
     # What the GPU-pool runs computed equals what the local run computed.
     for entry in (RunLayout.TEST_REPORT, RunLayout.CALIBRATION_SUMMARY, RunLayout.GATES):
         # NaN (an undefined metric) read as text: NaN != NaN would make equal reports differ
