@@ -1,4 +1,9 @@
-"""After-training flows: calibrate (logit caches, gates, temperature, threshold), evaluate-test, package."""
+"""After-training flows: logit-cache (one seed), calibrate (logit caches, gates, temperature, threshold),
+evaluate-test, package.
+
+A distributed pipeline runs logit-cache (once per seed) and evaluate-test as their own flow runs on the GPU pool
+and only the calibration decision (:func:`decide`) and package in its own run (flows/fanout.py).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,21 @@ from prefect import flow
 
 from flows import ui
 from flows.common import flow_run_scope, load_config, run_stage
-from flows.params import SeedStageParams
+from flows.params import LogitCacheParams, SeedStageParams
 from rtscore.stages import ArtifactRef, CalibrationResult, TestResult, calibrated_seeds, trained_seeds
 from rtscore.storage import RunDir
 from tasks import stages as t
+
+
+@flow(name="logit-cache")
+def logit_cache(params: LogitCacheParams) -> ArtifactRef:
+    """Cache one seed's Val-Realistic logit statistics (one pass per scale and TTA transform): the GPU part of
+    calibration, run once per seed on the GPU pool by a distributed pipeline."""
+    with flow_run_scope():
+        cfg = load_config(params)
+        ref: ArtifactRef = run_stage(t.logit_cache, params.run_dir, cfg, params.seed, refresh=params.refresh)
+        ui.publish_links(params.run_dir, [ref])
+        return ref
 
 
 @flow(name="calibrate")
@@ -21,9 +37,16 @@ def calibrate(params: SeedStageParams) -> CalibrationResult:
         cfg = load_config(params)
         seeds = trained_seeds(RunDir(params.run_dir), params.seeds)
         caches = [run_stage(t.logit_cache, params.run_dir, cfg, s, refresh=params.refresh) for s in seeds]
-        result: CalibrationResult = run_stage(t.calibrate, params.run_dir, cfg, seeds, refresh=params.refresh)
-        ui.publish_calibration(params.run_dir, caches, result)
-        return result
+        return decide(params, seeds, caches)
+
+
+def decide(params: SeedStageParams, seeds: list[int], caches: list[ArtifactRef]) -> CalibrationResult:
+    """The calibration decision from the seeds' recorded logit caches (TTA and scale gates, temperature,
+    threshold), as a task of the calling flow run; publishes the calibration summary."""
+    cfg = load_config(params)
+    result: CalibrationResult = run_stage(t.calibrate, params.run_dir, cfg, seeds, refresh=params.refresh)
+    ui.publish_calibration(params.run_dir, caches, result)
+    return result
 
 
 @flow(name="evaluate-test")

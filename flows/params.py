@@ -17,8 +17,10 @@ from rtscore.config import PipelineConfig
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
 
-# The deployment a distributed pipeline fans training out to (`<flow name>/<deployment name>`, prefect.yaml).
+# The deployments a distributed pipeline fans out to (`<flow name>/<deployment name>`, prefect.yaml; gpu pool).
 TRAIN_SEED_DEPLOYMENT = "train-seed/train-seed"
+LOGIT_CACHE_DEPLOYMENT = "logit-cache/logit-cache"
+EVALUATE_TEST_DEPLOYMENT = "evaluate-test/evaluate-test"
 
 
 def _seeds(v: list[int] | None) -> list[int] | None:
@@ -125,26 +127,50 @@ class SeedStageParams(StageParams):
     check_seeds = field_validator("seeds")(_seeds)
 
 
+class LogitCacheParams(StageParams):
+    """logit-cache: one seed's Val-Realistic logit statistics (calibration/seed_<n>/logit_cache.zarr)."""
+
+    seed: int = Field(..., ge=0, description="Trained seed whose logit cache to build.")
+
+
 class DistributedParams(BaseModel):
-    """How a distributed pipeline runs its seeds: one train-seed flow run per seed on a (GPU) work pool."""
+    """How a distributed pipeline runs its GPU stages: one train-seed and one logit-cache flow run per seed and
+    one evaluate-test flow run, each on its deployment's (GPU) work pool; the parent only decides and packages."""
 
     model_config = ConfigDict(extra="forbid")
 
     deployment: str = Field(
         TRAIN_SEED_DEPLOYMENT,
-        description="Deployment started once per seed, as '<flow name>/<deployment name>'; its work pool "
-        "decides where training runs (prefect.yaml: train-seed on the 'gpu' pool).",
+        description="Training: deployment started once per seed, as '<flow name>/<deployment name>'; its work "
+        "pool decides where training runs (prefect.yaml: train-seed on the 'gpu' pool).",
+    )
+    logit_cache_deployment: str = Field(
+        LOGIT_CACHE_DEPLOYMENT,
+        description="Calibration logit caches: deployment started once per seed (prefect.yaml: logit-cache on "
+        "the 'gpu' pool); the pipeline run itself then decides TTA, scales, temperature and threshold.",
+    )
+    evaluate_test_deployment: str = Field(
+        EVALUATE_TEST_DEPLOYMENT,
+        description="Test evaluation: deployment started once over all seeds (prefect.yaml: evaluate-test on "
+        "the 'gpu' pool).",
+    )
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        description="Runs per seed (per stage) when its run crashes, i.e. its worker vanished (a pre-empted or "
+        "killed machine): a crashed run is re-submitted until this many ran (a new training run resumes from the "
+        "checkpoint recorded in the run directory). A run that failed (its code raised) is not re-submitted.",
     )
     timeout_s: float = Field(
         7 * 24 * 3600.0,
         gt=0,
-        description="Wait at most this long (seconds) for all seed runs; the pipeline then fails naming the "
-        "seeds still running (a retry of the pipeline re-attaches to them).",
+        description="Wait at most this long (seconds) for all runs of a stage; the pipeline then fails naming "
+        "the runs still going (a retry of the pipeline re-attaches to them).",
     )
-    poll_interval_s: float = Field(10.0, gt=0, description="Seconds between checks of the seed runs' states.")
+    poll_interval_s: float = Field(10.0, gt=0, description="Seconds between checks of the child runs' states.")
     job_variables: dict[str, Any] = Field(
         default_factory=dict,
-        description="Job variables for every seed run, over the deployment's (e.g. "
+        description="Job variables for every child run, over the deployment's (e.g. "
         '{"env": {"CUDA_VISIBLE_DEVICES": "1"}} on a process pool, {"accelerator_count": 2} on Vertex AI).',
     )
 
@@ -155,8 +181,9 @@ class PipelineParams(DataParams):
     seeds: list[int] | None = Field(None, description="Seeds to train. Empty: training.seeds of the config.")
     execution: Literal["local", "distributed"] = Field(
         "local",
-        description="local: train the seeds one after the other inside this flow run. distributed: start one "
-        "train-seed flow run per seed on the deployment below (a GPU pool) and wait for all of them.",
+        description="local: every stage runs inside this flow run. distributed: the GPU stages run as their own "
+        "flow runs on the deployments below (a GPU pool): train-seed and logit-cache once per seed, evaluate-test "
+        "once; this run waits for them, decides the calibration from the caches and packages.",
     )
     distributed: DistributedParams = Field(
         default_factory=DistributedParams, description="Fan-out settings (used when execution is distributed)."

@@ -1,4 +1,10 @@
-"""The full pipeline flow: data stages, multi-seed training, calibration, test evaluation, deployment package."""
+"""The full pipeline flow: data stages, multi-seed training, calibration, test evaluation, deployment package.
+
+``execution: local`` runs every stage in this flow run (subflows). ``execution: distributed`` runs the GPU
+stages as their own flow runs on the GPU pool's deployments (flows/fanout.py): train-seed and logit-cache once
+per seed, evaluate-test once; this run (on the CPU pool) waits for them, decides the calibration from the
+recorded caches and assembles the package.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,13 @@ from prefect import flow
 from prefect.cache_policies import INPUTS, RUN_ID
 
 from flows import ui
-from flows.calibrate import calibrate, evaluate_test, package
+from flows.calibrate import calibrate, decide, evaluate_test, package
 from flows.common import flow_run_scope, load_config
 from flows.data import data_pipeline
-from flows.fanout import distributed_train
+from flows.fanout import distributed_evaluate_test, distributed_logit_caches, distributed_train
 from flows.params import PipelineParams
 from flows.train import multi_seed_train
-from rtscore.stages import TrainResult
+from rtscore.stages import CalibrationResult, TestResult, TrainResult
 from tasks import train as t
 
 STEPS = ["data", "training", "calibrate", "evaluate-test", "package"]
@@ -25,8 +31,9 @@ def pipeline(params: PipelineParams) -> dict[str, Any]:
     """generate -> stats -> validation -> multi-seed training -> calibrate -> evaluate-test -> package.
 
     Every stage is cached on (code, the config sections it uses, its inputs' fingerprints): a retry re-runs
-    only what failed and what depends on it. ``execution: distributed`` trains each seed in its own
-    train-seed flow run on ``distributed.deployment`` (see flows/fanout.py).
+    only what failed and what depends on it. ``execution: distributed`` trains each seed and builds its logit
+    cache in flow runs of ``distributed.deployment`` and ``distributed.logit_cache_deployment``, and evaluates
+    the test split in a run of ``distributed.evaluate_test_deployment`` (see flows/fanout.py).
     """
     with flow_run_scope() as flow_run_id:
         progress = ui.Progress(
@@ -34,16 +41,28 @@ def pipeline(params: PipelineParams) -> dict[str, Any]:
         )
         out: dict[str, Any] = dict(data_pipeline(params.data()))
         progress.advance("data")
-        if params.execution == "distributed":
-            training = _distributed_training(params, flow_run_id)
+        distributed = params.execution == "distributed"
+        if distributed:
+            training = _distributed_training(params, _parent_id(flow_run_id))
         else:
             training = multi_seed_train(params.multi_seed())
         trained = [r.result.seed for r in training]
         out["training"] = training
         progress.advance("training")
-        out["calibration"] = calibrate(params.stage(trained))
+        calibration: CalibrationResult
+        test: TestResult
+        if distributed:
+            caches = distributed_logit_caches(params, _parent_id(flow_run_id), trained)
+            calibration = decide(params.stage(trained), trained, caches)
+        else:
+            calibration = calibrate(params.stage(trained))
+        out["calibration"] = calibration
         progress.advance("calibrate")
-        out["test"] = evaluate_test(params.stage(trained))
+        if distributed:
+            test = distributed_evaluate_test(params, _parent_id(flow_run_id), trained)  # it publishes the report
+        else:
+            test = evaluate_test(params.stage(trained))
+        out["test"] = test
         progress.advance("evaluate-test")
         out["package"] = package(params.stage(trained))
         progress.advance("package")
@@ -51,10 +70,14 @@ def pipeline(params: PipelineParams) -> dict[str, Any]:
         return out
 
 
-def _distributed_training(params: PipelineParams, flow_run_id: str | None) -> list[TrainResult]:
-    """One train-seed flow run per seed on the GPU deployment, under one parent MLflow run."""
+def _parent_id(flow_run_id: str | None) -> str:
     if flow_run_id is None:
-        raise RuntimeError("execution 'distributed' needs a Prefect flow run (its id keys the seeds' runs)")
+        raise RuntimeError("execution 'distributed' needs a Prefect flow run (its id keys the child runs)")
+    return flow_run_id
+
+
+def _distributed_training(params: PipelineParams, flow_run_id: str) -> list[TrainResult]:
+    """One train-seed flow run per seed on the GPU deployment, under one parent MLflow run."""
     cfg = load_config(params)
     seeds = params.seeds or cfg.training.seeds
     # One parent MLflow run per pipeline flow run, also across its retries (the seeds' runs are reused too).

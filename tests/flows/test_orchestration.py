@@ -205,90 +205,205 @@ def test_summaries_never_fail_a_stage(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- fan-out
-def test_idempotency_keys_are_per_parent_seed_and_attempt() -> None:
+def test_idempotency_keys_are_per_parent_stage_item_and_attempt() -> None:
     from flows.fanout import idempotency_key
 
     a, b = str(uuid4()), str(uuid4())
-    keys = {idempotency_key(p, s, n) for p in (a, b) for s in (42, 43) for n in (0, 1)}
-    assert len(keys) == 8
-    assert idempotency_key(a, 42) == idempotency_key(a, 42, 0) == f"rts-pipeline/{a}/train-seed/42"
+    keys = {
+        idempotency_key(p, st, s, n)
+        for p in (a, b)
+        for st in ("train-seed", "logit-cache")
+        for s in (42, 43)
+        for n in (0, 1)
+    }
+    assert len(keys) == 16
+    assert idempotency_key(a, "train-seed", 42) == idempotency_key(a, "train-seed", 42, 0)
+    assert idempotency_key(a, "train-seed", 42) == f"rts-pipeline/{a}/train-seed/42"
+    assert idempotency_key(a, "logit-cache", 42, 2) == f"rts-pipeline/{a}/logit-cache/42/attempt-2"
 
 
 def _state(kind: str) -> Any:
     from prefect import states
 
-    return {"completed": states.Completed, "failed": states.Failed, "scheduled": states.Scheduled}[kind]()
+    return {
+        "completed": states.Completed,
+        "failed": states.Failed,
+        "crashed": states.Crashed,
+        "cancelled": states.Cancelled,
+        "scheduled": states.Scheduled,
+        "running": states.Running,
+    }[kind]()
 
 
-def test_submit_seed_reuses_a_completed_run_and_replaces_a_failed_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flows.fanout as fanout
+class FakePrefect:
+    """run_deployment and a client over an in-memory server: a run's states follow ``plan[key]`` (one per read;
+    default scheduled -> completed); ``runs`` may hold the runs an earlier attempt of the parent left."""
+
+    def __init__(self, plan: dict[str, list[str]] | None = None) -> None:
+        self.plan = plan or {}
+        self.runs: dict[str, list[str]] = {}
+        self.names: dict[str, str] = {}
+        self.calls: list[dict[str, Any]] = []
+        self.created: list[str] = []
+        self.tables: list[dict[str, Any]] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import prefect.client.orchestration as orchestration
+
+        import flows.fanout as fanout
+
+        monkeypatch.setattr(fanout, "run_deployment", self.run_deployment)
+        monkeypatch.setattr(orchestration, "get_client", lambda **_: self.client())
+        monkeypatch.setattr(fanout, "create_table_artifact", lambda **kw: self.tables.append(kw))
+
+    def _run(self, key: str) -> Any:
+        return SimpleNamespace(id=key, name=self.names.get(key, key), state=_state(self.runs[key][0]))
+
+    def run_deployment(self, name: str, **kw: Any) -> Any:
+        self.calls.append({"name": name, **kw})
+        key = kw["idempotency_key"]
+        if key not in self.runs:  # the server creates a run only for a new key
+            self.created.append(key)
+            self.runs[key] = list(self.plan.get(key, ["scheduled", "completed"]))
+            self.names[key] = kw["flow_run_name"]
+        return self._run(key)
+
+    def read_flow_run(self, run_id: str) -> Any:
+        seq = self.runs[run_id]
+        if len(seq) > 1:
+            seq.pop(0)
+        return self._run(run_id)
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        yield SimpleNamespace(read_flow_run=self.read_flow_run)
+
+
+def _children(*seeds: int) -> list[Any]:
+    from flows.fanout import Child
+
+    return [
+        Child(str(s), f"seed {s}", f"train-seed-{s}", TrainSeedParams(config="/c.yaml", run_dir="/r", seed=s))
+        for s in seeds
+    ]
+
+
+FAST = {"poll_interval_s": 0.001, "timeout_s": 5.0}
+
+
+def test_fan_out_starts_one_run_per_item_with_its_key_and_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.fanout import fan_out
+
+    fake = FakePrefect()
+    fake.install(monkeypatch)
+    dist = DistributedParams(job_variables={"env": {"CUDA_VISIBLE_DEVICES": "1"}}, **FAST)
+    children = _children(7, 8)
+    done = fan_out("train-seed", "train-seed/gpu-test", "p", children, dist, tags=["rts-seed"])
+    assert set(done) == {"7", "8"} and all(r.state.is_completed() for r in done.values())
+    assert fake.created == ["rts-pipeline/p/train-seed/7", "rts-pipeline/p/train-seed/8"]
+    call = fake.calls[0]
+    assert call["name"] == "train-seed/gpu-test" and call["timeout"] == 0 and call["tags"] == ["rts-seed"]
+    assert call["parameters"] == {"params": children[0].params.model_dump(mode="json")}
+    assert call["job_variables"] == {"env": {"CUDA_VISIBLE_DEVICES": "1"}}
+    assert call["flow_run_name"] == "train-seed-7"
+    (table,) = fake.tables
+    assert table["key"] == "train-seed-attempts"
+    assert [(r["item"], r["attempt"], r["final state"]) for r in table["table"]] == [
+        ("seed 7", 1, "COMPLETED"),
+        ("seed 8", 1, "COMPLETED"),
+    ]
+
+
+def test_fan_out_resubmits_a_crashed_child_up_to_max_attempts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crashed run (the worker vanished) gets a new run under the next attempt key; the other item is not
+    touched; a child crashing max_attempts times fails the parent naming it."""
+    from flows.fanout import FanOutError, fan_out
 
     key = "rts-pipeline/p/train-seed/7"
-    server: dict[str, str] = {}  # idempotency key -> state of the run the server already holds
-    calls: list[dict[str, Any]] = []
+    fake = FakePrefect({key: ["running", "crashed"], f"{key}/attempt-1": ["running", "running", "completed"]})
+    fake.install(monkeypatch)
+    done = fan_out("train-seed", "train-seed/train-seed", "p", _children(7, 8), DistributedParams(**FAST))
+    assert done["7"].id == f"{key}/attempt-1" and done["7"].state.is_completed()
+    assert fake.created == [key, "rts-pipeline/p/train-seed/8", f"{key}/attempt-1"]
+    assert fake.names[f"{key}/attempt-1"] == "train-seed-7-retry-1"
+    assert any("crashed" in r.message and "re-submitting as attempt 2" in r.message for r in caplog.records)
+    rows = [(r["item"], r["attempt"], r["final state"]) for r in fake.tables[-1]["table"]]
+    assert rows == [("seed 7", 1, "CRASHED"), ("seed 7", 2, "COMPLETED"), ("seed 8", 1, "COMPLETED")]
 
-    def fake_run_deployment(name: str, **kw: Any) -> Any:
-        calls.append({"name": name, **kw})
-        k = kw["idempotency_key"]
-        return SimpleNamespace(id=k, name=k, state=_state(server.setdefault(k, "scheduled")))
-
-    monkeypatch.setattr(fanout, "run_deployment", fake_run_deployment)
-    child = TrainSeedParams(config="/c.yaml", run_dir="/r", seed=7)
-    dist = DistributedParams(deployment="train-seed/gpu-test", job_variables={"env": {"CUDA_VISIBLE_DEVICES": "1"}})
-
-    assert fanout.submit_seed(dist, "p", child).state.is_scheduled()  # a new parent: one new run
-    assert [c["idempotency_key"] for c in calls] == [key]
-    assert calls[0]["name"] == "train-seed/gpu-test" and calls[0]["timeout"] == 0
-    assert calls[0]["parameters"] == {"params": child.model_dump(mode="json")}
-    assert calls[0]["job_variables"] == {"env": {"CUDA_VISIBLE_DEVICES": "1"}}
-
-    calls.clear()
-    server.update({key: "failed", f"{key}/attempt-1": "completed"})  # a retried parent, twice
-    run = fanout.submit_seed(dist, "p", child)
-    assert run.id == f"{key}/attempt-1" and run.state.is_completed(), "the completed run is reused"
-    assert [c["idempotency_key"] for c in calls] == [key, f"{key}/attempt-1"]
-
-    calls.clear()
-    server.update({key: "failed", f"{key}/attempt-1": "failed"})
-    run = fanout.submit_seed(dist, "p", child)
-    assert run.id == f"{key}/attempt-2" and run.state.is_scheduled(), "a failed seed gets a new run"
-
-
-@contextlib.contextmanager
-def _fake_client(states: dict[str, list[str]]) -> Iterator[Any]:
-    """A client whose runs go through the given states, one per read."""
-
-    def read_flow_run(run_id: str) -> Any:
-        seq = states[run_id]
-        kind = seq.pop(0) if len(seq) > 1 else seq[0]
-        return SimpleNamespace(id=run_id, name=f"run-{run_id}", state=_state(kind))
-
-    yield SimpleNamespace(read_flow_run=read_flow_run)
-
-
-def test_wait_for_runs_fails_naming_the_seed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import prefect.client.orchestration as orchestration
-
-    from flows.fanout import FanOutError, wait_for_runs
-
-    runs = {s: SimpleNamespace(id=str(s), name=f"run-{s}", state=_state("scheduled")) for s in (42, 43)}
-    monkeypatch.setattr(
-        orchestration, "get_client", lambda **_: _fake_client({"42": ["scheduled", "completed"], "43": ["failed"]})
-    )
+    crash = ["scheduled", "crashed"]
+    fake = FakePrefect({key: crash, f"{key}/attempt-1": crash, f"{key}/attempt-2": crash})
+    fake.install(monkeypatch)
     with pytest.raises(FanOutError) as err:
-        wait_for_runs(runs, timeout_s=5, poll_interval_s=0.01)
-    assert "seed 43" in str(err.value) and "FAILED" in str(err.value) and "seed 42" not in str(err.value)
+        fan_out("train-seed", "train-seed/train-seed", "p", _children(7, 8), DistributedParams(max_attempts=2, **FAST))
+    assert fake.created == [key, "rts-pipeline/p/train-seed/8", f"{key}/attempt-1"], "at most max_attempts runs"
+    assert "train-seed seed 7" in str(err.value) and "crashed 2 times" in str(err.value)
+    assert "seed 8" not in str(err.value)
+    assert [r["attempt"] for r in fake.tables[-1]["table"] if r["item"] == "seed 7"] == [1, 2]
 
-    monkeypatch.setattr(
-        orchestration, "get_client", lambda **_: _fake_client({"42": ["completed"], "43": ["scheduled"]})
-    )
-    with pytest.raises(FanOutError, match=r"seed 43: .* still not finished"):
-        wait_for_runs(runs, timeout_s=0.05, poll_interval_s=0.01)
 
-    monkeypatch.setattr(
-        orchestration, "get_client", lambda **_: _fake_client({"42": ["completed"], "43": ["completed"]})
+def test_fan_out_does_not_resubmit_a_failed_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed run (its code raised) would fail again: the parent fails naming it, after the others finished."""
+    from flows.fanout import FanOutError, fan_out
+
+    key = "rts-pipeline/p/logit-cache/43"
+    fake = FakePrefect({key: ["running", "failed"], "rts-pipeline/p/logit-cache/42": ["running"] * 5 + ["completed"]})
+    fake.install(monkeypatch)
+    with pytest.raises(FanOutError) as err:
+        fan_out("logit-cache", "logit-cache/logit-cache", "p", _children(42, 43), DistributedParams(**FAST))
+    assert fake.created == ["rts-pipeline/p/logit-cache/42", key], "no new run for the failed seed"
+    assert "logit-cache seed 43" in str(err.value) and "FAILED" in str(err.value) and "seed 42" not in str(err.value)
+    assert fake.runs["rts-pipeline/p/logit-cache/42"] == ["completed"], "the other seed's run was waited for"
+
+    fake = FakePrefect({key: ["scheduled", "cancelled"]})
+    fake.install(monkeypatch)
+    with pytest.raises(FanOutError, match="seed 43: .* ended CANCELLED"):
+        fan_out("logit-cache", "logit-cache/logit-cache", "p", _children(43), DistributedParams(**FAST))
+    assert fake.created == [key]
+
+
+def test_a_retried_parent_reuses_completed_children_and_replaces_unsuccessful_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flows.fanout import fan_out
+
+    key = "rts-pipeline/p/train-seed/7"
+    fake = FakePrefect()
+    fake.install(monkeypatch)
+    # What the parent's first attempt left: seed 7 failed once then completed; seed 8 crashed; seed 9 still runs.
+    fake.runs.update(
+        {
+            key: ["failed"],
+            f"{key}/attempt-1": ["completed"],
+            "rts-pipeline/p/train-seed/8": ["crashed"],
+            "rts-pipeline/p/train-seed/9": ["running", "completed"],
+        }
     )
-    assert set(wait_for_runs(runs, timeout_s=5, poll_interval_s=0.01)) == {42, 43}
+    done = fan_out("train-seed", "train-seed/train-seed", "p", _children(7, 8, 9), DistributedParams(**FAST))
+    assert done["7"].id == f"{key}/attempt-1", "the completed run is reused"
+    assert done["8"].id == "rts-pipeline/p/train-seed/8/attempt-1", "the crashed seed gets a new run"
+    assert done["9"].id == "rts-pipeline/p/train-seed/9", "the running one is waited for"
+    assert fake.created == ["rts-pipeline/p/train-seed/8/attempt-1"]
+    notes = {(r["item"], r["attempt"]): r["note"] for r in fake.tables[-1]["table"]}
+    assert notes[("seed 7", 1)] == notes[("seed 8", 1)] == "earlier pipeline attempt"
+
+
+def test_fan_out_fails_naming_the_run_still_going_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.fanout import FanOutError, fan_out
+
+    fake = FakePrefect({"rts-pipeline/p/evaluate-test/all": ["running"]})
+    fake.install(monkeypatch)
+    with pytest.raises(FanOutError, match=r"evaluate-test seed 0: .* still not finished after"):
+        children = _children(0)
+        children = [c.__class__("all", c.label, "evaluate-test", c.params) for c in children]
+        fan_out(
+            "evaluate-test",
+            "evaluate-test/evaluate-test",
+            "p",
+            children,
+            DistributedParams(poll_interval_s=0.01, timeout_s=0.05),
+        )
 
 
 def test_read_train_result_from_the_run_directory(tmp_path: Path) -> None:
@@ -340,6 +455,36 @@ def test_read_train_result_from_the_run_directory(tmp_path: Path) -> None:
     run.record("seeds/seed_7/run_summary.json", "train-seed", "h")
     with pytest.raises(FanOutError, match="summary cannot be read: invalid seed summary .*epochs_run"):
         read_train_result(str(run.root), 7)
+
+
+def test_read_logit_caches_and_test_result_from_the_run_directory(tmp_path: Path) -> None:
+    """What the logit-cache and evaluate-test runs recorded is what the parent reads back (NaN included)."""
+    from flows.fanout import FanOutError, read_logit_caches, read_test_result
+    from rtscore.storage import RunDir, RunLayout, atomic_write_json
+
+    run = RunDir(tmp_path / "run")
+    with pytest.raises(FanOutError, match=r"logit-cache of seeds \[1, 2\] completed but .* records no"):
+        read_logit_caches(str(run.root), [1, 2])
+    for s in (2, 1):
+        cache = run.path(RunLayout.LOGIT_CACHE.at(seed=s))
+        cache.mkdir(parents=True)
+        (cache / "zarr.json").write_text(f'{{"seed": {s}}}')
+        run.record(RunLayout.LOGIT_CACHE.at(seed=s), "logit-cache", "h")
+    refs = read_logit_caches(str(run.root), [1, 2])
+    assert [r.path for r in refs] == [RunLayout.LOGIT_CACHE.at(seed=1), RunLayout.LOGIT_CACHE.at(seed=2)]
+    assert all(r.stage == "logit-cache" and r.sha256 for r in refs)
+
+    report = _report([1, 2])
+    rel = RunLayout.TEST_REPORT.at()
+    with pytest.raises(FanOutError, match="evaluate-test completed but its artifacts are not in the run"):
+        read_test_result(str(run.root), [1, 2])
+    atomic_write_json(run.path(rel), report.model_dump(mode="python"))  # as evaluate-test writes it
+    run.record(rel, "evaluate-test", "h")
+    result = read_test_result(str(run.root), [1, 2])
+    assert result.report.model_dump_json() == report.model_dump_json()
+    assert [a.path for a in result.artifacts] == [rel]
+    with pytest.raises(FanOutError, match=r"reports seeds \[1, 2\], not \[1\]"):
+        read_test_result(str(run.root), [1])
 
 
 # ----------------------------------------------------------------------------------------------- CLI

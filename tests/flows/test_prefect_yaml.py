@@ -52,8 +52,9 @@ def test_every_deployment_entrypoint_is_a_prefect_flow() -> None:
         flow = _flow(dep["entrypoint"])
         assert isinstance(flow, Flow), dep["entrypoint"]
         names.append(flow.name)
-    # Every stage can be re-run alone (logit-cache is calibrate's first step, in the calibrate flow).
+    # Every stage can be re-run alone (logit-cache also runs as calibrate's first step, in the calibrate flow).
     for stage in (
+        "logit-cache",
         "generate-dataset",
         "normalization-stats",
         "validate-data",
@@ -106,7 +107,7 @@ def test_pools_job_variables_schedule_and_concurrency() -> None:
     assert pool["rts-pipeline"] == "cpu-process" and pool["final-multiseed"] == "cpu-process"
     for n in ("data-pipeline", "generate-dataset", "normalization-stats", "validate-data", "package"):
         assert pool[n] == "cpu-process", n
-    for n in ("train-seed", "multi-seed-train", "calibrate", "evaluate-test"):
+    for n in ("train-seed", "multi-seed-train", "logit-cache", "calibrate", "evaluate-test"):
         assert pool[n] == "gpu", n
         jv = DEPLOYMENTS[n]["work_pool"]["job_variables"]
         assert jv["accelerator_type"] and int(jv["accelerator_count"]) >= 1, f"{n}: GPU type and count"
@@ -121,9 +122,22 @@ def test_pools_job_variables_schedule_and_concurrency() -> None:
 
     p = PipelineParams.model_validate(final["parameters"]["params"])
     assert p.seeds == [42, 43, 44] and p.deterministic is True and p.execution == "distributed"
-    flow_name, _, dep_name = p.distributed.deployment.partition("/")
-    target = DEPLOYMENTS[dep_name]
-    assert _flow(target["entrypoint"]).name == flow_name and target["work_pool"]["name"] == "gpu"
+    # Every GPU stage of the distributed run goes to a deployment of the right flow on the gpu pool, and the
+    # parameter defaults name the same deployments (a UI run of rts-pipeline with execution distributed).
+    from flows.params import DistributedParams
+
+    dist, defaults = p.distributed, DistributedParams()
+    for flow, name, default in (
+        ("train-seed", dist.deployment, defaults.deployment),
+        ("logit-cache", dist.logit_cache_deployment, defaults.logit_cache_deployment),
+        ("evaluate-test", dist.evaluate_test_deployment, defaults.evaluate_test_deployment),
+    ):
+        assert name == default, f"final-multiseed's {flow} deployment differs from the default"
+        flow_name, _, dep_name = name.partition("/")
+        target = DEPLOYMENTS[dep_name]
+        assert flow_name == flow and _flow(target["entrypoint"]).name == flow_name, name
+        assert target["work_pool"]["name"] == "gpu", name
+    assert dist.max_attempts >= 2, "a pre-empted child run is re-submitted"
 
     pull = DOC["pull"][0]["prefect.deployments.steps.set_working_directory"]
     assert pull["directory"] == "{{ $RTS_PROJECT_DIR }}"

@@ -1,16 +1,20 @@
 """The production path end to end: a real Prefect server, process work pools, `prefect deploy --all` from
 prefect.yaml, workers, and the pipeline deployment triggered through the API.
 
-One scenario serves the three tests (training is the expensive part, and CI has two cores): the pipeline
-deployment runs with ``execution: distributed`` and two seeds, each a train-seed run on the `gpu` pool (a
-local process pool standing in for the GPU pool); calibrate fails on the first attempt (its output path is
-blocked by a directory); the test unblocks it and retries the failed flow run through the API as the UI's
-Retry button does. Then:
+One scenario serves the tests (training is the expensive part, and CI has two cores): the pipeline
+deployment runs with ``execution: distributed`` and two seeds: per seed a train-seed and a logit-cache run on
+the `gpu` pool (a local process pool standing in for the GPU pool), then one evaluate-test run there; the
+pipeline run itself (cpu pool) only decides the calibration and packages. The decision fails on the first
+attempt (its output path is blocked by a directory); the test unblocks it and retries the failed flow run
+through the API as the UI's Retry button does. Then:
 
 - the run completed with every stage's artifacts in its manifest and its artifacts in the UI;
-- exactly one train-seed run per seed exists, also after the retry (idempotency keys);
+- exactly one train-seed and one logit-cache run per seed and one evaluate-test run exist, on the gpu pool,
+  children of the pipeline run, also after the retry (idempotency keys);
 - the retry executed only calibrate, evaluate-test and package (task runs not served from the cache);
-- the same pipeline with ``execution: local`` on the cpu pool then executes nothing: the cache is shared.
+- the same pipeline with ``execution: local`` on the cpu pool then executes nothing: the cache is shared;
+- the same config run with ``execution: local`` into a second run directory gives the same package, test
+  report and calibration (only the run's own metadata differs: MLflow run id and dates).
 
 The server, pools and workers are subprocesses with their own PREFECT_HOME and PREFECT_API_URL; the test
 process talks to the server inside ``temporary_settings``, so the session's in-process test harness
@@ -38,13 +42,15 @@ from uuid import UUID
 
 import pytest
 
+from rtscore.package.format import METADATA, STATS, SUMS
 from rtscore.stages import STAGES
+from rtscore.storage import RunLayout
 from tests.flows.configs import tiny_training_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
 STAGE_TASKS = tuple(s.name for s in STAGES)  # the cached stage tasks, first to last
-RUN_TIMEOUT_S = 420
+RUN_TIMEOUT_S = 900  # a limit, not the expected time: a flow run's process takes long to start on a loaded machine
 
 
 def _free_port() -> int:
@@ -233,6 +239,8 @@ class Scenario:
     first_state: str
     first: dict[str, tuple[str, str]]
     second: dict[str, tuple[str, str]]
+    twin: UUID  # the same config with execution local into twin_dir, started alongside (see local_twin)
+    twin_dir: Path
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +262,12 @@ def scenario(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Scenar
         "execution": "distributed",
         "distributed": {"deployment": "train-seed/train-seed", "poll_interval_s": 1.0, "timeout_s": RUN_TIMEOUT_S},
     }
+    # The local twin (test_the_distributed_package_equals_the_local_executions) runs on the cpu pool while the
+    # distributed run's children run on the gpu pool: the two trainings overlap instead of adding up.
+    twin_dir = tmp_path_factory.mktemp("local-twin") / "run"
+    twin_params = {"config": str(config), "run_dir": str(twin_dir), "execution": "local"}
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
+        twin = run_deployment("rts-pipeline/rts-pipeline", parameters={"params": twin_params}, timeout=0)
         created = run_deployment("rts-pipeline/rts-pipeline", parameters={"params": params}, timeout=0)
     first = _wait_final(server, created.id)
     first_tasks = _stage_task_runs(server, created.id)
@@ -266,7 +279,8 @@ def scenario(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Scenar
         assert result.status.value == "ACCEPT", result
     final = _wait_final(server, created.id)
     assert final.state.is_completed(), f"retry ended {final.state}:\n{server.log_tail()}"
-    return Scenario(run_dir, config, final, first.state.name, first_tasks, _stage_task_runs(server, created.id))
+    second = _stage_task_runs(server, created.id)
+    return Scenario(run_dir, config, final, first.state.name, first_tasks, second, twin.id, twin_dir)
 
 
 @pytest.mark.slow
@@ -330,34 +344,53 @@ def test_pipeline_deployment_runs_every_stage_into_the_manifest(server: Server, 
 
 
 @pytest.mark.slow
-def test_distributed_run_starts_one_train_seed_run_per_seed_even_when_retried(
+def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_retried(
     server: Server, scenario: Scenario
 ) -> None:
+    """train-seed and logit-cache once per seed, evaluate-test once: flow runs of their deployments on the gpu
+    pool, children of the pipeline run, each under its idempotency key, also after the pipeline's retry."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.fanout import idempotency_key
 
     parent = str(scenario.flow_run.id)
+    children: dict[str, list[Any]] = {}
     with server.client() as client:
-        deployment = client.read_deployment_by_name("train-seed/train-seed")
-        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
-
-        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])))
-    mine = [r for r in runs if (r.idempotency_key or "").startswith(f"rts-pipeline/{parent}/")]
-    assert sorted(r.parameters["params"]["seed"] for r in mine) == [1, 2], [r.idempotency_key for r in mine]
-    assert all(r.state.is_completed() for r in mine)
-    assert all(r.work_pool_name == "gpu" for r in mine)
-    assert {r.parameters["params"]["run_dir"] for r in mine} == {str(scenario.run_dir)}
+        for name in ("train-seed/train-seed", "logit-cache/logit-cache", "evaluate-test/evaluate-test"):
+            deployment = client.read_deployment_by_name(name)
+            runs = client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id]))
+            )
+            mine = [r for r in runs if (r.idempotency_key or "").startswith(f"rts-pipeline/{parent}/")]
+            children[name] = mine
+            assert mine and all(r.state.is_completed() for r in mine), name
+            assert all(r.work_pool_name == "gpu" and r.deployment_id == deployment.id for r in mine), name
+            assert {r.parameters["params"]["run_dir"] for r in mine} == {str(scenario.run_dir)}, name
+            # A child of the pipeline run: run_deployment links it to a task run of the parent.
+            assert all(client.read_task_run(r.parent_task_run_id).flow_run_id == scenario.flow_run.id for r in mine)
+        attempts = client.read_artifacts()
+    assert sorted(r.parameters["params"]["seed"] for r in children["train-seed/train-seed"]) == [1, 2]
+    assert sorted(r.parameters["params"]["seed"] for r in children["logit-cache/logit-cache"]) == [1, 2]
+    (test_run,) = children["evaluate-test/evaluate-test"]
+    assert test_run.parameters["params"]["seeds"] == [1, 2]
+    assert test_run.idempotency_key == idempotency_key(parent, "evaluate-test", "all")
+    # The attempts tables on the pipeline run: every child completed at its first attempt.
+    own = {a.key: a for a in attempts if a.flow_run_id == scenario.flow_run.id and a.key}
+    for stage, n in (("train-seed", 2), ("logit-cache", 2), ("evaluate-test", 1)):
+        table = own[f"{stage}-attempts"].data
+        rows = json.loads(table) if isinstance(table, str) else table
+        assert [(r["attempt"], r["final state"]) for r in rows] == [(1, "COMPLETED")] * n, (stage, rows)
 
     # The key is the whole scheme: asking again for seed 1 of this parent returns the same run.
-    again = mine[0]
+    again = children["train-seed/train-seed"][0]
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
         same = run_deployment(
             "train-seed/train-seed",
             parameters={"params": again.parameters["params"]},
             timeout=0,
-            idempotency_key=idempotency_key(parent, again.parameters["params"]["seed"]),
+            idempotency_key=idempotency_key(parent, "train-seed", again.parameters["params"]["seed"]),
         )
     assert same.id == again.id
 
@@ -379,7 +412,10 @@ def test_a_retry_after_a_failed_calibrate_reruns_only_calibrate_and_what_follows
     retry = _executed(scenario.second, set(scenario.second) - set(scenario.first))
     assert retry == Counter({"calibrate": 1, "evaluate-test": 1, "package": 1}), retry
     cached = Counter(n for tid, (n, s) in scenario.second.items() if tid not in scenario.first and s == "Cached")
-    assert {"generate-dataset", "normalization-stats", "validate-data", "logit-cache"} <= set(cached), cached
+    assert {"generate-dataset", "normalization-stats", "validate-data"} <= set(cached), cached
+    # The logit caches were built by logit-cache runs on the gpu pool; the retry reused those runs (their keys),
+    # so it has no logit-cache task run at all, not even a cached one.
+    assert "logit-cache" not in {n for tid, (n, s) in scenario.second.items() if tid not in scenario.first}
 
 
 @pytest.mark.slow
@@ -408,3 +444,57 @@ def test_a_local_run_on_the_cpu_pool_reuses_what_the_gpu_pool_computed(server: S
             "package": 1,
         }
     )
+
+
+@pytest.fixture(scope="module")
+def local_twin(server: Server, scenario: Scenario) -> Path:
+    """The scenario's config run with ``execution: local`` (every stage inside the pipeline run, cpu pool) into
+    a second run directory."""
+    final = _wait_final(server, scenario.twin)
+    assert final.state.is_completed(), f"{final.state}:\n{server.log_tail()}"
+    return scenario.twin_dir
+
+
+# Package files whose JSON holds fields that belong to the run, not to what was computed; they differ between
+# two runs of one config: the shipped seed's MLflow run, when its weights were written and the package built
+# (run_metadata.json), when the normalization statistics were computed (normalization_stats.json).
+RUN_OWN_FIELDS = {METADATA: {"mlflow_run_id", "training_date", "package_date"}, STATS: {"computed_date"}}
+
+
+@pytest.mark.slow
+def test_the_distributed_package_equals_the_local_executions(scenario: Scenario, local_twin: Path) -> None:
+    """Where a stage ran changes nothing it computed: the same files with the same bytes (weights, model and
+    deployment configs, requirements), the same test report and calibration; the files of RUN_OWN_FIELDS differ
+    only in those fields, and SHA256SUMS only in their lines."""
+    dist, local = scenario.run_dir / "package", local_twin / "package"
+
+    def files(root: Path) -> list[str]:
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+    def without_run_own(root: Path, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((root / name).read_text())
+        assert RUN_OWN_FIELDS[name] <= set(data), name
+        return {k: v for k, v in data.items() if k not in RUN_OWN_FIELDS[name]}
+
+    assert files(dist) == files(local)
+    differing = {f for f in files(dist) if (dist / f).read_bytes() != (local / f).read_bytes()}
+    assert differing <= {*RUN_OWN_FIELDS, SUMS}, differing
+    for name in RUN_OWN_FIELDS:
+        assert without_run_own(dist, name) == without_run_own(local, name), name
+
+    def sums(root: Path) -> dict[str, str]:
+        lines = (root / SUMS).read_text().splitlines()
+        return {name.strip().lstrip("*"): h for h, name in (line.split(maxsplit=1) for line in lines if line)}
+
+    sums_d, sums_l = sums(dist), sums(local)
+    assert set(sums_d) == set(sums_l) and set(RUN_OWN_FIELDS) <= set(sums_d)
+    assert {k: v for k, v in sums_d.items() if k not in RUN_OWN_FIELDS} == {
+        k: v for k, v in sums_l.items() if k not in RUN_OWN_FIELDS
+    }
+    # What the GPU-pool runs computed equals what the local run computed.
+    for entry in (RunLayout.TEST_REPORT, RunLayout.CALIBRATION_SUMMARY, RunLayout.GATES):
+        # NaN (an undefined metric) read as text: NaN != NaN would make equal reports differ
+        a, b = (
+            json.loads((root / entry.at()).read_text(), parse_constant=str) for root in (scenario.run_dir, local_twin)
+        )
+        assert a == b, entry.at()
