@@ -71,8 +71,10 @@ class Entry:
         out = []
         for literal, f, spec, _ in string.Formatter().parse(self.template):
             out.append(literal)
-            if f:
-                out.append(format(values[f], spec or "") if f in values else "{" + f + (f":{spec}" if spec else "") + "}")
+            if f in values:
+                out.append(format(values[f], spec or ""))
+            elif f:
+                out.append("{" + f + (f":{spec}" if spec else "") + "}")
         return Entry("".join(out))
 
     def match(self, rel: str) -> dict[str, str] | None:
