@@ -332,7 +332,7 @@ def publish_training(
     figures = "\n".join(
         f"- seed {s.seed}: best val_realistic_pr_auc_geomean {cell(s.best_metric)} at epoch "
         f"{s.best_epoch} of {s.epochs_run}{' (stopped early)' if s.stopped_early else ''}"
-        + "".join(f"\n  - {line}" for line in (r.attempts.describe().splitlines() if _resumed(r) else []))
+        + "".join(f"\n  - {line}" for line in _attempt_lines(r))
         for r, s in zip(results, seeds, strict=True)
     )
     overall = mean_std_text([s.best_metric for s in seeds])
@@ -344,8 +344,11 @@ def publish_training(
         publish_mlflow_link(cfg.mlflow.tracking_uri, s.mlflow_run_id, f"seed {s.seed}")
 
 
-def _resumed(result: TrainResult) -> bool:
-    return result.attempts is not None and len(result.attempts.attempts) > 1
+def _attempt_lines(result: TrainResult) -> list[str]:
+    """What each attempt of a seed did, when there was more than one (a pre-empted worker)."""
+    if result.attempts is None or len(result.attempts.attempts) < 2:
+        return []
+    return result.attempts.describe().splitlines()
 
 
 def _attempts_cell(result: TrainResult) -> str:
