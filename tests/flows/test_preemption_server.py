@@ -46,7 +46,6 @@ def _config() -> dict[str, Any]:
     data["training"].update(
         {"max_epochs": EPOCHS, "deterministic": True, "checkpoint": {"save_every_n_epochs": 1, "keep_last_n": 2}}
     )
-    data["training"]["early_stopping"] = {"enabled": False}
     return data
 
 
@@ -74,10 +73,17 @@ def server(tmp_path_factory: pytest.TempPathFactory, gcs_emulator: str) -> Itera
         srv.stop()
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a worker and everything it started (its flow-run processes): the VM is gone."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+def _kill_machine(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a worker and every process it started (its flow-run processes run in sessions of their own), all
+    at once: the VM is gone, and nothing is left to report the flow run's end."""
+    import psutil
+
+    worker = psutil.Process(proc.pid)
+    doomed = [worker, *worker.children(recursive=True)]
+    for p in doomed:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.send_signal(signal.SIGKILL)
+    psutil.wait_procs(doomed, timeout=30)
     proc.wait(timeout=30)
 
 
@@ -137,7 +143,7 @@ def test_a_seed_whose_worker_is_killed_resumes_on_a_fresh_worker_bit_identically
         entry = RunLayout.RESUME_EPOCH.bind(seed=SEED)
         recorded = [rel for rel in run.read_manifest().artifacts if entry.match(rel)]
         time.sleep(0.2)
-    _kill_group(worker_a)  # mid-training, after at least one recorded checkpoint: the VM vanishes
+    _kill_machine(worker_a)  # mid-training, after at least one recorded checkpoint: the VM vanishes
 
     assert not cache_b.exists()
     server.env[CACHE_ENV] = str(cache_b)  # the retry lands on a worker with an empty local mirror
