@@ -42,6 +42,8 @@ from rtscore.evaluation import TestReport
 from rtscore.stages import ArtifactRef, TestResult, TrainResult
 from rtscore.stages.evaluate_test import SPEC as EVALUATE_TEST_SPEC
 from rtscore.stages.logit_cache import SPEC as LOGIT_CACHE_SPEC
+from rtscore.stages.seed_records import read_attempts
+from rtscore.stages.train import SEED_OUTPUTS
 from rtscore.stages.train import SPEC as TRAIN_SEED_SPEC
 from rtscore.storage import RunDir, RunLayout, StorageError, absolute_location
 from rtscore.train.result import read_seed_summary
@@ -325,8 +327,12 @@ def read_train_result(run_dir: str, seed: int) -> TrainResult:
         raise FanOutError(f"seed {seed} completed but its summary cannot be read: {err}") from None
     if result.seed != seed:
         raise FanOutError(f"seed {seed} completed but {run.path(summary)} is the summary of seed {result.seed}")
-    base = RunLayout.SEED_DIR.at(seed=seed) + "/"
-    return TrainResult(result=result, artifacts=_recorded(run, TRAIN_SEED, lambda rel: rel.startswith(base)))
+    outputs = {entry.at(seed=seed) for entry in SEED_OUTPUTS}  # not the rotating checkpoints, pruned later
+    return TrainResult(
+        result=result,
+        artifacts=_recorded(run, TRAIN_SEED, lambda rel: rel in outputs),
+        attempts=read_attempts(run, seed),
+    )
 
 
 def read_logit_caches(run_dir: str, seeds: list[int]) -> list[ArtifactRef]:

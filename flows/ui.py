@@ -323,15 +323,17 @@ def publish_training(
             "best_val_realistic_pr_auc_geomean": cell(s.best_metric),
             "epochs_run": s.epochs_run,
             "stopped_early": s.stopped_early,
+            "attempts": _attempts_cell(r),
             "mlflow_run_id": s.mlflow_run_id or "",
         }
-        for s in seeds
+        for r, s in zip(results, seeds, strict=True)
     ]
     publish_table(key, rows, "Per-seed training results")
     figures = "\n".join(
         f"- seed {s.seed}: best val_realistic_pr_auc_geomean {cell(s.best_metric)} at epoch "
         f"{s.best_epoch} of {s.epochs_run}{' (stopped early)' if s.stopped_early else ''}"
-        for s in seeds
+        + "".join(f"\n  - {line}" for line in _attempt_lines(r))
+        for r, s in zip(results, seeds, strict=True)
     )
     overall = mean_std_text([s.best_metric for s in seeds])
     figures += f"\n\n**best val_realistic_pr_auc_geomean over {len(seeds)} seed(s): {overall}**\n"
@@ -340,6 +342,27 @@ def publish_training(
     publish_mlflow_link(cfg.mlflow.tracking_uri, parent_run_id, "multi-seed parent run")
     for s in seeds:
         publish_mlflow_link(cfg.mlflow.tracking_uri, s.mlflow_run_id, f"seed {s.seed}")
+
+
+def _attempt_lines(result: TrainResult) -> list[str]:
+    """What each attempt of a seed did, when there was more than one (a pre-empted worker)."""
+    if result.attempts is None or len(result.attempts.attempts) < 2:
+        return []
+    return result.attempts.describe().splitlines()
+
+
+def _attempts_cell(result: TrainResult) -> str:
+    """``1``, or e.g. ``2 (epochs 1-3 interrupted, 4-12 completed)``: what each attempt of the seed recorded."""
+    if result.attempts is None or not result.attempts.attempts:
+        return ""
+    runs = result.attempts.attempts
+    if len(runs) == 1:
+        return "1"
+    spans = [
+        f"{a.resumed_from_epoch + 1}-{a.last_epoch} {a.status}" if a.epochs_recorded else f"none recorded {a.status}"
+        for a in runs
+    ]
+    return f"{len(runs)} (epochs {', '.join(spans)})"
 
 
 # ------------------------------------------------------------------------------------------ after training

@@ -71,6 +71,19 @@ class Tracker:
         )
         return str(runs[0].info.run_id) if runs else None
 
+    def has_run(self, run_id: str | None) -> bool:
+        """Whether this tracking store knows ``run_id`` (a seed resumed on another worker may carry the id of a
+        run in that worker's local store)."""
+        if not self.enabled or run_id is None:
+            return False
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_run(run_id)
+        except MlflowException:
+            return False
+        return True
+
     def log_params(self, run_id: str | None, params: Mapping[str, Any]) -> None:
         if not self.enabled or run_id is None:
             return

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from rtscore.config.base import config_hash
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.stages.seed_records import SeedAttempts, SeedRecorder, forget_seed, stage_checkpoint
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, atomic_write_json
 from rtscore.tracking import Tracker
@@ -23,6 +24,9 @@ class TrainResult(BaseModel):
 
     result: SeedResult = Field(..., description="Best metric, epochs, MLflow run of the seed.")
     artifacts: list[ArtifactRef] = Field(default_factory=list, description="Recorded seed artifacts.")
+    attempts: SeedAttempts | None = Field(
+        None, description="Who trained the seed, attempt by attempt (attempts.json; none from older versions)."
+    )
 
 
 def train_seed(
@@ -37,16 +41,31 @@ def train_seed(
 ) -> TrainResult:
     """Train (or resume) one seed into ``seeds/seed_<seed>/`` and record its artifacts.
 
-    ``on_epoch_end(epoch, metrics)`` is called after every epoch (e.g. to advance a progress display).
+    Every resume checkpoint is recorded in the run root as it is written (:mod:`rtscore.stages.seed_records`),
+    so a run on a fresh worker resumes from the newest one recorded. ``on_epoch_end(epoch, metrics)`` is called
+    after every epoch (e.g. to advance a progress display).
     """
     run = RunDir(run_dir)
     require_inputs(SPEC, run, seed=seed)
+    if fresh:
+        forget_seed(run, seed)
+    else:
+        stage_checkpoint(run, seed)
+    recorder = SeedRecorder(run, SPEC, cfg, seed)
     result = run_training(
-        cfg, run.root, seed, fresh=fresh, parent_run_id=parent_run_id, progress=progress, on_epoch_end=on_epoch_end
+        cfg,
+        run.root,
+        seed,
+        fresh=fresh,
+        parent_run_id=parent_run_id,
+        progress=progress,
+        on_epoch_end=on_epoch_end,
+        hooks=recorder,
     )
     rels = [entry.at(seed=seed) for entry in SEED_OUTPUTS]
     refs = [record(SPEC, run, rel, cfg) for rel in rels if run.path(rel).exists()]
-    return TrainResult(result=result, artifacts=refs)
+    recorder.finished()
+    return TrainResult(result=result, artifacts=refs, attempts=recorder.attempts)
 
 
 def start_multiseed(run_dir: str, cfg: PipelineConfig, seeds: list[int]) -> str | None:
@@ -91,10 +110,10 @@ SPEC = StageSpec(
         RunLayout.DATASET.bind(split="val"),
         RunLayout.NORMALIZATION_STATS,
     ),
-    outputs=SEED_OUTPUTS,
+    outputs=(*SEED_OUTPUTS, RunLayout.RESUME_EPOCH, RunLayout.SEED_ATTEMPTS),
     config=TRAINING_CONFIG,
     params=("seed",),
-    description="Train one seed; re-running resumes from its last resume checkpoint.",
+    description="Train one seed; re-running resumes from its newest checkpoint recorded in the run root.",
 )
 
 # Not cached on its own: it summarises the seeds' results once they are all in.

@@ -18,7 +18,7 @@ the project spells a run-directory path.
       validation/  report.json report.md samples.png
       seeds/summary.json                          multi-seed summary
       seeds/seed_<n>/  best_deployment.pth resume_latest.pth resume_epoch_NNNN.pth metrics.jsonl
-                       run_summary.json run_summary.md curves.png
+                       run_summary.json run_summary.md curves.png attempts.json
       calibration/  gates.json deployment_config.yaml summary.json report.md
       calibration/seed_<n>/  logit_cache.zarr deployment_config.yaml calibration_report.json
                              reliability.png pr_curves.png
@@ -40,6 +40,7 @@ RESUME_EPOCH = "resume_epoch_{epoch:04d}.pth"
 RESUME_GLOB = "resume_*.pth"
 METRICS = "metrics.jsonl"
 RUN_SUMMARY = "run_summary.json"
+ATTEMPTS = "attempts.json"
 RUN_SUMMARY_MD = "run_summary.md"
 CURVES = "curves.png"
 # File names inside the validation directory (the data validation writes them there).
@@ -65,15 +66,22 @@ class Entry:
         return self.template.format(**values)
 
     def bind(self, **values: object) -> Entry:
-        """This entry with some placeholders filled, e.g. ``DATASET.bind(split="train")``."""
-        keep = {f: "{" + f + "}" for f in self.fields if f not in values}
-        return Entry(self.template.format(**values, **keep))
+        """This entry with some placeholders filled, e.g. ``DATASET.bind(split="train")`` (the others keep
+        their format spec, e.g. ``{epoch:04d}``)."""
+        out = []
+        for literal, f, spec, _ in string.Formatter().parse(self.template):
+            out.append(literal)
+            if f in values:
+                out.append(format(values[f], spec or ""))
+            elif f:
+                out.append("{" + f + (f":{spec}" if spec else "") + "}")
+        return Entry("".join(out))
 
     def match(self, rel: str) -> dict[str, str] | None:
         """The placeholder values if ``rel`` is an instance of this entry, else None."""
-        pattern = re.escape(self.template)
-        for f in self.fields:
-            pattern = pattern.replace(re.escape("{" + f + "}"), f"(?P<{f}>[^/]+)")
+        pattern = ""
+        for literal, f, _, _ in string.Formatter().parse(self.template):
+            pattern += re.escape(literal) + (f"(?P<{f}>[^/]+)" if f else "")
         m = re.fullmatch(pattern, rel)
         return m.groupdict() if m else None
 
@@ -102,6 +110,11 @@ class RunLayout:
     SEED_DIR = Entry("seeds/seed_{seed}")
     BEST_WEIGHTS = Entry(f"seeds/seed_{{seed}}/{BEST}")
     RESUME_LATEST = Entry(f"seeds/seed_{{seed}}/{RESUME_LATEST}")
+    # The rotating resume checkpoints: each is recorded in the run root as it is written (a gs:// run: in the
+    # bucket), so a seed resumes on another worker after a pre-emption; pruned there as locally (keep_last_n).
+    RESUME_EPOCH = Entry(f"seeds/seed_{{seed}}/{RESUME_EPOCH}")
+    # Who trained the seed, attempt by attempt: the epochs each ran, from which recorded checkpoint it resumed.
+    SEED_ATTEMPTS = Entry(f"seeds/seed_{{seed}}/{ATTEMPTS}")
     SEED_METRICS = Entry(f"seeds/seed_{{seed}}/{METRICS}")
     SEED_SUMMARY = Entry(f"seeds/seed_{{seed}}/{RUN_SUMMARY}")
     SEED_CURVES = Entry(f"seeds/seed_{{seed}}/{CURVES}")

@@ -223,6 +223,25 @@ class RunDir:
             if manifest.artifacts.pop(rel, None) is not None:
                 atomic_write_text(self.manifest_path, manifest.model_dump_json(indent=2) + "\n")
 
+    def delete(self, rel: str) -> None:
+        """Drop a record, then the artifact itself (a gs:// run: its objects in the bucket and the mirror's copy).
+
+        The record goes first, so no manifest ever describes objects that are being deleted; a crash in between
+        leaves an unrecorded object that nothing reads and a later ``record`` of the same path overwrites.
+        """
+        entry = self.entry(rel)
+        self.forget(rel)
+        if self.remote and entry is not None:
+            if entry.kind == "file":
+                self._gcs.delete([rel])
+            else:
+                self._gcs.delete([f"{rel}/{name}" for name in self._gcs.list_under(rel)])
+        p = self.path(rel)
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
     def entry(self, rel: str) -> ArtifactEntry | None:
         return self.read_manifest().artifacts.get(rel)
 

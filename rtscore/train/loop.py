@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -52,6 +52,17 @@ _RESUME_FREE = {
 }
 
 
+class CheckpointHooks(Protocol):
+    """What the stage around the loop does with a seed's progress (rtscore.stages.seed_records records it in
+    the run root, so a pre-empted seed resumes on another worker)."""
+
+    def started(self, first_epoch: int) -> None:
+        """Training starts at ``first_epoch`` (1, or the epoch after the resumed checkpoint)."""
+
+    def checkpoint_saved(self, epoch: int) -> None:
+        """The resume checkpoint of ``epoch`` and the best weights and metrics so far are on local disk."""
+
+
 def train_seed(
     cfg: PipelineConfig,
     run_dir: str | Path,
@@ -61,9 +72,11 @@ def train_seed(
     parent_run_id: str | None = None,
     progress: bool = False,
     on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
+    hooks: CheckpointHooks | None = None,
 ) -> SeedResult:
     """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth (the newest
-    readable resume checkpoint when it is truncated or corrupt)."""
+    readable resume checkpoint when it is truncated or corrupt). ``hooks`` hears of the start and of every
+    resume checkpoint written."""
     run = Path(run_dir)
     s = build_setup(cfg, run, seed)
     s.seed_dir.mkdir(parents=True, exist_ok=True)
@@ -79,8 +92,11 @@ def train_seed(
         start = restore(s, saved, stopper, path) + 1
         state = RunState.from_checkpoint(saved.get("extra", {}))
         _truncate_jsonl(metrics_path, start - 1)
+    if hooks is not None:
+        hooks.started(start)
     tracker = Tracker(cfg.mlflow, run)
-    run_id = state.mlflow_run_id or tracker.start_run(
+    known = state.mlflow_run_id if tracker.has_run(state.mlflow_run_id) else None  # another worker's store: new run
+    run_id = known or tracker.start_run(
         f"seed_{seed}", parent_run_id, {"rts.seed": str(seed), "rts.config_hash": config_hash(cfg)}
     )
     state.mlflow_run_id = run_id
@@ -106,6 +122,8 @@ def train_seed(
             if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == last:
                 resume = resume_state(s, epoch, stopper, state)
                 ckpt.save_resume(s.seed_dir, resume, epoch, cfg.training.checkpoint.keep_last_n)
+                if hooks is not None:
+                    hooks.checkpoint_saved(epoch)
             if progress:
                 shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
                 logging.getLogger(__name__).info(f"seed {seed} epoch {epoch}/{cfg.training.max_epochs} {shown}")

@@ -23,19 +23,12 @@ process talks to the server inside ``temporary_settings``, so the session's in-p
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -46,139 +39,21 @@ from rtscore.package.format import METADATA, STATS, SUMS
 from rtscore.stages import STAGES
 from rtscore.storage import RunLayout
 from tests.flows.configs import tiny_training_config, write_config
+from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, start_server, tree, wait_final
 
-ROOT = Path(__file__).resolve().parents[2]
-PREFECT = str(Path(sys.executable).parent / "prefect")
 STAGE_TASKS = tuple(s.name for s in STAGES)  # the cached stage tasks, first to last
-RUN_TIMEOUT_S = 900  # a limit, not the expected time: a flow run's process takes long to start on a loaded machine
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    """A Prefect server with pools `cpu-process` and `gpu` (both process pools), deployments and workers."""
-
-    url: str
-    env: dict[str, str]
-    logs: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    @contextlib.contextmanager
-    def client(self) -> Iterator[Any]:
-        """A sync client of this server (not of the session's in-process test harness)."""
-        from prefect.client.orchestration import get_client
-        from prefect.settings import PREFECT_API_URL, temporary_settings
-
-        with temporary_settings(updates={PREFECT_API_URL: self.url}), get_client(sync_client=True) as client:
-            yield client
-
-    def log_tail(self, n: int = 60) -> str:
-        out = []
-        for log in sorted(self.logs.glob("*.log")):
-            lines = log.read_text(errors="replace").splitlines()[-n:]
-            out.append(f"----- {log.name} (last {len(lines)} lines)\n" + "\n".join(lines))
-        return "\n".join(out)
-
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.logs / f"{name}.log").open("ab")
-        proc = subprocess.Popen(
-            [PREFECT, *args], env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self.procs.append(proc)
-        return proc
-
-    def cli(self, *args: str) -> str:
-        done = subprocess.run([PREFECT, *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=180)
-        assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout
-
-    def stop(self) -> None:
-        """Stop what this fixture started: each process group (a worker's flow-run subprocesses included)."""
-        for proc in reversed(self.procs):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-
-
-def _wait_healthy(server: Server, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"prefect server exited with {proc.returncode}:\n{server.log_tail()}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(f"{server.url}/health", timeout=2) as r:
-            if r.status == 200:
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"prefect server not healthy after {timeout} s:\n{server.log_tail()}")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`prefect server start`, two process pools, `prefect deploy --all`, a worker per pool."""
-    base = tmp_path_factory.mktemp("prefect-server")
-    (base / "logs").mkdir()
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(
-        PREFECT_HOME=str(base / "home"),
-        PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        # No scheduled runs of final-multiseed while the test runs (its cron is weekly anyway).
-        PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false",
-        PREFECT_WORKER_QUERY_SECONDS="1",  # pick up runs within a second (default 10)
-        PREFECT_LOGGING_LEVEL="INFO",
-        RTS_PROJECT_DIR=str(ROOT),  # the pull step's working directory (prefect.yaml)
-    )
-    srv = Server(url=env["PREFECT_API_URL"], env=env, logs=base / "logs")
+    srv = start_server(tmp_path_factory.mktemp("prefect-server"))
     try:
-        proc = srv.start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port))
-        _wait_healthy(srv, proc)
-        srv.cli("work-pool", "create", "cpu-process", "--type", "process")
-        srv.cli("work-pool", "create", "gpu", "--type", "process")  # stands in for the GPU pool
-        srv.cli("--no-prompt", "deploy", "--all")
         srv.start("worker-cpu", "worker", "start", "--pool", "cpu-process")
         srv.start("worker-gpu", "worker", "start", "--pool", "gpu", "--limit", "1")
         yield srv
     finally:
         srv.stop()
-
-
-def _wait_final(srv: Server, flow_run_id: UUID, timeout: float = RUN_TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    with srv.client() as client:
-        while time.monotonic() < deadline:
-            run = client.read_flow_run(flow_run_id)
-            if run.state is not None and run.state.is_final():
-                return run
-            time.sleep(1.0)
-    raise AssertionError(f"flow run {flow_run_id} not finished after {timeout} s:\n{srv.log_tail()}")
-
-
-def _tree(client: Any, root: UUID) -> list[Any]:
-    """The flow run and all its subflow runs (local subflows and run_deployment children alike)."""
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
-
-    runs = [client.read_flow_run(root)]
-    frontier = [root]
-    while frontier:
-        children = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier))
-        )
-        children = [c for c in children if c.id not in {r.id for r in runs}]
-        runs += children
-        frontier = [c.id for c in children]
-    return runs
 
 
 def _stage_task_runs(srv: Server, root: UUID) -> dict[str, tuple[str, str]]:
@@ -193,7 +68,7 @@ def _stage_task_runs(srv: Server, root: UUID) -> dict[str, tuple[str, str]]:
     deadline = time.monotonic() + 60
     with srv.client() as client:
         while True:
-            runs = _tree(client, root)
+            runs = tree(client, root)
             tracking = {str(r.parent_task_run_id) for r in runs if r.parent_task_run_id}
             tasks = client.read_task_runs(
                 task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[r.id for r in runs])),
@@ -269,7 +144,7 @@ def scenario(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Scenar
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
         twin = run_deployment("rts-pipeline/rts-pipeline", parameters={"params": twin_params}, timeout=0)
         created = run_deployment("rts-pipeline/rts-pipeline", parameters={"params": params}, timeout=0)
-    first = _wait_final(server, created.id)
+    first = wait_final(server, created.id)
     first_tasks = _stage_task_runs(server, created.id)
 
     shutil.rmtree(blocker)
@@ -277,7 +152,7 @@ def scenario(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Scenar
         # What the UI's Retry button does: the failed run goes back to Scheduled (AwaitingRetry), same id.
         result = client.set_flow_run_state(created.id, AwaitingRetry(message="Retry from the test"))
         assert result.status.value == "ACCEPT", result
-    final = _wait_final(server, created.id)
+    final = wait_final(server, created.id)
     assert final.state.is_completed(), f"retry ended {final.state}:\n{server.log_tail()}"
     second = _stage_task_runs(server, created.id)
     return Scenario(run_dir, config, final, first.state.name, first_tasks, second, twin.id, twin_dir)
@@ -317,7 +192,7 @@ def test_pipeline_deployment_runs_every_stage_into_the_manifest(server: Server, 
 
     # What the UI shows: summaries, tables, links, images inline (a local PNG as a data: URI), progress.
     with server.client() as client:
-        runs = _tree(client, scenario.flow_run.id)
+        runs = tree(client, scenario.flow_run.id)
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[r.id for r in runs]))
         )
@@ -428,7 +303,7 @@ def test_a_local_run_on_the_cpu_pool_reuses_what_the_gpu_pool_computed(server: S
     params = {"config": str(scenario.config), "run_dir": str(scenario.run_dir), "execution": "local"}
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
         created = run_deployment("rts-pipeline/rts-pipeline", parameters={"params": params}, timeout=0)
-    final = _wait_final(server, created.id)
+    final = wait_final(server, created.id)
     assert final.state.is_completed(), f"{final.state}:\n{server.log_tail()}"
     tasks = _stage_task_runs(server, created.id)
     assert _executed(tasks) == Counter(), tasks
@@ -450,7 +325,7 @@ def test_a_local_run_on_the_cpu_pool_reuses_what_the_gpu_pool_computed(server: S
 def local_twin(server: Server, scenario: Scenario) -> Path:
     """The scenario's config run with ``execution: local`` (every stage inside the pipeline run, cpu pool) into
     a second run directory."""
-    final = _wait_final(server, scenario.twin)
+    final = wait_final(server, scenario.twin)
     assert final.state.is_completed(), f"{final.state}:\n{server.log_tail()}"
     return scenario.twin_dir
 

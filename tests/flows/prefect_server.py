@@ -1,0 +1,150 @@
+"""A real Prefect server for the tests of the production path: `prefect server start` in a subprocess with its
+own PREFECT_HOME, the README's process pools (`cpu-process`, and `gpu` standing in for the GPU pool),
+`prefect deploy --all` from prefect.yaml, and workers started as the README does."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+RUN_TIMEOUT_S = 900  # a limit, not the expected time: a flow run's process takes long to start on a loaded machine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A Prefect server with pools `cpu-process` and `gpu` (both process pools), deployments and workers."""
+
+    url: str
+    env: dict[str, str]
+    logs: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        """A sync client of this server (not of the session's in-process test harness)."""
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: self.url}), get_client(sync_client=True) as client:
+            yield client
+
+    def log_tail(self, n: int = 60) -> str:
+        out = []
+        for log in sorted(self.logs.glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-n:]
+            out.append(f"----- {log.name} (last {len(lines)} lines)\n" + "\n".join(lines))
+        return "\n".join(out)
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            [PREFECT, *args], env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.procs.append(proc)
+        return proc
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run([PREFECT, *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def stop(self) -> None:
+        """Stop what this fixture started: each process group (a worker's flow-run subprocesses included)."""
+        for proc in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def wait_healthy(server: Server, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"prefect server exited with {proc.returncode}:\n{server.log_tail()}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{server.url}/health", timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"prefect server not healthy after {timeout} s:\n{server.log_tail()}")
+
+
+def start_server(base: Path, **env_extra: str) -> Server:
+    """`prefect server start` under ``base``, pools `cpu-process` and `gpu`, `prefect deploy --all` (no workers:
+    the caller starts them with :meth:`Server.start`). Stop it with :meth:`Server.stop`."""
+    (base / "logs").mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(
+        PREFECT_HOME=str(base / "home"),
+        PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        # No scheduled runs of final-multiseed while the test runs (its cron is weekly anyway).
+        PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="1",  # pick up runs within a second (default 10)
+        PREFECT_LOGGING_LEVEL="INFO",
+        RTS_PROJECT_DIR=str(ROOT),  # the pull step's working directory (prefect.yaml)
+        **env_extra,
+    )
+    srv = Server(url=env["PREFECT_API_URL"], env=env, logs=base / "logs")
+    try:
+        proc = srv.start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port))
+        wait_healthy(srv, proc)
+        srv.cli("work-pool", "create", "cpu-process", "--type", "process")
+        srv.cli("work-pool", "create", "gpu", "--type", "process")  # stands in for the GPU pool
+        srv.cli("--no-prompt", "deploy", "--all")
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
+
+
+def wait_final(srv: Server, flow_run_id: UUID, timeout: float = RUN_TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    with srv.client() as client:
+        while time.monotonic() < deadline:
+            run = client.read_flow_run(flow_run_id)
+            if run.state is not None and run.state.is_final():
+                return run
+            time.sleep(1.0)
+    raise AssertionError(f"flow run {flow_run_id} not finished after {timeout} s:\n{srv.log_tail()}")
+
+
+def tree(client: Any, root: UUID) -> list[Any]:
+    """The flow run and all its subflow runs (local subflows and run_deployment children alike)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    runs = [client.read_flow_run(root)]
+    frontier = [root]
+    while frontier:
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier))
+        )
+        children = [c for c in children if c.id not in {r.id for r in runs}]
+        runs += children
+        frontier = [c.id for c in children]
+    return runs

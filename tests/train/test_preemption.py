@@ -1,0 +1,142 @@
+"""A seed survives losing its worker: checkpoints recorded in the run root, resumed on a fresh worker."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from rtscore import stages
+from rtscore.stages.seed_records import read_attempts, recorded_checkpoints
+from rtscore.storage import CACHE_ENV, RunDir, RunLayout, StorageError
+from rtscore.train import checkpoint as ckpt
+from tests.conftest import GCS_TEST_BUCKET
+from tests.helpers import copy_run, flip_byte
+from tests.train.conftest import tiny_train_config
+
+
+class Killed(BaseException):
+    """What SIGKILL does to a process, as far as the files are concerned: nothing runs after it."""
+
+
+def _kill_after(epoch: int):  # type: ignore[no-untyped-def]
+    def hook(e: int, row: dict) -> None:
+        if e == epoch:
+            raise Killed(f"worker lost after epoch {e}")
+
+    return hook
+
+
+def _tensors(path: Path) -> dict[str, bytes]:
+    return {k: v.numpy().tobytes() for k, v in ckpt.load(path).items()}
+
+
+@pytest.fixture
+def gs_data_run(gcs_emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A gs:// run whose data stages ran on a CPU "worker" (its own mirror)."""
+    monkeypatch.setenv("RTS_GCS_WORKERS", "4")
+    monkeypatch.setenv("RTS_GCS_RETRY_INITIAL_S", "0.01")
+    uri = f"gs://{GCS_TEST_BUCKET}/{uuid.uuid4().hex[:12]}/run"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cpu-worker"))
+    cfg = tiny_train_config()
+    stages.save_resolved_config(uri, cfg)
+    for split in ("train", "val", "test"):
+        stages.generate_dataset(uri, cfg, split)
+    stages.normalization_stats(uri, cfg)
+    return uri
+
+
+@pytest.mark.slow
+def test_a_seed_killed_on_one_worker_resumes_on_a_fresh_one_bit_identically(
+    gs_data_run: str, data_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tiny_train_config()  # 4 epochs, a checkpoint every epoch, keep_last_n 2
+    uri = gs_data_run
+    reference = copy_run(data_run, tmp_path / "reference")  # the same data, trained without interruption
+    stages.train_seed(str(reference), cfg, 7)
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-a"))
+    with pytest.raises(Killed):
+        stages.train_seed(uri, cfg, 7, on_epoch_end=_kill_after(3))
+    run = RunDir(uri)
+    assert [e for e, _ in recorded_checkpoints(run, 7)] == [2, 3]  # recorded as written, pruned to keep_last_n
+    manifest = run.read_manifest().artifacts
+    assert {"seeds/seed_7/metrics.jsonl", "seeds/seed_7/best_deployment.pth"} <= set(manifest)
+    assert "seeds/seed_7/resume_epoch_0001.pth" not in manifest
+    assert not run._gcs.exists("seeds/seed_7/resume_epoch_0001.pth"), "pruned in the bucket as locally"
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-b"))  # the retry lands on a fresh worker
+    mirror = RunDir(uri).root
+    assert not mirror.exists()
+    epochs: list[int] = []
+    result = stages.train_seed(uri, cfg, 7, on_epoch_end=lambda e, row: epochs.append(e))
+    assert epochs == [4], "resumed from the recorded epoch 3, not from epoch 1"
+    assert result.result.epochs_run == 4
+    seed_dir = mirror / RunLayout.SEED_DIR.at(seed=7)
+    ref_dir = reference / RunLayout.SEED_DIR.at(seed=7)
+    assert _tensors(seed_dir / "best_deployment.pth") == _tensors(ref_dir / "best_deployment.pth")
+    rows = [json.loads(r)["epoch"] for r in (seed_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [1, 2, 3, 4]
+
+    attempts = read_attempts(RunDir(uri), 7).attempts
+    assert [(a.attempt, a.resumed_from_epoch, a.last_epoch, a.status) for a in attempts] == [
+        (1, 0, 3, "interrupted"),
+        (2, 3, 4, "completed"),
+    ]
+    assert result.attempts is not None and len(result.attempts.attempts) == 2
+    assert "resumed from epoch 3; epochs 4-4; completed" in result.attempts.describe()
+
+
+def test_a_damaged_recorded_checkpoint_falls_back_to_the_previous_one(
+    gs_data_run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rtscore.stages.seed_records import stage_checkpoint
+    from rtscore.stages.spec import record
+    from rtscore.stages.train import SPEC
+
+    cfg = tiny_train_config()
+    uri = gs_data_run
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-a"))
+    run = RunDir(uri)
+    seed_dir = run.at(RunLayout.SEED_DIR, seed=3)
+    for epoch in (1, 2):  # two recorded checkpoints (what the loop writes, minus the training)
+        ckpt.save_resume(seed_dir, {"epoch": epoch, "weights": torch.zeros(4)}, epoch, keep_last_n=3)
+        record(SPEC, run, RunLayout.RESUME_EPOCH.at(seed=3, epoch=epoch), cfg)
+    rel = RunLayout.RESUME_EPOCH.at(seed=3, epoch=2)
+    damaged = tmp_path / "damaged.pth"
+    damaged.write_bytes(run.path(rel).read_bytes())
+    flip_byte(damaged, keep_mtime=False)
+    run._gcs.bucket.blob(run._gcs.name(rel)).upload_from_filename(str(damaged))  # bit rot in the bucket
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-b"))
+    fresh = RunDir(uri)
+    with caplog.at_level("WARNING"):
+        assert stage_checkpoint(fresh, 3) == 1
+    assert "resume_epoch_0002.pth" in caplog.text and "does not match the manifest" in caplog.text
+    assert ckpt.load(fresh.at(RunLayout.RESUME_LATEST, seed=3))["epoch"] == 1
+
+    run._gcs.delete([RunLayout.RESUME_EPOCH.at(seed=3, epoch=1)])  # nothing stageable left: a clear error
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-c"))
+    with pytest.raises(StorageError, match=r"seed 3: no recorded resume checkpoint can be staged.*--fresh"):
+        stage_checkpoint(RunDir(uri), 3)
+
+
+def test_fresh_forgets_what_the_seed_recorded(tmp_path: Path, data_run: Path) -> None:
+    from rtscore.stages.seed_records import forget_seed
+    from rtscore.stages.spec import record
+    from rtscore.stages.train import SPEC
+
+    cfg = tiny_train_config()
+    run_dir = copy_run(data_run, tmp_path / "run")
+    run = RunDir(run_dir)
+    seed_dir = run.at(RunLayout.SEED_DIR, seed=5)
+    ckpt.save_resume(seed_dir, {"epoch": 1}, 1, keep_last_n=3)
+    record(SPEC, run, RunLayout.RESUME_EPOCH.at(seed=5, epoch=1), cfg)
+    ckpt.save_best(seed_dir, {"w": torch.ones(2)})
+    record(SPEC, run, RunLayout.BEST_WEIGHTS.at(seed=5), cfg)
+    forget_seed(run, 5)
+    assert not any(rel.startswith("seeds/seed_5/") for rel in run.read_manifest().artifacts)
+    assert not run.at(RunLayout.BEST_WEIGHTS, seed=5).exists()
