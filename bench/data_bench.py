@@ -266,25 +266,34 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not the quoted figures)")
     p.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, removed after)")
+    p.add_argument("--tiles", type=int, default=None, help="tiles in the (b) stores (default 4000; --quick 400)")
+    p.add_argument("--budget-s", type=float, default=None, help="seconds per timed read pass in (b) (default 15)")
+    p.add_argument("--no-generation", action="store_true", help="skip (a) (generation tiles/s and peak RSS)")
     p.add_argument("--child-generate", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child_generate:
         _child_generate(int(args.child_generate[0]), args.child_generate[1])
         return
     n_gen, n_ra, unique, budget, reps = (8, 400, 20, 2.0, 3) if args.quick else (48, 4000, 100, 15.0, 3)
+    n_ra = args.tiles or n_ra
+    budget = args.budget_s or budget
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="rts-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        gen = bench_generation(n_gen, workdir)
+        gen = None if args.no_generation else bench_generation(n_gen, workdir)
         ra = bench_random_access(n_ra, unique, workdir, budget, reps)
         rd = bench_reader(Path(ra["store"]), budget)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(f"(a) generation at {TILE}x{TILE}, 1 worker, fresh process each")
-    for k, r in gen.items():
-        print(f"    {k:>2} = {r['n']:5d} tiles: {r['tiles_per_s']:6.2f} tiles/s, peak RSS {r['peak_rss_mib']:7.1f} MiB")
-    print(f"    peak RSS ratio 4N/N: {gen['4N']['peak_rss_mib'] / gen['N']['peak_rss_mib']:.3f} (target <= 1.2)")
+    if gen is not None:
+        print(f"(a) generation at {TILE}x{TILE}, 1 worker, fresh process each")
+        for k, r in gen.items():
+            print(
+                f"    {k:>2} = {r['n']:5d} tiles: {r['tiles_per_s']:6.2f} tiles/s, "
+                f"peak RSS {r['peak_rss_mib']:7.1f} MiB"
+            )
+        print(f"    peak RSS ratio 4N/N: {gen['4N']['peak_rss_mib'] / gen['N']['peak_rss_mib']:.3f} (target <= 1.2)")
     print(
         f"(b) shuffled sample reads, {ra['tiles']} tiles at {TILE}x{TILE}, EXTRA {ra['extra_channels']}, "
         f"{ra['codec']}; TileDataset (read + NoData + normalization, no augmentation), one core; "
