@@ -31,7 +31,9 @@ def _blosc_decompress_into(data: memoryview, out: np.ndarray) -> int:
     """Decode a blosc frame straight into ``out`` (no intermediate bytes object); the decoded size."""
     from numcodecs import blosc
 
-    nbytes, _, _ = blosc._cbuffer_sizes(data)
+    if len(data) < 16:  # a blosc frame starts with a 16-byte header; bytes 4..8: the decoded size (uint32 LE)
+        return -1
+    (nbytes,) = struct.unpack_from("<I", data, 4)
     if nbytes != out.nbytes:
         return int(nbytes)
     blosc.decompress(data, out)
