@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,9 +61,15 @@ def _attrs(extra: int = 0, chash: str = "h1", split: str = "train") -> dict:
     return a
 
 
-def write_test_store(path: Path, n: int = 10, *, extra: int = 0, split: str = "train") -> dict[str, Any]:
-    """A small published store of :func:`make_tile` tiles (no synthetic renderer involved)."""
-    return write_store(ListProducer(n, extra=extra), _layout(n, extra), path, _attrs(extra, split=split))
+def write_test_store(
+    path: Path, n: int = 10, *, extra: int = 0, split: str = "train", format_version: int | None = None
+) -> dict[str, Any]:
+    """A small published store of :func:`make_tile` tiles (no synthetic renderer involved); ``format_version``
+    1 writes the layout of stores published before format 2 (one array per kind of pixel)."""
+    layout = _layout(n, extra)
+    if format_version is not None:
+        layout = dataclasses.replace(layout, format_version=format_version)
+    return write_store(ListProducer(n, extra=extra), layout, path, _attrs(extra, split=split))
 
 
 def tiny_pipeline_config(tile: int = 64, extra: bool = True) -> dict[str, Any]:

@@ -122,7 +122,7 @@ def test_a_real_zarr_store_round_trip(run: RunDir, tmp_path: Path) -> None:
         zarr.open_group(str(run.at(RunLayout.DATASET, split="val")), mode="r"),
         zarr.open_group(str(other.at(RunLayout.DATASET, split="val")), mode="r"),
     )
-    assert np.array_equal(a["images"][:], b["images"][:]) and dict(a.attrs) == dict(b.attrs)
+    assert np.array_equal(a["pixels"][:], b["pixels"][:]) and dict(a.attrs) == dict(b.attrs)
 
 
 def test_require_skips_a_verified_local_copy_and_replaces_a_different_one(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, binding_conflicts
-from rtscore.data.store import read_rows, read_store_attrs, zarr_array
+from rtscore.data.store import iter_pixel_blocks, read_store_attrs
 from rtscore.errors import PipelineError
 from rtscore.storage import atomic_write_json
 
@@ -195,18 +195,7 @@ def _shard_blocks(
     path: Path, limit: int | None, extra_idx: list[int]
 ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
     """Yield (rgb, extra, alpha) for runs of tiles, one shard at a time (sequential, bounded memory)."""
-    import zarr
-
-    group = zarr.open_group(str(path), mode="r")
-    images, alpha = zarr_array(group, "images"), zarr_array(group, "alpha")
-    extra = zarr_array(group, "extra") if extra_idx else None
-    n = images.shape[0] if limit is None else min(limit, images.shape[0])
-    step = images.shards[0] if images.shards else 32
-    for a in range(0, n, step):
-        b = min(a + step, n)
-        rgb = read_rows(images, a, b, f"store {path}")
-        ext = read_rows(extra, a, b, f"store {path}")[:, extra_idx] if extra is not None else None
-        yield rgb, ext, read_rows(alpha, a, b, f"store {path}")
+    return iter_pixel_blocks(path, limit, extra_idx)
 
 
 def _valid_pixels(block: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -27,10 +27,17 @@ class ShardFormatError(PipelineError):
     """A shard file is truncated, or its index or one of its chunks is corrupt (checksum mismatch)."""
 
 
-def _blosc_decompress(data: bytes) -> bytes:
+def _blosc_decompress_into(data: memoryview, out: np.ndarray) -> int:
+    """Decode a blosc frame straight into ``out`` (no intermediate bytes object); the decoded size."""
     from numcodecs import blosc
 
-    return bytes(blosc.decompress(data))
+    if len(data) < 16:  # a blosc frame starts with a 16-byte header; bytes 4..8: the decoded size (uint32 LE)
+        return -1
+    (nbytes,) = struct.unpack_from("<I", data, 4)
+    if nbytes != out.nbytes:
+        return int(nbytes)
+    blosc.decompress(data, out)
+    return int(nbytes)
 
 
 def _crc32c(data: bytes) -> int:
@@ -123,12 +130,18 @@ class FastShardArray:
             data = os.pread(fd, nbytes, offset)
         finally:
             os.close(fd)
+        body = memoryview(data)  # views: the decoder writes straight into the returned array
         if self.checksummed:
-            if len(data) < 4 or _crc32c(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
+            if len(data) < 4 or _crc32c(data[:-4]) != struct.unpack("<I", body[-4:])[0]:
                 raise ShardFormatError(f"{path}: chunk {j} checksum mismatch (the shard is corrupt)")
-            data = data[:-4]
-        raw = _blosc_decompress(data) if self.compressed else data
-        expected = int(np.prod(self.inner_shape)) * self.dtype.itemsize
-        if len(raw) != expected:
-            raise ShardFormatError(f"{path}: chunk {j} decodes to {len(raw)} bytes, expected {expected}")
-        return np.frombuffer(raw, self.dtype).reshape(self.inner_shape).astype(self.dtype.newbyteorder("="))
+            body = body[:-4]
+        out = np.empty(self.inner_shape, self.dtype)
+        try:
+            size = _blosc_decompress_into(body, out) if self.compressed else len(body)
+        except Exception as err:  # a malformed blosc frame (its header passed the checksum: an unchecked store)
+            raise ShardFormatError(f"{path}: chunk {j} cannot be decoded ({type(err).__name__}: {err})") from err
+        if size != out.nbytes:
+            raise ShardFormatError(f"{path}: chunk {j} decodes to {size} bytes, expected {out.nbytes}")
+        if not self.compressed:
+            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(body, np.uint8)
+        return out if out.dtype.isnative else out.astype(out.dtype.newbyteorder("="))

@@ -8,7 +8,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,7 +24,14 @@ if TYPE_CHECKING:
     import zarr
 
 FORMAT = "rts-tile-store"
-FORMAT_VERSION = 1
+# 1: one array per kind of pixel (images, alpha, labels_exact, labels_noisy, extra): a sample is 4 chunk reads.
+# 2: the uint8 planes of a tile (R, G, B, alpha, labels) in one chunk of ``pixels``, the float32 EXTRA bands in
+#    one chunk of ``extra``: a sample is 1 chunk read (RGB stores) or 2 (with EXTRA channels). Both read.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
+PIXELS = "pixels"  # v2 uint8 array (n, planes, h, w); its zarr attribute ``planes`` names the planes
+EXTRA = "extra"  # float32 array (n, E, h, w), both versions
+V1_ARRAYS = ("images", "alpha", "labels_exact", "labels_noisy")
 ATTRS_KEY = "rtscore"
 PROGRESS_DIR = ".progress"
 MASK_TYPES = ("exact", "noisy")
@@ -67,6 +74,16 @@ class StoreLayout:
     compressor: Literal["zstd", "lz4", "none"] = "zstd"
     clevel: int = 3
     write_noisy: bool = True
+    format_version: int = FORMAT_VERSION  # 1 writes the old layout (tests and bench/data_bench.py compare them)
+
+    def __post_init__(self) -> None:
+        if self.format_version not in READ_VERSIONS:
+            raise TileStoreError(f"store format_version must be one of {READ_VERSIONS}; got {self.format_version}")
+
+    @property
+    def planes(self) -> list[str]:
+        """The planes of a v2 ``pixels`` chunk, in order."""
+        return pixel_planes(self.write_noisy)
 
     @property
     def n_shards(self) -> int:
@@ -77,14 +94,35 @@ class StoreLayout:
         return start, min(start + self.shard_tiles, self.n_tiles)
 
 
+def pixel_planes(write_noisy: bool) -> list[str]:
+    """The uint8 planes of one tile in a format-2 ``pixels`` chunk: RGB, alpha, then the label variants."""
+    return ["R", "G", "B", "alpha", "labels_exact", *(["labels_noisy"] if write_noisy else [])]
+
+
+def pixel_arrays(group_path: Path) -> list[str]:
+    """The pixel arrays (not ``meta``) a store at ``group_path`` holds, by its layout: ``pixels`` [+ ``extra``]
+    (format 2) or ``images``, ``alpha``, labels [+ ``extra``] (format 1)."""
+    if (group_path / PIXELS / "zarr.json").is_file():
+        names = [PIXELS]
+    else:
+        names = [n for n in V1_ARRAYS if (group_path / n / "zarr.json").is_file()]
+    return names + ([EXTRA] if (group_path / EXTRA / "zarr.json").is_file() else [])
+
+
 def _compressors(layout: StoreLayout, typesize: int) -> list[Any]:
     """Blosc (unless ``none``), then a CRC-32C of every stored chunk: a flipped bit in a shard is caught on
-    read instead of decoding to wrong pixels."""
+    read instead of decoding to wrong pixels.
+
+    Shuffle: byte shuffle for float32 EXTRA bands. For uint8 planes format 2 does not shuffle: on the
+    synthetic 512 px tiles bitshuffle made zstd chunks ~7% larger and decoding slower (bench/README.md);
+    format 1 kept bitshuffle (kept for writing that layout exactly)."""
     from zarr.codecs import BloscCodec, Crc32cCodec
 
     if layout.compressor == "none":
         return [Crc32cCodec()]
-    shuffle: Literal["bitshuffle", "shuffle"] = "bitshuffle" if typesize == 1 else "shuffle"
+    shuffle: Literal["bitshuffle", "shuffle", "noshuffle"] = "shuffle"
+    if typesize == 1:
+        shuffle = "noshuffle" if layout.format_version >= 2 else "bitshuffle"
     return [BloscCodec(cname=layout.compressor, clevel=layout.clevel, shuffle=shuffle), Crc32cCodec()]
 
 
@@ -160,7 +198,8 @@ def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any
     n, s, h = layout.n_tiles, layout.shard_tiles, layout.tile_size
     group = zarr.open_group(str(path), mode="w", zarr_format=3)
 
-    def pixels(name: str, channels: int | None, dtype: Any, fill: int | float) -> None:
+    def pixels(name: str, channels: int | None, dtype: Any, fill: int | float, **attrs: Any) -> None:
+        # One inner chunk per tile (all its planes), ``shard_tiles`` tiles per shard file.
         shape = (n, h, h) if channels is None else (n, channels, h, h)
         chunk = (1, h, h) if channels is None else (1, channels, h, h)
         shard = (s, *chunk[1:])
@@ -172,21 +211,26 @@ def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any
             dtype=dtype,
             fill_value=fill,
             compressors=_compressors(layout, np.dtype(dtype).itemsize),
+            attributes=attrs,
         )
 
-    pixels("images", 3, np.uint8, 0)
-    pixels("alpha", None, np.uint8, 0)
-    pixels("labels_exact", None, np.uint8, IGNORE_INDEX)
-    if layout.write_noisy:
-        pixels("labels_noisy", None, np.uint8, IGNORE_INDEX)
+    if layout.format_version >= 2:
+        # Fill 0: an absent chunk reads as all-NoData (alpha 0), which the reader's metadata check catches.
+        pixels(PIXELS, len(layout.planes), np.uint8, 0, planes=layout.planes)
+    else:
+        pixels("images", 3, np.uint8, 0)
+        pixels("alpha", None, np.uint8, 0)
+        pixels("labels_exact", None, np.uint8, IGNORE_INDEX)
+        if layout.write_noisy:
+            pixels("labels_noisy", None, np.uint8, IGNORE_INDEX)
     if layout.extra_channel_names:
-        pixels("extra", len(layout.extra_channel_names), np.float32, 0.0)
+        pixels(EXTRA, len(layout.extra_channel_names), np.float32, 0.0)
     meta = group.require_group("meta")
     for name, dtype in _META_FIELDS.items():
         dt = np.dtypes.StringDType() if dtype == "str" else dtype
         # One metadata chunk per shard so that shard owners never share a chunk.
         meta.create_array(name, shape=(n,), chunks=(s,), dtype=dt, compressors=_meta_compressors(dtype))
-    group.attrs.update({"rtscore_staging": staging_attrs})
+    group.attrs.update({"rtscore_staging": {**staging_attrs, "format_version": layout.format_version}})
     (path / PROGRESS_DIR).mkdir(exist_ok=True)
 
 
@@ -244,10 +288,16 @@ class ShardWriter:
         self.path, self.layout, self.shard = path, layout, shard
         self.start, self.stop = layout.shard_range(shard)
         n, h = self.stop - self.start, layout.tile_size
-        self.images = np.zeros((n, 3, h, h), np.uint8)
-        self.alpha = np.zeros((n, h, h), np.uint8)
-        self.labels_exact = np.zeros((n, h, h), np.uint8)
-        self.labels_noisy = np.zeros((n, h, h), np.uint8) if layout.write_noisy else None
+        self.pixels: np.ndarray | None = None
+        if layout.format_version >= 2:  # one buffer; the named planes below are views of it
+            self.pixels = np.zeros((n, len(layout.planes), h, h), np.uint8)
+            self.images, self.alpha, self.labels_exact = self.pixels[:, :3], self.pixels[:, 3], self.pixels[:, 4]
+            self.labels_noisy = self.pixels[:, 5] if layout.write_noisy else None
+        else:
+            self.images = np.zeros((n, 3, h, h), np.uint8)
+            self.alpha = np.zeros((n, h, h), np.uint8)
+            self.labels_exact = np.zeros((n, h, h), np.uint8)
+            self.labels_noisy = np.zeros((n, h, h), np.uint8) if layout.write_noisy else None
         e = len(layout.extra_channel_names)
         self.extra = np.zeros((n, e, h, h), np.float32) if e else None
         self.meta: list[dict[str, Any]] = []
@@ -279,13 +329,16 @@ class ShardWriter:
             raise TileStoreError(f"shard {self.shard}: {len(self.meta)} of {self.stop - self.start} tiles buffered")
         group = zarr.open_group(str(self.path), mode="r+")
         sl = slice(self.start, self.stop)
-        zarr_array(group, "images")[sl] = self.images
-        zarr_array(group, "alpha")[sl] = self.alpha
-        zarr_array(group, "labels_exact")[sl] = self.labels_exact
-        if self.labels_noisy is not None:
-            zarr_array(group, "labels_noisy")[sl] = self.labels_noisy
+        if self.pixels is not None:
+            zarr_array(group, PIXELS)[sl] = self.pixels
+        else:
+            zarr_array(group, "images")[sl] = self.images
+            zarr_array(group, "alpha")[sl] = self.alpha
+            zarr_array(group, "labels_exact")[sl] = self.labels_exact
+            if self.labels_noisy is not None:
+                zarr_array(group, "labels_noisy")[sl] = self.labels_noisy
         if self.extra is not None:
-            zarr_array(group, "extra")[sl] = self.extra
+            zarr_array(group, EXTRA)[sl] = self.extra
         meta = zarr_group(group, "meta")
         for name, dtype in _META_FIELDS.items():
             values = [m[name] for m in self.meta]
@@ -326,7 +379,7 @@ def summarize(path: Path) -> dict[str, Any]:
     n_pos = read_array(meta, "n_positive_px").astype(np.int64)
     n_pos_noisy = read_array(meta, "n_positive_px_noisy").astype(np.int64)
     n_ign = read_array(meta, "n_ignore_px").astype(np.int64)
-    h = zarr_array(zarr.open_group(str(path), mode="r"), "alpha").shape[-1]
+    h = zarr_array(zarr.open_group(str(path), mode="r"), pixel_arrays(path)[0]).shape[-1]
     labelled = np.maximum(h * h - n_ign, 0).sum()
     regions = read_array(meta, "region")
     return {
@@ -421,7 +474,12 @@ class ZarrTileStore:
         self._extra_idx = [stored_extra.index(c) for c in wanted]
         self.channel_names: list[str] = ["R", "G", "B", *wanted]
         self.n_tiles = int(self.attrs["counts"]["n_tiles"])
-        self.checksummed = has_chunk_checksums(self.path / "images")
+        self.format_version = int(self.attrs.get("format_version", 1))
+        self._label_plane = 0
+        if self.format_version >= 2:
+            planes = read_planes(self.path)
+            self._label_plane = planes.index(f"labels_{mask_type}")
+        self.checksummed = has_chunk_checksums(self.path / (PIXELS if self.format_version >= 2 else "images"))
         if not self.checksummed and str(self.path) not in _WARNED_UNCHECKED:
             _WARNED_UNCHECKED.add(str(self.path))
             _log.warning(
@@ -446,9 +504,10 @@ class ZarrTileStore:
             import zarr
 
             group = zarr.open_group(str(self.path), mode="r")
-            names = ["images", "alpha", f"labels_{self.mask_type}"]
+            # Format 2: one chunk read for the uint8 planes, one for EXTRA; format 1: one per array.
+            names = [PIXELS] if self.format_version >= 2 else ["images", "alpha", f"labels_{self.mask_type}"]
             if self._extra_idx:
-                names.append("extra")
+                names.append(EXTRA)
             # Direct shard reads for our own layout (zarr's per-call overhead dominates one tile); zarr otherwise.
             self._arrays = {n: FastShardArray.open(self.path / n) or zarr_array(group, n) for n in names}
             self._pid = os.getpid()
@@ -500,8 +559,15 @@ class ZarrTileStore:
             raise
         except Exception as err:  # checksum and codec errors of a truncated or corrupt shard
             raise TileStoreError(f"{where}: cannot decode ({err}); the shard is corrupt: regenerate the store") from err
-        rgb, alpha, label = values[0], values[1], values[2]
-        extra = values[3][self._extra_idx] if len(values) > 3 else None
+        if self.format_version >= 2:
+            planes = values[0]
+            rgb, alpha, label = planes[:3], planes[3], planes[self._label_plane]
+        else:
+            rgb, alpha, label = values[0], values[1], values[2]
+        extra = None
+        if self._extra_idx:
+            stored = values[-1]
+            extra = stored if self._extra_idx == list(range(len(stored))) else stored[self._extra_idx]
         # A missing shard object reads back as fill values; the metadata written with it tells.
         n_nodata = int((alpha == 0).sum())
         if n_nodata != int(meta.n_nodata_px[i]):
@@ -519,6 +585,45 @@ class ZarrTileStore:
             extra=extra,
             pixel_area_m2=float(meta.pixel_area_m2[i]),
         )
+
+
+def read_planes(path: Path) -> list[str]:
+    """The plane names of a format-2 store's ``pixels`` array (its zarr attribute ``planes``)."""
+    try:
+        planes = json.loads((path / PIXELS / "zarr.json").read_text())["attributes"]["planes"]
+    except (OSError, ValueError, KeyError) as err:
+        raise TileStoreError(
+            f"tile store {path}: {PIXELS}/zarr.json is missing or names no planes ({type(err).__name__}: {err}); "
+            "the store is corrupt: regenerate it"
+        ) from None
+    if [str(p) for p in planes[:5]] != pixel_planes(False):
+        raise TileStoreError(f"tile store {path}: {PIXELS} planes {planes}; expected {pixel_planes(True)}")
+    return [str(p) for p in planes]
+
+
+def iter_pixel_blocks(
+    path: Path, limit: int | None, extra_idx: list[int]
+) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
+    """(rgb, extra, alpha) for runs of tiles, one shard at a time (sequential, bounded memory), from a store of
+    either format; ``extra_idx`` selects the EXTRA bands (none read when empty)."""
+    import zarr
+
+    group = zarr.open_group(str(path), mode="r")
+    v2 = int(read_store_attrs(path).get("format_version", 1)) >= 2
+    first = zarr_array(group, PIXELS if v2 else "images")
+    alpha = None if v2 else zarr_array(group, "alpha")
+    extra = zarr_array(group, EXTRA) if extra_idx else None
+    n = first.shape[0] if limit is None else min(limit, first.shape[0])
+    step = first.shards[0] if first.shards else 32
+    where = f"store {path}"
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        block = read_rows(first, a, b, where)
+        ext = read_rows(extra, a, b, where)[:, extra_idx] if extra is not None else None
+        if alpha is None:
+            yield block[:, :3], ext, block[:, 3]
+        else:
+            yield block, ext, read_rows(alpha, a, b, where)
 
 
 def read_store_attrs(path: Path) -> dict[str, Any]:

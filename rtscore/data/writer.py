@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import shutil
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from rtscore.data.store import (
 from rtscore.data.tiles import PIXEL_SIZE_M, RawTile
 
 SYNTHETIC_CRS = "EPSG:3857"  # the CRS rts synth-geotiff writes synthetic scenes in
+_log = logging.getLogger(__name__)
 
 
 class TileProducer(Protocol):
@@ -70,8 +72,17 @@ def write_store(
         raise TileStoreError(f"output {output} already exists; pass overwrite (--overwrite) to replace it")
     staging = staging_path(output)
     fingerprint = store_attrs["config_hash"]
+    store_attrs = {**store_attrs, "format_version": layout.format_version}
     existing = staging_attrs(staging)
-    if staging.exists() and (restart or existing is None):
+    staged_version = int(existing.get("format_version", 1)) if existing is not None else layout.format_version
+    old_layout = staged_version != layout.format_version
+    if old_layout:
+        # Shards staged in another store layout (an older rtscore) cannot be completed in this one.
+        _log.warning(
+            f"discarding the interrupted generation staged at {staging}: its shards are in store format "
+            f"{staged_version}, this run writes format {layout.format_version}"
+        )
+    if staging.exists() and (restart or existing is None or old_layout):
         shutil.rmtree(staging)
     elif existing is not None and existing.get("config_hash") != fingerprint:
         raise TileStoreError(

@@ -91,10 +91,10 @@ def test_loader_refuses_bad_label_values_and_non_finite_inputs_naming_tile_and_s
     write_test_store(path, 8, extra=1)
     stats = compute_normalization_stats(path)
     group = zarr.open_group(str(path), mode="r+")
-    labels = group["labels_exact"]
-    bad = np.asarray(labels[3])
-    bad[10, 10] = 7
-    labels[3] = bad
+    pixels = group["pixels"]  # planes R, G, B, alpha, labels_exact, labels_noisy
+    bad = np.asarray(pixels[3])
+    bad[4, 10, 10] = 7
+    pixels[3] = bad
     extra = group["extra"]
     nan = np.asarray(extra[6])
     nan[0, 20, 20:23] = np.nan  # valid pixels (alpha 255)

@@ -13,12 +13,23 @@ from tests.helpers import write_test_store
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("shards") / "train.zarr"
-    write_test_store(path, 13, extra=2)  # 4 tiles per shard: the last shard is partial
+    write_test_store(path, 13, extra=2, format_version=1)  # 4 tiles per shard: the last shard is partial
     return path
 
 
-@pytest.mark.parametrize("name", ["images", "alpha", "labels_exact", "labels_noisy", "extra"])
-def test_fast_reads_equal_zarr(store: Path, name: str) -> None:
+@pytest.fixture(scope="module")
+def store_v2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("shards") / "train.zarr"
+    write_test_store(path, 13, extra=2)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("version", "name"),
+    [(1, "images"), (1, "alpha"), (1, "labels_exact"), (1, "labels_noisy"), (1, "extra"), (2, "pixels"), (2, "extra")],
+)
+def test_fast_reads_equal_zarr(store: Path, store_v2: Path, version: int, name: str) -> None:
+    store = store if version == 1 else store_v2
     fast = FastShardArray.open(store / name)
     assert fast is not None, "our writer's layout must take the fast path"
     ref = zarr.open_array(str(store / name), mode="r")

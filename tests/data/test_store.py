@@ -112,7 +112,7 @@ def test_label_values_outside_set_name_the_tile(tmp_path: Path) -> None:
 def test_truncated_shard_gives_clear_error(tmp_path: Path) -> None:
     out = tmp_path / "train.zarr"
     write_store(ListProducer(8), _layout(8), out, _attrs())
-    shard = out / "images" / "c" / "1" / "0" / "0" / "0"
+    shard = out / "pixels" / "c" / "1" / "0" / "0" / "0"
     assert shard.is_file()
     data = shard.read_bytes()
     shard.write_bytes(data[: len(data) // 3])
@@ -147,7 +147,7 @@ def test_reader_pickles_without_open_handles(tmp_path: Path) -> None:
 def test_missing_shard_is_detected_not_read_as_nodata(tmp_path: Path) -> None:
     out = tmp_path / "train.zarr"
     write_store(ListProducer(8), _layout(8), out, _attrs())
-    (out / "alpha" / "c" / "1" / "0" / "0").unlink()
+    (out / "pixels" / "c" / "1" / "0" / "0" / "0").unlink()
     with pytest.raises(TileStoreError, match="tile index 6 .*t0006.*shard is missing or corrupt"):
         ZarrTileStore(out)[6]
 
@@ -187,7 +187,7 @@ def test_every_flipped_bit_in_an_image_shard_is_caught_naming_the_tile(tmp_path:
     ref = tmp_path / "ref.zarr"
     write_store(ListProducer(8), _layout(8), ref, _attrs())
     good = ZarrTileStore(ref)
-    shard_rel = Path("images/c/1/0/0/0")  # tiles 4..7
+    shard_rel = Path("pixels/c/1/0/0/0")  # tiles 4..7
     n_bits = (ref / shard_rel).stat().st_size * 8
     rng = np.random.default_rng(0)
     for k, bit in enumerate(rng.choice(n_bits, size=40, replace=False)):
@@ -212,7 +212,7 @@ def test_statistics_pass_over_a_corrupt_store_fails_naming_it(tmp_path: Path) ->
 
     out = tmp_path / "train.zarr"
     write_store(ListProducer(8), _layout(8), out, _attrs())
-    shard = out / "images/c/0/0/0/0"
+    shard = out / "pixels/c/0/0/0/0"
     _flip(shard, 8 * 40 + 3)  # inside the first chunk's data
     with pytest.raises(TileStoreError, match=rf"store {out}, tiles 0..3: cannot decode .*regenerate"):
         compute_normalization_stats(out)

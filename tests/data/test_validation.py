@@ -51,10 +51,10 @@ def test_label_value_outside_set_names_tile(good_run: Path, tmp_path: Path) -> N
     import zarr
 
     run = copy_run(good_run, tmp_path / "run")
-    labels = zarr.open_group(str(run / "datasets" / "val.zarr"), mode="r+")["labels_exact"]
-    tile = labels[3]
-    tile[5, 5] = 7
-    labels[3] = tile
+    pixels = zarr.open_group(str(run / "datasets" / "val.zarr"), mode="r+")["pixels"]
+    tile = pixels[3]
+    tile[4, 5, 5] = 7  # plane 4: labels_exact
+    pixels[3] = tile
     with pytest.raises(DataValidationError, match=r"'label_values' failed in split val at tile val_000003: .*\[7\]"):
         stages.validate_data(str(run), _cfg())
     report = json.loads((run / "validation" / "report.json").read_text())
