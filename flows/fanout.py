@@ -270,25 +270,23 @@ def train_child(params: PipelineParams, seed: int, parent_mlflow_run: str | None
     return Child(str(seed), f"seed {seed}", f"train-seed-{seed}", child)
 
 
+def _stage_fields(params: PipelineParams) -> dict[str, Any]:
+    """What every after-training child shares with the pipeline run (paths made absolute for the workers)."""
+    return {
+        "config": absolute(params.config),
+        "run_dir": absolute(params.run_dir),
+        "deterministic": params.deterministic,
+        "refresh": params.refresh,
+    }
+
+
 def logit_cache_child(params: PipelineParams, seed: int) -> Child:
-    child = LogitCacheParams(
-        config=absolute(params.config),
-        run_dir=absolute(params.run_dir),
-        deterministic=params.deterministic,
-        refresh=params.refresh,
-        seed=seed,
-    )
+    child = LogitCacheParams(**_stage_fields(params), seed=seed)
     return Child(str(seed), f"seed {seed}", f"logit-cache-{seed}", child)
 
 
 def evaluate_test_child(params: PipelineParams, seeds: list[int]) -> Child:
-    child = SeedStageParams(
-        config=absolute(params.config),
-        run_dir=absolute(params.run_dir),
-        deterministic=params.deterministic,
-        refresh=params.refresh,
-        seeds=seeds,
-    )
+    child = SeedStageParams(**_stage_fields(params), seeds=seeds)
     return Child(ALL_SEEDS, "seeds " + ", ".join(map(str, seeds)), "evaluate-test", child)
 
 

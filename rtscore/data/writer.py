@@ -12,17 +12,8 @@ from typing import Any, Protocol
 
 from rtscore import __version__
 from rtscore.config.binding import RasterContract
-from rtscore.data.store import (
-    FORMAT,
-    FORMAT_VERSION,
-    ShardWriter,
-    StoreLayout,
-    TileStoreError,
-    completed_shards,
-    create_staging,
-    finalize,
-    staging_attrs,
-)
+from rtscore.data.shards import ShardWriter, completed_shards, create_staging, finalize, staging_attrs
+from rtscore.data.store import FORMAT, FORMAT_VERSION, StoreLayout, TileStoreError
 from rtscore.data.tiles import PIXEL_SIZE_M, RawTile
 
 SYNTHETIC_CRS = "EPSG:3857"  # the CRS rts synth-geotiff writes synthetic scenes in

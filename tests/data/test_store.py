@@ -223,12 +223,12 @@ def test_store_without_checksums_reads_with_a_warning(
 ) -> None:
     from zarr.codecs import BloscCodec
 
-    import rtscore.data.store as store_mod
+    import rtscore.data.shards as shards_mod
 
     def old_style(layout: object, typesize: int) -> list[object]:
         return [BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle" if typesize == 1 else "shuffle")]
 
-    monkeypatch.setattr(store_mod, "_compressors", old_style)
+    monkeypatch.setattr(shards_mod, "_compressors", old_style)
     out = tmp_path / "old.zarr"
     write_store(ListProducer(4), _layout(4), out, _attrs())
     monkeypatch.undo()
