@@ -1,0 +1,1 @@
+"""Mapping campaigns: from per-scene prediction rasters to a campaign-level map."""

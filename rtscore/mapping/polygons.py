@@ -1,0 +1,473 @@
+"""Campaign-level RTS objects: connected components of the scenes' masks, merged across scene borders, written as
+one vector layer (docs/mapping.md, "Objects").
+
+Per scene (:func:`scene_parts`): the mask and probability rasters of ``rts predict`` are read with rasterio and the
+mask's 8-connected components (the structure the object metrics use, ``rtscore.metrics.objects``) are vectorised
+with ``rasterio.features.shapes`` into :class:`ObjectPart` s: polygon in the scene's CRS, pixel count, sum and max
+of the probability, and whether the component touches NoData or the raster edge. The scene's valid-data footprint
+comes with them: it says where the campaign mapped.
+
+Across scenes (:func:`merge_parts`): parts are reprojected to one campaign CRS (default: the first scene's);
+parts of different scenes that touch or overlap (STRtree, within 1 % of a pixel) are one object, their union its
+geometry; mean probability is pixel-weighted, max the max. An object is *partial* when it may continue where
+nothing was mapped: half a pixel around it leaves the union of the scenes' footprints. A part cut by a scene
+border whose neighbour mapped on is therefore not partial once merged.
+
+Areas: projected m² (the CRS's linear unit converted to metres) and ground m², one scale per object at its
+centroid from ``rtscore.data.ground`` (EPSG:3857: ``cos²(φ)``); the size bin uses the evaluation's bin edges.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import ndimage
+
+from rtscore.config.post_training import EvaluationConfig
+from rtscore.data.ground import ground_pixel_area_m2, projected_crs
+from rtscore.errors import PipelineError
+from rtscore.metrics.objects import EIGHT_CONNECTED
+from rtscore.storage.files import os_errors
+
+OBJECTS_LAYER = "rts_objects"
+FORMATS = {"gpkg": "GPKG", "parquet": "Parquet"}  # --format -> OGR driver
+MERGE_TOLERANCE_PX = 0.01  # parts this close (in pixels) touch: float noise of shared borders, reprojection
+PARTIAL_REACH_PX = 0.5  # an object is partial when half a pixel around it leaves the mapped footprint
+PARTIAL_MIN_AREA_PX = 0.05  # ...by more than this (pixel areas): not a float sliver between footprints
+
+
+class PolygonsError(PipelineError, ValueError):
+    """Mask or probability rasters, or an object file, that cannot be used (names the file and the problem)."""
+
+
+@dataclass(frozen=True, eq=False)
+class ObjectPart:
+    """One connected component of one scene's mask.
+
+    Attributes:
+        scene_id: The scene it comes from.
+        geometry: Its outline (shapely Polygon or MultiPolygon) in the scene's CRS.
+        n_pixels: Mask pixels in it.
+        prob_sum: Sum of their probabilities.
+        prob_max: Their maximum probability.
+        partial: Touches NoData or the raster edge in its own scene.
+    """
+
+    scene_id: str
+    geometry: Any
+    n_pixels: int
+    prob_sum: float
+    prob_max: float
+    partial: bool
+
+
+@dataclass(frozen=True, eq=False)
+class SceneParts:
+    """A scene's parts, where it mapped (valid-data footprint, scene CRS), its CRS and its pixel size (CRS units)."""
+
+    scene_id: str
+    crs: Any
+    pixel_size: float
+    footprint: Any
+    parts: list[ObjectPart]
+
+
+@dataclass(frozen=True)
+class RtsObject:
+    """One campaign-level RTS object (a row of the objects layer; geometry in the campaign CRS)."""
+
+    object_id: int
+    geometry: Any
+    scene_ids: tuple[str, ...]
+    n_pixels: int
+    prob_mean: float
+    prob_max: float
+    area_m2: float
+    ground_area_m2: float
+    bbox: tuple[float, float, float, float]
+    size_bin: str
+    partial: bool
+
+
+def scene_parts(mask_path: str | Path, prob_path: str | Path, scene_id: str) -> SceneParts:
+    """The object parts of one scene from its mask (uint8, 1 = RTS, nodata = not mapped) and probability rasters
+    as ``rts predict`` writes them (read whole: a scene's masks are small next to its imagery).
+
+    Raises:
+        PolygonsError: unreadable rasters, rasters on different grids, no CRS.
+    """
+    mask, mapped, transform, crs = _read_band(Path(mask_path))
+    prob, _, prob_transform, prob_crs = _read_band(Path(prob_path))
+    if prob.shape != mask.shape or prob_transform != transform or prob_crs != crs:
+        raise PolygonsError(
+            f"{prob_path}: not on the grid of {mask_path} (shape, transform and CRS must match; "
+            f"got {prob.shape} {tuple(prob_transform)[:6]} vs {mask.shape} {tuple(transform)[:6]})"
+        )
+    if crs is None:
+        raise PolygonsError(f"{mask_path}: no CRS; objects cannot be placed on the map")
+    return vectorise_scene(mask == 1, mapped, prob, transform, crs, scene_id)
+
+
+def _read_band(path: Path) -> tuple[np.ndarray, np.ndarray, Any, Any]:
+    """Band 1 of ``path``, where it holds data (not its nodata value), its transform and CRS."""
+    import rasterio
+
+    try:
+        with rasterio.open(path) as src:
+            band = src.read(1)
+            mapped = src.read_masks(1) > 0
+            return band, mapped, src.transform, src.crs
+    except rasterio.errors.RasterioIOError as err:
+        raise PolygonsError(f"{path}: not a readable raster ({err})") from None
+
+
+def vectorise_scene(
+    positive: np.ndarray, mapped: np.ndarray, prob: np.ndarray, transform: Any, crs: Any, scene_id: str
+) -> SceneParts:
+    """:class:`SceneParts` of one scene's arrays: ``positive`` RTS pixels, ``mapped`` valid pixels (module doc)."""
+    import shapely
+    from rasterio.features import shapes
+
+    positive = positive & mapped
+    labels, n = ndimage.label(positive, structure=EIGHT_CONNECTED)
+    idx = np.arange(1, n + 1)
+    counts = np.bincount(labels.ravel(), minlength=n + 1)[1:]
+    sums = ndimage.sum_labels(prob.astype(np.float64), labels, idx) if n else np.zeros(0)
+    maxima = ndimage.maximum(prob, labels, idx) if n else np.zeros(0)
+    # A component touching a pixel outside the raster or not mapped: pad with "not mapped", dilate, look up.
+    unmapped = np.pad(~mapped, 1, constant_values=True)
+    near = ndimage.binary_dilation(unmapped, structure=EIGHT_CONNECTED)[1:-1, 1:-1]
+    partial = np.zeros(n + 1, dtype=bool)
+    partial[np.unique(labels[near])] = True
+    pieces: dict[int, list[Any]] = {}
+    if n:
+        for geom, value in shapes(labels.astype(np.int32), mask=positive, connectivity=8, transform=transform):
+            pieces.setdefault(int(value), []).append(shapely.geometry.shape(geom))
+    parts = [
+        ObjectPart(
+            scene_id=scene_id,
+            geometry=_valid(shapely.union_all(pieces[i])),
+            n_pixels=int(counts[i - 1]),
+            prob_sum=float(sums[i - 1]),
+            prob_max=float(maxima[i - 1]),
+            partial=bool(partial[i]),
+        )
+        for i in range(1, n + 1)
+    ]
+    footprint = shapely.union_all(
+        [shapely.geometry.shape(g) for g, _ in shapes(mapped.astype(np.uint8), mask=mapped, transform=transform)]
+    )
+    pixel_size = math.sqrt(abs(transform.a * transform.e))
+    return SceneParts(scene_id=scene_id, crs=crs, pixel_size=pixel_size, footprint=_valid(footprint), parts=parts)
+
+
+def _valid(geom: Any) -> Any:
+    """``geom`` made valid (GDAL's 8-connected outlines may pinch at a vertex)."""
+    import shapely
+
+    return geom if shapely.is_valid(geom) else shapely.make_valid(geom)
+
+
+def merge_parts(
+    scenes: Sequence[SceneParts], crs: Any = None, size_bins_m2: Sequence[float] | None = None
+) -> tuple[Any, list[RtsObject]]:
+    """Campaign objects from the scenes' parts (module docstring): (campaign CRS, objects by descending area).
+
+    Args:
+        scenes: Every scene of the campaign, those without parts too (their footprints say where was mapped).
+        crs: The campaign CRS (projected); None: the first scene's.
+        size_bins_m2: Edges of the ground-area bins; None: the evaluation's (``evaluation.size_bins_m2``).
+
+    Raises:
+        PolygonsError: no scenes, or a campaign CRS without a ground size (geographic, unknown units).
+    """
+    import shapely
+    from rasterio.crs import CRS
+
+    if not scenes:
+        raise PolygonsError("merge_parts: no scenes; a campaign maps at least one")
+    campaign_crs = projected_crs(crs if crs is not None else scenes[0].crs, "campaign CRS")
+    edges = list(size_bins_m2) if size_bins_m2 is not None else EvaluationConfig().size_bins_m2
+    parts: list[ObjectPart] = []
+    geoms: list[Any] = []
+    footprints: list[Any] = []
+    pixel = math.inf
+    for sc in scenes:
+        same = CRS.from_user_input(sc.crs) == campaign_crs
+        scale = 1.0 if same else _pixel_scale(sc, campaign_crs)
+        pixel = min(pixel, sc.pixel_size * scale)
+        footprints.append(sc.footprint if same else _reproject(sc.footprint, sc.crs, campaign_crs))
+        for p in sc.parts:
+            parts.append(p)
+            geoms.append(p.geometry if same else _reproject(p.geometry, sc.crs, campaign_crs))
+    groups = _touching_groups(geoms, MERGE_TOLERANCE_PX * pixel)
+    mapped = shapely.STRtree(footprints)
+    objects = []
+    for members in groups:
+        geom = _union([geoms[i] for i in members], MERGE_TOLERANCE_PX * pixel)
+        is_partial = any(parts[i].partial for i in members) and _leaves_footprint(geom, mapped, footprints, pixel)
+        objects.append((geom, [parts[i] for i in members], is_partial))
+    objects.sort(key=lambda o: -o[0].area)
+    return campaign_crs, [
+        _rts_object(k, geom, members, is_partial, campaign_crs, edges)
+        for k, (geom, members, is_partial) in enumerate(objects, start=1)
+    ]
+
+
+def _pixel_scale(sc: SceneParts, dst: Any) -> float:
+    """How much longer a scene-CRS length is in ``dst`` units near the scene's footprint (for tolerances only)."""
+    import shapely
+
+    c = shapely.centroid(sc.footprint)
+    unit = shapely.box(c.x, c.y, c.x + sc.pixel_size, c.y + sc.pixel_size)
+    return math.sqrt(_reproject(unit, sc.crs, dst).area) / sc.pixel_size
+
+
+def _reproject(geom: Any, src: Any, dst: Any) -> Any:
+    """``geom``'s vertices transformed from ``src`` to ``dst`` (pixel-sized edges: no densifying needed)."""
+    import shapely
+    from rasterio.warp import transform
+
+    def move(xy: np.ndarray) -> np.ndarray:
+        xs, ys = transform(src, dst, xy[:, 0], xy[:, 1])
+        return np.column_stack([xs, ys])
+
+    return _valid(shapely.transform(geom, move))
+
+
+def _touching_groups(geoms: Sequence[Any], tolerance: float) -> list[list[int]]:
+    """Indices of ``geoms`` grouped by touching or overlapping (within ``tolerance``), transitively."""
+    import shapely
+
+    parent = list(range(len(geoms)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    if geoms:
+        left, right = shapely.STRtree(geoms).query(geoms, predicate="dwithin", distance=tolerance)
+        for i, j in zip(left.tolist(), right.tolist(), strict=True):
+            parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(geoms)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
+def _union(geoms: list[Any], tolerance: float) -> Any:
+    """One geometry of touching parts; borders that do not meet exactly (float noise, reprojection) are closed by
+    growing and shrinking by ``tolerance``, which leaves pixel outlines otherwise as they were."""
+    import shapely
+
+    if len(geoms) == 1:
+        return geoms[0]
+    merged = shapely.union_all(geoms)
+    if shapely.get_num_geometries(merged) > 1:
+        grown = shapely.union_all(shapely.buffer(geoms, tolerance, join_style="mitre"))
+        merged = shapely.buffer(grown, -tolerance, join_style="mitre")
+    return _valid(merged)
+
+
+def _leaves_footprint(geom: Any, tree: Any, footprints: list[Any], pixel: float) -> bool:
+    """Whether half a pixel around ``geom`` lies outside every scene's mapped footprint (a NoData or outer edge)."""
+    import shapely
+
+    reach = shapely.buffer(geom, PARTIAL_REACH_PX * pixel)
+    near = shapely.union_all([footprints[i] for i in tree.query(reach, predicate="intersects")])
+    return bool(shapely.difference(reach, near).area > PARTIAL_MIN_AREA_PX * pixel * pixel)
+
+
+def _rts_object(
+    object_id: int, geom: Any, parts: list[ObjectPart], partial: bool, crs: Any, edges: Sequence[float]
+) -> RtsObject:
+    """The object's statistics, areas and size bin."""
+    import shapely
+
+    c = shapely.centroid(geom)
+    # One projected unit² at the centroid: its m² (linear unit) and ground m² (EPSG:3857: cos²φ), from ground.py.
+    unit = _unit_transform(c.x, c.y)
+    ground_scale = ground_pixel_area_m2(crs, unit, 1, 1, what="campaign CRS")
+    _, factor = crs.linear_units_factor
+    area_m2 = float(geom.area) * float(factor) ** 2
+    ground_area = float(geom.area) * ground_scale
+    n_pixels = sum(p.n_pixels for p in parts)
+    minx, miny, maxx, maxy = (float(v) for v in geom.bounds)
+    return RtsObject(
+        object_id=object_id,
+        geometry=geom,
+        scene_ids=tuple(sorted({p.scene_id for p in parts})),
+        n_pixels=n_pixels,
+        prob_mean=sum(p.prob_sum for p in parts) / n_pixels,
+        prob_max=max(p.prob_max for p in parts),
+        area_m2=area_m2,
+        ground_area_m2=ground_area,
+        bbox=(minx, miny, maxx, maxy),
+        size_bin=size_bin(ground_area, edges),
+        partial=partial,
+    )
+
+
+def _unit_transform(x: float, y: float) -> Any:
+    """The transform of a 1 x 1 raster of one CRS unit² centred on (x, y)."""
+    from rasterio.transform import Affine
+
+    return Affine(1.0, 0.0, x - 0.5, 0.0, -1.0, y + 0.5)
+
+
+def size_bin(area_m2: float, edges: Sequence[float]) -> str:
+    """The bin ``[lo, hi)`` of ``edges`` (the evaluation's size bins) that holds ``area_m2``, as ``"lo-hi"`` m²;
+    ``""`` outside all bins."""
+    i = int(np.searchsorted(np.asarray(edges, np.float64), area_m2, side="right")) - 1
+    if i < 0 or i >= len(edges) - 1:
+        return ""
+    return f"{edges[i]:g}-{edges[i + 1]:g}"
+
+
+FIELDS = (
+    "object_id",
+    "scene_ids",
+    "n_pixels",
+    "prob_mean",
+    "prob_max",
+    "area_m2",
+    "ground_area_m2",
+    "bbox_minx",
+    "bbox_miny",
+    "bbox_maxx",
+    "bbox_maxy",
+    "size_bin",
+    "partial",
+)
+
+
+def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt: str = "gpkg") -> Path:
+    """Write ``objects`` (geometry in ``crs``) as one layer, GeoPackage (``gpkg``) or GeoParquet (``parquet``,
+    when GDAL has its Parquet driver), under a temporary name renamed into place: never half a file.
+
+    Raises:
+        PolygonsError: an unknown format, or GeoParquet without GDAL's Parquet driver.
+        StorageError: the file cannot be written.
+    """
+    import pyogrio
+    import shapely
+    from rasterio.crs import CRS
+
+    if fmt not in FORMATS:
+        raise PolygonsError(f"objects format {fmt!r}: expected one of {sorted(FORMATS)}")
+    driver = FORMATS[fmt]
+    if driver not in pyogrio.list_drivers(write=True):
+        raise PolygonsError(
+            f"{path}: this GDAL ({pyogrio.__gdal_version_string__}) has no {driver} driver; write gpkg instead"
+        )
+    final = Path(path)
+    tmp = final.with_name(f".{final.stem}.{uuid.uuid4().hex[:8]}.partial{final.suffix}")  # drivers read the suffix
+    multi = [g if g.geom_type == "MultiPolygon" else shapely.MultiPolygon([g]) for g in _polygonal(objects)]
+    columns = _columns(objects)
+    with os_errors("write", final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            pyogrio.raw.write(
+                tmp,
+                geometry=np.asarray(shapely.to_wkb(multi), dtype=object) if multi else np.empty(0, dtype=object),
+                field_data=list(columns.values()),
+                fields=list(columns),
+                crs=CRS.from_user_input(crs).to_wkt(),
+                driver=driver,
+                layer=OBJECTS_LAYER,
+                geometry_type="MultiPolygon",
+                encoding="UTF-8",
+            )
+            tmp.replace(final)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return final
+
+
+def _polygonal(objects: Sequence[RtsObject]) -> list[Any]:
+    """The objects' polygons (a made-valid outline may carry stray lines or points: dropped)."""
+    import shapely
+
+    out = []
+    for o in objects:
+        g = o.geometry
+        if g.geom_type == "GeometryCollection":
+            g = shapely.union_all([p for p in g.geoms if p.geom_type in ("Polygon", "MultiPolygon")])
+        out.append(g)
+    return out
+
+
+def _columns(objects: Sequence[RtsObject]) -> dict[str, np.ndarray]:
+    """The attribute columns of ``objects``, in :data:`FIELDS` order."""
+
+    def col(values: list[Any], dtype: Any) -> np.ndarray:
+        return np.asarray(values, dtype=dtype)
+
+    return {
+        "object_id": col([o.object_id for o in objects], np.int64),
+        "scene_ids": col([json.dumps(list(o.scene_ids)) for o in objects], object),
+        "n_pixels": col([o.n_pixels for o in objects], np.int64),
+        "prob_mean": col([o.prob_mean for o in objects], np.float64),
+        "prob_max": col([o.prob_max for o in objects], np.float64),
+        "area_m2": col([o.area_m2 for o in objects], np.float64),
+        "ground_area_m2": col([o.ground_area_m2 for o in objects], np.float64),
+        "bbox_minx": col([o.bbox[0] for o in objects], np.float64),
+        "bbox_miny": col([o.bbox[1] for o in objects], np.float64),
+        "bbox_maxx": col([o.bbox[2] for o in objects], np.float64),
+        "bbox_maxy": col([o.bbox[3] for o in objects], np.float64),
+        "size_bin": col([o.size_bin for o in objects], object),
+        "partial": col([o.partial for o in objects], np.bool_),
+    }
+
+
+def read_objects(path: str | Path) -> tuple[Any, list[RtsObject]]:
+    """The objects layer written by :func:`write_objects`: (its CRS as a rasterio CRS, its objects).
+
+    Raises:
+        PolygonsError: not a readable vector file, or not an objects layer (fields missing).
+    """
+    import pyogrio
+    import shapely
+    from rasterio.crs import CRS
+
+    p = Path(path)
+    try:
+        meta, _, geoms, values = pyogrio.raw.read(p, layer=OBJECTS_LAYER)
+    except Exception as err:  # pyogrio's DataSourceError/DataLayerError, GDAL's reasons inside
+        raise PolygonsError(f"{p}: not a readable objects file ({type(err).__name__}: {err})") from None
+    names = [str(f) for f in meta["fields"]]
+    missing = [f for f in FIELDS if f not in names]
+    if missing or meta.get("crs") is None:
+        raise PolygonsError(f"{p}: not an objects layer (missing fields {missing}, CRS {meta.get('crs')})")
+    c = {f: values[names.index(f)] for f in FIELDS}
+    objects = [
+        RtsObject(
+            object_id=int(c["object_id"][i]),
+            geometry=shapely.from_wkb(geoms[i]),
+            scene_ids=tuple(json.loads(c["scene_ids"][i])),
+            n_pixels=int(c["n_pixels"][i]),
+            prob_mean=float(c["prob_mean"][i]),
+            prob_max=float(c["prob_max"][i]),
+            area_m2=float(c["area_m2"][i]),
+            ground_area_m2=float(c["ground_area_m2"][i]),
+            bbox=(
+                float(c["bbox_minx"][i]),
+                float(c["bbox_miny"][i]),
+                float(c["bbox_maxx"][i]),
+                float(c["bbox_maxy"][i]),
+            ),
+            size_bin=str(c["size_bin"][i]),
+            partial=bool(c["partial"][i]),
+        )
+        for i in range(len(geoms))
+    ]
+    return CRS.from_user_input(meta["crs"]), objects

@@ -1,0 +1,245 @@
+"""Campaign objects from constructed masks: merged across scene borders, partial flags, areas, the objects file."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+import shapely
+from rasterio.crs import CRS
+from rasterio.features import rasterize
+from rasterio.transform import Affine
+
+from rtscore.data.ground import WEB_MERCATOR_RADIUS_M
+from rtscore.errors import PipelineError
+from rtscore.inference.predict import MASK_NODATA, PROB_NODATA
+from rtscore.mapping.polygons import (
+    PolygonsError,
+    merge_parts,
+    read_objects,
+    scene_parts,
+    write_objects,
+)
+
+UTM = "EPSG:32633"
+
+
+def write_scene(
+    root: Path, name: str, positive: np.ndarray, prob: np.ndarray, transform: Affine, crs: str, nodata=None
+) -> tuple[Path, Path]:
+    """Mask and probability rasters as ``rts predict`` writes them (uint8 0/1/255, float32 with -1 as nodata)."""
+    mask = positive.astype(np.uint8)
+    p = np.where(positive, prob, 0.1).astype(np.float32)
+    if nodata is not None:
+        mask[nodata] = MASK_NODATA
+        p[nodata] = PROB_NODATA
+    paths = (root / f"{name}_mask.tif", root / f"{name}_prob.tif")
+    h, w = mask.shape
+    for path, arr, nd in ((paths[0], mask, MASK_NODATA), (paths[1], p, PROB_NODATA)):
+        profile = dict(driver="GTiff", height=h, width=w, count=1, dtype=arr.dtype, crs=crs, transform=transform)
+        with rasterio.open(path, "w", nodata=nd, **profile) as dst:
+            dst.write(arr, 1)
+    return paths
+
+
+def draw(geom: shapely.Geometry, transform: Affine, shape: tuple[int, int]) -> np.ndarray:
+    return rasterize([geom], out_shape=shape, transform=transform, fill=0, default_value=1).astype(bool)
+
+
+def parts_of(root: Path, name: str, *args, **kw):
+    mask_path, prob_path = write_scene(root, name, *args, **kw)
+    return scene_parts(mask_path, prob_path, name)
+
+
+def two_scenes(tmp_path: Path, geom: shapely.Geometry, px: float = 2.0, n: int = 400, probs=(0.6, 0.9)):
+    """Two adjacent n x n scenes of one UTM grid, A west of B, their shared border at x = n * px."""
+    scenes = []
+    for k, (name, prob) in enumerate(zip(("A", "B"), probs, strict=True)):
+        t = Affine(px, 0.0, 500_000.0 + k * n * px, 0.0, -px, 7_000_000.0)
+        scenes.append(parts_of(tmp_path, name, draw(geom, t, (n, n)), np.full((n, n), prob), t, UTM))
+    return scenes
+
+
+def test_object_across_a_scene_border_is_one_polygon_with_the_drawn_area(tmp_path: Path) -> None:
+    drawn = shapely.Point(500_800.0, 6_999_600.0).buffer(250.0, quad_segs=64)  # centred on the border
+    a, b = two_scenes(tmp_path, drawn)
+    assert len(a.parts) == len(b.parts) == 1  # each scene holds half of it
+    _, objects = merge_parts([a, b])
+    assert len(objects) == 1
+    obj = objects[0]
+    assert obj.geometry.geom_type == "Polygon"
+    assert obj.scene_ids == ("A", "B")
+    assert obj.area_m2 == pytest.approx(drawn.area, rel=0.01)
+    assert obj.ground_area_m2 == pytest.approx(obj.area_m2)  # UTM: the projected m² are ground m²
+    assert obj.n_pixels * 4.0 == pytest.approx(obj.area_m2)  # 2 m pixels
+    assert obj.size_bin == "50000-1e+12"  # ~196,000 m²: the evaluation's largest bin
+
+
+def test_mean_probability_is_pixel_weighted_across_parts_and_max_the_max(tmp_path: Path) -> None:
+    drawn = shapely.box(500_700.0, 6_999_500.0, 500_860.0, 6_999_700.0)  # 50 px in A, 30 px in B
+    a, b = two_scenes(tmp_path, drawn, probs=(0.6, 0.9))
+    (obj,) = merge_parts([a, b])[1]
+    n_a, n_b = 50 * 100, 30 * 100
+    assert (a.parts[0].n_pixels, b.parts[0].n_pixels) == (n_a, n_b)
+    assert obj.prob_mean == pytest.approx((0.6 * n_a + 0.9 * n_b) / (n_a + n_b), rel=1e-6)
+    assert obj.prob_mean != pytest.approx((0.6 + 0.9) / 2)  # not the mean of the parts' means
+    assert obj.prob_max == pytest.approx(0.9)
+
+
+def test_object_cut_by_a_scene_border_is_partial_alone_and_whole_once_merged(tmp_path: Path) -> None:
+    drawn = shapely.box(500_700.0, 6_999_500.0, 500_900.0, 6_999_700.0)
+    a, b = two_scenes(tmp_path, drawn)
+    assert a.parts[0].partial and b.parts[0].partial  # each scene alone: cut at its edge
+    assert merge_parts([a])[1][0].partial  # A alone: the object may continue east, where nothing was mapped
+    assert not merge_parts([a, b])[1][0].partial
+
+
+def test_object_at_the_border_of_a_neighbour_that_mapped_nothing_there_is_not_partial(tmp_path: Path) -> None:
+    drawn = shapely.box(500_700.0, 6_999_500.0, 500_800.0, 6_999_700.0)  # ends exactly at A's east edge
+    a, b = two_scenes(tmp_path, drawn)
+    assert a.parts[0].partial and b.parts == []
+    (obj,) = merge_parts([a, b])[1]
+    assert obj.scene_ids == ("A",) and not obj.partial  # B mapped on and found no RTS: the object ends there
+
+
+def test_objects_touching_nodata_or_the_outer_edge_are_partial_inside_ones_not(tmp_path: Path) -> None:
+    n, px = 200, 2.0
+    t = Affine(px, 0.0, 500_000.0, 0.0, -px, 7_000_000.0)
+    positive = np.zeros((n, n), bool)
+    positive[50:70, 40:60] = True  # touches the NoData block in columns < 40
+    positive[0:10, 100:120] = True  # touches the raster's top edge
+    positive[100:130, 100:130] = True  # inside
+    nodata = np.zeros((n, n), bool)
+    nodata[40:80, :40] = True
+    sc = parts_of(tmp_path, "S", positive, np.full((n, n), 0.8), t, UTM, nodata=nodata)
+    _, objects = merge_parts([sc])
+    by_size = {o.n_pixels: o.partial for o in objects}
+    assert by_size == {20 * 20: True, 10 * 20: True, 30 * 30: False}
+
+
+def test_nodata_touch_is_one_pixel_wide(tmp_path: Path) -> None:
+    """Two pixels away from NoData is not partial; one (a diagonal neighbour) is."""
+    n = 60
+    t = Affine(2.0, 0.0, 500_000.0, 0.0, -2.0, 7_000_000.0)
+    nodata = np.zeros((n, n), bool)
+    nodata[20:30, 20:30] = True
+    positive = np.zeros((n, n), bool)
+    positive[30:35, 30:35] = True  # diagonal neighbour of the block's corner pixel (29, 29)
+    positive[40:45, 32:37] = True  # 11 rows below the block
+    sc = parts_of(tmp_path, "S", positive, np.full((n, n), 0.8), t, UTM, nodata=nodata)
+    flags = sorted((o.bbox[3], o.partial) for o in merge_parts([sc])[1])  # by north edge: the lower one first
+    assert [f for _, f in flags] == [False, True]
+
+
+def web_mercator_y(lat_deg: float) -> float:
+    return WEB_MERCATOR_RADIUS_M * math.log(math.tan(math.pi / 4 + math.radians(lat_deg) / 2))
+
+
+@pytest.mark.parametrize("lat", [60.0, 74.0])
+def test_web_mercator_ground_area_is_projected_times_cos2_latitude(tmp_path: Path, lat: float) -> None:
+    n, px = 200, 10.0
+    y = web_mercator_y(lat)
+    t = Affine(px, 0.0, 1_500_000.0, 0.0, -px, y + n * px / 2)  # the scene's centre at `lat`
+    positive = np.zeros((n, n), bool)
+    positive[80:120, 80:120] = True  # 400 m x 400 m projected, centred on the scene
+    sc = parts_of(tmp_path, "S", positive, np.full((n, n), 0.8), t, "EPSG:3857")
+    (obj,) = merge_parts([sc])[1]
+    assert obj.area_m2 == pytest.approx(1600 * 100.0)
+    assert obj.ground_area_m2 == pytest.approx(obj.area_m2 * math.cos(math.radians(lat)) ** 2, rel=0.005)
+    assert obj.ground_area_m2 < 0.27 * obj.area_m2  # cos² 60° = 0.25: far from the projected area
+
+
+def test_equal_area_crs_ground_area_is_the_projected_area_and_agrees_with_web_mercator(tmp_path: Path) -> None:
+    """EPSG:6931 (EASE-Grid 2.0 North, equal-area): ground = projected; the same object in a Web Mercator campaign
+    gets about the same ground area. cos²φ is the spherical scale: on the ellipsoid it is ~0.5 % off at 70° N."""
+    n, px = 200, 5.0
+    t = Affine(px, 0.0, 1_000_000.0, 0.0, -px, -1_500_000.0)  # ~70° N
+    positive = np.zeros((n, n), bool)
+    positive[60:140, 50:150] = True
+    sc = parts_of(tmp_path, "E", positive, np.full((n, n), 0.8), t, "EPSG:6931")
+    crs, (obj,) = merge_parts([sc])
+    assert crs == CRS.from_epsg(6931)
+    assert obj.ground_area_m2 == pytest.approx(obj.area_m2) == pytest.approx(80 * 100 * 25.0)
+    crs_wm, (wm,) = merge_parts([sc], crs="EPSG:3857")
+    assert crs_wm == CRS.from_epsg(3857)
+    assert wm.area_m2 > 5 * obj.area_m2  # projected Web Mercator m² at ~70° N: ~ 1 / cos² larger
+    assert wm.ground_area_m2 == pytest.approx(obj.ground_area_m2, rel=0.01)
+
+
+def test_overlapping_scenes_in_different_crs_give_one_object_in_the_first_scenes_crs(tmp_path: Path) -> None:
+    drawn_utm = shapely.Point(500_400.0, 6_999_600.0).buffer(150.0, quad_segs=32)
+    t_utm = Affine(2.0, 0.0, 500_000.0, 0.0, -2.0, 7_000_000.0)
+    a = parts_of(tmp_path, "A", draw(drawn_utm, t_utm, (400, 400)), np.full((400, 400), 0.7), t_utm, UTM)
+    # The same ground object seen in a Web Mercator scene covering the UTM one.
+    from rasterio.warp import transform_geom
+
+    drawn_wm = shapely.geometry.shape(transform_geom(UTM, "EPSG:3857", shapely.geometry.mapping(drawn_utm)))
+    minx, miny, maxx, maxy = drawn_wm.buffer(800.0).bounds
+    t_wm = Affine(4.0, 0.0, minx, 0.0, -4.0, maxy)
+    shape = (math.ceil((maxy - miny) / 4.0), math.ceil((maxx - minx) / 4.0))
+    b = parts_of(tmp_path, "B", draw(drawn_wm, t_wm, shape), np.full(shape, 0.95), t_wm, "EPSG:3857")
+    crs, objects = merge_parts([a, b])
+    assert crs == CRS.from_user_input(UTM)
+    assert len(objects) == 1 and objects[0].scene_ids == ("A", "B")
+    assert objects[0].prob_max == pytest.approx(0.95)
+    assert objects[0].ground_area_m2 == pytest.approx(drawn_utm.area, rel=0.03)  # B's pixels overhang A's
+
+
+def test_geopackage_round_trip_keeps_objects_and_crs_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    drawn = shapely.Point(500_800.0, 6_999_600.0).buffer(250.0)
+    crs, objects = merge_parts(two_scenes(tmp_path, drawn))
+    out = write_objects(tmp_path / "out" / "rts_objects.gpkg", objects, crs)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["rts_objects.gpkg"]
+    crs_back, back = read_objects(out)
+    assert crs_back == crs
+    assert len(back) == len(objects) == 1
+    o, r = objects[0], back[0]
+    assert (r.object_id, r.scene_ids, r.n_pixels, r.size_bin, r.partial) == (
+        o.object_id,
+        o.scene_ids,
+        o.n_pixels,
+        o.size_bin,
+        o.partial,
+    )
+    assert (r.prob_mean, r.prob_max, r.area_m2, r.ground_area_m2) == pytest.approx(
+        (o.prob_mean, o.prob_max, o.area_m2, o.ground_area_m2)
+    )
+    assert r.bbox == pytest.approx(o.bbox)
+    assert r.geometry.area == pytest.approx(o.geometry.area)
+
+
+def test_empty_campaign_writes_an_empty_layer_and_bad_inputs_are_named(tmp_path: Path) -> None:
+    n = 20
+    t = Affine(2.0, 0.0, 500_000.0, 0.0, -2.0, 7_000_000.0)
+    sc = parts_of(tmp_path, "S", np.zeros((n, n), bool), np.zeros((n, n)), t, UTM)
+    crs, objects = merge_parts([sc])
+    assert objects == []
+    assert read_objects(write_objects(tmp_path / "empty.gpkg", objects, crs)) == (crs, [])
+    with pytest.raises(PolygonsError, match="format"):
+        write_objects(tmp_path / "x.shp", objects, crs, fmt="shp")
+    with pytest.raises(PolygonsError, match="missing.tif"):
+        scene_parts(tmp_path / "missing.tif", tmp_path / "S_prob.tif", "S")
+    with pytest.raises(PolygonsError, match="no scenes"):
+        merge_parts([])
+    with pytest.raises(PipelineError, match="geographic"):
+        merge_parts([sc], crs="EPSG:4326")
+
+
+def test_geoparquet_is_written_where_gdal_has_the_driver_else_refused_by_name(tmp_path: Path) -> None:
+    import pyogrio
+
+    n = 40
+    t = Affine(2.0, 0.0, 500_000.0, 0.0, -2.0, 7_000_000.0)
+    positive = np.zeros((n, n), bool)
+    positive[10:20, 10:20] = True
+    crs, objects = merge_parts([parts_of(tmp_path, "S", positive, np.full((n, n), 0.8), t, UTM)])
+    out = tmp_path / "rts_objects.parquet"
+    if "Parquet" in pyogrio.list_drivers(write=True):
+        assert read_objects(write_objects(out, objects, crs, fmt="parquet"))[1][0].n_pixels == 100
+    else:
+        with pytest.raises(PolygonsError, match="no Parquet driver"):
+            write_objects(out, objects, crs, fmt="parquet")
+        assert list(tmp_path.glob("*.parquet")) == []
