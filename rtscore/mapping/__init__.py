@@ -1,1 +1,1 @@
-"""Mapping campaigns: from per-scene prediction rasters to a campaign-level map."""
+"""Mapping campaigns: the scene list and its resumable manifest-log, and the campaign-level RTS objects."""

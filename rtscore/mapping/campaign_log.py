@@ -1,0 +1,573 @@
+"""A mapping campaign's scene list and its manifest-log: what was mapped, from which input, with which package.
+
+The log is JSON Lines under ``<output>/log/``, one file (or object) per chunk run,
+``chunk-<k>-<run id>.jsonl``, one line per scene outcome; the campaign's log is the union of those files. One
+layout for a local and a ``gs://`` output:
+
+- Local: each record is one ``os.write`` of the whole line to the file opened with ``O_APPEND``, then ``fsync``.
+  ``O_APPEND`` makes "seek to the end and write" one step, and Linux local file systems (ext4, xfs, btrfs, tmpfs)
+  hold the file's inode lock for the whole ``write`` of a regular file, so lines of concurrent writers never
+  interleave. Limits: a write may still be short (disk full: refused here, not retried), NFS emulates
+  ``O_APPEND`` on the client (not atomic between hosts), and ``kill -9`` or a power cut mid-write can leave a
+  torn last line: readers skip it with a warning, and a writer that reopens a file ending without a newline
+  first ends that line, so its own records stay whole. Lines are capped at :data:`MAX_LINE_BYTES`.
+- ``gs://``: an object cannot be appended to, so a chunk run rewrites its own object whole after each scene,
+  with ``if_generation_match`` on the generation it last wrote (0 for "must not exist"), through
+  :class:`~rtscore.storage.gcs.GcsStore` (shared client, retry policy). One object per chunk run keeps writers
+  from contending; a chunk of N scenes costs O(N²) bytes uploaded, small for lines of a few hundred bytes.
+
+The run id is the Prefect flow run (``RTS_FLOW_RUN_ID``, see :mod:`rtscore.tracking`) when there is one, so a
+retry of the same flow run continues its file; otherwise a fresh id. Records are ordered by their UTC ``time``
+(then file, then line); the latest record of a scene wins.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import re
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rtscore.errors import PipelineError
+from rtscore.storage.files import os_errors, sha256_file
+from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
+from rtscore.tracking import FLOW_RUN_ENV
+
+if TYPE_CHECKING:
+    from google.cloud.storage import Blob
+
+_log = logging.getLogger(__name__)
+
+LOG_DIR = "log"  # under the campaign's output root
+LOG_SUFFIX = ".jsonl"
+SCENE_SUFFIXES = (".tif", ".tiff")  # what a directory or gs:// prefix input lists as scenes
+CSV_PATH_COLUMNS = ("path", "uri")  # a scene list CSV names its scenes in exactly one of these
+CSV_ID_COLUMN = "scene_id"
+MAX_LINE_BYTES = 4096  # one log line; a failure reason is cut to keep under it
+MAX_REASON_CHARS = 1000
+_SCENE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+Status = Literal["done", "skipped-full-nodata", "failed"]
+COMPLETE: frozenset[str] = frozenset({"done", "skipped-full-nodata"})  # statuses a re-run does not redo
+
+
+class CampaignError(PipelineError):
+    """The campaign's input (directory, prefix, scene list) or its log cannot be used as asked."""
+
+
+# --------------------------------------------------------------------------------------------- scenes
+class InputIdentity(BaseModel):
+    """What a scene's content was when it was mapped: sha256 of a local file, the generation of a gs:// object
+    (a rewrite gives a new generation even with the same bytes: such a scene is mapped again)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha256: str | None = Field(None, description="sha256 of a local file's content.")
+    generation: int | None = Field(None, description="Generation of a gs:// object.")
+    size: int = Field(..., ge=0, description="Bytes.")
+    crc32c: str | None = Field(None, description="The object's CRC32C (base64), when GCS reports one.")
+    md5: str | None = Field(None, description="The object's MD5 (base64), when GCS reports one.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> InputIdentity:
+        if (self.sha256 is None) == (self.generation is None):
+            raise ValueError("an input identity has either a sha256 (local file) or a generation (gs:// object)")
+        return self
+
+
+@dataclass(frozen=True)
+class Scene:
+    """One scene of a campaign: its stable id, where it is, and what its content is."""
+
+    scene_id: str
+    uri: str
+    identity: InputIdentity
+
+
+def list_scenes(source: str | Path) -> list[Scene]:
+    """The campaign's scenes, sorted by id: every GeoTIFF (``.tif``/``.tiff``, any case, in subfolders too,
+    hidden names aside) of a local directory or under a ``gs://bucket/prefix``, or the rows of a scene list CSV
+    (local or ``gs://``; see :func:`read_scene_csv`).
+
+    Raises:
+        CampaignError: the input does not exist or lists no scene, a scene id is invalid, or two scenes share an id
+            (naming both).
+    """
+    text = str(source)
+    if text.lower().endswith(".csv"):
+        return read_scene_csv(text)
+    if text.startswith(GS):
+        scenes = [_gs_scene(_stem(PurePosixPath(uri).name), uri, blob) for uri, blob in _list_gs(text)]
+    else:
+        root = Path(text).expanduser()
+        if not root.is_dir():
+            raise CampaignError(f"campaign input {root}: not a directory, a gs:// prefix or a .csv scene list")
+        files = sorted(
+            p
+            for p in root.rglob("*")
+            if p.suffix.lower() in SCENE_SUFFIXES
+            and p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
+        scenes = [_local_scene(_stem(p.name), p, where=str(p)) for p in files]
+    if not scenes:
+        raise CampaignError(f"campaign input {text}: no GeoTIFF scene (*.tif, *.tiff) found")
+    return _unique(scenes)
+
+
+def read_scene_csv(source: str) -> list[Scene]:
+    """The scenes of a scene list CSV: a ``path`` or ``uri`` column (local paths, relative ones against the CSV's
+    folder, or ``gs://`` URIs) and an optional ``scene_id`` column (the file stem when absent or empty).
+
+    Raises:
+        CampaignError: naming the file, the row (line number) and the column of a bad cell.
+    """
+    text = _read_text(source)
+    reader = csv.DictReader(io.StringIO(text))
+    columns = [c.strip() for c in reader.fieldnames or []]
+    named = [c for c in CSV_PATH_COLUMNS if c in columns]
+    if len(named) != 1:
+        raise CampaignError(
+            f"scene list {source}: expected exactly one of the columns {' / '.join(CSV_PATH_COLUMNS)} "
+            f"(and optionally {CSV_ID_COLUMN}); found columns {columns}"
+        )
+    path_col = named[0]
+    scenes = []
+    for row in reader:
+        line = reader.line_num
+        cells = {(k or "").strip(): (v or "").strip() for k, v in row.items() if k is not None}
+        ref = cells.get(path_col, "")
+        where = f"scene list {source}, row {line}, column {path_col!r}"
+        if not ref:
+            raise CampaignError(f"{where}: empty (expected a path or gs:// URI of a scene)")
+        scene_id = cells.get(CSV_ID_COLUMN) or _stem(PurePosixPath(ref).name)
+        id_where = f"scene list {source}, row {line}, column {CSV_ID_COLUMN!r}"
+        _check_id(scene_id, id_where if cells.get(CSV_ID_COLUMN) else where)
+        uri = _resolve(ref, source)
+        if uri.startswith(GS):
+            bucket, name = parse_gs_uri(uri)
+            blob = _store(f"{GS}{bucket}").get(name)
+            if blob is None:
+                raise CampaignError(f"{where}: {uri} does not exist")
+            scenes.append(_gs_scene(scene_id, uri, blob))
+        else:
+            path = Path(uri)
+            if not path.is_file():
+                raise CampaignError(f"{where}: {path} is not a file")
+            scenes.append(_local_scene(scene_id, path, where=where))
+    if not scenes:
+        raise CampaignError(f"scene list {source}: no rows")
+    return _unique(scenes)
+
+
+def chunk_scenes(scenes: Sequence[Scene], size: int) -> list[list[Scene]]:
+    """``scenes`` sorted by id, split into chunks of ``size`` (the last may be smaller): the same scenes always
+    give the same chunks, whatever order they were listed in."""
+    if size < 1:
+        raise CampaignError(f"chunk size must be >= 1; got {size}")
+    ordered = sorted(scenes, key=lambda s: s.scene_id)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def _stem(name: str) -> str:
+    for suffix in SCENE_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return PurePosixPath(name).stem
+
+
+def _check_id(scene_id: str, where: str) -> None:
+    if not _SCENE_ID_RE.fullmatch(scene_id):
+        raise CampaignError(
+            f"{where}: scene id {scene_id!r} is not usable in output names (expected letters, digits and . _ + -, "
+            f"starting with a letter or digit); rename the file or give a {CSV_ID_COLUMN} in a scene list CSV"
+        )
+
+
+def _local_scene(scene_id: str, path: Path, *, where: str) -> Scene:
+    _check_id(scene_id, where)
+    path = path.absolute()
+    identity = InputIdentity(sha256=sha256_file(path), size=path.stat().st_size)
+    return Scene(scene_id, str(path), identity)
+
+
+def _gs_scene(scene_id: str, uri: str, blob: Blob) -> Scene:
+    _check_id(scene_id, uri)
+    identity = InputIdentity(
+        generation=int(blob.generation or 0), size=int(blob.size or 0), crc32c=blob.crc32c, md5=blob.md5_hash
+    )
+    return Scene(scene_id, uri, identity)
+
+
+def _unique(scenes: list[Scene]) -> list[Scene]:
+    seen: dict[str, Scene] = {}
+    for s in scenes:
+        if s.scene_id in seen:
+            raise CampaignError(
+                f"two scenes have the id {s.scene_id!r}: {seen[s.scene_id].uri} and {s.uri} (scene ids must be "
+                f"unique: rename one, or give {CSV_ID_COLUMN}s in a scene list CSV)"
+            )
+        seen[s.scene_id] = s
+    return sorted(seen.values(), key=lambda s: s.scene_id)
+
+
+def _resolve(ref: str, csv_source: str) -> str:
+    """A scene reference of a CSV row as an absolute path or gs:// URI; relative ones against the CSV's folder."""
+    if ref.startswith(GS) or Path(ref).expanduser().is_absolute():
+        return ref if ref.startswith(GS) else str(Path(ref).expanduser())
+    if csv_source.startswith(GS):
+        return GS + str(PurePosixPath(csv_source.removeprefix(GS)).parent / ref)
+    return str((Path(csv_source).expanduser().absolute().parent / ref).resolve())
+
+
+def _read_text(source: str) -> str:
+    if source.startswith(GS):
+        bucket, name = parse_gs_uri(source)
+        got = _store(f"{GS}{bucket}").read(name)
+        if got is None:
+            raise CampaignError(f"scene list {source} does not exist")
+        data = got[0]
+    else:
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise CampaignError(f"scene list {path} does not exist")
+        with os_errors("read", path):
+            data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise CampaignError(f"scene list {source}: not UTF-8 text ({err})") from None
+
+
+def _store(uri: str) -> GcsStore:
+    bucket, prefix = parse_gs_uri(uri)
+    return GcsStore(bucket, prefix, RetryPolicy.from_env(), workers=transfer_workers())
+
+
+def _list_gs(uri: str) -> list[tuple[str, Blob]]:
+    """(URI, blob) of every scene object under a gs:// prefix (all of the bucket for ``gs://bucket``)."""
+    bucket, prefix = parse_gs_uri(uri)
+    parent, _, leaf = prefix.rpartition("/")
+    store = GcsStore(bucket, parent, RetryPolicy.from_env(), workers=transfer_workers())
+    if leaf:
+        found = store.list_under(leaf).items()
+        pairs = [(f"{leaf}/{rel}", b) for rel, b in found]
+    else:
+        pairs = [
+            (b.name, b)
+            for b in store.call("listing of", "", lambda: list(store.bucket.list_blobs(retry=store.idempotent)))
+        ]
+    return sorted(
+        (store.uri(rel), b)
+        for rel, b in pairs
+        if rel.lower().endswith(SCENE_SUFFIXES) and not any(p.startswith(".") for p in PurePosixPath(rel).parts)
+    )
+
+
+# --------------------------------------------------------------------------------------------- records
+class SceneRecord(BaseModel):
+    """One scene outcome, one line of the manifest-log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(1, description="Version of this record's fields.")
+    scene_id: str = Field(..., description="The scene's stable id (file stem unless a scene list names it).")
+    uri: str = Field(..., description="Where the scene was read from.")
+    input: InputIdentity = Field(..., description="The scene's content when it was mapped.")
+    package_sha256: str = Field(..., description="sha256 of the deployment package that mapped it.")
+    status: Status = Field(..., description="done, skipped-full-nodata (no valid pixel) or failed.")
+    reason: str | None = Field(None, description="Why the scene failed (failed only).")
+    windows: int = Field(0, ge=0, description="Inference windows run over the scene.")
+    valid_pixels: int = Field(0, ge=0, description="Pixels with data (alpha band > 0).")
+    positive_pixels: int = Field(0, ge=0, description="Valid pixels mapped as RTS.")
+    seconds: float = Field(0.0, ge=0, description="Wall time spent on the scene.")
+    host: str = Field(..., description="The worker that mapped it.")
+    flow_run_id: str | None = Field(None, description="The Prefect flow run that mapped it, when there was one.")
+    time: datetime = Field(..., description="UTC time the outcome was recorded.")
+
+    @model_validator(mode="after")
+    def _reason_iff_failed(self) -> SceneRecord:
+        if (self.status == "failed") != bool(self.reason):
+            raise ValueError("a failed scene needs a reason, and only a failed one has one")
+        return self
+
+    @classmethod
+    def now(
+        cls,
+        scene: Scene,
+        package_sha256: str,
+        status: Status,
+        *,
+        reason: str | None = None,
+        windows: int = 0,
+        valid_pixels: int = 0,
+        positive_pixels: int = 0,
+        seconds: float = 0.0,
+    ) -> SceneRecord:
+        """A record of ``scene``'s outcome now, on this host, in this flow run (``RTS_FLOW_RUN_ID``); a long reason
+        is cut to :data:`MAX_REASON_CHARS`."""
+        if reason is not None and len(reason) > MAX_REASON_CHARS:
+            reason = reason[: MAX_REASON_CHARS - 1] + "…"
+        return cls(
+            scene_id=scene.scene_id,
+            uri=scene.uri,
+            input=scene.identity,
+            package_sha256=package_sha256,
+            status=status,
+            reason=reason,
+            windows=windows,
+            valid_pixels=valid_pixels,
+            positive_pixels=positive_pixels,
+            seconds=seconds,
+            host=socket.gethostname(),
+            flow_run_id=os.environ.get(FLOW_RUN_ENV) or None,
+            time=datetime.now(UTC),
+        )
+
+    def line(self) -> bytes:
+        """The record as one JSON line (with its newline)."""
+        data = (self.model_dump_json() + "\n").encode()
+        if len(data) > MAX_LINE_BYTES:
+            raise CampaignError(
+                f"log record of scene {self.scene_id} is {len(data)} bytes; a log line is at most {MAX_LINE_BYTES}"
+            )
+        return data
+
+
+# --------------------------------------------------------------------------------------------- the log
+def writer_name(chunk: int, run_id: str | None = None) -> str:
+    """The log file of one chunk run: ``chunk-<k>-<run id>.jsonl`` (run id: ``RTS_FLOW_RUN_ID``, else fresh)."""
+    run = run_id or os.environ.get(FLOW_RUN_ENV) or uuid.uuid4().hex[:12]
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", run):
+        raise CampaignError(f"run id {run!r} is not usable in a log file name (letters, digits, _ and - only)")
+    return f"chunk-{chunk:05d}-{run}{LOG_SUFFIX}"
+
+
+@dataclass
+class LogWriter:
+    """Appends the records of one chunk run to its own log file (local) or object (gs://)."""
+
+    log: CampaignLog
+    name: str
+    _content: bytes = field(default=b"", init=False, repr=False)  # gs://: the object as last written
+    _generation: int = field(default=0, init=False, repr=False)
+    _opened: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def uri(self) -> str:
+        return self.log.uri(self.name)
+
+    def append(self, record: SceneRecord) -> None:
+        """Add ``record`` atomically: the line is in the log whole, or not at all (a torn tail aside, see the
+        module docstring)."""
+        line = record.line()
+        if self.log.gs is not None:
+            self._append_gs(line)
+        else:
+            self._append_local(line)
+
+    def _append_local(self, line: bytes) -> None:
+        path = self.log.local_dir() / self.name
+        with os_errors("append to", path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                if not self._opened:  # a torn line left by a killed earlier attempt: end it, keep ours whole
+                    size = os.fstat(fd).st_size
+                    if size and os.pread(fd, 1, size - 1) != b"\n":
+                        line = b"\n" + line
+                    _fsync_dir(path.parent)  # the file's name survives a power cut too
+                    self._opened = True
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise CampaignError(f"cannot append to {path}: short write ({written} of {len(line)} bytes)")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _append_gs(self, line: bytes) -> None:
+        store = self.log.store()
+        rel = f"{LOG_DIR}/{self.name}"
+        if not self._opened:  # a retry of the same flow run continues its object
+            got = store.read(rel)
+            if got is not None:
+                self._content, self._generation = got
+                if self._content and not self._content.endswith(b"\n"):
+                    self._content += b"\n"
+            self._opened = True
+        content = self._content + line
+        store.write(rel, content, if_generation_match=self._generation, content_type="application/x-ndjson")
+        blob = store.get(rel)  # the new generation (the object is this run's alone: nobody wrote in between)
+        self._content, self._generation = content, int(blob.generation or 0) if blob is not None else 0
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CampaignLog:
+    """The manifest-log of a campaign whose outputs live under ``root`` (a directory or ``gs://bucket/prefix``)."""
+
+    def __init__(self, root: str | Path, *, retry: RetryPolicy | None = None) -> None:
+        self.root = str(root)
+        self.gs = parse_gs_uri(self.root) if self.root.startswith(GS) else None
+        self._retry = retry
+        self._store: GcsStore | None = None
+
+    def __repr__(self) -> str:
+        return f"CampaignLog({self.root!r})"
+
+    def __getstate__(self) -> dict[str, object]:  # picklable (a Prefect task argument): the client is made anew
+        return {**self.__dict__, "_store": None}
+
+    def uri(self, name: str = "") -> str:
+        if self.gs is not None:
+            return self.store().uri(f"{LOG_DIR}/{name}" if name else LOG_DIR)
+        return str(self.local_dir() / name) if name else str(self.local_dir())
+
+    def local_dir(self) -> Path:
+        return Path(self.root).expanduser().absolute() / LOG_DIR
+
+    def store(self) -> GcsStore:
+        if self.gs is None:
+            raise CampaignError(f"{self.root} is a local campaign output, not gs://")
+        if self._store is None:
+            retry = self._retry if self._retry is not None else RetryPolicy.from_env()
+            self._store = GcsStore(*self.gs, retry, workers=transfer_workers())
+        return self._store
+
+    def writer(self, chunk: int, run_id: str | None = None) -> LogWriter:
+        """The writer of chunk ``chunk``'s run ``run_id`` (default: ``RTS_FLOW_RUN_ID``, else a fresh id)."""
+        return LogWriter(self, writer_name(chunk, run_id))
+
+    def files(self) -> list[tuple[str, bytes]]:
+        """(URI, content) of every log file of the campaign, by name."""
+        if self.gs is not None:
+            store = self.store()
+            out = []
+            for rel in sorted(store.list_under(LOG_DIR)):
+                if rel.endswith(LOG_SUFFIX) and "/" not in rel:
+                    got = store.read(f"{LOG_DIR}/{rel}")
+                    if got is not None:
+                        out.append((store.uri(f"{LOG_DIR}/{rel}"), got[0]))
+            return out
+        d = self.local_dir()
+        if not d.is_dir():
+            return []
+        paths = sorted(p for p in d.glob(f"*{LOG_SUFFIX}") if p.is_file())
+        out = []
+        for p in paths:
+            with os_errors("read", p):
+                out.append((str(p), p.read_bytes()))
+        return out
+
+    def read(self) -> list[SceneRecord]:
+        """Every record of the campaign, oldest first (by time, then file, then line). A line that is not a whole
+        record (a torn write of a killed worker) is skipped with a warning naming the file and line."""
+        keyed = []
+        for uri, content in self.files():
+            for number, raw in enumerate(content.split(b"\n"), start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    record = SceneRecord.model_validate_json(raw)
+                except ValidationError as err:
+                    first = err.errors()[0]["msg"] if err.errors() else str(err)
+                    _log.warning(f"{uri}: line {number} is not a whole log record ({first}): ignored")
+                    continue
+                keyed.append(((record.time, uri, number), record))
+        keyed.sort(key=lambda kr: kr[0])
+        return [r for _, r in keyed]
+
+
+# --------------------------------------------------------------------------------------------- planning
+def latest(records: Iterable[SceneRecord]) -> dict[str, SceneRecord]:
+    """The latest record of each scene (``records`` oldest first, as :meth:`CampaignLog.read` returns them)."""
+    out: dict[str, SceneRecord] = {}
+    for r in records:
+        out[r.scene_id] = r
+    return out
+
+
+def is_complete(record: SceneRecord | None, scene: Scene, package_sha256: str) -> bool:
+    """Whether ``record`` (a scene's latest) means ``scene`` need not be mapped again with this package."""
+    return (
+        record is not None
+        and record.status in COMPLETE
+        and record.input == scene.identity
+        and record.package_sha256 == package_sha256
+    )
+
+
+def plan(scenes: Sequence[Scene], records: Iterable[SceneRecord], package_sha256: str) -> list[Scene]:
+    """The scenes a (re-)run must map, sorted by id: those without a record, whose latest record failed, or whose
+    latest record was made from other content or with another package. A scene counts once: its latest record
+    wins (an older ``done`` does not hide a newer ``failed``, nor a newer run of another package whose outputs
+    replaced this one's)."""
+    last = latest(records)
+    todo = [s for s in scenes if not is_complete(last.get(s.scene_id), s, package_sha256)]
+    return sorted(todo, key=lambda s: s.scene_id)
+
+
+class CampaignSummary(BaseModel):
+    """What a campaign's log says about its scenes, each counted once (its latest record)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    package_sha256: str = Field(..., description="The package the summary is for.")
+    scenes: int = Field(..., ge=0, description="Scenes of the campaign.")
+    done: int = Field(..., ge=0, description="Scenes mapped.")
+    skipped_full_nodata: int = Field(..., ge=0, description="Scenes without a valid pixel.")
+    failed: int = Field(..., ge=0, description="Scenes whose latest attempt failed.")
+    pending: int = Field(..., ge=0, description="Scenes not (or not for this input and package) mapped yet.")
+    failures: dict[str, str] = Field(default_factory=dict, description="Reason of each failed scene, by id.")
+    windows: int = Field(..., ge=0, description="Windows of the done scenes.")
+    valid_pixels: int = Field(..., ge=0, description="Valid pixels of the done scenes.")
+    positive_pixels: int = Field(..., ge=0, description="RTS pixels of the done scenes.")
+    seconds: float = Field(..., ge=0, description="Wall time of the scenes' latest attempts.")
+    seconds_all_attempts: float = Field(..., ge=0, description="Wall time of every attempt with this package.")
+
+
+def summarize(scenes: Sequence[Scene], records: Sequence[SceneRecord], package_sha256: str) -> CampaignSummary:
+    """The campaign's summary for ``package_sha256``: each scene by its latest record when that record is of this
+    package and this input; records of other packages or inputs are kept in the log but count as pending here."""
+    last = latest(records)
+    counted = {
+        s.scene_id: r
+        for s in scenes
+        if (r := last.get(s.scene_id)) is not None and r.package_sha256 == package_sha256 and r.input == s.identity
+    }
+    status = Counter(r.status for r in counted.values())
+    done = [r for r in counted.values() if r.status == "done"]
+    ids = {s.scene_id for s in scenes}
+    return CampaignSummary(
+        package_sha256=package_sha256,
+        scenes=len(scenes),
+        done=status["done"],
+        skipped_full_nodata=status["skipped-full-nodata"],
+        failed=status["failed"],
+        pending=len(scenes) - len(counted),
+        failures={k: r.reason or "" for k, r in sorted(counted.items()) if r.status == "failed"},
+        windows=sum(r.windows for r in done),
+        valid_pixels=sum(r.valid_pixels for r in done),
+        positive_pixels=sum(r.positive_pixels for r in done),
+        seconds=sum(r.seconds for r in counted.values()),
+        seconds_all_attempts=sum(
+            r.seconds for r in records if r.scene_id in ids and r.package_sha256 == package_sha256
+        ),
+    )

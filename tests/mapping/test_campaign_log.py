@@ -1,0 +1,264 @@
+"""The campaign's scene list (directory, CSV, gs:// prefix) and its manifest-log (append, read, plan, summary)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+import pickle
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from rtscore.mapping.campaign_log import (
+    CampaignError,
+    CampaignLog,
+    InputIdentity,
+    Scene,
+    SceneRecord,
+    chunk_scenes,
+    list_scenes,
+    plan,
+    summarize,
+)
+from rtscore.storage.gcs import RetryPolicy, make_client
+from tests.conftest import GCS_TEST_BUCKET
+
+FAST = RetryPolicy(deadline_s=5.0, initial_s=0.001, max_s=0.005, conflict_attempts=10)
+PKG_A, PKG_B = "a" * 64, "b" * 64
+
+
+def write_scene(path: Path, content: bytes = b"") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content or path.name.encode())
+    return path
+
+
+def scene(scene_id: str, sha: str = "0" * 64) -> Scene:
+    return Scene(scene_id, f"/data/{scene_id}.tif", InputIdentity(sha256=sha, size=10))
+
+
+def record(s: Scene, status: str = "done", package: str = PKG_A, *, at: int = 0, **kw: object) -> SceneRecord:
+    """A record of ``s`` made ``at`` seconds after a fixed time (explicit times: the order is what is tested)."""
+    r = SceneRecord.now(s, package, status, **kw)  # type: ignore[arg-type]
+    return r.model_copy(update={"time": datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=at)})
+
+
+@pytest.fixture
+def gs_root(gcs_emulator: str) -> str:
+    return f"gs://{GCS_TEST_BUCKET}/{uuid.uuid4().hex[:12]}"
+
+
+def upload(uri: str, data: bytes) -> None:
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    make_client().bucket(bucket).blob(name).upload_from_string(data)
+
+
+# --------------------------------------------------------------------------------------------- scene lists
+def test_a_directory_lists_its_geotiffs_by_id_with_their_sha256(tmp_path: Path) -> None:
+    b = write_scene(tmp_path / "in" / "sub" / "b_scene.TIFF", b"bbb")
+    a = write_scene(tmp_path / "in" / "a_scene.tif", b"aaa")
+    write_scene(tmp_path / "in" / "notes.txt")
+    write_scene(tmp_path / "in" / ".hidden" / "c.tif")
+    scenes = list_scenes(tmp_path / "in")
+    assert [s.scene_id for s in scenes] == ["a_scene", "b_scene"]
+    assert [s.uri for s in scenes] == [str(a), str(b)]
+    assert scenes[0].identity == InputIdentity(sha256=hashlib.sha256(b"aaa").hexdigest(), size=3)
+
+
+def test_a_scene_list_csv_resolves_relative_paths_against_its_folder(tmp_path: Path) -> None:
+    write_scene(tmp_path / "lists" / "tiles" / "x.tif", b"x")
+    other = write_scene(tmp_path / "elsewhere" / "y.tif", b"y")
+    csv = tmp_path / "lists" / "scenes.csv"
+    csv.write_text(f"path,scene_id\ntiles/x.tif,\n{other},yukon-7\n")
+    scenes = list_scenes(csv)
+    assert [(s.scene_id, s.uri) for s in scenes] == [
+        ("x", str(tmp_path / "lists" / "tiles" / "x.tif")),
+        ("yukon-7", str(other)),
+    ]
+    assert scenes[0].identity.sha256 == hashlib.sha256(b"x").hexdigest()
+
+
+def test_a_gs_prefix_lists_its_objects_with_generation_and_size(gs_root: str) -> None:
+    upload(f"{gs_root}/in/s2.tif", b"22")
+    upload(f"{gs_root}/in/deep/s1.tif", b"1")
+    upload(f"{gs_root}/in/readme.md", b"no")
+    upload(f"{gs_root}/input-not-this/s3.tif", b"3")  # shares the prefix's leading characters only
+    scenes = list_scenes(f"{gs_root}/in")
+    assert [(s.scene_id, s.uri) for s in scenes] == [
+        ("s1", f"{gs_root}/in/deep/s1.tif"),
+        ("s2", f"{gs_root}/in/s2.tif"),
+    ]
+    ident = scenes[1].identity
+    assert ident.sha256 is None and ident.generation and ident.generation > 0 and ident.size == 2
+    upload(f"{gs_root}/in/s2.tif", b"22")  # rewritten: a new generation, so a new identity
+    assert list_scenes(f"{gs_root}/in")[1].identity != ident
+
+
+def test_a_gs_scene_list_csv_resolves_relative_uris(gs_root: str) -> None:
+    upload(f"{gs_root}/tiles/z.tif", b"z")
+    upload(f"{gs_root}/scenes.csv", b"uri\ntiles/z.tif\n")
+    (only,) = list_scenes(f"{gs_root}/scenes.csv")
+    assert (only.scene_id, only.uri, only.identity.size) == ("z", f"{gs_root}/tiles/z.tif", 1)
+
+
+def test_duplicate_scene_ids_are_refused_naming_both_files(tmp_path: Path) -> None:
+    one = write_scene(tmp_path / "in" / "2019" / "scene.tif")
+    two = write_scene(tmp_path / "in" / "2020" / "scene.tif")
+    with pytest.raises(CampaignError, match="'scene'") as err:
+        list_scenes(tmp_path / "in")
+    assert str(one) in str(err.value) and str(two) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("path\nok.tif\n\n,\n", r"scenes.csv, row 4, column 'path'.*empty"),
+        ("path\nok.tif\nmissing.tif\n", r"scenes.csv, row 3, column 'path'.*missing.tif is not a file"),
+        ("path,scene_id\nok.tif,bad id\n", r"scenes.csv, row 2, column 'scene_id'.*'bad id'"),
+        ("file,name\nok.tif,a\n", r"scenes.csv: expected exactly one of the columns path / uri.*\['file', 'name'\]"),
+    ],
+)
+def test_a_bad_scene_list_names_the_file_row_and_column(tmp_path: Path, text: str, expected: str) -> None:
+    write_scene(tmp_path / "ok.tif")
+    (tmp_path / "scenes.csv").write_text(text)
+    with pytest.raises(CampaignError, match=expected):
+        list_scenes(tmp_path / "scenes.csv")
+
+
+def test_chunks_are_sorted_by_id_whatever_the_listing_order() -> None:
+    scenes = [scene(n) for n in ("d", "a", "c", "e", "b")]
+    chunks = chunk_scenes(scenes, 2)
+    assert [[s.scene_id for s in c] for c in chunks] == [["a", "b"], ["c", "d"], ["e"]]
+    assert chunk_scenes(list(reversed(scenes)), 2) == chunks
+    with pytest.raises(CampaignError, match="chunk size"):
+        chunk_scenes(scenes, 0)
+
+
+# --------------------------------------------------------------------------------------------- the log
+@pytest.mark.parametrize("where", ["local", "gs"])
+def test_records_append_and_read_back_from_one_file_per_chunk_run(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = str(tmp_path / "out") if where == "local" else request.getfixturevalue("gs_root")
+    log = CampaignLog(root, retry=FAST)
+    monkeypatch.setenv("RTS_FLOW_RUN_ID", "flowrun-1")
+    w0, w1 = log.writer(0), log.writer(1, run_id="other")
+    a, b, c = scene("a"), scene("b"), scene("c")
+    w0.append(record(a, windows=4, valid_pixels=100, positive_pixels=7, seconds=1.5, at=0))
+    w1.append(record(c, "failed", reason="corrupt TIFF: bad IFD", at=1))
+    w0.append(record(b, "skipped-full-nodata", at=2))
+    got = log.read()
+    assert [(r.scene_id, r.status) for r in got] == [("a", "done"), ("c", "failed"), ("b", "skipped-full-nodata")]
+    assert got[0].windows == 4 and got[0].positive_pixels == 7 and got[0].flow_run_id == "flowrun-1"
+    assert got[1].reason == "corrupt TIFF: bad IFD" and got[1].host
+    assert w0.uri.endswith("log/chunk-00000-flowrun-1.jsonl") and w1.uri.endswith("log/chunk-00001-other.jsonl")
+    # a retry of the same flow run (a fresh writer, same name) continues its file instead of replacing it
+    log.writer(0).append(record(c, at=3))
+    assert [r.scene_id for r in CampaignLog(root, retry=FAST).read()] == ["a", "c", "b", "c"]
+
+
+def test_a_failed_record_needs_a_reason_and_a_long_one_is_cut() -> None:
+    with pytest.raises(ValueError, match="reason"):
+        SceneRecord.now(scene("a"), PKG_A, "failed")
+    r = SceneRecord.now(scene("a"), PKG_A, "failed", reason="x" * 50_000)
+    assert len(r.line()) < 4096
+
+
+def test_a_torn_last_line_is_ignored_with_a_warning_and_the_next_run_appends_whole_lines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = CampaignLog(tmp_path / "out")
+    w = log.writer(0, run_id="r1")
+    w.append(record(scene("a"), at=0))
+    w.append(record(scene("b"), at=1))
+    path = Path(w.uri)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) - 40])  # kill -9 mid-write: the last line lost its tail and newline
+    with caplog.at_level(logging.WARNING):
+        assert [r.scene_id for r in log.read()] == ["a"]
+    assert f"{path}: line 2 is not a whole log record" in caplog.text
+    log.writer(0, run_id="r1").append(record(scene("c"), at=2))  # the retried run reopens the same file
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert [r.scene_id for r in log.read()] == ["a", "c"]
+    assert f"{path}: line 2" in caplog.text
+
+
+def _append_many(root: str, tag: str, n: int) -> None:
+    w = CampaignLog(root).writer(0, run_id="shared")
+    for i in range(n):
+        w.append(SceneRecord.now(scene(f"{tag}{i:04d}"), PKG_A, "failed", reason=tag * 900))
+
+
+def test_concurrent_appends_from_two_processes_are_whole_lines(tmp_path: Path) -> None:
+    root, n = str(tmp_path / "out"), 300
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(root, tag, n)) for tag in ("p", "q")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    (path,) = (tmp_path / "out" / "log").iterdir()
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 2 * n
+    ids = [json.loads(line)["scene_id"] for line in lines]  # every line parses: none interleaved
+    assert sorted(ids) == sorted(f"{t}{i:04d}" for t in "pq" for i in range(n))
+
+
+# --------------------------------------------------------------------------------------------- planning
+def test_plan_skips_complete_scenes_of_the_same_input_and_package_and_redoes_the_rest() -> None:
+    done, nodata, failed, changed, repackaged, new = (scene(n) for n in "abcdef")
+    records = [
+        record(done, at=0),
+        record(nodata, "skipped-full-nodata", at=1),
+        record(failed, "failed", reason="read error", at=2),
+        record(changed, at=3),
+        record(repackaged, package=PKG_B, at=4),
+    ]
+    edited = scene("d", sha="1" * 64)  # d's file was replaced since it was mapped
+    todo = plan([new, done, nodata, failed, edited, repackaged], records, PKG_A)
+    assert [s.scene_id for s in todo] == ["c", "d", "e", "f"]
+
+
+def test_the_latest_record_of_a_scene_wins() -> None:
+    a = scene("a")
+    assert [s.scene_id for s in plan([a], [record(a, at=0), record(a, "failed", reason="oom", at=5)], PKG_A)] == ["a"]
+    assert plan([a], [record(a, "failed", reason="oom", at=0), record(a, at=5)], PKG_A) == []
+    # a newer run with another package replaced the outputs: package A must map it again
+    assert plan([a], [record(a, at=0), record(a, package=PKG_B, at=5)], PKG_A) == [a]
+
+
+def test_two_runs_writing_the_same_scene_count_it_once(tmp_path: Path) -> None:
+    log = CampaignLog(tmp_path / "out")
+    a, b = scene("a"), scene("b")
+    # a pre-empted worker recorded `a` before dying; the retry (another flow run) maps `a` again, then `b`
+    log.writer(0, run_id="first").append(record(a, windows=3, valid_pixels=10, positive_pixels=2, seconds=2, at=0))
+    second = log.writer(0, run_id="second")
+    second.append(record(a, windows=3, valid_pixels=10, positive_pixels=2, seconds=3, at=10))
+    second.append(record(b, "failed", reason="corrupt", seconds=1, at=11))
+    records = log.read()
+    assert plan([a, b], records, PKG_A) == [b]
+    s = summarize([a, b], records, PKG_A)
+    assert (s.done, s.failed, s.skipped_full_nodata, s.pending) == (1, 1, 0, 0)
+    assert (s.windows, s.valid_pixels, s.positive_pixels) == (3, 10, 2)
+    assert s.failures == {"b": "corrupt"}
+    assert s.seconds == 4 and s.seconds_all_attempts == 6
+
+
+def test_the_summary_counts_other_packages_and_inputs_as_pending() -> None:
+    a, b, c = scene("a"), scene("b"), scene("c")
+    records = [record(a, at=0), record(b, package=PKG_B, at=1), record(c, "skipped-full-nodata", at=2)]
+    s = summarize([a, b, c, scene("d")], records, PKG_A)
+    assert (s.scenes, s.done, s.skipped_full_nodata, s.failed, s.pending) == (4, 1, 1, 0, 2)
+
+
+def test_a_gs_log_survives_pickling_as_a_task_argument(gs_root: str) -> None:
+    log = CampaignLog(gs_root, retry=FAST)
+    log.writer(2, run_id="r").append(record(scene("a")))
+    again = pickle.loads(pickle.dumps(log))
+    assert [r.scene_id for r in again.read()] == ["a"]
