@@ -324,6 +324,16 @@ def _drift(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def _map(args: argparse.Namespace) -> int:
+    """`rts map`: a mapping campaign in process (rtscore.mapping.campaign); 1 when scenes failed (re-run retries)."""
+    from rtscore.mapping.campaign import SUMMARY_MD, run_campaign
+
+    s = run_campaign(args.package, args.input, args.output, args.chunk_size, allow_drift=args.allow_drift)
+    print(f"{s['done']} done, {s['skipped_full_nodata']} skipped (full NoData), {s['failed']} failed of {s['scenes']}")
+    print(f"wrote {Path(args.output) / SUMMARY_MD}; log {s['log']}")
+    return 1 if s["failed"] else 0
+
+
 def _quiet_ephemeral_prefect() -> None:
     """Prefect's API for a flow command: no telemetry from the temporary local server (offline machines; it also
     races SQLite at start-up), and that server started up front (a generous start-up limit, stopped even when
@@ -595,6 +605,13 @@ def parser() -> argparse.ArgumentParser:
     )
     dr.add_argument("--rgb-bands", type=_rgb_bands, default=None, metavar="R,G,B[,ALPHA]", help=RGB_BANDS_HELP)
     dr.set_defaults(func=_drift)
+    mp = sub.add_parser("map", help="map a region: a resumable campaign of rts predict over many scenes, objects")
+    mp.add_argument("--package", type=_local_path, required=True, help="deployment package directory")
+    mp.add_argument("--input", required=True, help="directory of GeoTIFF scenes, gs://bucket/prefix or scene list CSV")
+    mp.add_argument("--output", type=_local_output, required=True, help="campaign directory (log, scenes, objects)")
+    mp.add_argument("--chunk-size", type=int, default=50, help="scenes per chunk (default 50)")
+    mp.add_argument("--allow-drift", action="store_true", help="map even when the drift check finds a blocker")
+    mp.set_defaults(func=_map)
     d = sub.add_parser("data", help="run the data-pipeline flow (generate -> stats -> validate) into a run dir")
     d.add_argument(
         "--config", type=_local_path, required=True, help="pipeline config YAML (e.g. configs/quickstart.yaml)"

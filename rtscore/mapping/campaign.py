@@ -1,0 +1,355 @@
+"""A mapping campaign run in process: drift gate, chunks of scenes through ``rts predict``'s code, the manifest-log,
+then the campaign's objects, footprint index and summary (docs/mapping.md, "Running a campaign").
+
+Per scene (:func:`run_chunk`): the scene is opened and checked against the package's raster contract; a scene
+without one valid pixel (the contract's NoData rule, read block by block and stopped at the first valid pixel) is
+``skipped-full-nodata`` without inference; every other one goes through
+:func:`rtscore.inference.predict.predict_raster` (the code of ``rts predict``: same windows, numerics, COGs) into
+``<output>/scenes/<scene_id>/``. Any failure of one scene is recorded as ``failed`` with its reason and the chunk goes
+on. The GPU fan-out of chunks (``map-chunk`` flow runs) is not here: :func:`run_campaign` runs the chunks in this
+process, one after the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtscore.data.bands import open_checked
+from rtscore.data.ground import ground_pixel_area_m2
+from rtscore.errors import PipelineError
+from rtscore.inference.drift import drift_report
+from rtscore.inference.predict import (
+    EXTRA_SUFFIX,
+    MANIFEST_SUFFIX,
+    LoadedPackage,
+    extra_input,
+    gdal_env,
+    load_package,
+    predict_raster,
+)
+from rtscore.mapping.campaign_log import (
+    CampaignError,
+    CampaignLog,
+    LogWriter,
+    Scene,
+    SceneRecord,
+    chunk_scenes,
+    latest,
+    list_scenes,
+    plan,
+    summarize,
+)
+from rtscore.mapping.polygons import merge_parts, scene_parts, write_objects
+from rtscore.package.format import SUMS
+from rtscore.storage import atomic_write_json, atomic_write_text
+from rtscore.storage.files import sha256_file
+from rtscore.storage.gcs import GS
+
+SCENES_DIR = "scenes"  # <output>/scenes/<scene_id>/: rts predict's outputs of one scene
+DRIFT_DIR = "drift"  # <output>/drift/: the drift report of the campaign's sample
+OBJECTS_FILE = "objects.gpkg"
+INDEX_FILE = "index.geojson"
+SUMMARY_MD = "summary.md"
+SUMMARY_JSON = "summary.json"
+DRIFT_SAMPLE = 8  # scenes the drift check reads
+DEFAULT_CHUNK_SIZE = 50
+
+_log = logging.getLogger(__name__)
+
+
+def package_sha256(package_dir: str | Path) -> str:
+    """The package's identity: the sha256 of its ``SHA256SUMS`` as ``rts package build`` writes it (one
+    ``<sha256>  <file>`` line per other file, by name), recomputed from the files' content. A built, intact package
+    gets the sha256 of its ``SHA256SUMS`` file; an edited file changes the identity even when ``SHA256SUMS`` was not
+    regenerated, and a package without ``SHA256SUMS`` has one too."""
+    pkg = Path(package_dir)
+    if not pkg.is_dir():
+        raise CampaignError(f"package directory not found: {pkg}")
+    files = sorted(p for p in pkg.iterdir() if p.is_file() and p.name != SUMS and not p.name.startswith("."))
+    text = "".join(f"{sha256_file(p)}  {p.name}\n" for p in files)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SceneOutputs:
+    """Where one scene's outputs are: ``rts predict``'s names under ``<output>/scenes/<scene_id>/``."""
+
+    dir: Path
+    prob: Path
+    mask: Path
+    manifest: Path
+
+
+def scene_outputs(output: str | Path, scene: Scene) -> SceneOutputs:
+    d = Path(output) / SCENES_DIR / scene.scene_id
+    stem = Path(scene.uri).stem  # predict_raster names its outputs after the input's stem
+    return SceneOutputs(d, d / f"{stem}_prob.tif", d / f"{stem}_mask.tif", d / f"{stem}{MANIFEST_SUFFIX}")
+
+
+def has_valid_pixel(pkg: LoadedPackage, path: Path) -> bool:
+    """Whether ``path`` has one valid pixel by the package's NoData rule (alpha, dataset mask, EXTRA nodata): read
+    block by block and stopped at the first valid pixel (a scene with data: usually its first block). Checks the
+    raster (and its EXTRA raster) against the package's contract first, as ``rts predict`` does."""
+    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra_input(pkg.binding, path, None)) as raster:
+        for _, window in raster.src.block_windows(1):
+            if raster.read(window)[2].any():
+                return True
+    return False
+
+
+def _reason(scene: Scene, err: Exception) -> str:
+    """A failed scene's reason: a PipelineError's message, else the exception's type and message; the scene's file
+    is named when the message does not name it already."""
+    text = str(err) if isinstance(err, PipelineError) else f"{type(err).__name__}: {err}"
+    if err.__cause__ is not None and not isinstance(err, PipelineError):  # GDAL's own words (rasterio chains them)
+        text += f" ({type(err.__cause__).__name__}: {err.__cause__})"
+    return text if Path(scene.uri).name in text else f"{scene.uri}: {text}"
+
+
+def run_chunk(
+    package: str | Path | LoadedPackage,
+    scenes: Sequence[Scene],
+    output: str | Path,
+    log: LogWriter,
+    *,
+    package_id: str | None = None,
+    stride: int | None = None,
+) -> list[SceneRecord]:
+    """Map the scenes of one chunk that the log does not have as complete (:func:`~campaign_log.plan`) and append
+    one record per scene to ``log``: ``done``, ``skipped-full-nodata`` or ``failed`` (a failing scene never stops the
+    chunk). Returns the records appended."""
+    pkg = package if isinstance(package, LoadedPackage) else load_package(package)
+    pid = package_id or package_sha256(pkg.path)
+    if str(output).startswith(GS):
+        raise CampaignError(f"campaign output {output}: gs:// outputs are not supported yet; give a local directory")
+    todo = plan(scenes, log.log.read(), pid)
+    records = []
+    for scene in todo:
+        start = time.perf_counter()
+        try:
+            if scene.uri.startswith(GS):
+                raise CampaignError(f"{scene.uri}: gs:// scenes are not read yet; copy them to a local directory")
+            src = Path(scene.uri)
+            if not has_valid_pixel(pkg, src):
+                record = SceneRecord.now(scene, pid, "skipped-full-nodata", seconds=time.perf_counter() - start)
+            else:
+                outs = scene_outputs(output, scene)
+                got = predict_raster(pkg, src, outs.dir, stride=stride, check_finite=False)  # checked just above
+                record = SceneRecord.now(
+                    scene,
+                    pid,
+                    "done",
+                    windows=got.windows - got.skipped_windows,
+                    valid_pixels=got.valid_pixels,
+                    positive_pixels=got.positive_pixels,
+                    seconds=time.perf_counter() - start,
+                )
+        except Exception as err:  # one scene's failure is its record, not the chunk's end
+            reason = _reason(scene, err)
+            _log.warning("scene %s failed: %s", scene.scene_id, reason)
+            record = SceneRecord.now(scene, pid, "failed", reason=reason, seconds=time.perf_counter() - start)
+        log.append(record)
+        records.append(record)
+        _log.info("scene %s: %s (%.1f s)", scene.scene_id, record.status, record.seconds)
+    return records
+
+
+def drop_extra_siblings(scenes: Sequence[Scene]) -> list[Scene]:
+    """The scenes without the EXTRA rasters (``<id>_extra``) of other scenes of the list: those are read with their
+    RGB scene (as ``rts predict`` reads them), never mapped on their own."""
+    ids = {s.scene_id for s in scenes}
+    return [s for s in scenes if not (s.scene_id.endswith(EXTRA_SUFFIX) and s.scene_id[: -len(EXTRA_SUFFIX)] in ids)]
+
+
+def drift_sample(pkg: LoadedPackage, scenes: Sequence[Scene], n: int = DRIFT_SAMPLE) -> list[Path]:
+    """Up to ``n`` local scenes spread evenly over the (sorted) list that open under the package's contract, read
+    whole without error and hold valid pixels. A scene that does not (corrupt, wrong bands, full NoData) is left to
+    fail or be skipped on its own when mapped, not to block the campaign; the sample is read twice (here, then by the
+    drift report), a small cost next to a campaign."""
+    local = [s for s in scenes if not s.uri.startswith(GS)]
+    if not local:
+        return []
+    step = max(1, len(local) // n)
+    order = local[::step] + [s for i, s in enumerate(local) if i % step]
+    picked: list[Path] = []
+    for s in order:
+        if len(picked) == n:
+            break
+        path = Path(s.uri)
+        try:
+            if _readable_with_data(pkg, path):
+                picked.append(path)
+        except Exception as err:  # any unreadable scene just isn't sampled
+            _log.info("drift sample: %s left out (%s)", path.name, err)
+    return picked
+
+
+def _readable_with_data(pkg: LoadedPackage, path: Path) -> bool:
+    """Whether every block of ``path`` reads under the package's contract, and one holds a valid pixel."""
+    found = False
+    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra_input(pkg.binding, path, None)) as raster:
+        for _, window in raster.src.block_windows(1):
+            found |= bool(raster.read(window)[2].any())
+    return found
+
+
+def check_drift(pkg: LoadedPackage, scenes: Sequence[Scene], output: Path, *, allow_drift: bool) -> dict[str, Any]:
+    """``rts drift`` on a sample of the scenes (:func:`drift_sample`), report in ``<output>/drift/``; a blocker (or a
+    sample on which drift cannot be measured) refuses the campaign unless ``allow_drift``."""
+    sample = drift_sample(pkg, scenes)
+    where = output / DRIFT_DIR
+    try:
+        if not sample:
+            raise CampaignError("no scene of the campaign opens under the package's raster contract")
+        report = drift_report(pkg.path, sample, where)
+    except PipelineError as err:
+        if allow_drift:
+            _log.warning("drift check could not run (%s); mapping anyway (--allow-drift)", err)
+            return {"ok": None, "error": str(err)}
+        raise CampaignError(f"drift check could not run on {len(sample)} sampled scene(s): {err}") from None
+    if not report["ok"]:
+        text = f"input drift on {', '.join(report['blockers'])} (report: {where})"
+        if not allow_drift:
+            raise CampaignError(f"campaign refused: {text}; map anyway with --allow-drift")
+        _log.warning("%s; mapping anyway (--allow-drift)", text)
+    return report
+
+
+def run_campaign(
+    package: str | Path,
+    input: str | Path,
+    output: str | Path,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    drift_check: bool = True,
+    allow_drift: bool = False,
+    *,
+    device: str = "auto",
+    stride: int | None = None,
+) -> dict[str, Any]:
+    """List the scenes, check drift on a sample, map the chunks in process (:func:`run_chunk`), then write the
+    campaign's objects, footprint index and summary under ``output``; the summary (as ``summary.json``)."""
+    if str(output).startswith(GS):
+        raise CampaignError(f"campaign output {output}: gs:// outputs are not supported yet; give a local directory")
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    scenes = drop_extra_siblings(list_scenes(input))
+    pkg = load_package(package, device=device)
+    pid = package_sha256(pkg.path)
+    drift = check_drift(pkg, scenes, out, allow_drift=allow_drift) if drift_check else None
+    log = CampaignLog(out)
+    started = time.perf_counter()
+    for k, chunk in enumerate(chunk_scenes(scenes, chunk_size)):
+        run_chunk(pkg, chunk, out, log.writer(k), package_id=pid, stride=stride)
+    wall = time.perf_counter() - started
+    return write_campaign_outputs(scenes, log, out, pid, drift=drift, wall_seconds=wall)
+
+
+def write_campaign_outputs(
+    scenes: Sequence[Scene],
+    log: CampaignLog,
+    out: Path,
+    pid: str,
+    *,
+    drift: dict[str, Any] | None = None,
+    wall_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
+    summary.md / summary.json from the log."""
+    from rasterio.warp import transform_geom
+    from shapely.geometry import mapping
+
+    records = log.read()
+    summary = summarize(scenes, records, pid)
+    last = latest(records)
+    done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
+    done = [s for s in done if last[s.scene_id].package_sha256 == pid and last[s.scene_id].input == s.identity]
+    parts, features, ground_m2 = [], [], 0.0
+    for s in done:
+        o = scene_outputs(out, s)
+        sp = scene_parts(o.mask, o.prob, s.scene_id)
+        parts.append(sp)
+        ground_m2 += last[s.scene_id].valid_pixels * _ground_pixel_m2(o.mask)
+        rel = {k: str(getattr(o, k).relative_to(out)) for k in ("prob", "mask", "manifest")}
+        features.append(
+            {
+                "type": "Feature",
+                "geometry": transform_geom(sp.crs, "EPSG:4326", mapping(sp.footprint)),
+                "properties": {"scene_id": s.scene_id, "uri": s.uri, **rel},
+            }
+        )
+    objects: list[Any] = []
+    if parts:
+        crs, objects = merge_parts(parts)
+        write_objects(out / OBJECTS_FILE, objects, crs)
+    else:
+        (out / OBJECTS_FILE).unlink(missing_ok=True)  # no done scene: no objects layer (not a stale one)
+    atomic_write_text(out / INDEX_FILE, json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
+    seconds = sum(last[s.scene_id].seconds for s in done)
+    km2 = ground_m2 / 1e6
+    data: dict[str, Any] = {
+        **summary.model_dump(),
+        "km2_mapped_ground": km2,
+        "objects": len(objects),
+        "objects_partial": sum(1 for ob in objects if ob.partial),
+        "objects_by_size_bin_m2": dict(sorted(Counter(ob.size_bin or "other" for ob in objects).items())),
+        "windows_per_second": summary.windows / seconds if seconds > 0 else None,
+        "km2_per_second": km2 / seconds if seconds > 0 else None,
+        "wall_seconds_this_run": wall_seconds,
+        "drift_ok": None if drift is None else drift.get("ok"),
+        "log": str(log.local_dir()),
+        "objects_file": OBJECTS_FILE if parts else None,
+        "index_file": INDEX_FILE,
+    }
+    atomic_write_json(out / SUMMARY_JSON, data)
+    atomic_write_text(out / SUMMARY_MD, render_summary(data))
+    return data
+
+
+def _ground_pixel_m2(mask: Path) -> float:
+    import rasterio
+
+    with rasterio.open(mask) as src:
+        return ground_pixel_area_m2(src.crs, src.transform, src.height, src.width, what=str(mask))
+
+
+def render_summary(data: dict[str, Any]) -> str:
+    """summary.md: scenes by status (with the failures' reasons), area mapped, objects by size bin, throughput."""
+
+    def rate(v: float | None, unit: str) -> str:
+        return "n/a" if v is None or not math.isfinite(v) else f"{v:,.3f} {unit}"
+
+    lines = [
+        "# Mapping campaign summary",
+        "",
+        f"Package sha256 `{data['package_sha256']}`; {data['scenes']} scenes.",
+        "",
+        "| status | scenes |",
+        "|---|---|",
+        f"| done | {data['done']} |",
+        f"| skipped-full-nodata | {data['skipped_full_nodata']} |",
+        f"| failed | {data['failed']} |",
+        f"| pending | {data['pending']} |",
+        "",
+        f"Mapped {data['km2_mapped_ground']:,.3f} km² (ground, valid pixels of the done scenes); "
+        f"{data['windows']:,} windows in {data['seconds']:,.1f} s of scene time: "
+        f"{rate(data['windows_per_second'], 'windows/s')}, {rate(data['km2_per_second'], 'km²/s')}.",
+        "",
+        f"{data['objects']} RTS objects ({data['objects_partial']} partial).",
+        "",
+        "| size bin (ground m²) | objects |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in data["objects_by_size_bin_m2"].items()),
+    ]
+    if data["failures"]:
+        lines += ["", "## Failed scenes", "", *(f"- `{k}`: {v}" for k, v in data["failures"].items())]
+    lines += ["", f"Log: `{data['log']}`"]
+    return "\n".join(lines) + "\n"
