@@ -82,7 +82,8 @@ def region(params: MapRegionParams, flow_run_id: str | None) -> dict[str, Any]:
         params.output,
         params.chunk_size,
         allow_drift=params.allow_drift,
-        device=params.device,
+        # distributed: this run (CPU pool) only checks drift; the chunk runs use `device` on the GPU pool
+        device=params.device if params.execution == "local" else "cpu",
     )
     started = time.perf_counter()
     failure: FanOutError | None = None
