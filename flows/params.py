@@ -202,3 +202,94 @@ class PipelineParams(DataParams):
 
     def _common(self) -> dict[str, Any]:
         return {"config": self.config, "run_dir": self.run_dir, "deterministic": self.deterministic}
+
+
+# ---------------------------------------------------------------------------------------------- mapping
+MAP_CHUNK_DEPLOYMENT = "map-chunk/map-chunk"  # the deployment a distributed map-region fans out to (gpu pool)
+
+
+class MapCampaignParams(BaseModel):
+    """What every mapping flow needs: the deployment package, the scenes and the campaign's output root."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    package: str = Field(
+        ...,
+        description="Deployment package directory (rts package build's output: weights, stats, configs, "
+        "SHA256SUMS) on the worker: absolute, or relative to the project directory.",
+    )
+    input: str = Field(
+        ...,
+        description="The scenes: a directory of GeoTIFFs (subfolders too), a gs://bucket/prefix, or a scene list "
+        "CSV (a path or uri column, optional scene_id).",
+    )
+    output: str = Field(
+        ...,
+        description="Campaign output root (a local directory seen by every worker): scenes/, log/, objects.gpkg, "
+        "index.geojson, summary.md. A re-run resumes from its log.",
+    )
+    device: str = Field("auto", description="Inference device: auto (CUDA when available), cpu, cuda or cuda:N.")
+
+
+class MapChunkParams(MapCampaignParams):
+    """map-chunk: map one chunk of a campaign's scenes (those not yet done with this input and package)."""
+
+    chunk: int = Field(..., ge=0, description="Chunk index: names the chunk's log file (log/chunk-<k>-<run>.jsonl).")
+    scene_ids: list[str] = Field(
+        ..., min_length=1, description="The chunk's scene ids, as the campaign input lists them (re-listed here)."
+    )
+
+
+class MapDistributedParams(BaseModel):
+    """How a distributed map-region runs its chunks: one map-chunk flow run per chunk on the GPU pool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deployment: str = Field(
+        MAP_CHUNK_DEPLOYMENT,
+        description="Deployment started once per chunk, as '<flow name>/<deployment name>' (prefect.yaml: "
+        "map-chunk on the 'gpu' pool).",
+    )
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        description="Runs per chunk when its run crashes (its worker vanished): a crashed run is re-submitted "
+        "until this many ran; the new run skips the scenes its predecessor logged. A failed run is not re-submitted.",
+    )
+    timeout_s: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="Wait at most this long (seconds) for all chunk runs; the campaign then fails naming the runs "
+        "still going (a retry of map-region re-attaches to them).",
+    )
+    poll_interval_s: float = Field(10.0, gt=0, description="Seconds between checks of the chunk runs' states.")
+    job_variables: dict[str, Any] = Field(
+        default_factory=dict, description="Job variables for every chunk run, over the deployment's."
+    )
+
+    def fan_out_params(self) -> DistributedParams:
+        """The fan-out's settings (flows/fanout.py reads attempts, timeout, poll interval, job variables)."""
+        return DistributedParams(
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+            poll_interval_s=self.poll_interval_s,
+            job_variables=self.job_variables,
+        )
+
+
+class MapRegionParams(MapCampaignParams):
+    """map-region: a mapping campaign: drift check, scene list, chunks (in process or as map-chunk runs), then
+    the campaign's objects, footprint index and summary."""
+
+    chunk_size: int = Field(50, ge=1, description="Scenes per chunk (one map-chunk run each when distributed).")
+    allow_drift: bool = Field(
+        False, description="Map even when the drift check on a sample of the scenes finds a blocker."
+    )
+    execution: Literal["local", "distributed"] = Field(
+        "local",
+        description="local: every chunk is mapped inside this flow run. distributed: one map-chunk flow run per "
+        "chunk on the deployment below (a GPU pool); this run waits, then builds the campaign's outputs.",
+    )
+    distributed: MapDistributedParams = Field(
+        default_factory=MapDistributedParams, description="Fan-out settings (used when execution is distributed)."
+    )

@@ -129,8 +129,7 @@ def run_chunk(
     chunk). Returns the records appended."""
     pkg = package if isinstance(package, LoadedPackage) else load_package(package)
     pid = package_id or package_sha256(pkg.path)
-    if str(output).startswith(GS):
-        raise CampaignError(f"campaign output {output}: gs:// outputs are not supported yet; give a local directory")
+    _local_output(output)
     todo = plan(scenes, log.log.read(), pid)
     records = []
     for scene in todo:
@@ -224,6 +223,69 @@ def check_drift(pkg: LoadedPackage, scenes: Sequence[Scene], output: Path, *, al
     return report
 
 
+@dataclass
+class CampaignPlan:
+    """A prepared campaign (:func:`prepare_campaign`): its scenes, their chunks, the loaded package, the drift
+    report. What a ``map-region`` flow decides before mapping, in process or by ``map-chunk`` runs."""
+
+    package: LoadedPackage
+    package_sha256: str
+    scenes: list[Scene]
+    chunks: list[list[Scene]]
+    output: Path
+    drift: dict[str, Any] | None
+
+    @property
+    def log(self) -> CampaignLog:
+        return CampaignLog(self.output)
+
+
+def _local_output(output: str | Path) -> Path:
+    if str(output).startswith(GS):
+        raise CampaignError(f"campaign output {output}: gs:// outputs are not supported yet; give a local directory")
+    return Path(output)
+
+
+def prepare_campaign(
+    package: str | Path,
+    input: str | Path,
+    output: str | Path,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    drift_check: bool = True,
+    allow_drift: bool = False,
+    *,
+    device: str = "auto",
+) -> CampaignPlan:
+    """List the scenes (without the EXTRA rasters of other scenes), load the package, check drift on a sample
+    (:func:`check_drift`) and split the scenes into chunks of ``chunk_size``."""
+    out = _local_output(output)
+    out.mkdir(parents=True, exist_ok=True)
+    scenes = drop_extra_siblings(list_scenes(input))
+    pkg = load_package(package, device=device)
+    pid = package_sha256(pkg.path)
+    drift = check_drift(pkg, scenes, out, allow_drift=allow_drift) if drift_check else None
+    return CampaignPlan(pkg, pid, scenes, chunk_scenes(scenes, chunk_size), out, drift)
+
+
+def chunk_of(scenes: Sequence[Scene], scene_ids: Sequence[str], *, what: str) -> list[Scene]:
+    """The scenes of ``scenes`` named by ``scene_ids``, in that order (a ``map-chunk`` run's scenes, re-listed on
+    its worker). Raises CampaignError naming the ids the input does not list (a changed input since planning)."""
+    by_id = {s.scene_id: s for s in scenes}
+    missing = [i for i in scene_ids if i not in by_id]
+    if missing:
+        raise CampaignError(
+            f"{what}: scene(s) {', '.join(missing)} not in the campaign input (changed since planning?)"
+        )
+    return [by_id[i] for i in scene_ids]
+
+
+def finish_campaign(plan: CampaignPlan, wall_seconds: float = 0.0) -> dict[str, Any]:
+    """The campaign's objects, footprint index and summary from the log (:func:`write_campaign_outputs`)."""
+    return write_campaign_outputs(
+        plan.scenes, plan.log, plan.output, plan.package_sha256, drift=plan.drift, wall_seconds=wall_seconds
+    )
+
+
 def run_campaign(
     package: str | Path,
     input: str | Path,
@@ -235,22 +297,14 @@ def run_campaign(
     device: str = "auto",
     stride: int | None = None,
 ) -> dict[str, Any]:
-    """List the scenes, check drift on a sample, map the chunks in process (:func:`run_chunk`), then write the
-    campaign's objects, footprint index and summary under ``output``; the summary (as ``summary.json``)."""
-    if str(output).startswith(GS):
-        raise CampaignError(f"campaign output {output}: gs:// outputs are not supported yet; give a local directory")
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    scenes = drop_extra_siblings(list_scenes(input))
-    pkg = load_package(package, device=device)
-    pid = package_sha256(pkg.path)
-    drift = check_drift(pkg, scenes, out, allow_drift=allow_drift) if drift_check else None
-    log = CampaignLog(out)
+    """:func:`prepare_campaign`, the chunks in process (:func:`run_chunk`), then :func:`finish_campaign`; the
+    summary (as ``summary.json``)."""
+    plan = prepare_campaign(package, input, output, chunk_size, drift_check, allow_drift, device=device)
+    log = plan.log
     started = time.perf_counter()
-    for k, chunk in enumerate(chunk_scenes(scenes, chunk_size)):
-        run_chunk(pkg, chunk, out, log.writer(k), package_id=pid, stride=stride)
-    wall = time.perf_counter() - started
-    return write_campaign_outputs(scenes, log, out, pid, drift=drift, wall_seconds=wall)
+    for k, chunk in enumerate(plan.chunks):
+        run_chunk(plan.package, chunk, plan.output, log.writer(k), package_id=plan.package_sha256, stride=stride)
+    return finish_campaign(plan, time.perf_counter() - started)
 
 
 def write_campaign_outputs(

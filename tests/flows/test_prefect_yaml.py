@@ -189,3 +189,26 @@ def test_the_scheduled_gpu_run_ships_paused_and_the_docs_say_how_to_activate_it(
     docs = (ROOT / "docs" / "cloud.md").read_text()
     assert "prefect deployment schedule resume rts-pipeline/final-multiseed" in docs
     assert "active: true" in docs
+
+
+def test_mapping_deployments_map_region_on_cpu_fans_out_to_map_chunk_on_gpu() -> None:
+    """Issue 14: map-region/map-region on the CPU pool, map-chunk/map-chunk on the GPU pool; the UI form takes the
+    package, the input and the output; map-region's chunk deployment (its default and prefect.yaml's) is map-chunk."""
+    from flows.params import MapChunkParams, MapDistributedParams, MapRegionParams
+
+    region, chunk = DEPLOYMENTS["map-region"], DEPLOYMENTS["map-chunk"]
+    assert region["entrypoint"] == "flows/mapping.py:map_region" and region["work_pool"]["name"] == "cpu-process"
+    assert chunk["entrypoint"] == "flows/mapping.py:map_chunk" and chunk["work_pool"]["name"] == "gpu"
+    jv = chunk["work_pool"]["job_variables"]
+    assert jv["accelerator_type"] and int(jv["accelerator_count"]) >= 1
+    assert _flow(region["entrypoint"]).name == "map-region" and _flow(chunk["entrypoint"]).name == "map-chunk"
+    assert _params_model(_flow(region["entrypoint"])) is MapRegionParams
+    assert _params_model(_flow(chunk["entrypoint"])) is MapChunkParams
+    for model in (MapRegionParams, MapChunkParams):
+        assert {"package", "input", "output"} <= {n for n, f in model.model_fields.items() if f.is_required()}
+    p = MapRegionParams.model_validate(region["parameters"]["params"])
+    assert p.execution == "distributed" and p.distributed.max_attempts >= 2
+    for name in (p.distributed.deployment, MapDistributedParams().deployment):
+        flow_name, _, dep_name = name.partition("/")
+        assert flow_name == _flow(DEPLOYMENTS[dep_name]["entrypoint"]).name == "map-chunk", name
+        assert DEPLOYMENTS[dep_name]["work_pool"]["name"] == "gpu", name

@@ -1,0 +1,152 @@
+"""The mapping flows: ``map-region`` (a campaign) and ``map-chunk`` (one chunk of its scenes), docs/mapping.md.
+
+``map-region`` runs on the CPU pool: it lists the scenes, checks drift on a sample and splits the list into chunks
+(:func:`rtscore.mapping.campaign.prepare_campaign`). ``execution: local`` maps the chunks in this flow run, one after
+the other; ``execution: distributed`` starts one ``map-chunk`` flow run per chunk on the GPU pool through the shared
+fan-out (flows/fanout.py: idempotency key per (map-region flow run, chunk, attempt), a crashed run re-submitted).
+Either way the scene records go to the campaign's manifest-log, and this run then builds the campaign's objects,
+footprint index and summary from the log (:func:`~rtscore.mapping.campaign.finish_campaign`) and publishes the
+summary (markdown artifact ``map-region-summary``) and the scene counts by status (table ``map-region-scenes``).
+
+``map-chunk`` re-lists the campaign input on its worker, takes the chunk's scenes by id and maps those the log
+does not have as complete (:func:`rtscore.mapping.campaign.run_chunk`): a re-submitted or retried chunk run skips
+what an earlier one finished, and a scene that fails is a ``failed`` record, not a failed run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from flows import ui
+from flows.common import flow_run_scope
+from flows.fanout import Child, FanOutError, absolute, fan_out
+from flows.params import MapChunkParams, MapRegionParams
+from rtscore.inference.predict import load_package
+from rtscore.mapping.campaign import (
+    CampaignPlan,
+    chunk_of,
+    drop_extra_siblings,
+    finish_campaign,
+    package_sha256,
+    prepare_campaign,
+    render_summary,
+    run_chunk,
+)
+from rtscore.mapping.campaign_log import CampaignLog, list_scenes
+
+MAP_CHUNK = "map-chunk"  # the fan-out's stage name (part of every chunk run's idempotency key)
+SUMMARY_KEY = "map-region-summary"
+SCENES_KEY = "map-region-scenes"
+
+
+@flow(name="map-chunk")
+def map_chunk(params: MapChunkParams) -> dict[str, int]:
+    """Map one chunk of a campaign: the scenes ``scene_ids`` of ``input`` not yet done with this input and package;
+    one log record each. Returns the number of records appended by status."""
+    with flow_run_scope():
+        scenes = chunk_of(
+            drop_extra_siblings(list_scenes(params.input)), params.scene_ids, what=f"map-chunk {params.chunk}"
+        )
+        pkg = load_package(params.package, device=params.device)
+        records = run_chunk(
+            pkg,
+            scenes,
+            params.output,
+            CampaignLog(params.output).writer(params.chunk),
+            package_id=package_sha256(pkg.path),
+        )
+        counts: dict[str, int] = {}
+        for r in records:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        return counts
+
+
+@flow(name="map-region")
+def map_region(params: MapRegionParams) -> dict[str, Any]:
+    """Drift check, scene list and chunks here; the chunks in this run (local) or as map-chunk runs on the GPU pool
+    (distributed); then objects, footprint index and summary from the log. Returns the summary."""
+    with flow_run_scope() as flow_run_id:
+        return region(params, flow_run_id)
+
+
+def region(params: MapRegionParams, flow_run_id: str | None) -> dict[str, Any]:
+    """The body of :func:`map_region` (``flow_run_id`` keys the chunk runs of a distributed campaign)."""
+    plan = prepare_campaign(
+        params.package,
+        params.input,
+        params.output,
+        params.chunk_size,
+        allow_drift=params.allow_drift,
+        # distributed: this run (CPU pool) only checks drift; the chunk runs use `device` on the GPU pool
+        device=params.device if params.execution == "local" else "cpu",
+    )
+    started = time.perf_counter()
+    failure: FanOutError | None = None
+    if params.execution == "distributed":
+        if flow_run_id is None:
+            raise RuntimeError("execution 'distributed' needs a Prefect flow run (its id keys the chunk runs)")
+        try:
+            fan_out(
+                MAP_CHUNK,
+                params.distributed.deployment,
+                flow_run_id,
+                chunk_children(params, plan),
+                params.distributed.fan_out_params(),
+                tags=["rts-map"],
+            )
+        except FanOutError as err:  # what the other chunks mapped is summarized first, then the run fails
+            failure = err
+    else:
+        log = plan.log
+        for k, chunk in enumerate(plan.chunks):
+            run_chunk(plan.package, chunk, plan.output, log.writer(k), package_id=plan.package_sha256)
+    summary = finish_campaign(plan, time.perf_counter() - started)
+    publish_campaign(summary)
+    if failure is not None:
+        raise failure
+    return summary
+
+
+def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
+    """One map-chunk run per chunk (paths absolute: the workers may start elsewhere)."""
+    return [
+        Child(
+            str(k),
+            f"chunk {k}",
+            f"map-chunk-{k}",
+            MapChunkParams(
+                package=absolute(params.package),
+                input=absolute(params.input),
+                output=absolute(params.output),
+                device=params.device,
+                chunk=k,
+                scene_ids=[s.scene_id for s in chunk],
+            ),
+        )
+        for k, chunk in enumerate(plan.chunks)
+    ]
+
+
+def publish_campaign(summary: dict[str, Any]) -> None:
+    """The summary as a markdown artifact and the scenes by status as a table; never fails the campaign."""
+    rows = [
+        {"status": status, "scenes": summary[field]}
+        for status, field in (
+            ("done", "done"),
+            ("skipped-full-nodata", "skipped_full_nodata"),
+            ("failed", "failed"),
+            ("pending", "pending"),
+        )
+    ]
+    try:
+        create_markdown_artifact(
+            key=SUMMARY_KEY, markdown=render_summary(summary), description="Mapping campaign summary"
+        )
+        ui.publish_table(SCENES_KEY, rows, "Mapping campaign: scenes by status (latest record of each scene)")
+    except Exception as err:  # a summary never fails a stage (e.g. outside a flow run)
+        logging.getLogger(__name__).warning(f"could not publish the campaign summary: {err}")
