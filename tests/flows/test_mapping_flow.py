@@ -20,8 +20,8 @@ from rtscore.mapping.campaign import (
 )
 from rtscore.mapping.campaign_log import CampaignLog, list_scenes
 from tests.flows.test_orchestration import FAST, FakePrefect
-from tests.mapping.test_campaign import VALID, imagery_like_training
-from tests.test_predict import TILE, write_package, write_raster
+from tests.mapping.test_campaign import VALID, write_scenes
+from tests.test_predict import write_package
 
 EXPECTED = sorted([(s, "done") for s in VALID] + [("nodata", "skipped-full-nodata"), ("corrupt", "failed")])
 SUMMARY_FIELDS = (
@@ -43,17 +43,7 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def scenes_dir(tmp_path: Path) -> Path:
-    """Three valid scenes, one without a valid pixel, one truncated file (as tests/mapping/test_campaign.py)."""
-    d = tmp_path / "scenes_in"
-    d.mkdir()
-    for k, name in enumerate(VALID):
-        write_raster(d / f"{name}.tif", imagery_like_training(k, TILE + 32, TILE * 2))
-    nodata = imagery_like_training(9, TILE, TILE)
-    nodata[3] = 0
-    write_raster(d / "nodata.tif", nodata)
-    good = (d / "a.tif").read_bytes()
-    (d / "corrupt.tif").write_bytes(good[: len(good) // 3])
-    return d
+    return write_scenes(tmp_path / "scenes_in")
 
 
 def records(out: Path) -> list[tuple[str, str]]:

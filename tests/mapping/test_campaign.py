@@ -43,7 +43,11 @@ def imagery_like_training(seed: int, h: int, w: int) -> np.ndarray:
 
 @pytest.fixture
 def scenes_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "scenes_in"
+    return write_scenes(tmp_path / "scenes_in")
+
+
+def write_scenes(d: Path) -> Path:
+    """Three valid scenes (VALID), one without a valid pixel (`nodata`), one truncated file (`corrupt`)."""
     d.mkdir()
     for k, name in enumerate(VALID):
         write_raster(d / f"{name}.tif", imagery_like_training(k, TILE + 32, TILE * 2))
