@@ -34,7 +34,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,8 +42,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from data_bench import CycledProducer  # noqa: E402  (bench/ is on the path of a bench script)
+
 from rtscore.config.generation import GenerationConfig  # noqa: E402
-from rtscore.data.tiles import KIND_CODES, RawTile  # noqa: E402
+from rtscore.data.tiles import RawTile  # noqa: E402
 from rtscore.storage import MANIFEST_NAME, ArtifactEntry, Manifest, RunDir, RunLayout, fingerprint  # noqa: E402
 from rtscore.storage.rundir import forget_parsed_manifests  # noqa: E402
 from rtscore.storage.verified import record_path  # noqa: E402
@@ -53,24 +54,14 @@ TILE = 512
 BUCKET = "rts-bench"
 
 
-class CycledProducer:
-    """``n`` stored tiles cycling over the rendered ones (EXTRA channels derived from the RGB, if any)."""
-
-    def __init__(self, tiles: list[RawTile], n: int, extra: int) -> None:
-        self.tiles, self.n = tiles, n
-        if extra:
-            self.tiles = [
-                dataclasses.replace(t, extra=np.stack([t.rgb[i % 3].astype(np.float32) / 255 for i in range(extra)]))
-                for t in tiles
-            ]
-
-    def tile(self, i: int) -> RawTile:
-        t = self.tiles[i % len(self.tiles)]
-        return dataclasses.replace(t, tile_id=f"t{i:06d}", source_index=i)
-
-    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
-        tiles = [self.tile(i) for i in range(start, stop)]
-        yield tiles, [KIND_CODES["positive" if t.n_objects else "negative"] for t in tiles]
+def with_extra(tiles: list[RawTile], extra: int) -> list[RawTile]:
+    """The tiles with ``extra`` EXTRA channels derived from their RGB (none: unchanged)."""
+    if not extra:
+        return tiles
+    return [
+        dataclasses.replace(t, extra=np.stack([t.rgb[i % 3].astype(np.float32) / 255 for i in range(extra)]))
+        for t in tiles
+    ]
 
 
 def write_config_store(path: Path, n: int, unique: int, extra: int) -> None:
@@ -96,7 +87,7 @@ def write_config_store(path: Path, n: int, unique: int, extra: int) -> None:
         dataset_version="bench",
     )
     attrs.update({"config": {}, "config_hash": "bench", "seed": 0, "shard_tiles": 32})
-    write_store(CycledProducer(tiles, n, extra), layout, path, attrs, overwrite=True)
+    write_store(CycledProducer(with_extra(tiles, extra), n), layout, path, attrs, overwrite=True)
 
 
 def main() -> None:
