@@ -263,7 +263,7 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
     from rtscore.data.geotiff import ingest_geotiffs
     from rtscore.data.normalization import compute_normalization_stats
     from rtscore.inference.numerics import predict_logits, prepare_model
-    from rtscore.inference.predict import load_package
+    from rtscore.inference.predict import DEFAULT_BATCH, load_package
     from rtscore.models import load_model
     from tests.data.test_geotiff import two_band_root
     from tests.helpers import tiny_pipeline_config
@@ -294,9 +294,11 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
         assert extra is not None
         image = pkg.input_transform(rgb, extra, valid_in.astype(np.uint8))
         np.testing.assert_array_equal(image, item["image"].numpy())  # the one input transform
+        batch = torch.zeros((DEFAULT_BATCH, *item["image"].shape))  # at predict's batch shape (padded with zeros)
+        batch[0] = item["image"]
         with torch.inference_mode():
             z = predict_logits(
-                model, item["image"][None], tta=dep.tta, scales=dep.scales, fusion=dep.fusion, precision=dep.precision
+                model, batch, tta=dep.tta, scales=dep.scales, fusion=dep.fusion, precision=dep.precision
             ) / float(dep.temperature)  # type: ignore[arg-type]
         ref = torch.sigmoid(z)[0].numpy()
         out = predict_raster(pkg, rgb_tif, tmp_path / "out", stride=TILE)
@@ -310,13 +312,15 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
 
 
 class CountingModel:
-    """A model wrapper that counts the windows it is called on."""
+    """A model wrapper that counts the windows it is called on (not the all-zero padding of a batch) and records
+    the batch sizes."""
 
     def __init__(self, model: object) -> None:
-        self.model, self.windows = model, 0
+        self.model, self.windows, self.batch_sizes = model, 0, set[int]()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        self.windows += x.shape[0]
+        self.windows += int((x.flatten(1).abs().sum(1) > 0).sum())
+        self.batch_sizes.add(x.shape[0])
         return self.model(x)  # type: ignore[operator]
 
 
@@ -327,7 +331,7 @@ def test_full_nodata_windows_are_skipped_and_logged(
     import json
     import logging
 
-    from rtscore.inference.predict import load_package
+    from rtscore.inference.predict import DEFAULT_BATCH, load_package
 
     rng = np.random.default_rng(7)
     rgba = random_rgba(rng, 2 * TILE, 2 * TILE)
@@ -339,6 +343,7 @@ def test_full_nodata_windows_are_skipped_and_logged(
     with caplog.at_level(logging.INFO, logger="rtscore.inference.predict"):
         out = predict_raster(pkg, write_raster(tmp_path / "s.tif", rgba), tmp_path / "out", stride=TILE)
     assert counter.windows == 3 * 2  # three windows, two TTA passes each ('minimal')
+    assert counter.batch_sizes == {DEFAULT_BATCH}  # every call at one batch shape, padded
     assert out.windows == 4 and out.skipped_windows == 1
     manifest = json.loads(out.manifest.read_text())
     assert manifest["skipped_full_nodata"] == [[TILE, 0]] and manifest["windows_run"] == 3
@@ -386,8 +391,10 @@ def test_predict_defaults_to_the_gpu_when_there_is_one(
 
 # --------------------------------------------------------------------------- bounded memory (issue 12)
 def whole_raster_reference(pkg: Any, rgba: np.ndarray, stride: int, batch_size: int = 8) -> np.ndarray:
-    """The fusion as it was before windowed reads: the whole raster normalised and accumulated at once."""
-    from rtscore.inference.predict import window_probabilities, window_starts, window_weights
+    """The fusion as it was before windowed reads: the whole raster normalised and accumulated at once, every model
+    call at predict's one batch shape (the last batch padded with zeros)."""
+    from rtscore.inference.predict import window_probabilities, window_starts
+    from rtscore.inference.stream import window_weights
 
     tile = pkg.tile_size
     image = pkg.input_transform(rgba[:3], None, rgba[3])
@@ -399,7 +406,8 @@ def whole_raster_reference(pkg: Any, rgba: np.ndarray, stride: int, batch_size: 
     for i in range(0, len(run), batch_size):
         chunk = run[i : i + batch_size]
         batch = np.stack([image[:, y : y + tile, x : x + tile] for y, x in chunk])
-        for (y, x), p in zip(chunk, window_probabilities(pkg, batch), strict=True):
+        batch = np.concatenate([batch, np.zeros((batch_size - len(chunk), *batch.shape[1:]), batch.dtype)])
+        for (y, x), p in zip(chunk, window_probabilities(pkg, batch), strict=False):  # the padding is dropped
             acc[y : y + tile, x : x + tile] += weight * p
             norm[y : y + tile, x : x + tile] += weight
     prob = np.divide(acc, norm, out=np.zeros_like(acc), where=norm > 0).astype(np.float32)
@@ -415,7 +423,8 @@ def test_windowed_rolling_fusion_equals_the_whole_raster_fusion(
     tile, with a NoData block that skips windows: the maps equal the whole-raster fusion bit for bit, and no read
     is larger than a window."""
     from rtscore.data.bands import CheckedRaster
-    from rtscore.inference.predict import OUT_BLOCK, load_package
+    from rtscore.inference.predict import load_package
+    from rtscore.inference.stream import OUT_BLOCK
 
     rng = np.random.default_rng(11)
     h, w = 2 * OUT_BLOCK + 3 * TILE + 17, TILE + 29
@@ -449,7 +458,8 @@ def test_windowed_rolling_fusion_equals_the_whole_raster_fusion(
 
 
 def test_the_fusion_band_is_bounded_by_tile_and_block_rows() -> None:
-    from rtscore.inference.predict import OverlapFusion, window_starts
+    from rtscore.inference.predict import window_starts
+    from rtscore.inference.stream import OverlapFusion
 
     fusion = OverlapFusion(10_000, 300, TILE, 256)
     assert fusion.acc.shape == (256 + TILE, 300)
@@ -465,7 +475,8 @@ def test_the_fusion_band_is_bounded_by_tile_and_block_rows() -> None:
 
 def test_a_failure_mid_raster_leaves_no_file_behind(package: Path, tmp_path: Path) -> None:
     """The model fails after rows were written: no map, no temporary file, no manifest is left."""
-    from rtscore.inference.predict import OUT_BLOCK, load_package
+    from rtscore.inference.predict import load_package
+    from rtscore.inference.stream import OUT_BLOCK
 
     pkg = load_package(package, device="cpu")
     calls = 0

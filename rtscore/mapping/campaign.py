@@ -3,11 +3,11 @@ then the campaign's objects, footprint index and summary (docs/mapping.md, "Runn
 
 Per scene (:func:`run_chunk`): the scene is opened and checked against the package's raster contract; a scene
 without one valid pixel (the contract's NoData rule, read block by block and stopped at the first valid pixel) is
-``skipped-full-nodata`` without inference; every other one goes through
-:func:`rtscore.inference.predict.predict_raster` (the code of ``rts predict``: same windows, numerics, COGs) into
-``<output>/scenes/<scene_id>/``. Any failure of one scene is recorded as ``failed`` with its reason and the chunk goes
-on. The GPU fan-out of chunks (``map-chunk`` flow runs) is not here: :func:`run_campaign` runs the chunks in this
-process, one after the other.
+``skipped-full-nodata`` without inference; every other one goes through :mod:`rtscore.inference.stream` (the engine
+of ``rts predict``: same windows, numerics, COGs; the chunk's scenes share batches, and reading, inference and
+writing overlap) into ``<output>/scenes/<scene_id>/``. Any failure of one scene is recorded as ``failed`` with its
+reason and the chunk goes on. The GPU fan-out of chunks (``map-chunk`` flow runs) is not here: :func:`run_campaign`
+runs the chunks in this process, one after the other.
 """
 
 from __future__ import annotations
@@ -19,23 +19,26 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rtscore.data.bands import open_checked
+from rtscore.data.bands import CheckedRaster, open_checked
 from rtscore.data.ground import ground_pixel_area_m2
 from rtscore.errors import PipelineError
 from rtscore.inference.drift import drift_report
 from rtscore.inference.predict import (
+    DEFAULT_BATCH,
     EXTRA_SUFFIX,
     MANIFEST_SUFFIX,
     LoadedPackage,
     extra_input,
-    gdal_env,
     load_package,
-    predict_raster,
+    window_model,
+    write_manifest,
 )
+from rtscore.inference.stream import JobOutcome, RasterJob, gdal_env, run_stream
 from rtscore.mapping.campaign_log import (
     CampaignError,
     CampaignLog,
@@ -123,26 +126,39 @@ def run_chunk(
     *,
     package_id: str | None = None,
     stride: int | None = None,
+    batch_size: int = DEFAULT_BATCH,
 ) -> list[SceneRecord]:
     """Map the scenes of one chunk that the log does not have as complete (:func:`~campaign_log.plan`) and append
     one record per scene to ``log``: ``done``, ``skipped-full-nodata`` or ``failed`` (a failing scene never stops the
-    chunk). Returns the records appended."""
+    chunk). Returns the records appended.
+
+    The scenes go through one window stream (:mod:`rtscore.inference.stream`): while one scene's windows are read,
+    the model runs on batches that hold the windows of the scene before it, and the one before that is written,
+    vectorised and recorded. Every model call has one batch shape, so each scene's outputs are those of ``rts
+    predict`` on it alone, bit for bit. A record's ``seconds`` is the chunk time since the previous record (the
+    stages overlap, so the records' seconds add up to the chunk's wall time).
+    """
     pkg = package if isinstance(package, LoadedPackage) else load_package(package)
     pid = package_id or package_sha256(pkg.path)
     _local_output(output)
+    model = window_model(pkg, stride=stride, batch_size=batch_size)
     todo = plan(scenes, log.log.read(), pid)
-    records = []
-    for scene in todo:
-        start = time.perf_counter()
+    records: list[SceneRecord] = []
+    clock = [time.perf_counter()]
+
+    def on_outcome(outcome: JobOutcome) -> None:
+        scene: Scene = outcome.job.key
+        now = time.perf_counter()
+        seconds, clock[0] = now - clock[0], now
         try:
-            if scene.uri.startswith(GS):
-                raise CampaignError(f"{scene.uri}: gs:// scenes are not read yet; copy them to a local directory")
-            src = Path(scene.uri)
-            if not has_valid_pixel(pkg, src):
-                record = SceneRecord.now(scene, pid, "skipped-full-nodata", seconds=time.perf_counter() - start)
+            if outcome.status == "failed":
+                raise outcome.error or RuntimeError("failed without an error")
+            if outcome.status == "nothing":
+                record = SceneRecord.now(scene, pid, "skipped-full-nodata", seconds=seconds)
             else:
+                assert outcome.result is not None
                 outs = scene_outputs(output, scene)
-                got = predict_raster(pkg, src, outs.dir, stride=stride, check_finite=False)  # checked just above
+                got = write_manifest(pkg, model, outcome.job, outcome.result, outs.manifest, scene.uri)
                 record = SceneRecord.now(
                     scene,
                     pid,
@@ -150,16 +166,38 @@ def run_chunk(
                     windows=got.windows - got.skipped_windows,
                     valid_pixels=got.valid_pixels,
                     positive_pixels=got.positive_pixels,
-                    seconds=time.perf_counter() - start,
+                    seconds=seconds,
                 )
         except Exception as err:  # one scene's failure is its record, not the chunk's end
             reason = _reason(scene, err)
             _log.warning("scene %s failed: %s", scene.scene_id, reason)
-            record = SceneRecord.now(scene, pid, "failed", reason=reason, seconds=time.perf_counter() - start)
-        log.append(record)
+            record = SceneRecord.now(scene, pid, "failed", reason=reason, seconds=seconds)
+        log.append(record)  # the commit point; a log that cannot be written stops the chunk
         records.append(record)
         _log.info("scene %s: %s (%.1f s)", scene.scene_id, record.status, record.seconds)
+
+    run_stream(model, [scene_job(pkg, output, s) for s in todo], on_outcome)
     return records
+
+
+def scene_job(pkg: LoadedPackage, output: str | Path, scene: Scene) -> RasterJob:
+    """The stream job of one scene: opened in the read thread, where a scene without a valid pixel (block by block,
+    stopped at the first valid one) is ``nothing`` to predict; otherwise checked against the package's contract as
+    ``rts predict`` does, its maps written under ``<output>/scenes/<scene_id>/``."""
+    outs = scene_outputs(output, scene)
+
+    def open_scene(stack: ExitStack) -> CheckedRaster | None:
+        if scene.uri.startswith(GS):
+            raise CampaignError(f"{scene.uri}: gs:// scenes are not read yet; copy them to a local directory")
+        src = Path(scene.uri)
+        if not has_valid_pixel(pkg, src):
+            return None
+        outs.dir.mkdir(parents=True, exist_ok=True)
+        extra = extra_input(pkg.binding, src, None)
+        # has_valid_pixel checked the contract and scanned EXTRA for undeclared NaN/inf already
+        return stack.enter_context(open_checked(pkg.contract, pkg.binding, src, extra, check_finite=False))
+
+    return RasterJob(scene, open_scene, outs.prob, outs.mask)
 
 
 def drop_extra_siblings(scenes: Sequence[Scene]) -> list[Scene]:

@@ -15,7 +15,7 @@ from rasterio.transform import Affine
 
 from rtscore.data.ground import WEB_MERCATOR_RADIUS_M
 from rtscore.errors import PipelineError
-from rtscore.inference.predict import MASK_NODATA, PROB_NODATA
+from rtscore.inference.stream import MASK_NODATA, PROB_NODATA
 from rtscore.mapping.polygons import (
     PolygonsError,
     merge_parts,
