@@ -24,7 +24,7 @@ from rtscore.storage import absolute_location as absolute
 
 GS_SUPPORT = (
     "gs:// is taken by --run of rts data, train, run, calibrate, evaluate-test and package build, and by "
-    "--data-root of rts generate --source geotiff"
+    "--data-root of rts generate --source geotiff, and by --input and --output of rts map"
 )
 
 
