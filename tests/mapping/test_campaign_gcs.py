@@ -163,3 +163,26 @@ def test_the_campaign_end_reads_parts_files_not_rasters(
 def test_rts_map_takes_a_gs_output() -> None:
     args = parser().parse_args(["map", "--package", "p", "--input", "gs://b-1/in", "--output", "gs://b-1/out"])
     assert args.output == "gs://b-1/out"
+
+
+def test_a_scene_is_recorded_done_only_after_all_its_files_are_published(
+    package: Path, gs_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rtscore.storage.errors import StorageError
+
+    scenes = [s for s in list_scenes(write_scenes(tmp_path / "in")) if s.scene_id == "a"]
+    out = f"{gs_root}/out"
+    real = CampaignRoot.publish
+
+    def failing(self: CampaignRoot, paths: list[Path]) -> None:
+        real(self, paths[:2])  # some objects land, then the "worker" loses the bucket
+        raise StorageError("upload of the manifest failed: connection reset")
+
+    monkeypatch.setattr(CampaignRoot, "publish", failing)
+    (record,) = run_chunk(package, scenes, out, CampaignLog(out).writer(0), package_id="p" * 64)
+    assert record.status == "failed" and "connection reset" in (record.reason or "")
+    monkeypatch.setattr(CampaignRoot, "publish", real)
+    (record,) = run_chunk(package, scenes, out, CampaignLog(out).writer(1), package_id="p" * 64)
+    assert record.status == "done"  # re-mapped: the half-published scene had no done record
+    o = scene_outputs(CampaignRoot(out), scenes[0])
+    assert download(f"{out}/scenes/a/{o.parts.name}") == o.parts.read_bytes()
