@@ -24,7 +24,7 @@ from rtscore.storage import absolute_location as absolute
 
 GS_SUPPORT = (
     "gs:// is taken by --run of rts data, train, run, calibrate, evaluate-test and package build, and by "
-    "--data-root of rts generate --source geotiff"
+    "--data-root of rts generate --source geotiff, and by --input and --output of rts map"
 )
 
 
@@ -326,11 +326,11 @@ def _drift(args: argparse.Namespace) -> int:
 
 def _map(args: argparse.Namespace) -> int:
     """`rts map`: a mapping campaign in process (rtscore.mapping.campaign); 1 when scenes failed (re-run retries)."""
-    from rtscore.mapping.campaign import SUMMARY_MD, run_campaign
+    from rtscore.mapping.campaign import SUMMARY_MD, CampaignRoot, run_campaign
 
     s = run_campaign(args.package, args.input, args.output, args.chunk_size, allow_drift=args.allow_drift)
     print(f"{s['done']} done, {s['skipped_full_nodata']} skipped (full NoData), {s['failed']} failed of {s['scenes']}")
-    print(f"wrote {Path(args.output) / SUMMARY_MD}; log {s['log']}")
+    print(f"wrote {CampaignRoot(args.output).uri_of(SUMMARY_MD)}; log {s['log']}")
     return 1 if s["failed"] else 0
 
 
@@ -608,7 +608,12 @@ def parser() -> argparse.ArgumentParser:
     mp = sub.add_parser("map", help="map a region: a resumable campaign of rts predict over many scenes, objects")
     mp.add_argument("--package", type=_local_path, required=True, help="deployment package directory")
     mp.add_argument("--input", required=True, help="directory of GeoTIFF scenes, gs://bucket/prefix or scene list CSV")
-    mp.add_argument("--output", type=_local_output, required=True, help="campaign directory (log, scenes, objects)")
+    mp.add_argument(
+        "--output",
+        type=_run_location,
+        required=True,
+        help="campaign directory or gs://bucket/prefix (log, scenes, objects)",
+    )
     mp.add_argument("--chunk-size", type=int, default=50, help="scenes per chunk (default 50)")
     mp.add_argument("--allow-drift", action="store_true", help="map even when the drift check finds a blocker")
     mp.set_defaults(func=_map)

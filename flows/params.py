@@ -225,8 +225,8 @@ class MapCampaignParams(BaseModel):
     )
     output: str = Field(
         ...,
-        description="Campaign output root (a local directory seen by every worker): scenes/, log/, objects.gpkg, "
-        "index.geojson, summary.md. A re-run resumes from its log.",
+        description="Campaign output root: a gs://bucket/prefix, or a local directory seen by every worker: "
+        "scenes/, log/, objects.gpkg, index.geojson, summary.md. A re-run resumes from its log.",
     )
     device: str = Field("auto", description="Inference device: auto (CUDA when available), cpu, cuda or cuda:N.")
 

@@ -12,6 +12,7 @@ runs the chunks in this process, one after the other.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,13 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from rtscore.data.bands import CheckedRaster, open_checked
-from rtscore.data.ground import ground_pixel_area_m2
 from rtscore.errors import PipelineError
 from rtscore.inference.drift import drift_report
 from rtscore.inference.predict import (
     DEFAULT_BATCH,
     EXTRA_SUFFIX,
-    MANIFEST_SUFFIX,
     LoadedPackage,
     extra_input,
     load_package,
@@ -51,13 +50,21 @@ from rtscore.mapping.campaign_log import (
     plan,
     summarize,
 )
-from rtscore.mapping.polygons import merge_parts, scene_parts, write_objects
+from rtscore.mapping.outputs import (
+    SCENES_DIR,
+    CampaignRoot,
+    SceneOutputs,
+    finish_scene,
+    read_scene_parts,
+    scene_outputs,
+    staged_input,
+)
+from rtscore.mapping.polygons import merge_parts, write_objects
 from rtscore.package.format import SUMS
 from rtscore.storage import atomic_write_json, atomic_write_text
-from rtscore.storage.files import sha256_file
+from rtscore.storage.files import os_errors, sha256_file
 from rtscore.storage.gcs import GS
 
-SCENES_DIR = "scenes"  # <output>/scenes/<scene_id>/: rts predict's outputs of one scene
 DRIFT_DIR = "drift"  # <output>/drift/: the drift report of the campaign's sample
 OBJECTS_FILE = "objects.gpkg"
 INDEX_FILE = "index.geojson"
@@ -67,6 +74,8 @@ DRIFT_SAMPLE = 8  # scenes the drift check reads
 DEFAULT_CHUNK_SIZE = 50
 
 _log = logging.getLogger(__name__)
+
+__all__ = ["SCENES_DIR", "CampaignRoot", "SceneOutputs", "scene_outputs"]  # re-exported from outputs.py
 
 
 def package_sha256(package_dir: str | Path) -> str:
@@ -80,22 +89,6 @@ def package_sha256(package_dir: str | Path) -> str:
     files = sorted(p for p in pkg.iterdir() if p.is_file() and p.name != SUMS and not p.name.startswith("."))
     text = "".join(f"{sha256_file(p)}  {p.name}\n" for p in files)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class SceneOutputs:
-    """Where one scene's outputs are: ``rts predict``'s names under ``<output>/scenes/<scene_id>/``."""
-
-    dir: Path
-    prob: Path
-    mask: Path
-    manifest: Path
-
-
-def scene_outputs(output: str | Path, scene: Scene) -> SceneOutputs:
-    d = Path(output) / SCENES_DIR / scene.scene_id
-    stem = Path(scene.uri).stem  # predict_raster names its outputs after the input's stem
-    return SceneOutputs(d, d / f"{stem}_prob.tif", d / f"{stem}_mask.tif", d / f"{stem}{MANIFEST_SUFFIX}")
 
 
 def has_valid_pixel(pkg: LoadedPackage, path: Path) -> bool:
@@ -115,13 +108,15 @@ def _reason(scene: Scene, err: Exception) -> str:
     text = str(err) if isinstance(err, PipelineError) else f"{type(err).__name__}: {err}"
     if err.__cause__ is not None and not isinstance(err, PipelineError):  # GDAL's own words (rasterio chains them)
         text += f" ({type(err.__cause__).__name__}: {err.__cause__})"
-    return text if Path(scene.uri).name in text else f"{scene.uri}: {text}"
+    if scene.uri in text or (not scene.uri.startswith(GS) and Path(scene.uri).name in text):
+        return text
+    return f"{scene.uri}: {text}"  # a gs:// scene's messages name its staged copy: name the object too
 
 
 def run_chunk(
     package: str | Path | LoadedPackage,
     scenes: Sequence[Scene],
-    output: str | Path,
+    output: str | Path | CampaignRoot,
     log: LogWriter,
     *,
     package_id: str | None = None,
@@ -132,15 +127,17 @@ def run_chunk(
     one record per scene to ``log``: ``done``, ``skipped-full-nodata`` or ``failed`` (a failing scene never stops the
     chunk). Returns the records appended.
 
-    The scenes go through one window stream (:mod:`rtscore.inference.stream`): while one scene's windows are read,
-    the model runs on batches that hold the windows of the scene before it, and the one before that is written,
-    vectorised and recorded. Every model call has one batch shape, so each scene's outputs are those of ``rts
-    predict`` on it alone, bit for bit. A record's ``seconds`` is the chunk time since the previous record (the
-    stages overlap, so the records' seconds add up to the chunk's wall time).
+    The scenes go through one window stream (:mod:`rtscore.inference.stream`): while one scene's windows are read
+    (a gs:// scene first downloaded, :func:`~rtscore.mapping.outputs.staged_input`), the model runs on batches that
+    hold the windows of the scene before it, and the one before that is written, vectorised and published
+    (:func:`~rtscore.mapping.outputs.finish_scene`) before its record is appended. Every model call has one batch
+    shape, so each scene's outputs are those of ``rts predict`` on it alone, bit for bit. A record's ``seconds`` is
+    the chunk time since the previous record (the stages overlap, so the records' seconds add up to the chunk's wall
+    time).
     """
     pkg = package if isinstance(package, LoadedPackage) else load_package(package)
     pid = package_id or package_sha256(pkg.path)
-    _local_output(output)
+    root = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     model = window_model(pkg, stride=stride, batch_size=batch_size)
     todo = plan(scenes, log.log.read(), pid)
     records: list[SceneRecord] = []
@@ -157,8 +154,9 @@ def run_chunk(
                 record = SceneRecord.now(scene, pid, "skipped-full-nodata", seconds=seconds)
             else:
                 assert outcome.result is not None
-                outs = scene_outputs(output, scene)
+                outs = scene_outputs(root, scene)
                 got = write_manifest(pkg, model, outcome.job, outcome.result, outs.manifest, scene.uri)
+                finish_scene(root, scene, outs)  # all of the scene's files published before its record
                 record = SceneRecord.now(
                     scene,
                     pid,
@@ -176,20 +174,19 @@ def run_chunk(
         records.append(record)
         _log.info("scene %s: %s (%.1f s)", scene.scene_id, record.status, record.seconds)
 
-    run_stream(model, [scene_job(pkg, output, s) for s in todo], on_outcome)
+    run_stream(model, [scene_job(pkg, root, s) for s in todo], on_outcome)
     return records
 
 
-def scene_job(pkg: LoadedPackage, output: str | Path, scene: Scene) -> RasterJob:
+def scene_job(pkg: LoadedPackage, root: CampaignRoot, scene: Scene) -> RasterJob:
     """The stream job of one scene: opened in the read thread, where a scene without a valid pixel (block by block,
     stopped at the first valid one) is ``nothing`` to predict; otherwise checked against the package's contract as
-    ``rts predict`` does, its maps written under ``<output>/scenes/<scene_id>/``."""
-    outs = scene_outputs(output, scene)
+    ``rts predict`` does, its maps written under ``<output>/scenes/<scene_id>/`` (staged locally for a gs:// root).
+    A gs:// scene is downloaded for the time it is read (:func:`~rtscore.mapping.outputs.staged_input`)."""
+    outs = scene_outputs(root, scene)
 
     def open_scene(stack: ExitStack) -> CheckedRaster | None:
-        if scene.uri.startswith(GS):
-            raise CampaignError(f"{scene.uri}: gs:// scenes are not read yet; copy them to a local directory")
-        src = Path(scene.uri)
+        src = stack.enter_context(staged_input(scene, bool(pkg.binding.extra_bands), root.cache_dir))
         if not has_valid_pixel(pkg, src):
             return None
         outs.dir.mkdir(parents=True, exist_ok=True)
@@ -207,26 +204,37 @@ def drop_extra_siblings(scenes: Sequence[Scene]) -> list[Scene]:
     return [s for s in scenes if not (s.scene_id.endswith(EXTRA_SUFFIX) and s.scene_id[: -len(EXTRA_SUFFIX)] in ids)]
 
 
-def drift_sample(pkg: LoadedPackage, scenes: Sequence[Scene], n: int = DRIFT_SAMPLE) -> list[Path]:
-    """Up to ``n`` local scenes spread evenly over the (sorted) list that open under the package's contract, read
-    whole without error and hold valid pixels. A scene that does not (corrupt, wrong bands, full NoData) is left to
-    fail or be skipped on its own when mapped, not to block the campaign; the sample is read twice (here, then by the
-    drift report), a small cost next to a campaign."""
-    local = [s for s in scenes if not s.uri.startswith(GS)]
-    if not local:
+def drift_sample(
+    pkg: LoadedPackage,
+    scenes: Sequence[Scene],
+    stack: contextlib.ExitStack[bool | None],
+    n: int = DRIFT_SAMPLE,
+    *,
+    cache_dir: Path | None = None,
+) -> list[Path]:
+    """Up to ``n`` scenes spread evenly over the (sorted) list that open under the package's contract, read whole
+    without error and hold valid pixels, as local paths: gs:// scenes are staged as for mapping
+    (:func:`~rtscore.mapping.outputs.staged_input`, pinned to their listed generation), the sampled ones kept until
+    ``stack`` closes, the others removed at once. A scene that does not qualify (corrupt, wrong bands, full NoData,
+    rewritten) is left to fail or be skipped on its own when mapped, not to block the campaign; the sample is read
+    twice (here, then by the drift report), a small cost next to a campaign."""
+    if not scenes:
         return []
-    step = max(1, len(local) // n)
-    order = local[::step] + [s for i, s in enumerate(local) if i % step]
+    step = max(1, len(scenes) // n)
+    order = list(scenes[::step]) + [s for i, s in enumerate(scenes) if i % step]
+    extra = bool(pkg.binding.extra_bands)
     picked: list[Path] = []
     for s in order:
         if len(picked) == n:
             break
-        path = Path(s.uri)
-        try:
-            if _readable_with_data(pkg, path):
-                picked.append(path)
-        except Exception as err:  # any unreadable scene just isn't sampled
-            _log.info("drift sample: %s left out (%s)", path.name, err)
+        with contextlib.ExitStack() as one:
+            try:
+                path = one.enter_context(staged_input(s, extra, cache_dir))
+                if _readable_with_data(pkg, path):
+                    picked.append(path)
+                    stack.push(one.pop_all())  # kept staged until the drift report has read it
+            except Exception as err:  # any unreadable scene just isn't sampled
+                _log.info("drift sample: %s left out (%s)", s.uri, err)
     return picked
 
 
@@ -239,22 +247,29 @@ def _readable_with_data(pkg: LoadedPackage, path: Path) -> bool:
     return found
 
 
-def check_drift(pkg: LoadedPackage, scenes: Sequence[Scene], output: Path, *, allow_drift: bool) -> dict[str, Any]:
-    """``rts drift`` on a sample of the scenes (:func:`drift_sample`), report in ``<output>/drift/``; a blocker (or a
-    sample on which drift cannot be measured) refuses the campaign unless ``allow_drift``."""
-    sample = drift_sample(pkg, scenes)
-    where = output / DRIFT_DIR
+def check_drift(
+    pkg: LoadedPackage, scenes: Sequence[Scene], output: str | Path | CampaignRoot, *, allow_drift: bool
+) -> dict[str, Any]:
+    """``rts drift`` on a sample of the scenes (:func:`drift_sample`), report in ``<output>/drift/`` (published for
+    a gs:// output); a blocker (or a sample on which drift cannot be measured) refuses the campaign unless
+    ``allow_drift``."""
+    root = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
+    where = root.local / DRIFT_DIR
     try:
-        if not sample:
-            raise CampaignError("no scene of the campaign opens under the package's raster contract")
-        report = drift_report(pkg.path, sample, where)
+        with contextlib.ExitStack() as stack:
+            sample = drift_sample(pkg, scenes, stack, cache_dir=root.cache_dir)
+            if not sample:
+                raise CampaignError("no scene of the campaign opens under the package's raster contract")
+            report = drift_report(pkg.path, sample, where)
+        root.publish(sorted(p for p in where.rglob("*") if p.is_file()))
+        where_text = root.uri_of(DRIFT_DIR)
     except PipelineError as err:
         if allow_drift:
             _log.warning("drift check could not run (%s); mapping anyway (--allow-drift)", err)
             return {"ok": None, "error": str(err)}
         raise CampaignError(f"drift check could not run on {len(sample)} sampled scene(s): {err}") from None
     if not report["ok"]:
-        text = f"input drift on {', '.join(report['blockers'])} (report: {where})"
+        text = f"input drift on {', '.join(report['blockers'])} (report: {where_text})"
         if not allow_drift:
             raise CampaignError(f"campaign refused: {text}; map anyway with --allow-drift")
         _log.warning("%s; mapping anyway (--allow-drift)", text)
@@ -270,18 +285,12 @@ class CampaignPlan:
     package_sha256: str
     scenes: list[Scene]
     chunks: list[list[Scene]]
-    output: Path
+    output: CampaignRoot
     drift: dict[str, Any] | None
 
     @property
     def log(self) -> CampaignLog:
-        return CampaignLog(self.output)
-
-
-def _local_output(output: str | Path) -> Path:
-    if str(output).startswith(GS):
-        raise CampaignError(f"campaign output {output}: gs:// outputs are not supported yet; give a local directory")
-    return Path(output)
+        return self.output.log()
 
 
 def prepare_campaign(
@@ -296,8 +305,9 @@ def prepare_campaign(
 ) -> CampaignPlan:
     """List the scenes (without the EXTRA rasters of other scenes), load the package, check drift on a sample
     (:func:`check_drift`) and split the scenes into chunks of ``chunk_size``."""
-    out = _local_output(output)
-    out.mkdir(parents=True, exist_ok=True)
+    out = CampaignRoot(output)
+    with os_errors("create", out.local):
+        out.local.mkdir(parents=True, exist_ok=True)
     scenes = drop_extra_siblings(list_scenes(input))
     pkg = load_package(package, device=device)
     pid = package_sha256(pkg.path)
@@ -348,17 +358,19 @@ def run_campaign(
 def write_campaign_outputs(
     scenes: Sequence[Scene],
     log: CampaignLog,
-    out: Path,
+    output: str | Path | CampaignRoot,
     pid: str,
     *,
     drift: dict[str, Any] | None = None,
     wall_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
-    summary.md / summary.json from the log."""
+    summary.md / summary.json from the log and the done scenes' parts files (no raster is read; for a gs:// output
+    the parts files are downloaded, the campaign files written locally and uploaded)."""
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
 
+    out = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     records = log.read()
     summary = summarize(scenes, records, pid)
     last = latest(records)
@@ -367,10 +379,10 @@ def write_campaign_outputs(
     parts, features, ground_m2 = [], [], 0.0
     for s in done:
         o = scene_outputs(out, s)
-        sp = scene_parts(o.mask, o.prob, s.scene_id)
+        sp, pixel_m2 = read_scene_parts(out, s)
         parts.append(sp)
-        ground_m2 += last[s.scene_id].valid_pixels * _ground_pixel_m2(o.mask)
-        rel = {k: str(getattr(o, k).relative_to(out)) for k in ("prob", "mask", "manifest")}
+        ground_m2 += last[s.scene_id].valid_pixels * pixel_m2
+        rel = {k: out.rel(getattr(o, k)) for k in ("prob", "mask", "manifest", "parts")}
         features.append(
             {
                 "type": "Feature",
@@ -381,10 +393,10 @@ def write_campaign_outputs(
     objects: list[Any] = []
     if parts:
         crs, objects = merge_parts(parts)
-        write_objects(out / OBJECTS_FILE, objects, crs)
+        out.publish([write_objects(out.path(OBJECTS_FILE), objects, crs)])
     else:
-        (out / OBJECTS_FILE).unlink(missing_ok=True)  # no done scene: no objects layer (not a stale one)
-    atomic_write_text(out / INDEX_FILE, json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
+        out.delete(OBJECTS_FILE)  # no done scene: no objects layer (not a stale one)
+    atomic_write_text(out.path(INDEX_FILE), json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
     seconds = sum(last[s.scene_id].seconds for s in done)
     km2 = ground_m2 / 1e6
     data: dict[str, Any] = {
@@ -397,20 +409,14 @@ def write_campaign_outputs(
         "km2_per_second": km2 / seconds if seconds > 0 else None,
         "wall_seconds_this_run": wall_seconds,
         "drift_ok": None if drift is None else drift.get("ok"),
-        "log": str(log.local_dir()),
+        "log": log.uri(),
         "objects_file": OBJECTS_FILE if parts else None,
         "index_file": INDEX_FILE,
     }
-    atomic_write_json(out / SUMMARY_JSON, data)
-    atomic_write_text(out / SUMMARY_MD, render_summary(data))
+    atomic_write_json(out.path(SUMMARY_JSON), data)
+    atomic_write_text(out.path(SUMMARY_MD), render_summary(data))
+    out.publish([out.path(INDEX_FILE), out.path(SUMMARY_JSON), out.path(SUMMARY_MD)])
     return data
-
-
-def _ground_pixel_m2(mask: Path) -> float:
-    import rasterio
-
-    with rasterio.open(mask) as src:
-        return ground_pixel_area_m2(src.crs, src.transform, src.height, src.width, what=str(mask))
 
 
 def render_summary(data: dict[str, Any]) -> str:

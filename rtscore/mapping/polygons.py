@@ -34,7 +34,7 @@ from rtscore.config.post_training import EvaluationConfig
 from rtscore.data.ground import ground_pixel_area_m2, projected_crs
 from rtscore.errors import PipelineError
 from rtscore.metrics.objects import EIGHT_CONNECTED
-from rtscore.storage.files import os_errors
+from rtscore.storage.files import atomic_write_text, os_errors
 
 OBJECTS_LAYER = "rts_objects"
 FORMATS = {"gpkg": "GPKG", "parquet": "Parquet"}  # --format -> OGR driver
@@ -166,6 +166,89 @@ def vectorise_scene(
     )
     pixel_size = math.sqrt(abs(transform.a * transform.e))
     return SceneParts(scene_id=scene_id, crs=crs, pixel_size=pixel_size, footprint=_valid(footprint), parts=parts)
+
+
+PARTS_SUFFIX = "_parts.json"  # <stem>_parts.json next to a scene's rts predict outputs
+PARTS_SCHEMA = 1
+
+
+def parts_json(sp: SceneParts, ground_pixel_m2: float) -> str:
+    """A scene's parts as the text of its parts file (docs/mapping.md, "Parts files"): CRS as WKT, geometries as
+    hex WKB (IEEE doubles as they are: the round trip is exact, where WKT prints decimals), statistics as JSON
+    numbers (Python's shortest repr: exact for floats), and the ground area of one pixel (m²) for the summary."""
+    import shapely
+    from rasterio.crs import CRS
+
+    data = {
+        "schema_version": PARTS_SCHEMA,
+        "scene_id": sp.scene_id,
+        "crs": CRS.from_user_input(sp.crs).to_wkt(),
+        "pixel_size": sp.pixel_size,
+        "ground_pixel_m2": ground_pixel_m2,
+        "footprint": shapely.to_wkb(sp.footprint, hex=True),
+        "parts": [
+            {
+                "geometry": shapely.to_wkb(p.geometry, hex=True),
+                "n_pixels": p.n_pixels,
+                "prob_sum": p.prob_sum,
+                "prob_max": p.prob_max,
+                "partial": p.partial,
+            }
+            for p in sp.parts
+        ],
+    }
+    return json.dumps(data, allow_nan=False) + "\n"
+
+
+def parts_from_json(text: str, what: str) -> tuple[SceneParts, float]:
+    """(parts, ground m² of one pixel) of a parts file's text (:func:`parts_json`); ``what`` names the file.
+
+    Raises:
+        PolygonsError: not a parts file of this schema (naming ``what`` and the problem).
+    """
+    import shapely
+    from rasterio.crs import CRS
+
+    try:
+        data = json.loads(text)
+        if data.get("schema_version") != PARTS_SCHEMA:
+            raise ValueError(f"schema_version {data.get('schema_version')!r}, expected {PARTS_SCHEMA}")
+        parts = [
+            ObjectPart(
+                scene_id=str(data["scene_id"]),
+                geometry=shapely.from_wkb(p["geometry"]),
+                n_pixels=int(p["n_pixels"]),
+                prob_sum=float(p["prob_sum"]),
+                prob_max=float(p["prob_max"]),
+                partial=bool(p["partial"]),
+            )
+            for p in data["parts"]
+        ]
+        sp = SceneParts(
+            scene_id=str(data["scene_id"]),
+            crs=CRS.from_wkt(data["crs"]),
+            pixel_size=float(data["pixel_size"]),
+            footprint=shapely.from_wkb(data["footprint"]),
+            parts=parts,
+        )
+        return sp, float(data["ground_pixel_m2"])
+    except Exception as err:  # JSON, keys, WKB or WKT: one message naming the file
+        raise PolygonsError(f"{what}: not a readable parts file ({type(err).__name__}: {err})") from None
+
+
+def write_parts(path: str | Path, sp: SceneParts, ground_pixel_m2: float) -> Path:
+    """Write :func:`parts_json` to ``path`` (temporary name, then renamed: never half a file)."""
+    final = Path(path)
+    atomic_write_text(final, parts_json(sp, ground_pixel_m2))
+    return final
+
+
+def read_parts(path: str | Path) -> tuple[SceneParts, float]:
+    """The parts file at ``path`` (:func:`parts_from_json`)."""
+    p = Path(path)
+    with os_errors("read", p):
+        text = p.read_text()
+    return parts_from_json(text, str(p))
 
 
 def _valid(geom: Any) -> Any:

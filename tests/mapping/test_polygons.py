@@ -243,3 +243,53 @@ def test_geoparquet_is_written_where_gdal_has_the_driver_else_refused_by_name(tm
         with pytest.raises(PolygonsError, match="no Parquet driver"):
             write_objects(out, objects, crs, fmt="parquet")
         assert list(tmp_path.glob("*.parquet")) == []
+
+
+def test_parts_file_round_trip_is_exact(tmp_path: Path) -> None:
+    from rtscore.mapping.polygons import read_parts, write_parts
+
+    drawn = shapely.Point(500_800.0, 6_999_600.0).buffer(250.0, quad_segs=64)
+    ring = (
+        shapely.Point(500_300.0, 6_999_700.0).buffer(60.0).difference(shapely.Point(500_300.0, 6_999_700.0).buffer(20))
+    )
+    nodata = np.zeros((400, 400), bool)
+    nodata[:, :30] = True  # the ring's part touches NoData: partial
+    scenes = []
+    for k, name in enumerate(("A", "B")):
+        t = Affine(2.0, 0.0, 500_000.0 + k * 800.0, 0.0, -2.0, 7_000_000.0)
+        positive = draw(drawn, t, (400, 400)) | draw(ring, t, (400, 400))
+        prob_arr = np.random.default_rng(k).uniform(0.5, 1.0, (400, 400))
+        scenes.append(parts_of(tmp_path, name, positive, prob_arr, t, UTM, nodata=nodata if k == 0 else None))
+    back = []
+    for sp in scenes:
+        path = write_parts(tmp_path / f"{sp.scene_id}_parts.json", sp, 3.5)
+        got, ground = read_parts(path)
+        assert ground == 3.5
+        assert (got.scene_id, got.crs, got.pixel_size) == (sp.scene_id, CRS.from_user_input(sp.crs), sp.pixel_size)
+        assert shapely.to_wkb(got.footprint) == shapely.to_wkb(sp.footprint)
+        assert len(got.parts) == len(sp.parts) > 0
+        for a, b in zip(got.parts, sp.parts, strict=True):
+            assert shapely.to_wkb(a.geometry) == shapely.to_wkb(b.geometry)  # bit for bit
+            assert (a.scene_id, a.n_pixels, a.prob_sum, a.prob_max, a.partial) == (
+                b.scene_id,
+                b.n_pixels,
+                b.prob_sum,
+                b.prob_max,
+                b.partial,
+            )
+        back.append(got)
+    assert any(p.partial for p in back[0].parts)
+    _, want = merge_parts(scenes)
+    _, got_objects = merge_parts(back)
+    assert [(o.n_pixels, o.prob_mean, o.area_m2, o.partial, shapely.to_wkb(o.geometry)) for o in got_objects] == [
+        (o.n_pixels, o.prob_mean, o.area_m2, o.partial, shapely.to_wkb(o.geometry)) for o in want
+    ]
+
+
+def test_a_broken_parts_file_is_named(tmp_path: Path) -> None:
+    from rtscore.mapping.polygons import read_parts
+
+    path = tmp_path / "x_parts.json"
+    path.write_text('{"schema_version": 1, "scene_id": "x"}')
+    with pytest.raises(PolygonsError, match="x_parts.json: not a readable parts file"):
+        read_parts(path)
