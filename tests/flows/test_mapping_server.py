@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import pytest
@@ -35,7 +35,7 @@ from tests.mapping.scenes import SceneSet, synth_tiles, write_scene_package, wri
 
 ZOMBIE_AFTER_S = 60  # the automation's `within`: 2 heartbeat periods (prefect.yaml: PREFECT_FLOWS_HEARTBEAT_FREQUENCY)
 CHUNK = 4  # 14 scenes: 4 chunks, the last one of 2
-LARGE = 2  # the first chunk's first scenes are 4x4-tile mosaics: seconds each, a window to kill the chunk mid-way
+LARGE = ("s01",)  # chunk 0's second scene is a 4x4-tile mosaic: once s00 is logged, seconds to kill the chunk mid-way
 MAP_CHUNK_KEY = "rts-pipeline/{parent}/map-chunk/"  # flows.fanout.idempotency_key's prefix for this stage
 
 
@@ -107,6 +107,7 @@ def _references(scenes: SceneSet, package: Path, out: Path) -> dict[str, tuple[b
 def test_a_campaign_whose_chunk_worker_is_killed_maps_every_scene_once_like_rts_predict(
     server: Server, tmp_path: Path
 ) -> None:
+    from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.states import AwaitingRetry
@@ -136,7 +137,8 @@ def test_a_campaign_whose_chunk_worker_is_killed_maps_every_scene_once_like_rts_
         "distributed": {"poll_interval_s": 1.0, "timeout_s": RUN_TIMEOUT_S, "max_attempts": 3},
     }
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
-        region = run_deployment("map-region/map-region", parameters={"params": params}, timeout=0)
+        # run_deployment is typed sync-or-async; called sync, it returns the FlowRun
+        region = cast(FlowRun, run_deployment("map-region/map-region", parameters={"params": params}, timeout=0))
 
     # Kill worker A while its chunk is mid-way: some of the chunk's scenes logged, not all.
     deadline = time.monotonic() + RUN_TIMEOUT_S

@@ -20,7 +20,7 @@ from rasterio.enums import ColorInterp
 from rasterio.transform import Affine
 
 from rtscore.config.binding import RasterContract
-from rtscore.config.generation import GenerationConfig
+from rtscore.config.generation import GenerationConfig, SyntheticConfig
 from rtscore.data.geotiff import CRS, RGB_DIR, tile_origin, write_synthetic_geotiffs
 from rtscore.data.normalization import NormalizationStats
 from rtscore.data.synthetic import PIXEL_SIZE_M
@@ -56,14 +56,14 @@ def synth_tiles(root: Path, n_tiles: int = 8, seed: int = 3) -> list[np.ndarray]
         split="test",
         tile_size=TILE,
         seed=seed,
-        synthetic={
-            "n_positive": n_pos,
-            "n_negative": n_tiles - n_pos,
-            "n_full_nodata": 0,
-            "regions": ["alpha tundra"],
-            "extra_channels": [],
-            "partial_nodata_probability": 0.0,
-        },
+        synthetic=SyntheticConfig(
+            n_positive=n_pos,
+            n_negative=n_tiles - n_pos,
+            n_full_nodata=0,
+            regions=["alpha tundra"],
+            extra_channels=[],
+            partial_nodata_probability=0.0,
+        ),
     )
     write_synthetic_geotiffs(cfg, root)
     tiles = []
@@ -109,13 +109,13 @@ def write_scene_set(
     *,
     n_valid: int = 12,
     grid: tuple[int, int] = (2, 2),
-    large: int = 0,
+    large: tuple[str, ...] = (),
     large_grid: tuple[int, int] = (4, 4),
     nodata_at: int = 6,
     corrupt_at: int = 10,
 ) -> SceneSet:
     """``n_valid`` mosaics plus a full-NoData and a corrupt scene under ``root``, ids ``s00``, ``s01``, ... in
-    campaign order. The first ``large`` valid ids get ``large_grid`` tiles (slower to map), the others ``grid``.
+    campaign order. The ids in ``large`` get ``large_grid`` tiles (slower to map), the others ``grid``.
     The NoData scene (alpha 0 throughout) has id number ``nodata_at``, the corrupt one (the first valid scene's
     file truncated to a third) ``corrupt_at``."""
     root.mkdir(parents=True)
@@ -127,7 +127,7 @@ def write_scene_set(
     for k, scene_id in enumerate(ids):
         if scene_id == corrupt:
             continue
-        g = large_grid if scene_id in valid[:large] else grid
+        g = large_grid if scene_id in large else grid
         grids[scene_id] = g
         data = write_mosaic(root / f"{scene_id}.tif", tiles, g, k, first=k)
         if scene_id == nodata:  # every pixel NoData: rewrite with alpha 0
