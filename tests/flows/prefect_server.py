@@ -148,3 +148,17 @@ def tree(client: Any, root: UUID) -> list[Any]:
         runs += children
         frontier = [c.id for c in children]
     return runs
+
+
+def kill_machine(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a worker and every process it started (its flow-run processes run in sessions of their own), all
+    at once: the VM is gone, and nothing is left to report the flow run's end."""
+    import psutil
+
+    worker = psutil.Process(proc.pid)
+    doomed = [worker, *worker.children(recursive=True)]
+    for p in doomed:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.send_signal(signal.SIGKILL)
+    psutil.wait_procs(doomed, timeout=30)
+    proc.wait(timeout=30)

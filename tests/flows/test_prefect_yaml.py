@@ -144,6 +144,16 @@ def test_pools_job_variables_schedule_and_concurrency() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(DEPLOYMENTS))
+def test_every_flow_run_beats_often_enough_for_the_zombie_automation(name: str) -> None:
+    """deployments/zombie_automation.py crashes a run with no event for --within seconds (90 by default, 60 in the
+    server tests) after a heartbeat. Prefect's default heartbeat is 180 s, so every pool's runs -- the CPU pool's
+    map-region and distributed rts-pipeline runs, which wait on their GPU children for minutes without another
+    event, too -- beat every 30 s (issue 14: a map-region run was crashed while its chunks ran)."""
+    env = DEPLOYMENTS[name]["work_pool"].get("job_variables", {}).get("env", {})
+    assert env.get("PREFECT_FLOWS_HEARTBEAT_FREQUENCY") == "30", f"{name}: job_variables.env heartbeat"
+
+
+@pytest.mark.parametrize("name", sorted(DEPLOYMENTS))
 def test_every_flow_run_starts_with_the_guides_hash_seed(name: str) -> None:
     """Guide §2.2: PYTHONHASHSEED 42, read by Python only at start-up: the job environment of the flow-run
     process sets it (process, Docker, Kubernetes and Vertex AI workers all take an `env` job variable)."""
