@@ -14,11 +14,13 @@ EPSG:3857 at 4.77 m near 70 N.
 (a) throughput: ``run_campaign`` (drift check off: only the mapping is timed, the summary's
     ``wall_seconds_this_run``) over ``--scenes`` scenes of ``--side`` px at predict's stride (half a tile) vs
     ``window_probabilities`` over the SAME windows, read and normalised beforehand, in the same batch size (8,
-    predict's), in the same process; interleaved ``--repeats`` times (order alternating), torch threads pinned
+    predict's), in the same process; after one untimed round of each, interleaved ``--repeats`` times (order
+    alternating), torch threads pinned
     (``--threads``) for both. Printed: windows/s and km²/s (ground, cos φ) of each, medians and [min-max], and
     the ratio campaign / bare (target >= 0.8 on CPU).
-(b) peak RSS: one campaign over a single scene of 1x, 4x and 16x the area (``--rss-side`` px and 2x, 4x its side)
-    in a fresh process each (``os.wait4``), ratios to the smallest.
+(b) peak RSS: one campaign over a single scene of 1x, 4x and 16x the area (``--rss-side`` px, default 1024: 9
+    windows, a full batch of 8; and 2x, 4x its side) in a fresh process each (``os.wait4``), ratios to the smallest.
+    A smaller 1x scene runs a shorter batch and so holds fewer activations: that is batch size, not scene size.
 (c) cost table at the guide's deployment scale (~7.5 M deployment-time decisions, read as 512 px tiles on the
     full-tile grid): windows at stride full vs half a tile, GPU-hours at the H200 inference rate quoted from the
     anchors (482 img/s, issue 13; not measured here) and CPU-hours at the rate measured in (a).
@@ -246,7 +248,9 @@ def throughput(pkg_dir: Path, scene_dir: Path, scenes: list[Path], work: Path, r
 
     pkg = load_package(pkg_dir, device="cpu" if not torch.cuda.is_available() else "auto")
     wins = read_windows(pkg, scenes)
-    window_probabilities(pkg, wins.batches[0])  # warm-up of the bare path (the campaign's first call warms its own)
+    # one untimed round of each (a campaign worker pays its process's first-call costs once per thousands of scenes)
+    window_probabilities(pkg, wins.batches[0])
+    run_campaign(pkg_dir, scene_dir, work / "campaign-warm-up", drift_check=False, device=str(pkg.device.type))
     sync = torch.cuda.synchronize if pkg.device.type == "cuda" else (lambda: None)
     rows: dict[str, list[float]] = {"campaign_wps": [], "bare_wps": [], "campaign_km2s": [], "bare_km2s": []}
     ratios: list[float] = []
@@ -357,7 +361,12 @@ def main() -> None:
     )
     p.add_argument("--scenes", type=int, default=2, help="scenes of (a)")
     p.add_argument("--side", type=int, default=1024, help="side of (a)'s scenes in px")
-    p.add_argument("--rss-side", type=int, default=512, help="side of (b)'s smallest scene (then 2x and 4x it)")
+    p.add_argument(
+        "--rss-side",
+        type=int,
+        default=1024,
+        help="side of (b)'s smallest scene (then 2x and 4x it); at least 2 tiles, so that its windows fill a batch",
+    )
     p.add_argument("--repeats", type=int, default=3, help="interleaved repetitions of (a)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, the same for both sides of (a) and in (b)")
     p.add_argument("--no-rss", action="store_true", help="skip (b)")
@@ -375,7 +384,7 @@ def main() -> None:
     import torch
 
     if a.quick:
-        a.model_config, a.scenes, a.side, a.repeats = QUICK_CONFIG, 1, 768, 1
+        a.model_config, a.scenes, a.side, a.rss_side, a.repeats = QUICK_CONFIG, 1, 768, 512, 1
     torch.set_num_threads(a.threads)
     from rtscore.config.pipeline import load_pipeline_config
 
