@@ -32,3 +32,4 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/calibration_memory_bench.py
 	$(BIN)/python bench/predict_memory_bench.py
 	$(BIN)/python bench/require_bench.py
+	$(BIN)/python bench/map_bench.py
