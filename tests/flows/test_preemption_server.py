@@ -11,10 +11,8 @@ to an uninterrupted run of the same seed (deterministic CPU).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -33,7 +31,7 @@ from rtscore.storage import CACHE_ENV, RunDir, RunLayout
 from rtscore.train import checkpoint as ckpt
 from tests.conftest import GCS_TEST_BUCKET
 from tests.flows.configs import tiny_training_config, write_config
-from tests.flows.prefect_server import ROOT, Server, start_server
+from tests.flows.prefect_server import ROOT, Server, kill_machine, start_server
 from tests.helpers import make_data_run
 
 SEED = 5
@@ -71,20 +69,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, gcs_emulator: str) -> Itera
         yield srv
     finally:
         srv.stop()
-
-
-def _kill_machine(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a worker and every process it started (its flow-run processes run in sessions of their own), all
-    at once: the VM is gone, and nothing is left to report the flow run's end."""
-    import psutil
-
-    worker = psutil.Process(proc.pid)
-    doomed = [worker, *worker.children(recursive=True)]
-    for p in doomed:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.send_signal(signal.SIGKILL)
-    psutil.wait_procs(doomed, timeout=30)
-    proc.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -143,7 +127,7 @@ def test_a_seed_whose_worker_is_killed_resumes_on_a_fresh_worker_bit_identically
         entry = RunLayout.RESUME_EPOCH.bind(seed=SEED)
         recorded = [rel for rel in run.read_manifest().artifacts if entry.match(rel)]
         time.sleep(0.2)
-    _kill_machine(worker_a)  # mid-training, after at least one recorded checkpoint: the VM vanishes
+    kill_machine(worker_a)  # mid-training, after at least one recorded checkpoint: the VM vanishes
 
     assert not cache_b.exists()
     server.env[CACHE_ENV] = str(cache_b)  # the retry lands on a worker with an empty local mirror
