@@ -19,6 +19,8 @@ from rtscore.errors import PipelineError
 INTERNAL: dict[str, str] = {
     "rtscore.storage.gcs.ManifestConflict": "retry signal of the manifest's read-modify-write loop, caught by "
     "the storage layer (HTTP 412 under concurrent writers)",
+    "rtscore.inference.stream._Stopped": "stop signal between the window stream's threads (another stage failed), "
+    "caught inside the stream; the stage's own error is what the caller sees",
 }
 
 
