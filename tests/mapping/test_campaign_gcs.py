@@ -12,6 +12,9 @@ import pytest
 import shapely
 
 from flows.cli import parser
+from flows.mapping import region
+from flows.params import MapRegionParams
+from rtscore.inference.predict import predict_raster
 from rtscore.mapping.campaign import (
     INDEX_FILE,
     OBJECTS_FILE,
@@ -29,6 +32,7 @@ from rtscore.mapping.outputs import STAGING_DIR
 from rtscore.mapping.polygons import read_objects
 from rtscore.storage.gcs import make_client
 from tests.conftest import GCS_TEST_BUCKET
+from tests.mapping.scenes import synth_tiles, write_scene_package, write_scene_set
 from tests.mapping.test_campaign import VALID, write_scenes
 from tests.test_predict import write_package
 
@@ -186,3 +190,36 @@ def test_a_scene_is_recorded_done_only_after_all_its_files_are_published(
     assert record.status == "done"  # re-mapped: the half-published scene had no done record
     o = scene_outputs(CampaignRoot(out), scenes[0])
     assert download(f"{out}/scenes/a/{o.parts.name}") == o.parts.read_bytes()
+
+
+@pytest.mark.slow
+def test_the_server_tests_campaign_with_a_gs_output_through_the_map_region_flow(gs_root: str, tmp_path: Path) -> None:
+    """The campaign of tests/flows/test_mapping_server.py (14 synth-geotiff mosaics, one full NoData, one corrupt,
+    4 chunks) through the map-region flow's body (execution local) into a gs:// output: every valid scene done once,
+    its published COGs byte-identical to rts predict's on the same scene; the NoData scene skipped, the corrupt one
+    failed naming its file; the campaign files in the bucket."""
+    tiles = synth_tiles(tmp_path / "tiles")
+    scenes = write_scene_set(tmp_path / "scenes", tiles, n_valid=12)
+    package = write_scene_package(tmp_path / "package", tiles)
+    out = f"{gs_root}/campaign"
+    summary = region(
+        MapRegionParams(package=str(package), input=str(scenes.root), output=out, chunk_size=4, device="cpu"), None
+    )
+    records = CampaignLog(out).read()
+    assert sorted(r.scene_id for r in records if r.status == "done") == sorted(scenes.valid)
+    assert [(r.scene_id, r.status) for r in records if r.status != "done"] == sorted(
+        [(scenes.nodata, "skipped-full-nodata"), (scenes.corrupt, "failed")]
+    )
+    failed = next(r for r in records if r.status == "failed")
+    assert f"{scenes.corrupt}.tif" in (failed.reason or "")
+    assert len({r.scene_id for r in records}) == len(records) == 14
+    assert len({name for name, _ in CampaignLog(out).files()}) == 4  # one log object per chunk
+    root, by_id = CampaignRoot(out), {s.scene_id: s for s in list_scenes(scenes.root)}
+    for name in scenes.valid:
+        ref = predict_raster(package, scenes.root / f"{name}.tif", tmp_path / "ref", device="cpu")
+        got = scene_outputs(root, by_id[name])
+        assert download(root.uri_of(root.rel(got.prob))) == ref.prob.read_bytes(), name
+        assert download(root.uri_of(root.rel(got.mask))) == ref.mask.read_bytes(), name
+    assert (summary["done"], summary["skipped_full_nodata"], summary["failed"]) == (12, 1, 1)
+    for name in (OBJECTS_FILE, INDEX_FILE, SUMMARY_JSON, SUMMARY_MD):
+        assert download(root.uri_of(name)) is not None, name
