@@ -21,6 +21,7 @@ from uuid import UUID
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
 RUN_TIMEOUT_S = 900  # a limit, not the expected time: a flow run's process takes long to start on a loaded machine
+ZOMBIE_AFTER_S = 60  # the zombie automation's `within`: 2 heartbeat periods (prefect.yaml: HEARTBEAT_FREQUENCY=30)
 
 
 def free_port() -> int:
@@ -121,6 +122,27 @@ def start_server(base: Path, **env_extra: str) -> Server:
         srv.stop()
         raise
     return srv
+
+
+@contextlib.contextmanager
+def zombie_server(base: Path, **env_extra: str) -> Iterator[Server]:
+    """:func:`start_server` with the zombie automation of the README's server set-up
+    (deployments/zombie_automation.py, ``--within`` :data:`ZOMBIE_AFTER_S`): a run whose heartbeats stop is marked
+    Crashed. Stopped on exit."""
+    srv = start_server(base, **env_extra)
+    try:
+        done = subprocess.run(
+            [sys.executable, "deployments/zombie_automation.py", "--within", str(ZOMBIE_AFTER_S)],
+            env=srv.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield srv
+    finally:
+        srv.stop()
 
 
 def wait_final(srv: Server, flow_run_id: UUID, timeout: float = RUN_TIMEOUT_S) -> Any:

@@ -15,8 +15,6 @@ each done scene's probability and mask COGs are byte-identical to `rts predict`'
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,10 +28,9 @@ from rtscore.inference.predict import predict_raster
 from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE, SUMMARY_JSON, SUMMARY_MD, scene_outputs
 from rtscore.mapping.campaign_log import CampaignLog, SceneRecord, list_scenes
 from rtscore.storage import CACHE_ENV
-from tests.flows.prefect_server import ROOT, RUN_TIMEOUT_S, Server, kill_machine, start_server, wait_final
+from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, kill_machine, wait_final, zombie_server
 from tests.mapping.scenes import SceneSet, synth_tiles, write_scene_package, write_scene_set
 
-ZOMBIE_AFTER_S = 60  # the automation's `within`: 2 heartbeat periods (prefect.yaml: PREFECT_FLOWS_HEARTBEAT_FREQUENCY)
 CHUNK = 4  # 14 scenes: 4 chunks, the last one of 2
 LARGE = ("s01",)  # chunk 0's second scene is a 4x4-tile mosaic: once s00 is logged, seconds to kill the chunk mid-way
 MAP_CHUNK_KEY = "rts-pipeline/{parent}/map-chunk/"  # flows.fanout.idempotency_key's prefix for this stage
@@ -42,20 +39,8 @@ MAP_CHUNK_KEY = "rts-pipeline/{parent}/map-chunk/"  # flows.fanout.idempotency_k
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server with the zombie automation; the workers are started by the test."""
-    srv = start_server(tmp_path_factory.mktemp("mapping-server"))
-    try:
-        done = subprocess.run(
-            [sys.executable, "deployments/zombie_automation.py", "--within", str(ZOMBIE_AFTER_S)],
-            env=srv.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+    with zombie_server(tmp_path_factory.mktemp("mapping-server")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _complete_records(path: Path) -> list[SceneRecord]:

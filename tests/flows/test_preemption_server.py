@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -31,12 +29,11 @@ from rtscore.storage import CACHE_ENV, RunDir, RunLayout
 from rtscore.train import checkpoint as ckpt
 from tests.conftest import GCS_TEST_BUCKET
 from tests.flows.configs import tiny_training_config, write_config
-from tests.flows.prefect_server import ROOT, Server, kill_machine, start_server
+from tests.flows.prefect_server import Server, kill_machine, zombie_server
 from tests.helpers import make_data_run
 
 SEED = 5
 EPOCHS = 8
-ZOMBIE_AFTER_S = 60  # the automation's `within`: 2 heartbeat periods (PREFECT_FLOWS_HEARTBEAT_FREQUENCY=30)
 
 
 def _config() -> dict[str, Any]:
@@ -50,25 +47,13 @@ def _config() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, gcs_emulator: str) -> Iterator[Server]:
     """A server with the zombie automation; workers are started by the test (they reach the emulator)."""
-    srv = start_server(
+    with zombie_server(
         tmp_path_factory.mktemp("preemption-server"),
         STORAGE_EMULATOR_HOST=gcs_emulator,
         RTS_GCS_WORKERS="4",  # the emulator serves one request at a time
         RTS_GCS_RETRY_INITIAL_S="0.01",
-    )
-    try:
-        done = subprocess.run(
-            [sys.executable, "deployments/zombie_automation.py", "--within", str(ZOMBIE_AFTER_S)],
-            env=srv.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.mark.slow
