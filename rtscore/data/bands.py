@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from rasterio.io import DatasetReader
 
 GRID_TOLERANCE_PX = 1e-6
+RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"  # a data root's folders (DATA_LAYOUT.md)
 
 
 class RasterContractError(PipelineError, ValueError):

@@ -37,7 +37,15 @@ from rtscore.config.base import ConfigError, config_hash, parse_yaml
 from rtscore.config.binding import InputBinding, RasterContract
 from rtscore.config.generation import GenerationConfig, GeotiffSourceConfig
 from rtscore.config.pipeline import SplitsConfig
-from rtscore.data.bands import CheckedRaster, RasterContractError, open_checked, same_grid
+from rtscore.data.bands import (
+    EXTRA_DIR,
+    LABEL_DIR,
+    RGB_DIR,
+    CheckedRaster,
+    RasterContractError,
+    open_checked,
+    same_grid,
+)
 from rtscore.data.ground import WEB_MERCATOR_RADIUS_M, GroundSizeError, ground_pixel_area_m2, projected_crs
 from rtscore.data.splits import SplitError, SplitResult, derive_splits, region_splits, unassigned_regions
 from rtscore.data.store import StoreLayout, TileStoreError
@@ -48,7 +56,6 @@ from rtscore.data.writer import base_attrs, write_store
 from rtscore.storage import atomic_write_text, default_cache_dir
 from rtscore.storage.gcs import GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
 
-RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"
 METADATA_CSV, SPLITS_YAML, SPLITS_SUMMARY_JSON = "metadata.csv", "splits.yaml", "splits_summary.json"
 LABEL_POLYGON_SUFFIXES = (".geojson", ".gpkg", ".fgb", ".shp")  # labels/<id>.<suffix>, when there is no .tif
 METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")

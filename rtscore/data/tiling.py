@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field
 
 from rtscore.config.base import canonical_json
 from rtscore.config.tiling import TilingConfig
-from rtscore.data.bands import RasterContractError, resolve_bands
+from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR, RasterContractError, resolve_bands
 from rtscore.data.tile_pixels import Datasets, GridCell, Scene, TilePixels, TilingError, grid_cells, render_pixels
 from rtscore.data.tiles import IGNORE_INDEX
 from rtscore.data.vector_labels import rasterize_labels, read_polygons
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"
 METADATA_CSV, SPLITS_YAML, MANIFEST_JSON = "metadata.csv", "splits.yaml", "tiling.json"
 METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
 STATE_DIR = ".rts-tile"  # the run's own bookkeeping: its config fingerprint and one record per finished tile

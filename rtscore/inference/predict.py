@@ -45,7 +45,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
-from rtscore.data.bands import CheckedRaster, open_checked
+from rtscore.data.bands import EXTRA_DIR, RGB_DIR, CheckedRaster, open_checked
 from rtscore.data.normalization import InputTransform, NormalizationStats, load_normalization_stats
 from rtscore.errors import PipelineError
 from rtscore.inference.context import needs_context
@@ -225,8 +225,8 @@ def window_starts(length: int, tile: int, stride: int) -> list[int]:
 def extra_path_for(input_tif: Path) -> Path:
     """The EXTRA raster of an RGB raster: ``EXTRA/<name>`` of a DATA_LAYOUT.md root when the raster is its
     ``PLANET-RGB/<name>``, else the sibling ``<stem>_extra.tif``."""
-    if input_tif.parent.name == "PLANET-RGB":
-        layout = input_tif.parent.parent / "EXTRA" / input_tif.name
+    if input_tif.parent.name == RGB_DIR:
+        layout = input_tif.parent.parent / EXTRA_DIR / input_tif.name
         if layout.is_file():
             return layout
     return input_tif.with_name(f"{input_tif.stem}{EXTRA_SUFFIX}{input_tif.suffix}")
@@ -433,8 +433,8 @@ def input_rasters(input_path: str | Path) -> list[Path]:
         return [p]
     if not p.is_dir():
         raise PredictError(f"input not found: {p}")
-    if (p / "PLANET-RGB").is_dir():  # a data root in the layout of DATA_LAYOUT.md
-        p = p / "PLANET-RGB"
+    if (p / RGB_DIR).is_dir():  # a data root in the layout of DATA_LAYOUT.md
+        p = p / RGB_DIR
     files = sorted(
         f for f in p.iterdir() if f.suffix.lower() in (".tif", ".tiff") and not f.stem.endswith(EXTRA_SUFFIX)
     )

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rtscore.data.bands import RGB_DIR
 from rtscore.errors import PipelineError
 from rtscore.storage.files import os_errors, sha256_file
 from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
@@ -98,7 +99,8 @@ class Scene:
 def list_scenes(source: str | Path) -> list[Scene]:
     """The campaign's scenes, sorted by id: every GeoTIFF (``.tif``/``.tiff``, any case, in subfolders too,
     hidden names aside) of a local directory or under a ``gs://bucket/prefix``, or the rows of a scene list CSV
-    (local or ``gs://``; see :func:`read_scene_csv`).
+    (local or ``gs://``; see :func:`read_scene_csv`). A local data root in the layout of DATA_LAYOUT.md is read as
+    ``rts predict`` reads one: the scenes of its ``PLANET-RGB/`` (their EXTRA rasters in ``EXTRA/``).
 
     Raises:
         CampaignError: the input does not exist or lists no scene, a scene id is invalid, or two scenes share an id
@@ -113,6 +115,8 @@ def list_scenes(source: str | Path) -> list[Scene]:
         root = Path(text).expanduser()
         if not root.is_dir():
             raise CampaignError(f"campaign input {root}: not a directory, a gs:// prefix or a .csv scene list")
+        if (root / RGB_DIR).is_dir():  # a data root (DATA_LAYOUT.md): its scenes, as rts predict reads one
+            root = root / RGB_DIR
         files = sorted(
             p
             for p in root.rglob("*")

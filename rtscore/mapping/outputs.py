@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from rtscore.data.bands import EXTRA_DIR, RGB_DIR
 from rtscore.data.ground import ground_pixel_area_m2
 from rtscore.inference.predict import EXTRA_SUFFIX, MANIFEST_SUFFIX, PredictManifest
 from rtscore.mapping.campaign_log import CampaignError, CampaignLog, Scene
@@ -40,8 +41,6 @@ _log = logging.getLogger(__name__)
 
 SCENES_DIR = "scenes"  # <output>/scenes/<scene_id>/: rts predict's outputs of one scene, and its parts file
 STAGING_DIR = "staging"  # under the cache: one temporary directory per gs:// scene being mapped
-PLANET_RGB = "PLANET-RGB"  # DATA_LAYOUT.md: <root>/PLANET-RGB/<name> has its EXTRA raster at <root>/EXTRA/<name>
-EXTRA_DIR = "EXTRA"
 
 
 class CampaignRoot:
@@ -276,8 +275,8 @@ def staged_input(scene: Scene, extra_bands: bool, cache_dir: str | Path | None =
         tmp = Path(tempfile.mkdtemp(prefix=f"{scene.scene_id}.", dir=base))
     try:
         obj = PurePosixPath(name)
-        in_layout = obj.parent.name == PLANET_RGB
-        local = tmp / PLANET_RGB / obj.name if in_layout else tmp / obj.name
+        in_layout = obj.parent.name == RGB_DIR
+        local = tmp / RGB_DIR / obj.name if in_layout else tmp / obj.name
         _download_pinned(store, scene.uri, name, want, local)
         if extra_bands:
             _stage_extra(store, scene, obj, local)
@@ -312,7 +311,7 @@ def _check_generation(uri: str, want: int | None, blob: Blob | None) -> None:
 def _stage_extra(store: GcsStore, scene: Scene, obj: PurePosixPath, local: Path) -> None:
     """Download the EXTRA raster of ``obj`` where ``rts predict`` (``extra_path_for``) finds it next to ``local``."""
     candidates = []
-    if obj.parent.name == PLANET_RGB:
+    if obj.parent.name == RGB_DIR:
         candidates.append((obj.parent.parent / EXTRA_DIR / obj.name, local.parent.parent / EXTRA_DIR / obj.name))
     sibling = f"{obj.stem}{EXTRA_SUFFIX}{obj.suffix}"
     candidates.append((obj.parent / sibling, local.with_name(sibling)))

@@ -21,7 +21,8 @@ from rasterio.transform import Affine
 
 from rtscore.config.binding import RasterContract
 from rtscore.config.generation import GenerationConfig, SyntheticConfig
-from rtscore.data.geotiff import CRS, RGB_DIR, tile_origin, write_synthetic_geotiffs
+from rtscore.data.bands import RGB_DIR
+from rtscore.data.geotiff import CRS, tile_origin, write_synthetic_geotiffs
 from rtscore.data.normalization import NormalizationStats
 from rtscore.data.synthetic import PIXEL_SIZE_M
 from tests.test_predict import write_package

@@ -69,6 +69,15 @@ def test_a_directory_lists_its_geotiffs_by_id_with_their_sha256(tmp_path: Path) 
     assert scenes[0].identity == InputIdentity(sha256=hashlib.sha256(b"aaa").hexdigest(), size=3)
 
 
+def test_a_data_root_lists_the_scenes_of_its_planet_rgb_folder(tmp_path: Path) -> None:
+    """A DATA_LAYOUT.md root as rts predict reads one: its PLANET-RGB scenes, not its EXTRA rasters or labels (which
+    share the scenes' names)."""
+    for folder in ("PLANET-RGB", "EXTRA", "labels"):
+        write_scene(tmp_path / "root" / folder / "t1.tif", folder.encode())
+    scenes = list_scenes(tmp_path / "root")
+    assert [(s.scene_id, s.uri) for s in scenes] == [("t1", str(tmp_path / "root" / "PLANET-RGB" / "t1.tif"))]
+
+
 def test_a_scene_list_csv_resolves_relative_paths_against_its_folder(tmp_path: Path) -> None:
     write_scene(tmp_path / "lists" / "tiles" / "x.tif", b"x")
     other = write_scene(tmp_path / "elsewhere" / "y.tif", b"y")
