@@ -41,21 +41,29 @@ ORIGIN = (-16_000_000.0, 11_000_000.0)  # Arctic Alaska in EPSG:3857
 
 
 def build_quickstart_package(out: Path) -> Path:
-    """A package of the quickstart model, built and audited by the package builder."""
+    """A package of the quickstart model (tta none, its training precision), built by :func:`build_bench_package`."""
+    from rtscore.config.pipeline import load_pipeline_config, parse_pipeline_config
+
+    data = load_pipeline_config(ROOT / "configs" / "quickstart.yaml").model_dump(mode="json")
+    data["model"]["encoder_weights"] = None
+    cfg = parse_pipeline_config(data)
+    return build_bench_package(out, cfg, {"tta": "none", "precision": cfg.training.precision})
+
+
+def build_bench_package(out: Path, cfg: Any, deployment: dict[str, Any]) -> Path:
+    """A package of ``cfg``'s model (random weights, seeded: numerics cost what trained ones cost) with fixed
+    normalisation moments per channel, calibrated as threshold 0.5 / temperature 1.0 over ``deployment``'s fields,
+    built and audited by the package builder (``<out>/package``)."""
     import torch
     import yaml
 
     from rtscore.config.binding import RasterContract
     from rtscore.config.deployment import DeploymentConfig
-    from rtscore.config.pipeline import load_pipeline_config, parse_pipeline_config
     from rtscore.data.normalization import NormalizationStats, write_normalization_stats
     from rtscore.models import build_model
     from rtscore.package import build_package
     from rtscore.train.result import SeedSummary
 
-    data = load_pipeline_config(ROOT / "configs" / "quickstart.yaml").model_dump(mode="json")
-    data["model"]["encoder_weights"] = None
-    cfg = parse_pipeline_config(data)
     run = out / "run"
     run.mkdir(parents=True)
     torch.manual_seed(0)
@@ -66,8 +74,8 @@ def build_quickstart_package(out: Path) -> Path:
     write_normalization_stats(
         NormalizationStats(
             channel_names=names,
-            mean=np.array([110.0, 115.0, 100.0, 0.3][: len(names)]),
-            std=np.array([45.0, 45.0, 40.0, 0.2][: len(names)]),
+            mean=np.array([110.0, 115.0, 100.0] + [0.3] * (len(names) - 3)),
+            std=np.array([45.0, 45.0, 40.0] + [0.2] * (len(names) - 3)),
             n_tiles_used=64,
             dataset_version="bench",
             computed_date="2026-12-01T00:00:00Z",
@@ -75,17 +83,11 @@ def build_quickstart_package(out: Path) -> Path:
         stats,
     )
     dep = DeploymentConfig.model_validate(
-        {
-            "threshold": 0.5,
-            "temperature": 1.0,
-            "threshold_source": "target_precision",
-            "tta": "none",
-            "precision": cfg.training.precision,
-        }
+        {**deployment, "threshold": 0.5, "temperature": 1.0, "threshold_source": "target_precision"}
     )
     dep = dep.model_copy(update={"calibrated_with": dep.numerics()})
-    deployment = run / "deployment_config.yaml"
-    deployment.write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
+    dep_file = run / "deployment_config.yaml"
+    dep_file.write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
     seed = SeedSummary(
         seed=0,
         epochs_run=0,
@@ -99,7 +101,7 @@ def build_quickstart_package(out: Path) -> Path:
     )
     contract = RasterContract(crs="EPSG:3857", pixel_size=PIXEL)
     info = build_package(
-        out / "package", cfg, seed=seed, weights=weights, deployment=deployment, stats=stats, contract=contract
+        out / "package", cfg, seed=seed, weights=weights, deployment=dep_file, stats=stats, contract=contract
     )
     return Path(info.path)
 
