@@ -59,7 +59,7 @@ from rtscore.mapping.outputs import (
     scene_outputs,
     staged_input,
 )
-from rtscore.mapping.polygons import merge_parts, write_objects
+from rtscore.mapping.polygons import merge_parts, size_bin_key, write_objects
 from rtscore.package.format import SUMS
 from rtscore.storage import atomic_write_json, atomic_write_text
 from rtscore.storage.files import os_errors, sha256_file
@@ -404,7 +404,9 @@ def write_campaign_outputs(
         "km2_mapped_ground": km2,
         "objects": len(objects),
         "objects_partial": sum(1 for ob in objects if ob.partial),
-        "objects_by_size_bin_m2": dict(sorted(Counter(ob.size_bin or "other" for ob in objects).items())),
+        "objects_by_size_bin_m2": dict(
+            sorted(Counter(ob.size_bin or "other" for ob in objects).items(), key=lambda kv: size_bin_key(kv[0]))
+        ),
         "windows_per_second": summary.windows / seconds if seconds > 0 else None,
         "km2_per_second": km2 / seconds if seconds > 0 else None,
         "wall_seconds_this_run": wall_seconds,

@@ -416,6 +416,15 @@ def size_bin(area_m2: float, edges: Sequence[float]) -> str:
     return f"{edges[i]:g}-{edges[i + 1]:g}"
 
 
+def size_bin_key(label: str) -> float:
+    """Sort key of a :func:`size_bin` label: its lower edge (labels outside every bin last)."""
+    lo, sep, _ = label.partition("-")
+    try:
+        return float(lo) if sep else math.inf
+    except ValueError:
+        return math.inf
+
+
 FIELDS = (
     "object_id",
     "scene_ids",

@@ -21,6 +21,8 @@ from rtscore.mapping.polygons import (
     merge_parts,
     read_objects,
     scene_parts,
+    size_bin,
+    size_bin_key,
     write_objects,
 )
 
@@ -293,3 +295,10 @@ def test_a_broken_parts_file_is_named(tmp_path: Path) -> None:
     path.write_text('{"schema_version": 1, "scene_id": "x"}')
     with pytest.raises(PolygonsError, match="x_parts.json: not a readable parts file"):
         read_parts(path)
+
+
+def test_size_bins_sort_by_their_lower_edge_not_as_text() -> None:
+    """The summary lists objects by size bin from small to large ("2000-10000" before "10000-50000")."""
+    edges = [0.0, 2000.0, 10000.0, 50000.0, 1e12]
+    labels = [size_bin(a, edges) or "other" for a in (20000.0, 500.0, 5000.0, 2e5, 2e12)]
+    assert sorted(labels, key=size_bin_key) == ["0-2000", "2000-10000", "10000-50000", "50000-1e+12", "other"]
