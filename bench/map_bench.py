@@ -60,7 +60,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.predict_memory_bench import ORIGIN, PIXEL, build_bench_package  # noqa: E402
+from bench.predict_memory_bench import PIXEL, build_bench_package, scene_profile  # noqa: E402
 
 STORE_CONFIG = ROOT / "configs" / "generation" / "synthetic_train_4k.yaml"  # the EXTRA channels users' stores have
 DEFAULT_CONFIG = ROOT / "configs" / "baseline.yaml"
@@ -121,22 +121,11 @@ def write_mosaic(tiles: list[tuple[Path, Path]], path: Path, side: int, offset: 
     """A ``side`` x ``side`` scene ``path`` (and ``<stem>_extra.tif``) tiled with the synthetic tiles cycled from
     ``offset``, written tile by tile (the bench never holds a whole scene)."""
     import rasterio
-    from rasterio.transform import from_origin
     from rasterio.windows import Window
 
     with rasterio.open(tiles[0][0]) as t, rasterio.open(tiles[0][1]) as e:
         tile, n_extra = t.width, e.count
-    common: dict[str, Any] = {
-        "driver": "GTiff",
-        "height": side,
-        "width": side,
-        "crs": "EPSG:3857",
-        "transform": from_origin(*ORIGIN, PIXEL, PIXEL),
-        "tiled": True,
-        "blockxsize": 256,
-        "blockysize": 256,
-        "compress": "deflate",
-    }
+    common = scene_profile(side)
     k = offset
     with (
         rasterio.open(path, "w", count=4, dtype="uint8", **common) as f,

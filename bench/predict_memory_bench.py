@@ -106,12 +106,29 @@ def build_bench_package(out: Path, cfg: Any, deployment: dict[str, Any]) -> Path
     return Path(info.path)
 
 
+def scene_profile(side: int) -> dict[str, Any]:
+    """The GeoTIFF profile (without band count and dtype) of a bench scene of ``side`` x ``side`` px at ORIGIN:
+    EPSG:3857 at 4.77 m, tiled 256 px, deflate."""
+    from rasterio.transform import from_origin
+
+    return {
+        "driver": "GTiff",
+        "height": side,
+        "width": side,
+        "crs": "EPSG:3857",
+        "transform": from_origin(*ORIGIN, PIXEL, PIXEL),
+        "tiled": True,
+        "blockxsize": 256,
+        "blockysize": 256,
+        "compress": "deflate",
+    }
+
+
 def scenes(d: Path, size: int, factor: int) -> tuple[Path, Path]:
     """R (``small.tif``, R, G, B, alpha with a NoData corner, and ``small_extra.tif``, float32 ndvi) and the
     scene ``factor`` x ``factor`` its size whose top-left corner is R (``big.tif``, ``big_extra.tif``); tiled,
     deflate, written band of rows by band of rows, so the bench itself never holds the big scene."""
     import rasterio
-    from rasterio.transform import from_origin
     from rasterio.windows import Window
 
     rng = np.random.default_rng(0)
@@ -126,17 +143,7 @@ def scenes(d: Path, size: int, factor: int) -> tuple[Path, Path]:
     r_rgba[3, : size // 8, : size // 8] = 0  # a NoData corner: full-NoData windows are skipped
     out = []
     for name, side in (("small", size), ("big", size * factor)):
-        common: dict[str, Any] = {
-            "driver": "GTiff",
-            "height": side,
-            "width": side,
-            "crs": "EPSG:3857",
-            "transform": from_origin(*ORIGIN, PIXEL, PIXEL),
-            "tiled": True,
-            "blockxsize": 256,
-            "blockysize": 256,
-            "compress": "deflate",
-        }
+        common = scene_profile(side)
         rgb_path, extra_path = d / f"{name}.tif", d / f"{name}_extra.tif"
         with (
             rasterio.open(rgb_path, "w", count=4, dtype="uint8", **common) as f,  # GDAL: R, G, B, alpha
