@@ -24,6 +24,7 @@ stream: both threads end, every partial file is removed, and the error is raised
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
@@ -341,9 +342,13 @@ class _Stream:
         self.errors: list[BaseException] = []  # fatal errors of the threads, first one raised
 
     def run(self) -> None:
+        # each thread runs in a copy of the caller's context: what the caller's context carries (a Prefect flow
+        # run's, so that the scenes' log lines reach the run's logs in the UI) holds in the stages too
         threads = [
-            threading.Thread(target=self._guard, args=(self._read,), name="rts-read", daemon=True),
-            threading.Thread(target=self._guard, args=(self._write,), name="rts-write", daemon=True),
+            threading.Thread(
+                target=contextvars.copy_context().run, args=(self._guard, stage), name=f"rts-{name}", daemon=True
+            )
+            for name, stage in (("read", self._read), ("write", self._write))
         ]
         for t in threads:
             t.start()

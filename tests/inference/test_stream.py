@@ -179,3 +179,27 @@ def test_a_job_with_nothing_to_predict_writes_nothing(pkg: Any, tmp_path: Path) 
     run_stream(window_model(pkg, stride=TILE), jobs, outcomes.append)
     assert [o.status for o in outcomes] == ["done", "nothing"]
     assert not (out / "e_prob.tif").exists()
+
+
+def test_the_stages_run_in_the_callers_context(pkg: Any, tmp_path: Path) -> None:
+    """A Prefect flow run's context (a ContextVar) holds in the read and write threads, so the scenes' log lines,
+    logged there, reach the flow run's logs in the UI."""
+    import contextvars
+
+    run_id: contextvars.ContextVar[str] = contextvars.ContextVar("run_id", default="none")
+    token = run_id.set("flow-run-1")
+    seen: list[str] = []
+    opened: list[str] = []
+    job = raster_job(pkg, rasters(tmp_path / "in", 1)[0], tmp_path / "out")
+    original_open = job.open
+
+    def open_in_context(stack: ExitStack) -> CheckedRaster | None:
+        opened.append(run_id.get())
+        return original_open(stack)
+
+    job.open = open_in_context
+    try:
+        run_stream(window_model(pkg, stride=TILE), [job], lambda o: seen.append(run_id.get()))
+    finally:
+        run_id.reset(token)
+    assert opened == ["flow-run-1"] and seen == ["flow-run-1"]
