@@ -20,7 +20,8 @@ several blocks/epochs after warm-up, with torch.cuda.synchronize() around each t
 real / bare, both eager channels_last: (iv) / (ii).
 
 Reference (one H200, from the issue): bare step 145 img/s eager channels_last, 209 img/s compiled, 75 img/s
-eager NCHW.
+eager NCHW; inference (UNet++ / EfficientNet-B5, 512 px, BF16) 482 img/s (``H200_INFERENCE_IMG_PER_S``, which
+bench/map_bench.py's deployment cost table quotes until a GPU run measures it).
 
 Usage:
   python bench/gpu_check.py                 # on a CUDA machine; ~4-6 min on one H200
@@ -49,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SEED = 42
+H200_INFERENCE_IMG_PER_S = 482.0  # the issue-13 anchor, one H200 (module docstring); not measured by this script yet
 
 
 def log(msg: str) -> None:

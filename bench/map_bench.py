@@ -60,13 +60,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.gpu_check import H200_INFERENCE_IMG_PER_S  # noqa: E402
 from bench.predict_memory_bench import PIXEL, build_bench_package, scene_profile  # noqa: E402
 
 STORE_CONFIG = ROOT / "configs" / "generation" / "synthetic_train_4k.yaml"  # the EXTRA channels users' stores have
 DEFAULT_CONFIG = ROOT / "configs" / "baseline.yaml"
 QUICK_CONFIG = ROOT / "configs" / "quickstart.yaml"
 BATCH = 8  # predict_raster's (and so run_chunk's) batch size
-H200_IMG_PER_S = 482.0  # anchor quoted from issue 13 (one H200, UNet++ / EfficientNet-B5, 512 px, bf16); not measured
+H200_IMG_PER_S = H200_INFERENCE_IMG_PER_S  # quoted from bench/gpu_check.py (issue 13's anchor); not measured here
 GUIDE_DECISIONS = 7_500_000  # guide §12.2: "~7.5M deployment-time decisions"
 GUIDE_TILE = 512
 QUAD = 4096  # a Planet basemap quad's side in px (4.77 m, zoom 15)
@@ -396,7 +397,7 @@ def main() -> None:
         f"(c) deployment scale: ~{GUIDE_DECISIONS / 1e6:.1f} M decisions = 512 px tiles of {QUAD} px quads: "
         f"{projected / 1e6:.1f} M km² projected ({g74 / 1e6:.2f}-{g60 / 1e6:.2f} M km² ground at 74-60 N)"
     )
-    log(f"  GPU: the H200 rate {H200_IMG_PER_S:.0f} img/s is QUOTED (issue 13's anchor), not measured here")
+    log(f"  GPU: the H200 rate {H200_IMG_PER_S:.0f} img/s is QUOTED from bench/gpu_check.py (issue 13's anchor)")
     log(f"  {'stride':40} {'windows':>12} {'GPU-h bare':>11} {'GPU-h /ratio':>13} {'CPU-h here':>12}")
     table = cost_table(cpu_rate, ratio)
     for row in table:
