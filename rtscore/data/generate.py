@@ -13,6 +13,7 @@ from rtscore.data.store import StoreLayout
 from rtscore.data.synthetic import plan_tiles, render_context, render_tile
 from rtscore.data.tiles import KIND_CODES, RawTile, TilePlan
 from rtscore.data.writer import base_attrs, write_store
+from rtscore.identity import closure_hash
 
 
 class SyntheticProducer:
@@ -84,6 +85,9 @@ def _write_synthetic(
     attrs.update(
         {"config": cfg.model_dump(mode="json"), **hashes, "seed": cfg.seed, "shard_tiles": cfg.store.shard_tiles}
     )
+    # Staged shards resume only under the same identity: this module's code closure (the scene renderer
+    # included) and the store's config hashes.
+    key = hashlib.sha256(f"{closure_hash(__name__)}\0{sorted(hashes.items())}".encode()).hexdigest()
     return write_store(
         producer,
         layout_for(cfg),
@@ -93,6 +97,7 @@ def _write_synthetic(
         overwrite=overwrite,
         restart=restart,
         progress=progress,
+        resume_key=key,
     )
 
 

@@ -53,6 +53,7 @@ from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
 from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile
 from rtscore.data.vector_labels import LabelPolygonError, rasterize_labels, read_label_polygons
 from rtscore.data.writer import base_attrs, write_store
+from rtscore.identity import SourceError, closure_hash, source_identity
 from rtscore.storage import atomic_write_text, default_cache_dir
 from rtscore.storage.gcs import GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
 
@@ -635,9 +636,13 @@ def ingest_geotiffs(
     Returns:
         The published store's attributes.
     """
+    if not str(data_root).startswith("gs://") and not Path(data_root).is_dir():
+        raise GeotiffError(f"data root {data_root} is not a directory")
+    try:  # before anything is read: what the root holds now keys the staged shards and is recorded in the store
+        identity = source_identity(data_root)
+    except SourceError as err:
+        raise GeotiffError(f"data root {data_root}: {err}") from None
     root = stage_data_root(str(data_root), cfg.split) if str(data_root).startswith("gs://") else Path(data_root)
-    if not root.is_dir():
-        raise GeotiffError(f"data root {root} is not a directory")
     source = cfg.geotiff or GeotiffSourceConfig(data_root=str(root))
     try:
         projected_crs(source.crs, "geotiff.crs")
@@ -669,11 +674,14 @@ def ingest_geotiffs(
         pixel_size_m=checked.contract.pixel_size,
     )
     fingerprint = {"config": config_hash(cfg), "data_root": str(root.resolve()), "tiles": [e.tile_id for e in entries]}
+    store_hash = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    resume = {"store": store_hash, "root": identity.digest, "code": closure_hash(__name__)}
     attrs.update(
         {
             "config": cfg.model_dump(mode="json"),
-            "config_hash": hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest(),
+            "config_hash": store_hash,
             "data_root": str(root.resolve()),
+            "data_root_identity": identity.model_dump(mode="json"),
             "input_binding": binding.model_dump(mode="json"),
             "raster_contract": checked.contract.model_dump(mode="json"),
             "shard_tiles": cfg.store.shard_tiles,
@@ -692,6 +700,7 @@ def ingest_geotiffs(
         overwrite=overwrite,
         restart=restart,
         progress=progress,
+        resume_key=hashlib.sha256(json.dumps(resume, sort_keys=True).encode()).hexdigest(),
     )
     if derived is not None:  # once the store is out: a refused ingestion leaves nothing behind
         to = derived_splits or DerivedSplitFiles.beside(Path(output))

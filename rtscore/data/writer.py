@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import multiprocessing
 import shutil
@@ -15,6 +16,7 @@ from rtscore.config.binding import RasterContract
 from rtscore.data.shards import ShardWriter, completed_shards, create_staging, finalize, staging_attrs
 from rtscore.data.store import FORMAT, FORMAT_VERSION, StoreLayout, TileStoreError
 from rtscore.data.tiles import PIXEL_SIZE_M, RawTile
+from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
 
 SYNTHETIC_CRS = "EPSG:3857"  # the CRS rts synth-geotiff writes synthetic scenes in
 _log = logging.getLogger(__name__)
@@ -56,13 +58,22 @@ def write_store(
     overwrite: bool = False,
     restart: bool = False,
     progress: bool = False,
+    resume_key: str | None = None,
 ) -> dict[str, Any]:
-    """Write all shards (resuming a matching interrupted run) and publish the store atomically."""
+    """Write all shards (resuming an interrupted run of the same identity) and publish the store atomically.
+
+    ``resume_key`` is the identity of the work: the code that renders the tiles, their config and every input
+    read (a data root's listing). Shards staged under another identity are never completed: they are set aside
+    (:func:`rtscore.identity.set_aside`, under ``set_aside/`` beside the store) and the store is written anew.
+    Without a ``resume_key`` the store's ``config_hash`` and the writer's own code identity stand for it.
+    """
     output = Path(output)
     if output.exists() and not overwrite:
         raise TileStoreError(f"output {output} already exists; pass overwrite (--overwrite) to replace it")
     staging = staging_path(output)
-    fingerprint = store_attrs["config_hash"]
+    fingerprint = (
+        resume_key or hashlib.sha256(f"{store_attrs['config_hash']}\0{closure_hash(__name__)}".encode()).hexdigest()
+    )
     store_attrs = {**store_attrs, "format_version": layout.format_version}
     existing = staging_attrs(staging)
     staged_version = int(existing.get("format_version", 1)) if existing is not None else layout.format_version
@@ -75,14 +86,17 @@ def write_store(
         )
     if staging.exists() and (restart or existing is None or old_layout):
         shutil.rmtree(staging)
-    elif existing is not None and existing.get("config_hash") != fingerprint:
-        raise TileStoreError(
-            f"an interrupted generation with a different config is staged at {staging} "
-            f"(config_hash {str(existing.get('config_hash'))[:12]} vs {fingerprint[:12]}); "
-            "pass restart (--restart) to discard it"
+    elif existing is not None and existing.get("resume_key") != fingerprint:
+        set_aside(
+            [staging],
+            output.parent / SET_ASIDE_DIR,
+            base=output.parent,
+            what=f"the interrupted generation of {output.name} staged at {staging}",
+            why=f"was written by other code, config or inputs (resume key {str(existing.get('resume_key'))[:12]} "
+            f"vs {fingerprint[:12]})",
         )
     if not staging.exists():
-        create_staging(staging, layout, {"config_hash": fingerprint, "n_shards": layout.n_shards})
+        create_staging(staging, layout, {"resume_key": fingerprint, "n_shards": layout.n_shards})
     todo = sorted(set(range(layout.n_shards)) - completed_shards(staging))
     bar = _progress_bar(progress, layout, todo, output)
     try:

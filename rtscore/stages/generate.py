@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from rtscore.config.base import config_hash, dump_yaml
 from rtscore.config.pipeline import PipelineConfig
@@ -79,6 +82,20 @@ def save_resolved_config(run_dir: str, cfg: PipelineConfig) -> ArtifactRef:
     return ref_of(run, run.record(rel, "config", config_hash(cfg)))
 
 
+def read_locations(cfg: PipelineConfig, params: Mapping[str, Any], run: RunDir) -> list[str]:
+    """What generating ``params["split"]`` reads outside the run's records: the GeoTIFF data root it ingests, or
+    the store it adopts (``data.skip_generation``); nothing for synthetic scenes (the config is all they read)."""
+    split = str(params["split"])
+    if cfg.data.skip_generation:
+        rel = RunLayout.DATASET.at(split=split)
+        return [run.uri_of(rel) if run.remote else str(run.path(rel))]
+    gen = getattr(cfg.data.generation, split)
+    if gen is not None and gen.source == "geotiff" and gen.geotiff is not None:
+        root = gen.geotiff.data_root
+        return [root if root.startswith("gs://") else str(Path(root).resolve())]
+    return []
+
+
 SPEC = StageSpec(
     name="generate-dataset",
     fn=generate_dataset,
@@ -86,5 +103,6 @@ SPEC = StageSpec(
     outputs=(RunLayout.DATASET, RunLayout.CONTEXT_DATASET, RunLayout.DERIVED_SPLITS, RunLayout.DERIVED_SPLITS_SUMMARY),
     config=(*DATA_CONFIG, "calibration.scale_candidates", "deployment.scales"),
     params=("split",),
+    sources=read_locations,
     description="Generate (or ingest) the tile store of one split.",
 )

@@ -14,7 +14,7 @@ from rtscore.stages.generate import SPEC as GENERATE_DATASET
 from rtscore.stages.logit_cache import SPEC as LOGIT_CACHE
 from rtscore.stages.normalization import SPEC as NORMALIZATION_STATS
 from rtscore.stages.package import SPEC as PACKAGE
-from rtscore.stages.spec import StageSpec, expand
+from rtscore.stages.spec import StageSpec, input_identities
 from rtscore.stages.train import SPEC as TRAIN_SEED
 from rtscore.stages.validate import SPEC as VALIDATE_DATA
 from rtscore.storage import RunDir
@@ -69,7 +69,7 @@ def code_fingerprint(name: str) -> str:
 
 def cache_key(name: str, run_dir: str, cfg: PipelineConfig, params: Mapping[str, Any]) -> str:
     """The cache key of one run of a stage: its code fingerprint, the config it reads, the run, the
-    parameters that select its work, and the recorded sha256 of each of its inputs."""
+    parameters that select its work, and the identity of each of its inputs (:func:`input_identities`)."""
     stage = spec(name)
     run = RunDir(run_dir)
     h = hashlib.sha256()
@@ -78,7 +78,6 @@ def cache_key(name: str, run_dir: str, cfg: PipelineConfig, params: Mapping[str,
     h.update(run.uri.encode())
     for p in stage.params:
         h.update(f"{p}={params.get(p, '')};".encode())
-    for rel in expand((*stage.inputs, *stage.optional_inputs), params):
-        entry = run.entry(rel)
-        h.update(f"{rel}={entry.sha256 if entry else 'missing'};".encode())
+    for line in input_identities(stage, run, cfg, params):
+        h.update(f"{line};".encode())
     return f"{name}-{h.hexdigest()}"

@@ -185,6 +185,9 @@ class SeedRecorder:
         for _, rel in recorded_checkpoints(self.run, seed)[: -self.cfg.training.checkpoint.keep_last_n]:
             self.run.delete(rel)  # pruned in the root as locally
 
+    def set_aside(self) -> None:
+        forget_seed(self.run, self.seed)  # the local copies are set aside; no record may be staged again
+
     def finished(self) -> None:
         if self.current is not None:
             self.current.status = "completed"

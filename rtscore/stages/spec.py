@@ -7,32 +7,25 @@ A :class:`StageSpec` is the single source for everything that must agree about a
   ``code_hash``: its code fingerprint);
 - the orchestration layer's cache key (:func:`rtscore.stages.registry.cache_key`) and task definition.
 
-The code fingerprint is derived, never listed: the import closure of the stage function's module inside
-the project, read from the source with :mod:`ast` (function-local imports included, ``TYPE_CHECKING``
-blocks not), hashed file by file, plus the versions of the third-party distributions that closure imports.
+The code fingerprint is derived, never listed: the import closure of the stage function's module
+(:mod:`rtscore.identity.code`).
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from rtscore.config.base import canonical_json
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.identity import source_identity
+from rtscore.identity.code import closure_hash, code_closure, imports_of, module_file
 from rtscore.storage import ArtifactEntry, RunDir
 from rtscore.storage.layout import Entry
-
-PROJECT_PACKAGE = "rtscore"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the rtscore package
 
 
 class ArtifactRef(BaseModel):
@@ -50,9 +43,10 @@ class StageSpec:
     """One pipeline stage.
 
     ``params`` names the stage function's arguments that select its work (``split``, ``seed`` or ``seeds``):
-    they fill the inputs' placeholders, key the cache and name the task run. ``config`` lists the config
-    sections (or ``section.field`` keys) the stage reads; ``config_ignores`` the ``section.field`` keys inside
-    them that cannot change its output.
+    they fill the inputs' placeholders, key the cache and name the task run. ``sources`` gives the locations the
+    stage reads outside the run directory's recorded artifacts (a GeoTIFF data root), for these settings.
+    ``config`` lists the config sections (or ``section.field`` keys) the stage reads; ``config_ignores`` the
+    ``section.field`` keys inside them that cannot change its output.
     """
 
     name: str
@@ -63,7 +57,15 @@ class StageSpec:
     config_ignores: tuple[str, ...] = ()
     optional_inputs: tuple[Entry, ...] = ()
     params: tuple[str, ...] = ()
+    sources: Callable[[PipelineConfig, Mapping[str, Any], RunDir], list[str]] | None = field(
+        default=None, compare=False
+    )
     description: str = field(default="", compare=False)
+
+    def source_locations(self, cfg: PipelineConfig, params: Mapping[str, Any], run: RunDir) -> list[str]:
+        """What the stage reads from outside the run's recorded artifacts (a GeoTIFF data root, an adopted
+        store): local paths or gs:// URIs, whose listing identity keys its results (rtscore.identity)."""
+        return self.sources(cfg, params, run) if self.sources is not None else []
 
     @property
     def module(self) -> str:
@@ -122,6 +124,39 @@ def require_inputs(spec: StageSpec, run: RunDir, **params: Any) -> None:
         run.fetch(rel)
 
 
+def input_identities(spec: StageSpec, run: RunDir, cfg: PipelineConfig, params: Mapping[str, Any]) -> list[str]:
+    """One line per input of a stage run: ``<rel>=<recorded sha256>`` for each artifact of the run directory it
+    reads, ``<location>=<listing digest>`` for each location outside it (:func:`rtscore.identity.source_identity`).
+    The one description of "what it read" that cache keys and resume points share."""
+    lines = []
+    for rel in expand((*spec.inputs, *spec.optional_inputs), params):
+        entry = run.entry(rel)
+        lines.append(f"{rel}={entry.sha256 if entry else 'missing'}")
+    for location in spec.source_locations(cfg, params, run):
+        lines.append(f"{location}={source_identity(location).digest}")
+    return lines
+
+
+def resume_key(
+    spec: StageSpec, run: RunDir, cfg: PipelineConfig, params: Mapping[str, Any], *, config_hash: str
+) -> str:
+    """The identity a resume point of a stage run must carry to be resumed (a checkpoint, staged shards).
+
+    The stage's own code identity, ``config_hash`` (the config the resumed work depends on, less settings that
+    may change between a run and its resume), the parameters that select the work and every input's identity
+    (:func:`input_identities`). Upstream code is not in it: an upstream edit that changes an input changes its
+    identity here, and one that reproduces the same bytes leaves the resume point valid. Unlike the cache key it
+    leaves out the run's location, so a run directory copied elsewhere still resumes."""
+    h = hashlib.sha256()
+    h.update(spec.own_code_hash().encode())
+    h.update(config_hash.encode())
+    for p in spec.params:
+        h.update(f"{p}={params.get(p, '')};".encode())
+    for line in input_identities(spec, run, cfg, params):
+        h.update(f"{line};".encode())
+    return h.hexdigest()
+
+
 def record(spec: StageSpec, run: RunDir, rel: str, cfg: PipelineConfig) -> ArtifactRef:
     """Record a declared output of ``spec`` in the manifest (last, after the artifact is in place)."""
     spec.output_entry(rel)
@@ -134,120 +169,23 @@ def ref_of(run: RunDir, entry: ArtifactEntry) -> ArtifactRef:
     return ArtifactRef(uri=uri, path=entry.path, sha256=entry.sha256, bytes=entry.bytes, stage=entry.stage)
 
 
-# --------------------------------------------------------------------------- code fingerprints
-def module_file(module: str) -> Path | None:
-    """The source file of a project module (``rtscore.x.y``), or None for anything else."""
-    if module != PROJECT_PACKAGE and not module.startswith(PROJECT_PACKAGE + "."):
-        return None
-    base = PROJECT_ROOT.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def imports_of(path: Path, module: str) -> tuple[set[str], set[str]]:
-    """(project modules, third-party top-level names) imported anywhere in ``path`` but TYPE_CHECKING blocks."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    project: set[str] = set()
-    external: set[str] = set()
-
-    def add(name: str) -> None:
-        if module_file(name) is not None:
-            project.add(name)
-        elif not name.startswith(PROJECT_PACKAGE):
-            top = name.partition(".")[0]
-            if top not in sys.stdlib_module_names and top != "__future__":
-                external.add(top)
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for sub in child.orelse:
-                    visit(sub)
-                continue
-            if isinstance(child, ast.Import):
-                for alias in child.names:
-                    add(alias.name)
-            elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package.rsplit(".", child.level - 1)[0] if child.level > 1 else package
-                    target = f"{base}.{child.module}" if child.module else base
-                else:
-                    target = child.module or ""
-                add(target)
-                for alias in child.names:  # `from pkg import submodule`
-                    if module_file(f"{target}.{alias.name}") is not None:
-                        project.add(f"{target}.{alias.name}")
-            visit(child)
-
-    visit(tree)
-    return project, external
-
-
-@cache
-def code_closure(module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(project modules, third-party names) reachable from ``module`` through imports, each sorted.
-
-    Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` too, but a module only depends on the
-    code whose names it imports: a package ``__init__`` is part of the closure where it is imported from,
-    not merely passed through. That keeps closures as narrow as the code's real dependencies.
-    """
-    seen: set[str] = set()
-    external: set[str] = set()
-    todo = [module]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        path = module_file(name)
-        if path is None:
-            raise ValueError(f"{name} is not a module of the {PROJECT_PACKAGE} package")
-        seen.add(name)
-        project, ext = imports_of(path, name)
-        external |= ext
-        todo += sorted(project - seen)
-    return tuple(sorted(seen)), tuple(sorted(external))
-
-
-def source_bytes(path: Path) -> bytes:
-    """The bytes a fingerprint hashes (one place, so that tests can simulate an edited file)."""
-    return path.read_bytes()
-
-
-@cache
-def _distribution_versions() -> dict[str, str]:
-    """Top-level import name -> ``dist==version`` of the installed distributions providing it."""
-    out: dict[str, str] = {}
-    for top, dists in metadata.packages_distributions().items():
-        versions = sorted({f"{d}=={metadata.version(d)}" for d in dists})
-        out[top] = ",".join(versions)
-    return out
-
-
-def closure_hash(module: str) -> str:
-    """sha256 over the closure's files (path and content) and the versions of what it imports."""
-    modules, external = code_closure(module)
-    h = hashlib.sha256()
-    for name in modules:
-        path = module_file(name)
-        assert path is not None  # code_closure resolved it
-        h.update(f"{path.relative_to(PROJECT_ROOT).as_posix()}\0".encode())
-        h.update(hashlib.sha256(source_bytes(path)).digest())
-    versions = _distribution_versions()
-    for top in external:
-        h.update(f"{top}={versions.get(top, 'not installed')};".encode())
-    return h.hexdigest()
-
-
 # --------------------------------------------------------------------------- config each stage group reads
 DATA_CONFIG = ("schema_version", "data", "channels", "splits", "normalization", "sampling", "augmentation")
 TRAINING_CONFIG = (*DATA_CONFIG, "loss", "training", "optimizer", "lr_schedule", "ema", "model", "metrics")
+
+__all__ = [
+    "DATA_CONFIG",
+    "TRAINING_CONFIG",
+    "ArtifactRef",
+    "StageSpec",
+    "closure_hash",
+    "code_closure",
+    "expand",
+    "imports_of",
+    "input_identities",
+    "module_file",
+    "record",
+    "ref_of",
+    "require_inputs",
+    "resume_key",
+]

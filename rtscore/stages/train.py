@@ -10,9 +10,10 @@ from pydantic import BaseModel, Field
 from rtscore.config.base import config_hash
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.stages.seed_records import SeedAttempts, SeedRecorder, forget_seed, stage_checkpoint
-from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
+from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs, resume_key
 from rtscore.storage import RunDir, RunLayout, atomic_write_json
 from rtscore.tracking import Tracker
+from rtscore.train.loop import resume_hash
 from rtscore.train.loop import train_seed as run_training
 from rtscore.train.result import MultiSeedSummary, SeedResult
 
@@ -42,7 +43,9 @@ def train_seed(
     """Train (or resume) one seed into ``seeds/seed_<seed>/`` and record its artifacts.
 
     Every resume checkpoint is recorded in the run root as it is written (:mod:`rtscore.stages.seed_records`),
-    so a run on a fresh worker resumes from the newest one recorded. ``on_epoch_end(epoch, metrics)`` is called
+    so a run on a fresh worker resumes from the newest one recorded, and only when it was written under the same
+    resume key (this stage's code, the config less the settings free on resume, the inputs' sha256): another is
+    set aside and the seed trains from scratch. ``on_epoch_end(epoch, metrics)`` is called
     after every epoch (e.g. to advance a progress display).
     """
     run = RunDir(run_dir)
@@ -52,6 +55,7 @@ def train_seed(
     else:
         stage_checkpoint(run, seed)
     recorder = SeedRecorder(run, SPEC, cfg, seed)
+    key = resume_key(SPEC, run, cfg, {"seed": seed}, config_hash=resume_hash(cfg))
     result = run_training(
         cfg,
         run.root,
@@ -61,6 +65,7 @@ def train_seed(
         progress=progress,
         on_epoch_end=on_epoch_end,
         hooks=recorder,
+        resume_key=key,
     )
     rels = [entry.at(seed=seed) for entry in SEED_OUTPUTS]
     refs = [record(SPEC, run, rel, cfg) for rel in rels if run.path(rel).exists()]

@@ -23,6 +23,7 @@ from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import build_dataset, build_train_dataset, class_pixel_counts
 from rtscore.data.loader import train_loader, val_loader
 from rtscore.data.normalization import load_normalization_stats
+from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
 from rtscore.losses import ClassBalancedBCELoss, build_loss, loss_soft_targets
 from rtscore.metrics import PixelConfusion
 from rtscore.models import build_model, decoder_parameters, encoder_parameters
@@ -62,6 +63,9 @@ class CheckpointHooks(Protocol):
     def checkpoint_saved(self, epoch: int) -> None:
         """The resume checkpoint of ``epoch`` and the best weights and metrics so far are on local disk."""
 
+    def set_aside(self) -> None:
+        """The seed's earlier checkpoints were of another identity and were set aside: forget their records."""
+
 
 def train_seed(
     cfg: PipelineConfig,
@@ -73,11 +77,18 @@ def train_seed(
     progress: bool = False,
     on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
     hooks: CheckpointHooks | None = None,
+    resume_key: str | None = None,
 ) -> SeedResult:
     """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth (the newest
     readable resume checkpoint when it is truncated or corrupt). ``hooks`` hears of the start and of every
-    resume checkpoint written."""
+    resume checkpoint written.
+
+    A checkpoint is a resume point only for the identity that wrote it: ``resume_key`` (the stage's code,
+    config and inputs, :func:`rtscore.stages.spec.resume_key`; by default the settings of :func:`resume_hash`
+    and this module's code closure). One of another identity is set aside with the seed's best weights and
+    metrics (``set_aside/`` in the seed directory, named in one warning) and the seed trains from scratch."""
     run = Path(run_dir)
+    key = resume_key or default_resume_key(cfg)
     s = build_setup(cfg, run, seed)
     s.seed_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = s.seed_dir / layout.METRICS
@@ -89,9 +100,14 @@ def train_seed(
             p.unlink(missing_ok=True)
     elif (found := ckpt.load_resume(s.seed_dir)) is not None:  # newest readable: latest, else an older epoch
         saved, path = found
-        start = restore(s, saved, stopper, path) + 1
-        state = RunState.from_checkpoint(saved.get("extra", {}))
-        _truncate_jsonl(metrics_path, start - 1)
+        if saved.get("resume_hash") != key:
+            set_aside_seed(s.seed_dir, seed, path, saved, key)
+            if hooks is not None:
+                hooks.set_aside()
+        else:
+            start = restore(s, saved, stopper, path) + 1
+            state = RunState.from_checkpoint(saved.get("extra", {}))
+            _truncate_jsonl(metrics_path, start - 1)
     if hooks is not None:
         hooks.started(start)
     tracker = Tracker(cfg.mlflow, run)
@@ -120,7 +136,7 @@ def train_seed(
             _append_jsonl(metrics_path, row)
             tracker.log_metrics(run_id, row, step=epoch)
             if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == last:
-                resume = resume_state(s, epoch, stopper, state)
+                resume = resume_state(s, epoch, stopper, state, key)
                 ckpt.save_resume(s.seed_dir, resume, epoch, cfg.training.checkpoint.keep_last_n)
                 if hooks is not None:
                     hooks.checkpoint_saved(epoch)
@@ -262,14 +278,28 @@ def resume_hash(cfg: PipelineConfig) -> str:
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 
+def default_resume_key(cfg: PipelineConfig) -> str:
+    """The resume identity without a stage around the loop: :func:`resume_hash` and this module's code closure."""
+    return hashlib.sha256(f"{resume_hash(cfg)}\0{closure_hash(__name__)}".encode()).hexdigest()
+
+
+def set_aside_seed(seed_dir: Path, seed: int, path: Path, saved: dict[str, Any], key: str) -> None:
+    """Move a seed's checkpoints, best weights and metrics of another identity into ``set_aside/``."""
+    files = [*seed_dir.glob(layout.RESUME_GLOB), seed_dir / layout.BEST, seed_dir / layout.METRICS]
+    files += [seed_dir / name for name in (layout.RUN_SUMMARY, layout.RUN_SUMMARY_MD, layout.CURVES)]
+    set_aside(
+        files,
+        seed_dir / SET_ASIDE_DIR,
+        base=seed_dir,
+        what=f"seed {seed}: the checkpoint {path.name} (epoch {saved.get('epoch')}) and the weights beside it",
+        why=f"were written by other code, config or inputs (resume key {str(saved.get('resume_hash'))[:12]} vs "
+        f"{key[:12]}); only training.early_stopping/checkpoint/device/val_frequency, data.loader, mlflow and "
+        "deployment may change on resume",
+    )
+
+
 def restore(s: Setup, saved: dict[str, Any], stopper: EarlyStopping, path: Path) -> int:
-    """Load a resume checkpoint; refuses one written with an incompatible config."""
-    if saved.get("resume_hash") != resume_hash(s.cfg):
-        raise TrainingError(
-            f"{path} was written with a different config (resume hash {str(saved.get('resume_hash'))[:12]} vs "
-            f"{resume_hash(s.cfg)[:12]}); only training.early_stopping/checkpoint/device/val_frequency, "
-            "data.loader, mlflow and deployment may change on resume. Use --fresh to start over."
-        )
+    """Load a resume checkpoint (its identity already checked by the caller)."""
     s.model.load_state_dict(saved["live_state_dict"])
     s.ema.load_state_dict(saved["ema_state_dict"], int(saved["ema_updates"]))
     s.optimizer.load_state_dict(saved["optimizer_state_dict"])
@@ -372,7 +402,7 @@ def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None 
     }
 
 
-def resume_state(s: Setup, epoch: int, stopper: EarlyStopping, state: RunState) -> dict[str, Any]:
+def resume_state(s: Setup, epoch: int, stopper: EarlyStopping, state: RunState, key: str) -> dict[str, Any]:
     """Everything :func:`restore` needs to continue exactly where this epoch ended."""
     return {
         "live_state_dict": s.model.state_dict(),
@@ -385,7 +415,7 @@ def resume_state(s: Setup, epoch: int, stopper: EarlyStopping, state: RunState) 
         "sampler": {"epoch": epoch + 1, "skip_batches": 0},
         "rng_states": rng_state(),
         "early_stopping": stopper.state_dict(),
-        "resume_hash": resume_hash(s.cfg),
+        "resume_hash": key,
         "extra": state.to_checkpoint(),
     }
 

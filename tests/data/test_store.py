@@ -74,15 +74,19 @@ def test_interrupted_generation_resumes_from_last_complete_shard(tmp_path: Path)
         np.testing.assert_array_equal(ZarrTileStore(out)[i].rgb, ZarrTileStore(ref)[i].rgb)
 
 
-def test_staged_generation_of_another_config_is_not_mixed_in(tmp_path: Path) -> None:
+def test_staged_generation_of_another_config_is_set_aside_not_mixed_in(tmp_path: Path) -> None:
     out = tmp_path / "train.zarr"
     with pytest.raises(RuntimeError):
         write_store(ListProducer(8, fail_at=4), _layout(8), out, _attrs(chash="old"))
-    with pytest.raises(TileStoreError, match="different config is staged"):
-        write_store(ListProducer(8), _layout(8), out, _attrs(chash="new"))
-    write_store(ListProducer(8), _layout(8), out, _attrs(chash="new"), restart=True)
+    write_store(ListProducer(8), _layout(8), out, _attrs(chash="new"))  # the old staging is set aside
     assert read_store_attrs(out)["config_hash"] == "new"
     assert not staging_path(out).exists()
+    (aside,) = (tmp_path / "set_aside").iterdir()
+    assert (aside / staging_path(out).name / "zarr.json").is_file(), "kept for the user, not deleted"
+    ref = tmp_path / "ref.zarr"
+    write_store(ListProducer(8), _layout(8), ref, _attrs(chash="new"))
+    for i in range(8):
+        np.testing.assert_array_equal(ZarrTileStore(out)[i].rgb, ZarrTileStore(ref)[i].rgb)
 
 
 def test_existing_output_needs_overwrite(tmp_path: Path) -> None:

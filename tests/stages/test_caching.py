@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rtscore.config import load_pipeline_config
+from rtscore.identity import code as identity_code
 from rtscore.stages import STAGES, cache_key, code_fingerprint
-from rtscore.stages import spec as spec_module
 from rtscore.storage import RunDir
 from tests.flows.configs import tiny_training_config, write_config
 
@@ -41,9 +41,11 @@ class Edits:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.files: set[Path] = set()
-        original = spec_module.source_bytes
+        original = identity_code.source_bytes
         monkeypatch.setattr(
-            spec_module, "source_bytes", lambda path: original(path) + (b"\n# edited\n" if path in self.files else b"")
+            identity_code,
+            "source_bytes",
+            lambda path: original(path) + (b"\n# edited\n" if path in self.files else b""),
         )
 
     def edit(self, rel: str) -> None:

@@ -97,15 +97,27 @@ def test_kill_and_resume_is_bit_identical(run_copy: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_resume_with_a_different_config_is_refused_before_training(run_copy: Path) -> None:
+def test_a_checkpoint_of_another_config_is_set_aside_and_the_seed_trains_from_scratch(
+    run_copy: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = tiny_train_config(max_epochs=3)
     train_seed(cfg, run_copy, 1)
+    seed_dir = run_copy / "seeds/seed_1"
+    old_best = (seed_dir / "best_deployment.pth").read_bytes()
     changed = tiny_train_config(max_epochs=3, batch_size=2)
-    with pytest.raises(TrainingError, match="written with a different config"):
-        train_seed(changed, run_copy, 1)
-    # Early-stopping settings may change on resume (they come from the config).
-    relaxed = tiny_train_config(max_epochs=3, early_stopping={"patience": 9})
+    with caplog.at_level("WARNING"):
+        result = train_seed(changed, run_copy, 1)
+    assert result.epochs_run >= 1
+    rows = [json.loads(x)["epoch"] for x in (seed_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0] == 1, "trained from scratch, not resumed"
+    (aside,) = (seed_dir / "set_aside").iterdir()
+    assert (aside / "best_deployment.pth").read_bytes() == old_best, "the old weights are kept for the user"
+    assert (aside / "resume_latest.pth").is_file()
+    assert any("set aside in" in r.getMessage() and str(aside) in r.getMessage() for r in caplog.records)
+    # Early-stopping settings may change on resume (they come from the config): that one resumes.
+    relaxed = tiny_train_config(max_epochs=3, batch_size=2, early_stopping={"patience": 9})
     train_seed(relaxed, run_copy, 1)
+    assert len(list((seed_dir / "set_aside").iterdir())) == 1
 
 
 def test_fp16_on_cpu_is_refused_before_any_step(run_copy: Path) -> None:
