@@ -12,6 +12,8 @@ from rtscore.data.tiles import KIND_CODES, RawTile
 from rtscore.data.writer import base_attrs, write_store
 from tests.conftest import make_tile
 
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
 SIZE = 32
 
 
@@ -205,3 +207,33 @@ def flip_byte(path: Path, keep_mtime: bool) -> None:
     if keep_mtime:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+class CodeEdits:
+    """Simulated edits of project files: their bytes, as every code identity reads them
+    (:func:`rtscore.identity.code.source_bytes`), change; the real files are untouched."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        from rtscore.identity import code as identity_code
+
+        self.files: set[Path] = set()
+        original = identity_code.source_bytes
+        monkeypatch.setattr(
+            identity_code,
+            "source_bytes",
+            lambda path: original(path) + (b"\n# edited\n" if path in self.files else b""),
+        )
+
+    def edit(self, rel: str) -> None:
+        self.files.add((PROJECT_ROOT / rel).resolve())
+        self._clear()
+
+    def undo(self, rel: str) -> None:
+        self.files.discard((PROJECT_ROOT / rel).resolve())
+        self._clear()
+
+    @staticmethod
+    def _clear() -> None:
+        from rtscore.stages import code_fingerprint
+
+        code_fingerprint.cache_clear()

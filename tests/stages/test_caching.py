@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from rtscore.config import load_pipeline_config
-from rtscore.identity import code as identity_code
 from rtscore.stages import STAGES, cache_key, code_fingerprint
 from rtscore.storage import RunDir
 from tests.flows.configs import tiny_training_config, write_config
+from tests.helpers import CodeEdits
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [s.name for s in STAGES]
@@ -36,36 +36,15 @@ def executed_stages(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-class Edits:
-    """Simulated edits of project files: their bytes, as the code fingerprint reads them, change."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.files: set[Path] = set()
-        original = identity_code.source_bytes
-        monkeypatch.setattr(
-            identity_code,
-            "source_bytes",
-            lambda path: original(path) + (b"\n# edited\n" if path in self.files else b""),
-        )
-
-    def edit(self, rel: str) -> None:
-        self.files.add((ROOT / rel).resolve())
-        code_fingerprint.cache_clear()
-
-    def undo(self, rel: str) -> None:
-        self.files.discard((ROOT / rel).resolve())
-        code_fingerprint.cache_clear()
-
-
 @pytest.fixture
-def edits(monkeypatch: pytest.MonkeyPatch) -> Iterator[Edits]:
-    yield Edits(monkeypatch)
+def edits(monkeypatch: pytest.MonkeyPatch) -> Iterator[CodeEdits]:
+    yield CodeEdits(monkeypatch)
     code_fingerprint.cache_clear()
 
 
 @pytest.mark.slow
 def test_a_code_edit_recomputes_its_stage_and_everything_after_it_and_nothing_before(
-    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edits: Edits
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edits: CodeEdits
 ) -> None:
     from flows.params import PipelineParams
     from flows.pipeline import pipeline
