@@ -237,3 +237,18 @@ class CodeEdits:
         from rtscore.stages import code_fingerprint
 
         code_fingerprint.cache_clear()
+
+
+def executed_stages(monkeypatch: Any) -> list[str]:
+    """Every stage that records an artifact from now on (a stage served from the cache records nothing)."""
+    from rtscore.storage import RunDir
+
+    seen: list[str] = []
+    original = RunDir.record
+
+    def record(self: RunDir, rel: str, stage: str, config_hash: str, **kw: object) -> object:
+        seen.append(stage)
+        return original(self, rel, stage, config_hash, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunDir, "record", record)
+    return seen

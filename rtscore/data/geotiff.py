@@ -638,7 +638,7 @@ def ingest_geotiffs(
     """
     if not str(data_root).startswith("gs://") and not Path(data_root).is_dir():
         raise GeotiffError(f"data root {data_root} is not a directory")
-    try:  # before anything is read: what the root holds now keys the staged shards and is recorded in the store
+    try:  # before anything is read: what the root holds now keys the staged shards
         identity = source_identity(data_root)
     except SourceError as err:
         raise GeotiffError(f"data root {data_root}: {err}") from None
@@ -681,7 +681,6 @@ def ingest_geotiffs(
             "config": cfg.model_dump(mode="json"),
             "config_hash": store_hash,
             "data_root": str(root.resolve()),
-            "data_root_identity": identity.model_dump(mode="json"),
             "input_binding": binding.model_dump(mode="json"),
             "raster_contract": checked.contract.model_dump(mode="json"),
             "shard_tiles": cfg.store.shard_tiles,

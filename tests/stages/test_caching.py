@@ -14,26 +14,12 @@ import pytest
 
 from rtscore.config import load_pipeline_config
 from rtscore.stages import STAGES, cache_key, code_fingerprint
-from rtscore.storage import RunDir
 from tests.flows.configs import tiny_training_config, write_config
-from tests.helpers import CodeEdits
+from tests.helpers import CodeEdits, executed_stages
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [s.name for s in STAGES]
 AFTER_TRAINING = ["train-seed", "logit-cache", "calibrate", "evaluate-test", "package"]
-
-
-def executed_stages(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every stage that records an artifact from now on (a stage served from the cache records nothing)."""
-    seen: list[str] = []
-    original = RunDir.record
-
-    def record(self: RunDir, rel: str, stage: str, config_hash: str, **kw: object) -> object:
-        seen.append(stage)
-        return original(self, rel, stage, config_hash, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(RunDir, "record", record)
-    return seen
 
 
 @pytest.fixture
