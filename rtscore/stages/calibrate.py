@@ -22,6 +22,7 @@ from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.errors import PipelineError
 from rtscore.inference.context import needs_context
+from rtscore.stages.logit_cache import cache_identity
 from rtscore.stages.seeds import trained_seeds
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_json, atomic_write_text, sha256_file
@@ -89,6 +90,12 @@ def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None)
         weights = run.at(RunLayout.BEST_WEIGHTS, seed=s)
         if cache.attrs.get("weights_sha256") != sha256_file(weights):
             raise CacheError(f"the logit cache {cache.path} was computed from other weights than {weights}; rerun it")
+        if cache.attrs.get("identity") != cache_identity(run, cfg, s):
+            raise CacheError(
+                f"the logit cache {cache.path} was computed by other code, config or inputs than this run's "
+                f"(identity {str(cache.attrs.get('identity'))[:12]} vs {cache_identity(run, cfg, s)[:12]}); "
+                "recompute it (rts calibrate does, or rts run)"
+            )
         caches.append(cache)
     outputs = [e.at() for e in (RunLayout.DEPLOYMENT_CONFIG, RunLayout.GATES, RunLayout.CALIBRATION_SUMMARY)]
     outputs.append(RunLayout.CALIBRATION_REPORT_MD.at())

@@ -7,7 +7,7 @@ from rtscore.calibrate.run import refuse_multiscale_without_context
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.inference.context import needs_context
 from rtscore.stages.seeds import context_store, no_context_reason, seed_model_and_loader
-from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
+from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs, resume_key
 from rtscore.storage import RunDir, RunLayout, sha256_file
 
 # The decision settings: the cache serves every value of these, so they never invalidate it.
@@ -64,12 +64,20 @@ def logit_cache(run_dir: str, cfg: PipelineConfig, seed: int, *, progress: bool 
             "weights_sha256": sha256_file(weights),
             "val_sha256": val.sha256 if val else None,
             "val_context_sha256": ctx.sha256 if with_context and ctx else None,
+            "identity": cache_identity(run, cfg, seed),
         },
         progress=progress,
         scales=scales,
         scales_note=note,
     )
     return record(SPEC, run, rel, cfg)
+
+
+def cache_identity(run: RunDir, cfg: PipelineConfig, seed: int) -> str:
+    """What a seed's logit cache was computed from: this stage's code, the config it reads (less the decision
+    settings it serves) and its inputs (weights, val store, stats). Recorded in the cache; calibration uses a
+    cache only when it equals what the current code, config and inputs give."""
+    return resume_key(SPEC, run, cfg, {"seed": seed}, config_hash=SPEC.config_hash(cfg))
 
 
 SPEC = StageSpec(

@@ -197,3 +197,68 @@ def test_a_generation_killed_mid_store_resumes_under_the_same_code_and_is_set_as
     assert (aside / ".train.zarr.partial/zarr.json").is_file(), "kept for the user"
     assert any("set aside in" in m and str(aside) in m for m in messages(caplog))
     assert _store_sha(edited) == _store_sha(ref)
+
+
+# ------------------------------------------------------------------------------------------- logit-cache
+@pytest.fixture(scope="module")
+def calib_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Data stages done and untrained (seeded) weights for one seed: a logit cache needs no training."""
+    from tests.calibrate.conftest import calib_config
+    from tests.helpers import fake_trained_seed
+
+    cfg = calib_config()
+    run = make_data_run(tmp_path_factory.mktemp("calib") / "run", cfg)
+    fake_trained_seed(run, cfg, SEED)
+    return run
+
+
+def _cache_sha(run: Path) -> str:
+    entry = RunDir(str(run)).entry(RunLayout.LOGIT_CACHE.at(seed=SEED))
+    assert entry is not None
+    return entry.sha256
+
+
+@pytest.mark.slow
+def test_a_logit_cache_of_other_code_is_never_calibrated_on_and_a_killed_one_is_rebuilt_identically(
+    calib_run: Path, tmp_path: Path, edits: CodeEdits
+) -> None:
+    from rtscore.calibrate.cache import CacheError
+    from tests.calibrate.conftest import calib_config
+
+    cfg = calib_config()
+    ref = copy_run(calib_run, tmp_path / "ref")
+    stages.logit_cache(str(ref), cfg, SEED)
+    stages.calibrate(str(ref), cfg, [SEED])
+
+    # kill -9 after the first batch of the pass: nothing half-built is recorded or reused; the same call
+    # builds the cache again, byte for byte the uninterrupted one.
+    killed = copy_run(calib_run, tmp_path / "killed")
+    run_killed(
+        f"""
+        import rtscore.calibrate.cache as cache
+        real = cache.tile_counts
+        calls = []
+
+        def counts_then_die(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > 3:
+                kill()
+            return real(*args, **kwargs)
+
+        cache.tile_counts = counts_then_die
+        from rtscore import stages
+        from tests.calibrate.conftest import calib_config
+        stages.logit_cache({str(killed)!r}, calib_config(), {SEED})
+        """
+    )
+    assert RunDir(str(killed)).entry(RunLayout.LOGIT_CACHE.at(seed=SEED)) is None
+    stages.logit_cache(str(killed), cfg, SEED)
+    assert _cache_sha(killed) == _cache_sha(ref)
+
+    # An edit in the cache's closure: calibration refuses the cache the old code built, naming it ...
+    edits.edit("rtscore/calibrate/cache.py")
+    with pytest.raises(CacheError, match="logit_cache.zarr was computed by other code, config or inputs"):
+        stages.calibrate(str(ref), cfg, [SEED])
+    # ... and the cache recomputed by the current code is used.
+    stages.logit_cache(str(ref), cfg, SEED)
+    stages.calibrate(str(ref), cfg, [SEED])
