@@ -14,11 +14,13 @@ the project spells a run-directory path.
       datasets/<split>.zarr                       tile stores
       datasets/context/<split>.zarr               0.5x context of val/test tiles (2x field of view, same ids)
       datasets/splits.yaml splits_summary.json    the split derived for a GeoTIFF root without splits.yaml
+      datasets/set_aside/<time>/                  staged shards of another identity (rtscore.identity.set_aside)
       normalization_stats.json                    train split only
       validation/  report.json report.md samples.png
       seeds/summary.json                          multi-seed summary
       seeds/seed_<n>/  best_deployment.pth resume_latest.pth resume_epoch_NNNN.pth metrics.jsonl
                        run_summary.json run_summary.md curves.png attempts.json
+                       set_aside/<time>/  checkpoints and weights of another identity, kept for the user
       calibration/  gates.json deployment_config.yaml summary.json report.md
       calibration/seed_<n>/  logit_cache.zarr deployment_config.yaml calibration_report.json
                              reliability.png pr_curves.png
