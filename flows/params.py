@@ -86,7 +86,9 @@ class TileParams(BaseModel):
         None, description="Data root to write (a local path). Empty: `output` of the config. A re-run resumes."
     )
     overwrite: bool = Field(
-        False, description="Start over when the output was tiled with other settings or inputs (else refused)."
+        False,
+        description="Delete an earlier run's tiles and start over. Without it a re-run resumes, and a run of other "
+        "code, settings or inputs is set aside (.rts-tile/set_aside/) before tiling afresh.",
     )
 
 

@@ -44,6 +44,31 @@ class ListProducer:
             yield tiles, [KIND_CODES["positive" if t.n_objects else "negative"] for t in tiles]
 
 
+class FullNoData:
+    """Tiles without a valid pixel (alpha 0 everywhere), like a split cut from a scene's NoData border."""
+
+    def __init__(self, n: int, size: int = SIZE, extra: int = 0) -> None:
+        self.n, self.size, self.extra = n, size, extra
+
+    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
+        tiles = [
+            make_tile(i, self.size, positive=False, extra=self.extra, nodata_rows=self.size) for i in range(start, stop)
+        ]
+        yield tiles, [KIND_CODES["full_nodata"]] * len(tiles)
+
+
+def write_full_nodata_store(path: Path, n: int, *, size: int = SIZE, extra: list[str] | None = None) -> Path:
+    """A published store of ``n`` full-NoData tiles (split val) of ``size`` pixels and EXTRA channels ``extra``."""
+    names = list(extra or [])
+    layout = StoreLayout(n_tiles=n, tile_size=size, extra_channel_names=tuple(names), shard_tiles=4)
+    attrs = base_attrs(
+        split="val", source="test", tile_size=size, extra=names, mask_types=["exact", "noisy"], dataset_version="t"
+    )
+    attrs.update({"config": {}, "config_hash": "nodata", "seed": 0, "shard_tiles": 4})
+    write_store(FullNoData(n, size, len(names)), layout, path, attrs)
+    return path
+
+
 def _layout(n: int, extra: int = 0, shard: int = 4) -> StoreLayout:
     return StoreLayout(
         n_tiles=n, tile_size=SIZE, extra_channel_names=tuple(f"e{i}" for i in range(extra)), shard_tiles=shard

@@ -205,5 +205,6 @@ def resolve_paths(cfg: TilingConfig, base_dir: str | Path) -> TilingConfig:
 
 
 def load_tiling_config(path: str | Path) -> TilingConfig:
-    """A tiling config file, its relative paths resolved against the file's directory."""
-    return resolve_paths(load_config(TilingConfig, path), Path(path).parent)
+    """A tiling config file, its relative paths resolved against the file's directory (made absolute: the config
+    names the same files whatever the working directory and however the config is named)."""
+    return resolve_paths(load_config(TilingConfig, path), Path(path).resolve().parent)

@@ -10,6 +10,7 @@ import torch
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import TileDataset, seed_worker
+from rtscore.data.errors import DataValidationError
 from rtscore.data.sampler import BalancedCurriculumSampler
 
 
@@ -62,9 +63,38 @@ def train_loader(
 
 
 def val_loader(cfg: PipelineConfig, ds: TileDataset) -> Any:
+    """Sequential tiles of an evaluated split (validation during training, calibration, test).
+
+    Raises:
+        DataValidationError: the split has no usable tile (all full NoData, say): its metrics would be undefined,
+            so it is refused here, before any training step, naming the store.
+    """
+    if len(ds) == 0:
+        raise DataValidationError(_no_usable_tile(ds))
     return torch.utils.data.DataLoader(
         ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
         batch_size=cfg.training.batch_size,
         shuffle=False,
         **_loader_kwargs(cfg, torch.cuda.is_available()),
+    )
+
+
+def _no_usable_tile(ds: Any) -> str:
+    """Why an evaluated split has no tile to evaluate, naming its store."""
+    source = getattr(ds, "source", None)
+    if source is None:  # a dataset wrapping another (ContextPairedDataset)
+        source = getattr(getattr(ds, "base", None), "source", None)
+    path = getattr(source, "path", None)
+    where = f"store {path}" if path is not None else f"the split's {type(source).__name__}"
+    n = 0 if source is None else len(source)
+    meta = getattr(source, "metadata", None)
+    if n == 0:
+        held = "it holds no tile"
+    elif meta is not None and int(np.asarray(meta.full_nodata).sum()) == n:
+        held = f"all its {n} tiles are full NoData, which never enter a batch (data.exclude_full_nodata)"
+    else:
+        held = f"none of its {n} tiles enters a batch"
+    return (
+        f"{where}: no usable tile to evaluate: {held}; run rts validate to check every split, and fix this split "
+        "(its regions, or the data it is generated from) before training"
     )

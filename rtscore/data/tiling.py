@@ -19,7 +19,13 @@ Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
   pixel of 1.
 * **Resumable.** Each file is written under a temporary name and renamed; a tile's record (``.rts-tile/tiles/``) is
   written after its files, so a tile with a record and all its files is skipped on a re-run; metadata.csv,
-  splits.yaml and ``tiling.json`` are written at the end, atomically, from the records.
+  splits.yaml and ``tiling.json`` are written at the end, atomically, from the records (and only when their
+  content changes: a re-run that finds everything done leaves the root untouched).
+* **One identity.** The records are valid only for the run's identity (:func:`fingerprint`: this module's code
+  closure, the settings that decide the tiles' content, the listing identity of every input file; never a path).
+  A root tiled under another identity is not resumed: its tiles, records and lists are set aside into
+  ``.rts-tile/set_aside/<UTC time>/`` (one warning line names it) and the run starts fresh, so tiles of two
+  identities are never mixed.
 """
 
 from __future__ import annotations
@@ -37,27 +43,26 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from rtscore.config.base import canonical_json
-from rtscore.config.tiling import TilingConfig
+from rtscore.config.tiling import TilingConfig, resolve_paths
 from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR, RasterContractError, resolve_bands
 from rtscore.data.tile_pixels import Datasets, GridCell, Scene, TilePixels, TilingError, grid_cells, render_pixels
 from rtscore.data.tiles import IGNORE_INDEX
 from rtscore.data.vector_labels import rasterize_labels, read_polygons
+from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside, source_identity
 from rtscore.storage import atomic_write_json, atomic_write_text
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
 METADATA_CSV, SPLITS_YAML, MANIFEST_JSON = "metadata.csv", "splits.yaml", "tiling.json"
 METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
-STATE_DIR = ".rts-tile"  # the run's own bookkeeping: its config fingerprint and one record per finished tile
+STATE_DIR = ".rts-tile"  # the run's own bookkeeping: its identity and one record per finished tile
+FINGERPRINT = "fingerprint"  # the file in STATE_DIR holding the identity of the run that wrote the records
 
 
 class TilingCounts(BaseModel):
@@ -78,8 +83,12 @@ class TilingManifest(BaseModel):
     """``tiling.json``: what was tiled, how, and what came out (written last: its presence means done)."""
 
     output: str = Field(..., description="The data root written.")
-    config_fingerprint: str = Field(..., description="sha256 of the settings that decide the tiles' content.")
-    config: dict[str, Any] = Field(..., description="The tiling config, paths resolved.")
+    config_fingerprint: str = Field(
+        ...,
+        description="The run's identity: sha256 of the tiling code, the settings that decide the tiles' content and "
+        "every input file's identity (fingerprint()); records of another identity are set aside, not resumed.",
+    )
+    config: dict[str, Any] = Field(..., description="The tiling config, paths absolute.")
     scenes: list[str] = Field(..., description="The scenes, in priority order (first valid pixel wins).")
     extra_bands: list[str] = Field(..., description="EXTRA band names, in band order.")
     regions: dict[str, int] = Field(..., description="Tiles written per RegionName.")
@@ -150,21 +159,31 @@ def check_scenes(cfg: TilingConfig, datasets: Datasets) -> list[Scene]:
 
 def vector_fields(path: Path) -> list[str]:
     """The attribute columns of a vector file (its first layer)."""
+    return _vector_info(path)[0]
+
+
+def _vector_info(path: Path) -> tuple[list[str], int]:
+    """(attribute columns, feature count) of a vector file's first layer."""
     import pyogrio
 
     try:
-        return [str(f) for f in pyogrio.read_info(path)["fields"]]
+        info = pyogrio.read_info(path, force_feature_count=True)
     except Exception as err:  # pyogrio's DataSourceError/DataLayerError, GDAL's reasons inside
         raise TilingError(f"{path}: not a readable vector file ({type(err).__name__}: {err})") from None
+    return [str(f) for f in info["fields"]], int(info["features"])
 
 
-def _require_columns(path: Path, wanted: dict[str, str | None]) -> None:
+def _require_columns(path: Path, key: str, wanted: dict[str, str | None]) -> None:
+    """``path`` (config ``key``) exists, holds polygons and has the ``wanted`` columns (an empty file has no
+    columns to name: it is refused as empty first)."""
     if not path.is_file():
         raise TilingError(f"{path}: polygon file not found")
-    fields = vector_fields(path)
-    for key, column in wanted.items():
+    fields, features = _vector_info(path)
+    if features == 0:
+        raise TilingError(f"{path}: holds no polygons ({key} must name a file with at least one polygon)")
+    for name, column in wanted.items():
         if column is not None and column not in fields:
-            raise TilingError(f"{key}: column {column!r} is not in {path}; its columns are {fields}")
+            raise TilingError(f"{name}: column {column!r} is not in {path}; its columns are {fields}")
 
 
 @dataclass
@@ -189,7 +208,8 @@ def read_inventory(cfg: TilingConfig) -> Inventory:
     import shapely
 
     path = Path(cfg.polygons.path)
-    _require_columns(path, {"polygons.id_column": cfg.polygons.id_column, "regions.column": cfg.regions.column})
+    wanted = {"polygons.id_column": cfg.polygons.id_column, "regions.column": cfg.regions.column}
+    _require_columns(path, "polygons.path", wanted)
     features = read_polygons(path, cfg.grid.crs)
     if not features:
         raise TilingError(f"{path}: holds no polygons")
@@ -231,7 +251,7 @@ class RegionOf:
         self.region_names: list[str] = []
         if cfg.regions.path is not None:
             path = Path(cfg.regions.path)
-            _require_columns(path, {"regions.name_column": cfg.regions.name_column})
+            _require_columns(path, "regions.path", {"regions.name_column": cfg.regions.name_column})
             feats = read_polygons(path, cfg.grid.crs, columns=[str(cfg.regions.name_column)])
             self.region_geoms = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in feats]
             self.region_names = [_text(f["properties"].get(cfg.regions.name_column)) for f in feats]
@@ -365,43 +385,91 @@ def _complete(root: Path, tile_id: str) -> dict[str, Any] | None:
     return record
 
 
+# GDAL reads these beside a file without being told: a scene's external mask and auxiliary metadata, a
+# shapefile's attributes, index, CRS and encoding. They are part of the file's identity when present.
+SIDECARS = {".shp": (".dbf", ".shx", ".prj", ".cpg")}
+RASTER_SIDECARS = (".msk", ".aux.xml")
+
+
+def _file_identity(path: Path) -> str:
+    """The identity of one input file and of the sidecars GDAL reads with it: :func:`source_identity` (name,
+    size, mtime, the content hash of a small non-raster file), never the path that leads to it."""
+    parts = [source_identity(path).digest]
+    beside = [path.with_suffix(ext) for ext in SIDECARS.get(path.suffix.lower(), ())]
+    beside += [path.with_name(path.name + ext) for ext in RASTER_SIDECARS]
+    parts += [f"{p.name}:{source_identity(p).digest}" for p in beside if p.is_file()]
+    return "+".join(parts)
+
+
 def fingerprint(cfg: TilingConfig) -> str:
-    """sha256 of what decides the tiles' content: the config but its output and splits, and the size and time of
-    every input file (scenes, polygons, regions, companion rasters). A re-run with another fingerprint is refused
-    unless it overwrites: tiles of two inputs are never mixed."""
+    """The identity of a tiling run: sha256 of the code that cuts the tiles (this module's import closure), the
+    settings that decide the tiles' content (the config but its output and splits) and the identity of every
+    input file in place of its path (scenes in priority order, polygons, regions, companion rasters).
+
+    Paths do not enter it: the same run from another working directory, through an absolute ``--config`` or
+    after moving the inputs together is the same run. A record or tile written under another identity is
+    never resumed (:func:`prepare_output` sets it aside).
+    """
     doc = cfg.model_dump(mode="json", exclude={"output", "splits"})
-    inputs = [*scene_paths(cfg.scenes), Path(cfg.polygons.path)]
-    inputs += [Path(p) for p in [cfg.regions.path, *(s.path for e in cfg.extra for s in e.sources)] if p is not None]
-    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in inputs]
-    return hashlib.sha256(canonical_json({"config": doc, "inputs": stats}).encode()).hexdigest()
+    doc["scenes"] = [_file_identity(p) for p in scene_paths(cfg.scenes)]
+    doc["polygons"]["path"] = _file_identity(Path(cfg.polygons.path))
+    if cfg.regions.path is not None:
+        doc["regions"]["path"] = _file_identity(Path(cfg.regions.path))
+    for band, band_doc in zip(cfg.extra, doc["extra"], strict=True):
+        for key in ("nir", "red", "band"):
+            source = getattr(band, key)
+            if source is not None and source.path is not None:
+                band_doc[key]["path"] = _file_identity(Path(source.path))
+    identity = {"code": closure_hash(__name__), "settings": doc}
+    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
 
 
-def prepare_output(root: Path, fp: str, *, overwrite: bool) -> None:
-    """Create ``root`` or reopen an unfinished (or finished) run of the same fingerprint; clear stray temp files.
+def _run_paths(root: Path) -> list[Path]:
+    """What a tiling run writes under its root: the layout and its own state (not the set-aside folder)."""
+    state = root / STATE_DIR
+    layout = [root / name for name in (RGB_DIR, EXTRA_DIR, LABEL_DIR, METADATA_CSV, SPLITS_YAML, MANIFEST_JSON)]
+    return [*layout, state / "tiles", state / FINGERPRINT]
+
+
+def prepare_output(root: Path, fp: str, *, overwrite: bool) -> Path | None:
+    """Create ``root`` or reopen a run of the same identity ``fp`` (finished or not); clear stray temp files.
+
+    A run of another identity (other code, settings or inputs) is never resumed: its tiles, records and lists
+    are set aside into ``.rts-tile/set_aside/<UTC time>/`` (hidden: no reader of the data root lists it), named
+    in one warning line, and the run starts fresh; with ``overwrite`` they are deleted instead. Returns the
+    set-aside folder, if any.
 
     Raises:
-        TilingError: ``root`` holds something not written by rts tile, or a run of other settings (no overwrite).
+        TilingError: ``root`` is not a directory, or holds something rts tile did not write.
     """
-    state = root / STATE_DIR / "fingerprint"
+    state = root / STATE_DIR / FINGERPRINT
     ours = state.is_file()
     if root.exists() and not root.is_dir():
         raise TilingError(f"output {root} exists and is not a directory")
     if root.is_dir() and any(root.iterdir()) and not ours:
         raise TilingError(f"output {root} is not empty and was not written by rts tile; choose a new directory")
-    if ours and state.read_text().strip() != fp and not overwrite:
-        raise TilingError(
-            f"output {root} was tiled with other settings or inputs; pass --overwrite to start over, or choose a "
-            "new directory"
-        )
+    aside = None
     if ours and overwrite:
-        shutil.rmtree(root)
+        for p in _run_paths(root):
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
+    elif ours and (old := state.read_text().strip()) != fp:
+        aside = set_aside(
+            _run_paths(root),
+            root / STATE_DIR / SET_ASIDE_DIR,
+            base=root,
+            what=f"the tiles and tile records of an earlier rts tile run in {root}",
+            why=f"were cut by other code, settings or inputs (identity {old[:12]} vs {fp[:12]})",
+        )
+    atomic_write_text(state, fp + "\n")  # first: a directory holding our state dir is ours from here on
     for sub in (RGB_DIR, EXTRA_DIR, LABEL_DIR, f"{STATE_DIR}/tiles"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(state, fp + "\n")
     for sub in (RGB_DIR, EXTRA_DIR, LABEL_DIR):
         for stray in (root / sub).glob(".*.tmp-*"):  # left by a killed run
             stray.unlink(missing_ok=True)
-    (root / MANIFEST_JSON).unlink(missing_ok=True)  # it will say "done" again only when this run is done
+    return aside
 
 
 def _metadata_csv(records: list[dict[str, Any]]) -> str:
@@ -413,16 +481,40 @@ def _metadata_csv(records: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _check_splits(cfg: TilingConfig, regions: set[str]) -> None:
+def _check_splits(cfg: TilingConfig, placed: list[Placed], scenes: list[Scene], datasets: Datasets) -> None:
+    """Every region a tile will have is in a split, checked before the first tile is written.
+
+    A cell's region is known from the polygons alone; whether the cell becomes a tile (has a valid pixel) only
+    from its pixels. So a region in no split is an error when one of its cells has a valid pixel: its cells are
+    rendered (not written) until one does. A region whose cells are all NoData gives no tile and is no error.
+
+    Raises:
+        TilingError: names ``splits``, the regions in no split and those it lists.
+    """
     if cfg.splits is None:
         return
     listed = {r for rs in cfg.splits.values() for r in rs}
-    strays = sorted(regions - listed)
+    strays = []
+    for region in sorted({p.region for p in placed} - listed):
+        cells = (p.cell for p in placed if p.region == region)
+        if any(render_pixels(cell, scenes, cfg, datasets) is not None for cell in cells):
+            strays.append(region)
     if strays:
         raise TilingError(
             f"splits: region(s) {strays} of the tiles are in no split (splits lists {sorted(listed)}); every region "
             "must be in exactly one split"
         )
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """``text`` into ``path`` atomically, unless the file already holds it: a re-run that changes nothing leaves
+    the data root as it was (its listing, mtimes included, is its identity for the runs that read it)."""
+    try:
+        if path.read_text() == text:
+            return
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    atomic_write_text(path, text)
 
 
 # --------------------------------------------------------------------------------------------- the run
@@ -457,15 +549,46 @@ def _plan(cfg: TilingConfig, scenes: list[Scene], inventory: Inventory) -> tuple
     return cells, outside
 
 
+@dataclass(frozen=True)
+class Placed:
+    """A candidate cell inside a region: the polygons touching it and its RegionName."""
+
+    cell: GridCell
+    touching: list[int]
+    region: str
+
+
+def _place(cfg: TilingConfig, cells: list[GridCell], inventory: Inventory, region_of: RegionOf) -> list[Placed]:
+    """The cells that lie in a region, each with its polygons and region (no pixel read).
+
+    Raises:
+        TilingError: a cell holding RTS whose centre lies in no region polygon.
+    """
+    placed = []
+    for cell in cells:
+        touching = inventory.touching(cell)
+        region = region_of(cell, touching)
+        if region is None:
+            if touching:
+                raise TilingError(
+                    f"{cfg.regions.path}: tile {cell.tile_id} holds RTS {[inventory.uids[i] for i in touching]} "
+                    "but its centre lies in no region polygon; extend the regions"
+                )
+            continue
+        placed.append(Placed(cell, touching, region))
+    return placed
+
+
 def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = False) -> TilingManifest:
     """`rts tile`: cut ``cfg.scenes`` and ``cfg.polygons`` into the tile layout under ``output`` (module docstring).
 
-    Every input is checked before a tile is written; a re-run resumes (finished tiles kept); ``tiling.json``
-    is written last.
+    Every input and setting is checked before a tile is written; a re-run of the same identity
+    (:func:`fingerprint`) resumes (finished tiles kept), one of another identity sets the earlier run aside and
+    starts fresh; ``tiling.json`` is written last. A re-run that finds every tile done rewrites nothing.
 
     Raises:
-        TilingError: a scene without CRS or with unusable bands, a polygon column that does not exist, no overlap
-            between polygons and scenes, a region in no split, an output that is not ours.
+        TilingError: a scene without CRS or with unusable bands, an empty polygon file, a polygon column that does
+            not exist, no overlap between polygons and scenes, a region in no split, an output that is not ours.
         LabelPolygonError: a polygon file without CRS (not GeoJSON) or unreadable.
     """
     root = Path(output)
@@ -475,49 +598,45 @@ def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = Fals
         inventory = read_inventory(cfg)
         region_of = RegionOf(cfg, inventory)
         cells, outside = _plan(cfg, scenes, inventory)
-        prepare_output(root, fingerprint(cfg), overwrite=overwrite)
-        records, resumed, empty, outside_regions = [], 0, 0, 0
-        for k, cell in enumerate(cells):
-            touching = inventory.touching(cell)
-            region = region_of(cell, touching)
-            if region is None:
-                if touching:
-                    raise TilingError(
-                        f"{cfg.regions.path}: tile {cell.tile_id} holds RTS {[inventory.uids[i] for i in touching]} "
-                        "but its centre lies in no region polygon; extend the regions"
-                    )
-                outside_regions += 1
-                continue
-            record = _complete(root, cell.tile_id)
+        placed = _place(cfg, cells, inventory, region_of)
+        _check_splits(cfg, placed, scenes, datasets)
+        fp = fingerprint(cfg)
+        prepare_output(root, fp, overwrite=overwrite)
+        records, resumed, empty = [], 0, 0
+        for k, p in enumerate(placed):
+            record = _complete(root, p.cell.tile_id)
             if record is not None:
                 resumed += record["status"] == "written"
             else:
-                record = _tile(root, cell, scenes, cfg, datasets, inventory, touching, region)
-                atomic_write_json(_record_path(root, cell.tile_id), record)
+                (root / MANIFEST_JSON).unlink(missing_ok=True)  # "done" again only once this run is done
+                record = _tile(root, p.cell, scenes, cfg, datasets, inventory, p.touching, p.region)
+                atomic_write_json(_record_path(root, p.cell.tile_id), record)
             if record["status"] == "written":
                 records.append(record)
             else:
                 empty += 1
             if (k + 1) % 100 == 0:
-                log.info("rts tile: %d of %d grid cells done (%d tiles)", k + 1, len(cells), len(records))
+                log.info("rts tile: %d of %d grid cells done (%d tiles)", k + 1, len(placed), len(records))
     finally:
         datasets.close()
-    regions = Counter(r["row"]["RegionName"] for r in records)
-    _check_splits(cfg, set(regions))
     if not records:
         raise TilingError(f"no tile of {len(cells)} grid cells has a valid pixel in the scenes {cfg.scenes}")
-    atomic_write_text(root / METADATA_CSV, _metadata_csv(records))
+    regions = Counter(r["row"]["RegionName"] for r in records)
+    _write_if_changed(root / METADATA_CSV, _metadata_csv(records))
     if cfg.splits is not None:
         import yaml
 
-        atomic_write_text(root / SPLITS_YAML, yaml.safe_dump(cfg.splits, sort_keys=False))
+        _write_if_changed(root / SPLITS_YAML, yaml.safe_dump(cfg.splits, sort_keys=False))
+    else:
+        (root / SPLITS_YAML).unlink(missing_ok=True)  # one of an earlier run with splits: ingestion derives them
     labelled = {u for r in records for u in r["uids"]}
     n_pos = sum(r["row"]["TrainClass"] == "positive" for r in records)
+    absolute = resolve_paths(cfg, Path.cwd())  # the manifest says the same whatever the working directory
     manifest = TilingManifest(
-        output=str(root),
-        config_fingerprint=fingerprint(cfg),
-        config=cfg.model_dump(mode="json"),
-        scenes=[str(s.path) for s in scenes],
+        output=str(root.resolve()),
+        config_fingerprint=fp,
+        config=absolute.model_dump(mode="json"),
+        scenes=[str(s.path.resolve()) for s in scenes],
         extra_bands=[e.name for e in cfg.extra],
         regions=dict(sorted(regions.items())),
         counts=TilingCounts(
@@ -526,15 +645,28 @@ def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = Fals
             positive=n_pos,
             negative=len(records) - n_pos,
             skipped_no_valid_pixels=empty,
-            skipped_outside_regions=outside_regions,
+            skipped_outside_regions=len(cells) - len(placed),
             polygons=len(inventory.geoms),
             polygons_labelled=len(labelled),
             polygons_outside_scenes=outside,
         ),
         resumed_tiles=resumed,
     )
-    atomic_write_json(root / MANIFEST_JSON, manifest.model_dump(mode="json"))
+    _write_manifest(root, manifest)
     return manifest
+
+
+def _write_manifest(root: Path, manifest: TilingManifest) -> None:
+    """``tiling.json``, unless it already says the same of the same tiles (``resumed_tiles`` aside: it counts what
+    this run kept, and a re-run that kept everything changed nothing)."""
+    path = root / MANIFEST_JSON
+    try:
+        before = TilingManifest.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        before = None
+    if before is not None and before.model_copy(update={"resumed_tiles": manifest.resumed_tiles}) == manifest:
+        return
+    atomic_write_json(path, manifest.model_dump(mode="json"))
 
 
 def _tile(

@@ -339,19 +339,185 @@ def test_a_killed_run_resumes_and_redoes_only_unfinished_tiles(mosaic: Path, mon
     assert (root / "metadata.csv").read_text() == csv_before
 
 
-def test_other_settings_into_the_same_output_are_refused_unless_overwrite(mosaic: Path) -> None:
-    cfg = config(mosaic)
-    tile_scenes(cfg, mosaic / "tiles")
-    other = config(mosaic, grid={"pixel_size": 2 * PX, "tile_size": TILE})
-    with pytest.raises(TilingError, match="tiled with other settings .* --overwrite"):
-        tile_scenes(other, mosaic / "tiles")
-    out = tile_scenes(other, mosaic / "tiles", overwrite=True)
-    assert out.resumed_tiles == 0 and out.counts.tiles == len(metadata(mosaic / "tiles"))
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` but its hidden bookkeeping (.rts-tile/), by relative path."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not p.relative_to(root).as_posix().startswith(".")
+    }
+
+
+def set_aside_folders(root: Path) -> list[Path]:
+    return sorted((root / ".rts-tile" / "set_aside").glob("*"))
+
+
+def counting_tiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tile ids rendered from now on (a kept tile is not rendered)."""
+    real = tiling._tile
+    rendered: list[str] = []
+
+    def counting(*args: Any, **kw: Any) -> dict[str, Any]:
+        rendered.append(args[1].tile_id)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tiling, "_tile", counting)
+    return rendered
+
+
+def test_another_identity_is_set_aside_and_tiled_afresh_never_mixed(
+    mosaic: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21: a root tiled with other settings or inputs is not resumed and not refused: the earlier run's tiles,
+    records and lists are set aside (named in one warning line) and the run starts fresh; no tile of the earlier
+    run stays beside the new ones."""
+    root = mosaic / "tiles"
+    both = tile_scenes(config(mosaic), root)
+    before = tree(root)
+    only_a = config(mosaic, scenes=["scenes/a.tif"])
+    rendered = counting_tiles(monkeypatch)
+    with caplog.at_level("WARNING", logger="rtscore"):
+        out = tile_scenes(only_a, root)
+    assert out.resumed_tiles == 0 and len(rendered) == out.counts.candidate_tiles - out.counts.skipped_outside_regions
+    [folder] = set_aside_folders(root)
+    [line] = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+    assert f"set aside in {folder}; starting fresh" in line and "other code, settings or inputs" in line
+    assert tree(folder) == before, "the earlier run is kept whole for the user"
+    assert (folder / ".rts-tile" / "fingerprint").is_file() and len(list((folder / ".rts-tile/tiles").glob("*")))
+    ids = {r["Tile_id"] for r in metadata(root)}
+    assert out.counts.tiles == len(ids) < both.counts.tiles
+    for sub in ("PLANET-RGB", "labels"):
+        assert {p.stem for p in (root / sub).glob("*.tif")} == ids, "no tile of scene B left from the earlier run"
+    assert {r["tile_id"] for r in tiling.iter_records(root)} <= {r["tile_id"] for r in tiling.iter_records(folder)}
+
+    # an input rewritten (the inventory, one polygon fewer): another identity again
+    write_gpkg(mosaic / "rts.gpkg", POLYS[:2], ["west", "west"])
+    rendered.clear()
+    again = tile_scenes(only_a, root)
+    assert again.resumed_tiles == 0 and rendered and len(set_aside_folders(root)) == 2
+    assert again.counts.polygons == 2
+
+    # --overwrite deletes the earlier run instead (the set-aside folders stay); a directory not ours is refused
+    rendered.clear()
+    fresh = tile_scenes(only_a, root, overwrite=True)
+    assert fresh.resumed_tiles == 0 and len(rendered) == fresh.counts.tiles + fresh.counts.skipped_no_valid_pixels
+    assert len(set_aside_folders(root)) == 2 and fresh.counts.tiles == len(metadata(root))
     (mosaic / "mine").mkdir()
     (mosaic / "mine" / "notes.txt").write_text("keep me")
     with pytest.raises(TilingError, match="not written by rts tile"):
-        tile_scenes(cfg, mosaic / "mine", overwrite=True)
+        tile_scenes(only_a, mosaic / "mine", overwrite=True)
     assert (mosaic / "mine" / "notes.txt").exists()
+
+
+def test_a_code_edit_in_the_tiling_closure_retiles_from_scratch(
+    mosaic: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21 acceptance (a): after a completed run, an edit of a module the tiling imports (simulated: the bytes
+    the code identity reads change) re-tiles every cell; the earlier run is set aside, never resumed."""
+    from rtscore.identity import code as identity_code
+
+    cfg = config(mosaic)
+    root = mosaic / "tiles"
+    first = tile_scenes(cfg, root)
+    reference = tree(root)
+    rendered = counting_tiles(monkeypatch)
+    assert tile_scenes(cfg, root).resumed_tiles == first.counts.tiles and rendered == [], "unchanged: all kept"
+
+    edited = (Path(tile_pixels.__file__)).resolve()
+    original = identity_code.source_bytes
+    monkeypatch.setattr(
+        identity_code, "source_bytes", lambda path: original(path) + (b"\n# edited\n" if path == edited else b"")
+    )
+    with caplog.at_level("WARNING", logger="rtscore"):
+        out = tile_scenes(cfg, root)
+    assert out.resumed_tiles == 0
+    assert len(rendered) == out.counts.tiles + out.counts.skipped_no_valid_pixels, "every cell cut again"
+    [folder] = set_aside_folders(root)
+    assert any(f"set aside in {folder}" in r.getMessage() for r in caplog.records)
+    assert tree(folder) == reference
+    assert {k: v for k, v in tree(root).items() if k != "tiling.json"} == {
+        k: v for k, v in reference.items() if k != "tiling.json"
+    }, "the same bytes: the edit changed no behaviour"
+
+
+def test_the_same_run_from_another_directory_or_an_absolute_config_is_already_done(
+    mosaic: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21: the identity holds no path, so the run is the same whatever the working directory or the way the
+    config is named; a re-run that finds every tile done leaves the data root untouched (mtimes included)."""
+    (mosaic / "tile.yaml").write_text(yaml.safe_dump(base_config(mosaic)))
+    monkeypatch.chdir(mosaic)
+    assert main(["tile", "--config", "tile.yaml"]) == 0
+    root = mosaic / "tiles"
+    n = len(metadata(root))
+    stamps = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file() and ".rts-tile" not in p.parts}
+    capsys.readouterr()
+    rendered = counting_tiles(monkeypatch)
+    monkeypatch.chdir(mosaic / "scenes")
+    assert main(["tile", "--config", "../tile.yaml"]) == 0
+    assert main(["tile", "--config", str(mosaic / "tile.yaml")]) == 0
+    assert main(["tile", "--config", "../tile.yaml", "--output", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"{n} kept from an earlier run") == 3 and "set aside" not in out
+    assert rendered == [] and not set_aside_folders(root)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps, "an unchanged root is not rewritten"
+
+
+SLOW_TILE = """
+import sys, time
+from rtscore.data import tiling
+real = tiling._tile
+def slow(*args, **kw):
+    time.sleep(0.25)
+    return real(*args, **kw)
+tiling._tile = slow
+from flows.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_kill_9_during_rts_tile_resumes_to_the_bytes_of_an_uninterrupted_run(
+    mosaic: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 acceptance (b): ``rts tile`` killed with SIGKILL once some but not all tiles are recorded, then
+    re-run with unchanged code, keeps the finished tiles and ends byte-identical to an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (mosaic / "tile.yaml").write_text(yaml.safe_dump(base_config(mosaic)))
+    reference = tile_scenes(load_tiling_config(mosaic / "tile.yaml"), mosaic / "reference")
+    total = reference.counts.tiles + reference.counts.skipped_no_valid_pixels
+    assert total >= 8
+    root = mosaic / "tiles"
+    records = root / ".rts-tile" / "tiles"
+    cmd = [sys.executable, "-c", SLOW_TILE, "tile", "--config", "tile.yaml"]
+    proc = subprocess.Popen(cmd, cwd=mosaic, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (records.is_dir() and len(list(records.glob("*.json"))) >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, "rts tile ended before it could be killed"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    done = len(list(records.glob("*.json")))
+    assert 3 <= done < total and not (root / "tiling.json").exists()
+
+    monkeypatch.chdir(mosaic / "scenes")  # another working directory, the config named absolutely: the same run
+    assert main(["tile", "--config", str(mosaic / "tile.yaml")]) == 0
+    resumed = json.loads((root / "tiling.json").read_text())
+    assert 0 < resumed["resumed_tiles"] <= done and not set_aside_folders(root)
+    got, want = tree(root), tree(mosaic / "reference")
+    assert got.keys() == want.keys()
+    for rel, data in want.items():
+        if rel != "tiling.json":
+            assert got[rel] == data, rel
+    first = reference.model_dump(mode="json", exclude={"output", "resumed_tiles"})
+    assert {k: v for k, v in resumed.items() if k not in ("output", "resumed_tiles")} == first
 
 
 # ------------------------------------------------------------------------------------------------ EXTRA bands
@@ -443,9 +609,57 @@ def test_splits_yaml_is_written_and_a_region_in_no_split_is_refused(mosaic: Path
     tile_scenes(cfg, mosaic / "tiles")
     assert yaml.safe_load((mosaic / "tiles" / "splits.yaml").read_text()) == {"train": ["west"], "test": ["east"]}
     bad = config(mosaic, splits={"train": ["west"], "test": ["East"]}, output="t2")
-    with pytest.raises(TilingError, match=r"region\(s\) \['east'\] of the tiles are in no split"):
+    with pytest.raises(TilingError, match=r"splits: region\(s\) \['east'\] of the tiles are in no split"):
         tile_scenes(bad, mosaic / "t2")
-    assert not (mosaic / "t2" / "metadata.csv").exists()
+    assert not (mosaic / "t2").exists(), "refused before the first tile is written"
+
+
+def test_a_region_in_no_split_is_refused_only_when_it_would_hold_a_tile(tmp_path: Path) -> None:
+    """The splits check comes before any tile: a region whose cells are all NoData gives no tile, so it need not be
+    in a split; one with a valid pixel must be."""
+    import pyogrio
+
+    (tmp_path / "scenes").mkdir()
+    write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS[1:2], nodata_cols=SIZE - 60, seed=6)  # valid: x >= 420 m
+    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:2], ["r"])
+    boxes = [shapely.box(X0 - 100, Y0 - 700, X0 + 150, Y0 + 100), shapely.box(X0 + 150, Y0 - 700, X0 + 800, Y0 + 100)]
+    pyogrio.raw.write(
+        tmp_path / "regions.gpkg",
+        geometry=np.array([shapely.to_wkb(b) for b in boxes], dtype=object),
+        field_data=[np.array(["nodata west", "east"], dtype=object)],
+        fields=["name"],
+        crs=UTM,
+        driver="GPKG",
+        geometry_type="Polygon",
+    )
+    regions = {"path": "regions.gpkg", "name_column": "name"}
+    out = tile_scenes(config(tmp_path, regions=regions, splits={"train": ["east"]}), tmp_path / "tiles")
+    assert set(out.regions) == {"east"} and out.counts.skipped_no_valid_pixels > 0
+    with pytest.raises(TilingError, match=r"splits: region\(s\) \['east'\] of the tiles are in no split"):
+        tile_scenes(config(tmp_path, regions=regions, splits={"train": ["nodata west"]}), tmp_path / "t2")
+    assert not (tmp_path / "t2").exists()
+
+
+def test_an_empty_inventory_or_region_file_is_refused_as_empty(mosaic: Path) -> None:
+    """Issue 21 weak case: an inventory without polygons is named as such, not as missing the id column (an empty
+    file has no columns); an empty region file too."""
+    import pyogrio
+
+    (mosaic / "empty.geojson").write_text(json.dumps({"type": "FeatureCollection", "features": []}))
+    with pytest.raises(TilingError, match=r"empty\.geojson: holds no polygons \(polygons\.path"):
+        tile_scenes(config(mosaic, polygons={"path": "empty.geojson", "id_column": "UID"}), mosaic / "tiles")
+    pyogrio.raw.write(
+        mosaic / "regions.gpkg",
+        geometry=np.array([], dtype=object),
+        field_data=[np.array([], dtype=object)],
+        fields=["name"],
+        crs="EPSG:4326",
+        driver="GPKG",
+        geometry_type="Polygon",
+    )
+    with pytest.raises(TilingError, match=r"regions\.gpkg: holds no polygons \(regions\.path"):
+        tile_scenes(config(mosaic, regions={"path": "regions.gpkg", "name_column": "name"}), mosaic / "tiles")
+    assert not (mosaic / "tiles").exists()
 
 
 # ------------------------------------------------------------------------------------------------ errors

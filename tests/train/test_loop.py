@@ -245,3 +245,22 @@ def test_truncated_resume_latest_resumes_from_the_last_intact_epoch(run_copy: Pa
     assert result.epochs_run == 3
     assert [json.loads(x)["epoch"] for x in (seed_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert ckpt.load(latest)["epoch"] == 3
+
+
+@pytest.mark.slow
+def test_an_all_nodata_val_split_stops_training_before_the_first_step_naming_the_store(run_copy: Path) -> None:
+    """Issue 21 weak case: training without validating first on a val split whose tiles are all NoData trained an
+    epoch, then ended in a raw ValueError of the metrics naming no store. Now a PipelineError names the store and
+    says what to do, before any step or checkpoint."""
+    import shutil
+
+    from rtscore.data.errors import DataValidationError
+    from tests.helpers import write_full_nodata_store
+
+    cfg = tiny_train_config()
+    val = run_copy / RunLayout.DATASET.at(split="val")
+    shutil.rmtree(val)
+    write_full_nodata_store(val, 5, size=cfg.data.tile_size, extra=[c.name for c in cfg.channels.extra])
+    with pytest.raises(DataValidationError, match=rf"store {val}: no usable tile to evaluate: all its 5 tiles .*"):
+        train_seed(cfg, run_copy, 3)
+    assert not list((run_copy / RunLayout.SEED_DIR.at(seed=3)).glob("*.pth"))
