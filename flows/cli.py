@@ -517,7 +517,12 @@ def parser() -> argparse.ArgumentParser:
     tl.add_argument(
         "--output", type=_local_output, help="data root to write (default: output of the config); re-runs resume"
     )
-    tl.add_argument("--overwrite", action="store_true", help="start over in an output tiled with other settings")
+    tl.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete an earlier run's tiles and start over (default: resume; a run of other code, settings or "
+        "inputs is set aside)",
+    )
     tl.set_defaults(func=_tile)
 
     s = sub.add_parser("stats", help="normalization stats of a train store (train split only)")

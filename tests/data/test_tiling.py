@@ -414,7 +414,7 @@ def test_a_code_edit_in_the_tiling_closure_retiles_from_scratch(
 ) -> None:
     """Issue 21 acceptance (a): after a completed run, an edit of a module the tiling imports (simulated: the bytes
     the code identity reads change) re-tiles every cell; the earlier run is set aside, never resumed."""
-    from rtscore.identity import code as identity_code
+    from tests.helpers import PROJECT_ROOT, CodeEdits
 
     cfg = config(mosaic)
     root = mosaic / "tiles"
@@ -423,11 +423,7 @@ def test_a_code_edit_in_the_tiling_closure_retiles_from_scratch(
     rendered = counting_tiles(monkeypatch)
     assert tile_scenes(cfg, root).resumed_tiles == first.counts.tiles and rendered == [], "unchanged: all kept"
 
-    edited = (Path(tile_pixels.__file__)).resolve()
-    original = identity_code.source_bytes
-    monkeypatch.setattr(
-        identity_code, "source_bytes", lambda path: original(path) + (b"\n# edited\n" if path == edited else b"")
-    )
+    CodeEdits(monkeypatch).edit(Path(tile_pixels.__file__).resolve().relative_to(PROJECT_ROOT).as_posix())
     with caplog.at_level("WARNING", logger="rtscore"):
         out = tile_scenes(cfg, root)
     assert out.resumed_tiles == 0
