@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import logging
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from prefect.context import FlowRunContext, TaskRunContext
 from prefect.logging.handlers import APILogHandler
 
 from flows.params import SPLITS, GenerateParams, MultiSeedParams, RunParams, SeedStageParams, TrainSeedParams
+from flows.server_watchdog import TOKEN_ENV
 from rtscore.config import PipelineConfig, load_pipeline_config
 from rtscore.errors import PipelineError
 from rtscore.stages import BY_NAME, STAGES, ArtifactRef, calibrated_seeds, trained_seeds
@@ -55,9 +57,9 @@ def start_local_api() -> int | None:
     Prefect would start it at the flow's first API call with a 20 s start-up limit and leave it running
     when the command is killed with SIGKILL. Started here instead: the limit is ``$PREFECT_SERVER_EPHEMERAL_
     STARTUP_TIMEOUT_SECONDS`` if set, else :data:`STARTUP_TIMEOUT_S`; a watchdog process
-    (``flows/server_watchdog.py``) stops the server when this process dies in any way; the flow's own calls
-    then reuse this server (Prefect keeps one instance per process). Returns the server's pid, or None when
-    ``PREFECT_API_URL`` names a server (nothing to start).
+    (``flows/server_watchdog.py``), armed before the server starts, stops it when this process dies in any way,
+    also during the start-up; the flow's own calls then reuse this server (Prefect keeps one instance per
+    process). Returns the server's pid, or None when ``PREFECT_API_URL`` names a server (nothing to start).
 
     Raises:
         PrefectServerError: the server did not answer within the limit (naming the setting to raise).
@@ -73,6 +75,17 @@ def start_local_api() -> int | None:
     server = SubprocessASGIServer()
     if server.running and server.server_process is not None:
         return int(server.server_process.pid)
+    token = secrets.token_hex(16)
+    watchdog = subprocess.Popen(
+        [sys.executable, str(_WATCHDOG), str(os.getpid()), token],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    # Registered before the server's own stop (atexit is LIFO): on a normal exit Prefect stops the server first,
+    # still watched, then the watchdog is stopped.
+    atexit.register(_stop_watchdog, watchdog)
+    os.environ[TOKEN_ENV] = token  # every server process started now carries it: that is how the watchdog knows it
     try:
         server.start(timeout=timeout)
     except RuntimeError as err:
@@ -82,16 +95,10 @@ def start_local_api() -> int | None:
             f"Prefect's temporary API server did not start within {timeout} s ({first}); on a loaded machine "
             f"set {STARTUP_TIMEOUT_ENV} higher (e.g. 600), or set PREFECT_API_URL to a running Prefect server"
         ) from None
+    finally:
+        os.environ.pop(TOKEN_ENV, None)  # not for the processes the flow starts later
     assert server.server_process is not None, "a started server has a process"
-    pid = int(server.server_process.pid)
-    watchdog = subprocess.Popen(
-        [sys.executable, str(_WATCHDOG), str(os.getpid()), str(pid)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    atexit.register(_stop_watchdog, watchdog)  # runs before Prefect's own atexit stop of the server (LIFO)
-    return pid
+    return int(server.server_process.pid)
 
 
 def _stop_watchdog(watchdog: subprocess.Popen[bytes]) -> None:
