@@ -161,7 +161,7 @@ def _tile(args: argparse.Namespace) -> int:
     from rtscore.config.tiling import load_tiling_config
     from rtscore.data.tiling import tile_scenes
 
-    cfg = load_tiling_config(args.config)
+    cfg = load_tiling_config(absolute(args.config))  # its paths absolute: the resume fingerprint holds them
     output = args.output or cfg.output
     if not output:
         raise PipelineError(f"{args.config}: no output; give --output <dir> (or output: in the config)")

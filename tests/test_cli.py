@@ -364,3 +364,21 @@ def test_a_config_error_reaches_the_user_at_once(tmp_path: Path) -> None:
             if p.environ().get("PREFECT_HOME") == str(home):
                 left.append(p.cmdline())
     assert not left, f"processes left: {left}"
+
+
+def test_rts_tile_resumes_from_another_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: `rts tile` re-run with the config named from elsewhere (absolute, or from another directory)
+    resumes: the fingerprint holds the inputs' resolved paths, not the paths as typed (it refused, and
+    --overwrite re-tiled everything)."""
+    from tests.data.test_tiling import base_config, mosaic_scenes
+
+    root = mosaic_scenes(tmp_path)
+    write_yaml(root / "tile.yaml", base_config(root))
+    monkeypatch.chdir(root)
+    assert main(["tile", "--config", "tile.yaml"]) == 0
+    tiles = sorted(p.name for p in (root / "tiles").rglob("*.tif"))
+    (root / "elsewhere").mkdir()
+    monkeypatch.chdir(root / "elsewhere")
+    assert main(["tile", "--config", "../tile.yaml"]) == 0
+    assert main(["tile", "--config", str(root / "tile.yaml")]) == 0
+    assert sorted(p.name for p in (root / "tiles").rglob("*.tif")) == tiles
