@@ -352,8 +352,8 @@ FLOW_OPTIONS = {"seed": "--seed", "seeds": "--seeds", "deterministic": "--determ
 
 
 def _start_flow(params: RunParams, first_stage: str) -> None:
-    """Before a flow command runs its flow, in this order and each a one-line error: its config and run location
-    (a local one writable; gs://: credentials and bucket), without Prefect or torch (:mod:`flows.preflight`,
+    """Before a flow command runs its flow, in this order, each refusal one message (exit 2): its config and run
+    location (a local one writable; gs://: credentials and bucket), without Prefect or torch (:mod:`flows.preflight`,
     a second or two), then the inputs of the first stage it runs (:func:`flows.common.check_inputs`); only then
     Prefect's API: no telemetry from the temporary local server (offline machines; it also races SQLite at
     start-up), and that server started up front (a generous start-up limit, stopped even when this process is

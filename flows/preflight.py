@@ -1,6 +1,6 @@
 """What a flow command checks before any work (`rts data`, `train`, `run`, `calibrate`, `evaluate-test`,
 `package build`): its parameters, its config, and where it writes (a local run directory it may write; a gs://
-run: credentials that load and a bucket they may list), each a one-line error.
+run: credentials that load and a bucket they may list), each refusal one message (``rts`` exits 2).
 
 Light on purpose (no Prefect, no torch): these checks answer in a second or two, before the flows and their
 stages are imported and before Prefect's temporary server starts. The run's inputs are checked next, by
