@@ -15,12 +15,25 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from flows.params import TRAIN_SEED_DEPLOYMENT
+from pydantic import BaseModel
+
+from flows.params import (
+    TRAIN_SEED_DEPLOYMENT,
+    DataParams,
+    DistributedParams,
+    MultiSeedParams,
+    PipelineParams,
+    RunParams,
+    SeedStageParams,
+    TrainSeedParams,
+)
 from rtscore.errors import PipelineError
 from rtscore.storage import RunLayout, StorageError, check_writable
 from rtscore.storage import absolute_location as absolute
+
+M = TypeVar("M", bound=BaseModel)
 
 GS_SUPPORT = (
     "gs:// is taken by --run of rts data, train, run, calibrate, evaluate-test and package build, and by "
@@ -148,7 +161,7 @@ def _tile(args: argparse.Namespace) -> int:
     from rtscore.config.tiling import load_tiling_config
     from rtscore.data.tiling import tile_scenes
 
-    cfg = load_tiling_config(args.config)
+    cfg = load_tiling_config(absolute(args.config))  # its paths absolute: the resume fingerprint holds them
     output = args.output or cfg.output
     if not output:
         raise PipelineError(f"{args.config}: no output; give --output <dir> (or output: in the config)")
@@ -334,40 +347,61 @@ def _map(args: argparse.Namespace) -> int:
     return 1 if s["failed"] else 0
 
 
-def _quiet_ephemeral_prefect() -> None:
-    """Prefect's API for a flow command: no telemetry from the temporary local server (offline machines; it also
-    races SQLite at start-up), and that server started up front (a generous start-up limit, stopped even when
-    this process is killed: :func:`flows.common.start_local_api`) unless PREFECT_API_URL names a server."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.common import start_local_api
+# The flow parameters a command's options set (a parameter error names the option).
+FLOW_OPTIONS = {"seed": "--seed", "seeds": "--seeds", "deterministic": "--deterministic", "config": "--config"}
 
+
+def _start_flow(params: RunParams, first_stage: str) -> None:
+    """Before a flow command runs its flow, in this order, each refusal one message (exit 2): its config and run
+    location (a local one writable; gs://: credentials and bucket), without Prefect or torch (:mod:`flows.preflight`,
+    a second or two), then the inputs of the first stage it runs (:func:`flows.common.check_inputs`); only then
+    Prefect's API: no telemetry from the temporary local server (offline machines; it also races SQLite at
+    start-up), and that server started up front (a generous start-up limit, stopped even when this process is
+    killed: :func:`flows.common.start_local_api`) unless PREFECT_API_URL names a server."""
+    from flows.preflight import check_run
+
+    check_run(params)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.common import check_inputs, start_local_api
+
+    check_inputs(first_stage, params)
     start_local_api()
 
 
-def _data(args: argparse.Namespace) -> int:
-    _quiet_ephemeral_prefect()
-    from flows.data import data_pipeline
-    from flows.params import DataParams
+def _flow_params(model: type[M], **values: Any) -> M:
+    """The parameters of a flow command; a value the model refuses is one line naming its option."""
+    from flows.preflight import flow_params
 
-    refs = data_pipeline(
-        DataParams(config=str(Path(args.config).resolve()), run_dir=absolute(args.run), refresh=args.refresh)
+    return flow_params(model, FLOW_OPTIONS, **values)
+
+
+def _data(args: argparse.Namespace) -> int:
+    params = _flow_params(
+        DataParams, config=str(Path(args.config).resolve()), run_dir=absolute(args.run), refresh=args.refresh
     )
+    _start_flow(params, "generate-dataset")
+    from flows.data import data_pipeline
+
+    refs = data_pipeline(params)
     for name, ref in refs.items():
         print(f"{name:20s} {ref.uri}")
-    print(f"data pipeline finished; validation report: {absolute(args.run)}/{RunLayout.VALIDATION_REPORT_MD.at()}")
+    print(f"data pipeline finished; validation report: {params.run_dir}/{RunLayout.VALIDATION_REPORT_MD.at()}")
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
-    _quiet_ephemeral_prefect()
-    from flows.params import MultiSeedParams, TrainSeedParams
+    config, run = str(Path(args.config).resolve()), absolute(args.run)
+    if args.seeds and args.seed is not None:
+        raise PipelineError("--seed and --seeds: give one (--seeds trains several seeds under one parent run)")
+    params: MultiSeedParams | TrainSeedParams
+    if args.seeds:
+        params = _flow_params(MultiSeedParams, config=config, run_dir=run, seeds=args.seeds, fresh=args.fresh)
+    else:
+        params = _flow_params(TrainSeedParams, config=config, run_dir=run, seed=args.seed, fresh=args.fresh)
+    _start_flow(params, "train-seed")
     from flows.train import multi_seed_train, train_seed
 
-    config, run = str(Path(args.config).resolve()), absolute(args.run)
-    if args.seeds:
-        results = multi_seed_train(MultiSeedParams(config=config, run_dir=run, seeds=args.seeds, fresh=args.fresh))
-    else:
-        results = [train_seed(TrainSeedParams(config=config, run_dir=run, seed=args.seed, fresh=args.fresh))]
+    results = multi_seed_train(params) if isinstance(params, MultiSeedParams) else [train_seed(params)]
     for r in results:
         res = r.result
         print(
@@ -404,23 +438,22 @@ def _print_calibration(cal: Any) -> None:
 
 
 def _pipeline(args: argparse.Namespace) -> int:
-    _quiet_ephemeral_prefect()
-    from flows.params import DistributedParams, PipelineParams
+    run_dir = _run_dir(args)
+    params = _flow_params(
+        PipelineParams,
+        config=str(Path(args.config).resolve()),
+        run_dir=run_dir,
+        seeds=args.seeds,
+        refresh=args.refresh,
+        skip_generation=args.skip_generation,
+        deterministic=args.deterministic,
+        execution=args.execution,
+        distributed=DistributedParams(deployment=args.train_deployment),
+    )
+    _start_flow(params, "generate-dataset")
     from flows.pipeline import pipeline
 
-    run_dir = _run_dir(args)
-    out = pipeline(
-        PipelineParams(
-            config=str(Path(args.config).resolve()),
-            run_dir=run_dir,
-            seeds=args.seeds,
-            refresh=args.refresh,
-            skip_generation=args.skip_generation,
-            deterministic=args.deterministic,
-            execution=args.execution,
-            distributed=DistributedParams(deployment=args.train_deployment),
-        )
-    )
+    out = pipeline(params)
     _print_training(out["training"])
     _print_calibration(out["calibration"])
     print()
@@ -431,40 +464,45 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    _quiet_ephemeral_prefect()
+    params = _stage_params(args)
+    _start_flow(params, "logit-cache")
     from flows.calibrate import calibrate
 
-    cal = calibrate(_stage_params(args))
+    cal = calibrate(params)
     _print_calibration(cal)
     print(f"deployment config: {_run_dir(args)}/{RunLayout.DEPLOYMENT_CONFIG.at()}")
     return 0
 
 
 def _evaluate_test(args: argparse.Namespace) -> int:
-    _quiet_ephemeral_prefect()
+    params = _stage_params(args)
+    _start_flow(params, "evaluate-test")
     from flows.calibrate import evaluate_test
 
-    rep = evaluate_test(_stage_params(args))
+    rep = evaluate_test(params)
     print(rep.table)
     print(f"\ntest report: {_run_dir(args)}/{RunLayout.TEST_REPORT_MD.at()}")
     return 0
 
 
 def _package_build(args: argparse.Namespace) -> int:
-    _quiet_ephemeral_prefect()
+    params = _stage_params(args)
+    _start_flow(params, "package")
     from flows.calibrate import package
 
-    ref = package(_stage_params(args))
+    ref = package(params)
     print(f"deployment package: {ref.uri}")
     return 0
 
 
-def _stage_params(args: argparse.Namespace) -> Any:
+def _stage_params(args: argparse.Namespace) -> SeedStageParams:
     """The SeedStageParams of a stage command (calibrate, evaluate-test, package build)."""
-    from flows.params import SeedStageParams
-
-    return SeedStageParams(
-        config=str(Path(args.config).resolve()), run_dir=_run_dir(args), seeds=args.seeds, refresh=args.refresh
+    return _flow_params(
+        SeedStageParams,
+        config=str(Path(args.config).resolve()),
+        run_dir=_run_dir(args),
+        seeds=args.seeds,
+        refresh=args.refresh,
     )
 
 

@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import logging
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,11 +17,13 @@ from typing import Any
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.logging.handlers import APILogHandler
 
-from flows.params import RunParams
+from flows.params import SPLITS, GenerateParams, MultiSeedParams, RunParams, SeedStageParams, TrainSeedParams
+from flows.server_watchdog import TOKEN_ENV
 from rtscore.config import PipelineConfig, load_pipeline_config
 from rtscore.errors import PipelineError
-from rtscore.stages import ArtifactRef
-from rtscore.storage import RunDir
+from rtscore.stages import BY_NAME, STAGES, ArtifactRef, calibrated_seeds, trained_seeds
+from rtscore.storage import RunDir, StorageError
+from rtscore.storage.gcs import check_access
 
 FLOW_RUN_ENV = "RTS_FLOW_RUN_ID"  # rtscore's MLflow tracker tags runs with it
 LIBRARY_LOGGERS = ("rtscore",)  # loggers whose records go to the Prefect run's logs (the Logs tab)
@@ -34,6 +37,7 @@ __all__ = [
     "STARTUP_TIMEOUT_ENV",
     "STARTUP_TIMEOUT_S",
     "PrefectServerError",
+    "check_inputs",
     "flow_run_scope",
     "intact",
     "load_config",
@@ -53,9 +57,9 @@ def start_local_api() -> int | None:
     Prefect would start it at the flow's first API call with a 20 s start-up limit and leave it running
     when the command is killed with SIGKILL. Started here instead: the limit is ``$PREFECT_SERVER_EPHEMERAL_
     STARTUP_TIMEOUT_SECONDS`` if set, else :data:`STARTUP_TIMEOUT_S`; a watchdog process
-    (``flows/server_watchdog.py``) stops the server when this process dies in any way; the flow's own calls
-    then reuse this server (Prefect keeps one instance per process). Returns the server's pid, or None when
-    ``PREFECT_API_URL`` names a server (nothing to start).
+    (``flows/server_watchdog.py``), armed before the server starts, stops it when this process dies in any way,
+    also during the start-up; the flow's own calls then reuse this server (Prefect keeps one instance per
+    process). Returns the server's pid, or None when ``PREFECT_API_URL`` names a server (nothing to start).
 
     Raises:
         PrefectServerError: the server did not answer within the limit (naming the setting to raise).
@@ -71,6 +75,17 @@ def start_local_api() -> int | None:
     server = SubprocessASGIServer()
     if server.running and server.server_process is not None:
         return int(server.server_process.pid)
+    token = secrets.token_hex(16)
+    watchdog = subprocess.Popen(
+        [sys.executable, str(_WATCHDOG), str(os.getpid()), token],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    # Registered before the server's own stop (atexit is LIFO): on a normal exit Prefect stops the server first,
+    # still watched, then the watchdog is stopped.
+    atexit.register(_stop_watchdog, watchdog)
+    os.environ[TOKEN_ENV] = token  # every server process started now carries it: that is how the watchdog knows it
     try:
         server.start(timeout=timeout)
     except RuntimeError as err:
@@ -80,16 +95,10 @@ def start_local_api() -> int | None:
             f"Prefect's temporary API server did not start within {timeout} s ({first}); on a loaded machine "
             f"set {STARTUP_TIMEOUT_ENV} higher (e.g. 600), or set PREFECT_API_URL to a running Prefect server"
         ) from None
+    finally:
+        os.environ.pop(TOKEN_ENV, None)  # not for the processes the flow starts later
     assert server.server_process is not None, "a started server has a process"
-    pid = int(server.server_process.pid)
-    watchdog = subprocess.Popen(
-        [sys.executable, str(_WATCHDOG), str(os.getpid()), str(pid)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    atexit.register(_stop_watchdog, watchdog)  # runs before Prefect's own atexit stop of the server (LIFO)
-    return pid
+    return int(server.server_process.pid)
 
 
 def _stop_watchdog(watchdog: subprocess.Popen[bytes]) -> None:
@@ -111,6 +120,61 @@ def load_config(params: RunParams, skip_generation: bool = False) -> PipelineCon
         training = cfg.training.model_copy(update={"deterministic": params.deterministic})
         cfg = cfg.model_copy(update={"training": training})
     return cfg
+
+
+# The command that runs each stage, for "run it first" (rts run runs them all).
+STAGE_COMMANDS = {
+    "generate-dataset": "rts data",
+    "normalization-stats": "rts data",
+    "validate-data": "rts data",
+    "train-seed": "rts train",
+    "logit-cache": "rts calibrate",
+    "calibrate": "rts calibrate",
+    "evaluate-test": "rts evaluate-test",
+    "package": "rts package build",
+}
+
+
+def check_inputs(stage: str, params: RunParams) -> None:
+    """Before a flow command starts Prefect's server: what ``stage``, the first stage the command runs, reads is
+    there. Each declared input (for the seeds or splits the command selects, found as the flow will find them)
+    is recorded in the run's manifest and present (gs://: its objects exist); each location it reads outside
+    the run (a GeoTIFF data root, a store to adopt) exists. Reads only: nothing is written or staged but the
+    calibration summary of a gs:// run that evaluate-test and package take their seeds from.
+
+    Raises:
+        StorageError: the first missing input, naming it and the command that makes it.
+    """
+    spec = BY_NAME[stage]
+    cfg = load_config(params, bool(getattr(params, "skip_generation", False)))
+    run = RunDir(params.run_dir)
+    for selection in _selections(stage, params, cfg, run):
+        for rel in spec.input_paths(selection):
+            if not run.has(rel):
+                makers = [s.name for s in STAGES if any(out.match(rel) is not None for out in s.outputs)]
+                how = f"; run {STAGE_COMMANDS.get(makers[0], makers[0])} first" if makers else ""
+                raise StorageError(f"run {run.uri} has no {rel} (an input of {stage}){how}")
+        for location in spec.source_locations(cfg, selection, run):
+            if location.startswith("gs://"):
+                check_access(location, must_exist=True)
+            elif not Path(location).exists():
+                what = ", ".join(f"{k} {v}" for k, v in selection.items())
+                raise StorageError(f"{location} does not exist ({stage} reads it for {what})")
+
+
+def _selections(stage: str, params: RunParams, cfg: PipelineConfig, run: RunDir) -> list[dict[str, Any]]:
+    """The parameter values selecting the work of ``stage`` in this command (splits, a seed, the seeds)."""
+    if stage == "generate-dataset":
+        return [{"split": s} for s in (params.splits if isinstance(params, GenerateParams) else SPLITS)]
+    if isinstance(params, TrainSeedParams):
+        return [{"seed": params.seed_of(cfg)}]
+    if isinstance(params, MultiSeedParams):
+        return [{"seed": s} for s in params.seeds or cfg.training.seeds]
+    if not isinstance(params, SeedStageParams):
+        raise TypeError(f"no input check for stage {stage} with {type(params).__name__}")
+    if stage == "logit-cache":  # rts calibrate: every trained seed unless --seeds
+        return [{"seed": s} for s in trained_seeds(run, params.seeds)]
+    return [{"seeds": params.seeds or calibrated_seeds(run)}]  # evaluate-test, package: the last calibration's
 
 
 def _in_a_run(record: logging.LogRecord) -> bool:

@@ -10,6 +10,7 @@ from flows.common import flow_run_scope, load_config, run_stage
 from flows.params import SPLITS, DataParams, GenerateParams, StageParams, TileParams
 from rtscore.data.tiling import TilingManifest
 from rtscore.stages import ArtifactRef, save_resolved_config
+from rtscore.storage import absolute_location
 from tasks import stages as t
 from tasks import tiling
 
@@ -18,7 +19,10 @@ from tasks import tiling
 def tile_scenes(params: TileParams) -> TilingManifest:
     """Scenes or quads and an RTS polygon inventory -> PLANET-RGB/, EXTRA/, labels/, metadata.csv (`rts tile`)."""
     with flow_run_scope():
-        manifest = tiling.tile(params.config, params.output, params.overwrite)
+        # Absolute paths: the tiling config's own paths resolve against its folder, and the resume fingerprint
+        # of the output holds them (the same folder reached from another working directory is the same input).
+        output = absolute_location(params.output) if params.output else None
+        manifest = tiling.tile(absolute_location(params.config), output, params.overwrite)
         ui.publish_tiling(manifest)
         return manifest
 

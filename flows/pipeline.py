@@ -17,7 +17,7 @@ from flows import ui
 from flows.calibrate import calibrate, decide, evaluate_test, package
 from flows.common import flow_run_scope, load_config
 from flows.data import data_pipeline
-from flows.fanout import distributed_evaluate_test, distributed_logit_caches, distributed_train
+from flows.fanout import absolute, distributed_evaluate_test, distributed_logit_caches, distributed_train
 from flows.params import PipelineParams
 from flows.train import multi_seed_train
 from rtscore.stages import CalibrationResult, TestResult, TrainResult
@@ -82,7 +82,7 @@ def _distributed_training(params: PipelineParams, flow_run_id: str) -> list[Trai
     seeds = params.seeds or cfg.training.seeds
     # One parent MLflow run per pipeline flow run, also across its retries (the seeds' runs are reused too).
     start = t.start_multiseed.with_options(cache_policy=RUN_ID + INPUTS, persist_result=True)
-    parent = start(params.run_dir, cfg, seeds)
+    parent = start(absolute(params.run_dir), cfg, seeds)  # keyed by the run's location, not the path as typed
     results = distributed_train(params, flow_run_id, seeds, parent)
     t.finish_multiseed(params.run_dir, cfg, parent, results)
     ui.publish_training(params.run_dir, cfg, results, "multi-seed-train", parent_run_id=parent)

@@ -1,71 +1,95 @@
 """Stops Prefect's temporary API server when the `rts` process that started it dies, even by kill -9.
 
-Run as ``python server_watchdog.py PARENT_PID SERVER_PID`` by :func:`flows.common.start_local_api`; standard
-library only (it starts in a fraction of a second). It polls its parent: once it has been re-parented (the
-parent is gone without stopping it), it terminates the server, checking first that the pid still is that
-server. On a normal exit the parent stops the watchdog first, then the server.
+Run as ``python server_watchdog.py PARENT_PID TOKEN`` by :func:`flows.common.start_local_api` *before* the server
+starts: there is no moment at which a server runs unwatched. The server is not known by its pid (it has none yet
+when the watchdog starts, and Prefect starts a second one when the first port was taken) but by ``TOKEN``: the
+parent puts ``RTS_SERVER_WATCHDOG=TOKEN`` in its environment while the server starts, so that every server it
+starts carries it. The watchdog polls its parent (standard library only, so it is up in a fraction of a second);
+once it has been re-parented (the parent is gone without stopping it) it stops every process that carries the
+token and is Prefect's uvicorn server, looking again for :data:`SETTLE_S` for one that was still being started.
+On a normal exit the parent stops the server, then the watchdog.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
-from pathlib import Path
+from typing import Any
 
+TOKEN_ENV = "RTS_SERVER_WATCHDOG"
 POLL_S = 0.5
+SETTLE_S = 3.0  # after the parent died: a server forked but not yet exec'd carries the token a moment later
 GRACE_S = 10.0
 
 
-def running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie, exited but not reaped, is not)."""
-    if Path("/proc/self").exists():
+def is_prefect_server(cmdline: list[str]) -> bool:
+    """The command line of Prefect's temporary server (``python -m uvicorn ... prefect.server.api...``)."""
+    text = " ".join(cmdline)
+    return "uvicorn" in text and "prefect" in text
+
+
+def servers(token: str) -> list[Any]:
+    """The live processes that carry ``token`` and are Prefect's uvicorn server (psutil: imported only once
+    the parent is gone, so that the watchdog itself starts at once)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
         try:
-            return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-        except OSError:
-            return False
+            if proc.pid == os.getpid() or proc.environ().get(TOKEN_ENV) != token:
+                continue
+            if is_prefect_server(proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, OSError):  # gone, or not ours to read
+            continue
+    return found
+
+
+def stopped(proc: Any) -> bool:
+    """Gone, or a zombie: exited, and not ours to reap (an orphan's reaper may be slow, or never reap)."""
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        return bool(proc.status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
         return True
-    return True
+    except psutil.Error:
+        return False
 
 
-def is_prefect_server(pid: int) -> bool:
-    """The pid is (still) Prefect's uvicorn server, not a process that reused the number."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return not Path("/proc/self").exists()  # no /proc (macOS): trust the pid we were given
-    return b"uvicorn" in cmdline and b"prefect" in cmdline
+def stop(procs: list[Any]) -> None:
+    """SIGTERM (uvicorn shuts down cleanly), then SIGKILL what is left after :data:`GRACE_S`."""
+    import psutil
 
-
-def stop(pid: int) -> None:
-    """SIGTERM (uvicorn shuts down cleanly), then SIGKILL after :data:`GRACE_S`."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
-        while running(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if running(pid):
-            os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    deadline = time.monotonic() + GRACE_S
+    while not all(stopped(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in procs:
+        if not stopped(p):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 def main(argv: list[str]) -> int:
-    parent, server = int(argv[1]), int(argv[2])
+    parent, token = int(argv[1]), argv[2]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
     while os.getppid() == parent:
-        if not running(server):
-            return 0
         time.sleep(POLL_S)
-    if running(server) and is_prefect_server(server):
-        stop(server)
-    return 0
+    stopped: set[int] = set()
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        found = [p for p in servers(token) if p.pid not in stopped]
+        stop(found)
+        stopped.update(p.pid for p in found)
+        if time.monotonic() >= deadline:
+            return 0
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,8 @@ import yaml
 from flows.cli import main
 from rtscore.data.store import ZarrTileStore
 from tests.helpers import tiny_pipeline_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -215,3 +219,166 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path, capsys: 
         assert f"{blocker} is a file, not a directory" in err and "Traceback" not in err
     assert main(["stats", "--dataset", str(blocker / "train.zarr")]) == 2  # the default output, next to it
     assert f"cannot write {blocker}/normalization_stats.json" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- flow commands: checked before any work
+FLOW_COMMANDS = [["data"], ["train"], ["run"], ["calibrate"], ["evaluate-test"], ["package", "build"]]
+
+
+@pytest.fixture
+def no_prefect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefect's server must not start: every check of a flow command comes first."""
+
+    def refuse() -> None:
+        raise AssertionError("Prefect's temporary server was started before the command's checks")
+
+    monkeypatch.setattr("flows.common.start_local_api", refuse)
+
+
+def _bad_config(tmp_path: Path) -> Path:
+    data = tiny_pipeline_config()
+    data["training"]["max_epoch"] = 3  # a misspelt key
+    return write_yaml(tmp_path / "bad.yaml", data)
+
+
+def write_yaml(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _one_error(err: str, command: str) -> str:
+    assert "Traceback" not in err and err.startswith(f"rts {command}: error: "), err
+    return err
+
+
+@pytest.mark.parametrize("command", FLOW_COMMANDS, ids=lambda c: "-".join(c))
+def test_a_flow_command_refuses_a_bad_config_before_prefect_starts(
+    command: list[str], no_prefect: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21: the config is read and validated first (it was read inside the flow, after Prefect's server)."""
+    run = tmp_path / "run"
+    assert main([*command, "--config", str(_bad_config(tmp_path)), "--run", str(run)]) == 2
+    err = _one_error(capsys.readouterr().err, command[0])
+    assert "training.max_epoch: unknown key" in err
+    assert not run.exists(), "nothing written"
+
+
+def test_flow_parameters_are_checked_before_prefect_starts(
+    no_prefect: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value the flow's parameters refuse is one line naming the option (it was a pydantic traceback, after
+    Prefect's server had started)."""
+    cfg = write_yaml(tmp_path / "p.yaml", tiny_pipeline_config())
+    base = ["--config", str(cfg), "--run", str(tmp_path / "run")]
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    for argv, expected in (
+        (["train", *base, "--seed", "-1"], "--seed: Input should be greater than or equal to 0"),
+        (["run", *base, "--seeds", "1", "1"], "--seeds: expected a non-empty list of distinct non-negative seeds"),
+        (["calibrate", *base, "--seeds", "-2"], "--seeds: expected a non-empty list of distinct"),
+        (["train", *base, "--seed", "1", "--seeds", "2", "3"], "--seed and --seeds: give one"),
+        (["run", *base, "--execution", "distributed"], "--execution distributed needs PREFECT_API_URL"),
+    ):
+        assert main(argv) == 2, argv
+        assert expected in _one_error(capsys.readouterr().err, argv[0])
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_inputs_are_named_before_prefect_starts(
+    no_prefect: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the command's first stage reads is checked before Prefect: the error names it (and what makes it)."""
+    cfg = write_yaml(tmp_path / "p.yaml", tiny_pipeline_config())
+    run = tmp_path / "run"
+    base = ["--config", str(cfg), "--run", str(run)]
+    for argv, expected in (
+        (["train", *base], f"run {run} has no datasets/train.zarr (an input of train-seed); run rts data first"),
+        (["calibrate", *base], f"no trained seed under {run}/seeds"),
+        (["evaluate-test", *base], "calibration/summary.json is missing"),
+        (["package", "build", *base], "calibration/summary.json is missing"),
+        (["run", *base, "--skip-generation"], f"{run}/datasets/train.zarr does not exist (generate-dataset reads"),
+    ):
+        assert main(argv) == 2, argv
+        assert expected in _one_error(capsys.readouterr().err, argv[0])
+    assert not run.exists(), "nothing written"
+
+
+def test_a_gs_run_is_checked_before_prefect_starts(
+    gcs_emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gs:// run: the credentials load and the bucket can be listed, before Prefect's server starts (a missing
+    bucket read as an empty run before, and failed at the first upload)."""
+    from tests.conftest import GCS_TEST_BUCKET
+
+    class Started(Exception):
+        pass
+
+    def started() -> None:
+        raise Started
+
+    monkeypatch.setattr("flows.common.start_local_api", started)
+    cfg = str(write_yaml(tmp_path / "p.yaml", tiny_pipeline_config()))
+    assert main(["data", "--config", cfg, "--run", "gs://no-such-bucket/runs/a"]) == 2
+    err = _one_error(capsys.readouterr().err, "data")
+    assert "gs://no-such-bucket/runs/a: bucket gs://no-such-bucket does not exist" in err
+    with pytest.raises(Started):  # a bucket that exists: on to Prefect
+        main(["data", "--config", cfg, "--run", f"gs://{GCS_TEST_BUCKET}/runs/a"])
+    creds = tmp_path / "creds.json"
+    creds.write_text("not json")
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(creds))
+    assert main(["train", "--config", cfg, "--run", f"gs://{GCS_TEST_BUCKET}/runs/a"]) == 2
+    assert f"GOOGLE_APPLICATION_CREDENTIALS={creds} cannot be used" in _one_error(capsys.readouterr().err, "train")
+
+
+def test_a_config_error_reaches_the_user_at_once(tmp_path: Path) -> None:
+    """Issue 21's acceptance point, as a user runs it: `rts run` with a bad config answers in under 10 s (it took
+    25-78 s, after Prefect's server had started), without a Prefect traceback, leaving no run directory and no
+    server. 10 s is a generous bound on what takes a second or two (Python's start and the config's imports),
+    so that a loaded machine does not fail it; the server's start-up alone took longer."""
+    import time
+
+    import psutil
+
+    home = tmp_path / "prefect-home"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(home), PYTHONPATH=str(ROOT))
+    run = tmp_path / "run"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(_bad_config(tmp_path)), "--run", str(run)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    assert "training.max_epoch: unknown key" in _one_error(done.stderr, "run")
+    assert "prefect" not in (done.stdout + done.stderr).lower(), "no word from Prefect"
+    assert elapsed < 10, f"{elapsed:.1f} s"
+    assert not run.exists()
+    left = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get("PREFECT_HOME") == str(home):
+                left.append(p.cmdline())
+    assert not left, f"processes left: {left}"
+
+
+def test_rts_tile_resumes_from_another_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: `rts tile` re-run with the config named from elsewhere (absolute, or from another directory)
+    resumes: the fingerprint holds the inputs' resolved paths, not the paths as typed (it refused, and
+    --overwrite re-tiled everything)."""
+    from tests.data.test_tiling import base_config, mosaic_scenes
+
+    root = mosaic_scenes(tmp_path)
+    write_yaml(root / "tile.yaml", base_config(root))
+    monkeypatch.chdir(root)
+    assert main(["tile", "--config", "tile.yaml"]) == 0
+    tiles = sorted(p.name for p in (root / "tiles").rglob("*.tif"))
+    (root / "elsewhere").mkdir()
+    monkeypatch.chdir(root / "elsewhere")
+    assert main(["tile", "--config", "../tile.yaml"]) == 0
+    assert main(["tile", "--config", str(root / "tile.yaml")]) == 0
+    assert sorted(p.name for p in (root / "tiles").rglob("*.tif")) == tiles

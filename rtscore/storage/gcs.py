@@ -250,6 +250,49 @@ def credentials_problem(err: BaseException) -> str:
     )
 
 
+def check_access(uri: str, *, must_exist: bool = False) -> None:
+    """Before any work on ``gs://bucket/prefix``: the credentials load and are accepted, the bucket exists and
+    they may list it (one listing of at most one object, under the retry of :meth:`RetryPolicy.from_env`); with
+    ``must_exist``, at least one object lies under the prefix. Nothing is written (so write permission is known
+    only at the first write, which names the object).
+
+    Raises:
+        StorageError: naming ``uri`` and what is wrong: the credentials (:func:`credentials_problem`), a bucket
+            that does not exist, a permission, the network, or no objects under the prefix.
+    """
+    from google.api_core import exceptions as gexc
+    from google.api_core.exceptions import RetryError
+    from google.auth.exceptions import DefaultCredentialsError, RefreshError
+
+    bucket, prefix = parse_gs_uri(uri)
+    retry = RetryPolicy.from_env()
+    client = shared_client()  # StorageError when no credentials are configured or their file does not load
+    try:
+        listing = client.list_blobs(bucket, prefix=f"{prefix}/" if prefix else None, max_results=1, retry=retry.retry())
+        first = next(iter(listing), None)
+    except (RefreshError, DefaultCredentialsError) as err:  # they load, but are refused (revoked, expired)
+        raise StorageError(f"{uri}: {credentials_problem(err)}") from None
+    except gexc.NotFound:
+        raise StorageError(
+            f"{uri}: bucket gs://{bucket} does not exist (or these credentials cannot see it); check the bucket name"
+        ) from None
+    except (gexc.Forbidden, gexc.Unauthorized) as err:
+        raise StorageError(
+            f"{uri}: these credentials may not list gs://{bucket} ({type(err).__name__}: {redact(str(err))}); "
+            "a run needs to list, read and write objects there"
+        ) from None
+    except RetryError as err:
+        cause = err.cause if err.cause is not None else err
+        raise StorageError(
+            f"{uri}: not reachable after retrying for {retry.deadline_s:g} s (RTS_GCS_RETRY_DEADLINE_S): "
+            f"{type(cause).__name__}: {redact(str(cause))}"
+        ) from None
+    except Exception as err:
+        raise StorageError(f"{uri}: listing failed: {type(err).__name__}: {redact(str(err))}") from None
+    if must_exist and first is None:
+        raise StorageError(f"{uri}: no objects under this prefix (nothing to read there)")
+
+
 # One client per process and per what makes clients differ (see shared_client); replaced whole in a forked
 # child (register_at_fork below), so a child never shares its parent's HTTP connections or lock.
 _clients: dict[tuple[int, str, str, str], Client] = {}

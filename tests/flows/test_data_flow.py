@@ -79,8 +79,11 @@ def test_data_pipeline_runs_caches_and_refreshes(prefect_harness: None, config_f
 
 
 @pytest.mark.slow
-def test_tile_scenes_flow_writes_the_layout_and_its_ui_artifact(prefect_harness: None, tmp_path: Path) -> None:
-    """The tile-scenes deployment's flow: the library's tiling, then a markdown artifact the UI shows."""
+def test_tile_scenes_flow_writes_the_layout_and_its_ui_artifact(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tile-scenes deployment's flow: the library's tiling, then a markdown artifact the UI shows. Paths
+    relative to the worker's directory name the same inputs: a re-run given them resumes (issue 21)."""
     from prefect.client.orchestration import get_client
 
     from flows.data import tile_scenes
@@ -91,7 +94,8 @@ def test_tile_scenes_flow_writes_the_layout_and_its_ui_artifact(prefect_harness:
     (tmp_path / "tile.yaml").write_text(yaml.safe_dump(base_config(tmp_path)))
     manifest = tile_scenes(TileParams(config=str(tmp_path / "tile.yaml"), output=str(tmp_path / "root")))
     assert manifest.counts.tiles > 0 and (tmp_path / "root" / "metadata.csv").is_file()
-    again = tile_scenes(TileParams(config=str(tmp_path / "tile.yaml"), output=str(tmp_path / "root")))
+    monkeypatch.chdir(tmp_path)
+    again = tile_scenes(TileParams(config="tile.yaml", output="root"))
     assert again.resumed_tiles == manifest.counts.tiles
 
     async def artifacts() -> list[str]:

@@ -3,6 +3,7 @@ outlives the command, even one killed with SIGKILL."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -88,3 +89,48 @@ def test_sigkill_of_the_command_leaves_no_server_behind(tmp_path: Path) -> None:
         if cmd.poll() is None:
             cmd.kill()
             cmd.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads process states from /proc")
+def test_sigkill_during_the_server_start_up_leaves_no_server_behind(tmp_path: Path) -> None:
+    """Issue 21: `rts data` killed with SIGKILL the moment Prefect's server process appears, long before it answers:
+    the watchdog, armed before the server starts, stops it (it was armed only once the server answered)."""
+    import psutil
+
+    from tests.flows.configs import write_config
+    from tests.helpers import tiny_pipeline_config
+
+    cfg = write_config(tmp_path / "p.yaml", tiny_pipeline_config())
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PYTHONPATH": str(ROOT),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    env.pop("PREFECT_API_URL", None)
+    argv = [sys.executable, "-m", "flows.cli", "data", "--config", str(cfg), "--run", str(tmp_path / "run")]
+    cmd = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server: Any = None
+    try:
+        parent = psutil.Process(cmd.pid)
+        deadline = time.monotonic() + 300  # the command's checks and imports come first
+        while server is None and cmd.poll() is None and time.monotonic() < deadline:
+            for child in parent.children():
+                with contextlib.suppress(psutil.Error):
+                    if "uvicorn" in " ".join(child.cmdline()):
+                        server = child
+            time.sleep(0.005)
+        assert server is not None, "the command never started Prefect's server"
+        os.kill(cmd.pid, signal.SIGKILL)
+        cmd.wait(timeout=30)
+        gone_by = time.monotonic() + 30
+        while _alive(server.pid) and time.monotonic() < gone_by:
+            time.sleep(0.2)
+        assert not _alive(server.pid), f"Prefect's temporary server (pid {server.pid}) outlived the killed command"
+    finally:
+        if cmd.poll() is None:
+            cmd.kill()
+            cmd.wait()
+        if server is not None and _alive(server.pid):
+            server.kill()

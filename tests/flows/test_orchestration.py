@@ -505,6 +505,8 @@ def test_cli_maps_its_flags_onto_the_parameter_models(monkeypatch: pytest.Monkey
     for module, name in ((flows.pipeline, "pipeline"), (flows.calibrate, "calibrate"), (flows.train, "train_seed")):
         monkeypatch.setattr(module, name, capture)
     monkeypatch.setattr("flows.common.start_local_api", lambda: None)  # no flow runs: no server to start
+    monkeypatch.setattr("flows.common.check_inputs", lambda stage, params: None)  # an empty run: nothing to read
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")  # a distributed run needs a server's URL
     cfg = write_config(tmp_path / "p.yaml", yaml.safe_load(yaml.safe_dump(tiny_training_config())))
     run = tmp_path / "run"
     argv = ["run", "--config", str(cfg), "--run", str(run), "--seeds", "1", "2", "--refresh", "--skip-generation"]

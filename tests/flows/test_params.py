@@ -64,6 +64,8 @@ def test_rts_train_without_seed_uses_training_seed(
         return SimpleNamespace(result=res)
 
     monkeypatch.setattr(train_flow, "train_seed", fake_flow)
+    monkeypatch.setattr("flows.common.check_inputs", lambda stage, params: None)  # an empty run: nothing to read
+    monkeypatch.setattr("flows.common.start_local_api", lambda: None)  # no flow runs: no server to start
     config = str(_config(tmp_path, seed=7))
     assert main(["train", "--config", config, "--run", str(tmp_path / "run")]) == 0
     assert main(["train", "--config", config, "--run", str(tmp_path / "run"), "--seed", "3"]) == 0
