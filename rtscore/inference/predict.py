@@ -45,7 +45,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
-from rtscore.data.bands import EXTRA_DIR, RGB_DIR, CheckedRaster, open_checked
+from rtscore.data.bands import EXTRA_SUFFIX, RGB_DIR, CheckedRaster, extra_candidates, open_checked
 from rtscore.data.normalization import InputTransform, NormalizationStats, load_normalization_stats
 from rtscore.errors import PipelineError
 from rtscore.inference.context import needs_context
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 
     from rtscore.config.deployment import DeploymentConfig
 
-EXTRA_SUFFIX = "_extra"
 MANIFEST_SUFFIX = "_predict.json"
 DEFAULT_BATCH = 8  # windows per model call
 
@@ -224,12 +223,10 @@ def window_starts(length: int, tile: int, stride: int) -> list[int]:
 
 def extra_path_for(input_tif: Path) -> Path:
     """The EXTRA raster of an RGB raster: ``EXTRA/<name>`` of a DATA_LAYOUT.md root when the raster is its
-    ``PLANET-RGB/<name>``, else the sibling ``<stem>_extra.tif``."""
-    if input_tif.parent.name == RGB_DIR:
-        layout = input_tif.parent.parent / EXTRA_DIR / input_tif.name
-        if layout.is_file():
-            return layout
-    return input_tif.with_name(f"{input_tif.stem}{EXTRA_SUFFIX}{input_tif.suffix}")
+    ``PLANET-RGB/<name>`` and that file exists, else the sibling ``<stem>_extra.tif``
+    (:func:`rtscore.data.bands.extra_candidates`)."""
+    *first, last = extra_candidates(input_tif)
+    return next((c for c in first if c.is_file()), last)
 
 
 def window_probabilities(pkg: LoadedPackage, batch: np.ndarray, context: np.ndarray | None = None) -> np.ndarray:
