@@ -262,6 +262,19 @@ def input_contract(contract: RasterContract, rgb_bands: RasterBandMap | None) ->
     return contract if rgb_bands is None else contract.model_copy(update={"rgb_bands": rgb_bands})
 
 
+def check_size(raster: CheckedRaster, tile: int) -> None:
+    """Refuse a raster smaller than one tile in either direction (no window fits it), naming it.
+
+    Raises:
+        PredictError: naming the file, its size and the tile size.
+    """
+    if raster.height < tile or raster.width < tile:
+        raise PredictError(
+            f"{raster.path}: {raster.height}x{raster.width} px is smaller than the package's tile size {tile} "
+            f"(a raster holds at least one {tile}x{tile} window)"
+        )
+
+
 def check_inputs(
     pkg: LoadedPackage,
     inputs: Sequence[Path],
@@ -269,13 +282,14 @@ def check_inputs(
     extra_tif: str | Path | None = None,
     rgb_bands: RasterBandMap | None = None,
 ) -> None:
-    """Check every input raster (and its EXTRA raster) against the package's contract before any is predicted,
-    so that a bad file of a batch leaves no output of the others behind; the first mismatch is raised."""
+    """Check every input raster (and its EXTRA raster) against the package's contract, and its size against the tile
+    size, before any is predicted, so that a bad file of a batch leaves no output of the others behind; the first
+    mismatch is raised, naming its file."""
     contract = input_contract(pkg.contract, rgb_bands)
     with gdal_env():
         for f in inputs:
-            with open_checked(contract, pkg.binding, f, extra_input(pkg.binding, f, extra_tif)):
-                pass
+            with open_checked(contract, pkg.binding, f, extra_input(pkg.binding, f, extra_tif)) as raster:
+                check_size(raster, pkg.tile_size)
 
 
 def window_model(pkg: LoadedPackage, *, stride: int | None = None, batch_size: int = DEFAULT_BATCH) -> WindowModel:
@@ -335,8 +349,10 @@ def raster_job(
     def open_raster(stack: ExitStack) -> CheckedRaster:
         if not input_tif.is_file():
             raise PredictError(f"input raster not found: {input_tif}")
+        raster = stack.enter_context(open_checked(contract, pkg.binding, input_tif, extra, check_finite=check_finite))
+        check_size(raster, pkg.tile_size)
         output_dir.mkdir(parents=True, exist_ok=True)
-        return stack.enter_context(open_checked(contract, pkg.binding, input_tif, extra, check_finite=check_finite))
+        return raster
 
     prob, mask, _ = output_paths(input_tif, output_dir)
     return RasterJob(input_tif if key is None else key, open_raster, prob, mask)
