@@ -337,6 +337,17 @@ def _drift(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def _chunk_size(value: str) -> int:
+    """argparse type of `rts map --chunk-size`: a whole number >= 1, refused before the package is loaded."""
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a whole number of scenes >= 1")
+    return size
+
+
 def _map(args: argparse.Namespace) -> int:
     """`rts map`: a mapping campaign in process (rtscore.mapping.campaign); 1 when scenes failed (re-run retries)."""
     from rtscore.mapping.campaign import SUMMARY_MD, CampaignRoot, run_campaign
@@ -657,7 +668,7 @@ def parser() -> argparse.ArgumentParser:
         required=True,
         help="campaign directory or gs://bucket/prefix (log, scenes, objects)",
     )
-    mp.add_argument("--chunk-size", type=int, default=50, help="scenes per chunk (default 50)")
+    mp.add_argument("--chunk-size", type=_chunk_size, default=50, help="scenes per chunk (default 50)")
     mp.add_argument("--allow-drift", action="store_true", help="map even when the drift check finds a blocker")
     mp.set_defaults(func=_map)
     d = sub.add_parser("data", help="run the data-pipeline flow (generate -> stats -> validate) into a run dir")

@@ -8,9 +8,11 @@ Either way the scene records go to the campaign's manifest-log, and this run the
 footprint index and summary from the log (:func:`~rtscore.mapping.campaign.finish_campaign`) and publishes the
 summary (markdown artifact ``map-region-summary``) and the scene counts by status (table ``map-region-scenes``).
 
-``map-chunk`` re-lists the campaign input on its worker, takes the chunk's scenes by id and maps those the log
-does not have as complete (:func:`rtscore.mapping.campaign.run_chunk`): a re-submitted or retried chunk run skips
-what an earlier one finished, and a scene that fails is a ``failed`` record, not a failed run.
+``map-chunk`` loads the package, re-lists the campaign input on its worker (each scene's identity, its EXTRA
+raster's too, read there), takes the chunk's scenes by id and maps those the log does not have as complete under
+its mapping identity (:func:`rtscore.mapping.campaign.run_chunk`): a re-submitted or retried chunk run skips what an
+earlier one finished, and a scene that fails is a ``failed`` record, not a failed run. A worker whose mapping
+identity (package, mapping code, settings) is not the campaign's refuses the chunk before mapping anything.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ from rtscore.mapping.campaign import (
     chunk_of,
     drop_extra_siblings,
     finish_campaign,
-    package_sha256,
+    mapping_identity,
     prepare_campaign,
     render_summary,
     run_chunk,
 )
-from rtscore.mapping.campaign_log import CampaignLog, list_scenes
+from rtscore.mapping.campaign_log import CampaignError, CampaignLog, list_scenes
 
 MAP_CHUNK = "map-chunk"  # the fan-out's stage name (part of every chunk run's idempotency key)
 SUMMARY_KEY = "map-region-summary"
@@ -46,19 +48,22 @@ SCENES_KEY = "map-region-scenes"
 
 @flow(name="map-chunk")
 def map_chunk(params: MapChunkParams) -> dict[str, int]:
-    """Map one chunk of a campaign: the scenes ``scene_ids`` of ``input`` not yet done with this input and package;
-    one log record each. Returns the number of records appended by status."""
+    """Map one chunk of a campaign: the scenes ``scene_ids`` of ``input`` not yet done with this scene identity and
+    mapping identity; one log record each. Returns the number of records appended by status."""
     with flow_run_scope():
-        scenes = chunk_of(
-            drop_extra_siblings(list_scenes(params.input)), params.scene_ids, what=f"map-chunk {params.chunk}"
-        )
         pkg = load_package(params.package, device=params.device)
+        identity = mapping_identity(pkg)
+        what = f"map-chunk {params.chunk}"
+        if params.mapping_identity is not None and params.mapping_identity != identity.digest():
+            raise CampaignError(
+                f"{what}: this worker maps under identity {identity.digest()[:12]} ({identity.short()}), the "
+                f"campaign under {params.mapping_identity[:12]}: another package or code version on this worker; "
+                "deploy the campaign's package and code on every worker"
+            )
+        listed = list_scenes(params.input, extra=bool(pkg.binding.extra_bands))
+        scenes = chunk_of(drop_extra_siblings(listed), params.scene_ids, what=what)
         records = run_chunk(
-            pkg,
-            scenes,
-            params.output,
-            CampaignLog(params.output).writer(params.chunk),
-            package_id=package_sha256(pkg.path),
+            pkg, scenes, params.output, CampaignLog(params.output).writer(params.chunk), identity=identity
         )
         counts: dict[str, int] = {}
         for r in records:
@@ -104,7 +109,7 @@ def region(params: MapRegionParams, flow_run_id: str | None) -> dict[str, Any]:
     else:
         log = plan.log
         for k, chunk in enumerate(plan.chunks):
-            run_chunk(plan.package, chunk, plan.output, log.writer(k), package_id=plan.package_sha256)
+            run_chunk(plan.package, chunk, plan.output, log.writer(k), identity=plan.identity)
     summary = finish_campaign(plan, time.perf_counter() - started)
     publish_campaign(summary)
     if failure is not None:
@@ -126,6 +131,7 @@ def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
                 device=params.device,
                 chunk=k,
                 scene_ids=[s.scene_id for s in chunk],
+                mapping_identity=plan.identity.digest(),
             ),
         )
         for k, chunk in enumerate(plan.chunks)

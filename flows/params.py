@@ -234,11 +234,17 @@ class MapCampaignParams(BaseModel):
 
 
 class MapChunkParams(MapCampaignParams):
-    """map-chunk: map one chunk of a campaign's scenes (those not yet done with this input and package)."""
+    """map-chunk: map one chunk of a campaign's scenes (those not yet done with this scene identity, package, mapping
+    code and settings)."""
 
     chunk: int = Field(..., ge=0, description="Chunk index: names the chunk's log file (log/chunk-<k>-<run>.jsonl).")
     scene_ids: list[str] = Field(
         ..., min_length=1, description="The chunk's scene ids, as the campaign input lists them (re-listed here)."
+    )
+    mapping_identity: str | None = Field(
+        None,
+        description="The campaign's mapping identity (sha256 over package, mapping code and settings), as map-region "
+        "computed it; a worker whose own differs refuses the chunk. Empty: not checked.",
     )
 
 

@@ -24,8 +24,8 @@ import math
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,19 @@ if TYPE_CHECKING:
 
 GRID_TOLERANCE_PX = 1e-6
 RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"  # a data root's folders (DATA_LAYOUT.md)
+EXTRA_SUFFIX = "_extra"  # the EXTRA raster of a raster outside a data root: <stem>_extra.tif beside it
+
+P = TypeVar("P", bound=PurePath)
+
+
+def extra_candidates(rgb: P) -> list[P]:
+    """Where the EXTRA raster of the RGB raster ``rgb`` may lie, in the order it is looked for: ``EXTRA/<name>`` of
+    a data root when ``rgb`` is its ``PLANET-RGB/<name>``, then the sibling ``<stem>_extra<suffix>`` (the last one is
+    where a missing EXTRA raster is expected). One rule for local paths and ``gs://`` object names alike."""
+    sibling = rgb.with_name(f"{rgb.stem}{EXTRA_SUFFIX}{rgb.suffix}")
+    if rgb.parent.name == RGB_DIR:
+        return [rgb.parent.parent / EXTRA_DIR / rgb.name, sibling]
+    return [sibling]
 
 
 class RasterContractError(PipelineError, ValueError):

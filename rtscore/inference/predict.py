@@ -45,7 +45,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
-from rtscore.data.bands import EXTRA_DIR, RGB_DIR, CheckedRaster, open_checked
+from rtscore.data.bands import EXTRA_SUFFIX, RGB_DIR, CheckedRaster, extra_candidates, open_checked
 from rtscore.data.normalization import InputTransform, NormalizationStats, load_normalization_stats
 from rtscore.errors import PipelineError
 from rtscore.inference.context import needs_context
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 
     from rtscore.config.deployment import DeploymentConfig
 
-EXTRA_SUFFIX = "_extra"
 MANIFEST_SUFFIX = "_predict.json"
 DEFAULT_BATCH = 8  # windows per model call
 
@@ -224,12 +223,10 @@ def window_starts(length: int, tile: int, stride: int) -> list[int]:
 
 def extra_path_for(input_tif: Path) -> Path:
     """The EXTRA raster of an RGB raster: ``EXTRA/<name>`` of a DATA_LAYOUT.md root when the raster is its
-    ``PLANET-RGB/<name>``, else the sibling ``<stem>_extra.tif``."""
-    if input_tif.parent.name == RGB_DIR:
-        layout = input_tif.parent.parent / EXTRA_DIR / input_tif.name
-        if layout.is_file():
-            return layout
-    return input_tif.with_name(f"{input_tif.stem}{EXTRA_SUFFIX}{input_tif.suffix}")
+    ``PLANET-RGB/<name>`` and that file exists, else the sibling ``<stem>_extra.tif``
+    (:func:`rtscore.data.bands.extra_candidates`)."""
+    *first, last = extra_candidates(input_tif)
+    return next((c for c in first if c.is_file()), last)
 
 
 def window_probabilities(pkg: LoadedPackage, batch: np.ndarray, context: np.ndarray | None = None) -> np.ndarray:
@@ -265,6 +262,19 @@ def input_contract(contract: RasterContract, rgb_bands: RasterBandMap | None) ->
     return contract if rgb_bands is None else contract.model_copy(update={"rgb_bands": rgb_bands})
 
 
+def check_size(raster: CheckedRaster, tile: int) -> None:
+    """Refuse a raster smaller than one tile in either direction (no window fits it), naming it.
+
+    Raises:
+        PredictError: naming the file, its size and the tile size.
+    """
+    if raster.height < tile or raster.width < tile:
+        raise PredictError(
+            f"{raster.path}: {raster.height}x{raster.width} px is smaller than the package's tile size {tile} "
+            f"(a raster holds at least one {tile}x{tile} window)"
+        )
+
+
 def check_inputs(
     pkg: LoadedPackage,
     inputs: Sequence[Path],
@@ -272,13 +282,14 @@ def check_inputs(
     extra_tif: str | Path | None = None,
     rgb_bands: RasterBandMap | None = None,
 ) -> None:
-    """Check every input raster (and its EXTRA raster) against the package's contract before any is predicted,
-    so that a bad file of a batch leaves no output of the others behind; the first mismatch is raised."""
+    """Check every input raster (and its EXTRA raster) against the package's contract, and its size against the tile
+    size, before any is predicted, so that a bad file of a batch leaves no output of the others behind; the first
+    mismatch is raised, naming its file."""
     contract = input_contract(pkg.contract, rgb_bands)
     with gdal_env():
         for f in inputs:
-            with open_checked(contract, pkg.binding, f, extra_input(pkg.binding, f, extra_tif)):
-                pass
+            with open_checked(contract, pkg.binding, f, extra_input(pkg.binding, f, extra_tif)) as raster:
+                check_size(raster, pkg.tile_size)
 
 
 def window_model(pkg: LoadedPackage, *, stride: int | None = None, batch_size: int = DEFAULT_BATCH) -> WindowModel:
@@ -338,8 +349,10 @@ def raster_job(
     def open_raster(stack: ExitStack) -> CheckedRaster:
         if not input_tif.is_file():
             raise PredictError(f"input raster not found: {input_tif}")
+        raster = stack.enter_context(open_checked(contract, pkg.binding, input_tif, extra, check_finite=check_finite))
+        check_size(raster, pkg.tile_size)
         output_dir.mkdir(parents=True, exist_ok=True)
-        return stack.enter_context(open_checked(contract, pkg.binding, input_tif, extra, check_finite=check_finite))
+        return raster
 
     prob, mask, _ = output_paths(input_tif, output_dir)
     return RasterJob(input_tif if key is None else key, open_raster, prob, mask)

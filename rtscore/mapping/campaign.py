@@ -1,69 +1,62 @@
-"""A mapping campaign run in process: drift gate, chunks of scenes through ``rts predict``'s code, the manifest-log,
-then the campaign's objects, footprint index and summary (docs/mapping.md, "Running a campaign").
+"""A mapping campaign run in process: settings checked, package loaded, scenes listed with their identities, drift
+gate, chunks of scenes through ``rts predict``'s code (:mod:`rtscore.mapping.chunk`), the manifest-log, then the
+campaign's objects, footprint index and summary (docs/mapping.md, "Running a campaign").
 
-Per scene (:func:`run_chunk`): the scene is opened and checked against the package's raster contract; a scene
-without one valid pixel (the contract's NoData rule, read block by block and stopped at the first valid pixel) is
-``skipped-full-nodata`` without inference; every other one goes through :mod:`rtscore.inference.stream` (the engine
-of ``rts predict``: same windows, numerics, COGs; the chunk's scenes share batches, and reading, inference and
-writing overlap) into ``<output>/scenes/<scene_id>/``. Any failure of one scene is recorded as ``failed`` with its
-reason and the chunk goes on. The GPU fan-out of chunks (``map-chunk`` flow runs) is not here: :func:`run_campaign`
-runs the chunks in this process, one after the other.
+A scene is mapped again unless its latest log record is complete for the same scene identity (raster and EXTRA
+raster) and the same mapping identity (package, mapping code, settings); records of another identity stay in the
+log and are counted in one warning line when the campaign is prepared. The GPU fan-out of chunks (``map-chunk``
+flow runs) is not here: :func:`run_campaign` runs the chunks in this process, one after the other.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rtscore.data.bands import CheckedRaster, open_checked
+from rtscore.data.bands import EXTRA_SUFFIX, open_checked
 from rtscore.errors import PipelineError
 from rtscore.inference.drift import drift_report
-from rtscore.inference.predict import (
-    DEFAULT_BATCH,
-    EXTRA_SUFFIX,
-    LoadedPackage,
-    extra_input,
-    load_package,
-    window_model,
-    write_manifest,
-)
-from rtscore.inference.stream import JobOutcome, RasterJob, gdal_env, run_stream
+from rtscore.inference.predict import DEFAULT_BATCH, LoadedPackage, extra_input, load_package
+from rtscore.inference.stream import gdal_env
 from rtscore.mapping.campaign_log import (
     CampaignError,
     CampaignLog,
-    LogWriter,
+    MapIdentity,
     Scene,
-    SceneRecord,
     chunk_scenes,
+    is_current,
     latest,
     list_scenes,
-    plan,
+    other_identity,
     summarize,
+)
+from rtscore.mapping.chunk import (
+    check_settings,
+    has_valid_pixel,
+    mapping_identity,
+    package_sha256,
+    run_chunk,
+    scene_job,
 )
 from rtscore.mapping.outputs import (
     SCENES_DIR,
     CampaignRoot,
     SceneOutputs,
-    finish_scene,
     read_scene_parts,
     scene_outputs,
     staged_input,
 )
 from rtscore.mapping.polygons import merge_parts, size_bin_key, write_objects
-from rtscore.package.format import SUMS
 from rtscore.storage import atomic_write_json, atomic_write_text
-from rtscore.storage.files import os_errors, sha256_file
-from rtscore.storage.gcs import GS
+from rtscore.storage.files import os_errors
 
 DRIFT_DIR = "drift"  # <output>/drift/: the drift report of the campaign's sample
 OBJECTS_FILE = "objects.gpkg"
@@ -75,126 +68,17 @@ DEFAULT_CHUNK_SIZE = 50
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["SCENES_DIR", "CampaignRoot", "SceneOutputs", "scene_outputs"]  # re-exported from outputs.py
-
-
-def package_sha256(package_dir: str | Path) -> str:
-    """The package's identity: the sha256 of its ``SHA256SUMS`` as ``rts package build`` writes it (one
-    ``<sha256>  <file>`` line per other file, by name), recomputed from the files' content. A built, intact package
-    gets the sha256 of its ``SHA256SUMS`` file; an edited file changes the identity even when ``SHA256SUMS`` was not
-    regenerated, and a package without ``SHA256SUMS`` has one too."""
-    pkg = Path(package_dir)
-    if not pkg.is_dir():
-        raise CampaignError(f"package directory not found: {pkg}")
-    files = sorted(p for p in pkg.iterdir() if p.is_file() and p.name != SUMS and not p.name.startswith("."))
-    text = "".join(f"{sha256_file(p)}  {p.name}\n" for p in files)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def has_valid_pixel(pkg: LoadedPackage, path: Path) -> bool:
-    """Whether ``path`` has one valid pixel by the package's NoData rule (alpha, dataset mask, EXTRA nodata): read
-    block by block and stopped at the first valid pixel (a scene with data: usually its first block). Checks the
-    raster (and its EXTRA raster) against the package's contract first, as ``rts predict`` does."""
-    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra_input(pkg.binding, path, None)) as raster:
-        for _, window in raster.src.block_windows(1):
-            if raster.read(window)[2].any():
-                return True
-    return False
-
-
-def _reason(scene: Scene, err: Exception) -> str:
-    """A failed scene's reason: a PipelineError's message, else the exception's type and message; the scene's file
-    is named when the message does not name it already."""
-    text = str(err) if isinstance(err, PipelineError) else f"{type(err).__name__}: {err}"
-    if err.__cause__ is not None and not isinstance(err, PipelineError):  # GDAL's own words (rasterio chains them)
-        text += f" ({type(err.__cause__).__name__}: {err.__cause__})"
-    if scene.uri in text or (not scene.uri.startswith(GS) and Path(scene.uri).name in text):
-        return text
-    return f"{scene.uri}: {text}"  # a gs:// scene's messages name its staged copy: name the object too
-
-
-def run_chunk(
-    package: str | Path | LoadedPackage,
-    scenes: Sequence[Scene],
-    output: str | Path | CampaignRoot,
-    log: LogWriter,
-    *,
-    package_id: str | None = None,
-    stride: int | None = None,
-    batch_size: int = DEFAULT_BATCH,
-) -> list[SceneRecord]:
-    """Map the scenes of one chunk that the log does not have as complete (:func:`~campaign_log.plan`) and append
-    one record per scene to ``log``: ``done``, ``skipped-full-nodata`` or ``failed`` (a failing scene never stops the
-    chunk). Returns the records appended.
-
-    The scenes go through one window stream (:mod:`rtscore.inference.stream`): while one scene's windows are read
-    (a gs:// scene first downloaded, :func:`~rtscore.mapping.outputs.staged_input`), the model runs on batches that
-    hold the windows of the scene before it, and the one before that is written, vectorised and published
-    (:func:`~rtscore.mapping.outputs.finish_scene`) before its record is appended. Every model call has one batch
-    shape, so each scene's outputs are those of ``rts predict`` on it alone, bit for bit. A record's ``seconds`` is
-    the chunk time since the previous record (the stages overlap, so the records' seconds add up to the chunk's wall
-    time).
-    """
-    pkg = package if isinstance(package, LoadedPackage) else load_package(package)
-    pid = package_id or package_sha256(pkg.path)
-    root = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
-    model = window_model(pkg, stride=stride, batch_size=batch_size)
-    todo = plan(scenes, log.log.read(), pid)
-    records: list[SceneRecord] = []
-    clock = [time.perf_counter()]
-
-    def on_outcome(outcome: JobOutcome) -> None:
-        scene: Scene = outcome.job.key
-        now = time.perf_counter()
-        seconds, clock[0] = now - clock[0], now
-        try:
-            if outcome.status == "failed":
-                raise outcome.error or RuntimeError("failed without an error")
-            if outcome.status == "nothing":
-                record = SceneRecord.now(scene, pid, "skipped-full-nodata", seconds=seconds)
-            else:
-                assert outcome.result is not None
-                outs = scene_outputs(root, scene)
-                got = write_manifest(pkg, model, outcome.job, outcome.result, outs.manifest, scene.uri)
-                finish_scene(root, scene, outs)  # all of the scene's files published before its record
-                record = SceneRecord.now(
-                    scene,
-                    pid,
-                    "done",
-                    windows=got.windows - got.skipped_windows,
-                    valid_pixels=got.valid_pixels,
-                    positive_pixels=got.positive_pixels,
-                    seconds=seconds,
-                )
-        except Exception as err:  # one scene's failure is its record, not the chunk's end
-            reason = _reason(scene, err)
-            _log.warning("scene %s failed: %s", scene.scene_id, reason)
-            record = SceneRecord.now(scene, pid, "failed", reason=reason, seconds=seconds)
-        log.append(record)  # the commit point; a log that cannot be written stops the chunk
-        records.append(record)
-        _log.info("scene %s: %s (%.1f s)", scene.scene_id, record.status, record.seconds)
-
-    run_stream(model, [scene_job(pkg, root, s) for s in todo], on_outcome)
-    return records
-
-
-def scene_job(pkg: LoadedPackage, root: CampaignRoot, scene: Scene) -> RasterJob:
-    """The stream job of one scene: opened in the read thread, where a scene without a valid pixel (block by block,
-    stopped at the first valid one) is ``nothing`` to predict; otherwise checked against the package's contract as
-    ``rts predict`` does, its maps written under ``<output>/scenes/<scene_id>/`` (staged locally for a gs:// root).
-    A gs:// scene is downloaded for the time it is read (:func:`~rtscore.mapping.outputs.staged_input`)."""
-    outs = scene_outputs(root, scene)
-
-    def open_scene(stack: ExitStack) -> CheckedRaster | None:
-        src = stack.enter_context(staged_input(scene, bool(pkg.binding.extra_bands), root.cache_dir))
-        if not has_valid_pixel(pkg, src):
-            return None
-        outs.dir.mkdir(parents=True, exist_ok=True)
-        extra = extra_input(pkg.binding, src, None)
-        # has_valid_pixel checked the contract and scanned EXTRA for undeclared NaN/inf already
-        return stack.enter_context(open_checked(pkg.contract, pkg.binding, src, extra, check_finite=False))
-
-    return RasterJob(scene, open_scene, outs.prob, outs.mask)
+__all__ = [  # re-exported from outputs.py and chunk.py
+    "SCENES_DIR",
+    "CampaignRoot",
+    "SceneOutputs",
+    "has_valid_pixel",
+    "mapping_identity",
+    "package_sha256",
+    "run_chunk",
+    "scene_job",
+    "scene_outputs",
+]
 
 
 def drop_extra_siblings(scenes: Sequence[Scene]) -> list[Scene]:
@@ -278,19 +162,35 @@ def check_drift(
 
 @dataclass
 class CampaignPlan:
-    """A prepared campaign (:func:`prepare_campaign`): its scenes, their chunks, the loaded package, the drift
-    report. What a ``map-region`` flow decides before mapping, in process or by ``map-chunk`` runs."""
+    """A prepared campaign (:func:`prepare_campaign`): its scenes, their chunks, the loaded package, the identity it
+    maps under, the drift report. What a ``map-region`` flow decides before mapping, in process or by ``map-chunk``
+    runs."""
 
     package: LoadedPackage
-    package_sha256: str
+    identity: MapIdentity
     scenes: list[Scene]
     chunks: list[list[Scene]]
     output: CampaignRoot
     drift: dict[str, Any] | None
 
     @property
+    def package_sha256(self) -> str:
+        return self.identity.package_sha256
+
+    @property
     def log(self) -> CampaignLog:
         return self.output.log()
+
+
+def check_parameters(*, chunk_size: int, stride: int | None = None, batch_size: int = DEFAULT_BATCH) -> None:
+    """Refuse a campaign's parameters that cannot be right, before any package is loaded or output written.
+
+    Raises:
+        CampaignError: naming the parameter and its value.
+    """
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise CampaignError(f"chunk size must be a whole number of scenes >= 1; got {chunk_size!r}")
+    check_settings(stride=stride, batch_size=batch_size)
 
 
 def prepare_campaign(
@@ -302,17 +202,45 @@ def prepare_campaign(
     allow_drift: bool = False,
     *,
     device: str = "auto",
+    stride: int | None = None,
+    batch_size: int = DEFAULT_BATCH,
 ) -> CampaignPlan:
-    """List the scenes (without the EXTRA rasters of other scenes), load the package, check drift on a sample
-    (:func:`check_drift`) and split the scenes into chunks of ``chunk_size``."""
+    """Everything a campaign decides before mapping, each failure before anything is written into ``output``: the
+    parameters (:func:`check_parameters`), the package loaded and the identity it maps under
+    (:func:`~rtscore.mapping.chunk.mapping_identity`: the stride against its tile size), the scenes listed with
+    their identities (their EXTRA rasters' too when the package reads EXTRA bands; without the EXTRA rasters of
+    other scenes as scenes); then the output created, one warning line counting the log's records of another
+    identity (their scenes are mapped again), drift checked on a sample (:func:`check_drift`) and the scenes split
+    into chunks of ``chunk_size``."""
+    check_parameters(chunk_size=chunk_size, stride=stride, batch_size=batch_size)
+    pkg = load_package(package, device=device)
+    identity = mapping_identity(pkg, stride=stride, batch_size=batch_size)
+    scenes = drop_extra_siblings(list_scenes(input, extra=bool(pkg.binding.extra_bands)))
     out = CampaignRoot(output)
     with os_errors("create", out.local):
         out.local.mkdir(parents=True, exist_ok=True)
-    scenes = drop_extra_siblings(list_scenes(input))
-    pkg = load_package(package, device=device)
-    pid = package_sha256(pkg.path)
+    log_other_identity(scenes, out.log(), identity)
     drift = check_drift(pkg, scenes, out, allow_drift=allow_drift) if drift_check else None
-    return CampaignPlan(pkg, pid, scenes, chunk_scenes(scenes, chunk_size), out, drift)
+    return CampaignPlan(pkg, identity, scenes, chunk_scenes(scenes, chunk_size), out, drift)
+
+
+def log_other_identity(scenes: Sequence[Scene], log: CampaignLog, identity: MapIdentity) -> int:
+    """One warning line when the latest records of some scenes were made from other content or under another
+    identity (``campaign_log.other_identity``): how many, and what differs. The records stay in the log (history);
+    nothing resumes from them, their scenes are mapped again. Returns how many."""
+    why = other_identity(scenes, log.read(), identity)
+    n = sum(why.values())
+    if n:
+        parts = ", ".join(f"{k}: {v}" for k, v in sorted(why.items()))
+        _log.warning(
+            "campaign log %s: %d record(s) of another identity set aside (%s): kept in the log, not resumed; "
+            "those scenes are mapped again under %s",
+            log.uri(),
+            n,
+            parts,
+            identity.short(),
+        )
+    return n
 
 
 def chunk_of(scenes: Sequence[Scene], scene_ids: Sequence[str], *, what: str) -> list[Scene]:
@@ -330,7 +258,7 @@ def chunk_of(scenes: Sequence[Scene], scene_ids: Sequence[str], *, what: str) ->
 def finish_campaign(plan: CampaignPlan, wall_seconds: float = 0.0) -> dict[str, Any]:
     """The campaign's objects, footprint index and summary from the log (:func:`write_campaign_outputs`)."""
     return write_campaign_outputs(
-        plan.scenes, plan.log, plan.output, plan.package_sha256, drift=plan.drift, wall_seconds=wall_seconds
+        plan.scenes, plan.log, plan.output, plan.identity, drift=plan.drift, wall_seconds=wall_seconds
     )
 
 
@@ -344,14 +272,25 @@ def run_campaign(
     *,
     device: str = "auto",
     stride: int | None = None,
+    batch_size: int = DEFAULT_BATCH,
 ) -> dict[str, Any]:
     """:func:`prepare_campaign`, the chunks in process (:func:`run_chunk`), then :func:`finish_campaign`; the
     summary (as ``summary.json``)."""
-    plan = prepare_campaign(package, input, output, chunk_size, drift_check, allow_drift, device=device)
+    plan = prepare_campaign(
+        package,
+        input,
+        output,
+        chunk_size,
+        drift_check,
+        allow_drift,
+        device=device,
+        stride=stride,
+        batch_size=batch_size,
+    )
     log = plan.log
     started = time.perf_counter()
     for k, chunk in enumerate(plan.chunks):
-        run_chunk(plan.package, chunk, plan.output, log.writer(k), package_id=plan.package_sha256, stride=stride)
+        run_chunk(plan.package, chunk, plan.output, log.writer(k), identity=plan.identity)
     return finish_campaign(plan, time.perf_counter() - started)
 
 
@@ -359,23 +298,24 @@ def write_campaign_outputs(
     scenes: Sequence[Scene],
     log: CampaignLog,
     output: str | Path | CampaignRoot,
-    pid: str,
+    identity: MapIdentity,
     *,
     drift: dict[str, Any] | None = None,
     wall_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
     summary.md / summary.json from the log and the done scenes' parts files (no raster is read; for a gs:// output
-    the parts files are downloaded, the campaign files written locally and uploaded)."""
+    the parts files are downloaded, the campaign files written locally and uploaded). Done scenes are those whose
+    latest record is ``done`` for their current identity under ``identity``."""
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
 
     out = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     records = log.read()
-    summary = summarize(scenes, records, pid)
+    summary = summarize(scenes, records, identity)
     last = latest(records)
     done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
-    done = [s for s in done if last[s.scene_id].package_sha256 == pid and last[s.scene_id].input == s.identity]
+    done = [s for s in done if is_current(last[s.scene_id], s, identity)]
     parts, features, ground_m2 = [], [], 0.0
     for s in done:
         o = scene_outputs(out, s)
@@ -401,6 +341,7 @@ def write_campaign_outputs(
     km2 = ground_m2 / 1e6
     data: dict[str, Any] = {
         **summary.model_dump(),
+        "mapping_identity": identity.model_dump(),
         "km2_mapped_ground": km2,
         "objects": len(objects),
         "objects_partial": sum(1 for ob in objects if ob.partial),
@@ -427,10 +368,14 @@ def render_summary(data: dict[str, Any]) -> str:
     def rate(v: float | None, unit: str) -> str:
         return "n/a" if v is None or not math.isfinite(v) else f"{v:,.3f} {unit}"
 
+    ident = data["mapping_identity"]
     lines = [
         "# Mapping campaign summary",
         "",
         f"Package sha256 `{data['package_sha256']}`; {data['scenes']} scenes.",
+        "",
+        f"Mapping code `{ident['code_sha256'][:12]}`, stride {ident['settings']['stride']} px, batch "
+        f"{ident['settings']['batch_size']} (only records of this package, code and settings count).",
         "",
         "| status | scenes |",
         "|---|---|",

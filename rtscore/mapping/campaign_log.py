@@ -19,11 +19,16 @@ layout for a local and a ``gs://`` output:
 The run id is the Prefect flow run (``RTS_FLOW_RUN_ID``, see :mod:`rtscore.tracking`) when there is one, so a
 retry of the same flow run continues its file; otherwise a fresh id. Records are ordered by their UTC ``time``
 (then file, then line); the latest record of a scene wins.
+
+The log is a resume point keyed by identity: a record means "done" only for the same scene identity (its raster
+and every companion file mapping reads with it, :class:`Scene`) and the same :class:`MapIdentity` (package,
+mapping code, settings). Records of another identity stay in the log as history and are not resumed.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import logging
 import os
@@ -31,7 +36,7 @@ import re
 import socket
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -39,7 +44,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rtscore.data.bands import RGB_DIR
+from rtscore.data.bands import RGB_DIR, extra_candidates
 from rtscore.errors import PipelineError
 from rtscore.storage.files import os_errors, sha256_file
 from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
@@ -60,6 +65,8 @@ MAX_REASON_CHARS = 1000
 _SCENE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 Status = Literal["done", "skipped-full-nodata", "failed"]
+RECORD_SCHEMA = 2  # 2: records carry the scene's companions, the mapping code and the settings
+OLDER_RECORD = "older log format (no EXTRA, code or settings identity)"
 COMPLETE: frozenset[str] = frozenset({"done", "skipped-full-nodata"})  # statuses a re-run does not redo
 
 
@@ -69,7 +76,7 @@ class CampaignError(PipelineError):
 
 # --------------------------------------------------------------------------------------------- scenes
 class InputIdentity(BaseModel):
-    """What a scene's content was when it was mapped: sha256 of a local file, the generation of a gs:// object
+    """What a file's content was when it was listed: sha256 of a local file, the generation of a gs:// object
     (a rewrite gives a new generation even with the same bytes: such a scene is mapped again)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -87,20 +94,76 @@ class InputIdentity(BaseModel):
         return self
 
 
+class CompanionInput(BaseModel):
+    """A file mapping reads for a scene besides its raster (its EXTRA raster): where it is and what it held when
+    the scene was listed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["extra"] = Field(..., description="What the file is to the scene: its EXTRA raster.")
+    uri: str = Field(..., description="Where it is read from (where rts predict looks for it).")
+    identity: InputIdentity | None = Field(..., description="Its content; None: absent when listed.")
+
+
 @dataclass(frozen=True)
 class Scene:
-    """One scene of a campaign: its stable id, where it is, and what its content is."""
+    """One scene of a campaign: its stable id, where it is, and what its content is. A scene's identity is
+    ``identity`` (its raster) and ``companions`` (the other files mapping reads for it: the EXTRA raster, listed
+    with ``list_scenes(..., extra=True)``), each pinned for gs:// to the generation listed."""
 
     scene_id: str
     uri: str
     identity: InputIdentity
+    companions: tuple[CompanionInput, ...] = ()
+
+    @property
+    def extra(self) -> CompanionInput | None:
+        """The scene's EXTRA raster as listed (None: listed without companions)."""
+        return next((c for c in self.companions if c.role == "extra"), None)
 
 
-def list_scenes(source: str | Path) -> list[Scene]:
+class MapSettings(BaseModel):
+    """The campaign settings a scene's outputs depend on, bit for bit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stride: int = Field(..., ge=1, description="Window stride in pixels (resolved: half a tile unless set).")
+    batch_size: int = Field(
+        ..., ge=1, description="Windows per model call (a scene's outputs are the same bits only at one batch shape)."
+    )
+
+
+class MapIdentity(BaseModel):
+    """What a campaign maps with besides the scenes' own files: package, mapping code and settings. A log record is a
+    resume point ("done") only under the same identity (and for the same scene identity)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    package_sha256: str = Field(..., description="The deployment package's identity (sha256 over its files).")
+    code_sha256: str = Field(..., description="Code identity of the mapping: closure hash of the chunk's module.")
+    settings: MapSettings = Field(..., description="Settings that change the outputs.")
+
+    def digest(self) -> str:
+        """One sha256 over the whole identity (compared between a campaign and its chunk runs' workers)."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+    def short(self) -> str:
+        """For messages: ``package <12 hex>, code <12 hex>, stride <s>, batch <b>``."""
+        return (
+            f"package {self.package_sha256[:12]}, code {self.code_sha256[:12]}, stride {self.settings.stride}, "
+            f"batch {self.settings.batch_size}"
+        )
+
+
+def list_scenes(source: str | Path, *, extra: bool = False) -> list[Scene]:
     """The campaign's scenes, sorted by id: every GeoTIFF (``.tif``/``.tiff``, any case, in subfolders too,
     hidden names aside) of a local directory or under a ``gs://bucket/prefix``, or the rows of a scene list CSV
     (local or ``gs://``; see :func:`read_scene_csv`). A local data root in the layout of DATA_LAYOUT.md is read as
     ``rts predict`` reads one: the scenes of its ``PLANET-RGB/`` (their EXTRA rasters in ``EXTRA/``).
+
+    ``extra`` (the package reads EXTRA bands): each scene's EXTRA raster, where ``rts predict`` looks for it
+    (:func:`rtscore.data.bands.extra_candidates`), is part of its identity too: sha256 of a local file, generation
+    (size, CRC32C) of a gs:// object (one listing per folder outside the input's), or absent.
 
     Raises:
         CampaignError: the input does not exist or lists no scene, a scene id is invalid, or two scenes share an id
@@ -108,9 +171,14 @@ def list_scenes(source: str | Path) -> list[Scene]:
     """
     text = str(source)
     if text.lower().endswith(".csv"):
-        return read_scene_csv(text)
+        return read_scene_csv(text, extra=extra)
     if text.startswith(GS):
-        scenes = [_gs_scene(_stem(PurePosixPath(uri).name), uri, blob) for uri, blob in _list_gs(text)]
+        pairs = _list_gs(text)
+        find = _gs_finder(dict(pairs), text)
+        scenes = [
+            _gs_scene(_stem(PurePosixPath(uri).name), uri, blob, _gs_companions(uri, find) if extra else ())
+            for uri, blob in pairs
+        ]
     else:
         root = Path(text).expanduser()
         if not root.is_dir():
@@ -124,15 +192,17 @@ def list_scenes(source: str | Path) -> list[Scene]:
             and p.is_file()
             and not any(part.startswith(".") for part in p.relative_to(root).parts)
         )
-        scenes = [_local_scene(_stem(p.name), p, where=str(p)) for p in files]
+        hashes = _Hashes()
+        scenes = [_local_scene(_stem(p.name), p, where=str(p), extra=extra, hashes=hashes) for p in files]
     if not scenes:
         raise CampaignError(f"campaign input {text}: no GeoTIFF scene (*.tif, *.tiff) found")
     return _unique(scenes)
 
 
-def read_scene_csv(source: str) -> list[Scene]:
+def read_scene_csv(source: str, *, extra: bool = False) -> list[Scene]:
     """The scenes of a scene list CSV: a ``path`` or ``uri`` column (local paths, relative ones against the CSV's
-    folder, or ``gs://`` URIs) and an optional ``scene_id`` column (the file stem when absent or empty).
+    folder, or ``gs://`` URIs) and an optional ``scene_id`` column (the file stem when absent or empty); ``extra`` as
+    for :func:`list_scenes`.
 
     Raises:
         CampaignError: naming the file, the row (line number) and the column of a bad cell.
@@ -148,6 +218,7 @@ def read_scene_csv(source: str) -> list[Scene]:
         )
     path_col = named[0]
     scenes = []
+    hashes = _Hashes()
     for row in reader:
         line = reader.line_num
         cells = {(k or "").strip(): (v or "").strip() for k, v in row.items() if k is not None}
@@ -164,12 +235,12 @@ def read_scene_csv(source: str) -> list[Scene]:
             blob = _store(f"{GS}{bucket}").get(name)
             if blob is None:
                 raise CampaignError(f"{where}: {uri} does not exist")
-            scenes.append(_gs_scene(scene_id, uri, blob))
+            scenes.append(_gs_scene(scene_id, uri, blob, _gs_companions(uri, _gs_get) if extra else ()))
         else:
             path = Path(uri)
             if not path.is_file():
                 raise CampaignError(f"{where}: {path} is not a file")
-            scenes.append(_local_scene(scene_id, path, where=where))
+            scenes.append(_local_scene(scene_id, path, where=where, extra=extra, hashes=hashes))
     if not scenes:
         raise CampaignError(f"scene list {source}: no rows")
     return _unique(scenes)
@@ -199,19 +270,77 @@ def _check_id(scene_id: str, where: str) -> None:
         )
 
 
-def _local_scene(scene_id: str, path: Path, *, where: str) -> Scene:
+class _Hashes:
+    """Local file identities of one listing, each file hashed once (an EXTRA raster may be listed as a file too)."""
+
+    def __init__(self) -> None:
+        self._known: dict[Path, InputIdentity] = {}
+
+    def __call__(self, path: Path) -> InputIdentity:
+        if path not in self._known:
+            with os_errors("read", path):
+                size = path.stat().st_size
+            self._known[path] = InputIdentity(sha256=sha256_file(path), size=size)
+        return self._known[path]
+
+
+def _local_scene(scene_id: str, path: Path, *, where: str, extra: bool, hashes: _Hashes) -> Scene:
     _check_id(scene_id, where)
     path = path.absolute()
-    identity = InputIdentity(sha256=sha256_file(path), size=path.stat().st_size)
-    return Scene(scene_id, str(path), identity)
+    companions: tuple[CompanionInput, ...] = ()
+    if extra:  # where rts predict looks for it (predict.extra_path_for): the first that exists, else the last
+        *first, last = extra_candidates(path)
+        found = next((c for c in first if c.is_file()), last)
+        identity = hashes(found) if found.is_file() else None
+        companions = (CompanionInput(role="extra", uri=str(found), identity=identity),)
+    return Scene(scene_id, str(path), hashes(path), companions)
 
 
-def _gs_scene(scene_id: str, uri: str, blob: Blob) -> Scene:
-    _check_id(scene_id, uri)
-    identity = InputIdentity(
+def _blob_identity(blob: Blob) -> InputIdentity:
+    return InputIdentity(
         generation=int(blob.generation or 0), size=int(blob.size or 0), crc32c=blob.crc32c, md5=blob.md5_hash
     )
-    return Scene(scene_id, uri, identity)
+
+
+def _gs_scene(scene_id: str, uri: str, blob: Blob, companions: tuple[CompanionInput, ...] = ()) -> Scene:
+    _check_id(scene_id, uri)
+    return Scene(scene_id, uri, _blob_identity(blob), companions)
+
+
+def _gs_companions(uri: str, find: Callable[[str], Blob | None]) -> tuple[CompanionInput, ...]:
+    """The EXTRA raster of the gs:// scene ``uri``: the first candidate object that exists (the last one named when
+    none does), with its generation."""
+    bucket, name = parse_gs_uri(uri)
+    candidates = [f"{GS}{bucket}/{c}" for c in extra_candidates(PurePosixPath(name))]
+    for c in candidates:
+        blob = find(c)
+        if blob is not None:
+            return (CompanionInput(role="extra", uri=c, identity=_blob_identity(blob)),)
+    return (CompanionInput(role="extra", uri=candidates[-1], identity=None),)
+
+
+def _gs_get(uri: str) -> Blob | None:
+    bucket, name = parse_gs_uri(uri)
+    return _store(f"{GS}{bucket}").get(name)
+
+
+def _gs_finder(known: dict[str, Blob], listed: str) -> Callable[[str], Blob | None]:
+    """Looks up gs:// objects: those of the listing of ``listed`` (``known``: absent there is absent), any other by
+    listing its folder once (an ``EXTRA/`` folder beside a listed ``PLANET-RGB/``)."""
+    under = listed.rstrip("/") + "/"
+    folders: dict[str, dict[str, Blob]] = {}
+
+    def find(uri: str) -> Blob | None:
+        if uri.startswith(under):
+            return known.get(uri)
+        folder = uri.rpartition("/")[0]
+        if not parse_gs_uri(folder)[1]:  # an object at the bucket's top: asked for alone
+            return _gs_get(uri)
+        if folder not in folders:
+            folders[folder] = dict(_list_gs(folder))
+        return folders[folder].get(uri)
+
+    return find
 
 
 def _unique(scenes: list[Scene]) -> list[Scene]:
@@ -285,11 +414,20 @@ class SceneRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = Field(1, description="Version of this record's fields.")
+    schema_version: int = Field(
+        RECORD_SCHEMA, description="Version of this record's fields (1: before companions, code and settings)."
+    )
     scene_id: str = Field(..., description="The scene's stable id (file stem unless a scene list names it).")
     uri: str = Field(..., description="Where the scene was read from.")
-    input: InputIdentity = Field(..., description="The scene's content when it was mapped.")
+    input: InputIdentity = Field(..., description="The scene raster's content when it was mapped.")
+    companions: tuple[CompanionInput, ...] | None = Field(
+        None,
+        description="The other files read for the scene (its EXTRA raster when the package reads EXTRA bands); "
+        "None in records of schema 1, which did not record them.",
+    )
     package_sha256: str = Field(..., description="sha256 of the deployment package that mapped it.")
+    code_sha256: str | None = Field(None, description="Code identity of the mapping (None: schema 1).")
+    settings: MapSettings | None = Field(None, description="Settings that change the outputs (None: schema 1).")
     status: Status = Field(..., description="done, skipped-full-nodata (no valid pixel) or failed.")
     reason: str | None = Field(None, description="Why the scene failed (failed only).")
     windows: int = Field(0, ge=0, description="Inference windows run over the scene.")
@@ -306,11 +444,28 @@ class SceneRecord(BaseModel):
             raise ValueError("a failed scene needs a reason, and only a failed one has one")
         return self
 
+    def differs(self, scene: Scene, identity: MapIdentity) -> str | None:
+        """What differs between what this record was made from and ``scene`` mapped under ``identity``, in words
+        (None: the same scene identity and mapping identity, the record stands for them)."""
+        if self.companions is None or self.code_sha256 is None or self.settings is None:
+            return OLDER_RECORD
+        if self.input != scene.identity:
+            return "scene raster changed"
+        if self.companions != scene.companions:
+            return "EXTRA raster changed"
+        if self.package_sha256 != identity.package_sha256:
+            return "another package"
+        if self.code_sha256 != identity.code_sha256:
+            return "other mapping code"
+        if self.settings != identity.settings:
+            return "other settings"
+        return None
+
     @classmethod
     def now(
         cls,
         scene: Scene,
-        package_sha256: str,
+        identity: MapIdentity,
         status: Status,
         *,
         reason: str | None = None,
@@ -327,7 +482,10 @@ class SceneRecord(BaseModel):
             scene_id=scene.scene_id,
             uri=scene.uri,
             input=scene.identity,
-            package_sha256=package_sha256,
+            companions=scene.companions,
+            package_sha256=identity.package_sha256,
+            code_sha256=identity.code_sha256,
+            settings=identity.settings,
             status=status,
             reason=reason,
             windows=windows,
@@ -508,24 +666,33 @@ def latest(records: Iterable[SceneRecord]) -> dict[str, SceneRecord]:
     return out
 
 
-def is_complete(record: SceneRecord | None, scene: Scene, package_sha256: str) -> bool:
-    """Whether ``record`` (a scene's latest) means ``scene`` need not be mapped again with this package."""
-    return (
-        record is not None
-        and record.status in COMPLETE
-        and record.input == scene.identity
-        and record.package_sha256 == package_sha256
-    )
+def is_current(record: SceneRecord | None, scene: Scene, identity: MapIdentity) -> bool:
+    """Whether ``record`` was made from ``scene`` as it is now (raster and companions) under ``identity``."""
+    return record is not None and record.differs(scene, identity) is None
 
 
-def plan(scenes: Sequence[Scene], records: Iterable[SceneRecord], package_sha256: str) -> list[Scene]:
+def is_complete(record: SceneRecord | None, scene: Scene, identity: MapIdentity) -> bool:
+    """Whether ``record`` (a scene's latest) means ``scene`` need not be mapped again under ``identity``."""
+    return record is not None and record.status in COMPLETE and is_current(record, scene, identity)
+
+
+def plan(scenes: Sequence[Scene], records: Iterable[SceneRecord], identity: MapIdentity) -> list[Scene]:
     """The scenes a (re-)run must map, sorted by id: those without a record, whose latest record failed, or whose
-    latest record was made from other content or with another package. A scene counts once: its latest record
-    wins (an older ``done`` does not hide a newer ``failed``, nor a newer run of another package whose outputs
-    replaced this one's)."""
+    latest record was made from other content (raster or EXTRA raster) or under another identity (package, mapping
+    code, settings, or an older record format). A scene counts once: its latest record wins (an older ``done`` does
+    not hide a newer ``failed``, nor a newer run of another identity whose outputs replaced this one's)."""
     last = latest(records)
-    todo = [s for s in scenes if not is_complete(last.get(s.scene_id), s, package_sha256)]
+    todo = [s for s in scenes if not is_complete(last.get(s.scene_id), s, identity)]
     return sorted(todo, key=lambda s: s.scene_id)
+
+
+def other_identity(scenes: Sequence[Scene], records: Iterable[SceneRecord], identity: MapIdentity) -> Counter[str]:
+    """The latest records of ``scenes`` that were made from other content or under another identity, counted by
+    what differs (:meth:`SceneRecord.differs`): the log keeps them as history, nothing resumes from them."""
+    last = latest(records)
+    return Counter(
+        why for s in scenes if (r := last.get(s.scene_id)) is not None and (why := r.differs(s, identity)) is not None
+    )
 
 
 class CampaignSummary(BaseModel):
@@ -547,15 +714,13 @@ class CampaignSummary(BaseModel):
     seconds_all_attempts: float = Field(..., ge=0, description="Wall time of every attempt with this package.")
 
 
-def summarize(scenes: Sequence[Scene], records: Sequence[SceneRecord], package_sha256: str) -> CampaignSummary:
-    """The campaign's summary for ``package_sha256``: each scene by its latest record when that record is of this
-    package and this input; records of other packages or inputs are kept in the log but count as pending here."""
+def summarize(scenes: Sequence[Scene], records: Sequence[SceneRecord], identity: MapIdentity) -> CampaignSummary:
+    """The campaign's summary under ``identity``: each scene by its latest record when that record is of this
+    identity and this scene content; records of other identities or content are kept in the log but count as
+    pending here."""
+    package_sha256 = identity.package_sha256
     last = latest(records)
-    counted = {
-        s.scene_id: r
-        for s in scenes
-        if (r := last.get(s.scene_id)) is not None and r.package_sha256 == package_sha256 and r.input == s.identity
-    }
+    counted = {s.scene_id: r for s in scenes if is_current(r := last.get(s.scene_id), s, identity) and r is not None}
     status = Counter(r.status for r in counted.values())
     done = [r for r in counted.values() if r.status == "done"]
     ids = {s.scene_id for s in scenes}

@@ -8,10 +8,10 @@ precondition, skipped when the bucket already holds the same content; nothing to
 files (objects, index, summary, drift report) are written locally, then published the same way.
 
 :func:`staged_input` gives a scene's raster as a local path: a local scene in place; a gs:// scene (and its EXTRA
-raster when the package reads EXTRA bands) downloaded into a temporary directory under the cache, pinned to the
-generation the listing recorded, removed after the scene. :func:`finish_scene` turns the scene's mask and
-probability into its parts file and publishes every file of the scene; the run then appends the scene's ``done``
-record: the record is the commit point.
+raster when the package reads EXTRA bands) downloaded into a temporary directory under the cache, each object pinned
+to the generation the listing recorded (the scene's identity in the log), removed after the scene.
+:func:`finish_scene` turns the scene's mask and probability into its parts file and publishes every file of the
+scene; the run then appends the scene's ``done`` record: the record is the commit point.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from rtscore.data.bands import EXTRA_DIR, RGB_DIR
+from rtscore.data.bands import RGB_DIR, extra_candidates
 from rtscore.data.ground import ground_pixel_area_m2
-from rtscore.inference.predict import EXTRA_SUFFIX, MANIFEST_SUFFIX, PredictManifest
+from rtscore.inference.predict import MANIFEST_SUFFIX, PredictManifest
 from rtscore.mapping.campaign_log import CampaignError, CampaignLog, Scene
 from rtscore.mapping.polygons import PARTS_SUFFIX, SceneParts, read_parts, scene_parts, write_parts
 from rtscore.storage.files import atomic_write_text, os_errors, sha256_file
@@ -195,12 +195,8 @@ def _name_for_good(root: CampaignRoot, scene: Scene, outs: SceneOutputs) -> None
     with os_errors("read", outs.manifest):
         manifest = PredictManifest.model_validate_json(outs.manifest.read_text())
     extra = manifest.extra_input
-    if extra is not None and scene.uri.startswith(GS):
-        obj = PurePosixPath(scene.uri.removeprefix(GS))
-        staged = Path(extra)
-        in_layout = staged.parent.name == EXTRA_DIR
-        remote = obj.parent.parent / EXTRA_DIR / obj.name if in_layout else obj.parent / staged.name
-        extra = f"{GS}{remote}"
+    if extra is not None and scene.uri.startswith(GS) and scene.extra is not None:
+        extra = scene.extra.uri  # the object staged_input downloaded (pinned to its listed generation)
     named = manifest.model_copy(
         update={
             "input": scene.uri,
@@ -256,11 +252,12 @@ def staged_input(scene: Scene, extra_bands: bool, cache_dir: str | Path | None =
     ``<stem>_extra.tif``, or ``EXTRA/<name>`` for ``.../PLANET-RGB/<name>``) into a temporary directory under
     ``<cache>/staging/``, removed afterwards.
 
-    The download is pinned to the generation the listing recorded (``scene.identity.generation``).
+    Each download is pinned to the generation the listing recorded (``scene.identity.generation``, and the EXTRA
+    raster's in ``scene.extra``: the scene is listed with ``list_scenes(..., extra=True)``).
 
     Raises:
-        CampaignError: the object was rewritten or deleted since it was listed (naming it and both generations),
-            or its EXTRA raster is missing.
+        CampaignError: the scene or its EXTRA raster was rewritten or deleted since it was listed (naming the
+            object and both generations), its EXTRA raster is missing, or the scene was listed without it.
         StorageError: a download failed after the retry policy gave up.
     """
     if not scene.uri.startswith(GS):
@@ -309,16 +306,18 @@ def _check_generation(uri: str, want: int | None, blob: Blob | None) -> None:
 
 
 def _stage_extra(store: GcsStore, scene: Scene, obj: PurePosixPath, local: Path) -> None:
-    """Download the EXTRA raster of ``obj`` where ``rts predict`` (``extra_path_for``) finds it next to ``local``."""
-    candidates = []
-    if obj.parent.name == RGB_DIR:
-        candidates.append((obj.parent.parent / EXTRA_DIR / obj.name, local.parent.parent / EXTRA_DIR / obj.name))
-    sibling = f"{obj.stem}{EXTRA_SUFFIX}{obj.suffix}"
-    candidates.append((obj.parent / sibling, local.with_name(sibling)))
-    for remote, dst in candidates:
-        blob = store.get(str(remote))
-        if blob is not None:
-            store.download_file(blob, str(remote), dst)
-            return
-    names = " or ".join(store.uri(str(r)) for r, _ in candidates)
-    raise CampaignError(f"{scene.uri}: the package reads EXTRA bands and its EXTRA raster {names} does not exist")
+    """Download the EXTRA raster the listing found for ``obj`` (``scene.extra``), at the generation it listed, where
+    ``rts predict`` (``extra_path_for``) finds it next to ``local``."""
+    listed = scene.extra
+    if listed is None:
+        raise CampaignError(
+            f"{scene.uri}: the package reads EXTRA bands but the scene was listed without its EXTRA raster "
+            "(list_scenes(..., extra=True)), so its identity would not cover what is read"
+        )
+    remote, here = extra_candidates(obj), extra_candidates(local)
+    if listed.identity is None:
+        names = " or ".join(store.uri(str(r)) for r in remote)
+        raise CampaignError(f"{scene.uri}: the package reads EXTRA bands and its EXTRA raster {names} does not exist")
+    name = parse_gs_uri(listed.uri)[1]
+    dst = here[remote.index(PurePosixPath(name))]
+    _download_pinned(store, listed.uri, name, listed.identity.generation, dst)

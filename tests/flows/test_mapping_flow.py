@@ -166,3 +166,26 @@ def test_distributed_map_region_fans_out_one_chunk_run_each_and_resubmits_a_cras
     # a chunk run is idempotent: run again, it appends nothing
     assert map_chunk.fn(sent[0]) == {}
     assert records(out) == EXPECTED
+
+
+def test_a_chunk_worker_of_another_mapping_identity_refuses_the_chunk_before_mapping(
+    package: Path, scenes_dir: Path, tmp_path: Path
+) -> None:
+    """map-region sends its mapping identity with every chunk; a worker whose own differs (another code version or
+    package under the same path) refuses the chunk naming both, and writes nothing."""
+    from flows.mapping import chunk_children, map_chunk
+    from rtscore.mapping.campaign import prepare_campaign
+    from rtscore.mapping.campaign_log import CampaignError
+
+    out = tmp_path / "campaign"
+    params = MapRegionParams(package=str(package), input=str(scenes_dir), output=str(out), chunk_size=2)
+    plan = prepare_campaign(params.package, params.input, params.output, params.chunk_size, drift_check=False)
+    sent = [MapChunkParams.model_validate(c.params.model_dump()) for c in chunk_children(params, plan)]
+    assert {p.mapping_identity for p in sent} == {plan.identity.digest()}
+    other = sent[0].model_copy(update={"mapping_identity": "f" * 64})
+    with pytest.raises(
+        CampaignError, match=rf"map-chunk 0: this worker maps under identity {plan.identity.digest()[:12]}"
+    ):
+        map_chunk.fn(other)
+    assert CampaignLog(out).read() == []
+    assert map_chunk.fn(sent[0]) == {"done": 2}  # the campaign's own identity: mapped

@@ -231,3 +231,17 @@ def test_one_bad_file_of_a_directory_leaves_no_output_of_the_others(
     write(d / "t.tif", rgb)  # ... t.tif is not
     write(d / "t_extra.tif", np.zeros((1, SIZE, SIZE), np.float32))
     refused(command, package, d, tmp_path / "out", capsys, "t.tif: RGB bands are uint16")
+
+
+# --------------------------------------------------------------------------- a raster smaller than a tile
+def test_a_raster_smaller_than_a_tile_is_found_before_any_map_and_named(
+    package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every input's size is checked up front with its contract: a directory whose last raster is smaller than one
+    tile is refused naming that raster, before the maps of the others are written."""
+    d = tmp_path / "in"
+    scene(d)  # s.tif is fine ...
+    small = TILE - 8
+    write(d / "t.tif", random_rgba(np.random.default_rng(8), small, SIZE))  # ... t.tif has no room for a window
+    write(d / "t_extra.tif", np.zeros((1, small, SIZE), np.float32))
+    refused("predict", package, d, tmp_path / "out", capsys, f"t.tif: {small}x{SIZE} px is smaller than the package's")

@@ -1,16 +1,23 @@
 """The in-process mapping campaign: per-scene outputs equal to rts predict, skipped / failed scenes, re-runs, drift
-gate, campaign outputs, and the `rts map` command."""
+gate, campaign outputs, and the `rts map` command; the log as a resume point keyed by identity (scene raster and
+EXTRA raster, package, mapping code, settings), a kill -9 mid-campaign, parameters refused before any work."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rtscore.data.ground import web_mercator_latitude
-from rtscore.inference.predict import predict_raster
+from rtscore.identity import code as identity_code
+from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.mapping.campaign import (
     INDEX_FILE,
     OBJECTS_FILE,
@@ -20,16 +27,24 @@ from rtscore.mapping.campaign import (
     run_campaign,
     scene_outputs,
 )
-from rtscore.mapping.campaign_log import CampaignError, CampaignLog, list_scenes
+from rtscore.mapping.campaign_log import CampaignError, CampaignLog, SceneRecord, list_scenes
 from rtscore.mapping.polygons import read_objects
 from tests.test_predict import MEAN, STD, TILE, random_rgba, write_package, write_raster
 
 VALID = ("a", "b", "c")
+SCENE_H, SCENE_W = TILE + 32, TILE * 2
+ROOT = identity_code.PROJECT_ROOT
 
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_package(tmp_path_factory.mktemp("pkg") / "package")
+
+
+@pytest.fixture(scope="module")
+def extra_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package reading one EXTRA channel (ndvi = EXTRA band 0; trained moments 0.5 / 0.2)."""
+    return write_package(tmp_path_factory.mktemp("pkg") / "package", extra=[{"name": "ndvi", "band": 0}])
 
 
 def imagery_like_training(seed: int, h: int, w: int) -> np.ndarray:
@@ -50,7 +65,7 @@ def write_scenes(d: Path) -> Path:
     """Three valid scenes (VALID), one without a valid pixel (`nodata`), one truncated file (`corrupt`)."""
     d.mkdir()
     for k, name in enumerate(VALID):
-        write_raster(d / f"{name}.tif", imagery_like_training(k, TILE + 32, TILE * 2))
+        write_raster(d / f"{name}.tif", imagery_like_training(k, SCENE_H, SCENE_W))
     nodata = imagery_like_training(9, TILE, TILE)
     nodata[3] = 0
     write_raster(d / "nodata.tif", nodata)
@@ -59,8 +74,37 @@ def write_scenes(d: Path) -> Path:
     return d
 
 
+def write_extra(path: Path, seed: int, h: int = SCENE_H, w: int = SCENE_W) -> Path:
+    """An EXTRA raster (float32, one band) with the extra_package's training moments, on the scenes' grid when
+    ``h`` x ``w`` is their size."""
+    return write_raster(path, np.random.default_rng(seed).normal(0.5, 0.2, (1, h, w)), dtype="float32")
+
+
+def write_extra_scenes(d: Path) -> Path:
+    """The three valid scenes (VALID), each with its EXTRA raster ``<id>_extra.tif`` beside it."""
+    d.mkdir()
+    for k, name in enumerate(VALID):
+        write_raster(d / f"{name}.tif", imagery_like_training(k, SCENE_H, SCENE_W))
+        write_extra(d / f"{name}_extra.tif", 10 + k)
+    return d
+
+
 def all_records(out: Path) -> list[tuple[str, str]]:
     return sorted((r.scene_id, r.status) for r in CampaignLog(out).read())
+
+
+def new_records(out: Path | str, before: list[SceneRecord]) -> list[tuple[str, str]]:
+    """(scene, status) of the records appended since ``before`` was read, by scene."""
+    seen = {(r.scene_id, r.time) for r in before}
+    return sorted((r.scene_id, r.status) for r in CampaignLog(out).read() if (r.scene_id, r.time) not in seen)
+
+
+@pytest.fixture
+def warnings_seen(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> pytest.LogCaptureFixture:
+    """The rtscore loggers' warnings (``rts`` stops their propagation once a command ran in this process)."""
+    monkeypatch.setattr(logging.getLogger("rtscore"), "propagate", True)
+    caplog.set_level(logging.WARNING)
+    return caplog
 
 
 def test_campaign_maps_each_scene_once_like_rts_predict(package: Path, scenes_dir: Path, tmp_path: Path) -> None:
@@ -150,3 +194,180 @@ def test_map_command(package: Path, scenes_dir: Path, tmp_path: Path, capsys: py
     (scenes_dir / "corrupt.tif").unlink()
     assert main(args) == 0
     assert main([*args[:-2], "--output", str(tmp_path / "m2"), "--package", str(tmp_path / "nope")]) == 2
+
+
+# ------------------------------------------------------------------------------ the log, keyed by identity
+def test_an_edit_in_the_mapping_code_maps_every_scene_again_and_one_outside_it_none(
+    package: Path,
+    scenes_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    """After a completed campaign, a (simulated) edit of a module in the mapping's import closure makes every record
+    one of another identity: every scene is mapped again, and one line says how many records were set aside. An
+    edit outside it (the campaign's drift gate and summary) re-maps nothing."""
+    out = tmp_path / "campaign"
+    run_campaign(package, scenes_dir, out, chunk_size=2)
+    scenes = {s.scene_id: s for s in list_scenes(scenes_dir)}
+    probs = {n: scene_outputs(out, scenes[n]).prob for n in VALID}
+    first = {n: (p.read_bytes(), p.stat().st_mtime_ns) for n, p in probs.items()}
+    edited: set[Path] = set()
+    original = identity_code.source_bytes
+    monkeypatch.setattr(
+        identity_code, "source_bytes", lambda path: original(path) + (b"\n# edited\n" if path in edited else b"")
+    )
+
+    edited.add(ROOT / "rtscore" / "mapping" / "campaign.py")  # drift gate, objects, summary: no scene output
+    before = CampaignLog(out).read()
+    run_campaign(package, scenes_dir, out, chunk_size=2)
+    assert new_records(out, before) == [("corrupt", "failed")]  # the failed scene is retried, nothing else
+    assert "of another identity" not in warnings_seen.text
+
+    edited.add(ROOT / "rtscore" / "inference" / "stream.py")  # the window stream, fusion and COG writing
+    before = CampaignLog(out).read()
+    summary = run_campaign(package, scenes_dir, out, chunk_size=2)
+    assert new_records(out, before) == sorted(
+        [(n, "done") for n in VALID] + [("nodata", "skipped-full-nodata"), ("corrupt", "failed")]
+    )
+    assert "5 record(s) of another identity set aside (other mapping code: 5)" in warnings_seen.text
+    for n, p in probs.items():  # mapped again (the edit is simulated: the same bytes come out)
+        assert p.stat().st_mtime_ns != first[n][1] and p.read_bytes() == first[n][0]
+    assert (summary["done"], summary["skipped_full_nodata"], summary["failed"], summary["pending"]) == (3, 1, 1, 0)
+    assert len(CampaignLog(out).read()) == 5 + 1 + 5  # the old records stay in the log, as history
+
+    warnings_seen.clear()
+    before = CampaignLog(out).read()
+    run_campaign(package, scenes_dir, out, chunk_size=2)  # same (edited) code again: resumes from its records
+    assert new_records(out, before) == [("corrupt", "failed")]
+    assert "of another identity" not in warnings_seen.text
+
+
+_KILLED_AFTER = """
+import os, signal, sys
+from flows.cli import main
+from rtscore.mapping.campaign_log import LogWriter
+
+append, after, seen = LogWriter.append, int(sys.argv[1]), []
+
+def append_then_die(self, record):
+    append(self, record)
+    seen.append(record.scene_id)
+    if len(seen) == after:  # the worker dies here: later scenes are being read, inferred and written
+        os.kill(os.getpid(), signal.SIGKILL)
+
+LogWriter.append = append_then_die
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_campaign_killed_with_sigkill_resumes_where_it_stopped_byte_identical(
+    package: Path, scenes_dir: Path, tmp_path: Path, warnings_seen: pytest.LogCaptureFixture
+) -> None:
+    """`rts map` (a subprocess) is killed with SIGKILL right after its second scene is logged, while the rest of its
+    first chunk is in flight and the second chunk has not started; the re-run with unchanged code maps exactly the
+    scenes without a complete record, and every output is byte-identical to an uninterrupted campaign's."""
+    out = tmp_path / "campaign"
+    args = ["map", "--package", str(package), "--input", str(scenes_dir), "--output", str(out), "--chunk-size", "3"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RTS_FLOW_RUN_ID", None)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER, "2", *args], cwd=ROOT, env=env, capture_output=True, timeout=600
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    assert all_records(out) == [("a", "done"), ("b", "done")]
+    before = CampaignLog(out).read()
+
+    from flows.cli import main
+
+    assert main(args) == 1  # the corrupt scene failed; everything else is mapped
+    assert new_records(out, before) == [("c", "done"), ("corrupt", "failed"), ("nodata", "skipped-full-nodata")]
+    assert "of another identity" not in warnings_seen.text  # the killed process's records are of this identity
+    ref = tmp_path / "uninterrupted"
+    want = run_campaign(package, scenes_dir, ref, chunk_size=3)
+    scenes = {s.scene_id: s for s in list_scenes(scenes_dir)}
+    for n in VALID:
+        got, exp = scene_outputs(out, scenes[n]), scene_outputs(ref, scenes[n])
+        for a, b in ((got.prob, exp.prob), (got.mask, exp.mask), (got.parts, exp.parts)):
+            assert a.read_bytes() == b.read_bytes(), a
+    assert not [p for p in (out / "scenes").rglob(".*")], "no partial file is left behind"
+    summary = json.loads((out / SUMMARY_JSON).read_text())
+    for key in ("done", "skipped_full_nodata", "failed", "pending", "windows", "objects", "km2_mapped_ground"):
+        assert summary[key] == want[key], key
+    assert summary["mapping_identity"] == want["mapping_identity"]
+
+
+def test_a_replaced_extra_raster_maps_its_scene_again_and_one_off_the_grid_fails_naming_it(
+    extra_package: Path, tmp_path: Path
+) -> None:
+    """A scene's identity covers its EXTRA raster: replacing it (on the right grid) maps that scene again, and only
+    that one, with new probabilities; replacing it with one on another grid makes the scene `failed`, naming the
+    EXTRA raster, never `done` from the old one."""
+    d = write_extra_scenes(tmp_path / "in")
+    out = tmp_path / "campaign"
+    summary = run_campaign(extra_package, d, out, chunk_size=2)
+    assert (summary["done"], summary["failed"]) == (3, 0)
+    scenes = {s.scene_id: s for s in list_scenes(d)}
+    probs = {n: scene_outputs(out, scenes[n]).prob for n in VALID}
+    first = {n: (p.read_bytes(), p.stat().st_mtime_ns) for n, p in probs.items()}
+
+    write_extra(d / "b_extra.tif", 99)  # new values, the same grid
+    before = CampaignLog(out).read()
+    summary = run_campaign(extra_package, d, out, chunk_size=2)
+    assert new_records(out, before) == [("b", "done")]
+    assert probs["b"].read_bytes() != first["b"][0]
+    assert [probs[n].stat().st_mtime_ns for n in ("a", "c")] == [first[n][1] for n in ("a", "c")]
+    assert (summary["done"], summary["failed"], summary["pending"]) == (3, 0, 0)
+    manifest = json.loads(scene_outputs(out, scenes["b"]).manifest.read_text())
+    assert manifest["extra_input"] == str(d / "b_extra.tif")
+
+    write_extra(d / "b_extra.tif", 7, SCENE_H, SCENE_W + TILE)  # another grid (size)
+    before = CampaignLog(out).read()
+    summary = run_campaign(extra_package, d, out, chunk_size=2)
+    assert new_records(out, before) == [("b", "failed")]
+    assert (summary["done"], summary["failed"]) == (2, 1)
+    assert "b_extra.tif: not on the grid of" in summary["failures"]["b"]
+
+
+def test_bad_parameters_are_refused_before_the_package_is_loaded_or_anything_written(
+    package: Path, scenes_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import rtscore.mapping.campaign as campaign
+    from flows.cli import main
+
+    out = tmp_path / "campaign"
+
+    def not_now(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the package was loaded")
+
+    with monkeypatch.context() as m:
+        m.setattr(campaign, "load_package", not_now)
+        for kw, message in (
+            ({"chunk_size": 0}, "chunk size must be a whole number of scenes >= 1; got 0"),
+            ({"stride": 0}, "stride must be a whole number of pixels >= 1"),
+            ({"batch_size": 0}, "batch size must be a whole number >= 1; got 0"),
+        ):
+            with pytest.raises(CampaignError, match=message):
+                run_campaign(package, scenes_dir, out, **kw)  # type: ignore[arg-type]
+        with pytest.raises(SystemExit) as exit_:
+            main(
+                [
+                    "map",
+                    "--package",
+                    str(package),
+                    "--input",
+                    str(scenes_dir),
+                    "--output",
+                    str(out),
+                    "--chunk-size",
+                    "0",
+                ]
+            )
+        assert (
+            exit_.value.code == 2
+            and "--chunk-size: '0': expected a whole number of scenes >= 1" in capsys.readouterr().err
+        )
+    with pytest.raises(PredictError, match=r"stride 999 must be in \[1, tile size 64\]"):
+        run_campaign(package, scenes_dir, out, stride=999)  # known once the package is: still before any output
+    assert not out.exists()

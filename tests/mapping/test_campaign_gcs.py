@@ -1,6 +1,6 @@
 """A mapping campaign with gs:// input and output against the storage emulator: the same records, byte-identical
-published scene files and equal objects as the local campaign; re-runs; a scene rewritten after listing; the
-campaign end reads parts files, no raster."""
+published scene files and equal objects as the local campaign; re-runs; a scene or its EXTRA object rewritten after
+listing; a rewritten EXTRA object maps its scene again; the campaign end reads parts files, no raster."""
 
 from __future__ import annotations
 
@@ -14,26 +14,26 @@ import shapely
 from flows.cli import parser
 from flows.mapping import region
 from flows.params import MapRegionParams
-from rtscore.inference.predict import predict_raster
+from rtscore.inference.predict import load_package, predict_raster
 from rtscore.mapping.campaign import (
     INDEX_FILE,
     OBJECTS_FILE,
     SUMMARY_JSON,
     SUMMARY_MD,
     CampaignRoot,
-    package_sha256,
+    mapping_identity,
     run_campaign,
     run_chunk,
     scene_outputs,
     write_campaign_outputs,
 )
-from rtscore.mapping.campaign_log import CampaignLog, list_scenes
+from rtscore.mapping.campaign_log import CampaignLog, SceneRecord, list_scenes
 from rtscore.mapping.outputs import STAGING_DIR
 from rtscore.mapping.polygons import read_objects
 from rtscore.storage.gcs import make_client
 from tests.conftest import GCS_TEST_BUCKET
 from tests.mapping.scenes import synth_tiles, write_scene_package, write_scene_set
-from tests.mapping.test_campaign import VALID, write_scenes
+from tests.mapping.test_campaign import VALID, write_extra, write_extra_scenes, write_scenes
 from tests.test_predict import write_package
 
 
@@ -135,10 +135,64 @@ def test_a_scene_rewritten_after_listing_fails_naming_both_generations(
     now = list_scenes(f"{gs_root}/input")[0].identity.generation
     assert listed != now
     out = f"{gs_root}/out"
-    (record,) = run_chunk(package, scenes, out, CampaignLog(out).writer(0), package_id="p" * 64)
+    (record,) = run_chunk(package, scenes, out, CampaignLog(out).writer(0))
     assert record.status == "failed"
     reason = record.reason or ""
     assert f"{gs_root}/input/a.tif" in reason and f"generation {listed}" in reason and f"generation {now}" in reason
+    assert download(f"{out}/scenes/a/a_prob.tif") is None
+
+
+@pytest.fixture(scope="module")
+def extra_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_package(tmp_path_factory.mktemp("pkg") / "package", extra=[{"name": "ndvi", "band": 0}])
+
+
+def new_records(root: str, before: list[SceneRecord]) -> list[tuple[str, str]]:
+    seen = {(r.scene_id, r.time) for r in before}
+    return sorted((r.scene_id, r.status) for r in CampaignLog(root).read() if (r.scene_id, r.time) not in seen)
+
+
+def test_a_rewritten_extra_object_maps_its_scene_again(extra_package: Path, gs_root: str, tmp_path: Path) -> None:
+    """The identity of a gs:// scene covers its EXTRA object's generation: rewriting that object (new values) maps
+    the scene again, and only it; its published probabilities change and its manifest names the object."""
+    d = write_extra_scenes(tmp_path / "in")
+    gs_in, out = f"{gs_root}/input", f"{gs_root}/out"
+    for f in sorted(d.iterdir()):
+        upload(f"{gs_in}/{f.name}", f.read_bytes())
+    summary = run_campaign(extra_package, gs_in, out, chunk_size=2)
+    assert (summary["done"], summary["failed"]) == (3, 0)
+    root, by_id = CampaignRoot(out), {s.scene_id: s for s in list_scenes(gs_in)}
+    prob = {n: root.uri_of(root.rel(scene_outputs(root, by_id[n]).prob)) for n in VALID}
+    first = {n: download(u) for n, u in prob.items()}
+
+    upload(f"{gs_in}/b_extra.tif", write_extra(tmp_path / "new_extra.tif", 99).read_bytes())
+    before = CampaignLog(out).read()
+    summary = run_campaign(extra_package, gs_in, out, chunk_size=2)
+    assert new_records(out, before) == [("b", "done")]
+    assert (summary["done"], summary["failed"], summary["pending"]) == (3, 0, 0)
+    assert download(prob["b"]) != first["b"] and [download(prob[n]) for n in "ac"] == [first[n] for n in "ac"]
+    manifest = json.loads(download(root.uri_of(root.rel(scene_outputs(root, by_id["b"]).manifest))) or b"{}")
+    assert manifest["extra_input"] == f"{gs_in}/b_extra.tif"
+
+
+def test_an_extra_object_rewritten_after_listing_fails_its_scene_naming_both_generations(
+    extra_package: Path, gs_root: str, tmp_path: Path
+) -> None:
+    d = write_extra_scenes(tmp_path / "in")
+    gs_in, out = f"{gs_root}/input", f"{gs_root}/out"
+    for name in ("a.tif", "a_extra.tif"):
+        upload(f"{gs_in}/{name}", (d / name).read_bytes())
+    (scene,) = [s for s in list_scenes(gs_in, extra=True) if s.scene_id == "a"]
+    upload(f"{gs_in}/a_extra.tif", (d / "a_extra.tif").read_bytes())  # rewritten: same bytes, a new generation
+    assert scene.extra is not None and scene.extra.identity is not None
+    listed = scene.extra.identity.generation
+    now = next(s for s in list_scenes(gs_in, extra=True) if s.scene_id == "a").extra
+    assert now is not None and now.identity is not None and now.identity.generation != listed
+    (record,) = run_chunk(extra_package, [scene], out, CampaignLog(out).writer(0))
+    assert record.status == "failed"
+    reason = record.reason or ""
+    assert f"{gs_in}/a_extra.tif" in reason
+    assert f"generation {listed}" in reason and f"generation {now.identity.generation}" in reason
     assert download(f"{out}/scenes/a/a_prob.tif") is None
 
 
@@ -159,7 +213,7 @@ def test_the_campaign_end_reads_parts_files_not_rasters(
     monkeypatch.setattr(rasterio, "open", no_raster)
     (out / OBJECTS_FILE).unlink()
     scenes = list_scenes(scenes_dir)
-    got = write_campaign_outputs(scenes, CampaignLog(out), out, package_sha256(package))
+    got = write_campaign_outputs(scenes, CampaignLog(out), out, mapping_identity(load_package(package)))
     assert (got["objects"], got["km2_mapped_ground"]) == (want["objects"], want["km2_mapped_ground"])
     assert (out / OBJECTS_FILE).is_file()
 
@@ -183,10 +237,10 @@ def test_a_scene_is_recorded_done_only_after_all_its_files_are_published(
         raise StorageError("upload of the manifest failed: connection reset")
 
     monkeypatch.setattr(CampaignRoot, "publish", failing)
-    (record,) = run_chunk(package, scenes, out, CampaignLog(out).writer(0), package_id="p" * 64)
+    (record,) = run_chunk(package, scenes, out, CampaignLog(out).writer(0))
     assert record.status == "failed" and "connection reset" in (record.reason or "")
     monkeypatch.setattr(CampaignRoot, "publish", real)
-    (record,) = run_chunk(package, scenes, out, CampaignLog(out).writer(1), package_id="p" * 64)
+    (record,) = run_chunk(package, scenes, out, CampaignLog(out).writer(1))
     assert record.status == "done"  # re-mapped: the half-published scene had no done record
     o = scene_outputs(CampaignRoot(out), scenes[0])
     assert download(f"{out}/scenes/a/{o.parts.name}") == o.parts.read_bytes()

@@ -14,13 +14,18 @@ from pathlib import Path
 import pytest
 
 from rtscore.mapping.campaign_log import (
+    OLDER_RECORD,
     CampaignError,
     CampaignLog,
+    CompanionInput,
     InputIdentity,
+    MapIdentity,
+    MapSettings,
     Scene,
     SceneRecord,
     chunk_scenes,
     list_scenes,
+    other_identity,
     plan,
     summarize,
 )
@@ -28,7 +33,9 @@ from rtscore.storage.gcs import RetryPolicy, make_client
 from tests.conftest import GCS_TEST_BUCKET
 
 FAST = RetryPolicy(deadline_s=5.0, initial_s=0.001, max_s=0.005, conflict_attempts=10)
-PKG_A, PKG_B = "a" * 64, "b" * 64
+SETTINGS = MapSettings(stride=32, batch_size=8)
+PKG_A = MapIdentity(package_sha256="a" * 64, code_sha256="c" * 64, settings=SETTINGS)
+PKG_B = MapIdentity(package_sha256="b" * 64, code_sha256="c" * 64, settings=SETTINGS)
 
 
 def write_scene(path: Path, content: bytes = b"") -> Path:
@@ -41,7 +48,7 @@ def scene(scene_id: str, sha: str = "0" * 64) -> Scene:
     return Scene(scene_id, f"/data/{scene_id}.tif", InputIdentity(sha256=sha, size=10))
 
 
-def record(s: Scene, status: str = "done", package: str = PKG_A, *, at: int = 0, **kw: object) -> SceneRecord:
+def record(s: Scene, status: str = "done", package: MapIdentity = PKG_A, *, at: int = 0, **kw: object) -> SceneRecord:
     """A record of ``s`` made ``at`` seconds after a fixed time (explicit times: the order is what is tested)."""
     r = SceneRecord.now(s, package, status, **kw)  # type: ignore[arg-type]
     return r.model_copy(update={"time": datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=at)})
@@ -105,6 +112,51 @@ def test_a_gs_prefix_lists_its_objects_with_generation_and_size(gs_root: str) ->
     assert ident.sha256 is None and ident.generation and ident.generation > 0 and ident.size == 2
     upload(f"{gs_root}/in/s2.tif", b"22")  # rewritten: a new generation, so a new identity
     assert list_scenes(f"{gs_root}/in")[1].identity != ident
+
+
+def sha(data: bytes) -> InputIdentity:
+    return InputIdentity(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+
+
+def test_a_local_scenes_identity_covers_the_extra_raster_mapping_reads_with_it(tmp_path: Path) -> None:
+    """Listed for a package that reads EXTRA bands, a scene's identity holds its EXTRA raster where rts predict looks
+    for it: the sibling <stem>_extra.tif, EXTRA/<name> of a data root; one that is absent is named, without content."""
+    loose = tmp_path / "loose"
+    write_scene(loose / "a.tif", b"rgb-a")
+    write_scene(loose / "a_extra.tif", b"extra-a")
+    write_scene(loose / "b.tif", b"rgb-b")  # no EXTRA raster
+    by_id = {s.scene_id: s for s in list_scenes(loose, extra=True)}
+    assert by_id["a"].companions == (
+        CompanionInput(role="extra", uri=str(loose / "a_extra.tif"), identity=sha(b"extra-a")),
+    )
+    assert by_id["b"].extra == CompanionInput(role="extra", uri=str(loose / "b_extra.tif"), identity=None)
+    assert all(s.companions == () for s in list_scenes(loose))  # a package without EXTRA bands reads none
+    root = tmp_path / "root"
+    write_scene(root / "PLANET-RGB" / "t1.tif", b"rgb")
+    write_scene(root / "EXTRA" / "t1.tif", b"dem")
+    (t1,) = list_scenes(root, extra=True)
+    assert t1.extra == CompanionInput(role="extra", uri=str(root / "EXTRA" / "t1.tif"), identity=sha(b"dem"))
+    csv = tmp_path / "scenes.csv"
+    csv.write_text(f"path\n{loose / 'a.tif'}\n")
+    assert list_scenes(csv, extra=True)[0].companions == by_id["a"].companions
+
+
+def test_a_gs_scenes_identity_covers_its_extra_object_inside_or_outside_the_listed_prefix(gs_root: str) -> None:
+    upload(f"{gs_root}/root/PLANET-RGB/t1.tif", b"rgb")
+    upload(f"{gs_root}/root/EXTRA/t1.tif", b"dem")  # beside the listed prefix, not under it
+    upload(f"{gs_root}/loose/s.tif", b"rgb")
+    upload(f"{gs_root}/loose/s_extra.tif", b"ndvi")
+    (t1,) = list_scenes(f"{gs_root}/root/PLANET-RGB", extra=True)
+    assert t1.extra is not None and t1.extra.uri == f"{gs_root}/root/EXTRA/t1.tif"
+    assert t1.extra.identity is not None and t1.extra.identity.generation and t1.extra.identity.size == 3
+    by_id = {s.scene_id: s for s in list_scenes(f"{gs_root}/loose", extra=True)}
+    s = by_id["s"]
+    assert s.extra is not None and s.extra.uri == f"{gs_root}/loose/s_extra.tif" and s.extra.identity is not None
+    upload(f"{gs_root}/root/EXTRA/t1.tif", b"dem")  # rewritten: a new generation, the scene's identity changes
+    (again,) = list_scenes(f"{gs_root}/root/PLANET-RGB", extra=True)
+    assert again.identity == t1.identity and again.extra != t1.extra
+    upload(f"{gs_root}/scenes.csv", b"uri\nroot/PLANET-RGB/t1.tif\n")
+    assert list_scenes(f"{gs_root}/scenes.csv", extra=True)[0].extra == again.extra
 
 
 def test_a_gs_scene_list_csv_resolves_relative_uris(gs_root: str) -> None:
@@ -232,6 +284,42 @@ def test_plan_skips_complete_scenes_of_the_same_input_and_package_and_redoes_the
     edited = scene("d", sha="1" * 64)  # d's file was replaced since it was mapped
     todo = plan([new, done, nodata, failed, edited, repackaged], records, PKG_A)
     assert [s.scene_id for s in todo] == ["c", "d", "e", "f"]
+
+
+def test_a_record_is_done_only_for_the_same_scene_identity_package_code_and_settings(tmp_path: Path) -> None:
+    """Records made from another EXTRA raster, by other mapping code, with other settings, or written before records
+    carried those (schema 1), are not resumed: their scenes are planned again, and counted by what differs."""
+    extra = CompanionInput(role="extra", uri="/data/x_extra.tif", identity=InputIdentity(sha256="e" * 64, size=5))
+    same, new_extra, new_code, new_settings, old = (
+        Scene(n, f"/data/{n}.tif", InputIdentity(sha256="0" * 64, size=10), (extra,)) for n in "abcde"
+    )
+    other_code = PKG_A.model_copy(update={"code_sha256": "d" * 64})
+    other_settings = PKG_A.model_copy(update={"settings": MapSettings(stride=16, batch_size=8)})
+    schema_1 = record(old, at=4).model_dump(mode="json", exclude={"companions", "code_sha256", "settings"})
+    log = CampaignLog(tmp_path / "out")
+    w = log.writer(0, run_id="r")
+    for r in (
+        record(same, at=0),
+        record(new_extra, at=1),
+        record(new_code, package=other_code, at=2),
+        record(new_settings, package=other_settings, at=3),
+    ):
+        w.append(r)
+    with (Path(w.uri)).open("a") as f:  # a line an older version wrote
+        f.write(json.dumps({**schema_1, "schema_version": 1}) + "\n")
+    records = log.read()
+    assert [r.schema_version for r in records] == [2, 2, 2, 2, 1]
+    changed = extra.model_copy(update={"identity": InputIdentity(sha256="f" * 64, size=5)})
+    scenes = [same, Scene("b", new_extra.uri, new_extra.identity, (changed,)), new_code, new_settings, old]
+    assert [s.scene_id for s in plan(scenes, records, PKG_A)] == ["b", "c", "d", "e"]
+    assert other_identity(scenes, records, PKG_A) == {
+        "EXTRA raster changed": 1,
+        "other mapping code": 1,
+        "other settings": 1,
+        OLDER_RECORD: 1,
+    }
+    s = summarize(scenes, records, PKG_A)
+    assert (s.done, s.pending) == (1, 4)
 
 
 def test_the_latest_record_of_a_scene_wins() -> None:
