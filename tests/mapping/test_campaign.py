@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from rtscore.data.ground import web_mercator_latitude
-from rtscore.identity import code as identity_code
 from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.mapping.campaign import (
     INDEX_FILE,
@@ -29,11 +28,12 @@ from rtscore.mapping.campaign import (
 )
 from rtscore.mapping.campaign_log import CampaignError, CampaignLog, SceneRecord, list_scenes
 from rtscore.mapping.polygons import read_objects
+from tests.helpers import PROJECT_ROOT, CodeEdits
 from tests.test_predict import MEAN, STD, TILE, random_rgba, write_package, write_raster
 
 VALID = ("a", "b", "c")
 SCENE_H, SCENE_W = TILE + 32, TILE * 2
-ROOT = identity_code.PROJECT_ROOT
+ROOT = PROJECT_ROOT
 
 
 @pytest.fixture(scope="module")
@@ -212,19 +212,15 @@ def test_an_edit_in_the_mapping_code_maps_every_scene_again_and_one_outside_it_n
     scenes = {s.scene_id: s for s in list_scenes(scenes_dir)}
     probs = {n: scene_outputs(out, scenes[n]).prob for n in VALID}
     first = {n: (p.read_bytes(), p.stat().st_mtime_ns) for n, p in probs.items()}
-    edited: set[Path] = set()
-    original = identity_code.source_bytes
-    monkeypatch.setattr(
-        identity_code, "source_bytes", lambda path: original(path) + (b"\n# edited\n" if path in edited else b"")
-    )
+    edits = CodeEdits(monkeypatch)
 
-    edited.add(ROOT / "rtscore" / "mapping" / "campaign.py")  # drift gate, objects, summary: no scene output
+    edits.edit("rtscore/mapping/campaign.py")  # drift gate, objects, summary: no scene output
     before = CampaignLog(out).read()
     run_campaign(package, scenes_dir, out, chunk_size=2)
     assert new_records(out, before) == [("corrupt", "failed")]  # the failed scene is retried, nothing else
     assert "of another identity" not in warnings_seen.text
 
-    edited.add(ROOT / "rtscore" / "inference" / "stream.py")  # the window stream, fusion and COG writing
+    edits.edit("rtscore/inference/stream.py")  # the window stream, fusion and COG writing
     before = CampaignLog(out).read()
     summary = run_campaign(package, scenes_dir, out, chunk_size=2)
     assert new_records(out, before) == sorted(
