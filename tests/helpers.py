@@ -277,3 +277,42 @@ def executed_stages(monkeypatch: Any) -> list[str]:
 
     monkeypatch.setattr(RunDir, "record", record)
     return seen
+
+
+def derived_split_root(path: Path) -> Path:
+    """A GeoTIFF data root of 40 tiles in 20 regions, 32 px, EXTRA ndvi, without splits.yaml (the pipeline
+    derives the split, the same for every split)."""
+    from rtscore.config.generation import GenerationConfig
+    from rtscore.data.geotiff import write_synthetic_geotiffs
+
+    synthetic = GenerationConfig(
+        split="train",
+        tile_size=32,
+        seed=3,
+        synthetic={
+            "n_positive": 20,
+            "n_negative": 20,
+            "regions": [f"r{i:02d}" for i in range(20)],
+            "extra_channels": ["ndvi"],
+        },
+        store={"shard_tiles": 8, "write_noisy_labels": False},
+    )
+    write_synthetic_geotiffs(synthetic, path)
+    (path / "splits.yaml").unlink()
+    return path
+
+
+def geotiff_pipeline_config(root: str) -> dict[str, Any]:
+    """The tiny pipeline config (as YAML data) with every split ingested from the GeoTIFF data root ``root``."""
+    data = tiny_pipeline_config(tile=32)
+    data["splits"] = {"min_test_positives": 2}
+    data["data"]["generation"] = {
+        s: {
+            "split": s,
+            "tile_size": 32,
+            "source": "geotiff",
+            "geotiff": {"data_root": root, "extra_channels": [{"name": "ndvi", "band": 0}]},
+        }
+        for s in ("train", "val", "test")
+    }
+    return data

@@ -800,35 +800,11 @@ def test_case10_the_generate_stage_derives_the_split_into_the_run_directory(tmp_
     from rtscore import stages
     from rtscore.config import parse_pipeline_config
     from rtscore.storage import RunDir, RunLayout
-    from tests.helpers import tiny_pipeline_config
+    from tests.helpers import derived_split_root, geotiff_pipeline_config
 
-    synthetic = GenerationConfig(
-        split="train",
-        tile_size=32,
-        seed=3,
-        synthetic={
-            "n_positive": 20,
-            "n_negative": 20,
-            "regions": [f"r{i:02d}" for i in range(20)],
-            "extra_channels": ["ndvi"],
-        },
-        store={"shard_tiles": 8, "write_noisy_labels": False},
-    )
-    root = tmp_path / "tifs"
-    write_synthetic_geotiffs(synthetic, root)
-    (root / "splits.yaml").unlink()
+    root = derived_split_root(tmp_path / "tifs")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
-    data = tiny_pipeline_config(tile=32)
-    data["splits"] = {"min_test_positives": 2}
-    data["data"]["generation"] = {
-        s: {
-            "split": s,
-            "tile_size": 32,
-            "source": "geotiff",
-            "geotiff": {"data_root": str(root), "extra_channels": [{"name": "ndvi", "band": 0}]},
-        }
-        for s in ("train", "val", "test")
-    }
+    data = geotiff_pipeline_config(str(root))
     cfg = parse_pipeline_config(data)
     run = RunDir(str(tmp_path / "run"))
     derived: list[str] = []

@@ -8,54 +8,17 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from rtscore.config import parse_pipeline_config
-from rtscore.config.generation import GenerationConfig
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.geotiff import write_synthetic_geotiffs
 from rtscore.stages import cache_key
 from tests.flows.configs import write_config
-from tests.helpers import executed_stages, tiny_pipeline_config
+from tests.helpers import derived_split_root, executed_stages, geotiff_pipeline_config
 
 SPLITS = ("train", "val", "test")
-
-
-def geotiff_root(path: Path) -> Path:
-    """A GeoTIFF data root of 20 regions without splits.yaml (the split is derived, the same for every split)."""
-    synthetic = GenerationConfig(
-        split="train",
-        tile_size=32,
-        seed=3,
-        synthetic={
-            "n_positive": 20,
-            "n_negative": 20,
-            "regions": [f"r{i:02d}" for i in range(20)],
-            "extra_channels": ["ndvi"],
-        },
-        store={"shard_tiles": 8, "write_noisy_labels": False},
-    )
-    write_synthetic_geotiffs(synthetic, path)
-    (path / "splits.yaml").unlink()
-    return path
-
-
-def geotiff_config(root: str) -> dict[str, Any]:
-    data = tiny_pipeline_config(tile=32)
-    data["splits"] = {"min_test_positives": 2}
-    data["data"]["generation"] = {
-        s: {
-            "split": s,
-            "tile_size": 32,
-            "source": "geotiff",
-            "geotiff": {"data_root": root, "extra_channels": [{"name": "ndvi", "band": 0}]},
-        }
-        for s in SPLITS
-    }
-    return data
 
 
 def keys(run: str, cfg: PipelineConfig) -> list[str]:
@@ -76,8 +39,8 @@ def rewrite_pixels(path: Path) -> None:
 
 
 def test_every_change_of_a_local_root_changes_the_generate_keys_and_nothing_else_does(tmp_path: Path) -> None:
-    root = geotiff_root(tmp_path / "tifs")
-    cfg = parse_pipeline_config(geotiff_config(str(root)))
+    root = derived_split_root(tmp_path / "tifs")
+    cfg = parse_pipeline_config(geotiff_pipeline_config(str(root)))
     run = str(tmp_path / "run")
     seen = {tuple(keys(run, cfg))}
     assert tuple(keys(run, cfg)) in seen, "an unchanged root keeps its keys"
@@ -105,13 +68,13 @@ def test_a_gs_root_keys_generation_by_its_objects_generations(
 
     from tests.conftest import GCS_TEST_BUCKET
 
-    root = geotiff_root(tmp_path / "tifs")
+    root = derived_split_root(tmp_path / "tifs")
     prefix = f"{uuid.uuid4().hex[:8]}/tifs"
     bucket = storage.Client(project="test", credentials=AnonymousCredentials()).bucket(GCS_TEST_BUCKET)
     for f in root.rglob("*"):
         if f.is_file():
             bucket.blob(f"{prefix}/{f.relative_to(root).as_posix()}").upload_from_filename(str(f))
-    cfg = parse_pipeline_config(geotiff_config(f"gs://{GCS_TEST_BUCKET}/{prefix}"))
+    cfg = parse_pipeline_config(geotiff_pipeline_config(f"gs://{GCS_TEST_BUCKET}/{prefix}"))
     run = str(tmp_path / "run")
     first = keys(run, cfg)
     assert keys(run, cfg) == first
@@ -133,8 +96,8 @@ def test_rts_data_regenerates_after_a_root_changes_and_keeps_what_did_not(
     from flows.data import data_pipeline
     from flows.params import DataParams
 
-    root = geotiff_root(tmp_path / "tifs")
-    config = write_config(tmp_path / "pipeline.yaml", geotiff_config(str(root)))
+    root = derived_split_root(tmp_path / "tifs")
+    config = write_config(tmp_path / "pipeline.yaml", geotiff_pipeline_config(str(root)))
     params = DataParams(config=str(config), run_dir=str(tmp_path / "run"))
     data_pipeline(params)
     seen = executed_stages(monkeypatch)
