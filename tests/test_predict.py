@@ -17,7 +17,19 @@ from rtscore.data.bands import RasterContractError, open_checked
 from rtscore.data.normalization import NormalizationStats, write_normalization_stats
 from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.models import build_model
-from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedChannels, PackagedModelConfig
+from rtscore.package import (
+    DEPLOYMENT,
+    METADATA,
+    MODEL,
+    REQUIREMENTS,
+    STATS,
+    WEIGHTS,
+    PackagedChannels,
+    PackagedModelConfig,
+    RunMetadata,
+    TrainedWith,
+    write_sha256sums,
+)
 from tests.helpers import calibrated_deployment
 
 rasterio = pytest.importorskip("rasterio")
@@ -38,9 +50,12 @@ def write_package(
     extra: list[dict[str, object]] | None = None,
     stats: NormalizationStats | None = None,
     raster: RasterContract | None = CONTRACT,
+    threshold_source: str = "target_precision",
 ) -> Path:
-    """The package files read by inference (same schema as build_package), with a seeded random tiny model,
-    the given stats (default: fixed moments, no clipping) and raster contract (None: an older package's)."""
+    """A complete package (every file build_package writes, SHA256SUMS last: it passes the audit predict, map and
+    drift load packages through), with a seeded random tiny model, the given stats (default: fixed moments, no
+    clipping) and raster contract (None: an older package's). A test that edits a file afterwards regenerates the
+    sums (:func:`rtscore.package.write_sha256sums`) unless the sums are what it tests."""
     pkg.mkdir(parents=True, exist_ok=True)
     extra = extra or []
     names = ["R", "G", "B", *(str(e["name"]) for e in extra)]
@@ -71,8 +86,22 @@ def write_package(
         computed_date="2026-01-01T00:00:00Z",
     )
     write_normalization_stats(stats, pkg / STATS)
-    dep = calibrated_deployment(threshold=threshold, temperature=temperature, tta=tta, precision="fp32")
+    dep = calibrated_deployment(
+        threshold=threshold, temperature=temperature, tta=tta, precision="fp32", threshold_source=threshold_source
+    )
     (pkg / DEPLOYMENT).write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
+    meta = RunMetadata(
+        git_sha="unknown",
+        training_date="2026-01-01T00:00:00Z",
+        package_date="2026-01-01T00:00:00Z",
+        seed=0,
+        epoch=1,
+        best_metric=None,
+        trained_with=TrainedWith(precision="fp32", seed=0, config_sha="0" * 64),
+    )
+    (pkg / METADATA).write_text(meta.model_dump_json(indent=2) + "\n")
+    (pkg / REQUIREMENTS).write_text(f"torch=={torch.__version__}\n")
+    write_sha256sums(pkg)
     return pkg
 
 

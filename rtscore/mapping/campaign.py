@@ -260,7 +260,7 @@ def check_drift(
             sample = drift_sample(pkg, scenes, stack, cache_dir=root.cache_dir)
             if not sample:
                 raise CampaignError("no scene of the campaign opens under the package's raster contract")
-            report = drift_report(pkg.path, sample, where)
+            report = drift_report(pkg, sample, where)
         root.publish(sorted(p for p in where.rglob("*") if p.is_file()))
         where_text = root.uri_of(DRIFT_DIR)
     except PipelineError as err:
@@ -303,13 +303,14 @@ def prepare_campaign(
     *,
     device: str = "auto",
 ) -> CampaignPlan:
-    """List the scenes (without the EXTRA rasters of other scenes), load the package, check drift on a sample
-    (:func:`check_drift`) and split the scenes into chunks of ``chunk_size``."""
+    """List the scenes (without the EXTRA rasters of other scenes), load the package (refused before anything is
+    written when it fails the checks of ``rts package verify``), check drift on a sample (:func:`check_drift`) and
+    split the scenes into chunks of ``chunk_size``."""
+    scenes = drop_extra_siblings(list_scenes(input))
+    pkg = load_package(package, device=device)
     out = CampaignRoot(output)
     with os_errors("create", out.local):
         out.local.mkdir(parents=True, exist_ok=True)
-    scenes = drop_extra_siblings(list_scenes(input))
-    pkg = load_package(package, device=device)
     pid = package_sha256(pkg.path)
     drift = check_drift(pkg, scenes, out, allow_drift=allow_drift) if drift_check else None
     return CampaignPlan(pkg, pid, scenes, chunk_scenes(scenes, chunk_size), out, drift)
@@ -330,7 +331,13 @@ def chunk_of(scenes: Sequence[Scene], scene_ids: Sequence[str], *, what: str) ->
 def finish_campaign(plan: CampaignPlan, wall_seconds: float = 0.0) -> dict[str, Any]:
     """The campaign's objects, footprint index and summary from the log (:func:`write_campaign_outputs`)."""
     return write_campaign_outputs(
-        plan.scenes, plan.log, plan.output, plan.package_sha256, drift=plan.drift, wall_seconds=wall_seconds
+        plan.scenes,
+        plan.log,
+        plan.output,
+        plan.package_sha256,
+        drift=plan.drift,
+        wall_seconds=wall_seconds,
+        threshold_source=plan.package.deployment.threshold_source,
     )
 
 
@@ -363,16 +370,18 @@ def write_campaign_outputs(
     *,
     drift: dict[str, Any] | None = None,
     wall_seconds: float = 0.0,
+    threshold_source: str | None = None,
 ) -> dict[str, Any]:
     """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
     summary.md / summary.json from the log and the done scenes' parts files (no raster is read; for a gs:// output
-    the parts files are downloaded, the campaign files written locally and uploaded)."""
+    the parts files are downloaded, the campaign files written locally and uploaded). ``threshold_source`` is the
+    package's (recorded in the summary; a max-F1 fallback is called out in summary.md)."""
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
 
     out = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     records = log.read()
-    summary = summarize(scenes, records, pid)
+    summary = summarize(scenes, records, pid, threshold_source=threshold_source)
     last = latest(records)
     done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
     done = [s for s in done if last[s.scene_id].package_sha256 == pid and last[s.scene_id].input == s.identity]
@@ -432,6 +441,15 @@ def render_summary(data: dict[str, Any]) -> str:
         "",
         f"Package sha256 `{data['package_sha256']}`; {data['scenes']} scenes.",
         "",
+        *(
+            [
+                f"**Threshold: max-F1 fallback** (`threshold_source: {data['threshold_source']}`): calibration could "
+                "not reach its target precision; expect a lower precision than targeted.",
+                "",
+            ]
+            if data.get("threshold_source") not in (None, "target_precision")
+            else []
+        ),
         "| status | scenes |",
         "|---|---|",
         f"| done | {data['done']} |",

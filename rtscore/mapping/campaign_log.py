@@ -545,9 +545,21 @@ class CampaignSummary(BaseModel):
     positive_pixels: int = Field(..., ge=0, description="RTS pixels of the done scenes.")
     seconds: float = Field(..., ge=0, description="Wall time of the scenes' latest attempts.")
     seconds_all_attempts: float = Field(..., ge=0, description="Wall time of every attempt with this package.")
+    threshold_source: str | None = Field(
+        None,
+        description="The package's deployment_config.yaml threshold_source: 'target_precision', or "
+        "'max_f1_fallback' (the calibration target precision was not reachable; the max-F1 threshold maps). "
+        "None: not given.",
+    )
 
 
-def summarize(scenes: Sequence[Scene], records: Sequence[SceneRecord], package_sha256: str) -> CampaignSummary:
+def summarize(
+    scenes: Sequence[Scene],
+    records: Sequence[SceneRecord],
+    package_sha256: str,
+    *,
+    threshold_source: str | None = None,
+) -> CampaignSummary:
     """The campaign's summary for ``package_sha256``: each scene by its latest record when that record is of this
     package and this input; records of other packages or inputs are kept in the log but count as pending here."""
     last = latest(records)
@@ -574,4 +586,5 @@ def summarize(scenes: Sequence[Scene], records: Sequence[SceneRecord], package_s
         seconds_all_attempts=sum(
             r.seconds for r in records if r.scene_id in ids and r.package_sha256 == package_sha256
         ),
+        threshold_source=threshold_source,
     )
