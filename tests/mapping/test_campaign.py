@@ -66,6 +66,7 @@ def all_records(out: Path) -> list[tuple[str, str]]:
 def test_campaign_maps_each_scene_once_like_rts_predict(package: Path, scenes_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "campaign"
     summary = run_campaign(package, scenes_dir, out, chunk_size=2)
+    assert summary["threshold_source"] == "target_precision"
     records = CampaignLog(out).read()
     by_id = {r.scene_id: r for r in records}
     assert all_records(out) == sorted(
@@ -150,3 +151,39 @@ def test_map_command(package: Path, scenes_dir: Path, tmp_path: Path, capsys: py
     (scenes_dir / "corrupt.tif").unlink()
     assert main(args) == 0
     assert main([*args[:-2], "--output", str(tmp_path / "m2"), "--package", str(tmp_path / "nope")]) == 2
+
+
+# --------------------------------------------------------------------------- issue 21: load = verify
+@pytest.mark.parametrize("how", ["weights-crc", "sums"])
+def test_map_refuses_a_package_that_fails_verify(
+    scenes_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """No drift report, no map, not even the campaign directory: the package is refused first."""
+    from flows.cli import main
+    from tests.test_predict import tamper
+
+    pkg = write_package(tmp_path / "pkg")
+    failed_check = tamper(pkg, how)
+    out = tmp_path / "m"
+    assert main(["map", "--package", str(pkg), "--input", str(scenes_dir), "--output", str(out)]) == 2
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rts map")]  # one line
+    assert line.startswith(f"rts map: error: package {pkg} fails `rts package verify`") and failed_check in line
+    assert not out.exists()
+
+
+def test_a_fallback_threshold_warns_when_mapping_and_is_in_the_summary(tmp_path: Path) -> None:
+    from flows.cli import main
+    from tests.helpers import logged
+
+    pkg = write_package(tmp_path / "pkg", threshold_source="max_f1_fallback")
+    d = tmp_path / "in"
+    d.mkdir()
+    write_raster(d / "a.tif", imagery_like_training(0, TILE, TILE))
+    out = tmp_path / "m"
+    with logged("rtscore") as warnings:
+        assert main(["map", "--package", str(pkg), "--input", str(d), "--output", str(out)]) == 0
+    assert any("max-F1 fallback" in w and str(pkg) in w for w in warnings)
+    summary = json.loads((out / SUMMARY_JSON).read_text())
+    assert summary["threshold_source"] == "max_f1_fallback" and summary["done"] == 1
+    assert "max-F1 fallback" in (out / SUMMARY_MD).read_text()
+    assert json.loads((out / "scenes" / "a" / "a_predict.json").read_text())["threshold_source"] == "max_f1_fallback"
