@@ -403,8 +403,8 @@ class AuditedPackage:
 
 
 _Signature = tuple[tuple[str, int, int, int, int], ...]
-_audited: dict[str, tuple[_Signature, AuditedPackage | PackageError]] = {}
-_audited_lock = threading.Lock()
+_audits: dict[str, tuple[_Signature, Audit]] = {}  # by the package's real path: its files' stat, its audit
+_audits_lock = threading.Lock()
 
 
 def _signature(pkg: Path) -> _Signature | None:
@@ -418,51 +418,34 @@ def _signature(pkg: Path) -> _Signature | None:
     return tuple(sorted((n, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) for n, st in stats))
 
 
-def refusal(pkg: Path, failed: list[Check]) -> PackageError:
-    """The one-line error of a package that fails the audit: the package, then each failed check and its detail
-    (which names the file)."""
-    what = "; ".join(f"{c.name} check: {c.detail}" for c in failed)
-    return PackageError(_one_line(f"package {pkg} fails `rts package verify` ({what})"))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def audited_package(path: str | Path) -> AuditedPackage:
     """The package at ``path`` through every check of ``rts package verify`` that needs no forward pass
     (:func:`run_audit`: files, ``SHA256SUMS``, the zip CRC-32 of every ``weights.pth`` member, its pickle's
     globals, every YAML file without duplicate keys, calibrated deployment numerics, the raster contract, the
     channel binding, run metadata, requirements); a max-F1 fallback threshold passes here (the caller warns).
 
-    Memoised per process: the audit runs again only when a file of the package changed (size, mtime, ctime or
-    inode of any entry), so loading a package many times (a campaign's chunks) reads its files once.
+    Memoised per process: the audit runs again only when an entry of the package directory changed (size, mtime,
+    ctime or inode), so loading a package many times (a campaign's chunks) reads its files once.
 
     Raises:
-        PackageError: one line naming the package and each failed check (with the file it concerns).
+        PackageError: one line naming the package and each failed check with its detail (which names the file).
     """
     pkg = Path(path)
     key = os.path.realpath(pkg)
     sig = _signature(pkg)
-    with _audited_lock:
-        hit = _audited.get(key)
+    with _audits_lock:
+        hit = _audits.get(key)
     if sig is not None and hit is not None and hit[0] == sig:
-        result = hit[1]
+        audit = hit[1]
     else:
-        result = _audit_for_use(pkg)
-        if sig is not None and _signature(pkg) == sig:  # unchanged while it was audited: valid until the next change
-            with _audited_lock:
-                _audited[key] = (sig, result)
-    if isinstance(result, PackageError):
-        raise PackageError(str(result))
-    return AuditedPackage(pkg, result.deployment, result.model_config, result.stats)
-
-
-def _audit_for_use(pkg: Path) -> AuditedPackage | PackageError:
-    audit = run_audit(pkg, allow_fallback_threshold=True)
+        audit = run_audit(pkg, allow_fallback_threshold=True)
+        if sig is not None and _signature(pkg) == sig:  # unchanged while it was audited: valid until a change
+            with _audits_lock:
+                _audits[key] = (sig, audit)
     failed = [c for c in audit.checks if not c.ok]
     if failed:
-        return refusal(pkg, failed)
+        what = "; ".join(f"{c.name} check: {c.detail}" for c in failed)
+        raise PackageError(" ".join(f"package {pkg} fails `rts package verify` ({what})".split()))
     assert audit.deployment is not None and audit.model_config is not None and audit.stats is not None  # all ok
     return AuditedPackage(pkg, audit.deployment, audit.model_config, audit.stats)
 
