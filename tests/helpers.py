@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -316,3 +318,37 @@ def geotiff_pipeline_config(root: str) -> dict[str, Any]:
         for s in ("train", "val", "test")
     }
     return data
+
+
+def alter_weights_tensor(weights: Path) -> str:
+    """Change one value of a tensor of a ``torch.save`` zip archive in place (torch stores members uncompressed):
+    the archive still opens and loads, but that member no longer matches its CRC-32. Returns the member's name."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(weights) as z:
+        member = next(i for i in z.infolist() if "/data/" in i.filename and i.file_size >= 8)
+    raw = bytearray(weights.read_bytes())
+    name_len, extra_len = struct.unpack_from("<HH", raw, member.header_offset + 26)  # the local file header's
+    raw[member.header_offset + 30 + name_len + extra_len + 3] ^= 0x10
+    weights.write_bytes(bytes(raw))
+    return member.filename
+
+
+@contextmanager
+def logged(name: str, level: int = logging.WARNING) -> Iterator[list[str]]:
+    """The messages logger ``name`` emits at ``level`` or above inside the block, from a handler on that logger
+    itself (seen even after the CLI stopped the ``rtscore`` loggers from propagating to pytest's handler)."""
+    messages: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    handler = _Collect(level)
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)

@@ -125,3 +125,21 @@ def test_drift_clips_new_imagery_as_the_model_sees_it(tmp_path: Path) -> None:
         assert abs(ch["mean_shift_sigma"]) < 1e-9 and abs(ch["std_ratio"] - 1) < 1e-9, ch
     extra = report["channels"][3]  # float bands: stats from a 4096-bin histogram
     assert abs(extra["mean_shift_sigma"]) < 1e-3 and abs(extra["std_ratio"] - 1) < 1e-3, extra
+
+
+@pytest.mark.parametrize("how", ["weights-crc", "sums"])
+def test_drift_refuses_a_package_that_fails_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """Issue 21: drift reads a package only through the checks of `rts package verify`; nothing is written."""
+    from flows.cli import main
+    from tests.test_predict import tamper
+
+    pkg = write_package(tmp_path / "pkg")
+    failed_check = tamper(pkg, how)
+    d = write_all(tmp_path / "in", imagery(np.random.default_rng(5), 1))
+    out = tmp_path / "report"
+    assert main(["drift", "--package", str(pkg), "--input", str(d), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"package {pkg} fails `rts package verify`" in err and failed_check in err
+    assert not out.exists()

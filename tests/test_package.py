@@ -37,7 +37,7 @@ from rtscore.package import (
 )
 from rtscore.storage import StorageError
 from rtscore.train.result import SeedSummary, read_seed_summary
-from tests.helpers import calibrated_deployment, tiny_pipeline_config
+from tests.helpers import alter_weights_tensor, calibrated_deployment, tiny_pipeline_config
 
 METRICS = {42: 0.31, 43: 0.47}
 CONTRACT = RasterContract(crs="EPSG:3857", pixel_size=4.77)  # what the train store records
@@ -246,25 +246,13 @@ def test_tampered_file_is_a_sha_mismatch(pkg: Path) -> None:
 
 def test_altered_weights_with_regenerated_sums_fail_the_zip_crc(pkg: Path) -> None:
     """Issue 11.14: a tensor byte of weights.pth changed and SHA256SUMS regenerated: the zip CRC catches it."""
-    import struct
-    import zipfile
-
-    from rtscore.package import write_sha256sums
-
-    weights = pkg / "weights.pth"
-    with zipfile.ZipFile(weights) as z:
-        member = next(i for i in z.infolist() if "/data/" in i.filename and i.file_size >= 8)
-    raw = bytearray(weights.read_bytes())
-    name_len, extra_len = struct.unpack_from("<HH", raw, member.header_offset + 26)  # the local file header's
-    data_at = member.header_offset + 30 + name_len + extra_len
-    raw[data_at + 3] ^= 0x10  # one tensor value changes (torch stores members uncompressed)
-    weights.write_bytes(bytes(raw))
+    member = alter_weights_tensor(pkg / "weights.pth")
     write_sha256sums(pkg)
     report = verify_package(pkg)
     assert checks(report)["SHA256SUMS"].ok, "the sums were regenerated: only the zip CRC can tell"
     audit = checks(report)["weights.pth pickle"]
     assert not report.ok and not audit.ok
-    assert f"member {member.filename} fails its CRC-32 check" in audit.detail
+    assert f"member {member} fails its CRC-32 check" in audit.detail
 
 
 def test_missing_and_extra_files(pkg: Path) -> None:
@@ -516,3 +504,53 @@ def test_the_package_stage_takes_the_contract_from_the_train_store(run: Path, mo
     monkeypatch.setattr(stage, "read_calibration_summary", lambda _run: summary)
     stage.package(str(run), package_config())
     assert attrs_seen == [run / "datasets" / "train.zarr"] and built["contract"] == recorded
+
+
+# --------------------------------------------------------------------------- issue 21: load = verify
+def test_a_key_given_twice_in_model_config_fails_verify_and_the_load(
+    pkg: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Plain YAML keeps the last of two `tile_size` keys (the package would run at 128 px): model_config.yaml is read
+    as every config file is, and a key given twice is refused by verify and by the audit every load goes through."""
+    (pkg / "model_config.yaml").write_text((pkg / "model_config.yaml").read_text() + "tile_size: 128\n")
+    write_sha256sums(pkg)  # a consistent package: only the YAML reader can catch it
+    report = verify_package(pkg)
+    assert failed(report) == {"model_config.yaml", "channel binding", "load", "forward"}
+    assert "key 'tile_size' is given twice" in checks(report)["model_config.yaml"].detail
+    assert main(["package", "verify", str(pkg)]) == 1
+    assert "given twice" in capsys.readouterr().out
+    from rtscore.package import audited_package
+
+    with pytest.raises(PackageError, match=r"model_config.yaml check: .*key 'tile_size' is given twice"):
+        audited_package(pkg)
+
+
+def test_the_load_audit_runs_once_per_package_until_a_file_changes(pkg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """audited_package is memoised by the package's path and a stat of its files (size, mtime, ctime, inode): a
+    campaign loading the package once per chunk reads it once; a file rewritten, even with its mtime set back, is
+    audited again."""
+    import rtscore.package.verify as verify
+    from rtscore.package import audited_package
+    from tests.helpers import flip_byte
+
+    audits: list[Path] = []
+    real = verify.run_audit
+
+    def counting(path: str | Path, **kw: Any) -> Any:
+        audits.append(Path(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(verify, "run_audit", counting)
+    first = audited_package(pkg)
+    assert audited_package(pkg).deployment is first.deployment  # the parsed files of the one audit
+    assert audited_package(pkg.parent / "." / pkg.name).model_config is first.model_config  # by its real path
+    assert len(audits) == 1
+    (pkg / "requirements_frozen.txt").write_bytes((pkg / "requirements_frozen.txt").read_bytes())  # same bytes
+    audited_package(pkg)
+    assert len(audits) == 2
+    flip_byte(pkg / "weights.pth", keep_mtime=True)  # same size and mtime: the ctime tells
+    with pytest.raises(PackageError, match=r"SHA256SUMS check: SHA256SUMS: weights.pth: sha256 mismatch"):
+        audited_package(pkg)
+    with pytest.raises(PackageError, match="weights.pth"):  # a refusal is remembered too, and raised again
+        audited_package(pkg)
+    assert len(audits) == 3

@@ -17,7 +17,19 @@ from rtscore.data.bands import RasterContractError, open_checked
 from rtscore.data.normalization import NormalizationStats, write_normalization_stats
 from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.models import build_model
-from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedChannels, PackagedModelConfig
+from rtscore.package import (
+    DEPLOYMENT,
+    METADATA,
+    MODEL,
+    REQUIREMENTS,
+    STATS,
+    WEIGHTS,
+    PackagedChannels,
+    PackagedModelConfig,
+    RunMetadata,
+    TrainedWith,
+    write_sha256sums,
+)
 from tests.helpers import calibrated_deployment
 
 rasterio = pytest.importorskip("rasterio")
@@ -38,9 +50,12 @@ def write_package(
     extra: list[dict[str, object]] | None = None,
     stats: NormalizationStats | None = None,
     raster: RasterContract | None = CONTRACT,
+    threshold_source: str = "target_precision",
 ) -> Path:
-    """The package files read by inference (same schema as build_package), with a seeded random tiny model,
-    the given stats (default: fixed moments, no clipping) and raster contract (None: an older package's)."""
+    """A complete package (every file build_package writes, SHA256SUMS last: it passes the audit predict, map and
+    drift load packages through), with a seeded random tiny model, the given stats (default: fixed moments, no
+    clipping) and raster contract (None: an older package's). A test that edits a file afterwards regenerates the
+    sums (:func:`rtscore.package.write_sha256sums`) unless the sums are what it tests."""
     pkg.mkdir(parents=True, exist_ok=True)
     extra = extra or []
     names = ["R", "G", "B", *(str(e["name"]) for e in extra)]
@@ -71,8 +86,22 @@ def write_package(
         computed_date="2026-01-01T00:00:00Z",
     )
     write_normalization_stats(stats, pkg / STATS)
-    dep = calibrated_deployment(threshold=threshold, temperature=temperature, tta=tta, precision="fp32")
+    dep = calibrated_deployment(
+        threshold=threshold, temperature=temperature, tta=tta, precision="fp32", threshold_source=threshold_source
+    )
     (pkg / DEPLOYMENT).write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
+    meta = RunMetadata(
+        git_sha="unknown",
+        training_date="2026-01-01T00:00:00Z",
+        package_date="2026-01-01T00:00:00Z",
+        seed=0,
+        epoch=1,
+        best_metric=None,
+        trained_with=TrainedWith(precision="fp32", seed=0, config_sha="0" * 64),
+    )
+    (pkg / METADATA).write_text(meta.model_dump_json(indent=2) + "\n")
+    (pkg / REQUIREMENTS).write_text(f"torch=={torch.__version__}\n")
+    write_sha256sums(pkg)
     return pkg
 
 
@@ -495,3 +524,99 @@ def test_a_failure_mid_raster_leaves_no_file_behind(package: Path, tmp_path: Pat
     with pytest.raises(RuntimeError, match="simulated"):
         predict_raster(pkg, write_raster(tmp_path / "s.tif", rgba), out, stride=TILE // 2)
     assert calls == 5 and not any(out.glob("*"))  # hidden temporaries included
+
+
+# --------------------------------------------------------------------------- issue 21: load = verify
+def tamper(pkg: Path, how: str) -> str:
+    """Tamper with a package as `rts package verify` must catch it; the check that fails.
+
+    ``weights-crc``: one tensor value of weights.pth changed and SHA256SUMS regenerated (only the zip CRC tells);
+    ``sums``: the threshold edited in deployment_config.yaml, still a valid config (only SHA256SUMS tells)."""
+    from tests.helpers import alter_weights_tensor
+
+    if how == "weights-crc":
+        member = alter_weights_tensor(pkg / WEIGHTS)
+        write_sha256sums(pkg)
+        return f"weights.pth pickle check: weights.pth: member {member} fails its CRC-32 check"
+    dep = pkg / DEPLOYMENT
+    dep.write_text(dep.read_text().replace("threshold: 0.5", "threshold: 0.3"))
+    return "SHA256SUMS check: SHA256SUMS: deployment_config.yaml: sha256 mismatch"
+
+
+def predict_cli(package: Path, d: Path, out: Path, *, side: int = TILE) -> int:
+    """`rts predict` (the CLI's main, in process) on one raster of ``side`` px written into ``d``."""
+    from flows.cli import main
+
+    d.mkdir(exist_ok=True)
+    write_raster(d / "s.tif", random_rgba(np.random.default_rng(0), side, side))
+    return main(["predict", "--package", str(package), "--input", str(d), "--output", str(out), "--device", "cpu"])
+
+
+@pytest.mark.parametrize("how", ["weights-crc", "sums"])
+def test_predict_refuses_a_package_that_fails_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    pkg = write_package(tmp_path / "pkg")
+    failed_check = tamper(pkg, how)
+    out = tmp_path / "out"
+    assert predict_cli(pkg, tmp_path / "in", out) == 2
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rts predict")]  # one line
+    assert line.startswith(f"rts predict: error: package {pkg} fails `rts package verify`") and failed_check in line
+    assert not out.exists()
+
+
+def test_predict_refuses_a_key_given_twice_in_model_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tile_size: 64` then `tile_size: 128` (sums regenerated): plain YAML would run the 64 px model at 128 px."""
+    pkg = write_package(tmp_path / "pkg")
+    (pkg / MODEL).write_text((pkg / MODEL).read_text() + "tile_size: 128\n")
+    write_sha256sums(pkg)
+    out = tmp_path / "out"
+    assert predict_cli(pkg, tmp_path / "in", out, side=2 * TILE) == 2
+    err = capsys.readouterr().err
+    assert "model_config.yaml check:" in err and "key 'tile_size' is given twice" in err
+    assert not out.exists()
+
+
+def test_a_fallback_threshold_warns_on_every_predict_and_is_in_the_manifest(tmp_path: Path) -> None:
+    import json
+
+    from tests.helpers import logged
+
+    fallback = write_package(tmp_path / "fallback", threshold_source="max_f1_fallback")
+    with logged("rtscore") as warnings:
+        for k in range(2):  # each use warns, not only the first load of the process
+            assert predict_cli(fallback, tmp_path / "in", tmp_path / f"out{k}") == 0
+    said = [w for w in warnings if "max-F1 fallback" in w]
+    assert len(said) == 2 and str(fallback) in said[0] and "threshold_source max_f1_fallback" in said[0]
+    manifest = json.loads((tmp_path / "out0" / "s_predict.json").read_text())
+    assert manifest["threshold_source"] == "max_f1_fallback"
+
+    normal = write_package(tmp_path / "normal")
+    with logged("rtscore") as warnings:
+        assert predict_cli(normal, tmp_path / "in", tmp_path / "out_normal") == 0
+    assert not [w for w in warnings if "fallback" in w]
+    assert json.loads((tmp_path / "out_normal" / "s_predict.json").read_text())["threshold_source"] == (
+        "target_precision"
+    )
+
+
+def test_the_package_is_verified_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """predict, drift and repeated loads of one unchanged package run its audit once."""
+    import rtscore.package.verify as verify
+    from rtscore.inference.drift import drift_report
+    from rtscore.inference.predict import load_package
+
+    audits: list[Path] = []
+    real = verify.run_audit
+
+    def counting(path: str | Path, **kw: Any) -> Any:
+        audits.append(Path(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(verify, "run_audit", counting)
+    pkg = write_package(tmp_path / "pkg")
+    load_package(pkg, device="cpu")
+    load_package(pkg, device="cpu")
+    assert predict_cli(pkg, tmp_path / "in", tmp_path / "out") == 0
+    drift_report(pkg, tmp_path / "in", tmp_path / "drift")
+    assert audits == [pkg]

@@ -16,7 +16,8 @@ counted). The channels are then read block by block through the package's input 
 NoData rule, and clipped to the training percentiles when the stats carry them (the package's input transform:
 the training moments are those of clipped values), so both sides of the comparison describe what the model is
 fed. A measure that is not a finite number (a channel with no valid pixel, a training std of 0) is an error,
-never a verdict: the report holds numbers only.
+never a verdict: the report holds numbers only. The package itself is used only once it passed the checks of
+``rts package verify`` that need no forward pass, as ``rts predict`` loads it.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ import numpy as np
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
 from rtscore.data.bands import CheckedRaster, open_checked
-from rtscore.data.normalization import InputTransform, NormalizationStats, RunningMoments, load_normalization_stats
+from rtscore.data.normalization import InputTransform, NormalizationStats, RunningMoments
 from rtscore.errors import PipelineError
 from rtscore.inference.predict import (
+    LoadedPackage,
     PredictError,
     extra_input,
     gdal_env,
@@ -40,8 +42,8 @@ from rtscore.inference.predict import (
     input_rasters,
     warn_if_no_contract,
 )
-from rtscore.package.format import MODEL, STATS
-from rtscore.package.verify import read_model_config
+from rtscore.package.format import PackageError
+from rtscore.package.verify import audited_package, warn_if_fallback_threshold
 from rtscore.storage import atomic_write_json, atomic_write_text
 
 MAX_MEAN_SHIFT_SIGMA = 0.5
@@ -54,17 +56,25 @@ class DriftError(PipelineError):
     """The drift report cannot be computed (no rasters, wrong band count, missing EXTRA raster, no valid pixel)."""
 
 
-def _package_inputs(package_dir: Path) -> tuple[InputBinding, NormalizationStats, InputTransform, RasterContract]:
-    """(input binding, stats, input transform, raster contract) of a package; the stats are bound to the model's
-    channels."""
-    if not package_dir.is_dir():
-        raise DriftError(f"package directory not found: {package_dir}")
+def _package_inputs(
+    package: str | Path | LoadedPackage,
+) -> tuple[InputBinding, NormalizationStats, InputTransform, RasterContract]:
+    """(input binding, stats, input transform, raster contract) of a package, which passes the checks of
+    ``rts package verify`` that need no forward pass first (:func:`~rtscore.package.verify.audited_package`, as
+    ``rts predict`` loads it); the stats are bound to the model's channels. An already loaded package is used as
+    it is (it was checked when loaded)."""
+    if isinstance(package, LoadedPackage):
+        return package.binding, package.stats, package.input_transform, package.contract
+    package = Path(package)
+    if not package.is_dir():
+        raise DriftError(f"package directory not found: {package}")
     try:
-        mc = read_model_config(package_dir / MODEL)
-        stats = load_normalization_stats(package_dir / STATS, mc.channels.extra)
-    except ValueError as err:
-        raise DriftError(f"package {package_dir}: {err}") from None
-    warn_if_no_contract(mc, package_dir)
+        audited = audited_package(package)
+    except PackageError as err:
+        raise DriftError(str(err)) from None
+    mc, stats = audited.model_config, audited.stats
+    warn_if_no_contract(mc, package)
+    warn_if_fallback_threshold(audited)
     transform = InputTransform.from_stats(stats, nodata_fill=mc.nodata_handling)
     return mc.channels.binding, stats, transform, mc.contract
 
@@ -87,7 +97,7 @@ def _accumulate(raster: CheckedRaster, transform: InputTransform, moments: Runni
 
 
 def drift_report(
-    package_dir: str | Path,
+    package_dir: str | Path | LoadedPackage,
     input_dir_or_files: str | Path | Sequence[str | Path],
     output_dir: str | Path,
     *,
@@ -96,9 +106,10 @@ def drift_report(
     """Compare the new imagery's per-channel moments with the package's stats; write JSON + Markdown reports.
 
     Every raster is checked against the package's raster contract (``rgb_bands`` replaces its band map) before
-    any is read; nothing is written unless the report is complete."""
-    pkg = Path(package_dir)
-    binding, stats, transform, contract = _package_inputs(pkg)
+    any is read; nothing is written unless the report is complete. ``package_dir`` may be a package
+    :func:`~rtscore.inference.predict.load_package` loaded (a campaign's drift check)."""
+    pkg = package_dir.path if isinstance(package_dir, LoadedPackage) else Path(package_dir)
+    binding, stats, transform, contract = _package_inputs(package_dir)
     contract = input_contract(contract, rgb_bands)
     names = binding.names
     if isinstance(input_dir_or_files, (str, Path)):

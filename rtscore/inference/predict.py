@@ -1,8 +1,10 @@
 """Whole-raster inference with a deployment package: sliding windows, the deployment numerics, COG outputs.
 
-Every input raster (and its EXTRA raster) is first checked against the package's raster contract, the one the
-training rasters met (`rtscore.data.bands.open_checked`: band sources, dtypes, CRS, pixel size, grid of the
-EXTRA raster, undeclared NaN/inf in EXTRA); a mismatch is refused naming the file before any pixel is read.
+A package is used only once it passed the checks of ``rts package verify`` that need no forward pass
+(:func:`load_package`). Every input raster (and its EXTRA raster) is then checked against the package's raster
+contract, the one the training rasters met (`rtscore.data.bands.open_checked`: band sources, dtypes, CRS, pixel
+size, grid of the EXTRA raster, undeclared NaN/inf in EXTRA); a mismatch is refused naming the file before any
+pixel is read.
 
 A raster of any size (at least one tile) is cut into tile-sized windows at a stride (default half a tile;
 the last window of a row/column is clamped to the border, so nothing is padded). Windows go through the window
@@ -46,7 +48,7 @@ from pydantic import BaseModel, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
 from rtscore.data.bands import EXTRA_SUFFIX, RGB_DIR, CheckedRaster, extra_candidates, open_checked
-from rtscore.data.normalization import InputTransform, NormalizationStats, load_normalization_stats
+from rtscore.data.normalization import InputTransform, NormalizationStats
 from rtscore.errors import PipelineError
 from rtscore.inference.context import needs_context
 from rtscore.inference.numerics import predict_logits, prepare_model
@@ -59,8 +61,8 @@ from rtscore.inference.stream import (
     run_stream,
 )
 from rtscore.models import load_model
-from rtscore.package.format import DEPLOYMENT, MODEL, STATS, WEIGHTS, PackagedModelConfig
-from rtscore.package.verify import read_deployment_config, read_model_config
+from rtscore.package.format import DEPLOYMENT, MODEL, WEIGHTS, PackagedModelConfig, PackageError
+from rtscore.package.verify import audited_package, warn_if_fallback_threshold
 from rtscore.runtime import DeviceError, inference_precision, resolve_device
 from rtscore.storage import atomic_write_text
 
@@ -140,6 +142,11 @@ class PredictManifest(BaseModel):
     valid_pixels: int = Field(..., description="Pixels with alpha > 0.")
     positive_pixels: int = Field(..., description="Valid pixels at or above the threshold.")
     threshold: float = Field(..., description="The package's calibrated threshold.")
+    threshold_source: str = Field(
+        ...,
+        description="deployment_config.yaml threshold_source: 'target_precision', or 'max_f1_fallback' when the "
+        "calibration target precision was not reachable and the max-F1 threshold shipped (warned on every load).",
+    )
     temperature: float = Field(..., description="The package's calibrated temperature.")
 
 
@@ -157,10 +164,18 @@ class PredictOutputs:
 
 
 def load_package(package_dir: str | Path, *, device: str = "auto") -> LoadedPackage:
-    """Load a package: calibrated deployment config, channel-bound stats, weights (weights_only) strictly.
+    """Load a package for use, only through the checks of ``rts package verify`` that need no forward pass
+    (:func:`~rtscore.package.verify.audited_package`: SHA256SUMS, the zip CRCs and pickle globals of
+    ``weights.pth``, duplicate-free YAML, calibrated numerics, raster contract, channel binding; run once per process
+    while the package's files are unchanged), then its weights (weights_only) strictly into the declared model.
+    A max-F1 fallback threshold is a warning on every load.
 
     ``device`` 'auto' takes the GPU when there is one (calibration ran there at the deployment precision), else
     the CPU; the precision is the deployment's (fp16 has no CPU autocast and runs as fp32 there, with a warning).
+
+    Raises:
+        PredictError: the package fails a check (one line naming the package, the check and the file), its
+            weights do not load, or ``device`` is not available.
     """
     pkg = Path(package_dir)
     if not pkg.is_dir():
@@ -170,15 +185,10 @@ def load_package(package_dir: str | Path, *, device: str = "auto") -> LoadedPack
     except DeviceError as err:
         raise PredictError(str(err)) from None
     try:
-        mc = read_model_config(pkg / MODEL)
-        dep = read_deployment_config(pkg / DEPLOYMENT)
-        stats = load_normalization_stats(pkg / STATS, mc.channels.extra)
-    except ValueError as err:  # ConfigError and NormalizationStatsError are ValueErrors
-        raise PredictError(f"package {pkg}: {err}") from None
-    if stats.channel_names != mc.channels.names:
-        raise PredictError(
-            f"package {pkg}: {STATS} channels {stats.channel_names} differ from {MODEL} channels {mc.channels.names}"
-        )
+        audited = audited_package(pkg)
+    except PackageError as err:
+        raise PredictError(str(err)) from None
+    mc, dep = audited.model_config, audited.deployment
     try:
         model = load_model(pkg / WEIGHTS, mc, "cpu")
     except Exception as err:
@@ -195,9 +205,10 @@ def load_package(package_dir: str | Path, *, device: str = "auto") -> LoadedPack
             precision,
         )
     warn_if_no_contract(mc, pkg)
+    warn_if_fallback_threshold(audited)
     log.info("package %s on %s at %s", pkg, dev, precision)
     run_model = prepare_model(model.to(dev), dep.torch_compile)
-    return LoadedPackage(pkg, run_model, mc, stats, dep, dev, precision)
+    return LoadedPackage(pkg, run_model, mc, audited.stats, dep, dev, precision)
 
 
 def warn_if_no_contract(mc: PackagedModelConfig, pkg: Path) -> None:
@@ -390,6 +401,7 @@ def write_manifest(
         valid_pixels=result.valid_pixels,
         positive_pixels=result.positive_pixels,
         threshold=model.threshold,
+        threshold_source=str(dep.threshold_source),
         temperature=float(dep.temperature),  # type: ignore[arg-type]  # window_model checked it
     )
     atomic_write_text(path, manifest.model_dump_json(indent=2) + "\n")

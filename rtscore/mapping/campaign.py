@@ -144,7 +144,7 @@ def check_drift(
             sample = drift_sample(pkg, scenes, stack, cache_dir=root.cache_dir)
             if not sample:
                 raise CampaignError("no scene of the campaign opens under the package's raster contract")
-            report = drift_report(pkg.path, sample, where)
+            report = drift_report(pkg, sample, where)
         root.publish(sorted(p for p in where.rglob("*") if p.is_file()))
         where_text = root.uri_of(DRIFT_DIR)
     except PipelineError as err:
@@ -206,7 +206,8 @@ def prepare_campaign(
     batch_size: int = DEFAULT_BATCH,
 ) -> CampaignPlan:
     """Everything a campaign decides before mapping, each failure before anything is written into ``output``: the
-    parameters (:func:`check_parameters`), the package loaded and the identity it maps under
+    parameters (:func:`check_parameters`), the package loaded (refused when it fails the checks of
+    ``rts package verify``) and the identity it maps under
     (:func:`~rtscore.mapping.chunk.mapping_identity`: the stride against its tile size), the scenes listed with
     their identities (their EXTRA rasters' too when the package reads EXTRA bands; without the EXTRA rasters of
     other scenes as scenes); then the output created, one warning line counting the log's records of another
@@ -258,7 +259,13 @@ def chunk_of(scenes: Sequence[Scene], scene_ids: Sequence[str], *, what: str) ->
 def finish_campaign(plan: CampaignPlan, wall_seconds: float = 0.0) -> dict[str, Any]:
     """The campaign's objects, footprint index and summary from the log (:func:`write_campaign_outputs`)."""
     return write_campaign_outputs(
-        plan.scenes, plan.log, plan.output, plan.identity, drift=plan.drift, wall_seconds=wall_seconds
+        plan.scenes,
+        plan.log,
+        plan.output,
+        plan.identity,
+        drift=plan.drift,
+        wall_seconds=wall_seconds,
+        threshold_source=plan.package.deployment.threshold_source,
     )
 
 
@@ -302,17 +309,19 @@ def write_campaign_outputs(
     *,
     drift: dict[str, Any] | None = None,
     wall_seconds: float = 0.0,
+    threshold_source: str | None = None,
 ) -> dict[str, Any]:
     """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
     summary.md / summary.json from the log and the done scenes' parts files (no raster is read; for a gs:// output
     the parts files are downloaded, the campaign files written locally and uploaded). Done scenes are those whose
-    latest record is ``done`` for their current identity under ``identity``."""
+    latest record is ``done`` for their current identity under ``identity``. ``threshold_source`` is the package's
+    (recorded in the summary; a max-F1 fallback is called out in summary.md)."""
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
 
     out = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     records = log.read()
-    summary = summarize(scenes, records, identity)
+    summary = summarize(scenes, records, identity, threshold_source=threshold_source)
     last = latest(records)
     done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
     done = [s for s in done if is_current(last[s.scene_id], s, identity)]
@@ -377,6 +386,15 @@ def render_summary(data: dict[str, Any]) -> str:
         f"Mapping code `{ident['code_sha256'][:12]}`, stride {ident['settings']['stride']} px, batch "
         f"{ident['settings']['batch_size']} (only records of this package, code and settings count).",
         "",
+        *(
+            [
+                f"**Threshold: max-F1 fallback** (`threshold_source: {data['threshold_source']}`): calibration could "
+                "not reach its target precision; expect a lower precision than targeted.",
+                "",
+            ]
+            if data.get("threshold_source") not in (None, "target_precision")
+            else []
+        ),
         "| status | scenes |",
         "|---|---|",
         f"| done | {data['done']} |",

@@ -712,12 +712,24 @@ class CampaignSummary(BaseModel):
     positive_pixels: int = Field(..., ge=0, description="RTS pixels of the done scenes.")
     seconds: float = Field(..., ge=0, description="Wall time of the scenes' latest attempts.")
     seconds_all_attempts: float = Field(..., ge=0, description="Wall time of every attempt with this package.")
+    threshold_source: str | None = Field(
+        None,
+        description="The package's deployment_config.yaml threshold_source: 'target_precision', or "
+        "'max_f1_fallback' (the calibration target precision was not reachable; the max-F1 threshold maps). "
+        "None: not given.",
+    )
 
 
-def summarize(scenes: Sequence[Scene], records: Sequence[SceneRecord], identity: MapIdentity) -> CampaignSummary:
+def summarize(
+    scenes: Sequence[Scene],
+    records: Sequence[SceneRecord],
+    identity: MapIdentity,
+    *,
+    threshold_source: str | None = None,
+) -> CampaignSummary:
     """The campaign's summary under ``identity``: each scene by its latest record when that record is of this
     identity and this scene content; records of other identities or content are kept in the log but count as
-    pending here."""
+    pending here. ``threshold_source`` is the package's (a max-F1 fallback is recorded)."""
     package_sha256 = identity.package_sha256
     last = latest(records)
     counted = {s.scene_id: r for s in scenes if is_current(r := last.get(s.scene_id), s, identity) and r is not None}
@@ -739,4 +751,5 @@ def summarize(scenes: Sequence[Scene], records: Sequence[SceneRecord], identity:
         seconds_all_attempts=sum(
             r.seconds for r in records if r.scene_id in ids and r.package_sha256 == package_sha256
         ),
+        threshold_source=threshold_source,
     )

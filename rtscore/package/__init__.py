@@ -13,7 +13,8 @@ A package is a flat directory::
 
 Everything but the weights is an inspectable text file, so :func:`verify_package` audits the whole package,
 the pickle inside ``weights.pth`` included, without unpickling anything; only then does it load the weights
-(``weights_only=True``) into the declared architecture and run one tile.
+(``weights_only=True``) into the declared architecture and run one tile. Every use of a package (predict, map,
+drift) goes through the same audit first (:func:`audited_package`, once per process while the files are unchanged).
 """
 
 from rtscore.package.build import build_package, frozen_requirements, write_sha256sums
@@ -38,12 +39,15 @@ from rtscore.package.format import (
 )
 from rtscore.package.verify import (
     ALLOWED_GLOBALS,
+    AuditedPackage,
     audit_package,
     audit_weights,
+    audited_package,
     load_weights,
     pickle_globals,
     render_verify_report,
     verify_package,
+    warn_if_fallback_threshold,
 )
 
 __all__ = [
@@ -56,6 +60,7 @@ __all__ = [
     "STATS",
     "SUMS",
     "WEIGHTS",
+    "AuditedPackage",
     "Check",
     "PackageError",
     "PackageFile",
@@ -67,11 +72,13 @@ __all__ = [
     "VerifyReport",
     "audit_package",
     "audit_weights",
+    "audited_package",
     "build_package",
     "frozen_requirements",
     "load_weights",
     "pickle_globals",
     "render_verify_report",
     "verify_package",
+    "warn_if_fallback_threshold",
     "write_sha256sums",
 ]

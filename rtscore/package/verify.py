@@ -1,21 +1,27 @@
 """Auditing and verifying a deployment package (`rts package verify`): the audit never unpickles anything;
 only a package that passes it is loaded (``weights_only=True``) into its declared architecture and run on
 one tile. Re-exported by `rtscore.package`.
+
+The audit is also the one gate of every use of a package: :func:`audited_package` runs it (once per process per
+package, while its files are unchanged) for ``rts predict``, ``rts map``, ``rts drift`` and the mapping flows, which
+load a package only through it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import pickletools
 import re
+import threading
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-import yaml
-
-from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config
+from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config, parse_yaml
 from rtscore.config.deployment import DeploymentConfig, require_calibrated
 from rtscore.data.normalization import NormalizationStats, load_normalization_stats
 from rtscore.models import load_model
@@ -62,6 +68,8 @@ _NEUTRAL_OPS = frozenset({"PROTO", "FRAME"})
 _SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 _REQUIREMENT_LINE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*==\S+$")
 _DETAIL_MAX = 600
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- audit (no unpickling)
@@ -256,14 +264,11 @@ def _load_json_model(model: type[M], path: Path) -> M:
 
 
 def read_model_config(path: Path) -> PackagedModelConfig:
-    """A package's ``model.yaml`` (architecture, channels, tile size)."""
+    """A package's ``model_config.yaml`` (architecture, channels, tile size), read as every config file is
+    (:func:`~rtscore.config.base.parse_yaml`: a key given twice is refused, not silently the last one)."""
     if not path.is_file():
         raise PackageError(f"{path.name}: missing")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise PackageError(f"{path.name} is not valid YAML: {err}") from None
-    return parse_config(PackagedModelConfig, data, source=path.name)
+    return parse_config(PackagedModelConfig, parse_yaml(path.read_text(), path.name), source=path.name)
 
 
 def _load_model_config(path: Path) -> tuple[str, PackagedModelConfig]:
@@ -319,12 +324,27 @@ def _load_requirements(path: Path) -> tuple[str, int]:
     return f"{len(lines)} pinned distributions", len(lines)
 
 
+@dataclass(frozen=True)
+class Audit:
+    """The checks of :func:`audit_package` and the package files they parsed (None where a file is invalid)."""
+
+    checks: list[Check]
+    deployment: DeploymentConfig | None = None
+    model_config: PackagedModelConfig | None = None
+    stats: NormalizationStats | None = None
+
+
 def audit_package(path: str | Path, *, allow_fallback_threshold: bool = False) -> list[Check]:
     """Every check that needs no unpickling: files, checksums, config files (with the parity of the deployment
     numerics and the threshold's source), channel binding, weights' pickle."""
+    return run_audit(path, allow_fallback_threshold=allow_fallback_threshold).checks
+
+
+def run_audit(path: str | Path, *, allow_fallback_threshold: bool = False) -> Audit:
+    """:func:`audit_package`'s checks, with the files it parsed."""
     pkg = Path(path)
     if not pkg.is_dir():
-        return [Check(name="files", ok=False, detail=f"{pkg}: package directory not found")]
+        return Audit([Check(name="files", ok=False, detail=f"{pkg}: package directory not found")])
     checks = [_files_check(pkg), _sums_check(pkg)]
     c, dep = _check(DEPLOYMENT, lambda: _load_deployment(pkg / DEPLOYMENT))
     checks.append(c)
@@ -357,7 +377,91 @@ def audit_package(path: str | Path, *, allow_fallback_threshold: bool = False) -
         checks.append(Check(name="precision parity", ok=False, detail=f"skipped: {DEPLOYMENT} or {METADATA} invalid"))
     checks.append(_check(REQUIREMENTS, lambda: _load_requirements(pkg / REQUIREMENTS))[0])
     checks.append(audit_weights(pkg / WEIGHTS))
-    return checks
+    return Audit(checks, dep, model, stats)
+
+
+# --------------------------------------------------------------------------- the gate of every use
+@dataclass(frozen=True)
+class AuditedPackage:
+    """A package that passed the audit of ``rts package verify`` (a fallback threshold allowed: it is a warning on
+    each use, :func:`warn_if_fallback_threshold`), with the files the audit parsed: what predict, map and drift
+    use, so they never read a file the audit did not check."""
+
+    path: Path
+    deployment: DeploymentConfig
+    model_config: PackagedModelConfig
+    stats: NormalizationStats
+
+    @property
+    def threshold_source(self) -> str:
+        return str(self.deployment.threshold_source)
+
+    @property
+    def fallback_threshold(self) -> bool:
+        """Whether the threshold is calibration's max-F1 fallback (the target precision was not reachable)."""
+        return self.deployment.threshold_source != "target_precision"
+
+
+_Signature = tuple[tuple[str, int, int, int, int], ...]
+_audits: dict[str, tuple[_Signature, Audit]] = {}  # by the package's real path: its files' stat, its audit
+_audits_lock = threading.Lock()
+
+
+def _signature(pkg: Path) -> _Signature | None:
+    """A cheap stat of every entry of the package directory (name, size, mtime, ctime, inode): any write, rename
+    or replacement of a file changes it. None when the directory cannot be listed."""
+    try:
+        with os.scandir(pkg) as entries:
+            stats = [(e.name, e.stat()) for e in entries]
+    except OSError:
+        return None
+    return tuple(sorted((n, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) for n, st in stats))
+
+
+def audited_package(path: str | Path) -> AuditedPackage:
+    """The package at ``path`` through every check of ``rts package verify`` that needs no forward pass
+    (:func:`run_audit`: files, ``SHA256SUMS``, the zip CRC-32 of every ``weights.pth`` member, its pickle's
+    globals, every YAML file without duplicate keys, calibrated deployment numerics, the raster contract, the
+    channel binding, run metadata, requirements); a max-F1 fallback threshold passes here (the caller warns).
+
+    Memoised per process: the audit runs again only when an entry of the package directory changed (size, mtime,
+    ctime or inode), so loading a package many times (a campaign's chunks) reads its files once.
+
+    Raises:
+        PackageError: one line naming the package and each failed check with its detail (which names the file).
+    """
+    pkg = Path(path)
+    key = os.path.realpath(pkg)
+    sig = _signature(pkg)
+    with _audits_lock:
+        hit = _audits.get(key)
+    if sig is not None and hit is not None and hit[0] == sig:
+        audit = hit[1]
+    else:
+        audit = run_audit(pkg, allow_fallback_threshold=True)
+        if sig is not None and _signature(pkg) == sig:  # unchanged while it was audited: valid until a change
+            with _audits_lock:
+                _audits[key] = (sig, audit)
+    failed = [c for c in audit.checks if not c.ok]
+    if failed:
+        what = "; ".join(f"{c.name} check: {c.detail}" for c in failed)
+        raise PackageError(" ".join(f"package {pkg} fails `rts package verify` ({what})".split()))
+    assert audit.deployment is not None and audit.model_config is not None and audit.stats is not None  # all ok
+    return AuditedPackage(pkg, audit.deployment, audit.model_config, audit.stats)
+
+
+def warn_if_fallback_threshold(pkg: AuditedPackage) -> None:
+    """Log, on each use of the package, that its threshold is calibration's max-F1 fallback."""
+    if pkg.fallback_threshold:
+        log.warning(
+            "package %s: %s threshold_source %s: the threshold %g is calibration's max-F1 fallback, not one reaching "
+            "the target precision on Val-Realistic (expect a lower precision than targeted; `rts package verify` "
+            "refuses it without --allow-fallback-threshold)",
+            pkg.path,
+            DEPLOYMENT,
+            pkg.threshold_source,
+            pkg.deployment.threshold,
+        )
 
 
 # --------------------------------------------------------------------------- load + one tile

@@ -428,6 +428,7 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
     from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
     from rtscore.inference.drift import drift_report
     from rtscore.inference.predict import PredictError, load_package
+    from rtscore.package import write_sha256sums
     from tests.test_predict import write_package
 
     root, geo = two_band_root(tmp_path)
@@ -469,7 +470,8 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
 
     # stats of band 0 under the same name are refused at every load that knows the binding
     write_normalization_stats(dataclasses.replace(stats, extra_bands=[0]), pkg_dir / "normalization_stats.json")
-    with pytest.raises(PredictError, match=r"'nbr' is band 0 there, band 1 here"):
+    write_sha256sums(pkg_dir)
+    with pytest.raises(PredictError, match=r"computed from EXTRA bands \[0\]; model_config.yaml reads bands \[1\]"):
         load_package(pkg_dir, device="cpu")
 
 

@@ -88,7 +88,7 @@ def test_predict_takes_the_half_scale_input_from_the_surrounding_raster(tmp_path
     import yaml
 
     from rtscore.inference.predict import load_package, predict_raster
-    from rtscore.package import DEPLOYMENT
+    from rtscore.package import DEPLOYMENT, write_sha256sums
     from tests.helpers import calibrated_deployment
     from tests.test_predict import TILE as T
     from tests.test_predict import random_rgba, write_package, write_raster
@@ -99,6 +99,7 @@ def test_predict_takes_the_half_scale_input_from_the_surrounding_raster(tmp_path
         update={"fusion": "max", "calibrated_with": dep.numerics().model_copy(update={"fusion": "max"})}
     )
     (pkg / DEPLOYMENT).write_text(yaml.safe_dump(dep.model_dump(mode="json"), sort_keys=False))
+    write_sha256sums(pkg)
     rng = np.random.default_rng(3)
     a = random_rgba(rng, 3 * T, 3 * T)
     b = a.copy()

@@ -110,6 +110,7 @@ def warnings_seen(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPa
 def test_campaign_maps_each_scene_once_like_rts_predict(package: Path, scenes_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "campaign"
     summary = run_campaign(package, scenes_dir, out, chunk_size=2)
+    assert summary["threshold_source"] == "target_precision"
     records = CampaignLog(out).read()
     by_id = {r.scene_id: r for r in records}
     assert all_records(out) == sorted(
@@ -367,3 +368,39 @@ def test_bad_parameters_are_refused_before_the_package_is_loaded_or_anything_wri
     with pytest.raises(PredictError, match=r"stride 999 must be in \[1, tile size 64\]"):
         run_campaign(package, scenes_dir, out, stride=999)  # known once the package is: still before any output
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- issue 21: load = verify
+@pytest.mark.parametrize("how", ["weights-crc", "sums"])
+def test_map_refuses_a_package_that_fails_verify(
+    scenes_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """No drift report, no map, not even the campaign directory: the package is refused first."""
+    from flows.cli import main
+    from tests.test_predict import tamper
+
+    pkg = write_package(tmp_path / "pkg")
+    failed_check = tamper(pkg, how)
+    out = tmp_path / "m"
+    assert main(["map", "--package", str(pkg), "--input", str(scenes_dir), "--output", str(out)]) == 2
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rts map")]  # one line
+    assert line.startswith(f"rts map: error: package {pkg} fails `rts package verify`") and failed_check in line
+    assert not out.exists()
+
+
+def test_a_fallback_threshold_warns_when_mapping_and_is_in_the_summary(tmp_path: Path) -> None:
+    from flows.cli import main
+    from tests.helpers import logged
+
+    pkg = write_package(tmp_path / "pkg", threshold_source="max_f1_fallback")
+    d = tmp_path / "in"
+    d.mkdir()
+    write_raster(d / "a.tif", imagery_like_training(0, TILE, TILE))
+    out = tmp_path / "m"
+    with logged("rtscore") as warnings:
+        assert main(["map", "--package", str(pkg), "--input", str(d), "--output", str(out)]) == 0
+    assert any("max-F1 fallback" in w and str(pkg) in w for w in warnings)
+    summary = json.loads((out / SUMMARY_JSON).read_text())
+    assert summary["threshold_source"] == "max_f1_fallback" and summary["done"] == 1
+    assert "max-F1 fallback" in (out / SUMMARY_MD).read_text()
+    assert json.loads((out / "scenes" / "a" / "a_predict.json").read_text())["threshold_source"] == "max_f1_fallback"
