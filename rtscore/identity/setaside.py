@@ -31,7 +31,9 @@ def set_aside(paths: Iterable[Path], into: Path, *, base: Path, what: str, why: 
     if not found:
         return None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    folder = into / stamp
+    folder, n = into / stamp, 1
+    while folder.exists():  # two set-asides within one clock tick never share a folder
+        folder, n = into / f"{stamp}-{n}", n + 1
     for p in found:
         try:
             rel = p.relative_to(base)
