@@ -13,8 +13,9 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 
 install: $(BIN)/.installed
 
+# PYTHONHASHSEED is read once, at interpreter start-up: fixed here as in the Docker image and the work pools (guide §2.2).
 quickstart: $(BIN)/.installed
-	$(BIN)/rts run --config configs/quickstart.yaml --run $(RUN)
+	PYTHONHASHSEED=42 $(BIN)/rts run --config configs/quickstart.yaml --run $(RUN)
 	$(BIN)/rts package verify $(RUN)/package
 
 test: $(BIN)/.installed

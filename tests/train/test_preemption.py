@@ -140,3 +140,35 @@ def test_fresh_forgets_what_the_seed_recorded(tmp_path: Path, data_run: Path) ->
     forget_seed(run, 5)
     assert not any(rel.startswith("seeds/seed_5/") for rel in run.read_manifest().artifacts)
     assert not run.at(RunLayout.BEST_WEIGHTS, seed=5).exists()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_recorded_by_other_code_is_set_aside_on_a_fresh_worker_not_resumed(
+    gs_data_run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21 on a gs:// run: the retry lands on a fresh worker that runs edited code. The recorded checkpoint
+    is staged, found to be of another identity, set aside in the worker's mirror, and its records leave the
+    manifest and the bucket; the seed trains from scratch and only the new checkpoints are recorded."""
+    from tests.helpers import CodeEdits
+
+    cfg = tiny_train_config()
+    uri = gs_data_run
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-a"))
+    with pytest.raises(Killed):
+        stages.train_seed(uri, cfg, 7, on_epoch_end=_kill_after(3))
+    assert [e for e, _ in recorded_checkpoints(RunDir(uri), 7)] == [2, 3]
+
+    CodeEdits(monkeypatch).edit("rtscore/losses/focal.py")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-b"))
+    epochs: list[int] = []
+    with caplog.at_level("WARNING", logger="rtscore"):
+        stages.train_seed(uri, cfg, 7, on_epoch_end=lambda e, row: epochs.append(e))
+    assert epochs == [1, 2, 3, 4], "trained from scratch, not from the recorded epoch 3"
+    seed_dir = RunDir(uri).root / RunLayout.SEED_DIR.at(seed=7)
+    (aside,) = (seed_dir / "set_aside").iterdir()
+    assert (aside / "resume_latest.pth").is_file() and (aside / "best_deployment.pth").is_file()
+    assert any(f"set aside in {aside}" in r.getMessage() for r in caplog.records)
+    run = RunDir(uri)
+    assert [e for e, _ in recorded_checkpoints(run, 7)] == [3, 4]
+    attempts = read_attempts(run, 7).attempts
+    assert [(a.resumed_from_epoch, a.status) for a in attempts] == [(0, "interrupted"), (0, "completed")]
