@@ -352,3 +352,18 @@ def logged(name: str, level: int = logging.WARNING) -> Iterator[list[str]]:
         yield messages
     finally:
         logger.removeHandler(handler)
+
+
+def count_audits(monkeypatch: Any) -> list[Path]:
+    """The package paths audited from now on (each run of the checks `rts package verify` shares with loading)."""
+    import rtscore.package.verify as verify
+
+    audits: list[Path] = []
+    real = verify.run_audit
+
+    def counting(path: str | Path, **kw: Any) -> Any:
+        audits.append(Path(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(verify, "run_audit", counting)
+    return audits

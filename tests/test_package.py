@@ -529,18 +529,10 @@ def test_the_load_audit_runs_once_per_package_until_a_file_changes(pkg: Path, mo
     """audited_package is memoised by the package's path and a stat of its files (size, mtime, ctime, inode): a
     campaign loading the package once per chunk reads it once; a file rewritten, even with its mtime set back, is
     audited again."""
-    import rtscore.package.verify as verify
     from rtscore.package import audited_package
-    from tests.helpers import flip_byte
+    from tests.helpers import count_audits, flip_byte
 
-    audits: list[Path] = []
-    real = verify.run_audit
-
-    def counting(path: str | Path, **kw: Any) -> Any:
-        audits.append(Path(path))
-        return real(path, **kw)
-
-    monkeypatch.setattr(verify, "run_audit", counting)
+    audits = count_audits(monkeypatch)
     first = audited_package(pkg)
     assert audited_package(pkg).deployment is first.deployment  # the parsed files of the one audit
     assert audited_package(pkg.parent / "." / pkg.name).model_config is first.model_config  # by its real path

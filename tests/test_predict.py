@@ -602,18 +602,11 @@ def test_a_fallback_threshold_warns_on_every_predict_and_is_in_the_manifest(tmp_
 
 def test_the_package_is_verified_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """predict, drift and repeated loads of one unchanged package run its audit once."""
-    import rtscore.package.verify as verify
     from rtscore.inference.drift import drift_report
     from rtscore.inference.predict import load_package
+    from tests.helpers import count_audits
 
-    audits: list[Path] = []
-    real = verify.run_audit
-
-    def counting(path: str | Path, **kw: Any) -> Any:
-        audits.append(Path(path))
-        return real(path, **kw)
-
-    monkeypatch.setattr(verify, "run_audit", counting)
+    audits = count_audits(monkeypatch)
     pkg = write_package(tmp_path / "pkg")
     load_package(pkg, device="cpu")
     load_package(pkg, device="cpu")
