@@ -85,7 +85,13 @@ def local_identity(path: str | Path) -> SourceIdentity:
     if stat.S_ISREG(top.st_mode):
         entries = [(p.name, top, str(p))]
     elif stat.S_ISDIR(top.st_mode):
-        _walk(str(p), "", entries)
+        try:
+            _walk(str(p), "", entries)
+        except OSError as err:  # a folder that cannot be listed
+            where = err.filename or p
+            raise SourceError(
+                f"{where}: cannot list it to identify {p}: {err.strerror or type(err).__name__}"
+            ) from None
         entries.sort(key=lambda e: e[0])
     else:
         raise SourceError(f"{p} is neither a file nor a directory")
@@ -93,7 +99,11 @@ def local_identity(path: str | Path) -> SourceIdentity:
     total = 0
     for name, st, full in entries:
         total += st.st_size
-        h.update(f"{name}\t{st.st_size}\t{st.st_mtime_ns}\t{_cheap_hash(Path(full), st.st_size)}\n".encode())
+        try:
+            content = _cheap_hash(Path(full), st.st_size)
+        except OSError as err:  # unreadable (permissions), vanished mid-listing
+            raise SourceError(f"{full}: cannot read it to identify {p}: {err.strerror or type(err).__name__}") from None
+        h.update(f"{name}\t{st.st_size}\t{st.st_mtime_ns}\t{content}\n".encode())
     return SourceIdentity(uri=str(p), files=len(entries), bytes=total, digest=h.hexdigest())
 
 

@@ -103,3 +103,14 @@ def test_a_gs_root_is_identified_by_one_listing_of_generations(
         seen.add(now)
     with pytest.raises(SourceError, match="holds no object"):
         source_identity(f"gs://{GCS_TEST_BUCKET}/{uuid.uuid4().hex}")
+
+
+def test_a_file_that_cannot_be_read_is_named_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _root(tmp_path)
+
+    def refuse(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(sources_module, "sha256_file", refuse)
+    with pytest.raises(SourceError, match=r"metadata.csv: cannot read it to identify .*: Permission denied"):
+        source_identity(root)
