@@ -39,7 +39,8 @@ from rtscore.mapping.campaign import (
     render_summary,
     run_chunk,
 )
-from rtscore.mapping.campaign_log import CampaignError, CampaignLog, list_scenes
+from rtscore.mapping.campaign_log import CampaignLog
+from rtscore.mapping.scenes import CampaignError, list_scenes
 
 MAP_CHUNK = "map-chunk"  # the fan-out's stage name (part of every chunk run's idempotency key)
 SUMMARY_KEY = "map-region-summary"

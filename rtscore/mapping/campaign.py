@@ -26,18 +26,7 @@ from rtscore.errors import PipelineError
 from rtscore.inference.drift import drift_report
 from rtscore.inference.predict import DEFAULT_BATCH, LoadedPackage, extra_input, load_package
 from rtscore.inference.stream import gdal_env
-from rtscore.mapping.campaign_log import (
-    CampaignError,
-    CampaignLog,
-    MapIdentity,
-    Scene,
-    chunk_scenes,
-    is_current,
-    latest,
-    list_scenes,
-    other_identity,
-    summarize,
-)
+from rtscore.mapping.campaign_log import CampaignLog, MapIdentity, is_current, latest, other_identity, summarize
 from rtscore.mapping.chunk import (
     check_settings,
     has_valid_pixel,
@@ -55,6 +44,7 @@ from rtscore.mapping.outputs import (
     staged_input,
 )
 from rtscore.mapping.polygons import merge_parts, size_bin_key, write_objects
+from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, list_scenes
 from rtscore.storage import atomic_write_json, atomic_write_text
 from rtscore.storage.files import os_errors
 

@@ -36,16 +36,9 @@ from rtscore.inference.predict import (
     write_manifest,
 )
 from rtscore.inference.stream import JobOutcome, RasterJob, gdal_env, run_stream
-from rtscore.mapping.campaign_log import (
-    CampaignError,
-    LogWriter,
-    MapIdentity,
-    MapSettings,
-    Scene,
-    SceneRecord,
-    plan,
-)
+from rtscore.mapping.campaign_log import LogWriter, MapIdentity, MapSettings, SceneRecord, plan
 from rtscore.mapping.outputs import CampaignRoot, finish_scene, scene_outputs, staged_input
+from rtscore.mapping.scenes import CampaignError, Scene
 from rtscore.package.format import SUMS
 from rtscore.storage.files import sha256_file
 from rtscore.storage.gcs import GS

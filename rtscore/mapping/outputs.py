@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 from rtscore.data.bands import RGB_DIR, extra_candidates
 from rtscore.data.ground import ground_pixel_area_m2
 from rtscore.inference.predict import MANIFEST_SUFFIX, PredictManifest
-from rtscore.mapping.campaign_log import CampaignError, CampaignLog, Scene
+from rtscore.mapping.campaign_log import CampaignLog
 from rtscore.mapping.polygons import PARTS_SUFFIX, SceneParts, read_parts, scene_parts, write_parts
+from rtscore.mapping.scenes import CampaignError, Scene
 from rtscore.storage.files import atomic_write_text, os_errors, sha256_file
 from rtscore.storage.gcs import GS, SHA_KEY, GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
 from rtscore.storage.rundir import RunDir, default_cache_dir

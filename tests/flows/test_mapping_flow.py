@@ -18,7 +18,8 @@ from rtscore.mapping.campaign import (
     run_campaign,
     scene_outputs,
 )
-from rtscore.mapping.campaign_log import CampaignLog, list_scenes
+from rtscore.mapping.campaign_log import CampaignLog
+from rtscore.mapping.scenes import list_scenes
 from tests.flows.test_orchestration import FAST, FakePrefect
 from tests.mapping.test_campaign import VALID, write_scenes
 from tests.test_predict import write_package
@@ -175,7 +176,7 @@ def test_a_chunk_worker_of_another_mapping_identity_refuses_the_chunk_before_map
     package under the same path) refuses the chunk naming both, and writes nothing."""
     from flows.mapping import chunk_children, map_chunk
     from rtscore.mapping.campaign import prepare_campaign
-    from rtscore.mapping.campaign_log import CampaignError
+    from rtscore.mapping.scenes import CampaignError
 
     out = tmp_path / "campaign"
     params = MapRegionParams(package=str(package), input=str(scenes_dir), output=str(out), chunk_size=2)

@@ -26,7 +26,8 @@ import pytest
 
 from rtscore.inference.predict import predict_raster
 from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE, SUMMARY_JSON, SUMMARY_MD, scene_outputs
-from rtscore.mapping.campaign_log import CampaignLog, SceneRecord, list_scenes
+from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
+from rtscore.mapping.scenes import list_scenes
 from rtscore.storage import CACHE_ENV
 from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, kill_machine, wait_final, zombie_server
 from tests.mapping.scenes import SceneSet, synth_tiles, write_scene_package, write_scene_set

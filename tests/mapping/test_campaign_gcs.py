@@ -27,9 +27,10 @@ from rtscore.mapping.campaign import (
     scene_outputs,
     write_campaign_outputs,
 )
-from rtscore.mapping.campaign_log import CampaignLog, SceneRecord, list_scenes
+from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
 from rtscore.mapping.outputs import STAGING_DIR
 from rtscore.mapping.polygons import read_objects
+from rtscore.mapping.scenes import list_scenes
 from rtscore.storage.gcs import make_client
 from tests.conftest import GCS_TEST_BUCKET
 from tests.mapping.scenes import synth_tiles, write_scene_package, write_scene_set

@@ -15,20 +15,15 @@ import pytest
 
 from rtscore.mapping.campaign_log import (
     OLDER_RECORD,
-    CampaignError,
     CampaignLog,
-    CompanionInput,
-    InputIdentity,
     MapIdentity,
     MapSettings,
-    Scene,
     SceneRecord,
-    chunk_scenes,
-    list_scenes,
     other_identity,
     plan,
     summarize,
 )
+from rtscore.mapping.scenes import CampaignError, CompanionInput, InputIdentity, Scene, chunk_scenes, list_scenes
 from rtscore.storage.gcs import RetryPolicy, make_client
 from tests.conftest import GCS_TEST_BUCKET
 
