@@ -33,14 +33,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import logging
 import math
 import os
-import shutil
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,16 +51,21 @@ from rtscore.config.tiling import TilingConfig, resolve_paths
 from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR, RasterContractError, resolve_bands
 from rtscore.data.tile_pixels import Datasets, GridCell, Scene, TilePixels, TilingError, grid_cells, render_pixels
 from rtscore.data.tiles import IGNORE_INDEX
+from rtscore.data.tiling_state import (
+    MANIFEST_JSON,
+    METADATA_CSV,
+    SPLITS_YAML,
+    complete_record,
+    prepare_output,
+    record_path,
+)
 from rtscore.data.vector_labels import rasterize_labels, read_polygons
-from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside, source_identity
+from rtscore.identity import closure_hash, source_identity
 from rtscore.storage import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
-METADATA_CSV, SPLITS_YAML, MANIFEST_JSON = "metadata.csv", "splits.yaml", "tiling.json"
 METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
-STATE_DIR = ".rts-tile"  # the run's own bookkeeping: its identity and one record per finished tile
-FINGERPRINT = "fingerprint"  # the file in STATE_DIR holding the identity of the run that wrote the records
 
 
 class TilingCounts(BaseModel):
@@ -365,26 +368,6 @@ def _lonlat(cell: GridCell, crs: str) -> tuple[float, float]:
     return float(xs[0]), float(ys[0])
 
 
-def _record_path(root: Path, tile_id: str) -> Path:
-    return root / STATE_DIR / "tiles" / f"{tile_id}.json"
-
-
-def _complete(root: Path, tile_id: str) -> dict[str, Any] | None:
-    """The record of a finished tile whose files are all there with their recorded sizes; else None."""
-    path = _record_path(root, tile_id)
-    if not path.is_file():
-        return None
-    try:
-        record: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    for rel, size in record.get("files", {}).items():
-        f = root / rel
-        if not f.is_file() or f.stat().st_size != size:
-            return None
-    return record
-
-
 # GDAL reads these beside a file without being told: a scene's external mask and auxiliary metadata, a
 # shapefile's attributes, index, CRS and encoding. They are part of the file's identity when present.
 SIDECARS = {".shp": (".dbf", ".shx", ".prj", ".cpg")}
@@ -422,54 +405,6 @@ def fingerprint(cfg: TilingConfig) -> str:
                 band_doc[key]["path"] = _file_identity(Path(source.path))
     identity = {"code": closure_hash(__name__), "settings": doc}
     return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
-
-
-def _run_paths(root: Path) -> list[Path]:
-    """What a tiling run writes under its root: the layout and its own state (not the set-aside folder)."""
-    state = root / STATE_DIR
-    layout = [root / name for name in (RGB_DIR, EXTRA_DIR, LABEL_DIR, METADATA_CSV, SPLITS_YAML, MANIFEST_JSON)]
-    return [*layout, state / "tiles", state / FINGERPRINT]
-
-
-def prepare_output(root: Path, fp: str, *, overwrite: bool) -> Path | None:
-    """Create ``root`` or reopen a run of the same identity ``fp`` (finished or not); clear stray temp files.
-
-    A run of another identity (other code, settings or inputs) is never resumed: its tiles, records and lists
-    are set aside into ``.rts-tile/set_aside/<UTC time>/`` (hidden: no reader of the data root lists it), named
-    in one warning line, and the run starts fresh; with ``overwrite`` they are deleted instead. Returns the
-    set-aside folder, if any.
-
-    Raises:
-        TilingError: ``root`` is not a directory, or holds something rts tile did not write.
-    """
-    state = root / STATE_DIR / FINGERPRINT
-    ours = state.is_file()
-    if root.exists() and not root.is_dir():
-        raise TilingError(f"output {root} exists and is not a directory")
-    if root.is_dir() and any(root.iterdir()) and not ours:
-        raise TilingError(f"output {root} is not empty and was not written by rts tile; choose a new directory")
-    aside = None
-    if ours and overwrite:
-        for p in _run_paths(root):
-            if p.is_dir():
-                shutil.rmtree(p)
-            else:
-                p.unlink(missing_ok=True)
-    elif ours and (old := state.read_text().strip()) != fp:
-        aside = set_aside(
-            _run_paths(root),
-            root / STATE_DIR / SET_ASIDE_DIR,
-            base=root,
-            what=f"the tiles and tile records of an earlier rts tile run in {root}",
-            why=f"were cut by other code, settings or inputs (identity {old[:12]} vs {fp[:12]})",
-        )
-    atomic_write_text(state, fp + "\n")  # first: a directory holding our state dir is ours from here on
-    for sub in (RGB_DIR, EXTRA_DIR, LABEL_DIR, f"{STATE_DIR}/tiles"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    for sub in (RGB_DIR, EXTRA_DIR, LABEL_DIR):
-        for stray in (root / sub).glob(".*.tmp-*"):  # left by a killed run
-            stray.unlink(missing_ok=True)
-    return aside
 
 
 def _metadata_csv(records: list[dict[str, Any]]) -> str:
@@ -604,13 +539,13 @@ def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = Fals
         prepare_output(root, fp, overwrite=overwrite)
         records, resumed, empty = [], 0, 0
         for k, p in enumerate(placed):
-            record = _complete(root, p.cell.tile_id)
+            record = complete_record(root, p.cell.tile_id)
             if record is not None:
                 resumed += record["status"] == "written"
             else:
                 (root / MANIFEST_JSON).unlink(missing_ok=True)  # "done" again only once this run is done
                 record = _tile(root, p.cell, scenes, cfg, datasets, inventory, p.touching, p.region)
-                atomic_write_json(_record_path(root, p.cell.tile_id), record)
+                atomic_write_json(record_path(root, p.cell.tile_id), record)
             if record["status"] == "written":
                 records.append(record)
             else:
@@ -696,9 +631,3 @@ def _tile(
         "UIDs": ";".join(uids),
     }
     return {"tile_id": cell.tile_id, "status": "written", "files": files, "row": row, "uids": uids}
-
-
-def iter_records(root: Path) -> Iterator[dict[str, Any]]:
-    """The tile records of a tiling output (finished tiles), for inspection and tests."""
-    for p in sorted((root / STATE_DIR / "tiles").glob("*.json")):
-        yield json.loads(p.read_text())

@@ -23,6 +23,7 @@ from rtscore.config.base import ConfigError, parse_config
 from rtscore.config.tiling import TilingConfig, load_tiling_config
 from rtscore.data import tile_pixels, tiling
 from rtscore.data.tiling import TilingError, tile_scenes
+from rtscore.data.tiling_state import iter_records
 from rtscore.data.vector_labels import LabelPolygonError
 
 UTM = "EPSG:32606"
@@ -313,9 +314,7 @@ def test_a_killed_run_resumes_and_redoes_only_unfinished_tiles(mosaic: Path, mon
     assert not (root / "metadata.csv").exists() and not (root / "tiling.json").exists()
     monkeypatch.setattr(tiling, "_tile", real)
     first = tile_scenes(cfg, root)
-    assert first.resumed_tiles == sum(
-        r["status"] == "written" for r in tiling.iter_records(root) if r["tile_id"] in calls
-    )
+    assert first.resumed_tiles == sum(r["status"] == "written" for r in iter_records(root) if r["tile_id"] in calls)
     reference = {p.relative_to(root): p.read_bytes() for p in root.rglob("*.tif")}
     csv_before = (root / "metadata.csv").read_text()
 
@@ -388,7 +387,7 @@ def test_another_identity_is_set_aside_and_tiled_afresh_never_mixed(
     assert out.counts.tiles == len(ids) < both.counts.tiles
     for sub in ("PLANET-RGB", "labels"):
         assert {p.stem for p in (root / sub).glob("*.tif")} == ids, "no tile of scene B left from the earlier run"
-    assert {r["tile_id"] for r in tiling.iter_records(root)} <= {r["tile_id"] for r in tiling.iter_records(folder)}
+    assert {r["tile_id"] for r in iter_records(root)} <= {r["tile_id"] for r in iter_records(folder)}
 
     # an input rewritten (the inventory, one polygon fewer): another identity again
     write_gpkg(mosaic / "rts.gpkg", POLYS[:2], ["west", "west"])
