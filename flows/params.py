@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from flows.form import FormModel
 from rtscore.config import PipelineConfig
 
 Split = Literal["train", "val", "test"]
@@ -29,10 +30,8 @@ def _seeds(v: list[int] | None) -> list[int] | None:
     return v
 
 
-class RunParams(BaseModel):
+class RunParams(FormModel):
     """What every flow needs: the pipeline config and the run directory it reads and writes."""
-
-    model_config = ConfigDict(extra="forbid")
 
     config: str = Field(
         ...,
@@ -72,10 +71,8 @@ class GenerateParams(DataParams):
     splits: list[Split] = Field(list(SPLITS), description="Splits to generate (or adopt).")
 
 
-class TileParams(BaseModel):
+class TileParams(FormModel):
     """tile-scenes: scenes or quads and an RTS polygon inventory -> the tile layout of DATA_LAYOUT.md."""
-
-    model_config = ConfigDict(extra="forbid")
 
     config: str = Field(
         ...,
@@ -135,11 +132,9 @@ class LogitCacheParams(StageParams):
     seed: int = Field(..., ge=0, description="Trained seed whose logit cache to build.")
 
 
-class DistributedParams(BaseModel):
+class DistributedParams(FormModel):
     """How a distributed pipeline runs its GPU stages: one train-seed and one logit-cache flow run per seed and
     one evaluate-test flow run, each on its deployment's (GPU) work pool; the parent only decides and packages."""
-
-    model_config = ConfigDict(extra="forbid")
 
     deployment: str = Field(
         TRAIN_SEED_DEPLOYMENT,
@@ -210,10 +205,8 @@ class PipelineParams(DataParams):
 MAP_CHUNK_DEPLOYMENT = "map-chunk/map-chunk"  # the deployment a distributed map-region fans out to (gpu pool)
 
 
-class MapCampaignParams(BaseModel):
+class MapCampaignParams(FormModel):
     """What every mapping flow needs: the deployment package, the scenes and the campaign's output root."""
-
-    model_config = ConfigDict(extra="forbid")
 
     package: str = Field(
         ...,
@@ -248,10 +241,8 @@ class MapChunkParams(MapCampaignParams):
     )
 
 
-class MapDistributedParams(BaseModel):
+class MapDistributedParams(FormModel):
     """How a distributed map-region runs its chunks: one map-chunk flow run per chunk on the GPU pool."""
-
-    model_config = ConfigDict(extra="forbid")
 
     deployment: str = Field(
         MAP_CHUNK_DEPLOYMENT,
