@@ -19,7 +19,7 @@ quickstart: $(BIN)/.installed
 	$(BIN)/rts package verify $(RUN)/package
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	PYTHONHASHSEED=42 $(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check rtscore flows tasks tests bench

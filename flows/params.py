@@ -8,12 +8,15 @@ Prefect validates it into the model before the flow starts.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from flows.form import FormModel
+from flows.options import Cli, local_file, local_output, run_location
 from rtscore.config import PipelineConfig
+from rtscore.mapping import DEFAULT_CHUNK_SIZE
 
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
@@ -30,18 +33,24 @@ def _seeds(v: list[int] | None) -> list[int] | None:
     return v
 
 
+def default_run_dir(data: dict[str, Any]) -> str:
+    """``artifacts/<config file name>``: the run directory of a config when none is given."""
+    return str(Path("artifacts") / Path(str(data.get("config", "run"))).stem)
+
+
 class RunParams(FormModel):
     """What every flow needs: the pipeline config and the run directory it reads and writes."""
 
-    config: str = Field(
+    config: Annotated[str, Cli(parse=local_file)] = Field(
         ...,
         description="Pipeline config YAML on the worker: absolute, or relative to the project directory "
         "(e.g. configs/quickstart.yaml).",
     )
-    run_dir: str = Field(
-        ...,
+    run_dir: Annotated[str, Cli(flag="--run", parse=run_location)] = Field(
+        default_factory=default_run_dir,
         description="Run directory (artifact root of this run): a local path, relative to the project "
-        "directory or absolute, or gs://bucket/prefix/run. Every stage of a run must see the same one.",
+        "directory or absolute, or gs://bucket/prefix/run. Every stage of a run must see the same one. "
+        "Empty: artifacts/<config file name>.",
     )
     deterministic: bool | None = Field(
         None,
@@ -72,14 +81,14 @@ class GenerateParams(DataParams):
 
 
 class TileParams(FormModel):
-    """tile-scenes: scenes or quads and an RTS polygon inventory -> the tile layout of DATA_LAYOUT.md."""
+    """tile-scenes: scenes or quads and an RTS polygon inventory -> the tile layout of docs/geotiff.md."""
 
-    config: str = Field(
+    config: Annotated[str, Cli(parse=local_file)] = Field(
         ...,
         description="Tiling config YAML on the worker (e.g. configs/tiling/example.yaml): absolute, or relative to the "
         "project directory; the paths inside it are relative to the file.",
     )
-    output: str | None = Field(
+    output: Annotated[str | None, Cli(parse=local_output)] = Field(
         None, description="Data root to write (a local path). Empty: `output` of the config. A re-run resumes."
     )
     overwrite: bool = Field(
@@ -114,6 +123,34 @@ class MultiSeedParams(RunParams):
     check_seeds = field_validator("seeds")(_seeds)
 
 
+class TrainParams(MultiSeedParams):
+    """`rts train`: one seed (the train-seed flow: ``seed``, else training.seed of the config) or several in
+    sequence under one parent MLflow run (the multi-seed-train flow: ``seeds``)."""
+
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="Seed of a single-seed run (train-seed flow); overrides training.seed of the config, which "
+        "is the default.",
+    )
+    seeds: list[int] | None = Field(
+        None, description="Train these seeds in sequence under one parent run (multi-seed-train flow)."
+    )
+
+    @model_validator(mode="after")
+    def _one_of_seed_and_seeds(self) -> TrainParams:
+        if self.seed is not None and self.seeds:
+            raise ValueError("--seed and --seeds: give one (--seeds trains several seeds under one parent run)")
+        return self
+
+    def flow_params(self) -> TrainSeedParams | MultiSeedParams:
+        """The parameters of the flow that trains what was asked."""
+        common = {"config": self.config, "run_dir": self.run_dir, "deterministic": self.deterministic}
+        if self.seeds:
+            return MultiSeedParams(**common, seeds=self.seeds, fresh=self.fresh)
+        return TrainSeedParams(**common, seed=self.seed, fresh=self.fresh)
+
+
 class SeedStageParams(StageParams):
     """A stage over the trained seeds (calibrate, evaluate-test, package)."""
 
@@ -136,7 +173,7 @@ class DistributedParams(FormModel):
     """How a distributed pipeline runs its GPU stages: one train-seed and one logit-cache flow run per seed and
     one evaluate-test flow run, each on its deployment's (GPU) work pool; the parent only decides and packages."""
 
-    deployment: str = Field(
+    deployment: Annotated[str, Cli(flag="--train-deployment")] = Field(
         TRAIN_SEED_DEPLOYMENT,
         description="Training: deployment started once per seed, as '<flow name>/<deployment name>'; its work "
         "pool decides where training runs (prefect.yaml: train-seed on the 'gpu' pool).",
@@ -165,7 +202,7 @@ class DistributedParams(FormModel):
         "the runs still going (a retry of the pipeline re-attaches to them).",
     )
     poll_interval_s: float = Field(10.0, gt=0, description="Seconds between checks of the child runs' states.")
-    job_variables: dict[str, Any] = Field(
+    job_variables: dict[str, JsonValue] = Field(
         default_factory=dict,
         description="Job variables for every child run, over the deployment's (e.g. "
         '{"env": {"CUDA_VISIBLE_DEVICES": "1"}} on a process pool, {"accelerator_count": 2} on Vertex AI).',
@@ -208,7 +245,7 @@ MAP_CHUNK_DEPLOYMENT = "map-chunk/map-chunk"  # the deployment a distributed map
 class MapCampaignParams(FormModel):
     """What every mapping flow needs: the deployment package, the scenes and the campaign's output root."""
 
-    package: str = Field(
+    package: Annotated[str, Cli(parse=local_file)] = Field(
         ...,
         description="Deployment package directory (rts package build's output: weights, stats, configs, "
         "SHA256SUMS) on the worker: absolute, or relative to the project directory.",
@@ -218,7 +255,7 @@ class MapCampaignParams(FormModel):
         description="The scenes: a directory of GeoTIFFs (subfolders too), a gs://bucket/prefix, or a scene list "
         "CSV (a path or uri column, optional scene_id).",
     )
-    output: str = Field(
+    output: Annotated[str, Cli(parse=run_location)] = Field(
         ...,
         description="Campaign output root: a gs://bucket/prefix, or a local directory seen by every worker: "
         "scenes/, log/, objects.gpkg, index.geojson, summary.md. A re-run resumes from its log.",
@@ -262,7 +299,7 @@ class MapDistributedParams(FormModel):
         "still going (a retry of map-region re-attaches to them).",
     )
     poll_interval_s: float = Field(10.0, gt=0, description="Seconds between checks of the chunk runs' states.")
-    job_variables: dict[str, Any] = Field(
+    job_variables: dict[str, JsonValue] = Field(
         default_factory=dict, description="Job variables for every chunk run, over the deployment's."
     )
 
@@ -276,14 +313,22 @@ class MapDistributedParams(FormModel):
         )
 
 
-class MapRegionParams(MapCampaignParams):
-    """map-region: a mapping campaign: drift check, scene list, chunks (in process or as map-chunk runs), then
-    the campaign's objects, footprint index and summary."""
+class MapParams(MapCampaignParams):
+    """`rts map`: a mapping campaign in this process: drift check, scene list, chunks, then the campaign's
+    objects, footprint index and summary; a re-run resumes from its log and retries failed scenes."""
 
-    chunk_size: int = Field(50, ge=1, description="Scenes per chunk (one map-chunk run each when distributed).")
+    chunk_size: int = Field(
+        DEFAULT_CHUNK_SIZE, ge=1, description="Scenes per chunk (one map-chunk run each when distributed)."
+    )
     allow_drift: bool = Field(
         False, description="Map even when the drift check on a sample of the scenes finds a blocker."
     )
+
+
+class MapRegionParams(MapParams):
+    """map-region: a mapping campaign: drift check, scene list, chunks (in process or as map-chunk runs), then
+    the campaign's objects, footprint index and summary."""
+
     execution: Literal["local", "distributed"] = Field(
         "local",
         description="local: every chunk is mapped inside this flow run. distributed: one map-chunk flow run per "

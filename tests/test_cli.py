@@ -5,13 +5,16 @@ import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import yaml
 
 from flows.cli import main
+from flows.form import FormModel
 from rtscore.data.store import ZarrTileStore
 from tests.helpers import tiny_pipeline_config
 
@@ -114,12 +117,16 @@ def test_after_training_commands_are_wired(tmp_path: Path, capsys: pytest.Captur
     assert "--skip-generation" in out and "--seeds" in out
 
 
-def _with_command(func: object) -> argparse.ArgumentParser:
-    from flows.cli import parser
+class _NoParams(FormModel):
+    """A test command without options."""
+
+
+def _with_command(func: Callable[[Any], int]) -> argparse.ArgumentParser:
+    from flows.cli import Command, parser
 
     p = parser()
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    sub.add_parser("boom").set_defaults(func=func)
+    sub.add_parser("boom").set_defaults(command_spec=Command("boom", _NoParams, func, "a test command"))
     return p
 
 
@@ -169,14 +176,27 @@ def test_a_bug_is_not_dressed_as_a_user_error() -> None:
 def test_run_directory_uris_are_kept_and_local_paths_made_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.cli import _run_dir
+    """--run: a gs:// URI kept as it is, a local path made absolute, none given: artifacts/<config file name>."""
+    from flows import flow_commands
+    from flows.cli import parse
 
     monkeypatch.chdir(tmp_path)
-    assert _run_dir(argparse.Namespace(run="gs://bucket/runs/a", config="c.yaml")) == "gs://bucket/runs/a"
-    assert _run_dir(argparse.Namespace(run="runs/a", config="c.yaml")) == str(tmp_path.resolve() / "runs/a")
-    assert _run_dir(argparse.Namespace(run=None, config="configs/quickstart.yaml")) == str(
-        tmp_path.resolve() / "artifacts/quickstart"
-    )
+    seen: list[str] = []
+    monkeypatch.setattr("flows.preflight.check_run", lambda params: seen.append(params.run_dir))
+    monkeypatch.setattr("flows.common.check_inputs", lambda stage, params: None)
+    monkeypatch.setattr("flows.common.start_local_api", lambda: None)
+    for argv in (
+        ["calibrate", "--config", "c.yaml", "--run", "gs://bucket/runs/a"],
+        ["calibrate", "--config", "c.yaml", "--run", "runs/a"],
+        ["calibrate", "--config", "configs/quickstart.yaml"],
+    ):
+        _, params = parse(argv)
+        flow_commands._start_flow(params, "logit-cache")  # type: ignore[type-var]
+    assert seen == [
+        "gs://bucket/runs/a",
+        str(tmp_path.resolve() / "runs/a"),
+        str(tmp_path.resolve() / "artifacts/quickstart"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -247,7 +267,8 @@ def write_yaml(path: Path, data: dict) -> Path:
 
 
 def _one_error(err: str, command: str) -> str:
-    assert "Traceback" not in err and err.startswith(f"rts {command}: error: "), err
+    assert "Traceback" not in err and err.startswith(f"rts {command}"), err
+    assert err.split(": error: ", 1)[0] in (f"rts {command}", f"rts {command} build"), err
     return err
 
 

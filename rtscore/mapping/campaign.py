@@ -26,6 +26,7 @@ from rtscore.errors import PipelineError
 from rtscore.inference.drift import drift_report
 from rtscore.inference.predict import DEFAULT_BATCH, LoadedPackage, extra_input, load_package
 from rtscore.inference.stream import gdal_env
+from rtscore.mapping import DEFAULT_CHUNK_SIZE
 from rtscore.mapping.campaign_log import CampaignLog, MapIdentity, is_current, latest, other_identity, summarize
 from rtscore.mapping.chunk import (
     check_settings,
@@ -54,7 +55,6 @@ INDEX_FILE = "index.geojson"
 SUMMARY_MD = "summary.md"
 SUMMARY_JSON = "summary.json"
 DRIFT_SAMPLE = 8  # scenes the drift check reads
-DEFAULT_CHUNK_SIZE = 50
 
 _log = logging.getLogger(__name__)
 

@@ -85,5 +85,5 @@ def test_train_help_says_the_default_is_the_config_seed(capsys: pytest.CaptureFi
 def test_stats_clip_is_range_checked(clip: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["stats", "--dataset", str(tmp_path / "missing.zarr"), "--clip", *clip])
     err = capsys.readouterr().err
-    assert rc == 2 and f"--clip {clip[0]} {clip[1]}" in err and "0 <= low < high <= 100" in err
+    assert rc == 2 and f"--clip: {clip[0]} {clip[1]}" in err and "0 <= low < high <= 100" in err
     assert "Traceback" not in err and not (tmp_path / "normalization_stats.json").exists()
