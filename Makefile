@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= artifacts/quickstart
 
-.PHONY: install quickstart test lint bench
+.PHONY: install quickstart test lint bench docs
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ quickstart: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	PYTHONHASHSEED=42 $(BIN)/python -m pytest -n 2 --dist loadfile
+
+# docs/commands.md from the commands' parameter models (tests/flows/test_cli_docs.py fails when it is stale).
+docs: $(BIN)/.installed
+	$(BIN)/python -m flows.cli_docs
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check rtscore flows tasks tests bench

@@ -209,8 +209,9 @@ def validated(model: type[M], values: dict[str, Any]) -> M:
         problems = []
         for e in err.errors():
             loc = tuple(str(part) for part in e["loc"])
+            msg = e["msg"].removeprefix("Value error, ")
             flag = next((flags[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in flags), ".".join(loc))
-            problems.append(f"{flag}: {e['msg'].removeprefix('Value error, ')}")
+            problems.append(f"{flag}: {msg}" if flag else msg)  # a rule over several fields names them itself
         raise ParameterError("; ".join(problems)) from None
 
 
