@@ -1,6 +1,6 @@
 """GeoTIFF ingestion benchmark: tiles/s and peak RSS of `rts generate --source geotiff` on 512 x 512 tiles.
 
-A data root in the layout of DATA_LAYOUT.md is written first with `rts synth-geotiff` (not timed: RGB+alpha
+A data root in the tile layout (docs/geotiff.md) is written first with `rts synth-geotiff` (not timed: RGB+alpha
 uint8, 1 EXTRA float32 band, labels, LZW, EPSG:3857). Ingestion then runs in a fresh process per size, so
 its peak RSS is its own: N/4 and N tiles side by side show that memory is bounded by the generation batch
 and the shard buffer, not by the dataset. Median of --repeats runs per size.

@@ -1,7 +1,7 @@
 """The input binding: which raster file and band feeds each model channel (one definition for every reader).
 
-A model channel is bound to one band of one file of a tile (DATA_LAYOUT.md): R, G, B are bands 0, 1, 2 of the
-RGB raster (``PLANET-RGB/<id>.tif``), each EXTRA channel is the band it names (0-based) of the EXTRA raster
+A model channel is bound to one band of one file of a tile (docs/geotiff.md#the-tile-layout): R, G, B are bands 0, 1, 2
+of the RGB raster (``PLANET-RGB/<id>.tif``), each EXTRA channel is the band it names (0-based) of the EXTRA raster
 (``EXTRA/<id>.tif``). GeoTIFF ingestion, the tile store's attributes, the normalization stats, the deployment
 package, ``rts predict`` and ``rts drift`` all read the same :class:`InputBinding`, so a channel name can never
 mean one band at training and another at inference. Declared in YAML as ``channels.extra`` of the pipeline config

@@ -122,7 +122,7 @@ class StoreConfig(StrictModel):
 
 
 class GeotiffSourceConfig(StrictModel):
-    """A GeoTIFF data root in the layout of DATA_LAYOUT.md (PLANET-RGB/, EXTRA/, labels/, metadata.csv, splits.yaml)."""
+    """A GeoTIFF data root in the tile layout of docs/geotiff.md#the-tile-layout (PLANET-RGB/, EXTRA/, labels/, ...)."""
 
     data_root: str = Field(
         ..., min_length=1, description="The data root: a path, relative to the config file that names it."
@@ -200,7 +200,7 @@ class GenerationConfig(StrictModel):
     dataset_version: str = Field("1.0", description="Version string recorded in the store and the stats file.")
     source: Literal["synthetic", "geotiff"] = Field(
         "synthetic",
-        description="Where tiles come from: rendered synthetic scenes, or a GeoTIFF data root (DATA_LAYOUT.md).",
+        description="Where tiles come from: rendered synthetic scenes, or a GeoTIFF data root (docs/geotiff.md).",
     )
 
     split: Split = Field(..., description="The split this store holds.")

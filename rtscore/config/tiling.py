@@ -1,4 +1,4 @@
-"""Config of `rts tile`: scenes and a polygon inventory in, the tile layout of DATA_LAYOUT.md out."""
+"""Config of `rts tile`: scenes and a polygon inventory in, the tile layout (docs/geotiff.md#the-tile-layout) out."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rtscore.config.binding import RasterBandMap, check_extra_names
 from rtscore.data.splits import region_splits
 from rtscore.data.tiles import PIXEL_SIZE_M
 
-DEFAULT_TILE_SIZE = 512  # DATA_LAYOUT.md: 512 x 512 tiles
+DEFAULT_TILE_SIZE = 512  # the tile layout's 512 x 512 tiles (docs/geotiff.md#the-tile-layout)
 Resampling = Literal["bilinear", "cubic", "average", "nearest"]
 
 
@@ -98,7 +98,7 @@ class RegionsConfig(StrictModel):
 class GridConfig(StrictModel):
     """The tile grid: fixed, anchored at the CRS origin, so tiles cut from different scenes line up."""
 
-    crs: str = Field("EPSG:3857", description="CRS of the tiles (DATA_LAYOUT.md: EPSG:3857); must be projected.")
+    crs: str = Field("EPSG:3857", description="CRS of the tiles (the tile layout's EPSG:3857); must be projected.")
     pixel_size: float = Field(
         PIXEL_SIZE_M, gt=0, description="Pixel size in CRS units (the guide's 4.77 m: Web Mercator zoom 15)."
     )

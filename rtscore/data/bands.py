@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from rasterio.io import DatasetReader
 
 GRID_TOLERANCE_PX = 1e-6
-RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"  # a data root's folders (DATA_LAYOUT.md)
+RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"  # a data root's folders (docs/geotiff.md)
 EXTRA_SUFFIX = "_extra"  # the EXTRA raster of a raster outside a data root: <stem>_extra.tif beside it
 
 P = TypeVar("P", bound=PurePath)

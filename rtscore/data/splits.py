@@ -1,4 +1,4 @@
-"""Spatial blocking (DATA_LAYOUT.md): whole regions go to one split, derived when `splits.yaml` is absent.
+"""Spatial blocking (docs/geotiff.md): whole regions go to one split, derived when `splits.yaml` is absent.
 
 The rules, in priority order (the thresholds are the pipeline config's `splits.min_test_positives` and
 `splits.min_val_regions`, defaults 100 and 2):

@@ -1,5 +1,5 @@
 """`rts tile`: GeoTIFF scenes or quads (any CRS, any size) and an RTS polygon inventory cut into the tile layout of
-DATA_LAYOUT.md (PLANET-RGB/, EXTRA/, labels/, metadata.csv, splits.yaml) on a fixed grid.
+docs/geotiff.md#the-tile-layout (PLANET-RGB/, EXTRA/, labels/, metadata.csv, splits.yaml) on a fixed grid.
 
 Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
 

@@ -5,7 +5,7 @@ Reading (:func:`read_polygons`, the one reader of polygon files for ingestion an
 pyogrio (GDAL/OGR); a GeoJSON file without a ``crs`` member is WGS84 lon/lat (RFC 7946), a file of another format
 must declare its CRS (a shapefile needs its .prj); polygons are reprojected to the CRS of the tile they label.
 
-Rules (DATA_LAYOUT.md): pixels inside an RTS polygon are 1, elsewhere 0; an RTS cut by the tile edge (its
+Rules (docs/geotiff.md): pixels inside an RTS polygon are 1, elsewhere 0; an RTS cut by the tile edge (its
 headwall or floor lies outside) is a partial object and its pixels are 255 (ignore), as are pixels of a
 polygon whose `ignore` property is true. Rasterisation follows rasterio's rule: a pixel belongs to a polygon
 when its centre does.

@@ -233,7 +233,7 @@ def window_starts(length: int, tile: int, stride: int) -> list[int]:
 
 
 def extra_path_for(input_tif: Path) -> Path:
-    """The EXTRA raster of an RGB raster: ``EXTRA/<name>`` of a DATA_LAYOUT.md root when the raster is its
+    """The EXTRA raster of an RGB raster: ``EXTRA/<name>`` of a data root (the tile layout) when the raster is its
     ``PLANET-RGB/<name>`` and that file exists, else the sibling ``<stem>_extra.tif``
     (:func:`rtscore.data.bands.extra_candidates`)."""
     *first, last = extra_candidates(input_tif)
@@ -458,7 +458,7 @@ def input_rasters(input_path: str | Path) -> list[Path]:
         return [p]
     if not p.is_dir():
         raise PredictError(f"input not found: {p}")
-    if (p / RGB_DIR).is_dir():  # a data root in the layout of DATA_LAYOUT.md
+    if (p / RGB_DIR).is_dir():  # a data root in the tile layout (docs/geotiff.md#the-tile-layout)
         p = p / RGB_DIR
     files = sorted(
         f for f in p.iterdir() if f.suffix.lower() in (".tif", ".tiff") and not f.stem.endswith(EXTRA_SUFFIX)

@@ -86,7 +86,7 @@ class Scene:
 def list_scenes(source: str | Path, *, extra: bool = False) -> list[Scene]:
     """The campaign's scenes, sorted by id: every GeoTIFF (``.tif``/``.tiff``, any case, in subfolders too,
     hidden names aside) of a local directory or under a ``gs://bucket/prefix``, or the rows of a scene list CSV
-    (local or ``gs://``; see :func:`read_scene_csv`). A local data root in the layout of DATA_LAYOUT.md is read as
+    (local or ``gs://``; see :func:`read_scene_csv`). A local data root in the tile layout is read as
     ``rts predict`` reads one: the scenes of its ``PLANET-RGB/`` (their EXTRA rasters in ``EXTRA/``).
 
     ``extra`` (the package reads EXTRA bands): each scene's EXTRA raster, where ``rts predict`` looks for it
@@ -111,7 +111,7 @@ def list_scenes(source: str | Path, *, extra: bool = False) -> list[Scene]:
         root = Path(text).expanduser()
         if not root.is_dir():
             raise CampaignError(f"campaign input {root}: not a directory, a gs:// prefix or a .csv scene list")
-        if (root / RGB_DIR).is_dir():  # a data root (DATA_LAYOUT.md): its scenes, as rts predict reads one
+        if (root / RGB_DIR).is_dir():  # a data root (the tile layout): its scenes, as rts predict reads one
             root = root / RGB_DIR
         files = sorted(
             p

@@ -1,4 +1,4 @@
-"""Every path of a run directory, declared once (ARCHITECTURE.md "Data flows as URIs").
+"""Every path of a run directory, declared once (docs/architecture.md#run-layout).
 
 A path is an :class:`Entry`: a template relative to the run directory, with ``{split}``, ``{seed}`` or
 ``{ratio}`` placeholders where it exists once per split, seed or prevalence ratio. Stages declare their

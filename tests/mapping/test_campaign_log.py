@@ -72,7 +72,7 @@ def test_a_directory_lists_its_geotiffs_by_id_with_their_sha256(tmp_path: Path) 
 
 
 def test_a_data_root_lists_the_scenes_of_its_planet_rgb_folder(tmp_path: Path) -> None:
-    """A DATA_LAYOUT.md root as rts predict reads one: its PLANET-RGB scenes, not its EXTRA rasters or labels (which
+    """A tile-layout data root as rts predict reads one: its PLANET-RGB scenes, not its EXTRA rasters or labels (which
     share the scenes' names)."""
     for folder in ("PLANET-RGB", "EXTRA", "labels"):
         write_scene(tmp_path / "root" / folder / "t1.tif", folder.encode())
