@@ -10,37 +10,14 @@ stages are imported and before Prefect's temporary server starts. The run's inpu
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-
+from flows.options import ParameterError
 from flows.params import PipelineParams, RunParams
 from rtscore.config import PipelineConfig, load_pipeline_config
-from rtscore.errors import PipelineError
 from rtscore.storage import check_writable
 from rtscore.storage.gcs import check_access
 
-M = TypeVar("M", bound=BaseModel)
-
-__all__ = ["ParameterError", "check_run", "flow_params"]
-
-
-class ParameterError(PipelineError):
-    """A command's options break a rule of the flow's parameters; the message names the option."""
-
-
-def flow_params(model: type[M], options: Mapping[str, str], **values: Any) -> M:
-    """The flow's parameter model from the command's values; a value it refuses is one line naming the option
-    (``options`` maps a field to the option that sets it, e.g. ``{"seeds": "--seeds"}``)."""
-    try:
-        return model(**values)
-    except ValidationError as err:
-        problems = []
-        for e in err.errors():
-            field = ".".join(str(part) for part in e["loc"])
-            problems.append(f"{options.get(field, field)}: {e['msg'].removeprefix('Value error, ')}")
-        raise ParameterError("; ".join(problems)) from None
+__all__ = ["check_run"]
 
 
 def check_run(params: RunParams) -> PipelineConfig:
