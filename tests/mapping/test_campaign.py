@@ -348,24 +348,9 @@ def test_bad_parameters_are_refused_before_the_package_is_loaded_or_anything_wri
         ):
             with pytest.raises(CampaignError, match=message):
                 run_campaign(package, scenes_dir, out, **kw)  # type: ignore[arg-type]
-        with pytest.raises(SystemExit) as exit_:
-            main(
-                [
-                    "map",
-                    "--package",
-                    str(package),
-                    "--input",
-                    str(scenes_dir),
-                    "--output",
-                    str(out),
-                    "--chunk-size",
-                    "0",
-                ]
-            )
-        assert (
-            exit_.value.code == 2
-            and "--chunk-size: '0': expected a whole number of scenes >= 1" in capsys.readouterr().err
-        )
+        argv = ["map", "--package", str(package), "--input", str(scenes_dir), "--output", str(out)]
+        assert main([*argv, "--chunk-size", "0"]) == 2  # the parameter model's rule, before the package is loaded
+        assert "rts map: error: --chunk-size: Input should be greater than or equal to 1" in capsys.readouterr().err
     with pytest.raises(PredictError, match=r"stride 999 must be in \[1, tile size 64\]"):
         run_campaign(package, scenes_dir, out, stride=999)  # known once the package is: still before any output
     assert not out.exists()
