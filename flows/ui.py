@@ -127,10 +127,9 @@ def publish_image(run_dir: str, stage: str, rel: str) -> None:
     if not run.remote and not run.path(rel).is_file():
         return
     src = image_src(run, rel)
-    if src is None:
-        link = browser_url(run.uri_of(rel))
-        create_link_artifact(link=link, link_text=rel, description=f"{stage}: {rel} (too large to show inline)")
-    elif run.remote:
+    if src is None:  # a local image too large to inline: no file:// link (a browser refuses it); listed in the summary
+        return
+    if run.remote:
         create_image_artifact(image_url=src, description=f"{stage}: {rel}")
     else:
         key = artifact_key(stage, posixpath.splitext(rel)[0])
@@ -138,11 +137,15 @@ def publish_image(run_dir: str, stage: str, rel: str) -> None:
 
 
 def publish_links(run_dir: str, refs: Iterable[ArtifactRef]) -> None:
-    """An artifact per recorded artifact: images shown (:func:`publish_image`), anything else a link."""
+    """An artifact per recorded artifact: images shown (:func:`publish_image`); of a gs:// run anything else a
+    titled link to its Cloud Console page. A local run's other files get no link (a browser opens no ``file://``
+    link from a web page): the stage summary's table lists them with their size and sha256."""
     run = RunDir(run_dir)
     for ref in refs:
         if _is_image(ref.path):
             publish_image(run_dir, ref.stage, ref.path)
+            continue
+        if not run.remote:
             continue
         create_link_artifact(
             link=browser_url(ref.uri, is_dir=_is_dir(run, ref)),
@@ -435,15 +438,17 @@ def publish_pipeline(run_dir: str, calibration: CalibrationResult, test: TestRes
         f"{run_dir}: Test-Realistic, mean ± std over seeds ({_seeds_note(report)})",
     )
     where = browser_url(package.uri, is_dir=True)
+    shown = f"[{package.path}]({where})" if RunDir(run_dir).remote else f"`{package.path}`"
     d = calibration.deployment
     md = (
         f"# RTS pipeline: {run_dir}\n\n"
-        f"- deployment package: [{package.path}]({where}) (`{package.uri}`, sha256 `{package.sha256[:12]}`)\n"
+        f"- deployment package: {shown} (`{package.uri}`, sha256 `{package.sha256[:12]}`)\n"
         f"- shipped seed **{calibration.shipped_seed}**: threshold {cell(d.threshold)}, temperature "
         f"{cell(d.temperature)}, TTA {d.tta}, scales {d.scales}\n\n" + render_test_markdown(report)
     )
     create_markdown_artifact(key="rts-pipeline-summary", markdown=md, description=f"RTS pipeline: {run_dir}")
-    create_link_artifact(link=where, link_text="deployment package", description=f"package: {package.uri}")
+    if RunDir(run_dir).remote:  # a local package: its path is in the summary (no file:// link a browser refuses)
+        create_link_artifact(link=where, link_text="deployment package", description=f"package: {package.uri}")
 
 
 class Progress:
