@@ -428,24 +428,16 @@ def _run_dir(args: argparse.Namespace) -> str:
 
 
 def _print_training(results: list[Any]) -> None:
-    for r in results:
-        print(
-            f"seed {r.result.seed:<6d} best val_realistic_pr_auc_geomean {r.result.best_metric:.4f} "
-            f"(epoch {r.result.best_epoch}) {r.result.seed_dir}"
-        )
+    from rtscore.stages.render import render_training
+
+    if results:
+        print(render_training(results))
 
 
 def _print_calibration(cal: Any) -> None:
-    d = cal.deployment
-    print(f"calibration: tta {d.tta}, scales {d.scales}; shipped seed {cal.shipped_seed}")
-    print(f"  TTA gate:   {cal.summary.tta_reason}")
-    print(f"  scale gate: {cal.summary.scales_reason}")
-    for p in cal.summary.seeds:
-        note = "" if p.target_reached else " (WARNING: target precision not reachable: max-F1 fallback threshold)"
-        print(
-            f"  seed {p.seed}: T = {p.temperature:.3f}, threshold {p.threshold:.4f} "
-            f"(val precision {p.precision:.3f}, recall {p.recall:.3f}){note}"
-        )
+    from rtscore.stages.render import render_calibration
+
+    print(render_calibration(cal))
 
 
 def _pipeline(args: argparse.Namespace) -> int:
