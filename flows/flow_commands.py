@@ -6,7 +6,7 @@ Prefect API unless PREFECT_API_URL names a server). The flows are imported on us
 from __future__ import annotations
 
 import os
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from flows.params import DataParams, MultiSeedParams, PipelineParams, RunParams, SeedStageParams, TrainParams
 from rtscore.storage import RunLayout, absolute_location
@@ -50,45 +50,21 @@ def data(params: DataParams) -> int:
 def train(params: TrainParams) -> int:
     flow_params = _start_flow(params.flow_params(), "train-seed")
     from flows.train import multi_seed_train, train_seed
+    from rtscore.stages.render import render_training
 
     results = multi_seed_train(flow_params) if isinstance(flow_params, MultiSeedParams) else [train_seed(flow_params)]
-    for r in results:
-        res = r.result
-        print(
-            f"seed {res.seed}: best val_realistic_pr_auc_geomean {res.best_metric:.4f} at epoch {res.best_epoch} "
-            f"({res.epochs_run} epochs) -> {res.seed_dir}"
-        )
+    print(render_training(results))
     return 0
-
-
-def _print_training(results: list[Any]) -> None:
-    for r in results:
-        print(
-            f"seed {r.result.seed:<6d} best val_realistic_pr_auc_geomean {r.result.best_metric:.4f} "
-            f"(epoch {r.result.best_epoch}) {r.result.seed_dir}"
-        )
-
-
-def _print_calibration(cal: Any) -> None:
-    d = cal.deployment
-    print(f"calibration: tta {d.tta}, scales {d.scales}; shipped seed {cal.shipped_seed}")
-    print(f"  TTA gate:   {cal.summary.tta_reason}")
-    print(f"  scale gate: {cal.summary.scales_reason}")
-    for p in cal.summary.seeds:
-        note = "" if p.target_reached else " (WARNING: target precision not reachable: max-F1 fallback threshold)"
-        print(
-            f"  seed {p.seed}: T = {p.temperature:.3f}, threshold {p.threshold:.4f} "
-            f"(val precision {p.precision:.3f}, recall {p.recall:.3f}){note}"
-        )
 
 
 def pipeline(params: PipelineParams) -> int:
     params = _start_flow(params, "generate-dataset")
     from flows.pipeline import pipeline as pipeline_flow
+    from rtscore.stages.render import render_calibration, render_training
 
     out = pipeline_flow(params)
-    _print_training(out["training"])
-    _print_calibration(out["calibration"])
+    print(render_training(out["training"]))
+    print(render_calibration(out["calibration"]))
     print()
     print(out["test"].table)
     print(f"\ntest report: {params.run_dir}/{RunLayout.TEST_REPORT_MD.at()}")
@@ -99,8 +75,9 @@ def pipeline(params: PipelineParams) -> int:
 def calibrate(params: SeedStageParams) -> int:
     params = _start_flow(params, "logit-cache")
     from flows.calibrate import calibrate as calibrate_flow
+    from rtscore.stages.render import render_calibration
 
-    _print_calibration(calibrate_flow(params))
+    print(render_calibration(calibrate_flow(params)))
     print(f"deployment config: {params.run_dir}/{RunLayout.DEPLOYMENT_CONFIG.at()}")
     return 0
 

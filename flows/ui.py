@@ -18,7 +18,7 @@ import math
 import mimetypes
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote
@@ -37,15 +37,20 @@ from rtscore.config import PipelineConfig
 from rtscore.data.splits import read_split_result
 from rtscore.data.store import read_store_attrs
 from rtscore.data.tiling import TilingManifest
-from rtscore.evaluation import TestReport, mean_std
+from rtscore.evaluation import TestReport
 from rtscore.stages import ArtifactRef, CalibrationResult, TestResult, TrainResult
+from rtscore.stages.render import (
+    NOT_AVAILABLE,
+    render_calibration_markdown,
+    render_test_markdown,
+    render_training_markdown,
+)
 from rtscore.storage import RunDir, RunLayout
 
 GCS_CONSOLE = "https://console.cloud.google.com/storage/browser"
 GCS_AUTHENTICATED = "https://storage.cloud.google.com"  # renders an object for a signed-in user with access
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".gif")
 MAX_INLINE_IMAGE_BYTES = 5_000_000  # larger images are linked (the artifact lives in the Prefect database)
-NOT_AVAILABLE = "n/a"  # a table cell whose value is undefined (NaN): e.g. the std of a single seed
 _IMAGE_REF = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")  # ![alt](target) in markdown
 
 
@@ -122,10 +127,9 @@ def publish_image(run_dir: str, stage: str, rel: str) -> None:
     if not run.remote and not run.path(rel).is_file():
         return
     src = image_src(run, rel)
-    if src is None:
-        link = browser_url(run.uri_of(rel))
-        create_link_artifact(link=link, link_text=rel, description=f"{stage}: {rel} (too large to show inline)")
-    elif run.remote:
+    if src is None:  # a local image too large to inline: no file:// link (a browser refuses it); listed in the summary
+        return
+    if run.remote:
         create_image_artifact(image_url=src, description=f"{stage}: {rel}")
     else:
         key = artifact_key(stage, posixpath.splitext(rel)[0])
@@ -133,11 +137,15 @@ def publish_image(run_dir: str, stage: str, rel: str) -> None:
 
 
 def publish_links(run_dir: str, refs: Iterable[ArtifactRef]) -> None:
-    """An artifact per recorded artifact: images shown (:func:`publish_image`), anything else a link."""
+    """An artifact per recorded artifact: images shown (:func:`publish_image`); of a gs:// run anything else a
+    titled link to its Cloud Console page. A local run's other files get no link (a browser opens no ``file://``
+    link from a web page): the stage summary's table lists them with their size and sha256."""
     run = RunDir(run_dir)
     for ref in refs:
         if _is_image(ref.path):
             publish_image(run_dir, ref.stage, ref.path)
+            continue
+        if not run.remote:
             continue
         create_link_artifact(
             link=browser_url(ref.uri, is_dir=_is_dir(run, ref)),
@@ -211,17 +219,6 @@ def cell(v: Any) -> Any:
     if isinstance(v, float):
         return round(v, 4) if math.isfinite(v) else NOT_AVAILABLE
     return v
-
-
-def mean_std_text(values: Sequence[float], digits: int = 4) -> str:
-    """Mean ± std over seeds as the test report writes it (``0.7231 ± 0.0120``), ``0.7231 (1 seed)`` where the
-    std is undefined (one seed, or one defined value), ``n/a`` when no value is defined; never ``± 0``."""
-    mean, std = mean_std(values)
-    if math.isnan(mean):
-        return NOT_AVAILABLE
-    if math.isnan(std):
-        return f"{mean:.{digits}f} (1 seed)"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 # ------------------------------------------------------------------------------------------ data stages
@@ -329,26 +326,12 @@ def publish_training(
         for r, s in zip(results, seeds, strict=True)
     ]
     publish_table(key, rows, "Per-seed training results")
-    figures = "\n".join(
-        f"- seed {s.seed}: best val_realistic_pr_auc_geomean {cell(s.best_metric)} at epoch "
-        f"{s.best_epoch} of {s.epochs_run}{' (stopped early)' if s.stopped_early else ''}"
-        + "".join(f"\n  - {line}" for line in _attempt_lines(r))
-        for r, s in zip(results, seeds, strict=True)
-    )
-    overall = mean_std_text([s.best_metric for s in seeds])
-    figures += f"\n\n**best val_realistic_pr_auc_geomean over {len(seeds)} seed(s): {overall}**\n"
+    figures = render_training_markdown(results)
     refs = [ref for r in results for ref in r.artifacts]
     publish_summary(f"{key}-summary", f"Training: {key}", refs, lambda: figures, run_dir=run_dir)
     publish_mlflow_link(cfg.mlflow.tracking_uri, parent_run_id, "multi-seed parent run")
     for s in seeds:
         publish_mlflow_link(cfg.mlflow.tracking_uri, s.mlflow_run_id, f"seed {s.seed}")
-
-
-def _attempt_lines(result: TrainResult) -> list[str]:
-    """What each attempt of a seed did, when there was more than one (a pre-empted worker)."""
-    if result.attempts is None or len(result.attempts.attempts) < 2:
-        return []
-    return result.attempts.describe().splitlines()
 
 
 def _attempts_cell(result: TrainResult) -> str:
@@ -377,20 +360,9 @@ def publish_calibration(run_dir: str, caches: list[ArtifactRef], result: Calibra
         "calibrate",
         "Calibration",
         caches + result.artifacts,
-        lambda: _calibration_md(result) + "\n" + report,
+        lambda: render_calibration_markdown(result) + "\n" + report,
         run_dir=run_dir,
     )
-
-
-def _calibration_md(result: CalibrationResult) -> str:
-    d = result.deployment
-    lines = [
-        f"- shipped seed **{result.shipped_seed}** ({result.summary.shipped_reason}): threshold {cell(d.threshold)}, "
-        f"temperature {cell(d.temperature)}, TTA {d.tta}, scales {d.scales}",
-        f"- TTA gate: {result.summary.tta_reason}",
-        f"- scale gate: {result.summary.scales_reason}",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def report_tables(report: TestReport) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -443,7 +415,7 @@ def publish_test_report(run_dir: str, result: TestResult) -> None:
         "test-report",
         "Test-Realistic, mean ± std over seeds",
         result.artifacts,
-        report.render_markdown,
+        lambda: render_test_markdown(report),
         run_dir=run_dir,
     )
 
@@ -466,15 +438,17 @@ def publish_pipeline(run_dir: str, calibration: CalibrationResult, test: TestRes
         f"{run_dir}: Test-Realistic, mean ± std over seeds ({_seeds_note(report)})",
     )
     where = browser_url(package.uri, is_dir=True)
+    shown = f"[{package.path}]({where})" if RunDir(run_dir).remote else f"`{package.path}`"
     d = calibration.deployment
     md = (
         f"# RTS pipeline: {run_dir}\n\n"
-        f"- deployment package: [{package.path}]({where}) (`{package.uri}`, sha256 `{package.sha256[:12]}`)\n"
+        f"- deployment package: {shown} (`{package.uri}`, sha256 `{package.sha256[:12]}`)\n"
         f"- shipped seed **{calibration.shipped_seed}**: threshold {cell(d.threshold)}, temperature "
-        f"{cell(d.temperature)}, TTA {d.tta}, scales {d.scales}\n\n" + report.render_markdown()
+        f"{cell(d.temperature)}, TTA {d.tta}, scales {d.scales}\n\n" + render_test_markdown(report)
     )
     create_markdown_artifact(key="rts-pipeline-summary", markdown=md, description=f"RTS pipeline: {run_dir}")
-    create_link_artifact(link=where, link_text="deployment package", description=f"package: {package.uri}")
+    if RunDir(run_dir).remote:  # a local package: its path is in the summary (no file:// link a browser refuses)
+        create_link_artifact(link=where, link_text="deployment package", description=f"package: {package.uri}")
 
 
 class Progress:

@@ -17,6 +17,7 @@ from rtscore.evaluation.evaluate import (
     pixel_confusion_at_ratio,
 )
 from rtscore.metrics import LogitBins, ObjectCounter, TileHistograms
+from rtscore.stages.render import render_test_markdown
 from tests.helpers import calibrated_deployment
 
 
@@ -86,7 +87,7 @@ def test_the_test_report_flags_a_fallback_threshold() -> None:
     fallback = ok.model_copy(update={"seed": 2, "threshold_source": "max_f1_fallback"})
     report = TestReport.from_seeds([ok, fallback], DeploymentConfig(threshold=0.5, temperature=1.0), [])
     assert report.fallback_seeds == [2]
-    assert "WARNING: seeds [2] run at a max-F1 fallback threshold" in report.render_markdown()
-    assert "| 2 | 0.5000 | max_f1_fallback |" in report.render_markdown()
+    assert "WARNING: seeds [2] run at a max-F1 fallback threshold" in render_test_markdown(report)
+    assert "| 2 | 0.5000 | max_f1_fallback |" in render_test_markdown(report)
     plain = TestReport.from_seeds([ok], DeploymentConfig(threshold=0.5, temperature=1.0), [])
-    assert plain.fallback_warning() is None and "WARNING" not in plain.render_markdown()
+    assert plain.fallback_warning() is None and "WARNING" not in render_test_markdown(plain)

@@ -21,6 +21,7 @@ from rtscore.evaluation import (
 )
 from rtscore.inference.context import needs_context
 from rtscore.metrics import weighted_hist
+from rtscore.stages.render import render_test, render_test_markdown
 from rtscore.stages.seeds import context_store, no_context_reason, seed_model_and_loader, trained_seeds
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, atomic_write_json, atomic_write_text
@@ -36,7 +37,8 @@ class TestResult(BaseModel):
 
     @property
     def table(self) -> str:
-        return self.report.render_table()
+        """The console's table (:func:`rtscore.stages.render.render_test`)."""
+        return render_test(self.report)
 
 
 def _seed_result(s: int, dep: DeploymentConfig, ev: SeedEvaluation) -> SeedTestResult:
@@ -102,7 +104,7 @@ def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = N
     for rel in rels:
         run.forget(rel)
     atomic_write_json(run.at(RunLayout.TEST_REPORT), report.model_dump(mode="python"))
-    atomic_write_text(run.at(RunLayout.TEST_REPORT_MD), report.render_markdown())
+    atomic_write_text(run.at(RunLayout.TEST_REPORT_MD), render_test_markdown(report))
     for r, c in curves.items():
         tag = f"1_{r}"
         points = [

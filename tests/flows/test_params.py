@@ -71,7 +71,7 @@ def test_rts_train_without_seed_uses_training_seed(
     assert main(["train", "--config", config, "--run", str(tmp_path / "run"), "--seed", "3"]) == 0
     assert seen == [None, 3], "no --seed: the flow takes training.seed; --seed overrides it"
     out = capsys.readouterr().out
-    assert "seed 7:" in out and "seed 3:" in out
+    assert "seed 7 " in out and "seed 3 " in out
 
 
 def test_train_help_says_the_default_is_the_config_seed(capsys: pytest.CaptureFixture[str]) -> None:

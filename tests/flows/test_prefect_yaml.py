@@ -222,3 +222,20 @@ def test_mapping_deployments_map_region_on_cpu_fans_out_to_map_chunk_on_gpu() ->
         flow_name, _, dep_name = name.partition("/")
         assert flow_name == _flow(DEPLOYMENTS[dep_name]["entrypoint"]).name == "map-chunk", name
         assert DEPLOYMENTS[dep_name]["work_pool"]["name"] == "gpu", name
+
+
+def test_the_mapping_forms_default_to_what_a_fresh_checkout_makes_with_its_first_commands() -> None:
+    """Issue 22: the map-region form pointed at data/scenes, which nothing makes. The package is the one `make
+    quickstart` writes, the input the data root that docs/commands.md's `rts synth-geotiff` line writes, and
+    every config a deployment names is in the repository."""
+    quickstart_run = re.search(r"^RUN \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert quickstart_run is not None
+    synth = re.search(r"^rts synth-geotiff .*--output (\S+)", (ROOT / "docs" / "commands.md").read_text(), re.M)
+    assert synth is not None
+    for name in ("map-region", "map-chunk"):
+        params = DEPLOYMENTS[name]["parameters"]["params"]
+        assert params["package"] == f"{quickstart_run.group(1)}/package", name
+        assert params["input"] == synth.group(1), name
+    for name, dep in DEPLOYMENTS.items():
+        config = dep["parameters"]["params"].get("config")
+        assert config is None or (ROOT / config).is_file(), f"{name}: {config}"

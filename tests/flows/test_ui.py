@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from flows.ui import derived_split_md
 from rtscore.data.splits import SplitResult
 from rtscore.storage import RunLayout
@@ -25,3 +27,27 @@ def test_a_derived_split_and_its_warnings_are_shown_with_the_datasets(tmp_path: 
     md = derived_split_md(str(tmp_path))
     assert "Split derived from /data/tiles" in md and "| train | 2 | 80 | 80.0% | 69 |" in md
     assert "**warning**: train holds 69 of 100 positive tiles (69% < 70%)" in md
+
+
+def test_a_local_run_publishes_no_file_link_and_a_gs_run_https_console_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: 17 of the pipeline run's artifact cards were untitled file:// links a browser does not open."""
+    import flows.ui as ui
+    from rtscore.stages import ArtifactRef
+
+    links: list[dict[str, str]] = []
+    monkeypatch.setattr(ui, "create_link_artifact", lambda **kw: links.append(kw))
+    monkeypatch.setattr(ui, "create_markdown_artifact", lambda **kw: None)
+    monkeypatch.setattr(ui, "create_image_artifact", lambda **kw: None)
+    ref = ArtifactRef(stage="package", path="package", uri=str(tmp_path / "package"), sha256="0" * 64, bytes=1)
+    (tmp_path / "package").mkdir()
+    ui.publish_links(str(tmp_path), [ref])
+    assert links == []
+    remote = ref.model_copy(update={"uri": "gs://bucket/runs/q/package"})
+    monkeypatch.setattr(ui.RunDir, "remote", property(lambda self: True))
+    ui.publish_links("gs://bucket/runs/q", [remote])
+    assert [link["link"] for link in links] == [
+        "https://console.cloud.google.com/storage/browser/bucket/runs/q/package"
+    ]
+    assert all(link["link_text"] for link in links)
