@@ -105,7 +105,7 @@ def _generate(args: argparse.Namespace) -> int:
     cfg = with_absolute_data_root(load_config(GenerationConfig, args.config), Path(args.config).parent)
     source = args.source or cfg.source
     if source == "geotiff":
-        from rtscore.data.geotiff import ingest_geotiffs
+        from rtscore.data.geotiff.ingest import ingest_geotiffs
 
         root = args.data_root or (cfg.geotiff.data_root if cfg.geotiff else None)
         if not root:
@@ -142,7 +142,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _synth_geotiff(args: argparse.Namespace) -> int:
     from rtscore.config import GenerationConfig, load_config, load_pipeline_config
     from rtscore.config.base import read_yaml
-    from rtscore.data.geotiff import write_synthetic_geotiffs
+    from rtscore.data.geotiff.synth import write_synthetic_geotiffs
 
     doc = read_yaml(args.config)
     if isinstance(doc, dict) and "split" in doc:  # one split's generation config
