@@ -236,9 +236,9 @@ def _validate(args: argparse.Namespace) -> int:
     report = validate_data(
         cfg, stores, stats, out, max_batches=args.max_batches, num_workers=args.workers, progress=True
     )
-    for split, s in report["splits"].items():
-        print(f"{split}: {s['n_usable']} usable tiles, {s['n_positive']} positive, prevalence {s['prevalence']:.5f}")
-    for w in report["warnings"]:
+    for split, s in report.splits.items():
+        print(f"{split}: {s.n_usable} usable tiles, {s.n_positive} positive, prevalence {s.prevalence:.5f}")
+    for w in report.warnings:
         print(f"warning: {w}")
     print(f"validation passed; report in {out}")
     return 0
