@@ -36,7 +36,7 @@ TEMPLATES = 8
 def build_root(root: Path, n_tiles: int) -> tuple[int, int]:
     """A data root of ``n_tiles`` tiles (hard links to TEMPLATES real tiles); returns (files, bytes)."""
     from rtscore.config import GenerationConfig
-    from rtscore.data.geotiff import write_synthetic_geotiffs
+    from rtscore.data.geotiff.synth import write_synthetic_geotiffs
 
     templates = root.parent / "templates"
     cfg = GenerationConfig.model_validate(

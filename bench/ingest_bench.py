@@ -27,7 +27,7 @@ CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from rtscore.config import GenerationConfig
-from rtscore.data.geotiff import ingest_geotiffs
+from rtscore.data.geotiff.ingest import ingest_geotiffs
 cfg = GenerationConfig.model_validate(json.loads({cfg!r}))
 t0 = time.perf_counter()
 attrs = ingest_geotiffs(cfg, {data!r}, {out!r}, overwrite=True, num_workers={workers})
@@ -66,7 +66,7 @@ def main() -> None:
     if args.quick:
         args.tiles, args.tile_size = 40, 128
     from rtscore.config import GenerationConfig
-    from rtscore.data.geotiff import write_synthetic_geotiffs
+    from rtscore.data.geotiff.synth import write_synthetic_geotiffs
 
     tmp = Path(tempfile.mkdtemp(prefix="rts-ingest-bench-"))
     try:

@@ -106,7 +106,7 @@ def synth_tiles(d: Path, tile: int, n: int) -> list[tuple[Path, Path]]:
     import yaml
 
     from rtscore.config.generation import GenerationConfig
-    from rtscore.data.geotiff import write_synthetic_geotiffs
+    from rtscore.data.geotiff.synth import write_synthetic_geotiffs
 
     data = yaml.safe_load(STORE_CONFIG.read_text())
     data["tile_size"] = tile

@@ -31,7 +31,7 @@ def generate(p: GenerateStoreParams) -> int:
     cfg = with_absolute_data_root(load_config(GenerationConfig, p.config), Path(p.config).parent)
     source = p.source or cfg.source
     if source == "geotiff":
-        from rtscore.data.geotiff import ingest_geotiffs
+        from rtscore.data.geotiff.ingest import ingest_geotiffs
 
         root = p.data_root or (cfg.geotiff.data_root if cfg.geotiff else None)
         if not root:
@@ -68,7 +68,7 @@ def generate(p: GenerateStoreParams) -> int:
 def synth_geotiff(p: SynthGeotiffParams) -> int:
     from rtscore.config import GenerationConfig, load_config, load_pipeline_config
     from rtscore.config.base import read_yaml
-    from rtscore.data.geotiff import write_synthetic_geotiffs
+    from rtscore.data.geotiff.synth import write_synthetic_geotiffs
 
     doc = read_yaml(p.config)
     if isinstance(doc, dict) and "split" in doc:  # one split's generation config
@@ -145,9 +145,9 @@ def validate(p: ValidateParams) -> int:
     out = Path(p.output) if p.output else root / RunLayout.VALIDATION.at()
     check_writable(out)
     report = validate_data(cfg, stores, stats, out, max_batches=p.max_batches, num_workers=p.workers, progress=True)
-    for split, s in report["splits"].items():
-        print(f"{split}: {s['n_usable']} usable tiles, {s['n_positive']} positive, prevalence {s['prevalence']:.5f}")
-    for w in report["warnings"]:
+    for split, s in report.splits.items():
+        print(f"{split}: {s.n_usable} usable tiles, {s.n_positive} positive, prevalence {s.prevalence:.5f}")
+    for w in report.warnings:
         print(f"warning: {w}")
     print(f"validation passed; report in {out}")
     return 0

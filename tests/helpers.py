@@ -285,7 +285,7 @@ def derived_split_root(path: Path) -> Path:
     """A GeoTIFF data root of 40 tiles in 20 regions, 32 px, EXTRA ndvi, without splits.yaml (the pipeline
     derives the split, the same for every split)."""
     from rtscore.config.generation import GenerationConfig
-    from rtscore.data.geotiff import write_synthetic_geotiffs
+    from rtscore.data.geotiff.synth import write_synthetic_geotiffs
 
     synthetic = GenerationConfig(
         split="train",

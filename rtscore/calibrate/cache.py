@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -160,127 +160,197 @@ def build_logit_cache(
     """
     import torch
     import zarr
-    from zarr.codecs import BloscCodec
 
-    cal, dep = cfg.calibration, cfg.deployment
-    bins = LogitBins(core_bins=cfg.metrics.pr_bins)
-    scales = list(cal.scale_candidates if scales is None else scales)
-    combos = candidate_combos(cal, scales)
-    needed = {t for tta in cal.tta_candidates for t in TTA_TRANSFORMS[tta]}
-    transforms = [t for t in D4 if t in needed]
-    maps = [(s, t) for s in scales for t in cal.tta_candidates]
-    floor_logit = prob_to_logit(cal.object_prob_floor)
+    plan = _CachePlan.of(cfg, scales)
     device = next(model.parameters()).device
-    run_model = prepare_model(model, dep.torch_compile)
-    batch_size = int(loader.batch_size or 1)
-    blosc = BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")
-
-    tile_ids: list[str] = []
-    regions: list[str] = []
-    positive: list[bool] = []
-    pixel_areas: list[float] = []
+    run_model = prepare_model(model, cfg.deployment.torch_compile)
+    tiles = _TileColumns()
     with staged_dir(out) as tmp:
         g = zarr.open_group(str(tmp), mode="w", zarr_format=3)
         hist = g.create_array(
             "hist",
-            shape=(len(combos), n_tiles, 3, bins.n_bins),
-            chunks=(1, batch_size, 3, bins.n_bins),
+            shape=(len(plan.combos), n_tiles, 3, plan.bins.n_bins),
+            chunks=(1, int(loader.batch_size or 1), 3, plan.bins.n_bins),
             dtype="uint32",
-            compressors=blosc,
+            compressors=_blosc(),
             fill_value=0,
         )
-        dense = g.create_group("dense")
-        d_row = dense.create_array("row", shape=(0,), chunks=(1024,), dtype="int64")
-        d_logits = d_labels = None
-        row = 0
+        dense = _DenseLogits(g.create_group("dense"), len(plan.maps))
         it = loader
         if progress:
             from tqdm import tqdm
 
-            it = tqdm(loader, desc=f"logit cache ({len(transforms)} transforms x {len(scales)} scales)")
+            it = tqdm(loader, desc=f"logit cache ({len(plan.transforms)} transforms x {len(plan.scales)} scales)")
         with torch.inference_mode():
             for batch in it:
-                x = batch["image"].to(device)
-                ctx = batch["context"].to(device) if "context" in batch else None
+                row = tiles.n
                 y = batch["label"].numpy().astype(np.uint8)
-                b, h, w = y.shape
-                if row + b > n_tiles:
+                if row + len(y) > n_tiles:
                     raise CacheError(f"the loader yielded more than the {n_tiles} tiles announced")
                 areas = [float(a) for a in batch["pixel_area_m2"]]  # each tile's ground pixel (large-RTS rule)
-                y_large = _large_targets(y, [large_side_px(cal.large_rts_bbox_m, a) for a in areas])
-                per_map: dict[tuple[float, str], torch.Tensor] = {}
-                for s in scales:
-                    logits = scale_logits(run_model, x, s, transforms, dep.precision, ctx)
-                    for t in cal.tta_candidates:
-                        per_map[(s, t)] = tta_logits(logits, t)
-                block = np.empty((len(combos), b, 3, bins.n_bins), np.uint32)
-                hot = np.zeros(b, bool)
-                for c, combo in enumerate(combos):
-                    z = fuse_scales([per_map[(s, combo.tta)] for s in combo.scales], combo.fusion).cpu().numpy()
-                    counts = tile_counts(z, y, bins, batch["tile_id"])
-                    large = tile_counts(z, y_large, bins, batch["tile_id"])
-                    block[c, :, _NEG] = counts[:, 0]
-                    block[c, :, _POS] = counts[:, 1]
-                    block[c, :, _POS_LARGE] = large[:, 1]
-                    hot |= (z >= floor_logit).reshape(b, -1).any(axis=1)
-                hist[:, row : row + b] = block
-                keep = np.flatnonzero(hot | (y == 1).reshape(b, -1).any(axis=1))
+                per_map = plan.logit_maps(run_model, batch, device)
+                hist[:, row : row + len(y)], hot = plan.histograms(per_map, y, areas, batch["tile_id"])
+                keep = np.flatnonzero(hot | (y == 1).reshape(len(y), -1).any(axis=1))
                 if keep.size:
-                    stack = np.stack([per_map[m].cpu().numpy() for m in maps], axis=1)[keep].astype(np.float16)
-                    if d_logits is None:
-                        d_logits = dense.create_array(
-                            "logits",
-                            shape=(0, len(maps), h, w),
-                            chunks=(1, len(maps), h, w),
-                            dtype="float16",
-                            compressors=blosc,
-                        )
-                        d_labels = dense.create_array(
-                            "labels", shape=(0, h, w), chunks=(1, h, w), dtype="uint8", compressors=blosc
-                        )
-                    assert d_labels is not None
-                    n0 = d_row.shape[0]
-                    for arr in (d_row, d_logits, d_labels):
-                        arr.resize((n0 + keep.size, *arr.shape[1:]))
-                    d_row[n0:] = row + keep
-                    d_logits[n0:] = stack
-                    d_labels[n0:] = y[keep]
-                tile_ids += [str(t) for t in batch["tile_id"]]
-                regions += [str(r) for r in batch["region"]]
-                pixel_areas += areas
-                positive += list((y == 1).reshape(b, -1).any(axis=1))
-                row += b
-        if row != n_tiles:
-            raise CacheError(f"the loader yielded {row} tiles, {n_tiles} announced")
-        for name, values, dtype in (("tile_id", tile_ids, "str"), ("region", regions, "str")):
-            g.create_array(name, shape=(n_tiles,), dtype=dtype, compressors=None)[:] = np.asarray(values, dtype=object)
-        g.create_array("is_positive", shape=(n_tiles,), dtype="bool")[:] = np.asarray(positive, bool)
-        g.create_array("pixel_area_m2", shape=(n_tiles,), dtype="float64")[:] = np.asarray(pixel_areas, np.float64)
-        g.attrs.update(
-            {
-                "format": CACHE_FORMAT,
-                "precision": dep.precision,
-                "torch_compile": dep.torch_compile,
-                "bins": {
-                    "core_bins": bins.core_bins,
-                    "lo": bins.lo,
-                    "hi": bins.hi,
-                    "tail_octaves": bins.tail_octaves,
-                    "n_bins": bins.n_bins,
-                },
-                "combos": [c.key for c in combos],
-                "tta_candidates": list(cal.tta_candidates),
-                "scale_candidates": scales,
-                "scales_not_evaluated": scales_note,
-                "fusion_candidates": list(cal.fusion_candidates),
-                "maps": [[s, t] for s, t in maps],
-                "large_rts_bbox_m": cal.large_rts_bbox_m,
-                "object_prob_floor": cal.object_prob_floor,
-                "n_tiles": n_tiles,
-                **(attrs or {}),
-            }
-        )
+                    dense.append(row + keep, [per_map[m] for m in plan.maps], keep, y[keep])
+                tiles.add(batch, y, areas)
+        if tiles.n != n_tiles:
+            raise CacheError(f"the loader yielded {tiles.n} tiles, {n_tiles} announced")
+        tiles.write(g, n_tiles)
+        g.attrs.update({**plan.attrs(cfg, n_tiles, scales_note), **(attrs or {})})
     return out
+
+
+def _blosc() -> Any:
+    from zarr.codecs import BloscCodec
+
+    return BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")
+
+
+@dataclass(frozen=True)
+class _CachePlan:
+    """What one pass computes: the candidate configurations, the (scale, TTA) maps kept dense, the D4 transforms
+    the TTA candidates need, the bins and the logit floor of a tile worth keeping dense."""
+
+    cal: CalibrationConfig
+    precision: str
+    scales: list[float]
+    combos: list[Combo]
+    transforms: list[str]
+    maps: list[tuple[float, str]]
+    bins: LogitBins
+    floor_logit: float
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig, scales: Sequence[float] | None) -> _CachePlan:
+        cal = cfg.calibration
+        scale_list = list(cal.scale_candidates if scales is None else scales)
+        needed = {t for tta in cal.tta_candidates for t in TTA_TRANSFORMS[tta]}
+        return cls(
+            cal=cal,
+            precision=cfg.deployment.precision,
+            scales=scale_list,
+            combos=candidate_combos(cal, scale_list),
+            transforms=[t for t in D4 if t in needed],
+            maps=[(s, t) for s in scale_list for t in cal.tta_candidates],
+            bins=LogitBins(core_bins=cfg.metrics.pr_bins),
+            floor_logit=prob_to_logit(cal.object_prob_floor),
+        )
+
+    def logit_maps(self, run_model: Any, batch: Any, device: Any) -> dict[tuple[float, str], Any]:
+        """The batch's logits per (scale, TTA candidate), on ``device``."""
+        x = batch["image"].to(device)
+        ctx = batch["context"].to(device) if "context" in batch else None
+        per_map: dict[tuple[float, str], Any] = {}
+        for s in self.scales:
+            logits = scale_logits(run_model, x, s, self.transforms, self.precision, ctx)
+            for t in self.cal.tta_candidates:
+                per_map[(s, t)] = tta_logits(logits, t)
+        return per_map
+
+    def histograms(
+        self, per_map: dict[tuple[float, str], Any], y: np.ndarray, areas: list[float], tile_ids: Sequence[str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per configuration and tile, the histograms of the fused logits (rows neg, pos, pos_large), and which
+        tiles reach the logit floor in some configuration."""
+        b = y.shape[0]
+        y_large = _large_targets(y, [large_side_px(self.cal.large_rts_bbox_m, a) for a in areas])
+        block = np.empty((len(self.combos), b, 3, self.bins.n_bins), np.uint32)
+        hot = np.zeros(b, bool)
+        for c, combo in enumerate(self.combos):
+            z = fuse_scales([per_map[(s, combo.tta)] for s in combo.scales], combo.fusion).cpu().numpy()
+            counts = tile_counts(z, y, self.bins, tile_ids)
+            large = tile_counts(z, y_large, self.bins, tile_ids)
+            block[c, :, _NEG] = counts[:, 0]
+            block[c, :, _POS] = counts[:, 1]
+            block[c, :, _POS_LARGE] = large[:, 1]
+            hot |= (z >= self.floor_logit).reshape(b, -1).any(axis=1)
+        return block, hot
+
+    def attrs(self, cfg: PipelineConfig, n_tiles: int, scales_note: str | None) -> dict[str, Any]:
+        """What the cache was computed with: its format, numerics, bins, candidates and rules."""
+        cal, dep, bins = self.cal, cfg.deployment, self.bins
+        return {
+            "format": CACHE_FORMAT,
+            "precision": dep.precision,
+            "torch_compile": dep.torch_compile,
+            "bins": {
+                "core_bins": bins.core_bins,
+                "lo": bins.lo,
+                "hi": bins.hi,
+                "tail_octaves": bins.tail_octaves,
+                "n_bins": bins.n_bins,
+            },
+            "combos": [c.key for c in self.combos],
+            "tta_candidates": list(cal.tta_candidates),
+            "scale_candidates": self.scales,
+            "scales_not_evaluated": scales_note,
+            "fusion_candidates": list(cal.fusion_candidates),
+            "maps": [[s, t] for s, t in self.maps],
+            "large_rts_bbox_m": cal.large_rts_bbox_m,
+            "object_prob_floor": cal.object_prob_floor,
+            "n_tiles": n_tiles,
+        }
+
+
+class _DenseLogits:
+    """``dense/``: the full-resolution float16 logits of every (scale, TTA) map and the labels of the kept tiles,
+    with each one's tile row; the arrays are created at the first kept tile (their tile size)."""
+
+    def __init__(self, group: zarr.Group, n_maps: int) -> None:
+        self.group = group
+        self.n_maps = n_maps
+        self.row = group.create_array("row", shape=(0,), chunks=(1024,), dtype="int64")
+        self.logits: zarr.Array | None = None
+        self.labels: zarr.Array | None = None
+
+    def append(self, rows: np.ndarray, maps: list[Any], keep: np.ndarray, labels: np.ndarray) -> None:
+        """Tiles ``keep`` of the batch (tile rows ``rows``): the maps' logits stacked per tile, and their labels."""
+        stack = np.stack([m.cpu().numpy() for m in maps], axis=1)[keep].astype(np.float16)
+        h, w = labels.shape[1:]
+        if self.logits is None or self.labels is None:
+            self.logits = self.group.create_array(
+                "logits",
+                shape=(0, self.n_maps, h, w),
+                chunks=(1, self.n_maps, h, w),
+                dtype="float16",
+                compressors=_blosc(),
+            )
+            self.labels = self.group.create_array(
+                "labels", shape=(0, h, w), chunks=(1, h, w), dtype="uint8", compressors=_blosc()
+            )
+        n0 = self.row.shape[0]
+        for arr in (self.row, self.logits, self.labels):
+            arr.resize((n0 + keep.size, *arr.shape[1:]))
+        self.row[n0:] = rows
+        self.logits[n0:] = stack
+        self.labels[n0:] = labels
+
+
+@dataclass
+class _TileColumns:
+    """The per-tile columns of the cache, gathered batch by batch: tile id, region, positive, ground pixel area."""
+
+    tile_ids: list[str] = field(default_factory=list)
+    regions: list[str] = field(default_factory=list)
+    positive: list[bool] = field(default_factory=list)
+    pixel_areas: list[float] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.tile_ids)
+
+    def add(self, batch: Any, y: np.ndarray, areas: list[float]) -> None:
+        self.tile_ids += [str(t) for t in batch["tile_id"]]
+        self.regions += [str(r) for r in batch["region"]]
+        self.pixel_areas += areas
+        self.positive += list((y == 1).reshape(y.shape[0], -1).any(axis=1))
+
+    def write(self, g: zarr.Group, n_tiles: int) -> None:
+        for name, values, dtype in (("tile_id", self.tile_ids, "str"), ("region", self.regions, "str")):
+            g.create_array(name, shape=(n_tiles,), dtype=dtype, compressors=None)[:] = np.asarray(values, dtype=object)
+        g.create_array("is_positive", shape=(n_tiles,), dtype="bool")[:] = np.asarray(self.positive, bool)
+        g.create_array("pixel_area_m2", shape=(n_tiles,), dtype="float64")[:] = np.asarray(self.pixel_areas, np.float64)
 
 
 # Bytes of histograms one read of the cache brings into memory (whole chunks, at least one): the decisions'

@@ -46,6 +46,8 @@ ATTEMPTS = "attempts.json"
 RUN_SUMMARY_MD = "run_summary.md"
 CURVES = "curves.png"
 # File names inside the validation directory (the data validation writes them there).
+VALIDATION_REPORT_NAME = "report.json"
+VALIDATION_REPORT_MD_NAME = "report.md"
 SAMPLES = "samples.png"
 # Hidden bookkeeping at the run root (a gs:// run: its local mirror): one verification record per
 # artifact, so an unchanged input is hashed once per content (rtscore.storage.verified).
@@ -104,7 +106,8 @@ class RunLayout:
     NORMALIZATION_STATS = Entry("normalization_stats.json")
 
     VALIDATION = Entry("validation")
-    VALIDATION_REPORT_MD = Entry("validation/report.md")
+    VALIDATION_REPORT = Entry(f"validation/{VALIDATION_REPORT_NAME}")
+    VALIDATION_REPORT_MD = Entry(f"validation/{VALIDATION_REPORT_MD_NAME}")
     VALIDATION_SAMPLES = Entry(f"validation/{SAMPLES}")
 
     SEEDS = Entry("seeds")

@@ -91,10 +91,29 @@ def train_seed(
     key = resume_key or default_resume_key(cfg)
     s = build_setup(cfg, run, seed)
     s.seed_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path = s.seed_dir / layout.METRICS
     stopper = EarlyStopping(cfg.training.early_stopping)
-    start = 1
-    state = RunState()
+    start, state = resume_point(s, seed, stopper, key, fresh=fresh, hooks=hooks)
+    if hooks is not None:
+        hooks.started(start)
+    tracker = Tracker(cfg.mlflow, run)
+    run_id = start_tracking(tracker, s, seed, state, parent_run_id)
+    last = cfg.training.max_epochs if not state.stopped_early else start - 1  # an early-stopped run stays done
+    loop = EpochLoop(s, seed, stopper, state, tracker, run_id, key, progress, on_epoch_end, hooks)
+    try:
+        epoch = loop.run(start, last)
+    except BaseException as err:
+        tracker.end_run(run_id, status="KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        raise
+    return finish_seed(s, seed, state, tracker, run_id, epoch=epoch, start=start)
+
+
+def resume_point(
+    s: Setup, seed: int, stopper: EarlyStopping, key: str, *, fresh: bool, hooks: CheckpointHooks | None
+) -> tuple[int, RunState]:
+    """The first epoch to train and the run state to carry: epoch 1 and a new state (``fresh``: the seed's
+    checkpoints, best weights and metrics deleted; or a checkpoint of another identity set aside), else the
+    epoch after the newest readable resume checkpoint, restored into ``s`` and ``stopper``."""
+    metrics_path = s.seed_dir / layout.METRICS
     if fresh:
         for p in [*s.seed_dir.glob(layout.RESUME_GLOB), s.seed_dir / layout.BEST, metrics_path]:
             p.unlink(missing_ok=True)
@@ -106,11 +125,15 @@ def train_seed(
                 hooks.set_aside()
         else:
             start = restore(s, saved, stopper, path) + 1
-            state = RunState.from_checkpoint(saved.get("extra", {}))
             _truncate_jsonl(metrics_path, start - 1)
-    if hooks is not None:
-        hooks.started(start)
-    tracker = Tracker(cfg.mlflow, run)
+            return start, RunState.from_checkpoint(saved.get("extra", {}))
+    return 1, RunState()
+
+
+def start_tracking(tracker: Tracker, s: Setup, seed: int, state: RunState, parent_run_id: str | None) -> str | None:
+    """The seed's MLflow run (the resumed one when this tracking store has it, else a new one, recorded in
+    ``state``), with the config, the seed and the hash seed as parameters."""
+    cfg = s.cfg
     known = state.mlflow_run_id if tracker.has_run(state.mlflow_run_id) else None  # another worker's store: new run
     run_id = known or tracker.start_run(
         f"seed_{seed}", parent_run_id, {"rts.seed": str(seed), "rts.config_hash": config_hash(cfg)}
@@ -121,38 +144,66 @@ def train_seed(
     tracker.log_params(run_id, {**params, "python_hash_seed": hash_seed or "random"})
     if isinstance(s.loss_fn, ClassBalancedBCELoss):
         tracker.log_params(run_id, {"loss.class_balanced_pos_weight": s.loss_fn.pos_weight})
-    last = cfg.training.max_epochs if not state.stopped_early else start - 1  # an early-stopped run stays done
-    epoch = start - 1
-    try:
+    return run_id
+
+
+@dataclass
+class EpochLoop:
+    """The epochs of one seed: each trained and validated, its best weights kept, its metrics row written and
+    tracked, its resume checkpoint saved on the configured epochs; until the last epoch or early stopping."""
+
+    s: Setup
+    seed: int
+    stopper: EarlyStopping
+    state: RunState
+    tracker: Tracker
+    run_id: str | None
+    key: str
+    progress: bool = False
+    on_epoch_end: Callable[[int, dict[str, float]], None] | None = None
+    hooks: CheckpointHooks | None = None
+
+    def run(self, start: int, last: int) -> int:
+        """Epochs ``start`` to ``last``; returns the last epoch run (``start - 1`` when none)."""
+        epoch = start - 1
         for epoch in range(start, last + 1):
-            t0 = time.perf_counter()
-            row, decision = run_epoch(s, epoch, stopper, seed)
-            if decision is not None and decision.is_best:  # best smoothed metric so far: keep these weights
-                ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
-                state.best_epoch, state.best_metric = epoch, decision.smoothed
-            row["epoch_seconds"] = time.perf_counter() - t0
-            stop = decision is not None and decision.stop
-            state.stopped_early = stop
-            _append_jsonl(metrics_path, row)
-            tracker.log_metrics(run_id, row, step=epoch)
-            if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == last:
-                resume = resume_state(s, epoch, stopper, state, key)
-                ckpt.save_resume(s.seed_dir, resume, epoch, cfg.training.checkpoint.keep_last_n)
-                if hooks is not None:
-                    hooks.checkpoint_saved(epoch)
-            if progress:
-                shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
-                logging.getLogger(__name__).info(f"seed {seed} epoch {epoch}/{cfg.training.max_epochs} {shown}")
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, row)
-            if stop:
+            if self.epoch(epoch, last):
                 break
-    except BaseException as err:
-        tracker.end_run(run_id, status="KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
-        raise
+        return epoch
+
+    def epoch(self, epoch: int, last: int) -> bool:
+        """One epoch and what follows it; True when early stopping ends the run."""
+        s, cfg, state = self.s, self.s.cfg, self.state
+        t0 = time.perf_counter()
+        row, decision = run_epoch(s, epoch, self.stopper, self.seed)
+        if decision is not None and decision.is_best:  # best smoothed metric so far: keep these weights
+            ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
+            state.best_epoch, state.best_metric = epoch, decision.smoothed
+        row["epoch_seconds"] = time.perf_counter() - t0
+        stop = decision is not None and decision.stop
+        state.stopped_early = stop
+        _append_jsonl(s.seed_dir / layout.METRICS, row)
+        self.tracker.log_metrics(self.run_id, row, step=epoch)
+        if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == last:
+            resume = resume_state(s, epoch, self.stopper, state, self.key)
+            ckpt.save_resume(s.seed_dir, resume, epoch, cfg.training.checkpoint.keep_last_n)
+            if self.hooks is not None:
+                self.hooks.checkpoint_saved(epoch)
+        if self.progress:
+            shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
+            logging.getLogger(__name__).info(f"seed {self.seed} epoch {epoch}/{cfg.training.max_epochs} {shown}")
+        if self.on_epoch_end is not None:
+            self.on_epoch_end(epoch, row)
+        return stop
+
+
+def finish_seed(
+    s: Setup, seed: int, state: RunState, tracker: Tracker, run_id: str | None, *, epoch: int, start: int
+) -> SeedResult:
+    """The seed's outputs (summary, curves), logged to its MLflow run, which ends; the seed's result."""
     write_seed_outputs(
         s.seed_dir,
-        cfg,
+        s.cfg,
         seed,
         best_epoch=state.best_epoch,
         best_metric=state.best_metric,

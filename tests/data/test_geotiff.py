@@ -16,7 +16,11 @@ from rtscore.config.binding import InputBinding
 from rtscore.config.generation import GenerationConfig
 from rtscore.config.pipeline import SplitsConfig
 from rtscore.data.generate import generate_synthetic
-from rtscore.data.geotiff import GeotiffError, GeotiffProducer, ingest_geotiffs, select_tiles, write_synthetic_geotiffs
+from rtscore.data.geotiff.ingest import ingest_geotiffs
+from rtscore.data.geotiff.producer import GeotiffProducer
+from rtscore.data.geotiff.root import GeotiffError
+from rtscore.data.geotiff.selection import select_tiles
+from rtscore.data.geotiff.synth import write_synthetic_geotiffs
 from rtscore.data.store import ZarrTileStore, read_store_attrs
 from rtscore.data.writer import staging_path
 
@@ -782,7 +786,7 @@ def test_case10_derivation_blames_min_test_positives_and_warns_on_the_console(
     names splits.min_test_positives (not "val spans 1 region"). A derived split's warning is logged."""
     import logging
 
-    from rtscore.data.geotiff import ensure_splits
+    from rtscore.data.geotiff.root_splits import ensure_splits
 
     _metadata(tmp_path / "six", {f"r{r}": (40, 30) for r in range(6)})
     with pytest.raises(GeotiffError) as err:

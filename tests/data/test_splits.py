@@ -78,7 +78,8 @@ def test_min_val_regions_is_enforced_where_splits_are_checked_and_derived() -> N
 def test_a_derived_data_root_split_uses_the_pipeline_splits_rules(tmp_path: Path) -> None:
     """The pipeline's `splits` section (not a second knob in the generation config) sets the derived split's rules."""
     from rtscore.config.pipeline import SplitsConfig
-    from rtscore.data.geotiff import METADATA_COLUMNS, ensure_splits
+    from rtscore.data.geotiff.root import METADATA_COLUMNS
+    from rtscore.data.geotiff.root_splits import ensure_splits
 
     root = tmp_path / "root"
     root.mkdir()

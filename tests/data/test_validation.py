@@ -153,16 +153,31 @@ def test_max_batches_does_not_gate_the_normalized_moments_on_a_few_tiles(good_ru
     report = validate_data(
         _cfg(), stores, good_run / "normalization_stats.json", tmp_path / "report", batch_size=2, max_batches=1
     )
-    assert report["status"] == "passed"
-    check = next(c for c in report["checks"] if c["name"] == "normalized_train")
-    train = report["splits"]["train"]
-    assert train["tiles_checked"] == 2 < train["n_usable"]
-    assert (
-        check["passed"] and f"over 2 of {train['n_usable']} train tiles (--max-batches): not gated" in check["detail"]
-    )
+    assert report.status == "passed"
+    check = next(c for c in report.checks if c.name == "normalized_train")
+    train = report.splits["train"]
+    assert train.tiles_checked == 2 < train.n_usable
+    assert check.passed and f"over 2 of {train.n_usable} train tiles (--max-batches): not gated" in check.detail
     full = validate_data(_cfg(), stores, good_run / "normalization_stats.json", tmp_path / "full", batch_size=2)
-    gated = next(c for c in full["checks"] if c["name"] == "normalized_train")
-    assert gated["passed"] and "expected mean ~0 and std ~1" in gated["detail"], "a whole pass is still gated"
+    gated = next(c for c in full.checks if c.name == "normalized_train")
+    assert gated.passed and "expected mean ~0 and std ~1" in gated.detail, "a whole pass is still gated"
+
+
+def test_validate_data_returns_the_typed_report_it_writes(good_run: Path, tmp_path: Path) -> None:
+    """The report is a typed model (read by attribute, not by string key), and report.json is that model."""
+    from rtscore.data.validation import validate_data
+    from rtscore.data.validation_report import ValidationReport
+
+    stores = {s: good_run / "datasets" / f"{s}.zarr" for s in ("train", "val", "test")}
+    report = validate_data(_cfg(), stores, good_run / "normalization_stats.json", tmp_path / "out", batch_size=4)
+    assert isinstance(report, ValidationReport) and report.status == "passed"
+    written = ValidationReport.model_validate_json((tmp_path / "out" / "report.json").read_text())
+    assert written == report
+    assert set(report.splits) == {"train", "val", "test"} and report.splits["train"].n_positive > 0
+    stages = report.training_batches
+    assert stages and all(lo >= 1 for lo, _ in (s.positive_tiles_per_batch for s in stages)), "balanced batches"
+    assert report.normalized_train is not None and report.normalized_train.channels == report.channels
+    assert (tmp_path / "out" / "report.md").read_text() == report.render_markdown()
 
 
 def test_derived_split_warnings_reach_the_validation_report(good_run: Path, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 scene without a valid pixel, one corrupt file, and a deployment package whose raster contract and normalisation
 moments those scenes pass (no drift blocker).
 
-The tiles come from :func:`rtscore.data.geotiff.write_synthetic_geotiffs` (what ``rts synth-geotiff`` writes:
+The tiles come from :func:`rtscore.data.geotiff.synth.write_synthetic_geotiffs` (what ``rts synth-geotiff`` writes:
 EPSG:3857, 4.77 m pixels, RGB + alpha with their colour interpretations). A scene is a ``rows x cols`` mosaic of
 them, tiles taken round-robin from the rendered set, written as one GeoTIFF on the same CRS and pixel size, each
 scene at its own place on a grid near 70 N (scenes do not touch). The package is tests/test_predict.py's tiny
@@ -22,7 +22,8 @@ from rasterio.transform import Affine
 from rtscore.config.binding import RasterContract
 from rtscore.config.generation import GenerationConfig, SyntheticConfig
 from rtscore.data.bands import RGB_DIR
-from rtscore.data.geotiff import CRS, tile_origin, write_synthetic_geotiffs
+from rtscore.data.geotiff.root import CRS
+from rtscore.data.geotiff.synth import tile_origin, write_synthetic_geotiffs
 from rtscore.data.normalization import NormalizationStats
 from rtscore.data.synthetic import PIXEL_SIZE_M
 from tests.test_predict import write_package

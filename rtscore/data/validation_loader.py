@@ -1,0 +1,142 @@
+"""The data validation's DataLoader checks: every batch of a split's plain loader, and the training loader as
+training builds it (guide §10.1: iterate the DataLoader)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.dataset import build_dataset, build_train_dataset, make_loader
+from rtscore.data.loader import positive_flags, train_loader
+from rtscore.data.tiles import LABEL_VALUES
+from rtscore.data.validation_report import CheckLog, SamplerStage, SplitSummary
+from rtscore.errors import PipelineError
+
+
+def check_batch(batch: Mapping[str, Any], split: str, n_channels: int, tile_size: int, out: CheckLog) -> bool:
+    """Shape, dtype, label-value, finiteness and NoData checks of one collated batch."""
+    import torch
+
+    img, lab, valid, ids = batch["image"], batch["label"], batch["valid"], batch["tile_id"]
+    want = (n_channels, tile_size, tile_size)
+    if tuple(img.shape[1:]) != want or img.dtype != torch.float32:
+        return out.add(
+            "image_shape_dtype",
+            False,
+            f"image {tuple(img.shape[1:])} {img.dtype}, expected {want} float32",
+            split,
+            ids[0],
+        )
+    if tuple(lab.shape[1:]) != want[1:] or lab.dtype != torch.int64:
+        return out.add(
+            "label_shape_dtype",
+            False,
+            f"label {tuple(lab.shape[1:])} {lab.dtype}, expected {want[1:]} int64",
+            split,
+            ids[0],
+        )
+    for i, tid in enumerate(ids):
+        bad = np.setdiff1d(torch.unique(lab[i]).numpy(), LABEL_VALUES)
+        if bad.size:
+            return out.add("label_values", False, f"label values {bad.tolist()} outside {{0, 1, 255}}", split, tid)
+        if not torch.isfinite(img[i]).all():
+            return out.add("finite_values", False, "non-finite values in the normalized image", split, tid)
+        if not bool(valid[i].any()):
+            return out.add("full_nodata_excluded", False, "a full-NoData tile reached a batch", split, tid)
+    return True
+
+
+def iterate_split(
+    cfg: PipelineConfig, split: str, store: Path, stats: Any, out: CheckLog, summary: SplitSummary, **kw: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Run the split's DataLoader (no augmentation); returns per-channel (n, sum, sumsq) of valid pixels."""
+    ds = build_dataset(cfg, store, stats, train=False, check_values=False)  # reported below, per tile
+    summary.n_usable = len(ds)
+    if len(ds) == 0:
+        out.add("non_empty_split", False, f"split {split} has no usable tiles (store {store})", split)
+        return None
+    loader = make_loader(ds, batch_size=kw["batch_size"], shuffle=False, num_workers=kw["num_workers"])
+    c = cfg.channels.count
+    n, s1, s2 = np.zeros(c), np.zeros(c), np.zeros(c)
+    ok = True
+    batches: Any = loader
+    if kw["progress"]:
+        from tqdm import tqdm
+
+        batches = tqdm(loader, desc=f"validate {split}", unit="batch")
+    for b, batch in enumerate(batches):
+        if kw["max_batches"] is not None and b >= kw["max_batches"]:
+            break
+        ok = check_batch(batch, split, c, cfg.data.tile_size, out)
+        if not ok:
+            break
+        summary.batches_checked += 1
+        summary.tiles_checked += len(batch["tile_id"])
+        vals = batch["image"].permute(1, 0, 2, 3)[:, batch["valid"]].double().numpy()
+        n += vals.shape[1]
+        s1 += vals.sum(axis=1)
+        s2 += (vals**2).sum(axis=1)
+    if ok:
+        out.add("batches", True, f"{summary.tiles_checked} tiles in {summary.batches_checked} batches passed", split)
+    return n, s1, s2
+
+
+def training_batches(
+    cfg: PipelineConfig, train_store: Path, run_dir: Path, stats: Any, out: CheckLog, num_workers: int
+) -> list[SamplerStage]:
+    """What training will see, through the builders training uses (guide §10.1: iterate the DataLoader).
+
+    The training dataset (the train store joined with ``data.additional_roots``, augmented as configured) in the
+    training DataLoader (the balanced curriculum batch sampler of ``sampling``, seed ``training.seed``): for the
+    first epoch of every curriculum stage, the epoch's batch plan (tile indices only, no
+    pixels) must give every batch a positive tile when sampling is balanced (guide §7.2), and its first batch
+    is loaded and checked like every other batch. Returns one row per stage for the report.
+    """
+    seed = cfg.training.seed
+    try:
+        ds = build_train_dataset(cfg, run_dir, stats, seed=seed, train_store=train_store)
+        loader, sampler = train_loader(cfg, ds, seed, num_workers=num_workers)
+    except PipelineError as err:  # e.g. an additional root that is missing or does not match
+        out.add("training_batches", False, f"cannot build the training loader: {err}", "train")
+        return []
+    flags = positive_flags(ds)
+    positive_sources = {int(i) for i in ds.indices[flags]}
+    rows: list[SamplerStage] = []
+    for epoch in (stage.start_epoch for stage in cfg.sampling.curriculum_schedule):
+        plan = sampler.batches(epoch)
+        n_pos = [int(sum(flags[position] for position, _ in batch)) for batch in plan]
+        ratio = sampler.ratio(epoch)
+        rows.append(
+            SamplerStage(
+                epoch=epoch,
+                neg_per_pos=ratio,
+                batches=len(plan),
+                batch_size=cfg.training.batch_size,
+                positive_tiles_per_batch=(min(n_pos, default=0), max(n_pos, default=0)),
+            )
+        )
+        empty = next((k for k, n in enumerate(n_pos) if n == 0), None)
+        if cfg.sampling.balanced and empty is not None:
+            detail = f"epoch {epoch} (1:{ratio:g}): batch {empty} of {len(plan)} holds no positive tile"
+            out.add("training_batches", False, detail, "train")
+            return rows
+        sampler.set_epoch(epoch)
+        try:
+            batch = next(iter(loader))
+        except PipelineError as err:  # the loader's per-sample check (a bad tile of an additional root, say)
+            out.add("training_batches", False, f"epoch {epoch}: {err}", "train")
+            return rows
+        if not check_batch(batch, "train", cfg.channels.count, cfg.data.tile_size, out):
+            return rows
+        loaded = sum(int(i) in positive_sources for i in batch["index"])
+        if loaded != n_pos[0]:
+            detail = f"epoch {epoch}: the loader's first batch holds {loaded} positive tiles, its plan {n_pos[0]}"
+            out.add("training_batches", False, detail, "train")
+            return rows
+    shown = "; ".join(f"epoch {r.epoch} 1:{r.neg_per_pos:g} {list(r.positive_tiles_per_batch)}" for r in rows)
+    out.add("training_batches", True, f"training loader, positive tiles per batch: {shown}", "train")
+    return rows
