@@ -24,6 +24,79 @@ def rtscore_modules() -> dict[str, Path]:
     return {module_name(f): f for f in SOURCES if f.relative_to(ROOT).parts[0] == "rtscore"}
 
 
+# The packages bottom to top (docs/architecture.md, "Layers"): a package imports only packages of a lower layer;
+# packages sharing a layer import nothing of each other. `rtscore` is the root package's __init__ (the version).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("rtscore", "errors"),
+    ("storage",),
+    ("identity",),
+    ("config",),
+    ("runtime", "tracking"),
+    ("data",),
+    ("metrics", "losses"),
+    ("models",),
+    ("train",),
+    ("package",),
+    ("inference",),
+    ("calibrate", "evaluation", "mapping"),
+    ("stages",),
+    ("tasks",),
+    ("flows",),
+)
+
+
+def package_of(module: str) -> str:
+    """The layered package of a project module: ``rtscore.data.tiles`` -> data, ``rtscore.models`` -> models,
+    ``rtscore`` -> rtscore, ``flows.cli`` -> flows."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "rtscore" and len(parts) > 1 else parts[0]
+
+
+def is_module(name: str) -> bool:
+    base = ROOT.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def project_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every project import in ``path``: module top, function-local and TYPE_CHECKING blocks
+    alike (a type is a dependency too); relative imports resolved, ``from pkg import submodule`` as the submodule."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            subs = [f"{target}.{a.name}" for a in node.names if is_module(f"{target}.{a.name}")]
+            out += [(node.lineno, t) for t in subs or [target]]
+    return [(line, t) for line, t in out if t.split(".")[0] in ("rtscore", "flows", "tasks")]
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {package_of(module_name(f)) for f in SOURCES}
+    layered = {p for layer in LAYERS for p in layer}
+    assert packages - layered == set(), "place each new package in LAYERS (and in docs/architecture.md)"
+    assert layered - packages == set(), "LAYERS names a package that does not exist"
+
+
+def test_imports_point_down_the_layers_only() -> None:
+    """Each package imports only packages below it, function-local and TYPE_CHECKING imports included."""
+    rank = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+    offenders = []
+    for f in SOURCES:
+        here = package_of(module_name(f))
+        for line, target in project_imports(f):
+            there = package_of(target)
+            if there != here and rank.get(there, -1) >= rank.get(here, -1):
+                offenders.append(f"{f.relative_to(ROOT)}:{line}: {here} -> {there} ({target})")
+    assert not offenders, "imports that do not point down the layers:\n" + "\n".join(offenders)
+
+
 def test_rtscore_source_never_imports_prefect_or_the_orchestration_layer() -> None:
     offenders = []
     for f in (ROOT / "rtscore").rglob("*.py"):
