@@ -104,6 +104,7 @@ class RunLayout:
     NORMALIZATION_STATS = Entry("normalization_stats.json")
 
     VALIDATION = Entry("validation")
+    VALIDATION_REPORT = Entry("validation/report.json")
     VALIDATION_REPORT_MD = Entry("validation/report.md")
     VALIDATION_SAMPLES = Entry(f"validation/{SAMPLES}")
 
