@@ -1,20 +1,19 @@
-"""smp model factory: architecture x encoder from config, in_channels from channels, one logit out; and the one
-way trained weights are loaded back into their architecture (:func:`load_model`)."""
+"""smp model factory: architecture x encoder from config, in_channels from channels, one logit out; the one way
+trained weights are loaded back into their architecture (:func:`load_model`), and the one way a checkpoint file is
+read (:func:`load_checkpoint`, ``weights_only=True``)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from rtscore.config.binding import ExtraChannel
 from rtscore.config.pipeline import ChannelsConfig, ModelConfig, PipelineConfig
 from rtscore.errors import PipelineError
-from rtscore.train import checkpoint
 
 if TYPE_CHECKING:
     import torch
-
-    from rtscore.package.format import PackagedModelConfig
 
 ARCHITECTURES = {"unetplusplus": "UnetPlusPlus", "unet": "Unet", "segformer": "Segformer"}
 _DOWNLOAD_TIMEOUT_S = "15"
@@ -22,6 +21,44 @@ _DOWNLOAD_TIMEOUT_S = "15"
 
 class ModelConfigError(PipelineError, ValueError):
     """The model cannot be built as configured (unknown backbone, weights unavailable, ...)."""
+
+
+class CheckpointError(PipelineError):
+    """A checkpoint is missing, unreadable, or belongs to another configuration."""
+
+
+class _ExtraChannels(Protocol):
+    @property
+    def extra(self) -> list[ExtraChannel]: ...
+
+
+class Architecture(Protocol):
+    """An architecture described without a pipeline config: a deployment package's ``model_config.yaml``
+    (:class:`rtscore.package.format.PackagedModelConfig`)."""
+
+    @property
+    def architecture(self) -> Literal["unetplusplus", "unet", "segformer"]: ...
+
+    @property
+    def backbone(self) -> str: ...
+
+    @property
+    def decoder_channels(self) -> list[int] | None: ...
+
+    @property
+    def channels(self) -> _ExtraChannels: ...
+
+
+def load_checkpoint(path: Path) -> Any:
+    """Load with ``weights_only=True``: checkpoints may come from elsewhere, so never unpickle code."""
+    import torch
+
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"cannot load checkpoint {path}: {type(err).__name__}: {err}") from None
 
 
 def known_encoders() -> list[str]:
@@ -159,9 +196,7 @@ def decoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if id(p) not in enc]
 
 
-def load_model(
-    weights: Path, config: PipelineConfig | PackagedModelConfig, device: torch.device | str
-) -> torch.nn.Module:
+def load_model(weights: Path, config: PipelineConfig | Architecture, device: torch.device | str) -> torch.nn.Module:
     """The architecture ``weights`` were trained as, with them loaded (``weights_only=True``, strict), on
     ``device`` in eval mode.
 
@@ -175,7 +210,7 @@ def load_model(
     """
     import torch
 
-    state = checkpoint.load(weights)
+    state = load_checkpoint(weights)
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
@@ -185,7 +220,7 @@ def load_model(
     return model.to(device).eval()
 
 
-def _architecture(config: PipelineConfig | PackagedModelConfig) -> tuple[ModelConfig, ChannelsConfig]:
+def _architecture(config: PipelineConfig | Architecture) -> tuple[ModelConfig, ChannelsConfig]:
     """The model and input channels a config describes, without encoder weights to fetch."""
     if isinstance(config, PipelineConfig):
         return config.model.model_copy(update={"encoder_weights": None}), config.channels

@@ -7,7 +7,6 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from rtscore.errors import PipelineError
-from rtscore.train.errors import TrainingError
 
 if TYPE_CHECKING:
     import torch
@@ -16,15 +15,13 @@ if TYPE_CHECKING:
 
 
 class DeviceError(PipelineError):
-    """The requested device does not exist on this machine or is not a torch device."""
+    """The requested device does not exist on this machine or is not a torch device, or it cannot run the
+    requested precision."""
 
 
 def select_device(cfg: PipelineConfig) -> torch.device:
     """``training.device``: 'auto' takes CUDA when available, else the CPU; 'cuda' without a GPU is refused."""
-    try:
-        return resolve_device(cfg.training.device, key="training.device")
-    except DeviceError as err:
-        raise TrainingError(str(err)) from None
+    return resolve_device(cfg.training.device, key="training.device")
 
 
 def resolve_device(want: str, *, key: str) -> torch.device:
@@ -52,9 +49,9 @@ def check_precision(precision: str, device: torch.device) -> None:
     import torch
 
     if precision == "fp16" and device.type != "cuda":
-        raise TrainingError("training.precision fp16 needs a CUDA device (GradScaler); on CPU use bf16 or fp32")
+        raise DeviceError("training.precision fp16 needs a CUDA device (GradScaler); on CPU use bf16 or fp32")
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise TrainingError("training.precision bf16 is not supported by this GPU; use fp16 (e.g. L4/T4) or fp32")
+        raise DeviceError("training.precision bf16 is not supported by this GPU; use fp16 (e.g. L4/T4) or fp32")
 
 
 def inference_precision(precision: str, device: torch.device) -> str:

@@ -126,9 +126,9 @@ def _missing_tile_store(tmp: Path) -> None:
 
 
 def _missing_checkpoint(tmp: Path) -> None:
-    from rtscore.train.checkpoint import load
+    from rtscore.models import load_checkpoint
 
-    load(tmp / "no_such_checkpoint.pth")
+    load_checkpoint(tmp / "no_such_checkpoint.pth")
 
 
 def _missing_stats(tmp: Path) -> None:
@@ -160,7 +160,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str, str]] = {
     ),
     "missing config file": (_missing_config_file, "rtscore.config.base.ConfigError", "no_such_config.yaml"),
     "missing tile store": (_missing_tile_store, "rtscore.data.store.TileStoreError", "no_such_store.zarr"),
-    "missing checkpoint": (_missing_checkpoint, "rtscore.train.checkpoint.CheckpointError", "no_such_checkpoint.pth"),
+    "missing checkpoint": (_missing_checkpoint, "rtscore.models.CheckpointError", "no_such_checkpoint.pth"),
     "missing stats": (_missing_stats, "rtscore.data.normalization.NormalizationStatsError", "no_such_stats.json"),
     "train split without positives": (
         lambda _: _no_positive_tile(),

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ast
+import string
 import subprocess
 import sys
 from pathlib import Path
 
 from rtscore.stages.spec import imports_of, module_file
+from rtscore.storage import layout
+from rtscore.storage.layout import Entry, RunLayout
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [f for d in ("rtscore", "flows", "tasks") for f in sorted((ROOT / d).rglob("*.py"))]
@@ -22,6 +25,79 @@ def module_name(path: Path) -> str:
 
 def rtscore_modules() -> dict[str, Path]:
     return {module_name(f): f for f in SOURCES if f.relative_to(ROOT).parts[0] == "rtscore"}
+
+
+# The packages bottom to top (docs/architecture.md, "Layers"): a package imports only packages of a lower layer;
+# packages sharing a layer import nothing of each other. `rtscore` is the root package's __init__ (the version).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("rtscore", "errors"),
+    ("storage",),
+    ("identity",),
+    ("config",),
+    ("runtime", "tracking"),
+    ("data",),
+    ("metrics", "losses"),
+    ("models",),
+    ("train",),
+    ("package",),
+    ("inference",),
+    ("calibrate", "evaluation", "mapping"),
+    ("stages",),
+    ("tasks",),
+    ("flows",),
+)
+
+
+def package_of(module: str) -> str:
+    """The layered package of a project module: ``rtscore.data.tiles`` -> data, ``rtscore.models`` -> models,
+    ``rtscore`` -> rtscore, ``flows.cli`` -> flows."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "rtscore" and len(parts) > 1 else parts[0]
+
+
+def is_module(name: str) -> bool:
+    base = ROOT.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def project_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every project import in ``path``: module top, function-local and TYPE_CHECKING blocks
+    alike (a type is a dependency too); relative imports resolved, ``from pkg import submodule`` as the submodule."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            subs = [f"{target}.{a.name}" for a in node.names if is_module(f"{target}.{a.name}")]
+            out += [(node.lineno, t) for t in subs or [target]]
+    return [(line, t) for line, t in out if t.split(".")[0] in ("rtscore", "flows", "tasks")]
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {package_of(module_name(f)) for f in SOURCES}
+    layered = {p for layer in LAYERS for p in layer}
+    assert packages - layered == set(), "place each new package in LAYERS (and in docs/architecture.md)"
+    assert layered - packages == set(), "LAYERS names a package that does not exist"
+
+
+def test_imports_point_down_the_layers_only() -> None:
+    """Each package imports only packages below it, function-local and TYPE_CHECKING imports included."""
+    rank = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+    offenders = []
+    for f in SOURCES:
+        here = package_of(module_name(f))
+        for line, target in project_imports(f):
+            there = package_of(target)
+            if there != here and rank.get(there, -1) >= rank.get(here, -1):
+                offenders.append(f"{f.relative_to(ROOT)}:{line}: {here} -> {there} ({target})")
+    assert not offenders, "imports that do not point down the layers:\n" + "\n".join(offenders)
 
 
 def test_rtscore_source_never_imports_prefect_or_the_orchestration_layer() -> None:
@@ -137,27 +213,28 @@ def test_no_private_name_is_imported_across_packages() -> None:
     assert not offenders, "\n".join(offenders)
 
 
-# File and directory names of a run directory: spelled only in rtscore/storage/layout.py.
-RUN_NAMES = (
-    "best_deployment.pth",
-    "resume_latest.pth",
-    "metrics.jsonl",
-    "run_summary.json",
-    "curves.png",
-    "logit_cache.zarr",
-    "calibration_report.json",
-    "gates.json",
-    "test_report.json",
-    "test_report.md",
-    "config.resolved.yaml",
-    "manifest.json",
-    "samples.png",
-)
-RUN_DIRS = ("seeds/", "seed_{", "seed_<", "calibration/", "evaluation/", "validation/", "datasets/", "package/")
+def run_names() -> tuple[set[str], set[str], set[str]]:
+    """(file names, directory names, name prefixes) that rtscore/storage/layout.py spells: every name of its module
+    constants and of every ``RunLayout`` entry; a prefix is the text before a placeholder (``seed_`` of
+    ``seed_{seed}``; a part that starts with a placeholder, ``{split}.zarr``, names nothing by itself)."""
+    templates = [v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str)]
+    templates += [e.template for e in vars(RunLayout).values() if isinstance(e, Entry)]
+    files: set[str] = set()
+    dirs: set[str] = set()
+    prefixes: set[str] = set()
+    for template in templates:
+        for part in template.split("/"):
+            literal = next(string.Formatter().parse(part), ("",))[0]  # the text before the first placeholder
+            if literal == part:
+                (files if "." in part else dirs).add(part)
+            elif literal:
+                prefixes.add(literal)
+    return files, dirs, prefixes
 
 
 def _path_literals(tree: ast.AST) -> list[tuple[int, str]]:
-    """String constants (f-string parts too) that look like paths: no spaces, not docstrings."""
+    """Strings that look like paths (no spaces, not docstrings): constants, f-strings (a placeholder as ``{}``)
+    and ``/`` chains of them (``run / "seeds" / f"seed_{n}"`` as ``{}/seeds/seed_{}``)."""
     docstrings = {
         id(n.body[0].value)
         for n in ast.walk(tree)
@@ -166,24 +243,80 @@ def _path_literals(tree: ast.AST) -> list[tuple[int, str]]:
         and isinstance(n.body[0], ast.Expr)
         and isinstance(n.body[0].value, ast.Constant)
     }
+
+    def chain(node: ast.expr) -> list[ast.expr]:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return chain(node.left) + chain(node.right)
+        return [node]
+
+    def text(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant):
+            return node.value if isinstance(node.value, str) else None
+        if isinstance(node, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        return None
+
+    inside = set()  # parts of an f-string or of a `/` chain: read as the whole they belong to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            inside |= {id(n) for v in node.values for n in ast.walk(v)}
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            inside |= {id(n) for n in chain(node.left) + chain(node.right) if n is not node}
+            inside |= {id(n) for n in (node.left, node.right)}
     out = []
     for node in ast.walk(tree):
-        is_text = isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-        if is_text and node.value.strip() and " " not in node.value.strip():
-            out.append((node.lineno, node.value))
+        if id(node) in docstrings or id(node) in inside or not isinstance(node, ast.expr):
+            continue
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts = [text(n) for n in chain(node)]
+            s = "/".join("{}" if t is None else t for t in parts) if any(t is not None for t in parts) else None
+        else:
+            s = text(node)
+        if s is not None and s.strip() and " " not in s.strip():
+            out.append((node.lineno, s.strip()))
     return out
 
 
-def test_no_run_directory_path_literal_outside_the_layout() -> None:
-    offenders = []
+# Other layouts that share a file name with the run directory: their own files, not run-directory paths.
+OTHER_LAYOUTS = {
+    "rtscore/package/format.py": {"normalization_stats.json", "deployment_config.yaml"},  # the deployment package
+    "rtscore/mapping/campaign.py": {"summary.json"},  # a map campaign's output directory
+    "rtscore/data/geotiff/root.py": {"splits.yaml"},  # a data root's splits.yaml (docs/geotiff.md)
+}
+
+
+def run_path_literals() -> dict[str, list[str]]:
+    """file -> its literals that spell a run-directory name outside rtscore/storage/layout.py: a file name as any
+    part of a path, a directory name or a name prefix as a part of a path of two parts or more."""
+    files, dirs, prefixes = run_names()
+    found: dict[str, list[str]] = {}
     for f in SOURCES:
         rel = f.relative_to(ROOT).as_posix()
         if rel == "rtscore/storage/layout.py":
             continue
         for line, s in _path_literals(ast.parse(f.read_text())):
-            if any(n in s for n in RUN_NAMES) or any(s.startswith(d) or f"/{d}" in s for d in RUN_DIRS):
-                offenders.append(f"{rel}:{line}: {s!r}")
-    assert not offenders, "\n".join(offenders)
+            parts = s.split("/")
+            named = {p for p in parts if p in files}
+            if len(parts) > 1:
+                named |= {p for p in parts if p in dirs or p.startswith(tuple(prefixes))}
+            if named and not named <= OTHER_LAYOUTS.get(rel, set()):
+                found.setdefault(rel, []).append(f"{rel}:{line}: {s!r} names {sorted(named)}")
+    return found
+
+
+def test_run_names_are_read_from_the_layout() -> None:
+    files, dirs, prefixes = run_names()
+    assert {"best_deployment.pth", "logit_cache.zarr", "report.json", "report.md", ".verified"} <= files
+    assert {"seeds", "calibration", "evaluation", "validation", "datasets", "package"} <= dirs
+    assert {"seed_", "resume_epoch_", "pr_curves_1_"} <= prefixes
+    spelled = [(line, s) for line, s in _path_literals(ast.parse('x = run / "seeds" / f"seed_{n}" / "a.pth"'))]
+    assert spelled == [(1, "{}/seeds/seed_{}/a.pth")]
+
+
+def test_no_run_directory_path_literal_outside_the_layout() -> None:
+    found = run_path_literals()
+    offenders = [o for lines in found.values() for o in lines]
+    assert not offenders, "spell these through rtscore.storage.layout (RunLayout):\n" + "\n".join(offenders)
 
 
 def test_cli_help_imports_nothing_heavy() -> None:

@@ -8,11 +8,16 @@ import torch
 
 from rtscore.config import parse_pipeline_config
 from rtscore.config.pipeline import ChannelsConfig, ExtraChannel, ModelConfig, PipelineConfig
-from rtscore.models import ModelConfigError, build_model, decoder_parameters, encoder_parameters, load_model
+from rtscore.models import (
+    CheckpointError,
+    ModelConfigError,
+    build_model,
+    decoder_parameters,
+    encoder_parameters,
+    load_model,
+)
 from rtscore.package.format import PackagedChannels, PackagedModelConfig
-from rtscore.runtime import autocast, check_precision, forward_logits, inference_precision, select_device
-from rtscore.train.checkpoint import CheckpointError
-from rtscore.train.errors import TrainingError
+from rtscore.runtime import DeviceError, autocast, check_precision, forward_logits, inference_precision, select_device
 
 FOUR = ChannelsConfig(extra=[ExtraChannel(name="ndvi", band=0)])
 
@@ -171,7 +176,7 @@ def test_forward_logits_is_the_forward_each_caller_wrote_before_bit_for_bit(prec
 def test_runtime_precision_checks() -> None:
     cpu = torch.device("cpu")
     assert inference_precision("fp16", cpu) == "fp32" and inference_precision("bf16", cpu) == "bf16"
-    with pytest.raises(TrainingError, match="fp16 needs a CUDA device"):
+    with pytest.raises(DeviceError, match="fp16 needs a CUDA device"):
         check_precision("fp16", cpu)
     check_precision("bf16", cpu)
     cfg = _pipeline_config()

@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 from rtscore.config.base import StrictModel
 
 RGB_NAMES = ("R", "G", "B")
+PIXEL_SIZE_M = 4.77  # Web Mercator zoom 15, as the real PLANET-RGB tiles (docs/geotiff.md#the-tile-layout)
 SourceFile = Literal["rgb", "extra"]
 
 

@@ -8,9 +8,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rtscore.config.base import SCHEMA_VERSION, StrictModel, check_tile_size, load_config
-from rtscore.config.binding import RasterBandMap, check_extra_names
-from rtscore.data.splits import region_splits
-from rtscore.data.tiles import PIXEL_SIZE_M
+from rtscore.config.binding import PIXEL_SIZE_M, RasterBandMap, check_extra_names
+from rtscore.config.splits import region_splits
 
 DEFAULT_TILE_SIZE = 512  # the tile layout's 512 x 512 tiles (docs/geotiff.md#the-tile-layout)
 Resampling = Literal["bilinear", "cubic", "average", "nearest"]

@@ -22,13 +22,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from rtscore.errors import PipelineError
+from rtscore.config.splits import SplitError, region_splits
 
 TARGET = {"train": 0.8, "val": 0.1, "test": 0.1}
-
-
-class SplitError(PipelineError, ValueError):
-    """No region-level split satisfies the rules, or a given split breaks them (the message says which)."""
 
 
 @dataclass(frozen=True)
@@ -56,20 +52,6 @@ class SplitResult(BaseModel):
                 f"| {s} | {len(self.splits[s])} | {self.tiles[s]} | {self.shares[s]:.1%} | {self.positives[s]} |"
             )
         return "\n".join(lines) + "\n"
-
-
-def region_splits(splits: Mapping[str, Iterable[str]]) -> dict[str, str]:
-    """Region -> its split; a region listed in two splits is a :class:`SplitError` (spatial blocking: whole regions
-    go to one split). The one check of this rule for splits.yaml, tiling configs and derived splits."""
-    seen: dict[str, str] = {}
-    for split, regions in splits.items():
-        for r in regions:
-            if r in seen and seen[r] != split:
-                raise SplitError(
-                    f"region {r!r} is in two splits ({seen[r]} and {split}); whole regions go to one split"
-                )
-            seen[str(r)] = str(split)
-    return seen
 
 
 def region_counts(rows: Sequence[Mapping[str, str]]) -> dict[str, RegionCounts]:

@@ -8,11 +8,12 @@ from typing import Literal
 
 import numpy as np
 
+from rtscore.config.binding import PIXEL_SIZE_M
+
 IGNORE_INDEX = 255
 LABEL_VALUES = (0, 1, IGNORE_INDEX)
 TileKind = Literal["positive", "negative", "full_nodata"]
 KIND_CODES: dict[str, int] = {"negative": 0, "positive": 1, "full_nodata": 2}
-PIXEL_SIZE_M = 4.77  # Web Mercator zoom 15, as the real PLANET-RGB tiles (docs/geotiff.md#the-tile-layout)
 
 
 def nominal_pixel_area_m2(scale: float = 1.0) -> float:

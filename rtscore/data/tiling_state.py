@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
+from rtscore.data.geotiff.root import METADATA_CSV, SPLITS_YAML
 from rtscore.data.tile_pixels import TilingError
 from rtscore.identity import SET_ASIDE_DIR, set_aside
 from rtscore.storage import atomic_write_text
 
-METADATA_CSV, SPLITS_YAML, MANIFEST_JSON = "metadata.csv", "splits.yaml", "tiling.json"
+MANIFEST_JSON = "tiling.json"
 STATE_DIR = ".rts-tile"  # the run's own bookkeeping: its identity and one record per finished tile
 FINGERPRINT = "fingerprint"  # the file in STATE_DIR holding the identity of the run that wrote the records
 

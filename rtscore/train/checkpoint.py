@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtscore.errors import PipelineError
+from rtscore.models import CheckpointError, load_checkpoint
 from rtscore.storage import layout
 
 if TYPE_CHECKING:
@@ -20,10 +20,6 @@ if TYPE_CHECKING:
 
 _RESUME_EPOCH_GLOB = layout.RESUME_EPOCH.replace("{epoch:04d}", "*")
 _log = logging.getLogger(__name__)
-
-
-class CheckpointError(PipelineError):
-    """A checkpoint is missing, unreadable, or belongs to another configuration."""
 
 
 def save_atomic(obj: Any, path: Path) -> None:
@@ -42,18 +38,6 @@ def save_atomic(obj: Any, path: Path) -> None:
         raise CheckpointError(f"cannot write checkpoint {path}: {err.strerror or type(err).__name__}") from err
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def load(path: Path) -> Any:
-    """Load with ``weights_only=True``: checkpoints may come from elsewhere, so never unpickle code."""
-    import torch
-
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise CheckpointError(f"cannot load checkpoint {path}: {type(err).__name__}: {err}") from None
 
 
 def save_best(seed_dir: Path, ema_state_dict: dict[str, torch.Tensor]) -> Path:
@@ -91,7 +75,7 @@ def load_resume(seed_dir: Path) -> tuple[dict[str, Any], Path] | None:
     problems: list[str] = []
     for path in candidates:
         try:
-            state = load(path)
+            state = load_checkpoint(path)
         except CheckpointError as err:
             problems.append(str(err))
             continue

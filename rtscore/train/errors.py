@@ -1,4 +1,4 @@
-"""The training error (light: the runtime raises it too, for a device or precision the run cannot use)."""
+"""The training error (light: importing it imports nothing but the error base)."""
 
 from __future__ import annotations
 

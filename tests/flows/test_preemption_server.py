@@ -24,9 +24,9 @@ import pytest
 
 from rtscore import stages
 from rtscore.config import parse_pipeline_config
+from rtscore.models import load_checkpoint
 from rtscore.stages.seed_records import read_attempts
 from rtscore.storage import CACHE_ENV, RunDir, RunLayout
-from rtscore.train import checkpoint as ckpt
 from tests.conftest import GCS_TEST_BUCKET
 from tests.flows.configs import tiny_training_config, write_config
 from tests.flows.prefect_server import Server, kill_machine, zombie_server
@@ -152,7 +152,7 @@ def test_a_seed_whose_worker_is_killed_resumes_on_a_fresh_worker_bit_identically
     assert rows == list(range(1, EPOCHS + 1))
     best = _bucket_file(uri, RunLayout.BEST_WEIGHTS.at(seed=SEED), tmp_path)
     ref = reference / RunLayout.BEST_WEIGHTS.at(seed=SEED)
-    a, b = ckpt.load(best), ckpt.load(ref)
+    a, b = load_checkpoint(best), load_checkpoint(ref)
     assert a.keys() == b.keys()
     assert all(a[k].numpy().tobytes() == b[k].numpy().tobytes() for k in a), "not bit-identical"
 

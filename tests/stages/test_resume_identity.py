@@ -65,9 +65,9 @@ def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def weights(path: Path) -> dict[str, bytes]:
-    from rtscore.train import checkpoint as ckpt
+    from rtscore.models import load_checkpoint
 
-    state = ckpt.load(path)
+    state = load_checkpoint(path)
     tensors = state.get("ema_state_dict", state)
     return {k: v.numpy().tobytes() for k, v in tensors.items()}
 

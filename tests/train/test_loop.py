@@ -10,6 +10,8 @@ import torch
 from rtscore.config.pipeline import LossConfig
 from rtscore.data.store import ZarrTileStore
 from rtscore.losses import ClassBalancedBCELoss
+from rtscore.models import load_checkpoint
+from rtscore.runtime import DeviceError
 from rtscore.storage import RunLayout
 from rtscore.train import checkpoint as ckpt
 from rtscore.train.loop import RunState, TrainingError, build_setup, train_seed
@@ -17,7 +19,7 @@ from tests.train.conftest import tiny_train_config
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
-    state = ckpt.load(path)
+    state = load_checkpoint(path)
     return state.get("live_state_dict", state)
 
 
@@ -57,7 +59,7 @@ def test_trains_writes_outputs_and_same_seed_gives_same_weights(run_copy: Path, 
         "val_balanced_iou_rts",
         "val_realistic_object_precision_iou30_1_200",
     } <= set(rows[-1])
-    best = ckpt.load(seed_dir / "best_deployment.pth")
+    best = load_checkpoint(seed_dir / "best_deployment.pth")
     assert all(isinstance(v, torch.Tensor) for v in best.values()) and "encoder.features.0.0.weight" in best
     summary = json.loads((seed_dir / "run_summary.json").read_text())
     assert "flags" in summary["overfitting"]
@@ -85,13 +87,16 @@ def test_kill_and_resume_is_bit_identical(run_copy: Path, tmp_path: Path) -> Non
 
     with pytest.raises(KeyboardInterrupt):
         train_seed(cfg, run_copy, 7, on_epoch_end=kill)
-    assert ckpt.load(run_copy / "seeds/seed_7/resume_latest.pth")["epoch"] == 2
+    assert load_checkpoint(run_copy / "seeds/seed_7/resume_latest.pth")["epoch"] == 2
     result = train_seed(cfg, run_copy, 7)  # the same command again resumes
     assert result.epochs_run == 4
     a, b = run_copy / "seeds/seed_7", ref / "seeds/seed_7"
     _assert_identical(_weights(a / "resume_latest.pth"), _weights(b / "resume_latest.pth"))
-    _assert_identical(ckpt.load(a / "best_deployment.pth"), ckpt.load(b / "best_deployment.pth"))
-    assert ckpt.load(a / "resume_latest.pth")["ema_state_dict"].keys() == ckpt.load(b / "best_deployment.pth").keys()
+    _assert_identical(load_checkpoint(a / "best_deployment.pth"), load_checkpoint(b / "best_deployment.pth"))
+    assert (
+        load_checkpoint(a / "resume_latest.pth")["ema_state_dict"].keys()
+        == load_checkpoint(b / "best_deployment.pth").keys()
+    )
     rows = [json.loads(x)["epoch"] for x in (a / "metrics.jsonl").read_text().splitlines()]
     assert rows == [1, 2, 3, 4]
 
@@ -122,7 +127,7 @@ def test_a_checkpoint_of_another_config_is_set_aside_and_the_seed_trains_from_sc
 
 def test_fp16_on_cpu_is_refused_before_any_step(run_copy: Path) -> None:
     cfg = tiny_train_config(precision="fp16")
-    with pytest.raises(TrainingError, match="fp16 needs a CUDA device"):
+    with pytest.raises(DeviceError, match="fp16 needs a CUDA device"):
         train_seed(cfg, run_copy, 1)
     assert not (run_copy / "seeds").exists()
 
@@ -144,7 +149,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(run_copy: Path, mo
     monkeypatch.setattr(loop, "train_one_epoch", poisoned)
     with pytest.raises(TrainingError, match="non-finite training loss .* at epoch 2"):
         train_seed(cfg, run_copy, 3)
-    state = ckpt.load(run_copy / "seeds/seed_3/resume_latest.pth")
+    state = load_checkpoint(run_copy / "seeds/seed_3/resume_latest.pth")
     assert state["epoch"] == 1
     assert all(torch.isfinite(v).all() for v in state["live_state_dict"].values() if v.is_floating_point())
 
@@ -191,7 +196,7 @@ def test_resume_from_a_checkpoint_with_the_old_dict_state(run_copy: Path, tmp_pa
     with pytest.raises(KeyboardInterrupt):
         train_seed(cfg, run_copy, 11, on_epoch_end=kill)
     latest = run_copy / "seeds/seed_11/resume_latest.pth"
-    state = ckpt.load(latest)
+    state = load_checkpoint(latest)
     saved = state["extra"]
     # Rewrite it as the untyped dict the loop used to mutate (same keys, insertion order of the old code).
     state["extra"] = {
@@ -204,9 +209,9 @@ def test_resume_from_a_checkpoint_with_the_old_dict_state(run_copy: Path, tmp_pa
     result = train_seed(cfg, run_copy, 11)
     assert result.model_dump(exclude={"seed_dir"}) == expected.model_dump(exclude={"seed_dir"})
     a, b = run_copy / "seeds/seed_11", ref / "seeds/seed_11"
-    _assert_identical(ckpt.load(a / "best_deployment.pth"), ckpt.load(b / "best_deployment.pth"))
+    _assert_identical(load_checkpoint(a / "best_deployment.pth"), load_checkpoint(b / "best_deployment.pth"))
     _assert_identical(_weights(a / "resume_latest.pth"), _weights(b / "resume_latest.pth"))
-    assert ckpt.load(a / "resume_latest.pth")["extra"] == ckpt.load(b / "resume_latest.pth")["extra"]
+    assert load_checkpoint(a / "resume_latest.pth")["extra"] == load_checkpoint(b / "resume_latest.pth")["extra"]
     summary = json.loads((a / "run_summary.json").read_text())
     assert summary["best_epoch"] == expected.best_epoch
     assert summary["best_val_realistic_pr_auc_geomean_smoothed"] == expected.best_metric
@@ -244,7 +249,7 @@ def test_truncated_resume_latest_resumes_from_the_last_intact_epoch(run_copy: Pa
     result = train_seed(cfg, run_copy, 5)
     assert result.epochs_run == 3
     assert [json.loads(x)["epoch"] for x in (seed_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
-    assert ckpt.load(latest)["epoch"] == 3
+    assert load_checkpoint(latest)["epoch"] == 3
 
 
 @pytest.mark.slow

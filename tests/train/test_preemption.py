@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rtscore import stages
+from rtscore.models import load_checkpoint
 from rtscore.stages.seed_records import read_attempts, recorded_checkpoints
 from rtscore.storage import CACHE_ENV, RunDir, RunLayout, StorageError
 from rtscore.train import checkpoint as ckpt
@@ -31,7 +32,7 @@ def _kill_after(epoch: int):  # type: ignore[no-untyped-def]
 
 
 def _tensors(path: Path) -> dict[str, bytes]:
-    return {k: v.numpy().tobytes() for k, v in ckpt.load(path).items()}
+    return {k: v.numpy().tobytes() for k, v in load_checkpoint(path).items()}
 
 
 @pytest.fixture
@@ -116,7 +117,7 @@ def test_a_damaged_recorded_checkpoint_falls_back_to_the_previous_one(
     with caplog.at_level("WARNING"):
         assert stage_checkpoint(fresh, 3) == 1
     assert "resume_epoch_0002.pth" in caplog.text and "does not match the manifest" in caplog.text
-    assert ckpt.load(fresh.at(RunLayout.RESUME_LATEST, seed=3))["epoch"] == 1
+    assert load_checkpoint(fresh.at(RunLayout.RESUME_LATEST, seed=3))["epoch"] == 1
 
     run._gcs.delete([RunLayout.RESUME_EPOCH.at(seed=3, epoch=1)])  # nothing stageable left: a clear error
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-c"))

@@ -28,8 +28,10 @@ from rtscore.config.base import ConfigError, parse_yaml
 from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.data.splits import SplitError, region_splits
 from rtscore.data.store import TileStoreError
+from rtscore.storage import RunLayout
 
-METADATA_CSV, SPLITS_YAML, SPLITS_SUMMARY_JSON = "metadata.csv", "splits.yaml", "splits_summary.json"
+METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"  # a data root's files (docs/geotiff.md#the-tile-layout)
+SPLITS_SUMMARY_JSON = Path(RunLayout.DERIVED_SPLITS_SUMMARY.at()).name  # beside a store, as in a run's datasets/
 LABEL_POLYGON_SUFFIXES = (".geojson", ".gpkg", ".fgb", ".shp")  # labels/<id>.<suffix>, when there is no .tif
 METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
 CRS = "EPSG:3857"
