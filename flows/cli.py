@@ -394,7 +394,7 @@ def _data(args: argparse.Namespace) -> int:
     from flows.data import data_pipeline
 
     refs = data_pipeline(params)
-    for name, ref in refs.items():
+    for name, ref in refs.named().items():
         print(f"{name:20s} {ref.uri}")
     print(f"data pipeline finished; validation report: {params.run_dir}/{RunLayout.VALIDATION_REPORT_MD.at()}")
     return 0
@@ -465,12 +465,12 @@ def _pipeline(args: argparse.Namespace) -> int:
     from flows.pipeline import pipeline
 
     out = pipeline(params)
-    _print_training(out["training"])
-    _print_calibration(out["calibration"])
+    _print_training(out.training)
+    _print_calibration(out.calibration)
     print()
-    print(out["test"].table)
+    print(out.test.table)
     print(f"\ntest report: {run_dir}/{RunLayout.TEST_REPORT_MD.at()}")
-    print(f"deployment package: {out['package'].uri}")
+    print(f"deployment package: {out.package.uri}")
     return 0
 
 
