@@ -368,9 +368,13 @@ def intact(run_dir: str, result: ArtifactRef | HasArtifacts) -> bool:
     return all(ok(r) for r in refs)
 
 
-def run_stage(task: Task[..., R], run_dir: str, *args: Any, refresh: bool = False, **kwargs: Any) -> R:
-    """Call a stage task (cached unless ``refresh``); recompute if its cached artifacts were lost or changed."""
+def run_stage(
+    task: Task[..., R], run_dir: str, *args: Any, refresh: bool = False, redo: StageArgs | None = None, **kwargs: Any
+) -> R:
+    """Call a stage task (cached unless ``refresh``); recompute if its cached artifacts were lost or changed, then
+    with ``redo`` over the keyword arguments (train-seed: ``fresh``, since resuming a finished seed whose weights
+    are gone would not write them again)."""
     result = task.with_options(refresh_cache=refresh)(run_dir, *args, **kwargs)
     if not intact(run_dir, result):
-        result = task.with_options(refresh_cache=True)(run_dir, *args, **kwargs)
+        result = task.with_options(refresh_cache=True)(run_dir, *args, **{**kwargs, **(redo or {})})
     return result

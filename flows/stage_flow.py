@@ -58,6 +58,7 @@ def stage_flow(
     description: str | None = None,
     task: Task[..., Any] | None = None,
     extra: Callable[[P], StageArgs] = _no_extra,
+    redo: StageArgs | None = None,
     collect: Callable[[list[Any]], R] = _one,
 ) -> Flow[[P], R]:
     """The flow of stage ``spec``: ``params_model`` in, ``returns`` out (``collect`` of the stage runs' results,
@@ -65,7 +66,8 @@ def stage_flow(
 
     ``module`` is the module the flow is an attribute of (prefect.yaml's entrypoint ``<module>:<stage_name>``);
     ``task`` the stage's task (default the one generated from the spec); ``extra`` the stage function's arguments
-    that do not select work (train-seed's ``fresh`` and parent MLflow run)."""
+    that do not select work (train-seed's ``fresh`` and parent MLflow run); ``redo`` those that recompute a stage
+    run whose cached artifacts were lost (:func:`flows.common.run_stage`)."""
     stage_task = task if task is not None else TASKS[spec.name]
 
     def body(params: Any) -> Any:
@@ -73,7 +75,7 @@ def stage_flow(
             cfg = load_config(params, skip_generation_of(params))
             refresh = refresh_of(params)
             results = [
-                run_stage(stage_task, params.run_dir, cfg, refresh=refresh, **args, **extra(params))
+                run_stage(stage_task, params.run_dir, cfg, refresh=refresh, redo=redo, **args, **extra(params))
                 for args in selections(spec, params, cfg, RunDir(params.run_dir))
             ]
             result = collect(results)

@@ -6,13 +6,15 @@ from __future__ import annotations
 from prefect import flow
 
 from flows import ui
-from flows.common import flow_run_scope, load_config, run_namer, run_stage
+from flows.common import StageArgs, flow_run_scope, load_config, run_namer, run_stage
 from flows.params import MultiSeedParams, TrainSeedParams
 from flows.stage_flow import stage_flow
 from rtscore.stages import TrainResult
 from rtscore.stages.multi_seed import SPEC as MULTI_SEED_TRAIN
 from rtscore.stages.train import SPEC as TRAIN_SEED
 from tasks import train as t
+
+REDO: StageArgs = {"fresh": True}  # a trained seed whose recorded weights were lost is trained again from scratch
 
 train_seed = stage_flow(
     TRAIN_SEED,
@@ -24,6 +26,7 @@ train_seed = stage_flow(
     "re-running resumes from resume_latest.pth.",
     task=t.train_seed,
     extra=lambda params: {"fresh": params.fresh, "parent_run_id": params.parent_run_id},
+    redo=REDO,
 )
 
 
@@ -35,7 +38,17 @@ def multi_seed_train(params: MultiSeedParams) -> list[TrainResult]:
         seeds = params.seeds or cfg.training.seeds
         parent = t.start_multiseed(params.run_dir, cfg, seeds)
         results = [
-            run_stage(t.train_seed, params.run_dir, cfg, s, params.fresh, parent, refresh=params.fresh) for s in seeds
+            run_stage(
+                t.train_seed,
+                params.run_dir,
+                cfg,
+                seed=s,
+                fresh=params.fresh,
+                parent_run_id=parent,
+                refresh=params.fresh,
+                redo=REDO,
+            )
+            for s in seeds
         ]
         t.finish_multiseed(params.run_dir, cfg, parent, results)
         ui.publish_training(params.run_dir, cfg, results, MULTI_SEED_TRAIN.name, parent_run_id=parent)
