@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -132,7 +132,6 @@ class _Item:
     attempt: int
     run: FlowRun
     started: int = 1  # runs of this item this parent attempt started or re-attached to
-    history: list[Attempt] = field(default_factory=list)
 
 
 def _submit(
@@ -140,8 +139,9 @@ def _submit(
     deployment: str,
     parent: str,
     child: Child,
-    dist: DistributedParams,
     first: int,
+    *,
+    dist: DistributedParams,
     tags: list[str] | None,
     log: list[Attempt],
 ) -> tuple[int, FlowRun]:
@@ -195,45 +195,14 @@ def fan_out(
     crashed ``dist.max_attempts`` times, or had not finished after ``dist.timeout_s``; the attempts table is
     published on the parent flow run either way.
     """
-    from prefect.client.orchestration import get_client
-
-    logger = _logger()
     log: list[Attempt] = []
     items: dict[str, _Item] = {}
-    done: dict[str, _Item] = {}
+    submit = partial(_submit, stage, deployment, parent_flow_run_id, dist=dist, tags=tags, log=log)
     try:
         for child in children:
-            attempt, run = _submit(stage, deployment, parent_flow_run_id, child, dist, 0, tags, log)
+            attempt, run = submit(child, 0)
             items[child.item] = _Item(child, attempt, run)
-        deadline = time.monotonic() + dist.timeout_s
-        pending = dict(items)
-        with get_client(sync_client=True) as client:
-            while pending:
-                for key, it in list(pending.items()):
-                    it.run = _read_run(client, it.run)
-                    state = it.run.state
-                    if state is None or not state.is_final():
-                        continue
-                    if state.is_crashed() and it.started < dist.max_attempts:
-                        log.append(Attempt(key, it.child.label, it.attempt, it.run, "crashed: re-submitted"))
-                        logger.warning(
-                            f"{stage} {it.child.label}: run {it.run.name} ({it.run.id}) crashed "
-                            f"({state.message or 'no message'}); re-submitting as attempt {it.attempt + 2} "
-                            f"({it.started + 1} of at most {dist.max_attempts} in this pipeline attempt)"
-                        )
-                        it.attempt, it.run = _submit(
-                            stage, deployment, parent_flow_run_id, it.child, dist, it.attempt + 1, tags, log
-                        )
-                        it.started += 1
-                        continue
-                    done[key] = pending.pop(key)
-                    logger.info(
-                        f"{stage} {it.child.label}: attempt {it.attempt + 1}, run {it.run.name} ({it.run.id}) "
-                        f"ended {state.type.value}"
-                    )
-                if not pending or time.monotonic() >= deadline:
-                    break
-                time.sleep(min(dist.poll_interval_s, max(0.0, deadline - time.monotonic())))
+        done, pending = _wait(stage, dict(items), dist, submit, log)
         problems = [_problem(stage, it, dist) for it in done.values() if not _completed(it.run)]
         problems += [
             f"{stage} {it.child.label}: run {it.run.name} ({it.run.id}) still not finished after "
@@ -246,6 +215,48 @@ def fan_out(
     finally:
         log += [Attempt(k, it.child.label, it.attempt, it.run) for k, it in items.items()]
         _publish_attempts(stage, log)
+
+
+def _wait(
+    stage: str,
+    pending: dict[str, _Item],
+    dist: DistributedParams,
+    submit: Callable[[Child, int], tuple[int, FlowRun]],
+    log: list[Attempt],
+) -> tuple[dict[str, _Item], dict[str, _Item]]:
+    """Poll the items' runs until all are final or ``dist.timeout_s`` passed, re-submitting a crashed run while
+    the item has attempts left. Returns (the items whose run ended, the items still going)."""
+    from prefect.client.orchestration import get_client
+
+    logger = _logger()
+    done: dict[str, _Item] = {}
+    deadline = time.monotonic() + dist.timeout_s
+    with get_client(sync_client=True) as client:
+        while pending:
+            for key, it in list(pending.items()):
+                it.run = _read_run(client, it.run)
+                state = it.run.state
+                if state is None or not state.is_final():
+                    continue
+                if state.is_crashed() and it.started < dist.max_attempts:
+                    log.append(Attempt(key, it.child.label, it.attempt, it.run, "crashed: re-submitted"))
+                    logger.warning(
+                        f"{stage} {it.child.label}: run {it.run.name} ({it.run.id}) crashed "
+                        f"({state.message or 'no message'}); re-submitting as attempt {it.attempt + 2} "
+                        f"({it.started + 1} of at most {dist.max_attempts} in this pipeline attempt)"
+                    )
+                    it.attempt, it.run = submit(it.child, it.attempt + 1)
+                    it.started += 1
+                    continue
+                done[key] = pending.pop(key)
+                logger.info(
+                    f"{stage} {it.child.label}: attempt {it.attempt + 1}, run {it.run.name} ({it.run.id}) "
+                    f"ended {state.type.value}"
+                )
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(min(dist.poll_interval_s, max(0.0, deadline - time.monotonic())))
+    return done, pending
 
 
 def _completed(run: FlowRun) -> bool:
