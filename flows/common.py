@@ -10,18 +10,31 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol, TypeVar
 
+from prefect import Task
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.logging.handlers import APILogHandler
+from pydantic import ValidationError
 
-from flows.params import SPLITS, GenerateParams, MultiSeedParams, RunParams, SeedStageParams, TrainSeedParams
+from flows.form import FormModel
+from flows.params import (
+    SPLITS,
+    DataParams,
+    GenerateParams,
+    LogitCacheParams,
+    MultiSeedParams,
+    RunParams,
+    SeedStageParams,
+    StageParams,
+    TrainSeedParams,
+)
 from flows.server_watchdog import TOKEN_ENV
 from rtscore.config import PipelineConfig, load_pipeline_config
 from rtscore.errors import PipelineError
-from rtscore.stages import BY_NAME, STAGES, ArtifactRef, calibrated_seeds, trained_seeds
+from rtscore.stages import BY_NAME, ArtifactRef, StageSpec, calibrated_seeds, trained_seeds
 from rtscore.storage import RunDir, StorageError
 from rtscore.storage.gcs import check_access
 
@@ -31,18 +44,30 @@ STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 STARTUP_TIMEOUT_S = 180  # Prefect's default (20 s) is too short on a loaded 2-core machine
 _WATCHDOG = Path(__file__).with_name("server_watchdog.py")
 
+M = TypeVar("M", bound=FormModel)
+
 __all__ = [
     "FLOW_RUN_ENV",
     "LIBRARY_LOGGERS",
     "STARTUP_TIMEOUT_ENV",
     "STARTUP_TIMEOUT_S",
+    "HasArtifacts",
     "PrefectServerError",
+    "StageArgs",
     "check_inputs",
     "flow_run_scope",
     "intact",
     "load_config",
+    "name_fields",
+    "refresh_of",
     "route_library_logs",
+    "run_name",
+    "run_namer",
     "run_stage",
+    "selected_seeds",
+    "selections",
+    "skip_generation_of",
+    "stage_run_name",
     "start_local_api",
 ]
 
@@ -128,6 +153,7 @@ STAGE_COMMANDS = {
     "normalization-stats": "rts data",
     "validate-data": "rts data",
     "train-seed": "rts train",
+    "multi-seed-train": "rts train",
     "logit-cache": "rts calibrate",
     "calibrate": "rts calibrate",
     "evaluate-test": "rts evaluate-test",
@@ -137,21 +163,21 @@ STAGE_COMMANDS = {
 
 def check_inputs(stage: str, params: RunParams) -> None:
     """Before a flow command starts Prefect's server: what ``stage``, the first stage the command runs, reads is
-    there. Each declared input (for the seeds or splits the command selects, found as the flow will find them)
-    is recorded in the run's manifest and present (gs://: its objects exist); each location it reads outside
-    the run (a GeoTIFF data root, a store to adopt) exists. Reads only: nothing is written or staged but the
-    calibration summary of a gs:// run that evaluate-test and package take their seeds from.
+    there. Each declared input (for the seeds or splits the command selects, found as the flow will find them:
+    :func:`selections`) is recorded in the run's manifest and present (gs://: its objects exist); each location it
+    reads outside the run (a GeoTIFF data root, a store to adopt) exists. Reads only: nothing is written or staged
+    but the calibration summary of a gs:// run that evaluate-test and package take their seeds from.
 
     Raises:
         StorageError: the first missing input, naming it and the command that makes it.
     """
     spec = BY_NAME[stage]
-    cfg = load_config(params, bool(getattr(params, "skip_generation", False)))
+    cfg = load_config(params, skip_generation_of(params))
     run = RunDir(params.run_dir)
-    for selection in _selections(stage, params, cfg, run):
+    for selection in selections(spec, params, cfg, run):
         for rel in spec.input_paths(selection):
             if not run.has(rel):
-                makers = [s.name for s in STAGES if any(out.match(rel) is not None for out in s.outputs)]
+                makers = [s.name for s in BY_NAME.values() if any(out.match(rel) is not None for out in s.outputs)]
                 how = f"; run {STAGE_COMMANDS.get(makers[0], makers[0])} first" if makers else ""
                 raise StorageError(f"run {run.uri} has no {rel} (an input of {stage}){how}")
         for location in spec.source_locations(cfg, selection, run):
@@ -162,19 +188,105 @@ def check_inputs(stage: str, params: RunParams) -> None:
                 raise StorageError(f"{location} does not exist ({stage} reads it for {what})")
 
 
-def _selections(stage: str, params: RunParams, cfg: PipelineConfig, run: RunDir) -> list[dict[str, Any]]:
-    """The parameter values selecting the work of ``stage`` in this command (splits, a seed, the seeds)."""
-    if stage == "generate-dataset":
+# The values a stage function takes after (run_dir, cfg) for one run of it: the parameters that select its work
+# (split, seed, seeds: StageSpec.params), and for train-seed how it starts (fresh, parent MLflow run).
+StageArgs = dict[str, str | int | list[int] | bool | None]
+
+
+def selections(spec: StageSpec, params: RunParams, cfg: PipelineConfig, run: RunDir) -> list[StageArgs]:
+    """One entry per run of ``spec`` that a flow with ``params`` makes: the values of the spec's parameters
+    (``[{}]`` for a stage without any). The flows run exactly these, and :func:`check_inputs` checks their inputs."""
+    if not spec.params:
+        return [{}]
+    if "split" in spec.params:
         return [{"split": s} for s in (params.splits if isinstance(params, GenerateParams) else SPLITS)]
+    seeds = selected_seeds(spec, params, cfg, run)
+    return [{"seed": s} for s in seeds] if "seed" in spec.params else [{"seeds": seeds}]
+
+
+# The seeds a stage over trained seeds takes when the command names none: every trained seed, or those
+# calibrated together last (so `rts train --seed 42` -> calibrate -> evaluate-test -> package needs no --seeds).
+TRAINED, CALIBRATED = "trained", "calibrated"
+DEFAULT_SEEDS = {"logit-cache": TRAINED, "calibrate": TRAINED, "evaluate-test": CALIBRATED, "package": CALIBRATED}
+
+
+def selected_seeds(spec: StageSpec, params: RunParams, cfg: PipelineConfig, run: RunDir) -> list[int]:
+    """The seeds ``params`` select for ``spec``: given ones (checked to be trained where the stage reads their
+    weights), else the config's (training) or the run's (:data:`DEFAULT_SEEDS`)."""
     if isinstance(params, TrainSeedParams):
-        return [{"seed": params.seed_of(cfg)}]
+        return [params.seed_of(cfg)]
+    if isinstance(params, LogitCacheParams):
+        return [params.seed]
     if isinstance(params, MultiSeedParams):
-        return [{"seed": s} for s in params.seeds or cfg.training.seeds]
-    if not isinstance(params, SeedStageParams):
-        raise TypeError(f"no input check for stage {stage} with {type(params).__name__}")
-    if stage == "logit-cache":  # rts calibrate: every trained seed unless --seeds
-        return [{"seed": s} for s in trained_seeds(run, params.seeds)]
-    return [{"seeds": params.seeds or calibrated_seeds(run)}]  # evaluate-test, package: the last calibration's
+        return params.seeds or cfg.training.seeds
+    if isinstance(params, SeedStageParams) and spec.name in DEFAULT_SEEDS:
+        if DEFAULT_SEEDS[spec.name] == TRAINED:
+            return trained_seeds(run, params.seeds)
+        return params.seeds or calibrated_seeds(run)
+    raise TypeError(f"no seeds of stage {spec.name} for {type(params).__name__}")
+
+
+def skip_generation_of(params: RunParams) -> bool:
+    """Whether the flow adopts the run's existing stores (a data flow's ``skip_generation``)."""
+    return isinstance(params, DataParams) and params.skip_generation
+
+
+def refresh_of(params: RunParams) -> bool:
+    """Whether the flow recomputes its stages even when a cached result is intact (``refresh``; train-seed and
+    multi-seed-train: ``fresh``, which also starts the seeds over)."""
+    if isinstance(params, StageParams):
+        return params.refresh
+    if isinstance(params, TrainSeedParams | MultiSeedParams):
+        return params.fresh
+    return False
+
+
+def run_name(flow: str, params: FormModel, fields: Sequence[str]) -> str:
+    """A flow run's name: the flow's name, then the value of each of ``fields`` that is not the field's default,
+    e.g. ``train-seed-42``, ``calibrate-seeds-42-43``, ``map-chunk-3``, ``rts-pipeline-quickstart`` (a list is
+    "<field>-<values>", a path its last component)."""
+    parts = [flow]
+    for name in fields:
+        value = getattr(params, name)
+        if value == type(params).model_fields[name].get_default(call_default_factory=True):
+            continue
+        if isinstance(value, list | tuple):
+            parts += [name, *map(str, value)]
+        elif isinstance(value, str):
+            parts.append(PurePosixPath(value.rstrip("/")).name or value)
+        else:
+            parts.append(str(value))
+    return "-".join(parts)
+
+
+def name_fields(spec: StageSpec, model: type[FormModel]) -> tuple[str, ...]:
+    """The fields of a stage flow's params that name its runs: the stage's parameters (``seed``, ``seeds``) as the
+    model spells them (``split`` -> ``splits``)."""
+    return tuple(f for p in spec.params for f in (p, f"{p}s") if f in model.model_fields)
+
+
+def stage_run_name(spec: StageSpec, params: FormModel) -> str:
+    """The name of a run of ``spec``'s flow with ``params`` (what a fan-out names the child runs it starts)."""
+    return run_name(spec.name, params, name_fields(spec, type(params)))
+
+
+def run_namer(flow: str, model: type[M], fields: Sequence[str]) -> Callable[[], str]:
+    """The ``flow_run_name`` of a flow: :func:`run_name` of the run's ``params``, for runs started from Python, as a
+    subflow, from the UI or by a deployment. A run a fan-out re-submitted keeps its ``-retry-<n>`` name; a name
+    that cannot be worked out is the flow's."""
+
+    def name() -> str:
+        ctx = FlowRunContext.get()
+        raw = ctx.parameters.get("params") if ctx is not None and ctx.parameters else None
+        try:
+            params = raw if isinstance(raw, model) else model.model_validate(raw)
+        except ValidationError:
+            return flow
+        wanted = run_name(flow, params, fields)
+        current = ctx.flow_run.name if ctx is not None and ctx.flow_run is not None else ""
+        return current if current.startswith(f"{wanted}-retry-") else wanted
+
+    return name
 
 
 def _in_a_run(record: logging.LogRecord) -> bool:
@@ -231,13 +343,19 @@ def flow_run_scope() -> Iterator[str | None]:
             os.environ[FLOW_RUN_ENV] = previous
 
 
-def intact(run_dir: str, result: Any) -> bool:
-    """A cached result is only reusable if its artifacts are still recorded with the same fingerprints and exist.
+class HasArtifacts(Protocol):
+    """A stage result that carries its recorded artifacts (TrainResult, CalibrationResult, TestResult)."""
 
-    ``result`` is an ArtifactRef, or a model with an ``artifacts`` list of them.
-    """
+    artifacts: list[ArtifactRef]
+
+
+R = TypeVar("R", bound=ArtifactRef | HasArtifacts)
+
+
+def intact(run_dir: str, result: ArtifactRef | HasArtifacts) -> bool:
+    """A cached result is only reusable if its artifacts are still recorded with the same fingerprints and exist."""
     run = RunDir(run_dir)
-    refs: list[ArtifactRef] = result.artifacts if hasattr(result, "artifacts") else [result]
+    refs = [result] if isinstance(result, ArtifactRef) else result.artifacts
     recorded = run.read_manifest().artifacts
 
     def ok(ref: ArtifactRef) -> bool:
@@ -250,9 +368,13 @@ def intact(run_dir: str, result: Any) -> bool:
     return all(ok(r) for r in refs)
 
 
-def run_stage(task: Any, run_dir: str, *args: Any, refresh: bool = False, **kwargs: Any) -> Any:
-    """Call a stage task (cached unless ``refresh``); recompute if its cached artifacts were lost or changed."""
+def run_stage(
+    task: Task[..., R], run_dir: str, *args: Any, refresh: bool = False, redo: StageArgs | None = None, **kwargs: Any
+) -> R:
+    """Call a stage task (cached unless ``refresh``); recompute if its cached artifacts were lost or changed, then
+    with ``redo`` over the keyword arguments (train-seed: ``fresh``, since resuming a finished seed whose weights
+    are gone would not write them again)."""
     result = task.with_options(refresh_cache=refresh)(run_dir, *args, **kwargs)
     if not intact(run_dir, result):
-        result = task.with_options(refresh_cache=True)(run_dir, *args, **kwargs)
+        result = task.with_options(refresh_cache=True)(run_dir, *args, **{**kwargs, **(redo or {})})
     return result

@@ -16,37 +16,43 @@ children finished, whose work a retry then reuses). Every attempt is logged, and
 table artifact ``<stage>-attempts`` (item, attempt, flow run, final state).
 
 Results come back through the run directory, not through Prefect results: each child's stage records its
-artifacts in the manifest (``RunLayout``), which the parent reads once the child completed
-(:func:`read_train_result`, :func:`read_logit_caches`, :func:`read_test_result`). No result storage has to be
-shared between the pools.
+artifacts in the manifest (``RunLayout``), which the parent reads once the child completed, through the stage's
+own reader of what it recorded (``rtscore.stages.recorded_train_result``, ``recorded_logit_caches``,
+``recorded_test_result``). No result storage has to be shared between the pools.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar, cast
 
 from prefect.artifacts import create_table_artifact
 from prefect.client.schemas.objects import FlowRun
 from prefect.deployments import run_deployment
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_logger, get_run_logger
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from flows.common import stage_run_name
+from flows.form import FormModel
 from flows.params import DistributedParams, LogitCacheParams, PipelineParams, SeedStageParams, TrainSeedParams
 from flows.ui import artifact_key
 from rtscore.errors import PipelineError
-from rtscore.evaluation import TestReport
-from rtscore.stages import ArtifactRef, TestResult, TrainResult
+from rtscore.stages import (
+    ArtifactRef,
+    TestResult,
+    TrainResult,
+    recorded_logit_caches,
+    recorded_test_result,
+    recorded_train_result,
+)
 from rtscore.stages.evaluate_test import SPEC as EVALUATE_TEST_SPEC
 from rtscore.stages.logit_cache import SPEC as LOGIT_CACHE_SPEC
-from rtscore.stages.seed_records import read_attempts
-from rtscore.stages.train import SEED_OUTPUTS
 from rtscore.stages.train import SPEC as TRAIN_SEED_SPEC
-from rtscore.storage import RunDir, RunLayout, StorageError, absolute_location
-from rtscore.train.result import read_seed_summary
+from rtscore.storage import RunDir, absolute_location
 
 MAX_KEYS = 100  # runs per item over all retries of one pipeline flow run (a guard against a runaway loop)
 TRAIN_SEED = TRAIN_SEED_SPEC.name  # the stage whose records in the manifest are a seed's artifacts
@@ -82,7 +88,20 @@ class Child:
     item: str  # part of the idempotency key: the seed, or ALL_SEEDS
     label: str  # in logs and errors: "seed 42", "seeds 42, 43"
     run_name: str  # the flow run's name (attempts after the first get "-retry-<n>")
-    params: BaseModel
+    params: FormModel  # the child flow's parameters
+
+
+class AttemptRow(BaseModel):
+    """A row of the attempts table (the column names are the fields' aliases)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    item: str = Field(..., description="The work item: seed 42, seeds 42, 43, chunk 3.")
+    attempt: int = Field(..., description="1 for the item's first run, then 2, 3, ...")
+    flow_run: str = Field(..., alias="flow run", description="The child flow run's name.")
+    flow_run_id: str = Field(..., alias="flow run id", description="The child flow run's id.")
+    final_state: str = Field(..., alias="final state", description="Its final state, or 'not final'.")
+    note: str = Field("", description="Why the run was passed over or re-submitted.")
 
 
 @dataclass
@@ -95,16 +114,16 @@ class Attempt:
     run: FlowRun
     note: str = ""
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> AttemptRow:
         state = self.run.state
-        return {
-            "item": self.label,
-            "attempt": self.attempt + 1,
-            "flow run": self.run.name,
-            "flow run id": str(self.run.id),
-            "final state": state.type.value if state is not None and state.is_final() else "not final",
-            "note": self.note,
-        }
+        return AttemptRow(
+            item=self.label,
+            attempt=self.attempt + 1,
+            flow_run=self.run.name,
+            flow_run_id=str(self.run.id),
+            final_state=state.type.value if state is not None and state.is_final() else "not final",
+            note=self.note,
+        )
 
 
 @dataclass
@@ -113,7 +132,6 @@ class _Item:
     attempt: int
     run: FlowRun
     started: int = 1  # runs of this item this parent attempt started or re-attached to
-    history: list[Attempt] = field(default_factory=list)
 
 
 def _submit(
@@ -121,8 +139,9 @@ def _submit(
     deployment: str,
     parent: str,
     child: Child,
-    dist: DistributedParams,
     first: int,
+    *,
+    dist: DistributedParams,
     tags: list[str] | None,
     log: list[Attempt],
 ) -> tuple[int, FlowRun]:
@@ -176,45 +195,14 @@ def fan_out(
     crashed ``dist.max_attempts`` times, or had not finished after ``dist.timeout_s``; the attempts table is
     published on the parent flow run either way.
     """
-    from prefect.client.orchestration import get_client
-
-    logger = _logger()
     log: list[Attempt] = []
     items: dict[str, _Item] = {}
-    done: dict[str, _Item] = {}
+    submit = partial(_submit, stage, deployment, parent_flow_run_id, dist=dist, tags=tags, log=log)
     try:
         for child in children:
-            attempt, run = _submit(stage, deployment, parent_flow_run_id, child, dist, 0, tags, log)
+            attempt, run = submit(child, 0)
             items[child.item] = _Item(child, attempt, run)
-        deadline = time.monotonic() + dist.timeout_s
-        pending = dict(items)
-        with get_client(sync_client=True) as client:
-            while pending:
-                for key, it in list(pending.items()):
-                    it.run = _read_run(client, it.run)
-                    state = it.run.state
-                    if state is None or not state.is_final():
-                        continue
-                    if state.is_crashed() and it.started < dist.max_attempts:
-                        log.append(Attempt(key, it.child.label, it.attempt, it.run, "crashed: re-submitted"))
-                        logger.warning(
-                            f"{stage} {it.child.label}: run {it.run.name} ({it.run.id}) crashed "
-                            f"({state.message or 'no message'}); re-submitting as attempt {it.attempt + 2} "
-                            f"({it.started + 1} of at most {dist.max_attempts} in this pipeline attempt)"
-                        )
-                        it.attempt, it.run = _submit(
-                            stage, deployment, parent_flow_run_id, it.child, dist, it.attempt + 1, tags, log
-                        )
-                        it.started += 1
-                        continue
-                    done[key] = pending.pop(key)
-                    logger.info(
-                        f"{stage} {it.child.label}: attempt {it.attempt + 1}, run {it.run.name} ({it.run.id}) "
-                        f"ended {state.type.value}"
-                    )
-                if not pending or time.monotonic() >= deadline:
-                    break
-                time.sleep(min(dist.poll_interval_s, max(0.0, deadline - time.monotonic())))
+        done, pending = _wait(stage, dict(items), dist, submit, log)
         problems = [_problem(stage, it, dist) for it in done.values() if not _completed(it.run)]
         problems += [
             f"{stage} {it.child.label}: run {it.run.name} ({it.run.id}) still not finished after "
@@ -227,6 +215,48 @@ def fan_out(
     finally:
         log += [Attempt(k, it.child.label, it.attempt, it.run) for k, it in items.items()]
         _publish_attempts(stage, log)
+
+
+def _wait(
+    stage: str,
+    pending: dict[str, _Item],
+    dist: DistributedParams,
+    submit: Callable[[Child, int], tuple[int, FlowRun]],
+    log: list[Attempt],
+) -> tuple[dict[str, _Item], dict[str, _Item]]:
+    """Poll the items' runs until all are final or ``dist.timeout_s`` passed, re-submitting a crashed run while
+    the item has attempts left. Returns (the items whose run ended, the items still going)."""
+    from prefect.client.orchestration import get_client
+
+    logger = _logger()
+    done: dict[str, _Item] = {}
+    deadline = time.monotonic() + dist.timeout_s
+    with get_client(sync_client=True) as client:
+        while pending:
+            for key, it in list(pending.items()):
+                it.run = _read_run(client, it.run)
+                state = it.run.state
+                if state is None or not state.is_final():
+                    continue
+                if state.is_crashed() and it.started < dist.max_attempts:
+                    log.append(Attempt(key, it.child.label, it.attempt, it.run, "crashed: re-submitted"))
+                    logger.warning(
+                        f"{stage} {it.child.label}: run {it.run.name} ({it.run.id}) crashed "
+                        f"({state.message or 'no message'}); re-submitting as attempt {it.attempt + 2} "
+                        f"({it.started + 1} of at most {dist.max_attempts} in this pipeline attempt)"
+                    )
+                    it.attempt, it.run = submit(it.child, it.attempt + 1)
+                    it.started += 1
+                    continue
+                done[key] = pending.pop(key)
+                logger.info(
+                    f"{stage} {it.child.label}: attempt {it.attempt + 1}, run {it.run.name} ({it.run.id}) "
+                    f"ended {state.type.value}"
+                )
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(min(dist.poll_interval_s, max(0.0, deadline - time.monotonic())))
+    return done, pending
 
 
 def _completed(run: FlowRun) -> bool:
@@ -246,7 +276,7 @@ def _problem(stage: str, it: _Item, dist: DistributedParams) -> str:
 
 def _publish_attempts(stage: str, log: list[Attempt]) -> None:
     """The attempts table on the parent flow run; never fails the fan-out (e.g. outside a flow run)."""
-    rows = [a.row() for a in sorted(log, key=lambda a: (a.item, a.attempt))]
+    rows = [a.row().model_dump(by_alias=True) for a in sorted(log, key=lambda a: (a.item, a.attempt))]
     try:
         create_table_artifact(
             key=artifact_key(stage, "attempts"),
@@ -258,6 +288,7 @@ def _publish_attempts(stage: str, log: list[Attempt]) -> None:
 
 
 # ------------------------------------------------------------------------------------ the stages' children
+# Paths made absolute: the workers may start in another directory.
 def train_child(params: PipelineParams, seed: int, parent_mlflow_run: str | None) -> Child:
     child = TrainSeedParams(
         config=absolute(params.config),
@@ -267,101 +298,42 @@ def train_child(params: PipelineParams, seed: int, parent_mlflow_run: str | None
         fresh=params.refresh,
         parent_run_id=parent_mlflow_run,
     )
-    return Child(str(seed), f"seed {seed}", f"train-seed-{seed}", child)
-
-
-def _stage_fields(params: PipelineParams) -> dict[str, Any]:
-    """What every after-training child shares with the pipeline run (paths made absolute for the workers)."""
-    return {
-        "config": absolute(params.config),
-        "run_dir": absolute(params.run_dir),
-        "deterministic": params.deterministic,
-        "refresh": params.refresh,
-    }
+    return Child(str(seed), f"seed {seed}", stage_run_name(TRAIN_SEED_SPEC, child), child)
 
 
 def logit_cache_child(params: PipelineParams, seed: int) -> Child:
-    child = LogitCacheParams(**_stage_fields(params), seed=seed)
-    return Child(str(seed), f"seed {seed}", f"logit-cache-{seed}", child)
+    child = LogitCacheParams(
+        config=absolute(params.config),
+        run_dir=absolute(params.run_dir),
+        deterministic=params.deterministic,
+        refresh=params.refresh,
+        seed=seed,
+    )
+    return Child(str(seed), f"seed {seed}", stage_run_name(LOGIT_CACHE_SPEC, child), child)
 
 
 def evaluate_test_child(params: PipelineParams, seeds: list[int]) -> Child:
-    child = SeedStageParams(**_stage_fields(params), seeds=seeds)
-    return Child(ALL_SEEDS, "seeds " + ", ".join(map(str, seeds)), "evaluate-test", child)
+    child = SeedStageParams(
+        config=absolute(params.config),
+        run_dir=absolute(params.run_dir),
+        deterministic=params.deterministic,
+        refresh=params.refresh,
+        seeds=seeds,
+    )
+    return Child(ALL_SEEDS, "seeds " + ", ".join(map(str, seeds)), stage_run_name(EVALUATE_TEST_SPEC, child), child)
 
 
 # ------------------------------------------------------------------------------------ results from the run dir
-def _verified(run: RunDir, what: str, rels: list[str]) -> None:
-    for rel in rels:
-        try:
-            run.verify(rel)
-        except StorageError as err:
-            raise FanOutError(f"{what} completed but its artifacts are not in the run: {err}") from None
+T = TypeVar("T")
 
 
-def _recorded(run: RunDir, stage: str, select: Any) -> list[ArtifactRef]:
-    """The manifest's records of ``stage`` whose path ``select`` accepts, as the stage task would return them."""
-    return [
-        ArtifactRef(
-            uri=e.uri if run.remote else str(run.path(rel)), path=rel, sha256=e.sha256, bytes=e.bytes, stage=e.stage
-        )
-        for rel, e in sorted(run.read_manifest().artifacts.items())
-        if e.stage == stage and select(rel)
-    ]
-
-
-def read_train_result(run_dir: str, seed: int) -> TrainResult:
-    """A trained seed's result, from what its train-seed stage recorded in the run directory.
-
-    The weights and the summary are checked against the manifest (for a gs:// run: staged into this
-    worker's mirror and verified there, where calibrate reads them next).
-    """
-    run = RunDir(run_dir)
-    summary = RunLayout.SEED_SUMMARY.at(seed=seed)
-    _verified(run, f"seed {seed}", [RunLayout.BEST_WEIGHTS.at(seed=seed), summary])
+def read_recorded(what: str, read: Callable[[], T]) -> T:
+    """A completed child's result, read back from what its stage recorded in the run directory; a result that is
+    not there (or not the one expected) fails the fan-out naming the child."""
     try:
-        result = read_seed_summary(run.path(summary)).to_result(str(run.at(RunLayout.SEED_DIR, seed=seed)))
-    except StorageError as err:
-        raise FanOutError(f"seed {seed} completed but its summary cannot be read: {err}") from None
-    if result.seed != seed:
-        raise FanOutError(f"seed {seed} completed but {run.path(summary)} is the summary of seed {result.seed}")
-    outputs = {entry.at(seed=seed) for entry in SEED_OUTPUTS}  # not the rotating checkpoints, pruned later
-    return TrainResult(
-        result=result,
-        artifacts=_recorded(run, TRAIN_SEED, lambda rel: rel in outputs),
-        attempts=read_attempts(run, seed),
-    )
-
-
-def read_logit_caches(run_dir: str, seeds: list[int]) -> list[ArtifactRef]:
-    """Each seed's recorded logit cache (what the logit-cache runs wrote), in the order of ``seeds``.
-
-    Only the records are read: calibrate verifies the caches when it requires them (a gs:// cache is staged
-    into this worker's mirror then)."""
-    run = RunDir(run_dir)
-    refs = {r.path: r for r in _recorded(run, LOGIT_CACHE, lambda rel: True)}
-    missing = [s for s in seeds if RunLayout.LOGIT_CACHE.at(seed=s) not in refs]
-    if missing:
-        raise FanOutError(
-            f"logit-cache of seeds {missing} completed but {run.uri} records no "
-            f"{RunLayout.LOGIT_CACHE.at(seed=missing[0])} by stage {LOGIT_CACHE}"
-        )
-    return [refs[RunLayout.LOGIT_CACHE.at(seed=s)] for s in seeds]
-
-
-def read_test_result(run_dir: str, seeds: list[int]) -> TestResult:
-    """The test evaluation's result, from ``evaluation/test_report.json`` as the evaluate-test run recorded it."""
-    run = RunDir(run_dir)
-    rel = RunLayout.TEST_REPORT.at()
-    _verified(run, "evaluate-test", [rel])
-    path = run.path(rel)
-    try:
-        report = TestReport.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError, ValidationError) as err:
-        raise FanOutError(f"evaluate-test completed but {path} cannot be read as a test report: {err}") from None
-    if sorted(report.seeds) != sorted(seeds):
-        raise FanOutError(f"evaluate-test completed but {path} reports seeds {report.seeds}, not {seeds}")
-    return TestResult(report=report, artifacts=_recorded(run, EVALUATE_TEST, lambda rel: True))
+        return read()
+    except PipelineError as err:
+        raise FanOutError(f"{what} completed but {err}") from None
 
 
 # ------------------------------------------------------------------------------------ the pipeline's fan-outs
@@ -372,7 +344,8 @@ def distributed_train(
     dist = params.distributed
     children = [train_child(params, s, parent_mlflow_run) for s in seeds]
     fan_out(TRAIN_SEED, dist.deployment, parent_flow_run_id, children, dist, tags=["rts-seed"])
-    return [read_train_result(params.run_dir, seed) for seed in seeds]
+    run = RunDir(params.run_dir)
+    return [read_recorded(f"seed {seed}", partial(recorded_train_result, run, seed)) for seed in seeds]
 
 
 def distributed_logit_caches(params: PipelineParams, parent_flow_run_id: str, seeds: list[int]) -> list[ArtifactRef]:
@@ -380,7 +353,8 @@ def distributed_logit_caches(params: PipelineParams, parent_flow_run_id: str, se
     dist = params.distributed
     children = [logit_cache_child(params, s) for s in seeds]
     fan_out(LOGIT_CACHE, dist.logit_cache_deployment, parent_flow_run_id, children, dist, tags=["rts-seed"])
-    return read_logit_caches(params.run_dir, seeds)
+    run = RunDir(params.run_dir)
+    return read_recorded(f"logit-cache of seeds {seeds}", partial(recorded_logit_caches, run, seeds))
 
 
 def distributed_evaluate_test(params: PipelineParams, parent_flow_run_id: str, seeds: list[int]) -> TestResult:
@@ -388,4 +362,5 @@ def distributed_evaluate_test(params: PipelineParams, parent_flow_run_id: str, s
     dist = params.distributed
     children = [evaluate_test_child(params, seeds)]
     fan_out(EVALUATE_TEST, dist.evaluate_test_deployment, parent_flow_run_id, children, dist)
-    return read_test_result(params.run_dir, seeds)
+    run = RunDir(params.run_dir)
+    return read_recorded(EVALUATE_TEST, partial(recorded_test_result, run, seeds))

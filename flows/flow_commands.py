@@ -41,7 +41,7 @@ def data(params: DataParams) -> int:
     from flows.data import data_pipeline
 
     refs = data_pipeline(params)
-    for name, ref in refs.items():
+    for name, ref in refs.named().items():
         print(f"{name:20s} {ref.uri}")
     print(f"data pipeline finished; validation report: {params.run_dir}/{RunLayout.VALIDATION_REPORT_MD.at()}")
     return 0
@@ -63,12 +63,12 @@ def pipeline(params: PipelineParams) -> int:
     from rtscore.stages.render import render_calibration, render_training
 
     out = pipeline_flow(params)
-    print(render_training(out["training"]))
-    print(render_calibration(out["calibration"]))
+    print(render_training(out.training))
+    print(render_calibration(out.calibration))
     print()
-    print(out["test"].table)
+    print(out.test.table)
     print(f"\ntest report: {params.run_dir}/{RunLayout.TEST_REPORT_MD.at()}")
-    print(f"deployment package: {out['package'].uri}")
+    print(f"deployment package: {out.package.uri}")
     return 0
 
 

@@ -25,7 +25,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from flows import ui
-from flows.common import flow_run_scope
+from flows.common import flow_run_scope, run_name, run_namer
 from flows.fanout import Child, FanOutError, absolute, fan_out
 from flows.params import MapChunkParams, MapRegionParams
 from rtscore.inference.predict import load_package
@@ -45,9 +45,10 @@ from rtscore.mapping.scenes import CampaignError, list_scenes
 MAP_CHUNK = "map-chunk"  # the fan-out's stage name (part of every chunk run's idempotency key)
 SUMMARY_KEY = "map-region-summary"
 SCENES_KEY = "map-region-scenes"
+CHUNK_NAME = ("chunk",)  # a chunk run's name: map-chunk-<k>
 
 
-@flow(name="map-chunk")
+@flow(name=MAP_CHUNK, flow_run_name=run_namer(MAP_CHUNK, MapChunkParams, CHUNK_NAME))
 def map_chunk(params: MapChunkParams) -> dict[str, int]:
     """Map one chunk of a campaign: the scenes ``scene_ids`` of ``input`` not yet done with this scene identity and
     mapping identity; one log record each. Returns the number of records appended by status."""
@@ -72,7 +73,7 @@ def map_chunk(params: MapChunkParams) -> dict[str, int]:
         return counts
 
 
-@flow(name="map-region")
+@flow(name="map-region", flow_run_name=run_namer("map-region", MapRegionParams, ("output",)))
 def map_region(params: MapRegionParams) -> dict[str, Any]:
     """Drift check, scene list and chunks here; the chunks in this run (local) or as map-chunk runs on the GPU pool
     (distributed); then objects, footprint index and summary from the log. Returns the summary."""
@@ -120,23 +121,19 @@ def region(params: MapRegionParams, flow_run_id: str | None) -> dict[str, Any]:
 
 def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
     """One map-chunk run per chunk (paths absolute: the workers may start elsewhere)."""
-    return [
-        Child(
-            str(k),
-            f"chunk {k}",
-            f"map-chunk-{k}",
-            MapChunkParams(
-                package=absolute(params.package),
-                input=absolute(params.input),
-                output=absolute(params.output),
-                device=params.device,
-                chunk=k,
-                scene_ids=[s.scene_id for s in chunk],
-                mapping_identity=plan.identity.digest(),
-            ),
+    children = []
+    for k, chunk in enumerate(plan.chunks):
+        child = MapChunkParams(
+            package=absolute(params.package),
+            input=absolute(params.input),
+            output=absolute(params.output),
+            device=params.device,
+            chunk=k,
+            scene_ids=[s.scene_id for s in chunk],
+            mapping_identity=plan.identity.digest(),
         )
-        for k, chunk in enumerate(plan.chunks)
-    ]
+        children.append(Child(str(k), f"chunk {k}", run_name(MAP_CHUNK, child, CHUNK_NAME), child))
+    return children
 
 
 def publish_campaign(summary: dict[str, Any]) -> None:

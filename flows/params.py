@@ -226,16 +226,31 @@ class PipelineParams(DataParams):
     check_seeds = field_validator("seeds")(_seeds)
 
     def data(self) -> DataParams:
-        return DataParams(**self._common(), refresh=self.refresh, skip_generation=self.skip_generation)
+        return DataParams(
+            config=self.config,
+            run_dir=self.run_dir,
+            deterministic=self.deterministic,
+            refresh=self.refresh,
+            skip_generation=self.skip_generation,
+        )
 
     def stage(self, seeds: list[int]) -> SeedStageParams:
-        return SeedStageParams(**self._common(), refresh=self.refresh, seeds=seeds)
+        return SeedStageParams(
+            config=self.config,
+            run_dir=self.run_dir,
+            deterministic=self.deterministic,
+            refresh=self.refresh,
+            seeds=seeds,
+        )
 
     def multi_seed(self) -> MultiSeedParams:
-        return MultiSeedParams(**self._common(), seeds=self.seeds, fresh=self.refresh)
-
-    def _common(self) -> dict[str, Any]:
-        return {"config": self.config, "run_dir": self.run_dir, "deterministic": self.deterministic}
+        return MultiSeedParams(
+            config=self.config,
+            run_dir=self.run_dir,
+            deterministic=self.deterministic,
+            seeds=self.seeds,
+            fresh=self.refresh,
+        )
 
 
 # ---------------------------------------------------------------------------------------------- mapping

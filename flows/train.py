@@ -1,31 +1,36 @@
-"""Training flows: train-seed (one seed) and multi-seed-train (seeds [42, 43, 44] by default, in sequence)."""
+"""Training flows: train-seed (one seed, built from its stage spec) and multi-seed-train (seeds [42, 43, 44] by
+default, in sequence, under one parent MLflow run)."""
 
 from __future__ import annotations
 
 from prefect import flow
 
 from flows import ui
-from flows.common import flow_run_scope, load_config
+from flows.common import StageArgs, flow_run_scope, load_config, run_namer, run_stage
 from flows.params import MultiSeedParams, TrainSeedParams
+from flows.stage_flow import stage_flow
 from rtscore.stages import TrainResult
+from rtscore.stages.multi_seed import SPEC as MULTI_SEED_TRAIN
+from rtscore.stages.train import SPEC as TRAIN_SEED
 from tasks import train as t
 
+REDO: StageArgs = {"fresh": True}  # a trained seed whose recorded weights were lost is trained again from scratch
 
-@flow(name="train-seed")
-def train_seed(params: TrainSeedParams) -> TrainResult:
-    """Train one seed (``seed``, else training.seed of the config) from the run's datasets and stats; re-running
-    resumes from resume_latest.pth."""
-    with flow_run_scope():
-        cfg = load_config(params)
-        seed = params.seed_of(cfg)
-        result = t.train_seed.with_options(refresh_cache=params.fresh)(
-            params.run_dir, cfg, seed, params.fresh, params.parent_run_id
-        )
-        ui.publish_training(params.run_dir, cfg, [result], f"train-seed-{seed}")
-        return result
+train_seed = stage_flow(
+    TRAIN_SEED,
+    TrainSeedParams,
+    TrainResult,
+    lambda params, cfg, result: ui.publish_training(params.run_dir, cfg, [result], f"train-seed-{result.result.seed}"),
+    module=__name__,
+    description="Train one seed (``seed``, else training.seed of the config) from the run's datasets and stats; "
+    "re-running resumes from resume_latest.pth.",
+    task=t.train_seed,
+    extra=lambda params: {"fresh": params.fresh, "parent_run_id": params.parent_run_id},
+    redo=REDO,
+)
 
 
-@flow(name="multi-seed-train")
+@flow(name=MULTI_SEED_TRAIN.name, flow_run_name=run_namer(MULTI_SEED_TRAIN.name, MultiSeedParams, ("seeds",)))
 def multi_seed_train(params: MultiSeedParams) -> list[TrainResult]:
     """Train every seed (training.seeds by default) under one parent MLflow run; report mean ± std."""
     with flow_run_scope():
@@ -33,9 +38,18 @@ def multi_seed_train(params: MultiSeedParams) -> list[TrainResult]:
         seeds = params.seeds or cfg.training.seeds
         parent = t.start_multiseed(params.run_dir, cfg, seeds)
         results = [
-            t.train_seed.with_options(refresh_cache=params.fresh)(params.run_dir, cfg, s, params.fresh, parent)
+            run_stage(
+                t.train_seed,
+                params.run_dir,
+                cfg,
+                seed=s,
+                fresh=params.fresh,
+                parent_run_id=parent,
+                refresh=params.fresh,
+                redo=REDO,
+            )
             for s in seeds
         ]
         t.finish_multiseed(params.run_dir, cfg, parent, results)
-        ui.publish_training(params.run_dir, cfg, results, "multi-seed-train", parent_run_id=parent)
+        ui.publish_training(params.run_dir, cfg, results, MULTI_SEED_TRAIN.name, parent_run_id=parent)
         return results

@@ -14,23 +14,28 @@ from rtscore.stages.calibrate import (
     choose_shipped_seed,
     read_calibration_summary,
 )
-from rtscore.stages.evaluate_test import TestResult, evaluate_test
+from rtscore.stages.evaluate_test import TestResult, evaluate_test, recorded_test_result
 from rtscore.stages.generate import generate_dataset, save_resolved_config
-from rtscore.stages.logit_cache import logit_cache
+from rtscore.stages.logit_cache import logit_cache, recorded_logit_caches
+from rtscore.stages.multi_seed import finish_multiseed, start_multiseed
 from rtscore.stages.normalization import normalization_stats
 from rtscore.stages.package import package
-from rtscore.stages.registry import BY_NAME, STAGES, cache_key, code_fingerprint, producers
+from rtscore.stages.registry import BY_NAME, STAGES, SUMMARIES, cache_key, code_fingerprint, producers
+from rtscore.stages.results import DataResult, PipelineResult
 from rtscore.stages.seeds import trained_seeds
-from rtscore.stages.spec import ArtifactRef, StageSpec, code_closure
-from rtscore.stages.train import TrainResult, finish_multiseed, start_multiseed, train_seed
+from rtscore.stages.spec import ArtifactRef, StageSpec, code_closure, recorded
+from rtscore.stages.train import TrainResult, recorded_train_result, train_seed
 from rtscore.stages.validate import validate_data
 
 __all__ = [
     "BY_NAME",
     "STAGES",
+    "SUMMARIES",
     "ArtifactRef",
     "CalibrationResult",
     "CalibrationSummary",
+    "DataResult",
+    "PipelineResult",
     "SeedCalibration",
     "StageSpec",
     "TestResult",
@@ -49,6 +54,10 @@ __all__ = [
     "package",
     "producers",
     "read_calibration_summary",
+    "recorded",
+    "recorded_logit_caches",
+    "recorded_test_result",
+    "recorded_train_result",
     "save_resolved_config",
     "start_multiseed",
     "train_seed",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -84,19 +85,39 @@ def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None)
     run = RunDir(run_dir)
     seeds = trained_seeds(run, seeds)
     require_inputs(SPEC, run, seeds=seeds)
-    caches = []
-    for s in seeds:
-        cache = LogitCache(run.at(RunLayout.LOGIT_CACHE, seed=s))
-        weights = run.at(RunLayout.BEST_WEIGHTS, seed=s)
-        if cache.attrs.get("weights_sha256") != sha256_file(weights):
-            raise CacheError(f"the logit cache {cache.path} was computed from other weights than {weights}; rerun it")
-        if cache.attrs.get("identity") != cache_identity(run, cfg, s):
-            raise CacheError(
-                f"the logit cache {cache.path} was computed by other code, config or inputs than this run's "
-                f"(identity {str(cache.attrs.get('identity'))[:12]} vs {cache_identity(run, cfg, s)[:12]}); "
-                "recompute it (rts calibrate does, or rts run)"
-            )
-        caches.append(cache)
+    caches = [_checked_cache(run, cfg, s) for s in seeds]
+    outputs = _clear_outputs(run, seeds)
+    gated, gates = run_gates(cfg, caches)
+    atomic_write_json(run.at(RunLayout.GATES), gates)
+    frozen: dict[int, DeploymentConfig] = {}
+    reports: dict[int, SeedCalibrationReport] = {}
+    for s, cache in zip(seeds, caches, strict=True):
+        frozen[s], reports[s] = _calibrate_seed(run, cfg, gated, cache, s, outputs)
+    summary = _shipped(run, cfg, seeds, reports, gates)
+    dump_yaml(frozen[summary.shipped_seed], run.at(RunLayout.DEPLOYMENT_CONFIG))
+    atomic_write_text(run.at(RunLayout.CALIBRATION_SUMMARY), summary.model_dump_json(indent=2) + "\n")
+    atomic_write_text(run.at(RunLayout.CALIBRATION_REPORT_MD), render_report(cfg, gates, reports, summary.shipped_seed))
+    refs = [record(SPEC, run, rel, cfg) for rel in outputs]
+    return CalibrationResult(deployment=frozen[summary.shipped_seed], summary=summary, artifacts=refs)
+
+
+def _checked_cache(run: RunDir, cfg: PipelineConfig, seed: int) -> LogitCache:
+    """The seed's logit cache, refused unless computed from its weights by this code, config and inputs."""
+    cache = LogitCache(run.at(RunLayout.LOGIT_CACHE, seed=seed))
+    weights = run.at(RunLayout.BEST_WEIGHTS, seed=seed)
+    if cache.attrs.get("weights_sha256") != sha256_file(weights):
+        raise CacheError(f"the logit cache {cache.path} was computed from other weights than {weights}; rerun it")
+    if cache.attrs.get("identity") != cache_identity(run, cfg, seed):
+        raise CacheError(
+            f"the logit cache {cache.path} was computed by other code, config or inputs than this run's "
+            f"(identity {str(cache.attrs.get('identity'))[:12]} vs {cache_identity(run, cfg, seed)[:12]}); "
+            "recompute it (rts calibrate does, or rts run)"
+        )
+    return cache
+
+
+def _clear_outputs(run: RunDir, seeds: list[int]) -> list[str]:
+    """Forget the outputs of an earlier calibration (and delete stale 1x configs); the outputs to record."""
     outputs = [e.at() for e in (RunLayout.DEPLOYMENT_CONFIG, RunLayout.GATES, RunLayout.CALIBRATION_SUMMARY)]
     outputs.append(RunLayout.CALIBRATION_REPORT_MD.at())
     per_seed = (
@@ -109,36 +130,47 @@ def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None)
     stale_1x = [RunLayout.SEED_DEPLOYMENT_CONFIG_1X.at(seed=s) for s in seeds]
     for rel in [*outputs, *stale_1x]:
         run.forget(rel)
-    for rel in stale_1x:  # written again below only where the shipped scales are not [1.0]
+    for rel in stale_1x:  # written again only where the shipped scales are not [1.0]
         run.path(rel).unlink(missing_ok=True)
+    return outputs
 
-    gated, gates = run_gates(cfg, caches)
-    atomic_write_json(run.at(RunLayout.GATES), gates)
-    frozen: dict[int, DeploymentConfig] = {}
-    reports: dict[int, SeedCalibrationReport] = {}
-    for s, cache in zip(seeds, caches, strict=True):
-        source = run.at(RunLayout.SEED_DEPLOYMENT_CONFIG, seed=s)
-        run.at(RunLayout.SEED_CALIBRATION, seed=s).mkdir(parents=True, exist_ok=True)
-        plots = CalibrationPlots(
-            reliability=run.at(RunLayout.SEED_RELIABILITY, seed=s), pr_curves=run.at(RunLayout.SEED_PR_CURVES, seed=s)
-        )
-        frozen[s], reports[s] = calibrate_seed(gated, cache, cfg, plots, source=source)
-        if needs_context(gated.scales):  # the canonical 1x operating point too (same TTA), for evaluate-test
-            rel_1x = RunLayout.SEED_DEPLOYMENT_CONFIG_1X.at(seed=s)
-            dep_1x, report_1x = calibrate_seed(one_x(gated), cache, cfg, None, source=run.path(rel_1x))
-            dump_yaml(dep_1x, run.path(rel_1x))
-            reports[s] = reports[s].model_copy(update={"canonical_1x": report_1x})
-            outputs.append(rel_1x)
-        dump_yaml(frozen[s], source)
-        atomic_write_json(run.at(RunLayout.SEED_CALIBRATION_REPORT, seed=s), reports[s].model_dump(mode="python"))
 
+def _calibrate_seed(
+    run: RunDir, cfg: PipelineConfig, gated: DeploymentConfig, cache: LogitCache, s: int, outputs: list[str]
+) -> tuple[DeploymentConfig, SeedCalibrationReport]:
+    """One seed's temperature and threshold under the gated deployment, its frozen config and report written (and
+    the canonical 1x point beside them when the gated scales are not 1x, added to ``outputs``)."""
+    source = run.at(RunLayout.SEED_DEPLOYMENT_CONFIG, seed=s)
+    run.at(RunLayout.SEED_CALIBRATION, seed=s).mkdir(parents=True, exist_ok=True)
+    plots = CalibrationPlots(
+        reliability=run.at(RunLayout.SEED_RELIABILITY, seed=s), pr_curves=run.at(RunLayout.SEED_PR_CURVES, seed=s)
+    )
+    frozen, report = calibrate_seed(gated, cache, cfg, plots, source=source)
+    if needs_context(gated.scales):  # the canonical 1x operating point too (same TTA), for evaluate-test
+        rel_1x = RunLayout.SEED_DEPLOYMENT_CONFIG_1X.at(seed=s)
+        dep_1x, report_1x = calibrate_seed(one_x(gated), cache, cfg, None, source=run.path(rel_1x))
+        dump_yaml(dep_1x, run.path(rel_1x))
+        report = report.model_copy(update={"canonical_1x": report_1x})
+        outputs.append(rel_1x)
+    dump_yaml(frozen, source)
+    atomic_write_json(run.at(RunLayout.SEED_CALIBRATION_REPORT, seed=s), report.model_dump(mode="python"))
+    return frozen, report
+
+
+def _shipped(
+    run: RunDir,
+    cfg: PipelineConfig,
+    seeds: list[int],
+    reports: dict[int, SeedCalibrationReport],
+    gates: dict[str, Any],
+) -> CalibrationSummary:
+    """The calibration summary: the shipped seed (decided here, once) and every seed's operating point."""
     summaries = []
     for s in seeds:
         run.fetch(RunLayout.SEED_SUMMARY.at(seed=s))
         summaries.append(read_seed_summary(run.at(RunLayout.SEED_SUMMARY, seed=s)))
     shipped, reason = choose_shipped_seed(summaries, cfg.package.seed)
-    dump_yaml(frozen[shipped], run.at(RunLayout.DEPLOYMENT_CONFIG))
-    summary = CalibrationSummary(
+    return CalibrationSummary(
         shipped_seed=shipped,
         shipped_reason=reason,
         seeds=[
@@ -155,10 +187,6 @@ def calibrate(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None)
         tta_reason=str(gates["tta"]["reason"]),
         scales_reason=str(gates["scales"]["reason"]),
     )
-    atomic_write_text(run.at(RunLayout.CALIBRATION_SUMMARY), summary.model_dump_json(indent=2) + "\n")
-    atomic_write_text(run.at(RunLayout.CALIBRATION_REPORT_MD), render_report(cfg, gates, reports, shipped))
-    refs = [record(SPEC, run, rel, cfg) for rel in outputs]
-    return CalibrationResult(deployment=frozen[shipped], summary=summary, artifacts=refs)
 
 
 def read_calibration_summary(run: RunDir) -> CalibrationSummary:

@@ -3,9 +3,10 @@ multi-scale configuration's beside it when the deployment is not 1x (guide §4.6
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from rtscore.calibrate.plots import plot_pr_curves
 from rtscore.config.deployment import DeploymentConfig
@@ -23,8 +24,8 @@ from rtscore.inference.context import needs_context
 from rtscore.metrics import weighted_hist
 from rtscore.stages.render import render_test, render_test_markdown
 from rtscore.stages.seeds import context_store, no_context_reason, seed_model_and_loader, trained_seeds
-from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
-from rtscore.storage import RunDir, RunLayout, atomic_write_json, atomic_write_text
+from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, recorded, require_inputs
+from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_json, atomic_write_text
 
 
 class TestResult(BaseModel):
@@ -113,6 +114,28 @@ def evaluate_test(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = N
         plot_pr_curves(c, points, run.at(RunLayout.TEST_PR_CURVES, ratio=r), f"Test-Realistic 1:{r} (1x)")
     refs = [record(SPEC, run, rel, cfg) for rel in rels]
     return TestResult(report=report, artifacts=refs)
+
+
+def recorded_test_result(run: RunDir, seeds: list[int]) -> TestResult:
+    """The test evaluation of ``seeds``, from ``evaluation/test_report.json`` as its evaluate-test run recorded it
+    (e.g. on another worker).
+
+    Raises:
+        StorageError: the report is not recorded, does not match its record, cannot be read, or is of other seeds.
+    """
+    rel = RunLayout.TEST_REPORT.at()
+    try:
+        run.verify(rel)
+    except StorageError as err:
+        raise StorageError(f"its artifacts are not in the run: {err}") from None
+    path = run.path(rel)
+    try:
+        report = TestReport.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError) as err:
+        raise StorageError(f"{path} cannot be read as a test report: {err}") from None
+    if sorted(report.seeds) != sorted(seeds):
+        raise StorageError(f"{path} reports seeds {report.seeds}, not {seeds}")
+    return TestResult(report=report, artifacts=recorded(SPEC, run, {}))
 
 
 SPEC = StageSpec(

@@ -7,8 +7,16 @@ from rtscore.calibrate.run import refuse_multiscale_without_context
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.inference.context import needs_context
 from rtscore.stages.seeds import context_store, no_context_reason, seed_model_and_loader
-from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs, resume_key
-from rtscore.storage import RunDir, RunLayout, sha256_file
+from rtscore.stages.spec import (
+    TRAINING_CONFIG,
+    ArtifactRef,
+    StageSpec,
+    record,
+    recorded,
+    require_inputs,
+    resume_key,
+)
+from rtscore.storage import RunDir, RunLayout, StorageError, sha256_file
 
 # The decision settings: the cache serves every value of these, so they never invalidate it.
 DECISION_SETTINGS = (
@@ -78,6 +86,24 @@ def cache_identity(run: RunDir, cfg: PipelineConfig, seed: int) -> str:
     settings it serves) and its inputs (weights, val store, stats). Recorded in the cache; calibration uses a
     cache only when it equals what the current code, config and inputs give."""
     return resume_key(SPEC, run, cfg, {"seed": seed}, config_hash=SPEC.config_hash(cfg))
+
+
+def recorded_logit_caches(run: RunDir, seeds: list[int]) -> list[ArtifactRef]:
+    """Each seed's logit cache as its logit-cache run recorded it (e.g. on another worker), in the order of
+    ``seeds``. Only the records are read: calibrate verifies the caches when it requires them (a gs:// cache is
+    staged into this worker's mirror then).
+
+    Raises:
+        StorageError: a seed has no recorded cache.
+    """
+    refs = {r.path: r for r in recorded(SPEC, run, {"seeds": seeds})}
+    missing = [s for s in seeds if RunLayout.LOGIT_CACHE.at(seed=s) not in refs]
+    if missing:
+        raise StorageError(
+            f"{run.uri} records no {RunLayout.LOGIT_CACHE.at(seed=missing[0])} by stage {SPEC.name} "
+            f"(seeds without a cache: {missing})"
+        )
+    return [refs[RunLayout.LOGIT_CACHE.at(seed=s)] for s in seeds]
 
 
 SPEC = StageSpec(

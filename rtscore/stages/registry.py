@@ -1,4 +1,7 @@
-"""The pipeline's stages in order, and what derives from their specs: code fingerprints and cache keys."""
+"""The pipeline's stages in order, and what derives from their specs: code fingerprints and cache keys.
+
+``STAGES`` are the cached stages, first to last; ``SUMMARIES`` the stages that summarise several runs of a cached
+stage once they are all in (multi-seed-train), never cached on their own. ``BY_NAME`` finds either."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from rtscore.stages.calibrate import SPEC as CALIBRATE
 from rtscore.stages.evaluate_test import SPEC as EVALUATE_TEST
 from rtscore.stages.generate import SPEC as GENERATE_DATASET
 from rtscore.stages.logit_cache import SPEC as LOGIT_CACHE
+from rtscore.stages.multi_seed import SPEC as MULTI_SEED_TRAIN
 from rtscore.stages.normalization import SPEC as NORMALIZATION_STATS
 from rtscore.stages.package import SPEC as PACKAGE
 from rtscore.stages.spec import StageSpec, input_identities
@@ -30,7 +34,9 @@ STAGES: tuple[StageSpec, ...] = (
     EVALUATE_TEST,
     PACKAGE,
 )
-BY_NAME: dict[str, StageSpec] = {s.name: s for s in STAGES}
+# Summaries over several runs of a stage (after the stage they summarise): not cached, no task of their own.
+SUMMARIES: tuple[StageSpec, ...] = (MULTI_SEED_TRAIN,)
+BY_NAME: dict[str, StageSpec] = {s.name: s for s in (*STAGES, *SUMMARIES)}
 
 
 def spec(name: str) -> StageSpec:

@@ -169,6 +169,35 @@ def ref_of(run: RunDir, entry: ArtifactEntry) -> ArtifactRef:
     return ArtifactRef(uri=uri, path=entry.path, sha256=entry.sha256, bytes=entry.bytes, stage=entry.stage)
 
 
+def recorded(
+    spec: StageSpec, run: RunDir, params: Mapping[str, Any], outputs: Iterable[Entry] | None = None
+) -> list[ArtifactRef]:
+    """What a run of ``spec`` with these parameter values recorded, read back from the manifest as the stage
+    returned it (sorted by path): the records by ``spec`` of its declared ``outputs`` (default: all of them) whose
+    placeholders agree with ``params`` (``seed`` with ``seed`` or one of ``seeds``, ``split`` with ``split``).
+
+    How a result comes back from a stage run in another process (a child flow run on another worker), with no
+    result storage shared between them: the manifest is the record."""
+    entries = tuple(outputs) if outputs is not None else spec.outputs
+    return [
+        ref_of(run, e)
+        for rel, e in sorted(run.read_manifest().artifacts.items())
+        if e.stage == spec.name and any(_selected(entry.match(rel), params) for entry in entries)
+    ]
+
+
+def _selected(fields: dict[str, str] | None, params: Mapping[str, Any]) -> bool:
+    if fields is None:
+        return False
+    seeds = params.get("seeds") or ([params["seed"]] if params.get("seed") is not None else None)
+    for name, value in fields.items():
+        if name == "seed" and seeds is not None and int(value) not in seeds:
+            return False
+        if name != "seed" and name in params and str(params[name]) != value:
+            return False
+    return True
+
+
 # --------------------------------------------------------------------------- config each stage group reads
 DATA_CONFIG = ("schema_version", "data", "channels", "splits", "normalization", "sampling", "augmentation")
 TRAINING_CONFIG = (*DATA_CONFIG, "loss", "training", "optimizer", "lr_schedule", "ema", "model", "metrics")
@@ -185,6 +214,7 @@ __all__ = [
     "input_identities",
     "module_file",
     "record",
+    "recorded",
     "ref_of",
     "require_inputs",
     "resume_key",

@@ -1,21 +1,26 @@
-"""Stage train-seed: one seed trained (or resumed) into its seed directory; the multi-seed bookkeeping."""
+"""Stage train-seed: one seed trained (or resumed) into its seed directory, and its result read back from the run."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from rtscore.config.base import config_hash
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.stages.seed_records import SeedAttempts, SeedRecorder, forget_seed, stage_checkpoint
-from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs, resume_key
-from rtscore.storage import RunDir, RunLayout, atomic_write_json
-from rtscore.tracking import Tracker
+from rtscore.stages.seed_records import SeedAttempts, SeedRecorder, forget_seed, read_attempts, stage_checkpoint
+from rtscore.stages.spec import (
+    TRAINING_CONFIG,
+    ArtifactRef,
+    StageSpec,
+    record,
+    recorded,
+    require_inputs,
+    resume_key,
+)
+from rtscore.storage import RunDir, RunLayout, StorageError
 from rtscore.train.loop import resume_hash
 from rtscore.train.loop import train_seed as run_training
-from rtscore.train.result import MultiSeedSummary, SeedResult
+from rtscore.train.result import SeedResult, read_seed_summary
 
 SEED_OUTPUTS = (RunLayout.BEST_WEIGHTS, RunLayout.SEED_METRICS, RunLayout.SEED_SUMMARY, RunLayout.SEED_CURVES)
 
@@ -73,38 +78,33 @@ def train_seed(
     return TrainResult(result=result, artifacts=refs, attempts=recorder.attempts)
 
 
-def start_multiseed(run_dir: str, cfg: PipelineConfig, seeds: list[int]) -> str | None:
-    """The parent MLflow run of a multi-seed training (nested seed runs hang under it)."""
-    tracker = Tracker(cfg.mlflow, RunDir(run_dir).root)
-    run_id = tracker.start_run(
-        "multi-seed", tags={"rts.seeds": ",".join(map(str, seeds)), "rts.config_hash": config_hash(cfg)}
-    )
-    tracker.log_params(run_id, {"seeds": seeds, "model": cfg.model.backbone, "architecture": cfg.model.architecture})
-    return run_id
+def recorded_train_result(run: RunDir, seed: int) -> TrainResult:
+    """A trained seed's result, from what its train-seed run recorded in the run directory (e.g. on another worker).
 
+    The weights and the summary are checked against the manifest (for a gs:// run: staged into this worker's
+    mirror and verified there, where the stages after training read them next).
 
-def finish_multiseed(
-    run_dir: str, cfg: PipelineConfig, parent_run_id: str | None, results: list[TrainResult]
-) -> ArtifactRef:
-    """``seeds/summary.json``: best metric per seed and mean ± std (std undefined for one seed); logged on the
-    parent MLflow run."""
-    run = RunDir(run_dir)
-    values = [r.result.best_metric for r in results]
-    summary = MultiSeedSummary(
-        seeds=[r.result for r in results],
-        best_val_realistic_pr_auc_geomean_mean=statistics.fmean(values) if values else None,
-        best_val_realistic_pr_auc_geomean_std=statistics.stdev(values) if len(values) > 1 else None,
-        parent_mlflow_run_id=parent_run_id,
+    Raises:
+        StorageError: the seed's artifacts are not recorded or do not match, or its summary is unreadable or of
+            another seed.
+    """
+    summary = RunLayout.SEED_SUMMARY.at(seed=seed)
+    for rel in (RunLayout.BEST_WEIGHTS.at(seed=seed), summary):
+        try:
+            run.verify(rel)
+        except StorageError as err:
+            raise StorageError(f"its artifacts are not in the run: {err}") from None
+    try:
+        result = read_seed_summary(run.path(summary)).to_result(str(run.at(RunLayout.SEED_DIR, seed=seed)))
+    except StorageError as err:
+        raise StorageError(f"its summary cannot be read: {err}") from None
+    if result.seed != seed:
+        raise StorageError(f"{run.path(summary)} is the summary of seed {result.seed}")
+    return TrainResult(
+        result=result,
+        artifacts=recorded(SPEC, run, {"seed": seed}, SEED_OUTPUTS),  # not the rotating checkpoints, pruned later
+        attempts=read_attempts(run, seed),
     )
-    rel = RunLayout.SEEDS_SUMMARY.at()
-    atomic_write_json(run.path(rel), summary.model_dump(mode="python"))
-    tracker = Tracker(cfg.mlflow, run.root)
-    figures = summary.model_dump(
-        include={"best_val_realistic_pr_auc_geomean_mean", "best_val_realistic_pr_auc_geomean_std"}
-    )
-    tracker.log_metrics(parent_run_id, {k: v for k, v in figures.items() if isinstance(v, float)}, step=0)
-    tracker.end_run(parent_run_id)
-    return record(MULTI_SEED_SPEC, run, rel, cfg)
 
 
 SPEC = StageSpec(
@@ -119,15 +119,4 @@ SPEC = StageSpec(
     config=TRAINING_CONFIG,
     params=("seed",),
     description="Train one seed; re-running resumes from its newest checkpoint recorded in the run root.",
-)
-
-# Not cached on its own: it summarises the seeds' results once they are all in.
-MULTI_SEED_SPEC = StageSpec(
-    name="multi-seed-train",
-    fn=finish_multiseed,
-    inputs=(RunLayout.SEED_SUMMARY,),
-    outputs=(RunLayout.SEEDS_SUMMARY,),
-    config=TRAINING_CONFIG,
-    params=("seeds",),
-    description="Mean ± std of the seeds' best validation metric under one parent MLflow run.",
 )

@@ -30,7 +30,15 @@ def test_data_pipeline_runs_caches_and_refreshes(prefect_harness: None, config_f
 
     run = tmp_path / "run"
     refs = data_pipeline(DataParams(config=str(config_file), run_dir=str(run)))
-    assert set(refs) == {"config", "dataset_train", "dataset_val", "dataset_test", "normalization_stats", "validation"}
+    assert list(refs.named()) == [
+        "config",
+        "dataset_train",
+        "dataset_val",
+        "dataset_test",
+        "normalization_stats",
+        "validation",
+    ]
+    assert refs.datasets["val"].path == "datasets/val.zarr" and refs.validation.stage == "validate-data"
     manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
     assert {
         "datasets/train.zarr",

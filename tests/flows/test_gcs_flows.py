@@ -30,7 +30,7 @@ def test_a_fresh_worker_reuses_the_cached_stages_of_a_gs_run(
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "worker-a"))
     refs = data_pipeline(params)
-    assert refs["dataset_train"].uri == f"{uri}/datasets/train.zarr"
+    assert refs.datasets["train"].uri == f"{uri}/datasets/train.zarr"
     before = {k: e.created for k, e in RunDir(uri).read_manifest().artifacts.items()}
 
     time.sleep(1.1)  # `created` has a resolution of one second
@@ -40,7 +40,7 @@ def test_a_fresh_worker_reuses_the_cached_stages_of_a_gs_run(
     assert {k: v for k, v in after.items() if k != "config.resolved.yaml"} == {
         k: v for k, v in before.items() if k != "config.resolved.yaml"
     }, "every stage was served from the cache: its artifacts are in the bucket"
-    assert again["validation"] == refs["validation"]
+    assert again.validation == refs.validation
     assert (
         not (tmp_path / "worker-b" / "gcs" / GCS_TEST_BUCKET)
         .joinpath(uri[len("gs://rts-test/") :], "datasets")

@@ -407,85 +407,21 @@ def test_fan_out_fails_naming_the_run_still_going_after_the_timeout(monkeypatch:
         )
 
 
-def test_read_train_result_from_the_run_directory(tmp_path: Path) -> None:
-    from flows.fanout import FanOutError, read_train_result
-    from rtscore.config.pipeline import ModelConfig
-    from rtscore.storage import RunDir
-    from rtscore.train.result import SeedSummary
+def test_a_childs_result_that_is_not_recorded_fails_the_fan_out_naming_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent reads each completed child's result through its stage's reader of the run directory; a result
+    that is not there fails the fan-out naming the child."""
+    import flows.fanout as fanout
 
-    run = RunDir(tmp_path / "run")
-    base = run.path("seeds/seed_7")
-    base.mkdir(parents=True)
-    (base / "best_deployment.pth").write_bytes(b"weights")
-    summary = SeedSummary(
-        seed=7,
-        epochs_run=12,
-        stopped_early=True,
-        best_epoch=9,
-        best_val_realistic_pr_auc_geomean_smoothed=0.61,
-        last_validation={},
-        overfitting={},
-        model=ModelConfig(),
-        mlflow_run_id="mlf-7",
-    )
-    (base / "run_summary.json").write_text(summary.model_dump_json())
-    with pytest.raises(FanOutError, match="seed 7 completed but its artifacts are not in the run"):
-        read_train_result(str(run.root), 7)
-    for name in ("best_deployment.pth", "run_summary.json"):
-        run.record(f"seeds/seed_7/{name}", "train-seed", "h")
-    result = read_train_result(str(run.root), 7)
-    r = result.result
-    assert (r.seed, r.best_epoch, r.best_metric, r.epochs_run, r.stopped_early, r.mlflow_run_id) == (
-        7,
-        9,
-        0.61,
-        12,
-        True,
-        "mlf-7",
-    )
-    assert r.seed_dir == str(base)
-    assert sorted(a.path for a in result.artifacts) == [
-        "seeds/seed_7/best_deployment.pth",
-        "seeds/seed_7/run_summary.json",
-    ]
-    (base / "best_deployment.pth").write_bytes(b"other weights")
-    with pytest.raises(FanOutError, match="does not match the manifest"):
-        read_train_result(str(run.root), 7)
-    (base / "best_deployment.pth").write_bytes(b"weights")
-    (base / "run_summary.json").write_text('{"seed": 7}')
-    run.record("seeds/seed_7/run_summary.json", "train-seed", "h")
-    with pytest.raises(FanOutError, match="summary cannot be read: invalid seed summary .*epochs_run"):
-        read_train_result(str(run.root), 7)
-
-
-def test_read_logit_caches_and_test_result_from_the_run_directory(tmp_path: Path) -> None:
-    """What the logit-cache and evaluate-test runs recorded is what the parent reads back (NaN included)."""
-    from flows.fanout import FanOutError, read_logit_caches, read_test_result
-    from rtscore.storage import RunDir, RunLayout, atomic_write_json
-
-    run = RunDir(tmp_path / "run")
-    with pytest.raises(FanOutError, match=r"logit-cache of seeds \[1, 2\] completed but .* records no"):
-        read_logit_caches(str(run.root), [1, 2])
-    for s in (2, 1):
-        cache = run.path(RunLayout.LOGIT_CACHE.at(seed=s))
-        cache.mkdir(parents=True)
-        (cache / "zarr.json").write_text(f'{{"seed": {s}}}')
-        run.record(RunLayout.LOGIT_CACHE.at(seed=s), "logit-cache", "h")
-    refs = read_logit_caches(str(run.root), [1, 2])
-    assert [r.path for r in refs] == [RunLayout.LOGIT_CACHE.at(seed=1), RunLayout.LOGIT_CACHE.at(seed=2)]
-    assert all(r.stage == "logit-cache" and r.sha256 for r in refs)
-
-    report = _report([1, 2])
-    rel = RunLayout.TEST_REPORT.at()
-    with pytest.raises(FanOutError, match="evaluate-test completed but its artifacts are not in the run"):
-        read_test_result(str(run.root), [1, 2])
-    atomic_write_json(run.path(rel), report.model_dump(mode="python"))  # as evaluate-test writes it
-    run.record(rel, "evaluate-test", "h")
-    result = read_test_result(str(run.root), [1, 2])
-    assert result.report.model_dump_json() == report.model_dump_json()
-    assert [a.path for a in result.artifacts] == [rel]
-    with pytest.raises(FanOutError, match=r"reports seeds \[1, 2\], not \[1\]"):
-        read_test_result(str(run.root), [1])
+    monkeypatch.setattr(fanout, "fan_out", lambda *args, **kwargs: {})  # every child "completed", nothing recorded
+    params = PipelineParams(config="c.yaml", run_dir=str(tmp_path / "run"))
+    with pytest.raises(fanout.FanOutError, match=r"^seed 7 completed but its artifacts are not in the run: .*seed_7"):
+        fanout.distributed_train(params, "p", [7], None)
+    with pytest.raises(fanout.FanOutError, match=r"^logit-cache of seeds \[1, 2\] completed but .* records no"):
+        fanout.distributed_logit_caches(params, "p", [1, 2])
+    with pytest.raises(fanout.FanOutError, match="^evaluate-test completed but its artifacts are not in the run"):
+        fanout.distributed_evaluate_test(params, "p", [1, 2])
 
 
 # ----------------------------------------------------------------------------------------------- CLI

@@ -26,10 +26,18 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
 
     run = tmp_path / "run"
     refs = pipeline(PipelineParams(config=str(config_file), run_dir=str(run)))
-    results = refs["training"]
+    results = refs.training
     assert isinstance(results, list) and [r.result.seed for r in results] == [1, 2]
     assert "RTS_FLOW_RUN_ID" not in os.environ, "each flow sets it for its own body only"
     assert _latest_progress() == 100.0, "the pipeline advanced its progress artifact through every step"
+    assert {
+        "rts-pipeline-run",
+        "data-pipeline",
+        "multi-seed-train",
+        "calibrate-seeds-1-2",
+        "evaluate-test-seeds-1-2",
+        "package-seeds-1-2",
+    } <= set(_flow_run_names()), "the pipeline's subflow runs are named after their work"
     manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
     for seed in (1, 2):
         assert f"seeds/seed_{seed}/best_deployment.pth" in manifest
@@ -45,7 +53,8 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
     # After training: calibration, test report, package (guide §10.4), all in the manifest.
     dep = yaml.safe_load((run / "calibration/deployment_config.yaml").read_text())
     assert dep["threshold"] is not None and dep["temperature"] is not None
-    assert refs["calibration"].deployment.threshold == dep["threshold"]
+    assert refs.calibration.deployment.threshold == dep["threshold"]
+    assert refs.test.report.seeds == [1, 2] and refs.package.path == "package" and refs.data.datasets["test"]
     report = json.loads((run / "evaluation/test_report.json").read_text())
     assert report["seeds"] == [1, 2] and "±" in report["aggregate"]["1_200"]["pr_auc"]["text"]
     assert "IoU_RTS" in (run / "evaluation/test_report.md").read_text()
@@ -71,7 +80,7 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
     before = [p.stat().st_mtime_ns for p in watched]
     again = pipeline(PipelineParams(config=str(config_file), run_dir=str(run)))
     assert [p.stat().st_mtime_ns for p in watched] == before, "every finished stage is cached"
-    assert [r.result.best_metric for r in again["training"]] == [r.result.best_metric for r in results]
+    assert [r.result.best_metric for r in again.training] == [r.result.best_metric for r in results]
 
     # A decision setting changes: calibration and what follows re-run; training and the logit caches do not.
     data = yaml.safe_load(config_file.read_text())
@@ -80,6 +89,18 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
     pipeline(PipelineParams(config=str(config_file), run_dir=str(run)))
     after = [p.stat().st_mtime_ns for p in watched]
     assert after[:2] == before[:2] and all(a != b for a, b in zip(after[2:], before[2:], strict=True))
+
+
+def _flow_run_names() -> list[str]:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    async def read() -> list[str]:
+        async with get_client() as client:
+            return [r.name for r in await client.read_flow_runs()]
+
+    return asyncio.run(read())
 
 
 def _latest_progress() -> float:

@@ -1,0 +1,63 @@
+"""Stage multi-seed-train's summary: the parent MLflow run of a multi-seed training and, once every seed is
+in, ``seeds/summary.json`` (best metric per seed, mean ± std).
+
+Not cached on its own (it summarises the seeds' results once they are all in), so the registry lists it beside
+the cached stages (``registry.SUMMARIES``), not among them.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from rtscore.config.base import config_hash
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record
+from rtscore.stages.train import TrainResult
+from rtscore.storage import RunDir, RunLayout, atomic_write_json
+from rtscore.tracking import Tracker
+from rtscore.train.result import MultiSeedSummary
+
+
+def start_multiseed(run_dir: str, cfg: PipelineConfig, seeds: list[int]) -> str | None:
+    """The parent MLflow run of a multi-seed training (nested seed runs hang under it)."""
+    tracker = Tracker(cfg.mlflow, RunDir(run_dir).root)
+    run_id = tracker.start_run(
+        "multi-seed", tags={"rts.seeds": ",".join(map(str, seeds)), "rts.config_hash": config_hash(cfg)}
+    )
+    tracker.log_params(run_id, {"seeds": seeds, "model": cfg.model.backbone, "architecture": cfg.model.architecture})
+    return run_id
+
+
+def finish_multiseed(
+    run_dir: str, cfg: PipelineConfig, parent_run_id: str | None, results: list[TrainResult]
+) -> ArtifactRef:
+    """``seeds/summary.json``: best metric per seed and mean ± std (std undefined for one seed); logged on the
+    parent MLflow run."""
+    run = RunDir(run_dir)
+    values = [r.result.best_metric for r in results]
+    summary = MultiSeedSummary(
+        seeds=[r.result for r in results],
+        best_val_realistic_pr_auc_geomean_mean=statistics.fmean(values) if values else None,
+        best_val_realistic_pr_auc_geomean_std=statistics.stdev(values) if len(values) > 1 else None,
+        parent_mlflow_run_id=parent_run_id,
+    )
+    rel = RunLayout.SEEDS_SUMMARY.at()
+    atomic_write_json(run.path(rel), summary.model_dump(mode="python"))
+    tracker = Tracker(cfg.mlflow, run.root)
+    figures = summary.model_dump(
+        include={"best_val_realistic_pr_auc_geomean_mean", "best_val_realistic_pr_auc_geomean_std"}
+    )
+    tracker.log_metrics(parent_run_id, {k: v for k, v in figures.items() if isinstance(v, float)}, step=0)
+    tracker.end_run(parent_run_id)
+    return record(SPEC, run, rel, cfg)
+
+
+SPEC = StageSpec(
+    name="multi-seed-train",
+    fn=finish_multiseed,
+    inputs=(RunLayout.SEED_SUMMARY,),
+    outputs=(RunLayout.SEEDS_SUMMARY,),
+    config=TRAINING_CONFIG,
+    params=("seeds",),
+    description="Mean ± std of the seeds' best validation metric under one parent MLflow run.",
+)
