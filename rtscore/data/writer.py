@@ -15,6 +15,7 @@ from rtscore import __version__
 from rtscore.config.binding import RasterContract
 from rtscore.data.shards import ShardWriter, completed_shards, create_staging, finalize, staging_attrs
 from rtscore.data.store import FORMAT, FORMAT_VERSION, StoreLayout, TileStoreError
+from rtscore.data.store_attrs import StoreAttrs
 from rtscore.data.tiles import PIXEL_SIZE_M, RawTile
 from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
 
@@ -59,7 +60,7 @@ def write_store(
     restart: bool = False,
     progress: bool = False,
     resume_key: str | None = None,
-) -> dict[str, Any]:
+) -> StoreAttrs:
     """Write all shards (resuming an interrupted run of the same identity) and publish the store atomically.
 
     ``resume_key`` is the identity of the work: the code that renders the tiles, their config and every input
