@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rtscore.data.bands import RasterContractError
-from rtscore.inference.drift import drift_report
+from rtscore.inference.drift import DriftReport, drift_report
 from tests.test_predict import TILE, random_rgba, write_package, write_raster
 
 MEAN = np.array([60.0, 70.0, 55.0])
@@ -50,7 +50,7 @@ def test_unchanged_imagery_has_no_blocker(package: Path, tmp_path: Path) -> None
     for ch, m, s in zip(report.channels, MEAN, STD, strict=True):
         assert abs(ch.new_mean - m) < 1.0 and abs(ch.new_std / s - 1) < 0.05
     doc = json.loads((tmp_path / "out" / "drift_report.json").read_text())
-    assert doc["ok"] is True
+    assert doc["ok"] is True and DriftReport.model_validate(doc) == report  # returned as written
     md = (tmp_path / "out" / "drift_report.md").read_text()
     assert "| R |" in md and "OK: no drift blocker" in md
 

@@ -6,8 +6,8 @@ import numpy as np
 
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.generate import generate_synthetic
-from rtscore.data.store_attrs import StoreAttrs
 from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.store_attrs import StoreAttrs
 
 
 def test_generation_metadata_and_counts(gen_config: GenerationConfig, tmp_path: Path) -> None:

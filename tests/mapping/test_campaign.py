@@ -22,6 +22,7 @@ from rtscore.mapping.campaign import (
     OBJECTS_FILE,
     SUMMARY_JSON,
     SUMMARY_MD,
+    CampaignResult,
     package_sha256,
     run_campaign,
     scene_outputs,
@@ -112,6 +113,7 @@ def test_campaign_maps_each_scene_once_like_rts_predict(package: Path, scenes_di
     out = tmp_path / "campaign"
     summary = run_campaign(package, scenes_dir, out, chunk_size=2)
     assert summary.threshold_source == "target_precision"
+    assert CampaignResult.model_validate_json((out / SUMMARY_JSON).read_text()) == summary  # returned as written
     records = CampaignLog(out).read()
     by_id = {r.scene_id: r for r in records}
     assert all_records(out) == sorted(
