@@ -185,23 +185,21 @@ def render_context(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
     wide = native_config(cfg.model_copy(update={"scale": 0.5}))
     around = dataclasses.replace(plan, tile_id=plan.tile_id + _CONTEXT_SALT)
     scene, _ = render_scene(around, wide, fov=CONTEXT_FACTOR)
-    inner = (slice(q, q + n), slice(q, q + n))
+    out = downsample_tile(_mosaic(scene, centre, (slice(q, q + n), slice(q, q + n))))
+    _, n_objects = ndimage.label(out.label_exact == 1, structure=np.ones((3, 3), bool))
+    return dataclasses.replace(out, n_objects=int(n_objects))
+
+
+def _mosaic(scene: RawTile, centre: RawTile, inner: tuple[slice, slice]) -> RawTile:
+    """The native-resolution context window: the surroundings ``scene`` with the 1x tile ``centre`` in its ``inner``
+    window, under the centre's id, index and metadata; slumps of the surroundings the centre cuts are ignore."""
     cut = np.zeros(scene.label_exact.shape, bool)
     cut[inner] = True
-
-    def surround_labels(label: np.ndarray) -> np.ndarray:
-        out = label.copy()
-        lab, k = ndimage.label(out == 1, structure=np.ones((3, 3), bool))
-        if k:
-            touched = np.unique(lab[cut & (lab > 0)])
-            out[np.isin(lab, touched[touched > 0])] = IGNORE_INDEX
-        return out
-
-    exact = surround_labels(scene.label_exact)
+    exact = _ignore_cut_slumps(scene.label_exact, cut)
     exact[inner] = centre.label_exact
     noisy = None
     if scene.label_noisy is not None and centre.label_noisy is not None:
-        noisy = surround_labels(scene.label_noisy)
+        noisy = _ignore_cut_slumps(scene.label_noisy, cut)
         noisy[inner] = centre.label_noisy
     rgb, alpha = scene.rgb.copy(), scene.alpha.copy()
     rgb[(slice(None), *inner)] = centre.rgb
@@ -210,17 +208,26 @@ def render_context(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
     if scene.extra is not None and centre.extra is not None:
         extra = scene.extra.copy()
         extra[(slice(None), *inner)] = centre.extra
-    window = dataclasses.replace(
+    return dataclasses.replace(
         scene,
-        tile_id=plan.tile_id,
+        tile_id=centre.tile_id,
         rgb=rgb,
         alpha=alpha,
         label_exact=exact,
         label_noisy=noisy,
         extra=extra,
-        source_index=plan.index,
+        source_index=centre.source_index,
         meta=dict(centre.meta),
     )
-    out = downsample_tile(window)
-    _, n_objects = ndimage.label(out.label_exact == 1, structure=np.ones((3, 3), bool))
-    return dataclasses.replace(out, n_objects=int(n_objects))
+
+
+def _ignore_cut_slumps(label: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    """``label`` with every slump (8-connected component of 1) that touches ``cut`` set to ignore (255)."""
+    from scipy import ndimage
+
+    out = label.copy()
+    lab, k = ndimage.label(out == 1, structure=np.ones((3, 3), bool))
+    if k:
+        touched = np.unique(lab[cut & (lab > 0)])
+        out[np.isin(lab, touched[touched > 0])] = IGNORE_INDEX
+    return out
