@@ -170,9 +170,9 @@ def test_half_tile_is_the_downsampled_native_render(half) -> None:
     cfg, tiles = half
     plan = next(p for p in plan_tiles(cfg) if p.kind == "positive")
     tile, parts = render_tile_with_parts(plan, cfg)
-    from rtscore.data.synthetic import _render_scene
+    from rtscore.data.synthetic._render import render_scene
 
-    big, big_parts = _render_scene(plan, native_config(cfg), fov=2)
+    big, big_parts = render_scene(plan, native_config(cfg), fov=2)
     assert big.size == 2 * cfg.tile_size
     np.testing.assert_array_equal(tile.rgb, downsample_tile(big).rgb)
     np.testing.assert_array_equal(tile.label_exact, tiles[plan.index].label_exact)
