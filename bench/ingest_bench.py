@@ -32,7 +32,7 @@ cfg = GenerationConfig.model_validate(json.loads({cfg!r}))
 t0 = time.perf_counter()
 attrs = ingest_geotiffs(cfg, {data!r}, {out!r}, overwrite=True, num_workers={workers})
 dt = time.perf_counter() - t0
-print(json.dumps({{"seconds": dt, "tiles": attrs["counts"]["n_tiles"],
+print(json.dumps({{"seconds": dt, "tiles": attrs.counts.n_tiles,
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "children_peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}))
 """

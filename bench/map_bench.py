@@ -209,13 +209,13 @@ def throughput(pkg_dir: Path, scene_dir: Path, scenes: list[Path], work: Path, r
             else:
                 out = work / f"campaign-{rep}"
                 s = run_campaign(pkg_dir, scene_dir, out, drift_check=False, device=str(pkg.device.type))
-                if s["done"] != len(scenes) or s["windows"] != wins.count:
+                if s.done != len(scenes) or s.windows != wins.count:
                     sys.exit(
                         f"campaign mapped {s['done']} scenes, {s['windows']} windows; expected {len(scenes)}, "
                         f"{wins.count}: see {out}"
                     )
-                got["campaign"] = float(s["wall_seconds_this_run"])
-                km2 = float(s["km2_mapped_ground"])
+                got["campaign"] = float(s.wall_seconds_this_run)
+                km2 = float(s.km2_mapped_ground)
         for what in ("campaign", "bare"):
             rows[f"{what}_wps"].append(wins.count / got[what])
             rows[f"{what}_km2s"].append(km2 / got[what])
@@ -243,7 +243,7 @@ def child_campaign(pkg: str, scene_dir: str, out: str, warm_dir: str, threads: i
     s = run_campaign(pkg, scene_dir, out, drift_check=False, device=device)
     status = Path("/proc/self/status").read_text()
     hwm_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-    line = {"done": s["done"], "windows": s["windows"], "seconds": s["wall_seconds_this_run"]}
+    line = {"done": s.done, "windows": s.windows, "seconds": s.wall_seconds_this_run}
     print(json.dumps({**line, "campaign_peak_rss_mib": hwm_kib / 1024.0}))
 
 

@@ -56,11 +56,11 @@ def generate(p: GenerateStoreParams) -> int:
             progress=True,
             num_workers=p.workers,
         )
-    counts = attrs["counts"]
+    counts = attrs.counts
     print(
-        f"wrote {p.output}: {counts['n_tiles']} tiles ({counts['n_positive']} positive, "
-        f"{counts['n_negative']} negative, {counts['n_full_nodata']} full NoData), "
-        f"prevalence {attrs['prevalence']['exact']:.5f}"
+        f"wrote {p.output}: {counts.n_tiles} tiles ({counts.n_positive} positive, "
+        f"{counts.n_negative} negative, {counts.n_full_nodata} full NoData), "
+        f"prevalence {attrs.prevalence.exact:.5f}"
     )
     return 0
 
@@ -77,8 +77,8 @@ def synth_geotiff(p: SynthGeotiffParams) -> int:
         cfgs = [g for _, g in load_pipeline_config(p.config).data.generation.items()]
     summary = write_synthetic_geotiffs(cfgs, Path(p.output), overwrite=p.overwrite)
     print(
-        f"wrote {summary['output']}: {summary['n_tiles']} tiles of splits {summary['split']} "
-        f"({summary['n_positive']} positive, {summary['n_full_nodata']} full NoData) as GeoTIFFs"
+        f"wrote {summary.output}: {summary.n_tiles} tiles of splits {','.join(summary.splits)} "
+        f"({summary.n_positive} positive, {summary.n_full_nodata} full NoData) as GeoTIFFs"
     )
     return 0
 
@@ -164,7 +164,7 @@ def import_npz(p: ImportNpzParams) -> int:
     attrs = import_npz(
         p.input, p.output, split=p.split, shard_tiles=p.shard_tiles, overwrite=p.overwrite, progress=True
     )
-    print(f"wrote {p.output}: {attrs['counts']['n_tiles']} tiles")
+    print(f"wrote {p.output}: {attrs.counts.n_tiles} tiles")
     return 0
 
 
@@ -248,7 +248,7 @@ def drift(p: DriftParams) -> int:
     report = drift_report(p.package, p.input, p.output, rgb_bands=p.rgb_bands)
     print(render_markdown(report), end="")
     print(f"wrote {Path(p.output) / REPORT_MD}")
-    return 0 if report["ok"] else 1
+    return 0 if report.ok else 1
 
 
 def map_region(p: MapParams) -> int:
@@ -256,6 +256,6 @@ def map_region(p: MapParams) -> int:
     from rtscore.mapping.campaign import SUMMARY_MD, CampaignRoot, run_campaign
 
     s = run_campaign(p.package, p.input, p.output, p.chunk_size, allow_drift=p.allow_drift, device=p.device)
-    print(f"{s['done']} done, {s['skipped_full_nodata']} skipped (full NoData), {s['failed']} failed of {s['scenes']}")
-    print(f"wrote {CampaignRoot(p.output).uri_of(SUMMARY_MD)}; log {s['log']}")
-    return 1 if s["failed"] else 0
+    print(f"{s.done} done, {s.skipped_full_nodata} skipped (full NoData), {s.failed} failed of {s.scenes}")
+    print(f"wrote {CampaignRoot(p.output).uri_of(SUMMARY_MD)}; log {s.log}")
+    return 1 if s.failed else 0

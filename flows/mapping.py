@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
@@ -31,6 +30,7 @@ from flows.params import MapChunkParams, MapRegionParams
 from rtscore.inference.predict import load_package
 from rtscore.mapping.campaign import (
     CampaignPlan,
+    CampaignResult,
     chunk_of,
     drop_extra_siblings,
     finish_campaign,
@@ -74,14 +74,14 @@ def map_chunk(params: MapChunkParams) -> dict[str, int]:
 
 
 @flow(name="map-region", flow_run_name=run_namer("map-region", MapRegionParams, ("output",)))
-def map_region(params: MapRegionParams) -> dict[str, Any]:
+def map_region(params: MapRegionParams) -> CampaignResult:
     """Drift check, scene list and chunks here; the chunks in this run (local) or as map-chunk runs on the GPU pool
     (distributed); then objects, footprint index and summary from the log. Returns the summary."""
     with flow_run_scope() as flow_run_id:
         return region(params, flow_run_id)
 
 
-def region(params: MapRegionParams, flow_run_id: str | None) -> dict[str, Any]:
+def region(params: MapRegionParams, flow_run_id: str | None) -> CampaignResult:
     """The body of :func:`map_region` (``flow_run_id`` keys the chunk runs of a distributed campaign)."""
     plan = prepare_campaign(
         params.package,
@@ -136,10 +136,10 @@ def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
     return children
 
 
-def publish_campaign(summary: dict[str, Any]) -> None:
+def publish_campaign(summary: CampaignResult) -> None:
     """The summary as a markdown artifact and the scenes by status as a table; never fails the campaign."""
     rows = [
-        {"status": status, "scenes": summary[field]}
+        {"status": status, "scenes": getattr(summary, field)}
         for status, field in (
             ("done", "done"),
             ("skipped-full-nodata", "skipped_full_nodata"),

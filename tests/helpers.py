@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rtscore.data.store import StoreLayout
+from rtscore.data.store_attrs import StoreAttrs
 from rtscore.data.tiles import KIND_CODES, RawTile
 from rtscore.data.writer import base_attrs, write_store
 from tests.conftest import make_tile
@@ -92,7 +93,7 @@ def _attrs(extra: int = 0, chash: str = "h1", split: str = "train") -> dict:
 
 def write_test_store(
     path: Path, n: int = 10, *, extra: int = 0, split: str = "train", format_version: int | None = None
-) -> dict[str, Any]:
+) -> StoreAttrs:
     """A small published store of :func:`make_tile` tiles (no synthetic renderer involved); ``format_version``
     1 writes the layout of stores published before format 2 (one array per kind of pixel)."""
     layout = _layout(n, extra)

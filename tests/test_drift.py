@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rtscore.data.bands import RasterContractError
-from rtscore.inference.drift import drift_report
+from rtscore.inference.drift import DriftReport, drift_report
 from tests.test_predict import TILE, random_rgba, write_package, write_raster
 
 MEAN = np.array([60.0, 70.0, 55.0])
@@ -45,12 +45,12 @@ def write_all(d: Path, rasters: list[np.ndarray]) -> Path:
 def test_unchanged_imagery_has_no_blocker(package: Path, tmp_path: Path) -> None:
     d = write_all(tmp_path / "in", imagery(np.random.default_rng(0), 3))
     report = drift_report(package, d, tmp_path / "out")
-    assert report["ok"] and report["blockers"] == []
-    assert report["valid_pixels"] == 3 * ((2 * TILE) ** 2 - 400)
-    for ch, m, s in zip(report["channels"], MEAN, STD, strict=True):
-        assert abs(ch["new_mean"] - m) < 1.0 and abs(ch["new_std"] / s - 1) < 0.05
+    assert report.ok and report.blockers == []
+    assert report.valid_pixels == 3 * ((2 * TILE) ** 2 - 400)
+    for ch, m, s in zip(report.channels, MEAN, STD, strict=True):
+        assert abs(ch.new_mean - m) < 1.0 and abs(ch.new_std / s - 1) < 0.05
     doc = json.loads((tmp_path / "out" / "drift_report.json").read_text())
-    assert doc["ok"] is True
+    assert doc["ok"] is True and DriftReport.model_validate(doc) == report  # returned as written
     md = (tmp_path / "out" / "drift_report.md").read_text()
     assert "| R |" in md and "OK: no drift blocker" in md
 
@@ -59,8 +59,8 @@ def test_brightness_shift_blocks_shifted_channel(package: Path, tmp_path: Path) 
     shifted = MEAN + np.array([0.0, 20.0, 0.0])  # G by 0.67 σ
     d = write_all(tmp_path / "in", imagery(np.random.default_rng(1), 2, mean=shifted))
     report = drift_report(package, d, tmp_path / "out")
-    assert report["blockers"] == ["G"]
-    assert "mean shift" in report["channels"][1]["reasons"][0]
+    assert report.blockers == ["G"]
+    assert "mean shift" in report.channels[1].reasons[0]
     assert "BLOCKER" in (tmp_path / "out" / "drift_report.md").read_text()
 
 
@@ -71,8 +71,8 @@ def test_contrast_change_blocks(package: Path, tmp_path: Path) -> None:
         for i, r in enumerate(imagery(np.random.default_rng(2), 2, std=low_contrast))
     ]
     report = drift_report(package, files, tmp_path / "out")
-    assert report["blockers"] == ["B"]
-    assert "std ratio" in report["channels"][2]["reasons"][0]
+    assert report.blockers == ["B"]
+    assert "std ratio" in report.channels[2].reasons[0]
 
 
 def test_extra_channels_from_sibling(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_extra_channels_from_sibling(tmp_path: Path) -> None:
     ndvi = np.random.default_rng(4).normal(0.9, 0.2, (1, 2 * TILE, 2 * TILE))  # 2 σ brighter
     write_raster(d / "s0_extra.tif", ndvi, dtype="float32")
     report = drift_report(pkg, d, tmp_path / "out")
-    assert report["blockers"] == ["ndvi"]
+    assert report.blockers == ["ndvi"]
 
 
 def test_wrong_band_count(package: Path, tmp_path: Path) -> None:
@@ -120,11 +120,11 @@ def test_drift_clips_new_imagery_as_the_model_sees_it(tmp_path: Path) -> None:
         write_raster(d / f"{t.tile_id}.tif", np.concatenate([t.rgb, t.alpha[None]]))
         write_raster(d / f"{t.tile_id}_extra.tif", t.extra, dtype="float32")
     report = drift_report(pkg, d, tmp_path / "out")
-    assert report["clipped_to_training_percentiles"] and report["ok"]
-    for ch in report["channels"][:3]:  # RGB stats are exact: the clipped moments match to rounding
-        assert abs(ch["mean_shift_sigma"]) < 1e-9 and abs(ch["std_ratio"] - 1) < 1e-9, ch
-    extra = report["channels"][3]  # float bands: stats from a 4096-bin histogram
-    assert abs(extra["mean_shift_sigma"]) < 1e-3 and abs(extra["std_ratio"] - 1) < 1e-3, extra
+    assert report.clipped_to_training_percentiles and report.ok
+    for ch in report.channels[:3]:  # RGB stats are exact: the clipped moments match to rounding
+        assert abs(ch.mean_shift_sigma) < 1e-9 and abs(ch.std_ratio - 1) < 1e-9, ch
+    extra = report.channels[3]  # float bands: stats from a 4096-bin histogram
+    assert abs(extra.mean_shift_sigma) < 1e-3 and abs(extra.std_ratio - 1) < 1e-3, extra
 
 
 @pytest.mark.parametrize("how", ["weights-crc", "sums"])

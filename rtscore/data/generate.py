@@ -10,6 +10,7 @@ from typing import Any
 from rtscore.config.base import config_hash
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.store import StoreLayout
+from rtscore.data.store_attrs import StoreAttrs
 from rtscore.data.synthetic import plan_tiles, render_context, render_tile
 from rtscore.data.tiles import KIND_CODES, RawTile, TilePlan
 from rtscore.data.writer import base_attrs, write_store
@@ -71,7 +72,7 @@ def _write_synthetic(
     restart: bool,
     progress: bool,
     num_workers: int | None,
-) -> dict[str, Any]:
+) -> StoreAttrs:
     """Publish a synthetic store with the attributes every synthetic store carries; ``hashes`` say what it is."""
     attrs = base_attrs(
         split=cfg.split,
@@ -109,7 +110,7 @@ def generate_synthetic(
     restart: bool = False,
     progress: bool = False,
     num_workers: int | None = None,
-) -> dict[str, Any]:
+) -> StoreAttrs:
     """`rts generate --source synthetic`: render the configured split into a published tile store."""
     return _write_synthetic(
         cfg,
@@ -132,7 +133,7 @@ def generate_synthetic_context(
     restart: bool = False,
     progress: bool = False,
     num_workers: int | None = None,
-) -> dict[str, Any]:
+) -> StoreAttrs:
     """The 0.5x context store of the split ``cfg`` generates (guide §8.3): tile j is the 2x field of view around
     tile j of that split's store, downsampled to ``tile_size`` (:func:`~rtscore.data.synthetic.render_context`),
     under the same tile id. ``context_of`` records the config hash of the 1x store it pairs with."""

@@ -13,6 +13,7 @@ import numpy as np
 
 from rtscore.config.base import canonical_json
 from rtscore.data.store import StoreLayout
+from rtscore.data.store_attrs import StoreAttrs
 from rtscore.data.tiles import KIND_CODES, RawTile, StoredSample, nominal_pixel_area_m2
 from rtscore.data.writer import base_attrs, write_store
 from rtscore.errors import PipelineError
@@ -188,7 +189,7 @@ def import_npz(
     num_workers: int = 1,
     overwrite: bool = False,
     progress: bool = False,
-) -> dict[str, Any]:
+) -> StoreAttrs:
     """`rts import-npz`: convert a legacy batched dataset into a published Zarr tile store."""
     root = Path(input_dir)
     exact_dir = root / "exact_masks" if (root / "exact_masks").is_dir() else root

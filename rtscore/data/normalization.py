@@ -191,6 +191,9 @@ class InputTransform:
 
 
 # --------------------------------------------------------------------------- computing the stats
+_Block = tuple[np.ndarray, np.ndarray | None, np.ndarray]  # (rgb, extra, alpha) of a run of tiles
+
+
 def _shard_blocks(
     path: Path, limit: int | None, extra_idx: list[int]
 ) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
@@ -256,38 +259,21 @@ def compute_normalization_stats(
     wanted = binding.extra_names
     extra_idx = [stored.index(c) for c in wanted]
     names = ["R", "G", "B", *wanted]
-    n_extra = len(wanted)
-    rgb_hist = np.zeros((3, 256), np.int64)
-    extra_mom = RunningMoments.empty(n_extra)
-    extra_lo = np.full(n_extra, np.inf)
-    extra_hi = np.full(n_extra, -np.inf)
-    n_used = 0
     blocks = _shard_blocks(path, max_tiles, extra_idx)
     if progress:
         from tqdm import tqdm
 
         blocks = tqdm(blocks, desc=f"stats {path.name}", unit="shard")
-    for rgb, extra, alpha in blocks:
-        valid = alpha > 0
-        n_used += int(valid.reshape(valid.shape[0], -1).any(axis=1).sum())
-        vals = _valid_pixels(rgb, valid)
-        for c in range(3):
-            rgb_hist[c] += np.bincount(vals[c], minlength=256)
-        if extra is not None and n_extra:
-            ev = _valid_pixels(extra, valid)
-            if not np.isfinite(ev).all():
-                raise NormalizationStatsError(f"store {path}: extra channels hold non-finite values in valid pixels")
-            extra_mom.add(ev)
-            if ev.shape[1]:
-                extra_lo = np.minimum(extra_lo, ev.min(axis=1))
-                extra_hi = np.maximum(extra_hi, ev.max(axis=1))
-    if n_used == 0 or rgb_hist[0].sum() == 0:
+    first = _StatsPass.over(path, blocks, len(wanted))
+    if first.n_used == 0 or first.rgb_hist[0].sum() == 0:
         raise NormalizationStatsError(f"store {path}: no valid (alpha > 0) pixels; the train split is empty")
-    mean, std, clip_min, clip_max = _rgb_moments(rgb_hist, clip_percentiles)
-    if n_extra:
-        e_mean, e_std = extra_mom.mean, extra_mom.std
+    mean, std, clip_min, clip_max = _rgb_moments(first.rgb_hist, clip_percentiles)
+    if wanted:
+        e_mean, e_std = first.extra_mom.mean, first.extra_mom.std
         if clip_percentiles is not None:
-            e_mean, e_std, e_lo, e_hi = _extra_clipped(path, max_tiles, extra_idx, extra_lo, extra_hi, clip_percentiles)
+            e_mean, e_std, e_lo, e_hi = _extra_clipped(
+                path, max_tiles, extra_idx, first.extra_lo, first.extra_hi, clip_percentiles
+            )
             clip_min = np.concatenate([clip_min, e_lo]) if clip_min is not None else None
             clip_max = np.concatenate([clip_max, e_hi]) if clip_max is not None else None
         mean, std = np.concatenate([mean, e_mean]), np.concatenate([std, e_std])
@@ -298,7 +284,7 @@ def compute_normalization_stats(
         channel_names=names,
         mean=mean,
         std=std,
-        n_tiles_used=n_used,
+        n_tiles_used=first.n_used,
         dataset_version=str(attrs["dataset_version"]),
         computed_date=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         clip_min=clip_min,
@@ -306,6 +292,46 @@ def compute_normalization_stats(
         source=str(path),
         extra_bands=binding.extra_bands,
     )
+
+
+@dataclass
+class _StatsPass:
+    """The first pass over a store's valid pixels: RGB histograms, the EXTRA channels' moments and ranges."""
+
+    rgb_hist: np.ndarray  # (3, 256) int64
+    extra_mom: RunningMoments
+    extra_lo: np.ndarray
+    extra_hi: np.ndarray
+    n_used: int  # tiles with at least one valid pixel
+
+    @classmethod
+    def over(
+        cls, path: Path, blocks: Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]], n_extra: int
+    ) -> _StatsPass:
+        acc = cls(
+            np.zeros((3, 256), np.int64),
+            RunningMoments.empty(n_extra),
+            np.full(n_extra, np.inf),
+            np.full(n_extra, -np.inf),
+            0,
+        )
+        for rgb, extra, alpha in blocks:
+            valid = alpha > 0
+            acc.n_used += int(valid.reshape(valid.shape[0], -1).any(axis=1).sum())
+            vals = _valid_pixels(rgb, valid)
+            for c in range(3):
+                acc.rgb_hist[c] += np.bincount(vals[c], minlength=256)
+            if extra is not None and n_extra:
+                ev = _valid_pixels(extra, valid)
+                if not np.isfinite(ev).all():
+                    raise NormalizationStatsError(
+                        f"store {path}: extra channels hold non-finite values in valid pixels"
+                    )
+                acc.extra_mom.add(ev)
+                if ev.shape[1]:
+                    acc.extra_lo = np.minimum(acc.extra_lo, ev.min(axis=1))
+                    acc.extra_hi = np.maximum(acc.extra_hi, ev.max(axis=1))
+        return acc
 
 
 def _hist_percentile(hist: np.ndarray, centers: np.ndarray, q: float) -> float:

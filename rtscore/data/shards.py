@@ -26,6 +26,7 @@ from rtscore.data.store import (
     zarr_array,
     zarr_group,
 )
+from rtscore.data.store_attrs import Prevalence, StoreAttrs, StoreCounts
 from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile
 from rtscore.storage import publish_dir
 
@@ -236,7 +237,7 @@ def staging_attrs(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def summarize(path: Path) -> dict[str, Any]:
+def summarize(path: Path) -> tuple[StoreCounts, Prevalence]:
     """Counts and prevalence from the metadata arrays (no pixel chunk is read)."""
     import zarr
 
@@ -248,22 +249,23 @@ def summarize(path: Path) -> dict[str, Any]:
     h = zarr_array(zarr.open_group(str(path), mode="r"), pixel_arrays(path)[0]).shape[-1]
     labelled = np.maximum(h * h - n_ign, 0).sum()
     regions = read_array(meta, "region")
-    return {
-        "n_tiles": int(kind.size),
-        "n_positive": int(read_array(meta, "is_positive").sum()),
-        "n_negative": int(((kind == KIND_CODES["negative"]) | ((kind == KIND_CODES["positive"]) & (n_pos == 0))).sum()),
-        "n_full_nodata": int((kind == KIND_CODES["full_nodata"]).sum()),
-        "n_regions": len(set(regions.tolist())),
-        "regions": sorted(set(regions.tolist())),
-        "prevalence": {
-            "exact": float(n_pos.sum() / labelled) if labelled else 0.0,
-            "noisy": float(n_pos_noisy.sum() / labelled) if labelled else 0.0,
-        },
-    }
+    counts = StoreCounts(
+        n_tiles=int(kind.size),
+        n_positive=int(read_array(meta, "is_positive").sum()),
+        n_negative=int(((kind == KIND_CODES["negative"]) | ((kind == KIND_CODES["positive"]) & (n_pos == 0))).sum()),
+        n_full_nodata=int((kind == KIND_CODES["full_nodata"]).sum()),
+        n_regions=len(set(regions.tolist())),
+        regions=sorted(set(regions.tolist())),
+    )
+    prevalence = Prevalence(
+        exact=float(n_pos.sum() / labelled) if labelled else 0.0,
+        noisy=float(n_pos_noisy.sum() / labelled) if labelled else 0.0,
+    )
+    return counts, prevalence
 
 
-def finalize(staging: Path, final: Path, store_attrs: dict[str, Any]) -> dict[str, Any]:
-    """Check all shards are done, write the store's attributes and publish it atomically."""
+def finalize(staging: Path, final: Path, store_attrs: dict[str, Any]) -> StoreAttrs:
+    """Check all shards are done, write the store's attributes and publish it atomically; the attributes, typed."""
     import zarr
 
     attrs = staging_attrs(staging) or {}
@@ -271,14 +273,14 @@ def finalize(staging: Path, final: Path, store_attrs: dict[str, Any]) -> dict[st
     missing = sorted(set(range(n_shards)) - completed_shards(staging))
     if missing:
         raise TileStoreError(f"store {staging}: shards {missing[:10]} were never completed; cannot publish")
-    summary = summarize(staging)
+    counts, prevalence = summarize(staging)
+    full_attrs = {**store_attrs, "counts": counts.model_dump(mode="json"), "prevalence": prevalence.model_dump()}
+    typed = StoreAttrs.model_validate(full_attrs)  # before anything is published: a document it describes
     group = zarr.open_group(str(staging), mode="r+")
-    full_attrs = {**store_attrs, "counts": {k: v for k, v in summary.items() if k != "prevalence"}}
-    full_attrs["prevalence"] = summary["prevalence"]
     group.attrs.put({ATTRS_KEY: full_attrs})
     shutil.rmtree(staging / PROGRESS_DIR)
     publish_dir(staging, final)
-    return full_attrs
+    return typed
 
 
 # --------------------------------------------------------------------------- reader

@@ -15,6 +15,7 @@ from rtscore import __version__
 from rtscore.config.binding import RasterContract
 from rtscore.data.shards import ShardWriter, completed_shards, create_staging, finalize, staging_attrs
 from rtscore.data.store import FORMAT, FORMAT_VERSION, StoreLayout, TileStoreError
+from rtscore.data.store_attrs import StoreAttrs
 from rtscore.data.tiles import PIXEL_SIZE_M, RawTile
 from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
 
@@ -59,7 +60,7 @@ def write_store(
     restart: bool = False,
     progress: bool = False,
     resume_key: str | None = None,
-) -> dict[str, Any]:
+) -> StoreAttrs:
     """Write all shards (resuming an interrupted run of the same identity) and publish the store atomically.
 
     ``resume_key`` is the identity of the work: the code that renders the tiles, their config and every input
@@ -75,6 +76,19 @@ def write_store(
         resume_key or hashlib.sha256(f"{store_attrs['config_hash']}\0{closure_hash(__name__)}".encode()).hexdigest()
     )
     store_attrs = {**store_attrs, "format_version": layout.format_version}
+    _prepare_staging(staging, output, layout, fingerprint, restart=restart)
+    todo = sorted(set(range(layout.n_shards)) - completed_shards(staging))
+    bar = _progress_bar(progress, layout, todo, output)
+    try:
+        _write_shards(producer, staging, layout, todo, num_workers, bar)
+    finally:
+        bar(None)
+    return finalize(staging, output, store_attrs)
+
+
+def _prepare_staging(staging: Path, output: Path, layout: StoreLayout, fingerprint: str, *, restart: bool) -> None:
+    """The staging store to write into: the interrupted one when it is of the same layout and identity (its
+    completed shards are kept), else a new one (another identity's shards set aside, an old layout's discarded)."""
     existing = staging_attrs(staging)
     staged_version = int(existing.get("format_version", 1)) if existing is not None else layout.format_version
     old_layout = staged_version != layout.format_version
@@ -97,24 +111,25 @@ def write_store(
         )
     if not staging.exists():
         create_staging(staging, layout, {"resume_key": fingerprint, "n_shards": layout.n_shards})
-    todo = sorted(set(range(layout.n_shards)) - completed_shards(staging))
-    bar = _progress_bar(progress, layout, todo, output)
-    try:
-        if num_workers <= 1 or len(todo) <= 1:
-            for shard in todo:
-                bar(_write_shard(producer, staging, layout, shard))
-        else:
-            ctx = multiprocessing.get_context("spawn")  # safe inside threaded callers (Prefect)
-            with ProcessPoolExecutor(max_workers=min(num_workers, len(todo)), mp_context=ctx) as pool:
-                futures = [pool.submit(_write_shard, producer, staging, layout, s) for s in todo]
-                pending = set(futures)
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                    for fut in done:
-                        bar(fut.result())  # re-raises a worker's error; finished shards stay done
-    finally:
-        bar(None)
-    return finalize(staging, output, store_attrs)
+
+
+def _write_shards(
+    producer: TileProducer, staging: Path, layout: StoreLayout, todo: list[int], num_workers: int, bar: Any
+) -> None:
+    """Write the shards ``todo``: in this process, or in spawned worker processes (a worker's error re-raised
+    once it arrives; the shards finished before it stay done)."""
+    if num_workers <= 1 or len(todo) <= 1:
+        for shard in todo:
+            bar(_write_shard(producer, staging, layout, shard))
+        return
+    ctx = multiprocessing.get_context("spawn")  # safe inside threaded callers (Prefect)
+    with ProcessPoolExecutor(max_workers=min(num_workers, len(todo)), mp_context=ctx) as pool:
+        futures = [pool.submit(_write_shard, producer, staging, layout, s) for s in todo]
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for fut in done:
+                bar(fut.result())
 
 
 def _progress_bar(enabled: bool, layout: StoreLayout, todo: list[int], output: Path) -> Any:

@@ -4,7 +4,7 @@ prediction of GeoTIFFs to probability and mask COGs, and input drift against the
 :mod:`~rtscore.inference.numerics` is the one forward path of calibration, test evaluation and prediction.
 """
 
-from rtscore.inference.drift import DriftError, drift_report
+from rtscore.inference.drift import DriftError, DriftReport, drift_report
 from rtscore.inference.drift import render_markdown as render_drift_report
 from rtscore.inference.numerics import predict_logits, prepare_model
 from rtscore.inference.predict import (
@@ -19,6 +19,7 @@ from rtscore.inference.predict import (
 
 __all__ = [
     "DriftError",
+    "DriftReport",
     "LoadedPackage",
     "PredictError",
     "PredictOutputs",

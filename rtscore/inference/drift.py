@@ -25,9 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
 from rtscore.data.bands import CheckedRaster, open_checked
@@ -54,6 +54,47 @@ REPORT_MD = "drift_report.md"
 
 class DriftError(PipelineError):
     """The drift report cannot be computed (no rasters, wrong band count, missing EXTRA raster, no valid pixel)."""
+
+
+class ChannelDrift(BaseModel):
+    """One channel's moments on both sides, the drift measures and the verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channel: str = Field(..., description="Model channel name (R, G, B, then the EXTRA channels).")
+    train_mean: float = Field(..., description="Mean the package normalises with (training stats).")
+    train_std: float = Field(..., description="Std the package normalises with (training stats).")
+    new_mean: float = Field(..., description="Mean of the new imagery's valid pixels (clipped as the model sees them).")
+    new_std: float = Field(..., description="Std of the new imagery's valid pixels.")
+    mean_shift_sigma: float = Field(..., description="(new mean - train mean) / train std.")
+    std_ratio: float = Field(..., description="new std / train std.")
+    blocker: bool = Field(..., description="Whether the channel blocks deployment.")
+    reasons: list[str] = Field(default_factory=list, description="Why it blocks (empty when it does not).")
+
+
+class DriftThresholds(BaseModel):
+    """The limits a channel is judged by."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_mean_shift_sigma: float = MAX_MEAN_SHIFT_SIGMA
+    max_std_ratio_deviation: float = MAX_STD_RATIO_DEVIATION
+
+
+class DriftReport(BaseModel):
+    """``drift_report.json``: the new imagery against the package's training stats, channel by channel."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    package: str = Field(..., description="The package directory.")
+    stats_source: str = Field(..., description="Where the package's normalization stats came from.")
+    files: list[str] = Field(..., description="The rasters read.")
+    valid_pixels: int = Field(..., ge=0, description="Valid pixels read over all rasters.")
+    clipped_to_training_percentiles: bool = Field(..., description="Whether values were clipped as in training.")
+    thresholds: DriftThresholds = Field(default_factory=DriftThresholds, description="The blocker limits.")
+    channels: list[ChannelDrift] = Field(..., description="One entry per model channel, in order.")
+    blockers: list[str] = Field(..., description="The channels that block deployment.")
+    ok: bool = Field(..., description="No channel blocks deployment.")
 
 
 def _package_inputs(
@@ -102,7 +143,7 @@ def drift_report(
     output_dir: str | Path,
     *,
     rgb_bands: RasterBandMap | None = None,
-) -> dict[str, Any]:
+) -> DriftReport:
     """Compare the new imagery's per-channel moments with the package's stats; write JSON + Markdown reports.
 
     Every raster is checked against the package's raster contract (``rgb_bands`` replaces its band map) before
@@ -151,57 +192,53 @@ def drift_report(
         if abs(ratio - 1.0) > MAX_STD_RATIO_DEVIATION:
             reasons.append(f"std ratio {ratio:.2f} outside 1 ± {MAX_STD_RATIO_DEVIATION}")
         channels.append(
-            {
-                "channel": name,
-                "train_mean": m_train,
-                "train_std": s_train,
-                "new_mean": m_new,
-                "new_std": s_new,
-                "mean_shift_sigma": shift,
-                "std_ratio": ratio,
-                "blocker": bool(reasons),
-                "reasons": reasons,
-            }
+            ChannelDrift(
+                channel=name,
+                train_mean=m_train,
+                train_std=s_train,
+                new_mean=m_new,
+                new_std=s_new,
+                mean_shift_sigma=shift,
+                std_ratio=ratio,
+                blocker=bool(reasons),
+                reasons=reasons,
+            )
         )
-    blockers = [ch["channel"] for ch in channels if ch["blocker"]]
-    report: dict[str, Any] = {
-        "package": str(pkg),
-        "stats_source": stats.source,
-        "files": [str(f) for f in files],
-        "valid_pixels": n_valid,
-        "clipped_to_training_percentiles": transform.clip_min is not None,
-        "thresholds": {
-            "max_mean_shift_sigma": MAX_MEAN_SHIFT_SIGMA,
-            "max_std_ratio_deviation": MAX_STD_RATIO_DEVIATION,
-        },
-        "channels": channels,
-        "blockers": blockers,
-        "ok": not blockers,
-    }
+    blockers = [ch.channel for ch in channels if ch.blocker]
+    report = DriftReport(
+        package=str(pkg),
+        stats_source=stats.source,
+        files=[str(f) for f in files],
+        valid_pixels=n_valid,
+        clipped_to_training_percentiles=transform.clip_min is not None,
+        channels=channels,
+        blockers=blockers,
+        ok=not blockers,
+    )
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / REPORT_JSON, report)
+    atomic_write_json(out / REPORT_JSON, report.model_dump(mode="json"))
     atomic_write_text(out / REPORT_MD, render_markdown(report))
     return report
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: DriftReport) -> str:
     """`drift_report.md`: one row per channel with the moments, the drift measures and the verdict."""
     lines = [
         "# Input drift report",
         "",
-        f"Package `{report['package']}`; {len(report['files'])} raster(s), {report['valid_pixels']:,} valid pixels.",
+        f"Package `{report.package}`; {len(report.files)} raster(s), {report.valid_pixels:,} valid pixels.",
         f"Blocker when |Δmean| > {MAX_MEAN_SHIFT_SIGMA} σ_train or |σ_new/σ_train − 1| > {MAX_STD_RATIO_DEVIATION}.",
         "",
         "| channel | train mean | train std | new mean | new std | Δmean / σ_train | σ_new / σ_train | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for ch in report["channels"]:
-        verdict = "BLOCKER: " + "; ".join(ch["reasons"]) if ch["blocker"] else "ok"
+    for ch in report.channels:
+        verdict = "BLOCKER: " + "; ".join(ch.reasons) if ch.blocker else "ok"
         lines.append(
-            f"| {ch['channel']} | {ch['train_mean']:.3f} | {ch['train_std']:.3f} | {ch['new_mean']:.3f} | "
-            f"{ch['new_std']:.3f} | {ch['mean_shift_sigma']:+.3f} | {ch['std_ratio']:.3f} | {verdict} |"
+            f"| {ch.channel} | {ch.train_mean:.3f} | {ch.train_std:.3f} | {ch.new_mean:.3f} | "
+            f"{ch.new_std:.3f} | {ch.mean_shift_sigma:+.3f} | {ch.std_ratio:.3f} | {verdict} |"
         )
-    verdict = "OK: no drift blocker" if report["ok"] else f"BLOCKED: drift on {', '.join(report['blockers'])}"
+    verdict = "OK: no drift blocker" if report.ok else f"BLOCKED: drift on {', '.join(report.blockers)}"
     lines += ["", f"**Verdict: {verdict}**"]
     return "\n".join(lines) + "\n"

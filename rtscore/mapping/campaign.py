@@ -21,13 +21,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from rtscore.data.bands import EXTRA_SUFFIX, open_checked
 from rtscore.errors import PipelineError
-from rtscore.inference.drift import drift_report
+from rtscore.inference.drift import DriftReport, drift_report
 from rtscore.inference.predict import DEFAULT_BATCH, LoadedPackage, extra_input, load_package
 from rtscore.inference.stream import gdal_env
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
-from rtscore.mapping.campaign_log import CampaignLog, MapIdentity, is_current, latest, other_identity, summarize
+from rtscore.mapping.campaign_log import (
+    CampaignLog,
+    CampaignSummary,
+    MapIdentity,
+    is_current,
+    latest,
+    other_identity,
+    summarize,
+)
 from rtscore.mapping.chunk import (
     check_settings,
     has_valid_pixel,
@@ -121,9 +131,36 @@ def _readable_with_data(pkg: LoadedPackage, path: Path) -> bool:
     return found
 
 
+class DriftNotMeasured(BaseModel):
+    """The drift check could not run on the campaign's sample and the campaign maps anyway (``allow_drift``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: None = Field(None, description="No verdict: drift was not measured.")
+    error: str = Field(..., description="Why the check could not run.")
+
+
+class CampaignResult(CampaignSummary):
+    """``summary.json``: the log's summary of the scenes, the identity mapped under, what the done scenes gave
+    (ground area, objects) and the throughput; summary.md renders it (:func:`render_summary`)."""
+
+    mapping_identity: MapIdentity = Field(..., description="Package, mapping code and settings mapped under.")
+    km2_mapped_ground: float = Field(..., ge=0, description="Ground km² of the done scenes' valid pixels.")
+    objects: int = Field(..., ge=0, description="RTS objects of the done scenes, merged across scenes.")
+    objects_partial: int = Field(..., ge=0, description="Objects cut by a scene's edge.")
+    objects_by_size_bin_m2: dict[str, int] = Field(..., description="Objects by ground size bin (m²).")
+    windows_per_second: float | None = Field(..., description="Windows per second of scene time (None: no time).")
+    km2_per_second: float | None = Field(..., description="Ground km² per second of scene time (None: no time).")
+    wall_seconds_this_run: float = Field(..., ge=0, description="Wall time of this run's mapping.")
+    drift_ok: bool | None = Field(..., description="The drift verdict (None: not checked or not measured).")
+    log: str = Field(..., description="The campaign's manifest-log.")
+    objects_file: str | None = Field(..., description="objects.gpkg, relative to the output (None: no done scene).")
+    index_file: str = Field(..., description="The footprint index, relative to the output.")
+
+
 def check_drift(
     pkg: LoadedPackage, scenes: Sequence[Scene], output: str | Path | CampaignRoot, *, allow_drift: bool
-) -> dict[str, Any]:
+) -> DriftReport | DriftNotMeasured:
     """``rts drift`` on a sample of the scenes (:func:`drift_sample`), report in ``<output>/drift/`` (published for
     a gs:// output); a blocker (or a sample on which drift cannot be measured) refuses the campaign unless
     ``allow_drift``."""
@@ -140,10 +177,10 @@ def check_drift(
     except PipelineError as err:
         if allow_drift:
             _log.warning("drift check could not run (%s); mapping anyway (--allow-drift)", err)
-            return {"ok": None, "error": str(err)}
+            return DriftNotMeasured(error=str(err))
         raise CampaignError(f"drift check could not run on {len(sample)} sampled scene(s): {err}") from None
-    if not report["ok"]:
-        text = f"input drift on {', '.join(report['blockers'])} (report: {where_text})"
+    if not report.ok:
+        text = f"input drift on {', '.join(report.blockers)} (report: {where_text})"
         if not allow_drift:
             raise CampaignError(f"campaign refused: {text}; map anyway with --allow-drift")
         _log.warning("%s; mapping anyway (--allow-drift)", text)
@@ -161,7 +198,7 @@ class CampaignPlan:
     scenes: list[Scene]
     chunks: list[list[Scene]]
     output: CampaignRoot
-    drift: dict[str, Any] | None
+    drift: DriftReport | DriftNotMeasured | None
 
     @property
     def package_sha256(self) -> str:
@@ -246,7 +283,7 @@ def chunk_of(scenes: Sequence[Scene], scene_ids: Sequence[str], *, what: str) ->
     return [by_id[i] for i in scene_ids]
 
 
-def finish_campaign(plan: CampaignPlan, wall_seconds: float = 0.0) -> dict[str, Any]:
+def finish_campaign(plan: CampaignPlan, wall_seconds: float = 0.0) -> CampaignResult:
     """The campaign's objects, footprint index and summary from the log (:func:`write_campaign_outputs`)."""
     return write_campaign_outputs(
         plan.scenes,
@@ -270,7 +307,7 @@ def run_campaign(
     device: str = "auto",
     stride: int | None = None,
     batch_size: int = DEFAULT_BATCH,
-) -> dict[str, Any]:
+) -> CampaignResult:
     """:func:`prepare_campaign`, the chunks in process (:func:`run_chunk`), then :func:`finish_campaign`; the
     summary (as ``summary.json``)."""
     plan = prepare_campaign(
@@ -297,10 +334,10 @@ def write_campaign_outputs(
     output: str | Path | CampaignRoot,
     identity: MapIdentity,
     *,
-    drift: dict[str, Any] | None = None,
+    drift: DriftReport | DriftNotMeasured | None = None,
     wall_seconds: float = 0.0,
     threshold_source: str | None = None,
-) -> dict[str, Any]:
+) -> CampaignResult:
     """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
     summary.md / summary.json from the log and the done scenes' parts files (no raster is read; for a gs:// output
     the parts files are downloaded, the campaign files written locally and uploaded). Done scenes are those whose
@@ -338,71 +375,71 @@ def write_campaign_outputs(
     atomic_write_text(out.path(INDEX_FILE), json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
     seconds = sum(last[s.scene_id].seconds for s in done)
     km2 = ground_m2 / 1e6
-    data: dict[str, Any] = {
+    result = CampaignResult(
         **summary.model_dump(),
-        "mapping_identity": identity.model_dump(),
-        "km2_mapped_ground": km2,
-        "objects": len(objects),
-        "objects_partial": sum(1 for ob in objects if ob.partial),
-        "objects_by_size_bin_m2": dict(
+        mapping_identity=identity,
+        km2_mapped_ground=km2,
+        objects=len(objects),
+        objects_partial=sum(1 for ob in objects if ob.partial),
+        objects_by_size_bin_m2=dict(
             sorted(Counter(ob.size_bin or "other" for ob in objects).items(), key=lambda kv: size_bin_key(kv[0]))
         ),
-        "windows_per_second": summary.windows / seconds if seconds > 0 else None,
-        "km2_per_second": km2 / seconds if seconds > 0 else None,
-        "wall_seconds_this_run": wall_seconds,
-        "drift_ok": None if drift is None else drift.get("ok"),
-        "log": log.uri(),
-        "objects_file": OBJECTS_FILE if parts else None,
-        "index_file": INDEX_FILE,
-    }
-    atomic_write_json(out.path(SUMMARY_JSON), data)
-    atomic_write_text(out.path(SUMMARY_MD), render_summary(data))
+        windows_per_second=summary.windows / seconds if seconds > 0 else None,
+        km2_per_second=km2 / seconds if seconds > 0 else None,
+        wall_seconds_this_run=wall_seconds,
+        drift_ok=None if drift is None else drift.ok,
+        log=log.uri(),
+        objects_file=OBJECTS_FILE if parts else None,
+        index_file=INDEX_FILE,
+    )
+    atomic_write_json(out.path(SUMMARY_JSON), result.model_dump(mode="json"))
+    atomic_write_text(out.path(SUMMARY_MD), render_summary(result))
     out.publish([out.path(INDEX_FILE), out.path(SUMMARY_JSON), out.path(SUMMARY_MD)])
-    return data
+    return result
 
 
-def render_summary(data: dict[str, Any]) -> str:
+def render_summary(data: CampaignResult) -> str:
     """summary.md: scenes by status (with the failures' reasons), area mapped, objects by size bin, throughput."""
 
     def rate(v: float | None, unit: str) -> str:
         return "n/a" if v is None or not math.isfinite(v) else f"{v:,.3f} {unit}"
 
-    ident = data["mapping_identity"]
+    ident = data.mapping_identity
     lines = [
         "# Mapping campaign summary",
         "",
-        f"Package sha256 `{data['package_sha256']}`; {data['scenes']} scenes.",
+        f"Package sha256 `{data.package_sha256}`; {data.scenes} scenes.",
         "",
-        f"Mapping code `{ident['code_sha256'][:12]}`, stride {ident['settings']['stride']} px, batch "
-        f"{ident['settings']['batch_size']} (only records of this package, code and settings count).",
+        f"Mapping code `{ident.code_sha256[:12]}`, stride {ident.settings.stride} px, batch "
+        f"{ident.settings.batch_size} (only records of this package, code and settings count).",
         "",
         *(
             [
-                f"**Threshold: max-F1 fallback** (`threshold_source: {data['threshold_source']}`): calibration could "
+                f"**Threshold: max-F1 fallback** (`threshold_source: {data.threshold_source}`): calibration could "
                 "not reach its target precision; expect a lower precision than targeted.",
                 "",
             ]
-            if data.get("threshold_source") not in (None, "target_precision")
+            if data.threshold_source not in (None, "target_precision")
             else []
         ),
         "| status | scenes |",
         "|---|---|",
-        f"| done | {data['done']} |",
-        f"| skipped-full-nodata | {data['skipped_full_nodata']} |",
-        f"| failed | {data['failed']} |",
-        f"| pending | {data['pending']} |",
+        f"| done | {data.done} |",
+        f"| skipped-full-nodata | {data.skipped_full_nodata} |",
+        f"| failed | {data.failed} |",
+        f"| pending | {data.pending} |",
         "",
-        f"Mapped {data['km2_mapped_ground']:,.3f} km² (ground, valid pixels of the done scenes); "
-        f"{data['windows']:,} windows in {data['seconds']:,.1f} s of scene time: "
-        f"{rate(data['windows_per_second'], 'windows/s')}, {rate(data['km2_per_second'], 'km²/s')}.",
+        f"Mapped {data.km2_mapped_ground:,.3f} km² (ground, valid pixels of the done scenes); "
+        f"{data.windows:,} windows in {data.seconds:,.1f} s of scene time: "
+        f"{rate(data.windows_per_second, 'windows/s')}, {rate(data.km2_per_second, 'km²/s')}.",
         "",
-        f"{data['objects']} RTS objects ({data['objects_partial']} partial).",
+        f"{data.objects} RTS objects ({data.objects_partial} partial).",
         "",
         "| size bin (ground m²) | objects |",
         "|---|---|",
-        *(f"| {k} | {v} |" for k, v in data["objects_by_size_bin_m2"].items()),
+        *(f"| {k} | {v} |" for k, v in data.objects_by_size_bin_m2.items()),
     ]
-    if data["failures"]:
-        lines += ["", "## Failed scenes", "", *(f"- `{k}`: {v}" for k, v in data["failures"].items())]
-    lines += ["", f"Log: `{data['log']}`"]
+    if data.failures:
+        lines += ["", "## Failed scenes", "", *(f"- `{k}`: {v}" for k, v in data.failures.items())]
+    lines += ["", f"Log: `{data.log}`"]
     return "\n".join(lines) + "\n"

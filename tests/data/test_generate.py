@@ -7,19 +7,20 @@ import numpy as np
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.generate import generate_synthetic
 from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.store_attrs import StoreAttrs
 
 
 def test_generation_metadata_and_counts(gen_config: GenerationConfig, tmp_path: Path) -> None:
     out = tmp_path / "train.zarr"
     attrs = generate_synthetic(gen_config, out)
     stored = read_store_attrs(out)
-    assert stored == attrs
-    assert attrs["counts"]["n_tiles"] == 12 and attrs["counts"]["n_full_nodata"] == 1
-    assert attrs["counts"]["n_positive"] == 6 and attrs["counts"]["regions"] == ["alpha tundra", "beta tundra"]
-    assert attrs["config"]["seed"] == 7 and len(attrs["config_hash"]) == 64
-    assert set(attrs["versions"]) == {"rtscore", "zarr", "numpy"}
-    assert 0 < attrs["prevalence"]["exact"] < 0.5
-    assert attrs["channel_names"] == ["R", "G", "B", "ndvi"] and attrs["mask_types"] == ["exact", "noisy"]
+    assert StoreAttrs.model_validate(stored) == attrs
+    assert attrs.counts.n_tiles == 12 and attrs.counts.n_full_nodata == 1
+    assert attrs.counts.n_positive == 6 and attrs.counts.regions == ["alpha tundra", "beta tundra"]
+    assert attrs.config["seed"] == 7 and len(attrs.config_hash) == 64
+    assert set(attrs.versions) == {"rtscore", "zarr", "numpy"}
+    assert 0 < attrs.prevalence.exact < 0.5
+    assert attrs.channel_names == ["R", "G", "B", "ndvi"] and attrs.mask_types == ["exact", "noisy"]
     store = ZarrTileStore(out)
     meta = store.metadata
     assert meta.full_nodata.sum() == 1 and len(set(meta.tile_id.tolist())) == 12
@@ -43,7 +44,7 @@ def test_rotation_expansion_stores_four_rotations(gen_config: GenerationConfig, 
     rot_cfg.processing.augmentation.rotations = True
     rotated = tmp_path / "rot.zarr"
     attrs = generate_synthetic(rot_cfg, rotated)
-    assert attrs["counts"]["n_tiles"] == 4 * 12 and attrs["counts"]["n_positive"] == 4 * 6
+    assert attrs.counts.n_tiles == 4 * 12 and attrs.counts.n_positive == 4 * 6
     p, r = ZarrTileStore(plain), ZarrTileStore(rotated)
     for src in (0, 5):
         for k in range(4):

@@ -68,9 +68,9 @@ def test_round_trip_matches_synthetic_store(cfg: GenerationConfig, root: Path, t
     synth, ingested = tmp_path / "synth.zarr", tmp_path / "geo.zarr"
     generate_synthetic(cfg, synth)
     attrs = ingest_geotiffs(cfg, root, ingested)
-    assert attrs["source"] == "geotiff" and attrs["channel_names"] == ["R", "G", "B", "ndvi", "slope"]
-    assert attrs["mask_types"] == ["exact"] and attrs["counts"]["n_tiles"] == 6
-    assert attrs["counts"]["n_full_nodata"] == 1 and attrs["counts"]["n_positive"] >= 1
+    assert attrs.source == "geotiff" and attrs.channel_names == ["R", "G", "B", "ndvi", "slope"]
+    assert attrs.mask_types == ["exact"] and attrs.counts.n_tiles == 6
+    assert attrs.counts.n_full_nodata == 1 and attrs.counts.n_positive >= 1
     a, b = _by_id(synth), _by_id(ingested)
     assert set(a) == set(b)
     for tid, s in a.items():
@@ -226,8 +226,8 @@ def test_ingest_takes_only_the_split_regions(cfg: GenerationConfig, root: Path, 
     (root / "splits.yaml").write_text(yaml.safe_dump({"train": ["alpha tundra"], "val": ["beta tundra"]}))
     val_cfg = cfg.model_copy(update={"split": "val"})
     attrs = ingest_geotiffs(val_cfg, root, tmp_path / "val.zarr")
-    assert attrs["split"] == "val" and attrs["counts"]["regions"] == ["beta tundra"]
-    assert attrs["counts"]["n_tiles"] == sum(r["RegionName"] == "beta tundra" for r in _rows(root))
+    assert attrs.split == "val" and attrs.counts.regions == ["beta tundra"]
+    assert attrs.counts.n_tiles == sum(r["RegionName"] == "beta tundra" for r in _rows(root))
 
 
 def test_cli_commands(cfg: GenerationConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -438,7 +438,7 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
     root, geo = two_band_root(tmp_path)
     store = tmp_path / "train.zarr"
     attrs = ingest_geotiffs(geo, root, store)
-    assert attrs["channel_names"] == ["R", "G", "B", "nbr"]
+    assert attrs.channel_names == ["R", "G", "B", "nbr"]
     assert InputBinding.of_store_attrs(read_store_attrs(store)).bands_by_name() == {"nbr": 1}
     band0, band1 = [], []
     tiles = ZarrTileStore(store)
@@ -467,10 +467,10 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
         np.testing.assert_array_equal(extra[0], np.where(valid, f.read(2), 0))
 
     report = drift_report(pkg_dir, root, tmp_path / "drift")  # the root's tiles are the training tiles
-    nbr = report["channels"][3]
-    assert nbr["channel"] == "nbr" and report["valid_pixels"] == b1.size
-    np.testing.assert_allclose([nbr["new_mean"], nbr["new_std"]], [b1.mean(), b1.std()], rtol=1e-6)
-    assert report["ok"]
+    nbr = report.channels[3]
+    assert nbr.channel == "nbr" and report.valid_pixels == b1.size
+    np.testing.assert_allclose([nbr.new_mean, nbr.new_std], [b1.mean(), b1.std()], rtol=1e-6)
+    assert report.ok
 
     # stats of band 0 under the same name are refused at every load that knows the binding
     write_normalization_stats(dataclasses.replace(stats, extra_bands=[0]), pkg_dir / "normalization_stats.json")
@@ -671,7 +671,7 @@ def test_point1_band_order_by_colour_interpretation_or_the_configured_map(
                 f.colorinterp = [ColorInterp.undefined] * 4
     attrs = ingest_geotiffs(geo, root, tmp_path / "mapped.zarr")
     np.testing.assert_array_equal(_by_id(tmp_path / "mapped.zarr")[tid].rgb, rgb)  # type: ignore[attr-defined]
-    contract = attrs["raster_contract"]
+    contract = attrs.raster_contract.model_dump(mode="json")
     assert contract["rgb_bands"] == {"rgb": [2, 1, 0], "alpha": None} and contract["crs"] == "EPSG:3857"
     assert contract["pixel_size"] == pytest.approx(4.77)
 

@@ -45,7 +45,7 @@ def test_import_npz_gives_same_samples_with_both_mask_variants(tmp_path: Path) -
     tiles = _legacy(tmp_path / "legacy")
     out = tmp_path / "train.zarr"
     attrs = import_npz(tmp_path / "legacy", out, split="train", shard_tiles=4)
-    assert attrs["mask_types"] == ["exact", "noisy"] and attrs["counts"]["n_tiles"] == 7
+    assert attrs.mask_types == ["exact", "noisy"] and attrs.counts.n_tiles == 7
     exact, noisy = ZarrTileStore(out), ZarrTileStore(out, mask_type="noisy")
     for i in range(7):
         np.testing.assert_array_equal(exact[i].rgb, tiles[i].rgb)

@@ -16,7 +16,7 @@ from tests.helpers import SIZE, ListProducer, _attrs, _layout
 def test_roundtrip_and_metadata(tmp_path: Path) -> None:
     out = tmp_path / "train.zarr"
     attrs = write_store(ListProducer(10, extra=2), _layout(10, 2), out, _attrs(2))
-    assert attrs["counts"]["n_tiles"] == 10 and attrs["counts"]["n_positive"] == 5
+    assert attrs.counts.n_tiles == 10 and attrs.counts.n_positive == 5
     store = ZarrTileStore(out)
     assert len(store) == 10 and store.channel_names == ["R", "G", "B", "e0", "e1"]
     for i in (0, 3, 9):

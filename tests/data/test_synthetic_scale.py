@@ -13,6 +13,7 @@ from rtscore.config.base import ConfigError, parse_config
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.generate import generate_synthetic
 from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.store_attrs import StoreAttrs
 from rtscore.data.synthetic import PIXEL_SIZE_M, native_config, plan_tiles, render_tile, render_tile_with_parts
 from rtscore.data.synthetic._scale import (
     downsample_labels,
@@ -169,9 +170,9 @@ def test_half_tile_is_the_downsampled_native_render(half) -> None:
     cfg, tiles = half
     plan = next(p for p in plan_tiles(cfg) if p.kind == "positive")
     tile, parts = render_tile_with_parts(plan, cfg)
-    from rtscore.data.synthetic import _render_scene
+    from rtscore.data.synthetic._render import render_scene
 
-    big, big_parts = _render_scene(plan, native_config(cfg), fov=2)
+    big, big_parts = render_scene(plan, native_config(cfg), fov=2)
     assert big.size == 2 * cfg.tile_size
     np.testing.assert_array_equal(tile.rgb, downsample_tile(big).rgb)
     np.testing.assert_array_equal(tile.label_exact, tiles[plan.index].label_exact)
@@ -204,7 +205,7 @@ def test_half_store_attrs_metadata_and_determinism(tmp_path: Path) -> None:
     generate_synthetic(cfg, b, num_workers=2)
     assert tree_digest(a) == tree_digest(b)
     stored = read_store_attrs(a)
-    assert stored == attrs
+    assert StoreAttrs.model_validate(stored) == attrs
     assert stored["scale"] == 0.5 and stored["pixel_size_m"] == pytest.approx(2 * PIXEL_SIZE_M)
     assert stored["tile_size"] == 64 and stored["config"]["scale"] == 0.5
     store = ZarrTileStore(a)
@@ -217,9 +218,9 @@ def test_half_store_attrs_metadata_and_determinism(tmp_path: Path) -> None:
         assert int(meta.n_ignore_px[i]) == int((s.label == IGNORE_INDEX).sum())
         assert int(meta.n_nodata_px[i]) == int((s.alpha == 0).sum())
         assert bool(meta.is_positive[i]) == bool((s.label == 1).any())
-    assert attrs["counts"]["n_positive"] == 5 and attrs["counts"]["n_full_nodata"] == 1
+    assert attrs.counts.n_positive == 5 and attrs.counts.n_full_nodata == 1
 
 
 def test_native_store_records_scale_and_pixel_size(gen_config: GenerationConfig, tmp_path: Path) -> None:
     attrs = generate_synthetic(gen_config, tmp_path / "one.zarr")
-    assert attrs["scale"] == 1.0 and attrs["pixel_size_m"] == PIXEL_SIZE_M == 4.77
+    assert attrs.scale == 1.0 and attrs.pixel_size_m == PIXEL_SIZE_M == 4.77

@@ -66,7 +66,7 @@ def test_local_map_region_flow_maps_like_run_campaign(
     got = map_region(MapRegionParams(package=str(package), input=str(scenes_dir), output=str(out), chunk_size=2))
     want = run_campaign(package, scenes_dir, ref, chunk_size=2)
     assert records(out) == records(ref) == EXPECTED
-    assert {k: got[k] for k in SUMMARY_FIELDS} == {k: want[k] for k in SUMMARY_FIELDS}
+    assert {k: getattr(got, k) for k in SUMMARY_FIELDS} == {k: getattr(want, k) for k in SUMMARY_FIELDS}
     assert (out / OBJECTS_FILE).is_file() and (out / SUMMARY_JSON).is_file()
     for s in list_scenes(scenes_dir):
         if s.scene_id in VALID:
@@ -146,7 +146,7 @@ def test_distributed_map_region_fans_out_one_chunk_run_each_and_resubmits_a_cras
 
     # every scene exactly once (c was mapped by the crashed run, the re-submitted one skipped it), outputs from the log
     assert records(out) == EXPECTED
-    assert (summary["done"], summary["skipped_full_nodata"], summary["failed"], summary["pending"]) == (3, 1, 1, 0)
+    assert (summary.done, summary.skipped_full_nodata, summary.failed, summary.pending) == (3, 1, 1, 0)
     assert (out / OBJECTS_FILE).is_file() and (out / SUMMARY_JSON).is_file()
     keys = [k for k, _ in published]
     assert keys == ["map-region-summary", "map-region-scenes"]

@@ -22,6 +22,7 @@ from rtscore.mapping.campaign import (
     OBJECTS_FILE,
     SUMMARY_JSON,
     SUMMARY_MD,
+    CampaignResult,
     package_sha256,
     run_campaign,
     scene_outputs,
@@ -111,7 +112,8 @@ def warnings_seen(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPa
 def test_campaign_maps_each_scene_once_like_rts_predict(package: Path, scenes_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "campaign"
     summary = run_campaign(package, scenes_dir, out, chunk_size=2)
-    assert summary["threshold_source"] == "target_precision"
+    assert summary.threshold_source == "target_precision"
+    assert CampaignResult.model_validate_json((out / SUMMARY_JSON).read_text()) == summary  # returned as written
     records = CampaignLog(out).read()
     by_id = {r.scene_id: r for r in records}
     assert all_records(out) == sorted(
@@ -133,22 +135,22 @@ def test_campaign_maps_each_scene_once_like_rts_predict(package: Path, scenes_di
         assert (by_id[name].valid_pixels, by_id[name].positive_pixels) == (got.valid_pixels, got.positive_pixels)
     assert not [p for p in (out / "scenes").rglob("*") if p.is_file() and p.parent.name in ("nodata", "corrupt")]
     # campaign outputs
-    assert (summary["done"], summary["skipped_full_nodata"], summary["failed"]) == (3, 1, 1)
-    assert "corrupt.tif" in summary["failures"]["corrupt"]
+    assert (summary.done, summary.skipped_full_nodata, summary.failed) == (3, 1, 1)
+    assert "corrupt.tif" in summary.failures["corrupt"]
     assert json.loads((out / SUMMARY_JSON).read_text())["done"] == 3
     md = (out / SUMMARY_MD).read_text()
     assert "| failed | 1 |" in md and "corrupt" in md
     lat = web_mercator_latitude(8_000_000.0 - 4.77 * (TILE + 32) / 2)  # the scenes' centre row
     px_km2 = 4.77**2 * np.cos(np.radians(lat)) ** 2 / 1e6
-    assert summary["km2_mapped_ground"] == pytest.approx(sum(by_id[s].valid_pixels for s in VALID) * px_km2, rel=2e-3)
+    assert summary.km2_mapped_ground == pytest.approx(sum(by_id[s].valid_pixels for s in VALID) * px_km2, rel=2e-3)
     index = json.loads((out / INDEX_FILE).read_text())
     assert sorted(f["properties"]["scene_id"] for f in index["features"]) == list(VALID)
     lon, lat = index["features"][0]["geometry"]["coordinates"][0][0]
     assert 8.0 < lon < 9.5 and 57.0 < lat < 60.0  # EPSG:4326
     crs, objects = read_objects(out / OBJECTS_FILE)
     assert crs.to_epsg() == 3857  # the first scene's CRS
-    assert len(objects) == summary["objects"]
-    assert sum(summary["objects_by_size_bin_m2"].values()) == len(objects)
+    assert len(objects) == summary.objects
+    assert sum(summary.objects_by_size_bin_m2.values()) == len(objects)
 
     # a re-run maps nothing new (the corrupt scene is retried, failing again) and duplicates no done scene
     first = all_records(out)
@@ -160,7 +162,7 @@ def test_campaign_maps_each_scene_once_like_rts_predict(package: Path, scenes_di
     # a fixed scene is retried and done; done scenes still are not redone
     (scenes_dir / "corrupt.tif").write_bytes((scenes_dir / "b.tif").read_bytes())
     summary = run_campaign(package, scenes_dir, out, chunk_size=2)
-    assert (summary["done"], summary["failed"]) == (4, 0)
+    assert (summary.done, summary.failed) == (4, 0)
     final = all_records(out)
     assert sum(1 for r in final if r == ("a", "done")) == 1
     assert final.count(("corrupt", "done")) == 1
@@ -175,7 +177,7 @@ def test_a_drift_blocker_refuses_the_campaign_unless_allowed(package: Path, tmp_
         run_campaign(package, d, tmp_path / "refused")
     assert not (tmp_path / "refused" / "log").exists()
     summary = run_campaign(package, d, tmp_path / "allowed", allow_drift=True)
-    assert summary["done"] == 2 and summary["drift_ok"] is False
+    assert summary.done == 2 and summary.drift_ok is False
 
 
 def test_package_identity_changes_with_any_file(package: Path, tmp_path: Path) -> None:
@@ -231,7 +233,7 @@ def test_an_edit_in_the_mapping_code_maps_every_scene_again_and_one_outside_it_n
     assert "5 record(s) of another identity set aside (other mapping code: 5)" in warnings_seen.text
     for n, p in probs.items():  # mapped again (the edit is simulated: the same bytes come out)
         assert p.stat().st_mtime_ns != first[n][1] and p.read_bytes() == first[n][0]
-    assert (summary["done"], summary["skipped_full_nodata"], summary["failed"], summary["pending"]) == (3, 1, 1, 0)
+    assert (summary.done, summary.skipped_full_nodata, summary.failed, summary.pending) == (3, 1, 1, 0)
     assert len(CampaignLog(out).read()) == 5 + 1 + 5  # the old records stay in the log, as history
 
     warnings_seen.clear()
@@ -292,8 +294,8 @@ def test_a_campaign_killed_with_sigkill_resumes_where_it_stopped_byte_identical(
     assert not [p for p in (out / "scenes").rglob(".*")], "no partial file is left behind"
     summary = json.loads((out / SUMMARY_JSON).read_text())
     for key in ("done", "skipped_full_nodata", "failed", "pending", "windows", "objects", "km2_mapped_ground"):
-        assert summary[key] == want[key], key
-    assert summary["mapping_identity"] == want["mapping_identity"]
+        assert summary[key] == getattr(want, key), key
+    assert summary["mapping_identity"] == want.mapping_identity.model_dump(mode="json")
 
 
 def test_a_replaced_extra_raster_maps_its_scene_again_and_one_off_the_grid_fails_naming_it(
@@ -305,7 +307,7 @@ def test_a_replaced_extra_raster_maps_its_scene_again_and_one_off_the_grid_fails
     d = write_extra_scenes(tmp_path / "in")
     out = tmp_path / "campaign"
     summary = run_campaign(extra_package, d, out, chunk_size=2)
-    assert (summary["done"], summary["failed"]) == (3, 0)
+    assert (summary.done, summary.failed) == (3, 0)
     scenes = {s.scene_id: s for s in list_scenes(d)}
     probs = {n: scene_outputs(out, scenes[n]).prob for n in VALID}
     first = {n: (p.read_bytes(), p.stat().st_mtime_ns) for n, p in probs.items()}
@@ -316,7 +318,7 @@ def test_a_replaced_extra_raster_maps_its_scene_again_and_one_off_the_grid_fails
     assert new_records(out, before) == [("b", "done")]
     assert probs["b"].read_bytes() != first["b"][0]
     assert [probs[n].stat().st_mtime_ns for n in ("a", "c")] == [first[n][1] for n in ("a", "c")]
-    assert (summary["done"], summary["failed"], summary["pending"]) == (3, 0, 0)
+    assert (summary.done, summary.failed, summary.pending) == (3, 0, 0)
     manifest = json.loads(scene_outputs(out, scenes["b"]).manifest.read_text())
     assert manifest["extra_input"] == str(d / "b_extra.tif")
 
@@ -324,8 +326,8 @@ def test_a_replaced_extra_raster_maps_its_scene_again_and_one_off_the_grid_fails
     before = CampaignLog(out).read()
     summary = run_campaign(extra_package, d, out, chunk_size=2)
     assert new_records(out, before) == [("b", "failed")]
-    assert (summary["done"], summary["failed"]) == (2, 1)
-    assert "b_extra.tif: not on the grid of" in summary["failures"]["b"]
+    assert (summary.done, summary.failed) == (2, 1)
+    assert "b_extra.tif: not on the grid of" in summary.failures["b"]
 
 
 def test_bad_parameters_are_refused_before_the_package_is_loaded_or_anything_written(

@@ -92,9 +92,9 @@ def test_gs_campaigns_match_the_local_one(package: Path, gs_root: str, tmp_path:
         out = f"{gs_root}/out-{case}"
         summary = run_campaign(package, source, out, chunk_size=2)
         assert records_of(out) == records_of(local), case
-        assert (summary["done"], summary["skipped_full_nodata"], summary["failed"]) == (3, 1, 1)
-        assert summary["km2_mapped_ground"] == want["km2_mapped_ground"]
-        assert summary["objects"] == want["objects"] and summary["log"] == f"{out}/log"
+        assert (summary.done, summary.skipped_full_nodata, summary.failed) == (3, 1, 1)
+        assert summary.km2_mapped_ground == want.km2_mapped_ground
+        assert summary.objects == want.objects and summary.log == f"{out}/log"
         root = CampaignRoot(out)
         for name in VALID:  # published scene files byte-identical to the local campaign's (hence rts predict's)
             mine, ref = scene_outputs(root, gs_by_id[name]), scene_outputs(local, by_id[name])
@@ -161,7 +161,7 @@ def test_a_rewritten_extra_object_maps_its_scene_again(extra_package: Path, gs_r
     for f in sorted(d.iterdir()):
         upload(f"{gs_in}/{f.name}", f.read_bytes())
     summary = run_campaign(extra_package, gs_in, out, chunk_size=2)
-    assert (summary["done"], summary["failed"]) == (3, 0)
+    assert (summary.done, summary.failed) == (3, 0)
     root, by_id = CampaignRoot(out), {s.scene_id: s for s in list_scenes(gs_in)}
     prob = {n: root.uri_of(root.rel(scene_outputs(root, by_id[n]).prob)) for n in VALID}
     first = {n: download(u) for n, u in prob.items()}
@@ -170,7 +170,7 @@ def test_a_rewritten_extra_object_maps_its_scene_again(extra_package: Path, gs_r
     before = CampaignLog(out).read()
     summary = run_campaign(extra_package, gs_in, out, chunk_size=2)
     assert new_records(out, before) == [("b", "done")]
-    assert (summary["done"], summary["failed"], summary["pending"]) == (3, 0, 0)
+    assert (summary.done, summary.failed, summary.pending) == (3, 0, 0)
     assert download(prob["b"]) != first["b"] and [download(prob[n]) for n in "ac"] == [first[n] for n in "ac"]
     manifest = json.loads(download(root.uri_of(root.rel(scene_outputs(root, by_id["b"]).manifest))) or b"{}")
     assert manifest["extra_input"] == f"{gs_in}/b_extra.tif"
@@ -215,7 +215,7 @@ def test_the_campaign_end_reads_parts_files_not_rasters(
     (out / OBJECTS_FILE).unlink()
     scenes = list_scenes(scenes_dir)
     got = write_campaign_outputs(scenes, CampaignLog(out), out, mapping_identity(load_package(package)))
-    assert (got["objects"], got["km2_mapped_ground"]) == (want["objects"], want["km2_mapped_ground"])
+    assert (got.objects, got.km2_mapped_ground) == (want.objects, want.km2_mapped_ground)
     assert (out / OBJECTS_FILE).is_file()
 
 
@@ -275,6 +275,6 @@ def test_the_server_tests_campaign_with_a_gs_output_through_the_map_region_flow(
         got = scene_outputs(root, by_id[name])
         assert download(root.uri_of(root.rel(got.prob))) == ref.prob.read_bytes(), name
         assert download(root.uri_of(root.rel(got.mask))) == ref.mask.read_bytes(), name
-    assert (summary["done"], summary["skipped_full_nodata"], summary["failed"]) == (12, 1, 1)
+    assert (summary.done, summary.skipped_full_nodata, summary.failed) == (12, 1, 1)
     for name in (OBJECTS_FILE, INDEX_FILE, SUMMARY_JSON, SUMMARY_MD):
         assert download(root.uri_of(name)) is not None, name

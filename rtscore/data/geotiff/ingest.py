@@ -27,6 +27,7 @@ from rtscore.data.geotiff.staging import stage_data_root
 from rtscore.data.ground import GroundSizeError, projected_crs
 from rtscore.data.splits import SplitResult
 from rtscore.data.store import StoreLayout
+from rtscore.data.store_attrs import StoreAttrs
 from rtscore.data.writer import base_attrs, write_store
 from rtscore.identity import SourceError, SourceIdentity, closure_hash, source_identity
 
@@ -44,7 +45,7 @@ def ingest_geotiffs(
     num_workers: int | None = None,
     split_rules: SplitsConfig | None = None,
     derived_splits: DerivedSplitFiles | None = None,
-) -> dict[str, Any]:
+) -> StoreAttrs:
     """`rts generate --source geotiff`: the tiles of ``cfg.split`` of a GeoTIFF data root as a published tile store.
 
     Tiles: the rows of metadata.csv whose RegionName is a region of ``cfg.split`` in splits.yaml, in file order.
@@ -69,7 +70,7 @@ def ingest_geotiffs(
             ``RunLayout.DERIVED_SPLITS``); None: beside ``output``. Never into the data root.
 
     Returns:
-        The published store's attributes.
+        The published store's attributes (counts and prevalence included).
     """
     root, identity = _open_root(data_root, cfg.split)
     source = cfg.geotiff or GeotiffSourceConfig(data_root=str(root))

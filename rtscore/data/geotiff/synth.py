@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
@@ -43,9 +44,22 @@ def tile_origin(split: str, index: int, tile_size: int, pixel_size_m: float) -> 
     return x0, y0
 
 
+class SyntheticRoot(BaseModel):
+    """What :func:`write_synthetic_geotiffs` wrote: the data root, its splits and its tiles."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    output: str = Field(..., description="The data root written.")
+    splits: list[str] = Field(..., description="Its splits, in the order of the configs.")
+    n_tiles: int = Field(..., ge=0, description="Tiles of all splits (one file set each).")
+    n_positive: int = Field(..., ge=0, description="Tiles with an RTS.")
+    n_full_nodata: int = Field(..., ge=0, description="Tiles without a valid pixel.")
+    regions: dict[str, list[str]] = Field(..., description="Each split's regions (its splits.yaml entry).")
+
+
 def write_synthetic_geotiffs(
     cfg: GenerationConfig | Sequence[GenerationConfig], output: str | Path, *, overwrite: bool = False
-) -> dict[str, Any]:
+) -> SyntheticRoot:
     """Write the synthetic scenes of one or more splits' generation configs as one GeoTIFF data root.
 
     One file set per source tile (rotation expansion is not applied), the exact labels, EPSG:3857 with
@@ -59,7 +73,7 @@ def write_synthetic_geotiffs(
         overwrite: Replace an existing ``output``.
 
     Returns:
-        Summary: output path, splits, tile count, positives, full-NoData tiles, regions per split.
+        What was written: output path, splits, tile count, positives, full-NoData tiles, regions per split.
     """
     cfgs = [cfg] if isinstance(cfg, GenerationConfig) else list(cfg)
     splits = [c.split for c in cfgs]
@@ -88,13 +102,13 @@ def write_synthetic_geotiffs(
     if output.exists():
         shutil.rmtree(output)
     staging.rename(output)
-    return {
-        "output": str(output),
-        "split": ",".join(splits),
-        "n_tiles": len(rows),
+    return SyntheticRoot(
+        output=str(output),
+        splits=splits,
+        n_tiles=len(rows),
         **counts,
-        "regions": {c.split: list(c.synthetic_settings.regions) for c in cfgs},
-    }
+        regions={c.split: list(c.synthetic_settings.regions) for c in cfgs},
+    )
 
 
 def _write_split(cfg: GenerationConfig, staging: Path, counts: dict[str, int]) -> list[dict[str, str]]:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.synthetic._constants import _META_KEYS, _PART_NAMES, _PLAN_SALT
-from rtscore.data.synthetic._negatives import _bare_patch, _cloud, _lake, _nodata_mask, _noisy_outline, _river, _road
-from rtscore.data.synthetic._palette import _region_palette
-from rtscore.data.synthetic._rts import _Rts, _RtsGeom
+from rtscore.data.synthetic._render import render_scene
 from rtscore.data.synthetic._scale import (
     downsample_mask,
     downsample_mean_float,
@@ -20,7 +17,6 @@ from rtscore.data.synthetic._scale import (
     downsample_tile,
     downsample_valid,
 )
-from rtscore.data.synthetic._scene import _paint_rts, _place_rts, _terrain
 from rtscore.data.tiles import IGNORE_INDEX, PIXEL_SIZE_M, RawTile, TileKind, TilePlan, nominal_pixel_area_m2
 
 __all__ = [
@@ -39,9 +35,6 @@ __all__ = [
     "scale_suffix",
 ]
 
-# Lake and pond radii as fractions of the rendered tile (physical sizes: fractions of a 1x tile).
-_LAKE_SIZE = (0.04, 0.2)
-_POND_SIZE = (0.015, 0.05)
 CONTEXT_FACTOR = 2  # a 0.5x tile is rendered at 2 x tile_size native pixels
 _CONTEXT_SALT = "#context"  # tile-id salt of the surroundings' random stream (never a stored id)
 
@@ -134,164 +127,9 @@ def render_tile_with_parts(plan: TilePlan, cfg: GenerationConfig) -> tuple[RawTi
         empty = np.zeros((cfg.tile_size, cfg.tile_size), bool)
         return _empty_tile(plan, cfg), {k: empty for k in _PART_NAMES}
     if cfg.scale == 1.0:
-        return _render_scene(plan, cfg)
-    tile, parts = _render_scene(plan, native_config(cfg), fov=CONTEXT_FACTOR)
+        return render_scene(plan, cfg)
+    tile, parts = render_scene(plan, native_config(cfg), fov=CONTEXT_FACTOR)
     return downsample_tile(tile), {k: downsample_mask(m) for k, m in parts.items()}
-
-
-def _render_scene(plan: TilePlan, cfg: GenerationConfig, fov: int = 1) -> tuple[RawTile, dict[str, np.ndarray]]:
-    """Render a scene at native resolution, ``cfg.tile_size`` pixels covering ``fov`` stored tiles across."""
-    n = cfg.tile_size
-    s = cfg.synthetic_settings
-    rng = plan.rng()
-    pal = _region_palette(plan.region)
-
-    # Low Arctic sun, mid-morning acquisitions from the south.
-    sun_az = math.radians(rng.uniform(130.0, 200.0))
-    sun_el = math.radians(rng.uniform(15.0, 40.0))
-    shade_k = rng.uniform(0.55, 0.8)
-    has_dark = rng.random() < s.dark_pixel_probability
-    gain = rng.uniform(0.93, 1.07) * rng.uniform(0.97, 1.03, 3)
-    offset = rng.uniform(-4.0, 4.0)
-
-    scene = _terrain(rng, n, pal)
-    for k in ("water", "bare", "road"):
-        scene.parts[k] = np.zeros((n, n), bool)
-
-    slumps = _place_rts(rng, scene, cfg, plan.kind)
-    objects = [o for o, _ in slumps]
-
-    n_hard = 0
-    if rng.random() < s.hard_negative_probability:
-        has_river = False
-        for _ in range(int(rng.integers(1, 4))):
-            pick = rng.choice(4, p=[0.28, 0.14, 0.38, 0.2])
-            if pick == 1 and has_river:
-                pick = 0  # one river per tile: crossing rivers look wrong
-            if pick == 0:
-                painted = _lake(rng, scene, objects, size=(_LAKE_SIZE[0] / fov, _LAKE_SIZE[1] / fov))
-            elif pick == 1:
-                painted = has_river = _river(rng, scene, fov)
-            elif pick == 2:
-                painted = _bare_patch(rng, scene, objects, fov)
-            else:
-                painted = _road(rng, scene)
-            n_hard += int(painted)  # lakes and bare patches are skipped when no place clear of slumps
-
-    if has_dark and not scene.parts["water"].any():
-        # Clamped pixels need deep shadow or deep water: add a small pond with a pitch-dark centre.
-        _lake(rng, scene, objects, size=(_POND_SIZE[0] / fov, _POND_SIZE[1] / fov), pitch_probability=1.0)
-
-    for o, g in slumps:
-        _paint_rts(rng, scene, o, g)
-
-    # Hill-shading (Lambertian, relative to flat ground) and slope from the final surface.
-    gy, gx = np.gradient(scene.elev, PIXEL_SIZE_M)
-    grad2 = gx * gx + gy * gy
-    sx, sy, sz = math.sin(sun_az) * math.cos(sun_el), -math.cos(sun_az) * math.cos(sun_el), math.sin(sun_el)
-    lit = (np.float32(sz) - gx * np.float32(sx) - gy * np.float32(sy)) / np.sqrt(1.0 + grad2)
-    shade = np.clip(1.0 + shade_k * (np.maximum(lit, 0.0) / np.float32(sz) - 1.0), 0.3, scene.cap)
-    shade += (1.0 - shade) * scene.water
-    scene.rgb *= shade
-    slope = np.degrees(np.arctan(np.sqrt(grad2))).astype(np.float32)
-
-    has_cloud = rng.random() < s.cloud_probability
-    cloud = np.zeros((n, n), bool)
-    if has_cloud:
-        op, op_shadow = _cloud(rng, scene, objects, sun_az, fov)
-        scene.rgb *= 1.0 - 0.55 * op_shadow
-        scene.paint((slice(0, n), slice(0, n)), op, np.array([232.0, 235.0, 239.0]) * rng.uniform(0.92, 1.04), 0.0)
-        cloud = op > 0.3
-
-    # Radiometry: per-scene gain/tint/offset and a little sensor noise.
-    scene.rgb *= gain.astype(np.float32)[:, None, None]
-    # (Uniform noise: several times cheaper to draw than normals, and indistinguishable at 0.7 DN std.)
-    scene.rgb += np.float32(offset - 1.2) + rng.random((3, n, n), dtype=np.float32) * np.float32(2.4)
-    rgb = np.clip(np.rint(scene.rgb), 0, 255).astype(np.uint8)
-
-    # Partial NoData, kept off the guaranteed complete slump of a positive tile.
-    nodata = np.zeros((n, n), bool)
-    if rng.random() < s.partial_nodata_probability:
-        first = next((g for _, g in slumps if g.complete), None) if plan.kind == "positive" else None
-        for _ in range(8):
-            nodata = _nodata_mask(rng, n, first)
-            if nodata.any():
-                break
-    valid = ~nodata
-
-    # Planet clamps deep shadow and dark water to (0, 0, 0): valid pixels (alpha 255), labels unchanged.
-    has_dark = has_dark and bool(valid.any())
-    if has_dark:
-        lum = 0.3 * rgb[0].astype(np.float32) + 0.59 * rgb[1] + 0.11 * rgb[2]
-        dark = (lum <= rng.uniform(8.0, 20.0)) & valid
-        if not dark.any():
-            dark.flat[int(np.argmin(np.where(valid, lum, np.inf)))] = True
-        rgb[:, dark] = 0
-
-    # Labels: complete slumps 1, slumps cut by the tile edge or by NoData 255 over their whole extent.
-    label = np.zeros((n, n), np.uint8)
-    parts = {k: np.zeros((n, n), bool) for k in ("headwall", "floor", "tongue")}
-    complete: list[tuple[_Rts, _RtsGeom]] = []
-    partial: list[_RtsGeom] = []
-    for o, g in slumps:
-        if g.complete and not nodata[g.sl][g.mask].any():
-            complete.append((o, g))
-        else:
-            partial.append(g)
-    for _, g in complete:
-        label[g.sl][g.mask] = 1
-        hard_head = g.mask & (g.head >= 0.5)
-        parts["headwall"][g.sl] |= hard_head
-        parts["tongue"][g.sl] |= g.mask & (g.tongue >= 0.5) & ~hard_head
-        parts["floor"][g.sl] |= g.mask & (g.floor >= 0.5) & ~hard_head
-    for g in partial:
-        label[g.sl][g.mask] = IGNORE_INDEX
-    alpha = np.where(valid, 255, 0).astype(np.uint8)
-    rgb[:, nodata] = 0
-    label[nodata] = IGNORE_INDEX
-
-    extra = None
-    if s.extra_channels:
-        bands = {"ndvi": np.clip(scene.ndvi, -1.0, 1.0), "slope": slope}
-        extra = np.stack([bands[c] for c in s.extra_channels]).astype(np.float32)
-        extra[:, nodata] = 0.0
-
-    noisy = None
-    if cfg.store.write_noisy_labels:
-        # Drawn last so the image and exact labels do not depend on whether noisy labels are written.
-        nl = cfg.synthetic_settings.noisy_labels
-        noisy = np.zeros((n, n), np.uint8)
-        for o, g in complete:
-            if rng.random() < nl.miss_probability:
-                continue
-            wsl, outline = _noisy_outline(rng, g.mask, g.sl, n, nl.boundary_jitter_px, o.r)
-            noisy[wsl][outline] = 1
-        noisy[label == IGNORE_INDEX] = IGNORE_INDEX
-
-    tile = RawTile(
-        tile_id=plan.tile_id,
-        region=plan.region,
-        rgb=rgb,
-        alpha=alpha,
-        label_exact=label,
-        label_noisy=noisy,
-        extra=extra,
-        n_objects=len(complete),
-        source_index=plan.index,
-        rotation=0,
-        meta={
-            "n_hard_negatives": float(n_hard),
-            "has_cloud": float(has_cloud),
-            "has_partial_nodata": float(nodata.any()),
-            "has_dark_pixels": float(has_dark),
-            "n_partial_objects": float(len(partial)),
-            "sun_azimuth_deg": math.degrees(sun_az),
-            "sun_elevation_deg": math.degrees(sun_el),
-        },
-        pixel_area_m2=nominal_pixel_area_m2(1.0),  # rendered at native resolution (downsample_tile scales it)
-    )
-    parts.update(bare=scene.parts["bare"], water=scene.parts["water"], road=scene.parts["road"], cloud=cloud)
-    return tile, parts
 
 
 def render_tile(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
@@ -346,24 +184,22 @@ def render_context(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
     q = n // 2
     wide = native_config(cfg.model_copy(update={"scale": 0.5}))
     around = dataclasses.replace(plan, tile_id=plan.tile_id + _CONTEXT_SALT)
-    scene, _ = _render_scene(around, wide, fov=CONTEXT_FACTOR)
-    inner = (slice(q, q + n), slice(q, q + n))
+    scene, _ = render_scene(around, wide, fov=CONTEXT_FACTOR)
+    out = downsample_tile(_mosaic(scene, centre, (slice(q, q + n), slice(q, q + n))))
+    _, n_objects = ndimage.label(out.label_exact == 1, structure=np.ones((3, 3), bool))
+    return dataclasses.replace(out, n_objects=int(n_objects))
+
+
+def _mosaic(scene: RawTile, centre: RawTile, inner: tuple[slice, slice]) -> RawTile:
+    """The native-resolution context window: the surroundings ``scene`` with the 1x tile ``centre`` in its ``inner``
+    window, under the centre's id, index and metadata; slumps of the surroundings the centre cuts are ignore."""
     cut = np.zeros(scene.label_exact.shape, bool)
     cut[inner] = True
-
-    def surround_labels(label: np.ndarray) -> np.ndarray:
-        out = label.copy()
-        lab, k = ndimage.label(out == 1, structure=np.ones((3, 3), bool))
-        if k:
-            touched = np.unique(lab[cut & (lab > 0)])
-            out[np.isin(lab, touched[touched > 0])] = IGNORE_INDEX
-        return out
-
-    exact = surround_labels(scene.label_exact)
+    exact = _ignore_cut_slumps(scene.label_exact, cut)
     exact[inner] = centre.label_exact
     noisy = None
     if scene.label_noisy is not None and centre.label_noisy is not None:
-        noisy = surround_labels(scene.label_noisy)
+        noisy = _ignore_cut_slumps(scene.label_noisy, cut)
         noisy[inner] = centre.label_noisy
     rgb, alpha = scene.rgb.copy(), scene.alpha.copy()
     rgb[(slice(None), *inner)] = centre.rgb
@@ -372,17 +208,26 @@ def render_context(plan: TilePlan, cfg: GenerationConfig) -> RawTile:
     if scene.extra is not None and centre.extra is not None:
         extra = scene.extra.copy()
         extra[(slice(None), *inner)] = centre.extra
-    window = dataclasses.replace(
+    return dataclasses.replace(
         scene,
-        tile_id=plan.tile_id,
+        tile_id=centre.tile_id,
         rgb=rgb,
         alpha=alpha,
         label_exact=exact,
         label_noisy=noisy,
         extra=extra,
-        source_index=plan.index,
+        source_index=centre.source_index,
         meta=dict(centre.meta),
     )
-    out = downsample_tile(window)
-    _, n_objects = ndimage.label(out.label_exact == 1, structure=np.ones((3, 3), bool))
-    return dataclasses.replace(out, n_objects=int(n_objects))
+
+
+def _ignore_cut_slumps(label: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    """``label`` with every slump (8-connected component of 1) that touches ``cut`` set to ignore (255)."""
+    from scipy import ndimage
+
+    out = label.copy()
+    lab, k = ndimage.label(out == 1, structure=np.ones((3, 3), bool))
+    if k:
+        touched = np.unique(lab[cut & (lab > 0)])
+        out[np.isin(lab, touched[touched > 0])] = IGNORE_INDEX
+    return out
