@@ -3,10 +3,9 @@ validate-data, and data-pipeline chaining the last three."""
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows import ui
 from flows.common import flow_run_scope, load_config, run_stage
+from flows.failures import flow
 from flows.params import SPLITS, DataParams, GenerateParams, StageParams, TileParams
 from rtscore.data.tiling import TilingManifest
 from rtscore.stages import ArtifactRef, save_resolved_config

@@ -21,11 +21,11 @@ import logging
 import time
 from typing import Any
 
-from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from flows import ui
 from flows.common import flow_run_scope
+from flows.failures import flow
 from flows.fanout import Child, FanOutError, absolute, fan_out
 from flows.params import MapChunkParams, MapRegionParams
 from rtscore.inference.predict import load_package

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows import ui
 from flows.common import flow_run_scope, load_config
+from flows.failures import flow
 from flows.params import MultiSeedParams, TrainSeedParams
 from rtscore.stages import TrainResult
 from tasks import train as t
