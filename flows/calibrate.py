@@ -7,10 +7,9 @@ and only the calibration decision (:func:`decide`) and package in its own run (f
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows import ui
 from flows.common import flow_run_scope, load_config, run_namer, run_stage, selected_seeds
+from flows.failures import flow
 from flows.params import LogitCacheParams, SeedStageParams
 from flows.stage_flow import stage_flow
 from rtscore.stages import ArtifactRef, CalibrationResult, TestResult

@@ -3,10 +3,9 @@ validate-data (each built from its stage spec), and data-pipeline chaining the l
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows import ui
 from flows.common import flow_run_scope, load_config, run_namer, run_stage
+from flows.failures import flow
 from flows.params import SPLITS, DataParams, GenerateParams, StageParams, TileParams
 from flows.stage_flow import stage_flow
 from rtscore.data.tiling import TilingManifest

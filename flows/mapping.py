@@ -20,11 +20,11 @@ from __future__ import annotations
 import logging
 import time
 
-from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from flows import ui
 from flows.common import flow_run_scope, run_name, run_namer
+from flows.failures import flow
 from flows.fanout import Child, FanOutError, absolute, fan_out
 from flows.params import MapChunkParams, MapRegionParams
 from rtscore.inference.predict import load_package

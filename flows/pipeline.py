@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prefect import flow
 from prefect.cache_policies import INPUTS, RUN_ID
 
 from flows import ui
 from flows.calibrate import calibrate, decide, evaluate_test, package
 from flows.common import flow_run_scope, load_config, run_namer
 from flows.data import data_pipeline
+from flows.failures import flow
 from flows.fanout import absolute, distributed_evaluate_test, distributed_logit_caches, distributed_train
 from flows.params import PipelineParams
 from flows.train import multi_seed_train

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from prefect import Flow, Task, flow
+from prefect import Flow, Task
 
 from flows.common import (
     StageArgs,
@@ -27,6 +27,7 @@ from flows.common import (
     selections,
     skip_generation_of,
 )
+from flows.failures import flow
 from flows.params import RunParams
 from rtscore.config import PipelineConfig
 from rtscore.stages import StageSpec

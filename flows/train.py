@@ -3,10 +3,9 @@ default, in sequence, under one parent MLflow run)."""
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows import ui
 from flows.common import StageArgs, flow_run_scope, load_config, run_namer, run_stage
+from flows.failures import flow
 from flows.params import MultiSeedParams, TrainSeedParams
 from flows.stage_flow import stage_flow
 from rtscore.stages import TrainResult

@@ -60,6 +60,13 @@ def artifact_key(*parts: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")
 
 
+def file_key(stage: str, rel: str) -> str:
+    """The key of a file's card: the stage, then the file's run-relative path without its suffix
+    (``calibrate-calibration-seed-1-pr-curves``): every card titled, a stage's cards next to each other, and
+    each file's card of every run under one key in the Artifacts page."""
+    return artifact_key(stage, posixpath.splitext(rel)[0])
+
+
 def _split_gs(uri: str) -> tuple[str, str]:
     bucket, _, obj = uri.removeprefix("gs://").partition("/")
     return bucket, obj.strip("/")
@@ -129,10 +136,10 @@ def publish_image(run_dir: str, stage: str, rel: str) -> None:
     src = image_src(run, rel)
     if src is None:  # a local image too large to inline: no file:// link (a browser refuses it); listed in the summary
         return
+    key = file_key(stage, rel)
     if run.remote:
-        create_image_artifact(image_url=src, description=f"{stage}: {rel}")
+        create_image_artifact(image_url=src, key=key, description=f"{stage}: {rel}")
     else:
-        key = artifact_key(stage, posixpath.splitext(rel)[0])
         create_markdown_artifact(key=key, markdown=f"![{rel}]({src})\n", description=f"{stage}: {rel}")
 
 
@@ -148,6 +155,7 @@ def publish_links(run_dir: str, refs: Iterable[ArtifactRef]) -> None:
         if not run.remote:
             continue
         create_link_artifact(
+            key=file_key(ref.stage, ref.path),
             link=browser_url(ref.uri, is_dir=_is_dir(run, ref)),
             link_text=ref.path,
             description=f"{ref.stage}: {ref.path} ({ref.bytes:,} bytes, sha256 {ref.sha256[:12]})",
@@ -157,7 +165,9 @@ def publish_links(run_dir: str, refs: Iterable[ArtifactRef]) -> None:
 def publish_mlflow_link(tracking_uri: str | None, run_id: str | None, what: str) -> None:
     """A link artifact to an MLflow run (only for a tracking server: a local SQLite store has no URL)."""
     if (url := mlflow_run_url(tracking_uri, run_id)) is not None:
-        create_link_artifact(link=url, link_text=f"MLflow: {what}", description=f"MLflow run {run_id}")
+        create_link_artifact(
+            key=artifact_key("mlflow", what), link=url, link_text=f"MLflow: {what}", description=f"MLflow run {run_id}"
+        )
 
 
 def run_text(run_dir: str, rel: str, recorded: str | None = None) -> str:
@@ -448,7 +458,12 @@ def publish_pipeline(run_dir: str, calibration: CalibrationResult, test: TestRes
     )
     create_markdown_artifact(key="rts-pipeline-summary", markdown=md, description=f"RTS pipeline: {run_dir}")
     if RunDir(run_dir).remote:  # a local package: its path is in the summary (no file:// link a browser refuses)
-        create_link_artifact(link=where, link_text="deployment package", description=f"package: {package.uri}")
+        create_link_artifact(
+            key="rts-pipeline-package",
+            link=where,
+            link_text="deployment package",
+            description=f"package: {package.uri}",
+        )
 
 
 class Progress:

@@ -56,9 +56,16 @@ class Server:
         return "\n".join(out)
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        """``prefect *args`` in a session of its own, SIGINT at its default (see :func:`default_sigint`)."""
         log = (self.logs / f"{name}.log").open("ab")
         proc = subprocess.Popen(
-            [PREFECT, *args], env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [PREFECT, *args],
+            env=self.env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=default_sigint,
         )
         self.procs.append(proc)
         return proc
@@ -80,6 +87,16 @@ class Server:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def default_sigint() -> None:
+    """SIGINT back to its default in a process about to run a Prefect worker (or server).
+
+    A process started in the background of a non-interactive shell (``prefect worker start ... &`` in a script,
+    a CI job, a test run started that way) inherits SIGINT *ignored*. A Prefect worker stops on SIGTERM by sending
+    itself SIGINT, so such a worker never stops on SIGTERM: it logs "Sending SIGINT to the process worker" and runs
+    on (docs/cloud.md, "Stopping workers")."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_healthy(server: Server, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:

@@ -51,3 +51,21 @@ def test_a_local_run_publishes_no_file_link_and_a_gs_run_https_console_links(
         "https://console.cloud.google.com/storage/browser/bucket/runs/q/package"
     ]
     assert all(link["link_text"] for link in links)
+
+
+def test_every_card_of_a_gs_run_is_titled_with_its_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22: a gs:// run's link and image cards had no key, i.e. no title in the UI, and no group."""
+    import flows.ui as ui
+    from rtscore.stages import ArtifactRef
+
+    cards: list[dict[str, str]] = []
+    monkeypatch.setattr(ui, "create_link_artifact", lambda **kw: cards.append(kw))
+    monkeypatch.setattr(ui, "create_image_artifact", lambda **kw: cards.append(kw))
+    monkeypatch.setattr(ui.RunDir, "remote", property(lambda self: True))
+    refs = [
+        ArtifactRef(stage=stage, path=rel, uri=f"gs://bucket/r/{rel}", sha256="0" * 64, bytes=1)
+        for stage, rel in [("calibrate", "calibration/seed_1/pr_curves.png"), ("package", "package")]
+    ]
+    ui.publish_links("gs://bucket/r", refs)
+    ui.publish_mlflow_link("https://mlflow.example.org", "abc", "seed 1")
+    assert [c["key"] for c in cards] == ["calibrate-calibration-seed-1-pr-curves", "package-package", "mlflow-seed-1"]
