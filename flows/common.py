@@ -242,13 +242,15 @@ def refresh_of(params: RunParams) -> bool:
 
 
 def run_name(flow: str, params: FormModel, fields: Sequence[str]) -> str:
-    """A flow run's name: the flow's name, then the value of each of ``fields`` that is not the field's default,
+    """A flow run's name: the flow's name, then the value of each of ``fields`` that is not the field's default
+    (the run directory always),
     e.g. ``train-seed-42``, ``calibrate-seeds-42-43``, ``map-chunk-3``, ``rts-pipeline-quickstart`` (a list is
     "<field>-<values>", a path its last component)."""
     parts = [flow]
     for name in fields:
         value = getattr(params, name)
-        if value == type(params).model_fields[name].get_default(call_default_factory=True):
+        field = type(params).model_fields[name]
+        if name != "run_dir" and value == field.get_default(call_default_factory=True, validated_data=dict(params)):
             continue
         if isinstance(value, list | tuple):
             parts += [name, *map(str, value)]
