@@ -105,7 +105,8 @@ def tile(p: TileParams) -> int:
 
 
 def stats(p: StatsParams) -> int:
-    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+    from rtscore.data.normalization import write_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
 
     extra = None
     clip = p.clip

@@ -290,7 +290,7 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
     from rtscore.config.binding import ExtraChannel
     from rtscore.data.dataset import build_dataset
     from rtscore.data.geotiff.ingest import ingest_geotiffs
-    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
     from rtscore.inference.numerics import predict_logits, prepare_model
     from rtscore.inference.predict import DEFAULT_BATCH, load_package
     from rtscore.models import load_model

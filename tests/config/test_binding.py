@@ -70,7 +70,8 @@ def test_one_band_feeds_one_channel() -> None:
 
 def test_store_written_with_another_binding_is_refused_by_the_stats(tmp_path: Path) -> None:
     """A store generated elsewhere (data.skip_generation) with nbr = band 0 cannot feed a config reading band 1."""
-    from rtscore.data.normalization import NormalizationStatsError, compute_normalization_stats
+    from rtscore.data.normalization import NormalizationStatsError
+    from rtscore.data.normalization_pass import compute_normalization_stats
     from tests.helpers import write_test_store
 
     store = tmp_path / "train.zarr"

@@ -429,7 +429,8 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
     """Issue 11 point 1: ``{name: nbr, band: 1}`` makes the store, the stats, predict and drift all read band 1."""
     from rtscore.config.binding import ExtraChannel
     from rtscore.data.bands import open_checked
-    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+    from rtscore.data.normalization import write_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
     from rtscore.inference.drift import drift_report
     from rtscore.inference.predict import PredictError, load_package
     from rtscore.package import write_sha256sums

@@ -212,7 +212,7 @@ def test_every_flipped_bit_in_an_image_shard_is_caught_naming_the_tile(tmp_path:
 
 
 def test_statistics_pass_over_a_corrupt_store_fails_naming_it(tmp_path: Path) -> None:
-    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
 
     out = tmp_path / "train.zarr"
     write_store(ListProducer(8), _layout(8), out, _attrs())
