@@ -12,7 +12,8 @@ import numpy as np
 from rtscore.config.binding import InputBinding, binding_conflicts
 from rtscore.data.legacy_npz import BatchedNpzSource
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
-from rtscore.data.store import TileMetadata, TileStoreError, ZarrTileStore, read_store_attrs
+from rtscore.data.store import TileMetadata, ZarrTileStore
+from rtscore.data.store_format import TileStoreError, read_store_attrs
 from rtscore.data.tiles import IGNORE_INDEX, ClassPixelCounts, StoredSample
 from rtscore.data.transforms import SamplePipeline
 from rtscore.errors import PipelineError

@@ -13,7 +13,8 @@ import numpy as np
 
 from rtscore.config.binding import ExtraChannel, InputBinding, binding_conflicts
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
-from rtscore.data.store import iter_pixel_blocks, read_store_attrs
+from rtscore.data.store import iter_pixel_blocks
+from rtscore.data.store_format import read_store_attrs
 
 EXTRA_HIST_BINS = 4096
 

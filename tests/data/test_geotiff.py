@@ -21,7 +21,8 @@ from rtscore.data.geotiff.producer import GeotiffProducer
 from rtscore.data.geotiff.root import GeotiffError
 from rtscore.data.geotiff.selection import select_tiles
 from rtscore.data.geotiff.synth import write_synthetic_geotiffs
-from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.store_format import read_store_attrs
 from rtscore.data.writer import staging_path
 
 rasterio = pytest.importorskip("rasterio")

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.store import TileStoreError, ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.store_format import TileStoreError, read_store_attrs
 from rtscore.data.tiles import RawTile
 from rtscore.data.writer import staging_path, write_store
 from tests.conftest import make_tile

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from rtscore.data.shard_reader import FastShardArray
-from rtscore.data.store import FORMAT_VERSION, TileStoreError, ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.store_format import FORMAT_VERSION, TileStoreError, read_store_attrs
 from rtscore.data.writer import staging_path, write_store
 from tests.helpers import ListProducer, _attrs, _layout, write_test_store
 

@@ -20,7 +20,8 @@ from rtscore.data.dataset import (
 from rtscore.data.generate import generate_synthetic
 from rtscore.data.loader import positive_flags, train_loader
 from rtscore.data.normalization import load_normalization_stats
-from rtscore.data.store import TileStoreError, ZarrTileStore
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.store_format import TileStoreError
 from tests.helpers import write_test_store
 from tests.train.conftest import tiny_train_config
 
