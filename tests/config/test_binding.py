@@ -99,7 +99,7 @@ def test_generation_config_binding_round_trips() -> None:
 
 def test_additional_root_written_with_another_binding_is_refused(tmp_path: Path) -> None:
     """A joined train store (data.additional_roots) must hold the configured channels from the same bands."""
-    from rtscore.data.dataset import open_additional_roots
+    from rtscore.data.additional_roots import open_additional_roots
     from rtscore.data.store_format import TileStoreError
     from tests.helpers import write_test_store
 

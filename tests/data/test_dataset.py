@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.dataset import ConcatSource, class_pixel_counts, usable_indices
 from rtscore.data.store import ZarrTileStore
+from rtscore.data.tile_sources import ConcatSource, class_pixel_counts, usable_indices
 from rtscore.data.tiles import StoredSample
 from tests.helpers import write_test_store
 
