@@ -148,8 +148,9 @@ def bench_random_access(n: int, unique: int, workdir: Path, budget_s: float, rep
     from rtscore.data.dataset import TileDataset
     from rtscore.data.generate import layout_for
     from rtscore.data.legacy_npz import BatchedNpzSource, BatchWriter
-    from rtscore.data.normalization import compute_normalization_stats
-    from rtscore.data.store import FORMAT_VERSION, ZarrTileStore
+    from rtscore.data.normalization_pass import compute_normalization_stats
+    from rtscore.data.store import ZarrTileStore
+    from rtscore.data.store_format import FORMAT_VERSION
     from rtscore.data.synthetic import plan_tiles, render_tile
     from rtscore.data.writer import base_attrs, write_store
 
@@ -247,7 +248,7 @@ def _read_rate(source: object, order: np.ndarray, budget_s: float) -> tuple[floa
 def bench_reader(store_path: Path, budget_s: float) -> dict[str, float]:
     from rtscore.config.pipeline import AugmentationConfig
     from rtscore.data.dataset import TileDataset
-    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
     from rtscore.data.store import ZarrTileStore
 
     store = ZarrTileStore(store_path)

@@ -65,7 +65,7 @@ def with_extra(tiles: list[RawTile], extra: int) -> list[RawTile]:
 
 
 def write_config_store(path: Path, n: int, unique: int, extra: int) -> None:
-    from rtscore.data.store import StoreLayout
+    from rtscore.data.store_format import StoreLayout
     from rtscore.data.synthetic import plan_tiles, render_tile
     from rtscore.data.writer import base_attrs, write_store
 

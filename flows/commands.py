@@ -105,7 +105,8 @@ def tile(p: TileParams) -> int:
 
 
 def stats(p: StatsParams) -> int:
-    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+    from rtscore.data.normalization import write_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
 
     extra = None
     clip = p.clip
@@ -132,7 +133,7 @@ def validate(p: ValidateParams) -> int:
     root = Path(p.dataset)
     stores: dict[str, Path] = {s: root / _store_name(s) for s in SPLITS if (root / _store_name(s)).exists()}
     if not stores and (root / "zarr.json").exists():  # a single store
-        from rtscore.data.store import read_store_attrs
+        from rtscore.data.store_format import read_store_attrs
 
         stores = {read_store_attrs(root)["split"]: root}
         root = root.parent

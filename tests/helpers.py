@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rtscore.data.store import StoreLayout
 from rtscore.data.store_attrs import StoreAttrs
+from rtscore.data.store_format import StoreLayout
 from rtscore.data.tiles import KIND_CODES, RawTile
 from rtscore.data.writer import base_attrs, write_store
 from tests.conftest import make_tile

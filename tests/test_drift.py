@@ -104,7 +104,7 @@ def test_drift_command_exit_code(package: Path, tmp_path: Path) -> None:
 def test_drift_clips_new_imagery_as_the_model_sees_it(tmp_path: Path) -> None:
     """Issue 11 point 2: with clip_percentiles the training moments are those of clipped values; drift clips the
     new imagery with the same bounds, so the training tiles themselves show no drift at all."""
-    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
     from rtscore.data.store import ZarrTileStore
     from tests.helpers import write_test_store
 

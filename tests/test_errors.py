@@ -159,7 +159,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str, str]] = {
         "trainingg",
     ),
     "missing config file": (_missing_config_file, "rtscore.config.base.ConfigError", "no_such_config.yaml"),
-    "missing tile store": (_missing_tile_store, "rtscore.data.store.TileStoreError", "no_such_store.zarr"),
+    "missing tile store": (_missing_tile_store, "rtscore.data.store_format.TileStoreError", "no_such_store.zarr"),
     "missing checkpoint": (_missing_checkpoint, "rtscore.models.CheckpointError", "no_such_checkpoint.pth"),
     "missing stats": (_missing_stats, "rtscore.data.normalization.NormalizationStatsError", "no_such_stats.json"),
     "train split without positives": (

@@ -290,7 +290,7 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
     from rtscore.config.binding import ExtraChannel
     from rtscore.data.dataset import build_dataset
     from rtscore.data.geotiff.ingest import ingest_geotiffs
-    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
     from rtscore.inference.numerics import predict_logits, prepare_model
     from rtscore.inference.predict import DEFAULT_BATCH, load_package
     from rtscore.models import load_model
@@ -305,7 +305,7 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
         store, extra_channels=[ExtraChannel(name="nbr", band=1)], clip_percentiles=(2, 98)
     )
     assert stats.clip_min is not None and stats.clip_max is not None
-    from rtscore.data.store import read_store_attrs
+    from rtscore.data.store_format import read_store_attrs
 
     contract = RasterContract.of_store_attrs(read_store_attrs(store))  # as the package stage records it
     pkg = load_package(write_package(tmp_path / "pkg", extra=extra, stats=stats, raster=contract), device="cpu")

@@ -21,6 +21,7 @@ from scipy.special import expit
 from rtscore.calibrate.cache import CachedSums, Combo, LogitCache
 from rtscore.calibrate.decisions import (
     GateDecision,
+    RatioThreshold,
     best_precision,
     scale_gate,
     thresholds_at_ratios,
@@ -291,43 +292,10 @@ def calibrate_seed(
         raise CalibrationError(f"the validation pool in {cache.path} has no positive tile: nothing to calibrate on")
     fit = fit_temperature(ch.hist, cal.ratio, bounds=cal.temperature_bounds)
     t = fit.temperature
-    ratios = sorted({*cfg.metrics.ratios, cal.ratio})
-    per_ratio = thresholds_at_ratios(ch.hist, ratios, cal.target_precision, t)
-    operating = next(rt for rt in per_ratio if rt.ratio == cal.ratio)
-    threshold_source: ThresholdSource = "target_precision"
-    if not operating.target_reached:
-        if not cal.allow_max_f1_fallback:
-            raise _unreachable_target(ch, cfg, cache, combo, t)
-        threshold_source = "max_f1_fallback"
-    numerics = CalibratedNumerics.model_validate(  # validated: the cache's strings must be known modes
-        {
-            "precision": cache.attrs["precision"],
-            "torch_compile": bool(cache.attrs["torch_compile"]),
-            "tta": combo.tta,
-            "scales": list(combo.scales),
-            "fusion": combo.fusion,
-        }
-    )
-    updated = dep.model_copy(
-        update={
-            "threshold": operating.threshold,
-            "temperature": t,
-            "threshold_source": threshold_source,
-            "calibrated_with": numerics,
-        }
-    )
-    frozen = DeploymentConfig.model_validate(updated.model_dump())
+    per_ratio, operating, threshold_source = _operating_threshold(ch, cfg, cache, combo, t)
+    frozen = _frozen(dep, cache, combo, operating.threshold, t, threshold_source)
     if plots is not None:
-        pos, neg = weighted_hist(ch.hist, cal.ratio)
-        plot_reliability(
-            pos, neg, cache.bins, t, cal.ece_bins, plots.reliability, f"Val-Realistic 1:{cal.ratio}, {combo.key}"
-        )
-        plot_pr_curves(
-            {f"1:{r}": (*weighted_hist(ch.hist, r), cache.bins) for r in cfg.metrics.ratios},
-            [(f"threshold {rt.threshold:.3f} @1:{rt.ratio}", rt.recall, rt.precision) for rt in per_ratio],
-            plots.pr_curves,
-            f"Val-Realistic PR curves ({combo.key})",
-        )
+        _plot(plots, ch, cfg, cache, combo, t, per_ratio)
     report = SeedCalibrationReport(
         configuration=combo.key,
         deployment_config=str(source),
@@ -347,6 +315,79 @@ def calibrate_seed(
         cache_tiles=cache.n_tiles,
     )
     return frozen, report
+
+
+def _operating_threshold(
+    ch: CachedSums, cfg: PipelineConfig, cache: LogitCache, combo: Combo, temperature: float
+) -> tuple[list[RatioThreshold], RatioThreshold, ThresholdSource]:
+    """The thresholds at every reported ratio, the operating one (at ``calibration.ratio``) and where it comes
+    from: the target precision, or (allowed, when no threshold reaches it) the max-F1 fallback.
+
+    Raises:
+        TargetPrecisionError: the target is not reachable and the fallback is off.
+    """
+    cal = cfg.calibration
+    ratios = sorted({*cfg.metrics.ratios, cal.ratio})
+    per_ratio = thresholds_at_ratios(ch.hist, ratios, cal.target_precision, temperature)
+    operating = next(rt for rt in per_ratio if rt.ratio == cal.ratio)
+    threshold_source: ThresholdSource = "target_precision"
+    if not operating.target_reached:
+        if not cal.allow_max_f1_fallback:
+            raise _unreachable_target(ch, cfg, cache, combo, temperature)
+        threshold_source = "max_f1_fallback"
+    return per_ratio, operating, threshold_source
+
+
+def _frozen(
+    dep: DeploymentConfig,
+    cache: LogitCache,
+    combo: Combo,
+    threshold: float,
+    temperature: float,
+    threshold_source: ThresholdSource,
+) -> DeploymentConfig:
+    """``dep`` frozen: the threshold, temperature and their source, and the numerics the cache was computed with."""
+    numerics = CalibratedNumerics.model_validate(  # validated: the cache's strings must be known modes
+        {
+            "precision": cache.attrs["precision"],
+            "torch_compile": bool(cache.attrs["torch_compile"]),
+            "tta": combo.tta,
+            "scales": list(combo.scales),
+            "fusion": combo.fusion,
+        }
+    )
+    updated = dep.model_copy(
+        update={
+            "threshold": threshold,
+            "temperature": temperature,
+            "threshold_source": threshold_source,
+            "calibrated_with": numerics,
+        }
+    )
+    return DeploymentConfig.model_validate(updated.model_dump())
+
+
+def _plot(
+    plots: CalibrationPlots,
+    ch: CachedSums,
+    cfg: PipelineConfig,
+    cache: LogitCache,
+    combo: Combo,
+    temperature: float,
+    per_ratio: list[RatioThreshold],
+) -> None:
+    """The reliability diagram at ``calibration.ratio`` and the PR curves at every ratio, thresholds marked."""
+    cal = cfg.calibration
+    pos, neg = weighted_hist(ch.hist, cal.ratio)
+    plot_reliability(
+        pos, neg, cache.bins, temperature, cal.ece_bins, plots.reliability, f"Val-Realistic 1:{cal.ratio}, {combo.key}"
+    )
+    plot_pr_curves(
+        {f"1:{r}": (*weighted_hist(ch.hist, r), cache.bins) for r in cfg.metrics.ratios},
+        [(f"threshold {rt.threshold:.3f} @1:{rt.ratio}", rt.recall, rt.precision) for rt in per_ratio],
+        plots.pr_curves,
+        f"Val-Realistic PR curves ({combo.key})",
+    )
 
 
 def one_x(dep: DeploymentConfig) -> DeploymentConfig:

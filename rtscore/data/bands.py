@@ -214,22 +214,10 @@ def open_checked(
     :class:`CheckedRaster`; every mismatch found is listed in one :class:`RasterContractError` (files named).
 
     ``check_finite`` scans the EXTRA bands for undeclared non-finite values (one pass over the EXTRA raster)."""
-    import rasterio
-
     rgb_path = Path(rgb_path)
     with ExitStack() as stack:
-        try:
-            src = stack.enter_context(rasterio.open(rgb_path))
-        except rasterio.errors.RasterioIOError as err:
-            raise RasterContractError(f"{rgb_path}: not a readable raster ({err})") from None
-        problems = grid_problems(src, rgb_path, contract)
-        bands = resolve_bands(src, rgb_path, contract.rgb_bands)
-        dtypes = sorted({src.dtypes[b] for b in bands.rgb})
-        if dtypes != [contract.rgb_dtype]:
-            problems.append(
-                f"{rgb_path}: RGB bands are {', '.join(dtypes)}, the model was trained on {contract.rgb_dtype} "
-                "(0-255): convert it to 8-bit as the training imagery was (no silent rescaling)"
-            )
+        src = stack.enter_context(_open_raster(rgb_path))
+        bands, problems = _rgb_problems(src, rgb_path, contract)
         extra = None
         if binding.extra_bands:
             if extra_path is None or not Path(extra_path).is_file():
@@ -238,29 +226,8 @@ def open_checked(
                     f"{extra_path} was not found"
                 )
             extra_path = Path(extra_path)
-            try:
-                extra = stack.enter_context(rasterio.open(extra_path))
-            except rasterio.errors.RasterioIOError as err:
-                raise RasterContractError(f"{extra_path}: not a readable raster ({err})") from None
-            if not same_grid(src, extra):
-                problems.append(
-                    f"{extra_path}: not on the grid of {rgb_path} (size {extra.height}x{extra.width} vs "
-                    f"{src.height}x{src.width}, CRS {extra.crs} vs {src.crs}, transform {tuple(extra.transform)[:6]} "
-                    f"vs {tuple(src.transform)[:6]})"
-                )
-            missing = unreadable_extra(binding, extra.count)
-            if missing:
-                problems.append(
-                    f"{extra_path}: {extra.count} bands; EXTRA channels "
-                    f"{', '.join(f'{c.name}=band {c.band}' for c in missing)} are beyond them"
-                )
-            else:
-                ex_dtypes = sorted({extra.dtypes[b] for b in binding.extra_bands})
-                if ex_dtypes != [contract.extra_dtype]:
-                    problems.append(
-                        f"{extra_path}: EXTRA bands are {', '.join(ex_dtypes)}, the model was trained on "
-                        f"{contract.extra_dtype}"
-                    )
+            extra = stack.enter_context(_open_raster(extra_path))
+            problems += _extra_problems(src, rgb_path, extra, extra_path, binding, contract)
         if problems:
             raise RasterContractError("; ".join(problems) if len(problems) < 3 else "\n  " + "\n  ".join(problems))
         checked = CheckedRaster(rgb_path, None if extra is None else Path(extra_path or ""), src, extra, bands, binding)
@@ -273,3 +240,57 @@ def open_checked(
                     "mask them in the RGB raster's alpha"
                 )
         yield checked
+
+
+def _open_raster(path: Path) -> DatasetReader:
+    """``path`` opened with rasterio (a context manager); one that cannot be read is a RasterContractError."""
+    import rasterio
+
+    try:
+        return rasterio.open(path)
+    except rasterio.errors.RasterioIOError as err:
+        raise RasterContractError(f"{path}: not a readable raster ({err})") from None
+
+
+def _rgb_problems(src: DatasetReader, rgb_path: Path, contract: RasterContract) -> tuple[RasterBandMap, list[str]]:
+    """The RGB raster's bands, and what it breaks of ``contract``: its grid, its RGB dtype."""
+    problems = grid_problems(src, rgb_path, contract)
+    bands = resolve_bands(src, rgb_path, contract.rgb_bands)
+    dtypes = sorted({src.dtypes[b] for b in bands.rgb})
+    if dtypes != [contract.rgb_dtype]:
+        problems.append(
+            f"{rgb_path}: RGB bands are {', '.join(dtypes)}, the model was trained on {contract.rgb_dtype} "
+            "(0-255): convert it to 8-bit as the training imagery was (no silent rescaling)"
+        )
+    return bands, problems
+
+
+def _extra_problems(
+    src: DatasetReader,
+    rgb_path: Path,
+    extra: DatasetReader,
+    extra_path: Path,
+    binding: InputBinding,
+    contract: RasterContract,
+) -> list[str]:
+    """What the EXTRA raster breaks: the RGB raster's grid, the bands the binding names, the EXTRA dtype."""
+    problems = []
+    if not same_grid(src, extra):
+        problems.append(
+            f"{extra_path}: not on the grid of {rgb_path} (size {extra.height}x{extra.width} vs "
+            f"{src.height}x{src.width}, CRS {extra.crs} vs {src.crs}, transform {tuple(extra.transform)[:6]} "
+            f"vs {tuple(src.transform)[:6]})"
+        )
+    missing = unreadable_extra(binding, extra.count)
+    if missing:
+        problems.append(
+            f"{extra_path}: {extra.count} bands; EXTRA channels "
+            f"{', '.join(f'{c.name}=band {c.band}' for c in missing)} are beyond them"
+        )
+    else:
+        ex_dtypes = sorted({extra.dtypes[b] for b in binding.extra_bands})
+        if ex_dtypes != [contract.extra_dtype]:
+            problems.append(
+                f"{extra_path}: EXTRA bands are {', '.join(ex_dtypes)}, the model was trained on {contract.extra_dtype}"
+            )
+    return problems

@@ -1,143 +1,30 @@
-"""Torch Dataset over any tile source: NoData, normalization and augmentation applied per sample."""
+"""Torch Dataset over any tile source (`rtscore.data.tile_sources`): NoData, normalization and augmentation
+applied per sample, each sample's values checked; the dataset of a split, and the training one with its joined
+additional roots."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from rtscore.config.binding import InputBinding, binding_conflicts
-from rtscore.data.legacy_npz import BatchedNpzSource
+from rtscore.data.additional_roots import open_additional_roots
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
-from rtscore.data.store import TileMetadata, TileStoreError, ZarrTileStore, read_store_attrs
-from rtscore.data.tiles import IGNORE_INDEX, ClassPixelCounts, StoredSample
+from rtscore.data.tile_sources import ConcatSource, TileSource, open_source, usable_indices, where_stored
+from rtscore.data.tiles import IGNORE_INDEX, StoredSample
 from rtscore.data.transforms import SamplePipeline
 from rtscore.errors import PipelineError
 from rtscore.storage.layout import RunLayout
 
 if TYPE_CHECKING:
-    import torch
-
     from rtscore.config.pipeline import PipelineConfig
 
 
 class SampleValueError(PipelineError, ValueError):
     """A tile holds values training cannot use (labels outside {0, 1, 255}, non-finite inputs); the message
     names the tile and where it is stored."""
-
-
-class TileSource(Protocol):
-    """Anything with ``__len__`` and ``__getitem__`` returning :class:`StoredSample` (Zarr, legacy npz, ...)."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, index: int) -> StoredSample: ...
-
-
-class ConcatSource:
-    """Tile sources joined end to end (joint training on several train stores, guide §8.3).
-
-    Position ``i`` is tile ``i - offset[k]`` of source ``k``. ``metadata`` concatenates the sources' metadata
-    (None unless every source has some), so :func:`usable_indices` and the balanced sampler see the tiles of
-    all of them. Pickles without open file handles when its sources do (each Zarr store reopens per process).
-    """
-
-    def __init__(self, sources: Sequence[TileSource]) -> None:
-        if not sources:
-            raise ValueError("ConcatSource needs at least one source")
-        self.sources = list(sources)
-        names = [getattr(src, "channel_names", None) for src in self.sources]
-        known = [list(n) for n in names if n is not None]
-        if any(n != known[0] for n in known):
-            raise ValueError(f"joined tile sources have different channels: {known}")
-        self.channel_names: list[str] | None = known[0] if len(known) == len(names) else None
-        self.offsets = np.cumsum([0, *(len(src) for src in self.sources)])
-        self._meta: TileMetadata | None = None
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def locate(self, index: int) -> tuple[int, int]:
-        """(source number, index within that source) of a position of the join."""
-        n = len(self)
-        if not -n <= index < n:
-            raise IndexError(f"tile index {index} out of range for {n} tiles in {len(self.sources)} joined sources")
-        i = int(index) % n
-        k = int(np.searchsorted(self.offsets, i, side="right")) - 1
-        return k, i - int(self.offsets[k])
-
-    def __getitem__(self, index: int) -> StoredSample:
-        k, j = self.locate(index)
-        sample = self.sources[k][j]
-        return dataclasses.replace(sample, index=int(self.offsets[k]) + j)
-
-    @property
-    def metadata(self) -> TileMetadata | None:
-        if self._meta is None:
-            metas = [getattr(src, "metadata", None) for src in self.sources]
-            known = [m for m in metas if m is not None]
-            if len(known) != len(metas):
-                return None
-            self._meta = concat_metadata(known)
-        return self._meta
-
-
-def concat_metadata(metas: Sequence[TileMetadata]) -> TileMetadata:
-    """The per-tile metadata of sources joined in this order (they must share the tile size)."""
-    sizes = sorted({m.tile_size for m in metas})
-    if len(sizes) != 1:
-        raise ValueError(f"joined tile sources have different tile sizes: {sizes}")
-    fields = (
-        "tile_id",
-        "region",
-        "kind",
-        "is_positive",
-        "n_positive_px",
-        "n_ignore_px",
-        "n_nodata_px",
-        "pixel_area_m2",
-    )
-    joined = {f: np.concatenate([np.asarray(getattr(m, f)) for m in metas]) for f in fields}
-    return TileMetadata(**joined, tile_size=sizes[0])
-
-
-def usable_indices(source: TileSource, exclude_full_nodata: bool = True) -> np.ndarray:
-    """Indices that may enter a batch: full-NoData tiles are skipped at the dataset level (guide §4.4)."""
-    meta = getattr(source, "metadata", None)
-    if meta is not None:
-        keep = ~meta.full_nodata if exclude_full_nodata else np.ones(len(meta), bool)
-        return np.flatnonzero(keep)
-    if not exclude_full_nodata:
-        return np.arange(len(source))
-    return np.array([i for i in range(len(source)) if (source[i].alpha > 0).any()], dtype=np.int64)
-
-
-def class_pixel_counts(source: TileSource, indices: Sequence[int] | np.ndarray) -> ClassPixelCounts:
-    """Background and RTS pixels of the tiles at ``indices`` (the pixels training counts: valid, not ignored).
-
-    From the tile metadata when the source has it (no pixel read): RTS = ``n_positive_px``, background =
-    ``H*W - n_positive_px - max(n_ignore_px, n_nodata_px)``. That is exact when a tile's NoData pixels are
-    labelled 255 (synthetic stores) or when its only ignored pixels are NoData (training ignores NoData whatever
-    its label); for a tile with both kinds apart it is within ``min(n_ignore_px, n_nodata_px)`` pixels. Without
-    metadata (legacy npz), every tile's labels and alpha are read.
-    """
-    idx = np.asarray(indices, dtype=np.int64)
-    meta = getattr(source, "metadata", None)
-    if meta is not None:
-        pos = np.asarray(meta.n_positive_px, dtype=np.int64)[idx]
-        ignored = np.maximum(np.asarray(meta.n_ignore_px, np.int64)[idx], np.asarray(meta.n_nodata_px, np.int64)[idx])
-        bg = meta.tile_size * meta.tile_size - pos - ignored
-        return ClassPixelCounts(background=int(np.maximum(bg, 0).sum()), rts=int(pos.sum()))
-    background = rts = 0
-    for i in idx:
-        s = source[int(i)]
-        label = np.where(s.alpha == 0, IGNORE_INDEX, s.label)
-        background += int((label == 0).sum())
-        rts += int((label == 1).sum())
-    return ClassPixelCounts(background=background, rts=rts)
 
 
 class TileDataset:
@@ -246,23 +133,6 @@ def check_sample(sample: StoredSample, image: np.ndarray, source: TileSource, ch
         )
 
 
-def where_stored(source: TileSource, index: int) -> str:
-    """``store <path>, index i`` of a position of ``source`` (a joined source names the member store)."""
-    if isinstance(source, ConcatSource):
-        k, j = source.locate(index)
-        return where_stored(source.sources[k], j)
-    path = getattr(source, "path", None)
-    return f"index {index} of {'store ' + str(path) if path is not None else type(source).__name__}"
-
-
-def open_source(path: str | Path, mask_type: str = "exact", extra_channels: list[str] | None = None) -> TileSource:
-    """Open a Zarr store, or a legacy batched-npz directory, by what is at ``path``."""
-    p = Path(path)
-    if (p / "metadata.json").is_file() and not (p / "zarr.json").is_file():
-        return BatchedNpzSource(p)
-    return ZarrTileStore(p, mask_type=mask_type, extra_channels=extra_channels)
-
-
 def build_dataset(
     cfg: PipelineConfig,
     store: str | Path | TileSource,
@@ -295,64 +165,6 @@ def build_dataset(
     )
 
 
-def resolve_additional_roots(cfg: PipelineConfig, run_dir: str | Path) -> list[Path]:
-    """The stores of ``data.additional_roots``: relative entries against the run directory, absolute as is."""
-    run = Path(run_dir)
-    return [p if p.is_absolute() else run / p for p in (Path(e).expanduser() for e in cfg.data.additional_roots)]
-
-
-def open_additional_roots(cfg: PipelineConfig, run_dir: str | Path, train_ids: Sequence[str] = ()) -> list[TileSource]:
-    """Check and open every ``data.additional_roots`` store, before any training step.
-
-    Each must be a published Zarr tile store of the train split with ``data.tile_size`` tiles, the configured
-    label variant and every extra channel of ``channels.extra``, and share no tile id with ``train_ids`` (the
-    train store's) or with another additional store (the same data joined twice).
-
-    Raises:
-        TileStoreError: naming ``data.additional_roots[i]``, the entry and the resolved path.
-    """
-    extra = [c.name for c in cfg.channels.extra]
-    seen = {str(t): RunLayout.DATASET.at(split="train") for t in train_ids}
-    sources: list[TileSource] = []
-    for i, path in enumerate(resolve_additional_roots(cfg, run_dir)):
-        entry = cfg.data.additional_roots[i]
-        where = f"data.additional_roots[{i}] = {entry!r}"
-        where += "" if Path(entry).is_absolute() else f" (resolved against the run directory: {path})"
-
-        def fail(problem: str, where: str = where) -> TileStoreError:
-            return TileStoreError(f"{where}: {problem}")
-
-        if not path.exists():
-            raise fail("does not exist; generate the store there or fix the path")
-        try:
-            attrs = read_store_attrs(path)
-        except TileStoreError as err:
-            raise fail(f"not a published tile store ({err})") from None
-        if attrs.get("split") != "train":
-            raise fail(f"the store holds the {attrs.get('split')!r} split; additional roots must be train stores")
-        if int(attrs.get("tile_size", -1)) != cfg.data.tile_size:
-            raise fail(f"the store has {attrs.get('tile_size')} px tiles; data.tile_size is {cfg.data.tile_size}")
-        stored = list(attrs.get("extra_channel_names", []))
-        missing = [c for c in extra if c not in stored]
-        if missing:
-            raise fail(f"the store lacks extra channels {missing} named in channels.extra (it has {stored})")
-        conflicts = binding_conflicts(cfg.channels.extra, InputBinding.of_store_attrs(attrs).bands_by_name())
-        if conflicts:
-            raise fail(f"the store was written with other EXTRA bands than channels.extra: {'; '.join(conflicts)}")
-        if cfg.data.mask_type not in attrs.get("mask_types", []):
-            raise fail(
-                f"the store has no {cfg.data.mask_type!r} labels (data.mask_type; it has {attrs.get('mask_types')})"
-            )
-        store = ZarrTileStore(path, mask_type=cfg.data.mask_type, extra_channels=extra)
-        ids = [str(t) for t in store.metadata.tile_id]
-        clash = next((t for t in ids if t in seen), None)
-        if clash is not None:
-            raise fail(f"the store shares tile ids with {seen[clash]} (e.g. {clash!r}); is the same data joined twice?")
-        seen.update(dict.fromkeys(ids, f"data.additional_roots[{i}]"))
-        sources.append(store)
-    return sources
-
-
 def build_train_dataset(
     cfg: PipelineConfig,
     run_dir: str | Path,
@@ -376,34 +188,3 @@ def build_train_dataset(
     ids = [] if meta is None else [str(t) for t in meta.tile_id]
     extra = open_additional_roots(cfg, run_dir, ids)
     return build_dataset(cfg, ConcatSource([train, *extra]), stats, train=True, seed=seed)
-
-
-def seed_worker(worker_id: int) -> None:
-    """DataLoader worker_init_fn: numpy/random seeded from torch's per-worker seed (guide §2.2)."""
-    import random
-
-    import torch
-
-    s = torch.initial_seed() % 2**32
-    np.random.seed(s)
-    random.seed(s)
-
-
-def make_loader(
-    dataset: TileDataset, *, batch_size: int, shuffle: bool, num_workers: int, seed: int = 0, **kwargs: Any
-) -> torch.utils.data.DataLoader[Any]:
-    """A DataLoader with seeded workers and a seeded shuffle generator."""
-    import torch
-
-    g = torch.Generator()
-    g.manual_seed(seed)
-    return torch.utils.data.DataLoader(
-        dataset,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
-        batch_size=batch_size,
-        shuffle=shuffle,
-        num_workers=num_workers,
-        worker_init_fn=seed_worker,
-        generator=g,
-        persistent_workers=kwargs.pop("persistent_workers", False) and num_workers > 0,
-        **kwargs,
-    )

@@ -9,8 +9,8 @@ from typing import Any
 
 from rtscore.config.base import config_hash
 from rtscore.config.generation import GenerationConfig
-from rtscore.data.store import StoreLayout
 from rtscore.data.store_attrs import StoreAttrs
+from rtscore.data.store_format import StoreLayout
 from rtscore.data.synthetic import plan_tiles, render_context, render_tile
 from rtscore.data.tiles import KIND_CODES, RawTile, TilePlan
 from rtscore.data.writer import base_attrs, write_store

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.base import canonical_json
-from rtscore.data.store import StoreLayout
 from rtscore.data.store_attrs import StoreAttrs
+from rtscore.data.store_format import StoreLayout
 from rtscore.data.tiles import KIND_CODES, RawTile, StoredSample, nominal_pixel_area_m2
 from rtscore.data.writer import base_attrs, write_store
 from rtscore.errors import PipelineError

@@ -9,9 +9,40 @@ import numpy as np
 import torch
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.dataset import TileDataset, seed_worker
+from rtscore.data.dataset import TileDataset
 from rtscore.data.errors import DataValidationError
 from rtscore.data.sampler import BalancedCurriculumSampler
+
+
+def seed_worker(worker_id: int) -> None:
+    """DataLoader worker_init_fn: numpy/random seeded from torch's per-worker seed (guide §2.2)."""
+    import random
+
+    import torch
+
+    s = torch.initial_seed() % 2**32
+    np.random.seed(s)
+    random.seed(s)
+
+
+def make_loader(
+    dataset: TileDataset, *, batch_size: int, shuffle: bool, num_workers: int, seed: int = 0, **kwargs: Any
+) -> torch.utils.data.DataLoader[Any]:
+    """A DataLoader with seeded workers and a seeded shuffle generator."""
+    import torch
+
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return torch.utils.data.DataLoader(
+        dataset,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
+        batch_size=batch_size,
+        shuffle=shuffle,
+        num_workers=num_workers,
+        worker_init_fn=seed_worker,
+        generator=g,
+        persistent_workers=kwargs.pop("persistent_workers", False) and num_workers > 0,
+        **kwargs,
+    )
 
 
 def positive_flags(ds: TileDataset) -> np.ndarray:

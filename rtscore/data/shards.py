@@ -1,4 +1,4 @@
-"""The writing side of the tile store (:mod:`rtscore.data.store`): a resumable staging store written shard by
+"""The writing side of the tile store (:mod:`rtscore.data.store_format`): a resumable staging store written shard by
 shard (one :class:`ShardWriter` per shard, a progress marker once a shard is complete), then finalized: summary
 attributes, checks, and an atomic publish under the final name."""
 
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from rtscore.data.store import (
+from rtscore.data.store_attrs import Prevalence, StoreAttrs, StoreCounts
+from rtscore.data.store_format import (
     ATTRS_KEY,
     EXTRA,
     META_FIELDS,
@@ -26,7 +27,6 @@ from rtscore.data.store import (
     zarr_array,
     zarr_group,
 )
-from rtscore.data.store_attrs import Prevalence, StoreAttrs, StoreCounts
 from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile
 from rtscore.storage import publish_dir
 

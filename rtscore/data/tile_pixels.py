@@ -1,6 +1,6 @@
 """The pixels of `rts tile`: the fixed tile grid, the scenes read window by window, and each tile's RGB, validity and
 EXTRA bands warped onto the grid (bilinear for values, nearest for validity; NDVI computed, companion rasters cut).
-The layout, labels, resumption and the run are in `rtscore.data.tiling`."""
+The run, its identity and resumption are in `rtscore.data.tiling`."""
 
 from __future__ import annotations
 

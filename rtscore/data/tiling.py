@@ -30,27 +30,21 @@ Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import logging
-import math
-import os
-import uuid
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from rtscore.config.base import canonical_json
 from rtscore.config.tiling import TilingConfig, resolve_paths
-from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR, RasterContractError, resolve_bands
-from rtscore.data.tile_pixels import Datasets, GridCell, Scene, TilePixels, TilingError, grid_cells, render_pixels
-from rtscore.data.tiles import IGNORE_INDEX
+from rtscore.data.tile_pixels import Datasets, GridCell, Scene, TilingError, grid_cells, render_pixels
+from rtscore.data.tiling_files import metadata_csv, tile_lonlat, write_if_changed, write_tile
+from rtscore.data.tiling_inventory import Inventory, RegionOf, read_inventory, tile_labels
+from rtscore.data.tiling_scenes import check_scenes, scene_paths
 from rtscore.data.tiling_state import (
     MANIFEST_JSON,
     METADATA_CSV,
@@ -59,13 +53,10 @@ from rtscore.data.tiling_state import (
     prepare_output,
     record_path,
 )
-from rtscore.data.vector_labels import rasterize_labels, read_polygons
 from rtscore.identity import closure_hash, source_identity
-from rtscore.storage import atomic_write_json, atomic_write_text
+from rtscore.storage import atomic_write_json
 
 log = logging.getLogger(__name__)
-
-METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
 
 
 class TilingCounts(BaseModel):
@@ -97,275 +88,6 @@ class TilingManifest(BaseModel):
     regions: dict[str, int] = Field(..., description="Tiles written per RegionName.")
     counts: TilingCounts = Field(..., description="Counts of tiles and polygons.")
     resumed_tiles: int = Field(..., description="Tiles found complete from an earlier run and kept.")
-
-
-# --------------------------------------------------------------------------------------------- inputs
-
-
-def scene_paths(patterns: Sequence[str]) -> list[Path]:
-    """The scenes of ``patterns`` (paths or globs), in order, each once; a pattern matching nothing is an error."""
-    import glob
-
-    out: list[Path] = []
-    for pattern in patterns:
-        found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        found = [f for f in found if Path(f).is_file()]
-        if not found:
-            raise TilingError(f"scenes: {pattern} matches no file")
-        out += [Path(f) for f in found if Path(f) not in out]
-    return out
-
-
-def check_scenes(cfg: TilingConfig, datasets: Datasets) -> list[Scene]:
-    """Every scene's header checked (CRS, R, G, B bands and their dtype, bands the EXTRA sources name), before any
-    pixel is read; all problems in one :class:`TilingError`."""
-    from rasterio.warp import transform_bounds
-
-    problems: list[str] = []
-    scenes: list[Scene] = []
-    scene_bands = sorted({s.band for e in cfg.extra for s in e.sources if s.path is None})
-    for path in scene_paths(cfg.scenes):
-        src = datasets.get(path)
-        if src.crs is None:
-            problems.append(f"{path}: has no CRS; rts tile cannot place it on the grid (assign its CRS first)")
-            continue
-        try:
-            bands = resolve_bands(src, path, cfg.rgb_bands)
-        except RasterContractError as err:
-            problems.append(str(err))
-            continue
-        dtypes = sorted({src.dtypes[b] for b in bands.rgb})
-        if dtypes != ["uint8"]:
-            problems.append(
-                f"{path}: RGB bands are {', '.join(dtypes)}; the tile layout holds 8-bit RGB as the training imagery "
-                "(convert it to 8-bit first: no silent rescaling)"
-            )
-        beyond = [b for b in scene_bands if b >= src.count]
-        if beyond:
-            problems.append(f"{path}: {src.count} bands; extra (nir/red/band) names scene band(s) {beyond} (0-based)")
-        bounds = transform_bounds(src.crs, cfg.grid.crs, *src.bounds, densify_pts=21)
-        scenes.append(Scene(path, tuple(float(v) for v in bounds), bands))  # type: ignore[arg-type]
-    for path in sorted({Path(s.path) for e in cfg.extra for s in e.sources if s.path is not None}):
-        if not path.is_file():
-            problems.append(f"{path}: companion raster (extra) not found")
-            continue
-        src = datasets.get(path)
-        if src.crs is None:
-            problems.append(f"{path}: companion raster has no CRS; it cannot be placed on the grid")
-        wanted = [s.band for e in cfg.extra for s in e.sources if s.path is not None and Path(s.path) == path]
-        if max(wanted) >= src.count:
-            problems.append(f"{path}: {src.count} bands; extra names band {max(wanted)} (0-based)")
-    if problems:
-        raise TilingError("; ".join(problems) if len(problems) < 3 else "\n  " + "\n  ".join(problems))
-    return scenes
-
-
-def vector_fields(path: Path) -> list[str]:
-    """The attribute columns of a vector file (its first layer)."""
-    return _vector_info(path)[0]
-
-
-def _vector_info(path: Path) -> tuple[list[str], int]:
-    """(attribute columns, feature count) of a vector file's first layer."""
-    import pyogrio
-
-    try:
-        info = pyogrio.read_info(path, force_feature_count=True)
-    except Exception as err:  # pyogrio's DataSourceError/DataLayerError, GDAL's reasons inside
-        raise TilingError(f"{path}: not a readable vector file ({type(err).__name__}: {err})") from None
-    return [str(f) for f in info["fields"]], int(info["features"])
-
-
-def _require_columns(path: Path, key: str, wanted: dict[str, str | None]) -> None:
-    """``path`` (config ``key``) exists, holds polygons and has the ``wanted`` columns (an empty file has no
-    columns to name: it is refused as empty first)."""
-    if not path.is_file():
-        raise TilingError(f"{path}: polygon file not found")
-    fields, features = _vector_info(path)
-    if features == 0:
-        raise TilingError(f"{path}: holds no polygons ({key} must name a file with at least one polygon)")
-    for name, column in wanted.items():
-        if column is not None and column not in fields:
-            raise TilingError(f"{name}: column {column!r} is not in {path}; its columns are {fields}")
-
-
-@dataclass
-class Inventory:
-    """The RTS polygons on the grid CRS, with their ids, regions (column source) and a spatial index."""
-
-    features: list[dict[str, Any]]
-    geoms: list[Any]  # shapely geometries, index-aligned with features
-    uids: list[str]
-    regions: list[str] | None
-    tree: Any  # shapely STRtree
-
-    def touching(self, cell: GridCell) -> list[int]:
-        import shapely
-
-        box = shapely.box(*cell.bounds)
-        return sorted(int(i) for i in self.tree.query(box, predicate="intersects"))
-
-
-def read_inventory(cfg: TilingConfig) -> Inventory:
-    """The polygons of ``cfg.polygons`` reprojected to the grid CRS (`read_polygons`), with ids and regions."""
-    import shapely
-
-    path = Path(cfg.polygons.path)
-    wanted = {"polygons.id_column": cfg.polygons.id_column, "regions.column": cfg.regions.column}
-    _require_columns(path, "polygons.path", wanted)
-    features = read_polygons(path, cfg.grid.crs)
-    if not features:
-        raise TilingError(f"{path}: holds no polygons")
-    geoms = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in features]
-    if cfg.polygons.id_column is None:
-        uids = [f"{path.stem}-{i}" for i in range(len(features))]
-    else:
-        uids = [_text(f["properties"].get(cfg.polygons.id_column)) for f in features]
-        _no_blanks(path, "polygons.id_column", cfg.polygons.id_column, uids)
-        dupes = sorted({u for u in uids if uids.count(u) > 1})
-        if dupes:
-            raise TilingError(f"{path}: polygons.id_column {cfg.polygons.id_column!r} repeats ids {dupes[:20]}")
-    regions = None
-    if cfg.regions.column is not None:
-        regions = [_text(f["properties"].get(cfg.regions.column)) for f in features]
-        _no_blanks(path, "regions.column", cfg.regions.column, regions)
-    return Inventory(features, geoms, uids, regions, shapely.STRtree(geoms))
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value).strip()
-
-
-def _no_blanks(path: Path, key: str, column: str, values: list[str]) -> None:
-    blank = [i for i, v in enumerate(values) if not v]
-    if blank:
-        raise TilingError(f"{path}: {key} {column!r} is empty for feature(s) {blank[:20]}")
-
-
-class RegionOf:
-    """The RegionName of a grid cell (config ``regions``); None: the cell lies outside every region polygon."""
-
-    def __init__(self, cfg: TilingConfig, inventory: Inventory) -> None:
-        import shapely
-
-        self.name = cfg.regions.name
-        self.inventory = inventory
-        self.region_geoms: list[Any] = []
-        self.region_names: list[str] = []
-        if cfg.regions.path is not None:
-            path = Path(cfg.regions.path)
-            _require_columns(path, "regions.path", {"regions.name_column": cfg.regions.name_column})
-            feats = read_polygons(path, cfg.grid.crs, columns=[str(cfg.regions.name_column)])
-            self.region_geoms = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in feats]
-            self.region_names = [_text(f["properties"].get(cfg.regions.name_column)) for f in feats]
-            _no_blanks(path, "regions.name_column", str(cfg.regions.name_column), self.region_names)
-            self.region_tree = shapely.STRtree(self.region_geoms)
-
-    def __call__(self, cell: GridCell, touching: list[int]) -> str | None:
-        import shapely
-
-        if self.name is not None:
-            return self.name
-        if self.region_names:
-            hit = self.region_tree.query(shapely.Point(*cell.centre), predicate="intersects")
-            return self.region_names[int(min(hit))] if len(hit) else None
-        regions = self.inventory.regions
-        assert regions is not None  # RegionsConfig: exactly one source
-        if touching:  # the most common region of the polygons in the tile (ties: the first name in order)
-            counts = Counter(regions[i] for i in touching)
-            return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-        nearest = self.inventory.tree.nearest(shapely.Point(*cell.centre))
-        return regions[int(nearest)]
-
-
-# --------------------------------------------------------------------------------------------- labels
-
-
-def tile_labels(
-    cell: GridCell, inventory: Inventory, touching: list[int], valid: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
-    """(n, n) uint8 labels and the ids of the RTS labelled 1. An RTS cut by the tile edge or touching NoData is
-    255 over its extent (`rasterize_labels`' partial-object rule); NoData pixels are 255."""
-    from rasterio.features import geometry_mask
-
-    n = cell.tile_size
-    features: list[dict[str, Any]] = []
-    footprints: list[np.ndarray] = []
-    for i in touching:
-        f = inventory.features[i]
-        inside = geometry_mask([f["geometry"]], out_shape=(n, n), transform=cell.transform, invert=True)
-        if not inside.any():
-            continue
-        props = dict(f.get("properties") or {})
-        if (inside & ~valid).any():
-            props["ignore"] = True  # the RTS runs into NoData: not wholly observed, like one cut by the edge
-        features.append({"type": "Feature", "geometry": f["geometry"], "properties": props, "uid": inventory.uids[i]})
-        footprints.append(inside)
-    label = rasterize_labels(features, cell.transform, n)
-    label[~valid] = IGNORE_INDEX
-    uids = [f["uid"] for f, inside in zip(features, footprints, strict=True) if (label[inside] == 1).any()]
-    return label, uids
-
-
-# --------------------------------------------------------------------------------------------- writing
-
-
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-
-
-def _write_tif(path: Path, data: np.ndarray, cell: GridCell, crs: str, **kw: Any) -> None:
-    """A GeoTIFF on the tile grid, written under a temporary name and renamed into place."""
-    import rasterio
-    from rasterio.enums import ColorInterp
-
-    interp = kw.pop("colorinterp", None)
-    descriptions = kw.pop("descriptions", None)
-    profile = {
-        "driver": "GTiff",
-        "width": cell.tile_size,
-        "height": cell.tile_size,
-        "count": data.shape[0],
-        "dtype": data.dtype.name,
-        "crs": crs,
-        "transform": cell.transform,
-        "compress": "lzw",
-        **kw,
-    }
-    tmp = _tmp(path)
-    try:
-        with rasterio.open(tmp, "w", **profile) as f:
-            f.write(data)
-            if interp is not None:
-                f.colorinterp = [ColorInterp[c] for c in interp]
-            for b, name in enumerate(descriptions or [], start=1):
-                f.set_band_description(b, name)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_tile(root: Path, cell: GridCell, px: TilePixels, label: np.ndarray, cfg: TilingConfig) -> dict[str, int]:
-    """The tile's files; returns each file's size (root-relative path -> bytes) for its record."""
-    alpha = np.where(px.valid, 255, 0).astype(np.uint8)
-    rgb = np.where(px.valid, px.rgb, 0).astype(np.uint8)
-    tid = cell.tile_id
-    files = {f"{RGB_DIR}/{tid}.tif": None, f"{LABEL_DIR}/{tid}.tif": None}
-    rgba = np.concatenate([rgb, alpha[None]])
-    _write_tif(root / RGB_DIR / f"{tid}.tif", rgba, cell, cfg.grid.crs, colorinterp=["red", "green", "blue", "alpha"])
-    _write_tif(root / LABEL_DIR / f"{tid}.tif", label[None], cell, cfg.grid.crs)
-    if px.extra is not None:
-        files[f"{EXTRA_DIR}/{tid}.tif"] = None
-        names = [e.name for e in cfg.extra]
-        _write_tif(root / EXTRA_DIR / f"{tid}.tif", px.extra, cell, cfg.grid.crs, nodata=math.nan, descriptions=names)
-    return {rel: (root / rel).stat().st_size for rel in files}
-
-
-def _lonlat(cell: GridCell, crs: str) -> tuple[float, float]:
-    from rasterio.warp import transform
-
-    xs, ys = transform(crs, "EPSG:4326", [cell.centre[0]], [cell.centre[1]])
-    return float(xs[0]), float(ys[0])
 
 
 # GDAL reads these beside a file without being told: a scene's external mask and auxiliary metadata, a
@@ -407,15 +129,6 @@ def fingerprint(cfg: TilingConfig) -> str:
     return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
 
 
-def _metadata_csv(records: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(METADATA_COLUMNS), lineterminator="\n")
-    writer.writeheader()
-    for r in records:
-        writer.writerow({k: r["row"][k] for k in METADATA_COLUMNS})
-    return buf.getvalue()
-
-
 def _check_splits(cfg: TilingConfig, placed: list[Placed], scenes: list[Scene], datasets: Datasets) -> None:
     """Every region a tile will have is in a split, checked before the first tile is written.
 
@@ -439,17 +152,6 @@ def _check_splits(cfg: TilingConfig, placed: list[Placed], scenes: list[Scene], 
             f"splits: region(s) {strays} of the tiles are in no split (splits lists {sorted(listed)}); every region "
             "must be in exactly one split"
         )
-
-
-def _write_if_changed(path: Path, text: str) -> None:
-    """``text`` into ``path`` atomically, unless the file already holds it: a re-run that changes nothing leaves
-    the data root as it was (its listing, mtimes included, is its identity for the runs that read it)."""
-    try:
-        if path.read_text() == text:
-            return
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    atomic_write_text(path, text)
 
 
 # --------------------------------------------------------------------------------------------- the run
@@ -529,66 +231,112 @@ def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = Fals
     root = Path(output)
     datasets = Datasets()
     try:
-        scenes = check_scenes(cfg, datasets)
-        inventory = read_inventory(cfg)
-        region_of = RegionOf(cfg, inventory)
-        cells, outside = _plan(cfg, scenes, inventory)
-        placed = _place(cfg, cells, inventory, region_of)
-        _check_splits(cfg, placed, scenes, datasets)
+        plan = _checked_plan(cfg, datasets)
         fp = fingerprint(cfg)
         prepare_output(root, fp, overwrite=overwrite)
-        records, resumed, empty = [], 0, 0
-        for k, p in enumerate(placed):
-            record = complete_record(root, p.cell.tile_id)
-            if record is not None:
-                resumed += record["status"] == "written"
-            else:
-                (root / MANIFEST_JSON).unlink(missing_ok=True)  # "done" again only once this run is done
-                record = _tile(root, p.cell, scenes, cfg, datasets, inventory, p.touching, p.region)
-                atomic_write_json(record_path(root, p.cell.tile_id), record)
-            if record["status"] == "written":
-                records.append(record)
-            else:
-                empty += 1
-            if (k + 1) % 100 == 0:
-                log.info("rts tile: %d of %d grid cells done (%d tiles)", k + 1, len(placed), len(records))
+        done = _tile_all(root, cfg, plan, datasets)
     finally:
         datasets.close()
-    if not records:
-        raise TilingError(f"no tile of {len(cells)} grid cells has a valid pixel in the scenes {cfg.scenes}")
-    regions = Counter(r["row"]["RegionName"] for r in records)
-    _write_if_changed(root / METADATA_CSV, _metadata_csv(records))
+    if not done.records:
+        raise TilingError(f"no tile of {len(plan.cells)} grid cells has a valid pixel in the scenes {cfg.scenes}")
+    _write_lists(root, cfg, done.records)
+    manifest = _manifest(root, cfg, fp, plan, done)
+    _write_manifest(root, manifest)
+    return manifest
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A tiling run checked before its first tile: the scenes, the inventory, the candidate cells and those placed
+    in a region, the polygons outside every scene."""
+
+    scenes: list[Scene]
+    inventory: Inventory
+    cells: list[GridCell]
+    placed: list[Placed]
+    outside: int
+
+
+def _checked_plan(cfg: TilingConfig, datasets: Datasets) -> RunPlan:
+    """Every input and setting checked, in this order, before a tile is written (tile_scenes' Raises)."""
+    scenes = check_scenes(cfg, datasets)
+    inventory = read_inventory(cfg)
+    region_of = RegionOf(cfg, inventory)
+    cells, outside = _plan(cfg, scenes, inventory)
+    placed = _place(cfg, cells, inventory, region_of)
+    _check_splits(cfg, placed, scenes, datasets)
+    return RunPlan(scenes, inventory, cells, placed, outside)
+
+
+@dataclass
+class TiledCells:
+    """The records of the tiles written (or kept), the tiles kept from an earlier run, the cells without a valid
+    pixel."""
+
+    records: list[dict[str, Any]]
+    resumed: int
+    empty: int
+
+
+def _tile_all(root: Path, cfg: TilingConfig, plan: RunPlan, datasets: Datasets) -> TiledCells:
+    """Each placed cell rendered and written (:func:`_tile`) unless a complete record says it is done; its record
+    written after its files."""
+    done = TiledCells([], 0, 0)
+    for k, p in enumerate(plan.placed):
+        record = complete_record(root, p.cell.tile_id)
+        if record is not None:
+            done.resumed += record["status"] == "written"
+        else:
+            (root / MANIFEST_JSON).unlink(missing_ok=True)  # "done" again only once this run is done
+            record = _tile(root, p.cell, plan.scenes, cfg, datasets, plan.inventory, p.touching, p.region)
+            atomic_write_json(record_path(root, p.cell.tile_id), record)
+        if record["status"] == "written":
+            done.records.append(record)
+        else:
+            done.empty += 1
+        if (k + 1) % 100 == 0:
+            log.info("rts tile: %d of %d grid cells done (%d tiles)", k + 1, len(plan.placed), len(done.records))
+    return done
+
+
+def _write_lists(root: Path, cfg: TilingConfig, records: list[dict[str, Any]]) -> None:
+    """metadata.csv from the records, and splits.yaml from the config (none without config splits)."""
+    write_if_changed(root / METADATA_CSV, metadata_csv(records))
     if cfg.splits is not None:
         import yaml
 
-        _write_if_changed(root / SPLITS_YAML, yaml.safe_dump(cfg.splits, sort_keys=False))
+        write_if_changed(root / SPLITS_YAML, yaml.safe_dump(cfg.splits, sort_keys=False))
     else:
         (root / SPLITS_YAML).unlink(missing_ok=True)  # one of an earlier run with splits: ingestion derives them
+
+
+def _manifest(root: Path, cfg: TilingConfig, fp: str, plan: RunPlan, done: TiledCells) -> TilingManifest:
+    """What the run tiled, how, and what came out."""
+    records = done.records
+    regions = Counter(r["row"]["RegionName"] for r in records)
     labelled = {u for r in records for u in r["uids"]}
     n_pos = sum(r["row"]["TrainClass"] == "positive" for r in records)
     absolute = resolve_paths(cfg, Path.cwd())  # the manifest says the same whatever the working directory
-    manifest = TilingManifest(
+    return TilingManifest(
         output=str(root.resolve()),
         config_fingerprint=fp,
         config=absolute.model_dump(mode="json"),
-        scenes=[str(s.path.resolve()) for s in scenes],
+        scenes=[str(s.path.resolve()) for s in plan.scenes],
         extra_bands=[e.name for e in cfg.extra],
         regions=dict(sorted(regions.items())),
         counts=TilingCounts(
-            candidate_tiles=len(cells),
+            candidate_tiles=len(plan.cells),
             tiles=len(records),
             positive=n_pos,
             negative=len(records) - n_pos,
-            skipped_no_valid_pixels=empty,
-            skipped_outside_regions=len(cells) - len(placed),
-            polygons=len(inventory.geoms),
+            skipped_no_valid_pixels=done.empty,
+            skipped_outside_regions=len(plan.cells) - len(plan.placed),
+            polygons=len(plan.inventory.geoms),
             polygons_labelled=len(labelled),
-            polygons_outside_scenes=outside,
+            polygons_outside_scenes=plan.outside,
         ),
-        resumed_tiles=resumed,
+        resumed_tiles=done.resumed,
     )
-    _write_manifest(root, manifest)
-    return manifest
 
 
 def _write_manifest(root: Path, manifest: TilingManifest) -> None:
@@ -619,8 +367,8 @@ def _tile(
     if px is None:
         return {"tile_id": cell.tile_id, "status": "empty", "files": {}}
     label, uids = tile_labels(cell, inventory, touching, px.valid)
-    files = _write_tile(root, cell, px, label, cfg)
-    lon, lat = _lonlat(cell, cfg.grid.crs)
+    files = write_tile(root, cell, px, label, cfg)
+    lon, lat = tile_lonlat(cell, cfg.grid.crs)
     positive = bool((label == 1).any())
     row = {
         "Tile_id": cell.tile_id,

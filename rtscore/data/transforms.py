@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 
 from rtscore.config.augmentation import AugmentationConfig
-from rtscore.data.normalization import InputTransform, fill_where, normalize_in_place
+from rtscore.data.input_transform import InputTransform, fill_where, normalize_in_place
 from rtscore.data.tiles import IGNORE_INDEX
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ class SamplePipeline:
     Inputs: rgb (3,H,W) uint8, extra (E,H,W) float32 or None, alpha (H,W) uint8 (0 = NoData), label (H,W) uint8
     in {0, 1, 255}; C = 3 + E and ``mean``/``std`` (and ``clip_min``/``clip_max`` when the stats carry them)
     hold C values in raw units (RGB 0-255, extras their own). The deterministic part is the
-    :class:`~rtscore.data.normalization.InputTransform` that predict, drift and evaluation apply too.
+    :class:`~rtscore.data.input_transform.InputTransform` that predict, drift and evaluation apply too.
 
     Order of operations (the contract):
 

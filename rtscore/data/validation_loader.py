@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.dataset import build_dataset, build_train_dataset, make_loader
-from rtscore.data.loader import positive_flags, train_loader
+from rtscore.data.dataset import build_dataset, build_train_dataset
+from rtscore.data.loader import make_loader, positive_flags, train_loader
 from rtscore.data.tiles import LABEL_VALUES
 from rtscore.data.validation_report import CheckLog, SamplerStage, SplitSummary
 from rtscore.errors import PipelineError

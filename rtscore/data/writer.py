@@ -14,8 +14,8 @@ from typing import Any, Protocol
 from rtscore import __version__
 from rtscore.config.binding import RasterContract
 from rtscore.data.shards import ShardWriter, completed_shards, create_staging, finalize, staging_attrs
-from rtscore.data.store import FORMAT, FORMAT_VERSION, StoreLayout, TileStoreError
 from rtscore.data.store_attrs import StoreAttrs
+from rtscore.data.store_format import FORMAT, FORMAT_VERSION, StoreLayout, TileStoreError
 from rtscore.data.tiles import PIXEL_SIZE_M, RawTile
 from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
 

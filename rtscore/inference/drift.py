@@ -31,7 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
 from rtscore.data.bands import CheckedRaster, open_checked
-from rtscore.data.normalization import InputTransform, NormalizationStats, RunningMoments
+from rtscore.data.input_transform import InputTransform
+from rtscore.data.normalization import NormalizationStats
+from rtscore.data.normalization_pass import RunningMoments
 from rtscore.errors import PipelineError
 from rtscore.inference.predict import (
     LoadedPackage,

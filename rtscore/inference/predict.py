@@ -12,7 +12,7 @@ stream (:mod:`rtscore.inference.stream`: reading, inference and writing overlapp
 several rasters sharing batches, every model call at one batch shape). Each window is read on its own (never the
 whole raster): its channels through the package's input binding (the EXTRA bands training read,
 `rtscore.config.binding`), its NoData by the contract's rule, and put through the package's input transform
-(`rtscore.data.normalization.InputTransform`: clipping to the training percentiles, alpha-0 pixels to the channel's
+(`rtscore.data.input_transform.InputTransform`: clipping to the training percentiles, alpha-0 pixels to the channel's
 training mean, ``(x - mean) / std``), exactly as the training and evaluation dataset does. A window that is
 entirely NoData (alpha 0) is skipped: no model call, its pixels are NoData, and it is listed in the log and in
 ``<name>_predict.json`` (guide §4.4). Every other window goes through
@@ -48,7 +48,8 @@ from pydantic import BaseModel, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
 from rtscore.data.bands import EXTRA_SUFFIX, RGB_DIR, CheckedRaster, extra_candidates, open_checked
-from rtscore.data.normalization import InputTransform, NormalizationStats
+from rtscore.data.input_transform import InputTransform
+from rtscore.data.normalization import NormalizationStats
 from rtscore.errors import PipelineError
 from rtscore.inference.context import needs_context
 from rtscore.inference.numerics import predict_logits, prepare_model

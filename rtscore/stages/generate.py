@@ -12,7 +12,7 @@ from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.generate import generate_synthetic, generate_synthetic_context
 from rtscore.data.geotiff.ingest import ingest_geotiffs
 from rtscore.data.geotiff.root_splits import DerivedSplitFiles
-from rtscore.data.store import read_store_attrs
+from rtscore.data.store_format import read_store_attrs
 from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, ref_of
 from rtscore.storage import RunDir, RunLayout, StorageError
 

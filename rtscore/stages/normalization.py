@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+from rtscore.data.normalization import write_normalization_stats
+from rtscore.data.normalization_pass import compute_normalization_stats
 from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout
 

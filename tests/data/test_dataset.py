@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.dataset import ConcatSource, class_pixel_counts, usable_indices
 from rtscore.data.store import ZarrTileStore
+from rtscore.data.tile_sources import ConcatSource, class_pixel_counts, usable_indices
 from rtscore.data.tiles import StoredSample
 from tests.helpers import write_test_store
 
@@ -85,7 +85,7 @@ def test_loader_refuses_bad_label_values_and_non_finite_inputs_naming_tile_and_s
     import zarr
 
     from rtscore.data.dataset import SampleValueError, TileDataset
-    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
 
     path = tmp_path / "train.zarr"
     write_test_store(path, 8, extra=1)

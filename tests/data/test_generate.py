@@ -6,8 +6,9 @@ import numpy as np
 
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.generate import generate_synthetic
-from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
 from rtscore.data.store_attrs import StoreAttrs
+from rtscore.data.store_format import read_store_attrs
 
 
 def test_generation_metadata_and_counts(gen_config: GenerationConfig, tmp_path: Path) -> None:

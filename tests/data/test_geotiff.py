@@ -21,7 +21,8 @@ from rtscore.data.geotiff.producer import GeotiffProducer
 from rtscore.data.geotiff.root import GeotiffError
 from rtscore.data.geotiff.selection import select_tiles
 from rtscore.data.geotiff.synth import write_synthetic_geotiffs
-from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.store_format import read_store_attrs
 from rtscore.data.writer import staging_path
 
 rasterio = pytest.importorskip("rasterio")
@@ -429,7 +430,8 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
     """Issue 11 point 1: ``{name: nbr, band: 1}`` makes the store, the stats, predict and drift all read band 1."""
     from rtscore.config.binding import ExtraChannel
     from rtscore.data.bands import open_checked
-    from rtscore.data.normalization import compute_normalization_stats, write_normalization_stats
+    from rtscore.data.normalization import write_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
     from rtscore.inference.drift import drift_report
     from rtscore.inference.predict import PredictError, load_package
     from rtscore.package import write_sha256sums

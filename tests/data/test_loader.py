@@ -10,7 +10,7 @@ from rtscore.config import parse_pipeline_config
 from rtscore.data.dataset import TileDataset
 from rtscore.data.errors import DataValidationError
 from rtscore.data.loader import val_loader
-from rtscore.data.normalization import compute_normalization_stats
+from rtscore.data.normalization_pass import compute_normalization_stats
 from rtscore.data.store import ZarrTileStore
 from rtscore.errors import PipelineError
 from tests.helpers import SIZE, tiny_pipeline_config, write_full_nodata_store, write_test_store

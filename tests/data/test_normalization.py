@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
-from rtscore.data.normalization import (
-    NormalizationStatsError,
-    RunningMoments,
-    compute_normalization_stats,
-    load_normalization_stats,
-    write_normalization_stats,
-)
+from rtscore.data.normalization import NormalizationStatsError, load_normalization_stats, write_normalization_stats
+from rtscore.data.normalization_pass import RunningMoments, compute_normalization_stats
 from rtscore.data.store import ZarrTileStore
 from tests.helpers import write_test_store
 
@@ -138,7 +133,7 @@ def test_clipping_is_one_transform_in_training_evaluation_and_predict(train_stor
     with the bounds the stats file carries."""
     from rtscore.config.pipeline import AugmentationConfig
     from rtscore.data.dataset import TileDataset
-    from rtscore.data.normalization import InputTransform
+    from rtscore.data.input_transform import InputTransform
 
     clipped = compute_normalization_stats(train_store, clip_percentiles=(5.0, 95.0))
     path = write_normalization_stats(clipped, tmp_path / "stats.json")

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.store import TileStoreError, ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.store_format import TileStoreError, read_store_attrs
 from rtscore.data.tiles import RawTile
 from rtscore.data.writer import staging_path, write_store
 from tests.conftest import make_tile
@@ -212,7 +213,7 @@ def test_every_flipped_bit_in_an_image_shard_is_caught_naming_the_tile(tmp_path:
 
 
 def test_statistics_pass_over_a_corrupt_store_fails_naming_it(tmp_path: Path) -> None:
-    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
 
     out = tmp_path / "train.zarr"
     write_store(ListProducer(8), _layout(8), out, _attrs())

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from rtscore.data.shard_reader import FastShardArray
-from rtscore.data.store import FORMAT_VERSION, TileStoreError, ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.store_format import FORMAT_VERSION, TileStoreError, read_store_attrs
 from rtscore.data.writer import staging_path, write_store
 from tests.helpers import ListProducer, _attrs, _layout, write_test_store
 
@@ -49,7 +50,7 @@ def test_format_1_store_reads_the_same_tiles_stats_and_training_batches(tmp_path
 
     from rtscore.config.pipeline import AugmentationConfig
     from rtscore.data.dataset import TileDataset
-    from rtscore.data.normalization import compute_normalization_stats
+    from rtscore.data.normalization_pass import compute_normalization_stats
 
     v1, v2 = tmp_path / "v1.zarr", tmp_path / "v2.zarr"
     write_test_store(v1, 13, extra=2, format_version=1)

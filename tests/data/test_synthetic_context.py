@@ -9,7 +9,8 @@ import numpy as np
 
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.generate import generate_synthetic, generate_synthetic_context
-from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
+from rtscore.data.store_format import read_store_attrs
 from rtscore.data.synthetic import (
     downsample_mean_float,
     downsample_mean_uint8,

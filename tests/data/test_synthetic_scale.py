@@ -12,8 +12,9 @@ import pytest
 from rtscore.config.base import ConfigError, parse_config
 from rtscore.config.generation import GenerationConfig
 from rtscore.data.generate import generate_synthetic
-from rtscore.data.store import ZarrTileStore, read_store_attrs
+from rtscore.data.store import ZarrTileStore
 from rtscore.data.store_attrs import StoreAttrs
+from rtscore.data.store_format import read_store_attrs
 from rtscore.data.synthetic import PIXEL_SIZE_M, native_config, plan_tiles, render_tile, render_tile_with_parts
 from rtscore.data.synthetic._scale import (
     downsample_labels,

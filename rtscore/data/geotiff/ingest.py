@@ -26,8 +26,8 @@ from rtscore.data.geotiff.selection import select_tiles
 from rtscore.data.geotiff.staging import stage_data_root
 from rtscore.data.ground import GroundSizeError, projected_crs
 from rtscore.data.splits import SplitResult
-from rtscore.data.store import StoreLayout
 from rtscore.data.store_attrs import StoreAttrs
+from rtscore.data.store_format import StoreLayout
 from rtscore.data.writer import base_attrs, write_store
 from rtscore.identity import SourceError, SourceIdentity, closure_hash, source_identity
 

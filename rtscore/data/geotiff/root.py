@@ -27,7 +27,7 @@ from pathlib import Path
 from rtscore.config.base import ConfigError, parse_yaml
 from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.data.splits import SplitError, region_splits
-from rtscore.data.store import TileStoreError
+from rtscore.data.store_format import TileStoreError
 from rtscore.storage import RunLayout
 
 METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"  # a data root's files (docs/geotiff.md#the-tile-layout)
