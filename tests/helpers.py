@@ -368,3 +368,26 @@ def count_audits(monkeypatch: Any) -> list[Path]:
 
     monkeypatch.setattr(verify, "run_audit", counting)
     return audits
+
+
+def small_test_report(seeds: list[int]) -> Any:
+    """A TestReport of ``seeds`` (PR-AUC 0.80, 0.82, ... at 1:200 and one undefined metric), for renderers and
+    readers of test reports."""
+    import math
+
+    from rtscore.config.deployment import DeploymentConfig
+    from rtscore.evaluation import SeedTestResult, TestReport
+
+    per_seed = [
+        SeedTestResult(
+            seed=s,
+            threshold=0.5,
+            temperature=1.2,
+            metrics={"1_200": {"pr_auc": 0.8 + 0.02 * i, "x": math.nan}},
+            recall_by_size=[],
+            n_pos_tiles=3,
+            n_neg_tiles=5,
+        )
+        for i, s in enumerate(seeds)
+    ]
+    return TestReport.from_seeds(per_seed, DeploymentConfig(threshold=0.5, temperature=1.2), [0.3])

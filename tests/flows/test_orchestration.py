@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from flows.params import DistributedParams, MultiSeedParams, PipelineParams, SeedStageParams, TrainSeedParams
 from tests.flows.configs import tiny_training_config, write_config
+from tests.helpers import small_test_report
 
 
 def test_parameter_models_check_their_fields() -> None:
@@ -92,29 +93,10 @@ def test_artifact_urls() -> None:
     assert artifact_key("Train-Seed", "seeds/seed_1/curves.png") == "train-seed-seeds-seed-1-curves-png"
 
 
-def _report(seeds: list[int]) -> Any:
-    from rtscore.config.deployment import DeploymentConfig
-    from rtscore.evaluation import SeedTestResult, TestReport
-
-    per_seed = [
-        SeedTestResult(
-            seed=s,
-            threshold=0.5,
-            temperature=1.2,
-            metrics={"1_200": {"pr_auc": 0.8 + 0.02 * i, "x": math.nan}},
-            recall_by_size=[],
-            n_pos_tiles=3,
-            n_neg_tiles=5,
-        )
-        for i, s in enumerate(seeds)
-    ]
-    return TestReport.from_seeds(per_seed, DeploymentConfig(threshold=0.5, temperature=1.2), [0.3])
-
-
 def test_report_tables_read_the_typed_report_and_show_an_undefined_std_as_such() -> None:
     from flows.ui import report_tables, results_table
 
-    aggregate, per_seed = report_tables(_report([42, 43]))
+    aggregate, per_seed = report_tables(small_test_report([42, 43]))
     assert aggregate[0] == {"ratio": "1:200", "metric": "pr_auc", "mean": 0.81, "std": 0.0141, "text": "0.810 ± 0.014"}
     assert aggregate[1] == {"ratio": "1:200", "metric": "x", "mean": "n/a", "std": "n/a", "text": "n/a"}
     assert per_seed[0] == {
@@ -126,9 +108,9 @@ def test_report_tables_read_the_typed_report_and_show_an_undefined_std_as_such()
         "x": "n/a",
     }
 
-    one, _ = report_tables(_report([42]))
+    one, _ = report_tables(small_test_report([42]))
     assert one[0] == {"ratio": "1:200", "metric": "pr_auc", "mean": 0.8, "std": "n/a", "text": "0.800 (1 seed)"}
-    assert results_table(_report([42])) == [
+    assert results_table(small_test_report([42])) == [
         {"metric": "pr_auc", "1:200": "0.800 (1 seed)"},
         {"metric": "x", "1:200": "n/a"},
     ]

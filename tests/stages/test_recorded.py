@@ -3,31 +3,12 @@ results of the child flow runs on other workers): the one reader per stage, thro
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 
 from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_json
-
-
-def _report(seeds: list[int]):  # type: ignore[no-untyped-def]
-    from rtscore.config.deployment import DeploymentConfig
-    from rtscore.evaluation import SeedTestResult, TestReport
-
-    per_seed = [
-        SeedTestResult(
-            seed=s,
-            threshold=0.5,
-            temperature=1.2,
-            metrics={"1_200": {"pr_auc": 0.8 + 0.02 * i, "x": math.nan}},
-            recall_by_size=[],
-            n_pos_tiles=3,
-            n_neg_tiles=5,
-        )
-        for i, s in enumerate(seeds)
-    ]
-    return TestReport.from_seeds(per_seed, DeploymentConfig(threshold=0.5, temperature=1.2), [0.3])
+from tests.helpers import small_test_report
 
 
 def test_recorded_selects_the_stages_records_of_its_outputs_for_the_parameters(tmp_path: Path) -> None:
@@ -122,7 +103,7 @@ def test_recorded_logit_caches_and_test_result(tmp_path: Path) -> None:
     assert all(r.stage == "logit-cache" and r.sha256 for r in refs)
     assert [r.path for r in recorded_logit_caches(run, [2])] == [RunLayout.LOGIT_CACHE.at(seed=2)]
 
-    report = _report([1, 2])
+    report = small_test_report([1, 2])
     rel = RunLayout.TEST_REPORT.at()
     with pytest.raises(StorageError, match="its artifacts are not in the run"):
         recorded_test_result(run, [1, 2])
