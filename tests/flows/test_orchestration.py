@@ -39,7 +39,7 @@ def test_parameter_models_check_their_fields() -> None:
         {"config": "c", "run_dir": "r", "seeds": []},
         {"config": "c", "run_dir": "r", "execution": "cloud"},
         {"config": "c", "run_dir": "r", "seed": 1},  # a typo of seeds: extra keys are refused
-        {"config": "c"},
+        {"run_dir": "r"},  # no config (the run directory defaults to artifacts/<config name>)
     ):
         with pytest.raises(ValidationError):
             PipelineParams.model_validate(bad)
