@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
 from prefect import flow as prefect_flow
+from prefect.exceptions import MissingContextError
 from prefect.logging import get_run_logger
 from prefect.states import Failed
 
@@ -73,7 +74,7 @@ def one_line_failure(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except PipelineError as err:
-            get_run_logger().error("%s", err, exc_info=err)  # dropped by OneTraceback if a task run logged it
+            _logger().error("%s", err, exc_info=err)  # dropped by OneTraceback if a task run logged it
             return Failed(message=_one_line(err), data=err)
 
     # Prefect validates the parameters against the signature, resolving its annotations in the wrapper's module
@@ -81,6 +82,14 @@ def one_line_failure(fn: F) -> F:
     with contextlib.suppress(NameError):
         run.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
     return cast(F, run)
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    """The run's logger; outside a run (the flow's function called directly) a plain one."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("rts.flows")
 
 
 def _one_line(err: PipelineError) -> str:

@@ -30,24 +30,20 @@ def test_train_seed_params_default_to_the_config_seed() -> None:
     assert TrainSeedParams(config="c", run_dir="r", seed=0).seed_of(cfg) == 0  # 0 is a seed, not "unset"
 
 
-def _fake_train_task(calls: list[int]) -> Any:
-    def train(run_dir: str, cfg: Any, seed: int, fresh: bool, parent: str | None) -> Any:
-        calls.append(seed)
-        return SimpleNamespace(result=SimpleNamespace(seed=seed))
+def test_train_seed_flow_trains_the_config_seed_unless_told(tmp_path: Path) -> None:
+    """The train-seed flow's one work item: the config's training.seed, unless the run names a seed."""
+    from flows.common import selections
+    from rtscore.stages import BY_NAME
+    from rtscore.storage import RunDir
 
-    return SimpleNamespace(with_options=lambda **_: train)
-
-
-def test_train_seed_flow_trains_the_config_seed_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import flows.train as train_flow
-
-    calls: list[int] = []
-    monkeypatch.setattr(train_flow, "t", SimpleNamespace(train_seed=_fake_train_task(calls)))
-    monkeypatch.setattr(train_flow.ui, "publish_training", lambda *a, **k: None)
     config = str(_config(tmp_path, seed=7))
-    train_flow.train_seed.fn(TrainSeedParams(config=config, run_dir=str(tmp_path / "run")))
-    train_flow.train_seed.fn(TrainSeedParams(config=config, run_dir=str(tmp_path / "run"), seed=5))
-    assert calls == [7, 5]
+    cfg = load_pipeline_config(config)
+    run = RunDir(str(tmp_path / "run"))
+    for params, seed in (
+        (TrainSeedParams(config=config, run_dir=run.uri), 7),
+        (TrainSeedParams(config=config, run_dir=run.uri, seed=5), 5),
+    ):
+        assert [s["seed"] for s in selections(BY_NAME["train-seed"], params, cfg, run)] == [seed]
 
 
 def test_rts_train_without_seed_uses_training_seed(
