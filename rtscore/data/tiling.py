@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 from rtscore.config.base import canonical_json
 from rtscore.config.tiling import TilingConfig, resolve_paths
@@ -82,7 +82,7 @@ class TilingManifest(BaseModel):
         description="The run's identity: sha256 of the tiling code, the settings that decide the tiles' content and "
         "every input file's identity (fingerprint()); records of another identity are set aside, not resumed.",
     )
-    config: dict[str, Any] = Field(..., description="The tiling config, paths absolute.")
+    config: dict[str, JsonValue] = Field(..., description="The tiling config (a JSON document), paths absolute.")
     scenes: list[str] = Field(..., description="The scenes, in priority order (first valid pixel wins).")
     extra_bands: list[str] = Field(..., description="EXTRA band names, in band order.")
     regions: dict[str, int] = Field(..., description="Tiles written per RegionName.")
