@@ -155,57 +155,22 @@ def drift_report(
     binding, stats, transform, contract = _package_inputs(package_dir)
     contract = input_contract(contract, rgb_bands)
     names = binding.names
-    if isinstance(input_dir_or_files, (str, Path)):
-        try:
-            files = input_rasters(input_dir_or_files)
-        except PredictError as err:
-            raise DriftError(str(err)) from None
-    else:
-        files = [Path(f) for f in input_dir_or_files]
-    if not files:
-        raise DriftError("no input rasters given")
+    files = _input_files(input_dir_or_files)
     moments = RunningMoments.empty(len(names))
-    n_valid = 0
     with gdal_env():
         for f in files:  # every file checked (headers, EXTRA grid, undeclared NaN/inf) before any pixel counts
             with open_checked(contract, binding, f, extra_input(binding, f, None)):
                 pass
-        for f in files:
-            with open_checked(contract, binding, f, extra_input(binding, f, None), check_finite=False) as raster:
-                n_valid += _accumulate(raster, transform, moments)
+        n_valid = sum(_accumulate_file(contract, binding, f, transform, moments) for f in files)
     if n_valid == 0:
         raise DriftError(f"no valid pixel (by the NoData rule: alpha or dataset mask) in {len(files)} raster(s)")
     new_std = moments.std
-    channels = []
-    for c, name in enumerate(names):
-        m_train, s_train = float(stats.mean[c]), float(stats.std[c])
-        m_new, s_new = float(moments.mean[c]), float(new_std[c])
-        if not (s_train > 0 and all(math.isfinite(v) for v in (m_train, s_train, m_new, s_new))):
-            raise DriftError(
-                f"channel {name}: no drift measure (training mean {m_train:g}, std {s_train:g}; new imagery mean "
-                f"{m_new:g}, std {s_new:g}): a channel needs a positive training std and finite values in the new "
-                f"imagery's {n_valid:,} valid pixels"
-            )
-        shift = (m_new - m_train) / s_train
-        ratio = s_new / s_train
-        reasons = []
-        if abs(shift) > MAX_MEAN_SHIFT_SIGMA:
-            reasons.append(f"mean shift {shift:+.2f} σ_train exceeds ±{MAX_MEAN_SHIFT_SIGMA} σ")
-        if abs(ratio - 1.0) > MAX_STD_RATIO_DEVIATION:
-            reasons.append(f"std ratio {ratio:.2f} outside 1 ± {MAX_STD_RATIO_DEVIATION}")
-        channels.append(
-            ChannelDrift(
-                channel=name,
-                train_mean=m_train,
-                train_std=s_train,
-                new_mean=m_new,
-                new_std=s_new,
-                mean_shift_sigma=shift,
-                std_ratio=ratio,
-                blocker=bool(reasons),
-                reasons=reasons,
-            )
+    channels = [
+        _channel_drift(
+            name, float(stats.mean[c]), float(stats.std[c]), float(moments.mean[c]), float(new_std[c]), n_valid
         )
+        for c, name in enumerate(names)
+    ]
     blockers = [ch.channel for ch in channels if ch.blocker]
     report = DriftReport(
         package=str(pkg),
@@ -244,3 +209,53 @@ def render_markdown(report: DriftReport) -> str:
     verdict = "OK: no drift blocker" if report.ok else f"BLOCKED: drift on {', '.join(report.blockers)}"
     lines += ["", f"**Verdict: {verdict}**"]
     return "\n".join(lines) + "\n"
+
+
+def _input_files(input_dir_or_files: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The rasters to compare: a .tif, a directory of them or a data root, or the files given."""
+    if isinstance(input_dir_or_files, (str, Path)):
+        try:
+            files = input_rasters(input_dir_or_files)
+        except PredictError as err:
+            raise DriftError(str(err)) from None
+    else:
+        files = [Path(f) for f in input_dir_or_files]
+    if not files:
+        raise DriftError("no input rasters given")
+    return files
+
+
+def _accumulate_file(
+    contract: RasterContract, binding: InputBinding, f: Path, transform: InputTransform, moments: RunningMoments
+) -> int:
+    """One checked raster's valid pixels added to ``moments``; returns how many."""
+    with open_checked(contract, binding, f, extra_input(binding, f, None), check_finite=False) as raster:
+        return _accumulate(raster, transform, moments)
+
+
+def _channel_drift(name: str, m_train: float, s_train: float, m_new: float, s_new: float, n_valid: int) -> ChannelDrift:
+    """One channel's drift: mean shift in training sigmas and std ratio, a blocker past either limit."""
+    if not (s_train > 0 and all(math.isfinite(v) for v in (m_train, s_train, m_new, s_new))):
+        raise DriftError(
+            f"channel {name}: no drift measure (training mean {m_train:g}, std {s_train:g}; new imagery mean "
+            f"{m_new:g}, std {s_new:g}): a channel needs a positive training std and finite values in the new "
+            f"imagery's {n_valid:,} valid pixels"
+        )
+    shift = (m_new - m_train) / s_train
+    ratio = s_new / s_train
+    reasons = []
+    if abs(shift) > MAX_MEAN_SHIFT_SIGMA:
+        reasons.append(f"mean shift {shift:+.2f} σ_train exceeds ±{MAX_MEAN_SHIFT_SIGMA} σ")
+    if abs(ratio - 1.0) > MAX_STD_RATIO_DEVIATION:
+        reasons.append(f"std ratio {ratio:.2f} outside 1 ± {MAX_STD_RATIO_DEVIATION}")
+    return ChannelDrift(
+        channel=name,
+        train_mean=m_train,
+        train_std=s_train,
+        new_mean=m_new,
+        new_std=s_new,
+        mean_shift_sigma=shift,
+        std_ratio=ratio,
+        blocker=bool(reasons),
+        reasons=reasons,
+    )
