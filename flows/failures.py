@@ -9,7 +9,7 @@ message is ``Flow run encountered an exception: TrainingError: <the text>``, the
 
 :func:`flow` is ``prefect.flow`` whose function turns a PipelineError into a Failed state with the error's text
 as its message (the error stays the state's data: a caller of the flow, a parent flow or ``rts``, gets the same
-exception raised). :class:`OneTraceback` drops a record of Prefect's run loggers that repeats a PipelineError
+exception raised); called directly (``flow.fn``, outside a run) it raises as written. :class:`OneTraceback` drops a record of Prefect's run loggers that repeats a PipelineError
 already logged with its traceback in this process. Any other exception is left to Prefect as it is: a bug
 keeps every traceback Prefect gives it.
 """
@@ -25,7 +25,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
 from prefect import flow as prefect_flow
-from prefect.exceptions import MissingContextError
+from prefect.context import FlowRunContext
 from prefect.logging import get_run_logger
 from prefect.states import Failed
 
@@ -74,7 +74,9 @@ def one_line_failure(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except PipelineError as err:
-            _logger().error("%s", err, exc_info=err)  # dropped by OneTraceback if a task run logged it
+            if FlowRunContext.get() is None:  # the function called directly (``flow.fn``): the error as it is
+                raise
+            get_run_logger().error("%s", err, exc_info=err)  # dropped by OneTraceback if a task run logged it
             return Failed(message=_one_line(err), data=err)
 
     # Prefect validates the parameters against the signature, resolving its annotations in the wrapper's module
@@ -82,14 +84,6 @@ def one_line_failure(fn: F) -> F:
     with contextlib.suppress(NameError):
         run.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
     return cast(F, run)
-
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    """The run's logger; outside a run (the flow's function called directly) a plain one."""
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger("rts.flows")
 
 
 def _one_line(err: PipelineError) -> str:
