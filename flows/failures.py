@@ -9,8 +9,9 @@ message is ``Flow run encountered an exception: TrainingError: <the text>``, the
 
 :func:`flow` is ``prefect.flow`` whose function turns a PipelineError into a Failed state with the error's text
 as its message (the error stays the state's data: a caller of the flow, a parent flow or ``rts``, gets the same
-exception raised); called directly (``flow.fn``, outside a run) it raises as written. :class:`OneTraceback` drops a record of Prefect's run loggers that repeats a PipelineError
-already logged with its traceback in this process. Any other exception is left to Prefect as it is: a bug
+exception raised); called directly (``flow.fn``, outside a run) it raises as written. :class:`OneTraceback`
+drops a record of Prefect's run loggers that repeats a PipelineError already logged with its traceback in this
+process. Any other exception is left to Prefect as it is: a bug
 keeps every traceback Prefect gives it.
 """
 
