@@ -1,7 +1,7 @@
 """The repository stands on its own: every tracked text file is read as a user who cloned it reads it.
 
-No path leads outside the repository (``../shared/...``), no file holds an absolute path of the machine it was
-written on (``/work/...``, ``/root/...``, ``/home/<user>/...``, ``/tmp/...`` as a place to look, the checkout
+No path leads outside the repository (to a sibling of the checkout), no file holds an absolute path of the machine it
+was written on (``/work/...``, ``/root/...``, ``/home/<user>/...``, ``/tmp/...`` as a place to look, the checkout
 itself), no file sends the reader to a document the repository does not hold, every relative link of the docs and
 every ``docs/<page>.md#<section>`` reference resolves, and every training-guide section cited anywhere is stated
 in the project's own words in docs/recipe.md. Each failure names file:line.
@@ -120,7 +120,7 @@ def anchors(name: str) -> frozenset[str]:
 @pytest.mark.parametrize(
     ("line", "flagged"),
     [
-        ('"""Ingest the layout of /work/shared/DATA_LAYOUT.md."""', ["/work/"]),
+        ('"""Ingest the layout of /work/data/LAYOUT.md."""', ["/work/"]),
         ("cache in /root/.cache/rts", ["/root/"]),
         ("see /home/alice/rts/README.md", ["/home/alice/"]),
         ("written to /tmp/run1 first", ["/tmp"]),
