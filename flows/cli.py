@@ -31,6 +31,7 @@ from flows.command_params import (
     SynthGeotiffParams,
     ValidateParams,
     VerifyParams,
+    WarpParams,
 )
 from flows.form import FormModel
 from flows.options import add_options, params_from
@@ -59,6 +60,9 @@ COMMANDS: tuple[Command, ...] = (
         aliases=("pipeline",),
     ),
     Command("tile", TileParams, lib.tile, "cut scenes and an RTS polygon inventory into the tile layout"),
+    Command(
+        "warp", WarpParams, lib.warp, "put scenes on a tiling config's grid, with its EXTRA bands, for predict and map"
+    ),
     Command(
         "generate", GenerateStoreParams, lib.generate, "generate a tile store (one split) from a generation config"
     ),

@@ -25,6 +25,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "rts run --config configs/quickstart_geotiff.yaml",
     ),
     "tile": ("rts tile --config configs/tiling/example.yaml --output data/my-tiles",),
+    "warp": (
+        "rts warp --config configs/tiling/example.yaml --scenes new_scenes/*.tif --output scenes/",
+        f"rts warp --config configs/tiling/example.yaml --scenes new_scenes/*.tif --output scenes/ {PKG}",
+    ),
     "generate": (
         "rts generate --source synthetic --config configs/generation/quickstart_train.yaml "
         "--output datasets/train.zarr",
@@ -62,7 +66,7 @@ the same fields as the Prefect UI's form of that flow), the library commands the
 An option not given leaves the field to the model's default; a value the model refuses is one line naming the
 option (exit 2) before any work.
 
-Library commands (`tile`, `generate`, `synth-geotiff`, `stats`, `validate`, `import-npz`, `noise-floor`,
+Library commands (`tile`, `warp`, `generate`, `synth-geotiff`, `stats`, `validate`, `import-npz`, `noise-floor`,
 `profile-batch`, `predict`, `drift`, `map`, `package verify`) call `rtscore` directly. Pipeline commands (`data`,
 `train`, `run`, `calibrate`, `evaluate-test`, `package build`) run the Prefect flows: against a temporary local
 API started inside the process, or against a server when `PREFECT_API_URL` is set. Each of them takes
@@ -82,6 +86,9 @@ NOTES: dict[str, str] = {
     "tile": "Every input is checked before a tile is written; re-running resumes, and an output tiled by other "
     "code, settings or inputs is set aside (`.rts-tile/set_aside/`) and tiled afresh. Rules: "
     "[geotiff.md](geotiff.md#from-scenes-and-polygons-rts-tile).",
+    "warp": "Each scene's cells are rendered by the code of `rts tile`, one at a time, into COGs written under "
+    "temporary names and renamed; `<stem>_warp.json`, written last, lets a re-run skip the scene. Rules: "
+    "[geotiff.md](geotiff.md#scenes-for-mapping-rts-warp).",
     "generate": "GeoTIFF ingestion: [geotiff.md](geotiff.md). Multi-scale training data (guide §8.3): a generation "
     "config with `scale: 0.5` (`configs/generation/quickstart_train_half.yaml`), listed in "
     "`data.additional_roots`.",

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from flows.form import FormModel
-from flows.options import Cli, data_root_location, local_output, local_path
+from flows.options import Cli, data_root_location, local_file, local_output, local_path
 from flows.params import Split
 from rtscore.config.binding import RasterBandMap
 from rtscore.config.pipeline import NormalizationConfig
@@ -29,6 +29,7 @@ __all__ = [
     "SynthGeotiffParams",
     "ValidateParams",
     "VerifyParams",
+    "WarpParams",
 ]
 
 LocalPath = Annotated[str, Cli(parse=local_path)]
@@ -54,6 +55,33 @@ RGB_BANDS_HELP = (
     "0-based bands of R, G, B (and alpha) of input files laid out unlike the training rasters, e.g. 2,1,0 for "
     "Planet's B,G,R,NIR (alpha from the dataset mask) or 2,1,0,3. Empty: the package's (by colour interpretation)."
 )
+
+
+class WarpParams(FormModel):
+    """`rts warp`: scenes put on the tile grid of the tiling config the training data was cut with, for `rts
+    predict` and `rts map`: per scene <stem>.tif (R, G, B, alpha) and <stem>_extra.tif (the config's extra bands)
+    in --output, their pixels those `rts tile` cuts (NDVI included). The config's polygons, regions and splits are
+    not read. Every scene (and --package) is checked before anything is written; a re-run skips the scenes
+    already warped with the same settings."""
+
+    config: Annotated[str, Cli(parse=local_file)] = Field(
+        ...,
+        description="The tiling config the training data was cut with (its scenes, rgb_bands, extra, grid, "
+        "resampling); the paths inside it are relative to the file.",
+    )
+    output: LocalOutput = Field(
+        ..., description="Directory for <stem>.tif, <stem>_extra.tif and <stem>_warp.json of every scene."
+    )
+    scenes: list[str] | None = Field(
+        None,
+        description="Scenes to warp instead of the config's: GeoTIFF paths or glob patterns (relative to the "
+        "working directory). Empty: the config's scenes.",
+    )
+    package: Annotated[str | None, Cli(parse=local_path)] = Field(
+        None,
+        description="Deployment package the scenes are for: the grid's CRS and pixel size are checked against its "
+        "raster contract and the config's extra against its EXTRA channels before anything is written.",
+    )
 
 
 class GenerateStoreParams(FormModel):

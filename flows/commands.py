@@ -18,6 +18,7 @@ from flows.command_params import (
     SynthGeotiffParams,
     ValidateParams,
     VerifyParams,
+    WarpParams,
 )
 from flows.params import SPLITS, MapParams, TileParams
 from rtscore.errors import PipelineError
@@ -101,6 +102,22 @@ def tile(p: TileParams) -> int:
     print(f"polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile")
     if c.polygons_outside_scenes:
         print(f"warning: {c.polygons_outside_scenes} polygon(s) touch no scene and were not tiled")
+    return 0
+
+
+def warp(p: WarpParams) -> int:
+    from rtscore.config.tiling import load_tiling_config
+    from rtscore.data.warp import warp_scenes
+
+    cfg = load_tiling_config(p.config)
+    s = warp_scenes(cfg, Path(p.output), scenes=p.scenes, package=p.package)
+    for r in s.scenes:
+        what = ", ".join(r.files) if r.files else "no valid pixel on the grid, nothing written"
+        print(f"{Path(r.scene).name}: {r.valid_cells} of {r.cells} cells with valid pixels -> {what}")
+    print(
+        f"wrote {s.output}: {s.written} scene(s) warped, {s.kept} kept from an earlier run"
+        + (f", {s.empty} without valid pixels" if s.empty else "")
+    )
     return 0
 
 
