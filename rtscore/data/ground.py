@@ -5,7 +5,8 @@ That is the ground area for the local projections labelled tiles come in (UTM: w
 Mercator (EPSG:3857): its scale grows as ``1 / cos(latitude)``, so a 4.77 m projected pixel covers 1.63 m of
 ground at 70° N (training guide §8.3). For EPSG:3857 the area is therefore multiplied by ``cos²(φ)`` at the
 latitude ``φ`` of the tile's centre (a tile spans a few hundredths of a degree: one factor per tile). A
-geographic CRS (degrees) has no fixed ground size per pixel and is refused: reproject first (``rts tile``).
+geographic CRS (degrees) has no fixed ground size per pixel and is refused: reproject first (``rts tile`` for
+training data, ``rts warp`` for scenes to map).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def projected_crs(crs: Any, what: str) -> Any:
     if parsed.is_geographic:
         raise GroundSizeError(
             f"{what}: {parsed.to_string()} is geographic (degrees): its pixels have no fixed ground size and "
-            "RTS would be mapped in degrees; reproject to a projected CRS first (rts tile, default EPSG:3857)"
+            "RTS would be mapped in degrees; reproject to a projected CRS first (rts tile for training data, rts warp "
+            "for scenes to map; default EPSG:3857)"
         )
     return parsed
 
