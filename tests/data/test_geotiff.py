@@ -932,7 +932,7 @@ def test_point7_a_sliver_emptied_by_augmentation_is_counted_not_failed(
     assert emptied_seed is not None, "the default augmentation never pushed the 9 pixels out in 400 draws"
     sample = ds[(0, emptied_seed)]
     assert (sample["label"] == 255).all()
-    out, emptied = CheckLog(), []
+    out, emptied = CheckLog(), list[str]()
     assert check_batch(default_collate([sample]), "train", 5, 64, out, stored_full_nodata(store), emptied)
     assert emptied == [tid] and not out.failed
     full = int(np.flatnonzero(store.metadata.full_nodata)[0])  # the fixture's full-NoData tile, let through
