@@ -58,11 +58,7 @@ def generate(p: GenerateStoreParams) -> int:
             num_workers=p.workers,
         )
     counts = attrs.counts
-    print(
-        f"wrote {p.output}: {counts.n_tiles} tiles ({counts.n_positive} positive, "
-        f"{counts.n_negative} negative, {counts.n_full_nodata} full NoData), "
-        f"prevalence {attrs.prevalence.exact:.5f}"
-    )
+    print(f"wrote {p.output}: {counts.partition()}, prevalence {attrs.prevalence.exact:.5f}")
     return 0
 
 

@@ -37,10 +37,13 @@ def make_tile(
     if positive:
         label[size // 4 : size // 2, size // 4 : size // 2] = 1
     alpha = np.full((size, size), 255, np.uint8)
-    if nodata_rows:
+    ex = rng.normal(0, 1, (extra, size, size)).astype(np.float32) if extra else None
+    if nodata_rows:  # NoData as a store holds it: RGB 0, EXTRA 0, label 255
         alpha[:nodata_rows] = 0
         rgb[:, :nodata_rows] = 0
         label[:nodata_rows] = 255
+        if ex is not None:
+            ex[:, :nodata_rows] = 0
     return RawTile(
         tile_id=f"t{i:04d}",
         region=region,
@@ -48,7 +51,7 @@ def make_tile(
         alpha=alpha,
         label_exact=label,
         label_noisy=label.copy(),
-        extra=rng.normal(0, 1, (extra, size, size)).astype(np.float32) if extra else None,
+        extra=ex,
         n_objects=int(positive),
         source_index=i,
         pixel_area_m2=nominal_pixel_area_m2(),

@@ -13,7 +13,7 @@ import numpy as np
 from rtscore.data.additional_roots import open_additional_roots
 from rtscore.data.normalization import NormalizationStats, NormalizationStatsError
 from rtscore.data.tile_sources import ConcatSource, TileSource, open_source, usable_indices, where_stored
-from rtscore.data.tiles import IGNORE_INDEX, StoredSample
+from rtscore.data.tiles import IGNORE_INDEX, StoredSample, nodata_breaches
 from rtscore.data.transforms import SamplePipeline
 from rtscore.errors import PipelineError
 from rtscore.storage.layout import RunLayout
@@ -32,7 +32,9 @@ class TileDataset:
 
     Samples: ``image`` float32 (C, H, W) normalized, ``label`` int64 (H, W) in {0, 1, 255},
     ``valid`` bool (H, W), ``index`` (position in the source), ``tile_id``, ``region``, ``pixel_area_m2`` (the
-    tile's ground m² per pixel: object areas and the large-RTS rule are per tile).
+    tile's ground m² per pixel: object areas and the large-RTS rule are per tile). With ``stored_facts`` (data
+    validation) also, of the tile as stored: ``stored_valid_px``, ``stored_positive_px`` (label 1) and
+    ``stored_nodata_breaches`` (NoData pixels not holding RGB 0, EXTRA 0, label 255).
     """
 
     def __init__(
@@ -48,10 +50,12 @@ class TileDataset:
         indices: Sequence[int] | None = None,
         seed: int = 0,
         check_values: bool = True,
+        stored_facts: bool = False,
     ) -> None:
         self.source = source
         self.stats = stats
         self.check_values = check_values  # off only where the caller reports these checks itself (validation)
+        self.stored_facts = stored_facts  # data validation: the stored pixels' facts beside each sample
         names = getattr(source, "channel_names", None)
         if names is not None and list(names) != list(stats.channel_names):
             raise NormalizationStatsError(
@@ -95,7 +99,7 @@ class TileDataset:
         image, label, valid = self.pipeline(s.rgb, s.extra, s.alpha, s.label, seed)
         if self.check_values:
             check_sample(s, image, self.source, self.stats.channel_names)
-        return {
+        sample = {
             "image": torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)),
             "label": torch.from_numpy(np.ascontiguousarray(label, dtype=np.int64)),
             "valid": torch.from_numpy(np.ascontiguousarray(valid, dtype=bool)),
@@ -104,6 +108,11 @@ class TileDataset:
             "region": s.region,
             "pixel_area_m2": float(s.pixel_area_m2),
         }
+        if self.stored_facts:  # the tile as stored, before NoData fill and augmentation (data validation)
+            sample["stored_valid_px"] = int((s.alpha > 0).sum())
+            sample["stored_positive_px"] = int((s.label == 1).sum())
+            sample["stored_nodata_breaches"] = nodata_breaches(s.rgb, s.extra, s.alpha, s.label)
+        return sample
 
 
 def check_sample(sample: StoredSample, image: np.ndarray, source: TileSource, channels: Sequence[str]) -> None:
@@ -141,12 +150,14 @@ def build_dataset(
     train: bool,
     seed: int = 0,
     check_values: bool = True,
+    stored_facts: bool = False,
 ) -> TileDataset:
     """The dataset of one split as the config says (augmentation only when ``train``).
 
     ``store`` is a path (opened with :func:`open_source`) or an already opened source (e.g. a ConcatSource).
     ``check_values`` (:func:`check_sample` on every sample) is off only for data validation, which reports
-    the same checks per tile in its report instead of stopping at the first.
+    the same checks per tile in its report instead of stopping at the first; ``stored_facts`` adds the stored
+    tile's pixel facts to each sample (:class:`TileDataset`), for validation to hold against the tile's metadata.
     """
     if isinstance(store, str | Path):
         source = open_source(store, cfg.data.mask_type, [c.name for c in cfg.channels.extra])
@@ -162,6 +173,7 @@ def build_dataset(
         exclude_full_nodata=cfg.data.exclude_full_nodata,
         seed=seed,
         check_values=check_values,
+        stored_facts=stored_facts,
     )
 
 

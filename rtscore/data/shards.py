@@ -27,7 +27,7 @@ from rtscore.data.store_format import (
     zarr_array,
     zarr_group,
 )
-from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile
+from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile, pixel_kind, with_nodata_cleared
 from rtscore.storage import publish_dir
 
 if TYPE_CHECKING:
@@ -101,13 +101,16 @@ def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any
     (path / PROGRESS_DIR).mkdir(exist_ok=True)
 
 
-def _tile_meta(tile: RawTile, kind_code: int) -> dict[str, Any]:
+def _tile_meta(tile: RawTile) -> dict[str, Any]:
+    """A tile's metadata row, from its pixels as stored (NoData cleared: :func:`with_nodata_cleared`), so that the
+    flags and counts agree with the pixels: ``kind`` is :func:`pixel_kind`'s and ``is_positive`` is
+    ``kind == positive`` (a full-NoData tile is never positive)."""
     exact = tile.label_exact
     noisy = tile.label_noisy if tile.label_noisy is not None else exact
     return {
         "tile_id": tile.tile_id,
         "region": tile.region,
-        "kind": kind_code,
+        "kind": KIND_CODES[pixel_kind(tile.alpha, exact)],
         "is_positive": bool((exact == 1).any()),
         "n_positive_px": int((exact == 1).sum()),
         "n_positive_px_noisy": int((noisy == 1).sum()),
@@ -174,11 +177,18 @@ class ShardWriter:
         return len(self.meta) == self.stop - self.start
 
     def add(self, tiles: Sequence[RawTile], kind_codes: Sequence[int]) -> None:
-        """Add a batch (e.g. one generation batch) to the shard buffer."""
-        for tile, code in zip(tiles, kind_codes, strict=True):
+        """Add a batch (e.g. one generation batch) to the shard buffer.
+
+        Each tile is stored as the format says (:func:`with_nodata_cleared`: NoData pixels hold RGB 0, EXTRA 0,
+        label 255) and its metadata is computed from those pixels: the stored ``kind`` is the pixels' (a
+        producer's code is its plan, e.g. a GeoTIFF tile's TrainClass, and is not what the store records)."""
+        if len(tiles) != len(kind_codes):
+            raise TileStoreError(f"shard {self.shard}: {len(tiles)} tiles but {len(kind_codes)} kind codes")
+        for tile in tiles:
             if self.full:
                 raise TileStoreError(f"shard {self.shard} is full ({self.stop - self.start} tiles)")
             check_tile(tile, self.layout)
+            tile = with_nodata_cleared(tile)
             i = len(self.meta)
             self.images[i], self.alpha[i], self.labels_exact[i] = tile.rgb, tile.alpha, tile.label_exact
             if self.labels_noisy is not None:
@@ -186,7 +196,7 @@ class ShardWriter:
                 self.labels_noisy[i] = tile.label_noisy
             if self.extra is not None:
                 self.extra[i] = tile.extra
-            self.meta.append(_tile_meta(tile, code))
+            self.meta.append(_tile_meta(tile))
 
     def write(self) -> dict[str, Any]:
         """Write every array's slice of this shard, then the shard's completion marker (last)."""
@@ -249,10 +259,10 @@ def summarize(path: Path) -> tuple[StoreCounts, Prevalence]:
     h = zarr_array(zarr.open_group(str(path), mode="r"), pixel_arrays(path)[0]).shape[-1]
     labelled = np.maximum(h * h - n_ign, 0).sum()
     regions = read_array(meta, "region")
-    counts = StoreCounts(
+    counts = StoreCounts(  # a partition: every tile is of exactly one kind (from its stored pixels, _tile_meta)
         n_tiles=int(kind.size),
-        n_positive=int(read_array(meta, "is_positive").sum()),
-        n_negative=int(((kind == KIND_CODES["negative"]) | ((kind == KIND_CODES["positive"]) & (n_pos == 0))).sum()),
+        n_positive=int((kind == KIND_CODES["positive"]).sum()),
+        n_negative=int((kind == KIND_CODES["negative"]).sum()),
         n_full_nodata=int((kind == KIND_CODES["full_nodata"]).sum()),
         n_regions=len(set(regions.tolist())),
         regions=sorted(set(regions.tolist())),

@@ -1,16 +1,18 @@
 """Spatial blocking (docs/geotiff.md): whole regions go to one split, derived when `splits.yaml` is absent.
 
-The rules, in priority order (the thresholds are the pipeline config's `splits.min_test_positives` and
-`splits.min_val_regions`, defaults 100 and 2):
+The rules, in priority order (the thresholds are the pipeline config's `splits.min_test_positives`,
+`splits.min_val_regions` and `splits.min_val_positives`, defaults 100, 2 and 20):
     1. test holds at least `min_test_positives` positive tiles, else fail;
     2. val spans at least `min_val_regions` regions, else fail;
     3. train holds at least 70% of the positive tiles, else warn;
-    4. the tile shares are within `tolerance` (absolute, default 0.10) of 80/10/10, else fail.
+    4. val holds at least `min_val_positives` positive tiles, else warn (val PR-AUC and early stopping on it
+       mean little on fewer);
+    5. the tile shares are within `tolerance` (absolute, default 0.10) of 80/10/10, else fail.
 
 Regions are indivisible, so the derivation searches assignments: a seeded set of region orders, each filled
 greedily (test until it has enough positives, then val until it has `min_val_regions` regions and about its
 share, the rest train); among the orders whose split satisfies the failing rules, the one closest to 80/10/10
-wins (ties: first found). The same metadata and seed always give the same split.
+and without a warning wins (ties: first found). The same metadata and seed always give the same split.
 """
 
 from __future__ import annotations
@@ -73,9 +75,11 @@ def evaluate_split(
     *,
     min_test_positives: int = 100,
     min_val_regions: int = 2,
+    min_val_positives: int = 20,
     tolerance: float = 0.10,
 ) -> SplitResult:
-    """Check a split (given or derived) against the rules; SplitError names the first failing rule."""
+    """Check a split (given or derived) against the rules; SplitError names the first failing rule, the rules met
+    only with a warning are in the result's ``warnings``."""
     seen = region_splits(splits)
     missing = sorted(set(counts) - set(seen))
     if missing:
@@ -102,6 +106,8 @@ def evaluate_split(
         result.warnings.append(
             f"train holds {positives['train']} of {all_pos} positive tiles ({positives['train'] / all_pos:.0%} < 70%)"
         )
+    if positives["val"] < min_val_positives:
+        result.warnings.append(val_positives_warning(positives["val"], min_val_positives))
     off = {s: shares[s] - TARGET[s] for s in TARGET if abs(shares[s] - TARGET[s]) > tolerance + 1e-9}
     if off:
         detail = ", ".join(f"{s} {shares[s]:.1%} (target {TARGET[s]:.0%})" for s in off)
@@ -114,6 +120,7 @@ def derive_splits(
     *,
     min_test_positives: int = 100,
     min_val_regions: int = 2,
+    min_val_positives: int = 20,
     tolerance: float = 0.10,
     seed: int = 0,
     tries: int = 2000,
@@ -159,6 +166,7 @@ def derive_splits(
                 counts,
                 min_test_positives=min_test_positives,
                 min_val_regions=min_val_regions,
+                min_val_positives=min_val_positives,
                 tolerance=tolerance,
             )
         except SplitError as err:
@@ -170,6 +178,15 @@ def derive_splits(
     if best is None:
         raise SplitError(f"no region-level split satisfies the rules after {tries} orders; e.g.: {last_error}")
     return best[1]
+
+
+def val_positives_warning(n: int, floor: int) -> str:
+    """The warning for a val split of ``n`` positive tiles under ``splits.min_val_positives`` = ``floor``."""
+    return (
+        f"val holds {n} positive tile(s), fewer than splits.min_val_positives={floor}: val PR-AUC, and early "
+        "stopping and checkpoint selection on it, rest on too few positives to mean much; move a region with "
+        "positives into val (splits.yaml) or add labelled tiles"
+    )
 
 
 def _check_test_positives_reachable(

@@ -8,22 +8,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rtscore.config.binding import InputBinding, RasterContract
 
 
 class StoreCounts(BaseModel):
-    """Tiles of a store by kind, from its metadata arrays."""
+    """Tiles of a store by kind, from its metadata arrays: positive, negative and full NoData are a partition
+    (every tile is of exactly one kind, judged on its stored pixels after every NoData rule)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     n_tiles: int = Field(..., ge=0, description="Tiles stored (rotations included).")
-    n_positive: int = Field(..., ge=0, description="Tiles with at least one RTS pixel.")
-    n_negative: int = Field(..., ge=0, description="Tiles without an RTS pixel (full-NoData tiles aside).")
-    n_full_nodata: int = Field(..., ge=0, description="Tiles without a valid pixel.")
+    n_positive: int = Field(..., ge=0, description="Tiles with at least one valid RTS (label 1) pixel.")
+    n_negative: int = Field(..., ge=0, description="Tiles with a valid pixel but no RTS pixel.")
+    n_full_nodata: int = Field(..., ge=0, description="Tiles without a valid pixel (never positive).")
     n_regions: int = Field(..., ge=0, description="Distinct regions of the tiles.")
     regions: list[str] = Field(..., description="The regions, sorted.")
+
+    @model_validator(mode="after")
+    def _partition(self) -> StoreCounts:
+        parts = self.n_positive + self.n_negative + self.n_full_nodata
+        if parts != self.n_tiles:
+            raise ValueError(
+                f"{self.n_positive} positive + {self.n_negative} negative + {self.n_full_nodata} full NoData = "
+                f"{parts} tiles, but the store holds {self.n_tiles}: the kinds must be a partition of the tiles"
+            )
+        return self
+
+    def partition(self) -> str:
+        """The counts as the partition they are, for logs: ``88 tiles = 16 positive + 60 negative + 12 full NoData``."""
+        return (
+            f"{self.n_tiles} tiles = {self.n_positive} positive + {self.n_negative} negative + "
+            f"{self.n_full_nodata} full NoData"
+        )
 
 
 class Prevalence(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass, field
 from typing import Literal
@@ -95,6 +96,47 @@ class RawTile:
             meta=dict(self.meta),
             pixel_area_m2=self.pixel_area_m2,
         )
+
+
+def with_nodata_cleared(tile: RawTile) -> RawTile:
+    """The tile as a store holds it (docs/store-format.md): where alpha is 0 (NoData, after every NoData rule of
+    its source), RGB and EXTRA hold 0 and every label variant 255. The same tile when it holds that already."""
+    nodata = tile.alpha == 0
+    if not nodata.any():
+        return tile
+
+    def cleared(a: np.ndarray, value: float) -> np.ndarray:
+        mask = np.broadcast_to(nodata, a.shape)
+        return np.where(mask, np.asarray(value, a.dtype), a) if (a[mask] != value).any() else a
+
+    return dataclasses.replace(
+        tile,
+        rgb=cleared(tile.rgb, 0),
+        extra=None if tile.extra is None else cleared(tile.extra, 0.0),
+        label_exact=cleared(tile.label_exact, IGNORE_INDEX),
+        label_noisy=None if tile.label_noisy is None else cleared(tile.label_noisy, IGNORE_INDEX),
+    )
+
+
+def pixel_kind(alpha: np.ndarray, label: np.ndarray) -> TileKind:
+    """A tile's kind from its stored pixels: full NoData without a valid pixel, positive with a label-1 pixel
+    (valid: NoData pixels hold 255), else negative. The three are a partition of the tiles."""
+    valid = alpha > 0
+    if not valid.any():
+        return "full_nodata"
+    return "positive" if ((label == 1) & valid).any() else "negative"
+
+
+def nodata_breaches(rgb: np.ndarray, extra: np.ndarray | None, alpha: np.ndarray, label: np.ndarray) -> int:
+    """NoData pixels (alpha 0) of a stored tile that break the store's convention (RGB 0, EXTRA 0, label 255):
+    0 for a tile as :func:`with_nodata_cleared` leaves it."""
+    nodata = alpha == 0
+    if not nodata.any():
+        return 0
+    bad = (rgb != 0).any(axis=0) | (label != IGNORE_INDEX)
+    if extra is not None and extra.size:
+        bad |= (extra != 0).any(axis=0)  # NaN != 0 too
+    return int((bad & nodata).sum())
 
 
 @dataclass

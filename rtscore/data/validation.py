@@ -8,6 +8,7 @@ the checks passed or not.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.errors import DataValidationError
 from rtscore.data.normalization import NormalizationStats, load_normalization_stats
-from rtscore.data.splits import SplitResult, read_split_result
+from rtscore.data.splits import SplitResult, read_split_result, val_positives_warning
 from rtscore.data.store import ZarrTileStore
 from rtscore.data.validation_loader import iterate_split, training_batches
 from rtscore.data.validation_report import (
@@ -33,6 +34,7 @@ from rtscore.data.validation_report import (
 from rtscore.storage.layout import RunLayout
 
 NORM_TOLERANCE = 0.05
+_log = logging.getLogger(__name__)
 Moments = tuple[np.ndarray, np.ndarray, np.ndarray]  # per channel: valid pixels, sum, sum of squares
 
 
@@ -66,6 +68,8 @@ def validate_data(
         training = training_batches(cfg, stores["train"], run, stats, out, num_workers)
     derived = _derived_split(run)
     out.warnings += _warnings(cfg, summaries, derived)
+    for warning in out.warnings:
+        _log.warning(f"data validation: {warning}")
     report = ValidationReport(
         status="failed" if out.failed else "passed",
         derived_split=derived,
@@ -111,7 +115,7 @@ def _check_store(cfg: PipelineConfig, split: str, path: Path, out: CheckLog) -> 
     meta, attrs = store.metadata, store.attrs
     sm = SplitSummary(
         n_tiles=len(meta),
-        n_positive=int(meta.is_positive.sum()),
+        n_positive=int((meta.is_positive & ~meta.full_nodata).sum()),  # a partition with the two below
         n_negative=int((~meta.is_positive & ~meta.full_nodata).sum()),
         n_full_nodata_excluded=int(meta.full_nodata.sum()),
         prevalence=float(attrs["prevalence"][cfg.data.mask_type]),
@@ -152,14 +156,19 @@ def _partial_pass(summaries: Mapping[str, SplitSummary], max_batches: int | None
 
 
 def _warnings(cfg: PipelineConfig, summaries: Mapping[str, SplitSummary], derived: SplitResult | None) -> list[str]:
-    """What does not fail validation but the run should hear: few test positives, a derived split's warnings (e.g.
-    "69% < 70% of positives in train"), which are the run's."""
+    """What does not fail validation but the run should hear: few val or test positive tiles (under
+    ``splits.min_val_positives`` or ``splits.min_test_positives``, counted on the stores, so a given splits.yaml
+    is held to them as a derived split is), a derived split's warnings (e.g. "69% < 70% of positives in
+    train", counted on metadata.csv's TrainClass), which are the run's."""
     warnings = []
     if "test" in summaries and summaries["test"].n_positive < cfg.splits.min_test_positives:
         warnings.append(
             f"test split has {summaries['test'].n_positive} positive tiles, fewer than "
             f"splits.min_test_positives={cfg.splits.min_test_positives}: test metrics will be noisy"
         )
+    val = summaries.get("val")
+    if val is not None and val.n_positive < cfg.splits.min_val_positives:
+        warnings.append(f"val store: {val_positives_warning(val.n_positive, cfg.splits.min_val_positives)}")
     if derived is not None:
         warnings += [f"split derived for {derived.derived_from} (no splits.yaml): {w}" for w in derived.warnings]
     return warnings

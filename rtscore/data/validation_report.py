@@ -58,11 +58,17 @@ class SamplerStage(BaseModel):
     batches: int
     batch_size: int
     positive_tiles_per_batch: tuple[int, int]  # (min, max)
+    emptied_by_augmentation: list[str] = Field(
+        default_factory=list,
+        description="Tiles of the checked batch whose sample augmentation left without a valid pixel (valid on "
+        "disk: a warning, not a failure; all-255 labels add nothing to the loss).",
+    )
 
 
 class ValidationReport(BaseModel):
-    """report.json: every check, the per-split summaries, the warnings (the test split's few positives, a derived
-    split's own warnings), the normalized moments and the training loader's stages."""
+    """report.json: every check, the per-split summaries, the warnings (val or test with fewer positive tiles than
+    their floors, a derived split's own warnings, samples emptied by augmentation), the normalized moments and
+    the training loader's stages."""
 
     status: Literal["passed", "failed"]
     derived_split: SplitResult | None
@@ -101,12 +107,16 @@ class ValidationReport(BaseModel):
                 "",
                 "Training loader (balanced curriculum sampler, first epoch of each stage):",
                 "",
-                "| epoch | neg:pos | batches | batch size | positive tiles per batch (min, max) |",
-                "|---|---|---|---|---|",
+                "| epoch | neg:pos | batches | batch size | positive tiles per batch (min, max) | emptied by "
+                "augmentation |",
+                "|---|---|---|---|---|---|",
             ]
             for r in self.training_batches:
                 lo, hi = r.positive_tiles_per_batch
-                lines.append(f"| {r.epoch} | 1:{r.neg_per_pos:g} | {r.batches} | {r.batch_size} | {lo}, {hi} |")
+                lines.append(
+                    f"| {r.epoch} | 1:{r.neg_per_pos:g} | {r.batches} | {r.batch_size} | {lo}, {hi} | "
+                    f"{len(r.emptied_by_augmentation)} |"
+                )
         lines += ["", "| check | split | result | detail |", "|---|---|---|---|"]
         for c in self.checks:
             where = c.split or ""

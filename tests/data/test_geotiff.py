@@ -799,7 +799,9 @@ def test_case10_derivation_blames_min_test_positives_and_warns_on_the_console(
     with caplog.at_level(logging.WARNING, logger="rtscore"):
         ensure_splits(tmp_path / "skewed", rules=SplitsConfig(min_test_positives=20))
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(logged) == 1 and "no splits.yaml" in logged[0] and "< 70%" in logged[0]
+    assert all("no splits.yaml" in w for w in logged) and any("< 70%" in w for w in logged)
+    # every positive region is in test or train: val holds none, under splits.min_val_positives (issue 23 point 3)
+    assert any("val holds 0 positive tile(s), fewer than splits.min_val_positives=20" in w for w in logged)
 
 
 def test_case10_the_generate_stage_derives_the_split_into_the_run_directory(tmp_path: Path) -> None:
@@ -826,3 +828,131 @@ def test_case10_the_generate_stage_derives_the_split_into_the_run_directory(tmp_
     stored = {s.region for s in _by_id(run.at(RunLayout.DATASET, split="val")).values()}  # type: ignore[attr-defined]
     assert stored <= set(splits["val"])
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+# ------------------------------------------------------------------------------------ issue 23: points 2 and 7
+def _labelled_positives(root: Path, n: int) -> list[str]:
+    """``n`` positive tiles with label-1 pixels at valid (alpha > 0) pixels."""
+    found = []
+    for tid in (r["Tile_id"] for r in _rows(root) if r["TrainClass"] == "positive"):
+        with rasterio.open(root / "labels" / f"{tid}.tif") as f:
+            ones = f.read(1) == 1
+        with rasterio.open(root / "PLANET-RGB" / f"{tid}.tif") as f:
+            valid = f.read(4) > 0
+        if (ones & valid).any():
+            found.append(tid)
+    assert len(found) >= n, f"the fixture root has {len(found)} such tiles, the test needs {n}"
+    return found[:n]
+
+
+def _nan_extra(root: Path, tid: str, rows: slice, cols: slice) -> None:
+    """NaN in EXTRA band 0 over ``rows`` x ``cols``, declared as the raster's nodata (NDVI over water, say)."""
+    p = root / "EXTRA" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()
+    data[0, rows, cols] = np.nan
+    _rewrite(p, data, nodata=float("nan"))
+
+
+def test_point2_nan_extra_makes_nodata_pixels_0_and_255_and_the_counts_a_partition(
+    cfg: GenerationConfig, root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 point 2: NaN in EXTRA (declared nodata) makes one positive tile full NoData and another partly so.
+    Their NoData pixels hold RGB 0, EXTRA 0, label 255; the full-NoData tile is not positive; every per-tile flag
+    and count comes from those pixels, and positive + negative + full NoData = tiles."""
+    import logging
+
+    import zarr
+
+    full, part = _labelled_positives(root, 2)
+    _nan_extra(root, full, slice(None), slice(None))
+    with rasterio.open(root / "labels" / f"{part}.tif") as f:
+        ones = np.argwhere(f.read(1) == 1)
+    r0 = int(ones[:, 0].min())  # NaN from the first RTS row down: some label-1 pixels become NoData
+    _nan_extra(root, part, slice(r0, 64), slice(None))
+    with caplog.at_level(logging.INFO, logger="rtscore"):
+        attrs = ingest_geotiffs(cfg, root, tmp_path / "s.zarr")
+    c = attrs.counts
+    assert c.n_positive + c.n_negative + c.n_full_nodata == c.n_tiles == 6
+    assert c.n_full_nodata == 2  # the fixture's full-NoData tile and ours
+    assert any(c.partition() in r.getMessage() for r in caplog.records), "the log line states the partition"
+    tiles = _by_id(tmp_path / "s.zarr")
+    for tid in (full, part):
+        t = tiles[tid]
+        nodata = t.alpha == 0  # type: ignore[attr-defined]
+        assert nodata.any()
+        assert (t.rgb[:, nodata] == 0).all() and (t.extra[:, nodata] == 0).all()  # type: ignore[attr-defined]
+        assert (t.label[nodata] == 255).all()  # type: ignore[attr-defined]
+    assert not (tiles[full].alpha > 0).any() and not (tiles[part].alpha[r0:] > 0).any()  # type: ignore[attr-defined]
+    meta = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["meta"]
+    ids = [str(t) for t in meta["tile_id"][:]]
+    kind, flag, n_pos = meta["kind"][:], meta["is_positive"][:], meta["n_positive_px"][:]
+    for i, tid in enumerate(ids):
+        t = tiles[tid]
+        ones_now = int((t.label == 1).sum())  # type: ignore[attr-defined]
+        assert n_pos[i] == ones_now and bool(flag[i]) == (ones_now > 0), tid
+        expected = "full_nodata" if not (t.alpha > 0).any() else "positive" if ones_now else "negative"  # type: ignore[attr-defined]
+        assert kind[i] == {"negative": 0, "positive": 1, "full_nodata": 2}[expected], tid
+    assert not flag[ids.index(full)] and kind[ids.index(full)] == 2
+    assert sum(bool(f) for f in flag) == c.n_positive
+
+
+def test_point7_a_sliver_emptied_by_augmentation_is_counted_not_failed(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    """Issue 23 point 7 (training side): a tile with 9 valid pixels at its corner (a scene edge) is valid on disk;
+    the default augmentation leaves some of its samples without a valid pixel. Validation's batch check does
+    not call that "a full-NoData tile reached a batch" (it counts it), a tile full NoData as stored still
+    fails it, and the sample's all-255 labels add nothing to any loss."""
+    import torch
+    from torch.utils.data import default_collate
+
+    from rtscore.config.augmentation import AugmentationConfig
+    from rtscore.data.dataset import TileDataset
+    from rtscore.data.normalization import NormalizationStats
+    from rtscore.data.validation_loader import check_batch
+    from rtscore.data.validation_report import CheckLog
+    from rtscore.data.validation_store import stored_full_nodata
+
+    tid = _first(root)
+    p = root / "PLANET-RGB" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()
+    data[3] = 0
+    data[3, :3, :3] = 255  # 9 valid pixels in the corner
+    _rewrite(p, data)
+    ingest_geotiffs(cfg, root, tmp_path / "s.zarr")
+    store = ZarrTileStore(tmp_path / "s.zarr", extra_channels=["ndvi", "slope"])
+    i = [str(t) for t in store.metadata.tile_id].index(tid)
+    assert int((store[i].alpha > 0).sum()) == 9 and not store.metadata.full_nodata[i]
+    names = ["R", "G", "B", "ndvi", "slope"]
+    stats = NormalizationStats(names, np.zeros(5), np.ones(5), n_tiles_used=6, dataset_version="t", computed_date="-")
+    ds = TileDataset(store, stats, augmentation=AugmentationConfig(), indices=[i])
+    emptied_seed = next((s for s in range(400) if not ds[(0, s)]["valid"].any()), None)
+    assert emptied_seed is not None, "the default augmentation never pushed the 9 pixels out in 400 draws"
+    sample = ds[(0, emptied_seed)]
+    assert (sample["label"] == 255).all()
+    out, emptied = CheckLog(), list[str]()
+    assert check_batch(default_collate([sample]), "train", 5, 64, out, stored_full_nodata(store), emptied)
+    assert emptied == [tid] and not out.failed
+    full = int(np.flatnonzero(store.metadata.full_nodata)[0])  # the fixture's full-NoData tile, let through
+    plain = TileDataset(store, stats, indices=[full], exclude_full_nodata=False)
+    assert not check_batch(default_collate([plain[0]]), "train", 5, 64, out, stored_full_nodata(store), emptied)
+    assert out.failed[0].name == "full_nodata_excluded" and out.failed[0].tile_id == str(store.metadata.tile_id[full])
+
+    from rtscore.config.pipeline import LossConfig
+    from rtscore.data.tiles import ClassPixelCounts
+    from rtscore.losses import build_loss
+
+    other = default_collate([ds[(0, s)] for s in range(400) if ds[(0, s)]["valid"].any()][:1])["label"]
+    target = torch.cat([other, sample["label"][None]])  # a sample with valid pixels, then the emptied one
+    for name in ("focal", "bce", "dice", "tversky", "compound", "class_balanced_ce"):
+        loss_fn = build_loss(LossConfig(name=name), ClassPixelCounts(background=900, rts=100))
+        logits = torch.randn(2, 64, 64, requires_grad=True)
+        loss = loss_fn(logits, target)
+        alone = loss_fn(logits[:1].detach(), target[:1])
+        loss.backward()
+        assert torch.isfinite(loss) and torch.allclose(loss.detach(), alone, atol=1e-6), name
+        assert logits.grad is not None and (logits.grad[1] == 0).all(), f"{name}: the emptied sample got a gradient"
+        only = loss_fn(torch.randn(1, 64, 64, requires_grad=True), target[1:])  # a batch of emptied samples only
+        assert torch.isfinite(only) and only.item() == 0.0, name

@@ -92,3 +92,23 @@ def test_a_derived_data_root_split_uses_the_pipeline_splits_rules(tmp_path: Path
     assert len(splits["val"]) >= 3 and not (root / "splits.yaml").exists()  # derived, written nowhere
     with pytest.raises(PipelineError, match=r"splits\.min_test_positives"):
         ensure_splits(root, rules=SplitsConfig(min_test_positives=1000))
+
+
+def test_a_thin_val_is_a_warning_of_the_split_under_min_val_positives() -> None:
+    """Issue 23 point 3: a split whose val holds fewer positive tiles than splits.min_val_positives (default 20)
+    passes with a warning in its ``warnings``; a derived split meets the floor where some order of regions can."""
+    spec = {"p0": (100, 10), "p1": (100, 12), "one": (100, 1), **{f"n{i}": (100, 0) for i in range(17)}}
+    counts = region_counts(_rows(spec))
+    negatives = [f"n{i}" for i in range(17)]
+    given = {"train": ["p1", *negatives[1:]], "val": ["one", "n0"], "test": ["p0"]}
+    result = evaluate_split(given, counts, min_test_positives=10)
+    assert result.positives["val"] == 1
+    assert any("val holds 1 positive tile(s), fewer than splits.min_val_positives=20" in w for w in result.warnings)
+    assert not any(
+        "val holds" in w for w in evaluate_split(given, counts, min_test_positives=10, min_val_positives=1).warnings
+    )
+    derived = derive_splits(_rows(spec), min_test_positives=10, seed=0)  # 23 positives: val can never hold 20
+    assert derived.positives["val"] < 20 and any("splits.min_val_positives=20" in w for w in derived.warnings)
+    half = {**{f"p{i}": (100, 60) for i in range(10)}, **{f"n{i}": (100, 0) for i in range(10)}}
+    met = derive_splits(_rows(half), min_test_positives=100, min_val_positives=50, seed=1)
+    assert met.positives["val"] >= 50 and not met.warnings  # reachable: the derivation prefers a split meeting it

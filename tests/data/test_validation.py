@@ -202,3 +202,98 @@ def test_derived_split_warnings_reach_the_validation_report(good_run: Path, tmp_
     assert report["derived_split"]["splits"] == derived.splits
     md = (run / "validation" / "report.md").read_text()
     assert warning in md and "Split derived from /data/tiles" in md and "| train | 2 | 17 |" in md
+
+
+# ------------------------------------------------------------------------------------------ issue 23: points 2, 3
+def _nodata_pixel_keeping_its_rgb(run: Path) -> str:
+    """Val tile 2 gets a NoData pixel (alpha 0, label 255) that keeps its RGB, with records to match: only its
+    pixels tell."""
+    import zarr
+
+    group = zarr.open_group(str(run / "datasets" / "val.zarr"), mode="r+")
+    pixels, meta = group["pixels"], group["meta"]
+    tile = pixels[2]
+    assert tile[3, 0, 0] == 255 and tile[4, 0, 0] == 0 and tile[:3, 0, 0].any()  # valid background, RGB kept
+    tile[3, 0, 0], tile[4, 0, 0] = 0, 255
+    pixels[2] = tile
+    for name in ("n_nodata_px", "n_ignore_px"):
+        values = meta[name][:]
+        values[2] += 1
+        meta[name][:] = values
+    return str(meta["tile_id"][2])
+
+
+def _full_nodata_tile_marked_positive(run: Path) -> str:
+    """The train store's full-NoData tile says is_positive (the flag issue 23 found on ingested stores)."""
+    import zarr
+
+    meta = zarr.open_group(str(run / "datasets" / "train.zarr"), mode="r+")["meta"]
+    i = int(np.flatnonzero(meta["kind"][:] == 2)[0])
+    flags = meta["is_positive"][:]
+    flags[i] = True
+    meta["is_positive"][:] = flags
+    return str(meta["tile_id"][i])
+
+
+def _counts_off(run: Path) -> str:
+    """The test store's counts attribute claims one more positive tile than its tiles hold."""
+    import zarr
+
+    group = zarr.open_group(str(run / "datasets" / "test.zarr"), mode="r+")
+    attrs = dict(group.attrs["rtscore"])
+    attrs["counts"] = {**attrs["counts"], "n_positive": attrs["counts"]["n_positive"] + 1}
+    group.attrs["rtscore"] = attrs
+    return "n_positive"
+
+
+@pytest.mark.parametrize(
+    ("edit", "check", "split"),
+    [
+        (_nodata_pixel_keeping_its_rgb, "stored_pixels", "val"),
+        (_full_nodata_tile_marked_positive, "tile_records", "train"),
+        (_counts_off, "store_counts", "test"),
+    ],
+)
+def test_a_store_whose_flags_or_nodata_pixels_disagree_fails_naming_the_tile(
+    good_run: Path, tmp_path: Path, edit: object, check: str, split: str
+) -> None:
+    """Issue 23 point 2: validation holds each store's per-tile records, NoData pixels and counts against its
+    pixels (NoData pixels hold 0 and label 255; kind, is_positive and counts agree): a hand-edited store fails,
+    naming the tile."""
+    run = copy_run(good_run, tmp_path / "run")
+    named = edit(run)  # type: ignore[operator]
+    where = f"in split {split}" + ("" if check == "store_counts" else f" at tile {named}")
+    with pytest.raises(DataValidationError, match=rf"'{check}' failed {where}: .*{named}"):
+        stages.validate_data(str(run), _cfg())
+
+
+def test_good_stores_pass_the_record_and_pixel_checks(good_run: Path, tmp_path: Path) -> None:
+    run = copy_run(good_run, tmp_path / "run")
+    report = stages.validate_data(str(run), _cfg()) and json.loads((run / "validation" / "report.json").read_text())
+    passed = {(c["name"], c["split"]) for c in report["checks"] if c["passed"]}
+    for split in ("train", "val", "test"):
+        assert {("tile_records", split), ("store_counts", split), ("stored_pixels", split)} <= passed
+    for s in report["splits"].values():  # the summary's kinds are a partition of the tiles
+        assert s["n_positive"] + s["n_negative"] + s["n_full_nodata_excluded"] == s["n_tiles"]
+
+
+def test_a_val_store_under_min_val_positives_warns_in_the_report_and_the_log(
+    good_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 point 3: a val split (here from a given split, not derived) with fewer positive tiles than
+    splits.min_val_positives passes with a warning in report.json, report.md and the log."""
+    import logging
+
+    run = copy_run(good_run, tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="rtscore"):
+        stages.validate_data(str(run), _cfg(splits__min_val_positives=1000))
+    report = json.loads((run / "validation" / "report.json").read_text())
+    n = report["splits"]["val"]["n_positive"]
+    wanted = f"val holds {n} positive tile(s), fewer than splits.min_val_positives=1000"
+    assert report["status"] == "passed" and any(wanted in w for w in report["warnings"])
+    assert wanted in (run / "validation" / "report.md").read_text()
+    assert any(wanted in r.getMessage() for r in caplog.records)
+    stages.validate_data(str(run), _cfg(splits__min_val_positives=n))
+    assert not any(
+        "min_val_positives" in w for w in json.loads((run / "validation" / "report.json").read_text())["warnings"]
+    )

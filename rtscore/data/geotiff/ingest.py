@@ -70,7 +70,8 @@ def ingest_geotiffs(
             ``RunLayout.DERIVED_SPLITS``); None: beside ``output``. Never into the data root.
 
     Returns:
-        The published store's attributes (counts and prevalence included).
+        The published store's attributes (counts and prevalence included). The counts are a partition of the
+        tiles (positive + negative + full NoData), each tile judged on its pixels after every NoData rule.
     """
     root, identity = _open_root(data_root, cfg.split)
     source = cfg.geotiff or GeotiffSourceConfig(data_root=str(root))
@@ -98,6 +99,10 @@ def ingest_geotiffs(
         restart=restart,
         progress=progress,
         resume_key=plan.resume_key,
+    )
+    _log.info(
+        f"ingested split {cfg.split} of {root} into {output}: {published.counts.partition()} (after every NoData "
+        "rule: a tile's kind is its stored pixels', not metadata.csv's TrainClass)"
     )
     if derived is not None:  # once the store is out: a refused ingestion leaves nothing behind
         _write_derived(derived, root, derived_splits or DerivedSplitFiles.beside(Path(output)))

@@ -12,7 +12,7 @@ from rtscore.data.bands import open_checked
 from rtscore.data.geotiff.labels import read_label
 from rtscore.data.geotiff.root import CRS, GeotiffError, TileEntry, tile_files
 from rtscore.data.ground import ground_pixel_area_m2
-from rtscore.data.tiles import KIND_CODES, RawTile
+from rtscore.data.tiles import KIND_CODES, RawTile, pixel_kind, with_nodata_cleared
 
 
 class GeotiffProducer:
@@ -37,7 +37,10 @@ class GeotiffProducer:
         self.pixel_area_m2 = dict(pixel_area_m2 or {})
 
     def read(self, entry: TileEntry) -> tuple[RawTile, int]:
-        """One tile and its kind code (full NoData when no pixel is valid, else the TrainClass)."""
+        """One tile as stored and its kind code, both after every NoData rule (the valid mask of
+        :meth:`~rtscore.data.bands.CheckedRaster.read`: alpha or the dataset mask, and the EXTRA raster's declared
+        nodata): NoData pixels hold RGB 0, EXTRA 0 and label 255, and the kind is the pixels' (full NoData without
+        a valid pixel, positive with a valid label-1 pixel, else negative), not metadata.csv's TrainClass."""
         files = tile_files(self.root, entry.tile_id, bool(self.binding.extra_bands))
         # Checked already (check_tiles): the EXTRA scan for non-finite values is not repeated.
         with open_checked(self.contract, self.binding, files["rgb"], files.get("extra"), check_finite=False) as src:
@@ -50,7 +53,6 @@ class GeotiffProducer:
         if problem:
             raise GeotiffError(problem)
         alpha = np.where(valid, 255, 0).astype(np.uint8)
-        code = KIND_CODES["full_nodata" if not valid.any() else "positive" if entry.positive else "negative"]
         tile = RawTile(
             tile_id=entry.tile_id,
             region=entry.region,
@@ -62,7 +64,8 @@ class GeotiffProducer:
             source_index=entry.row,
             pixel_area_m2=area,
         )
-        return tile, code
+        tile = with_nodata_cleared(tile)
+        return tile, KIND_CODES[pixel_kind(tile.alpha, tile.label_exact)]
 
     def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
         for a in range(start, stop, self.batch_size):

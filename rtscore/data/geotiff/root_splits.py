@@ -41,6 +41,7 @@ def derive_root_splits(root: Path, *, rules: SplitsConfig | None = None, seed: i
             read_metadata(root),
             min_test_positives=rules.min_test_positives,
             min_val_regions=rules.min_val_regions,
+            min_val_positives=rules.min_val_positives,
             seed=seed,
         )
     except SplitError as err:
