@@ -53,7 +53,8 @@ def rgb_bands(value: str) -> RasterBandMap:
 RgbBands = Annotated[RasterBandMap | None, Cli(parse=rgb_bands, metavar="R,G,B[,ALPHA]")]
 RGB_BANDS_HELP = (
     "0-based bands of R, G, B (and alpha) of input files laid out unlike the training rasters, e.g. 2,1,0 for "
-    "Planet's B,G,R,NIR (alpha from the dataset mask) or 2,1,0,3. Empty: the package's (by colour interpretation)."
+    "Planet's B,G,R,NIR (NoData from a mask or the RGB nodata) or 2,1,0,3. Empty: the package's (by colour "
+    "interpretation)."
 )
 
 

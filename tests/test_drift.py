@@ -88,7 +88,7 @@ def test_extra_channels_from_sibling(tmp_path: Path) -> None:
 
 def test_wrong_band_count(package: Path, tmp_path: Path) -> None:
     f = write_raster(tmp_path / "two.tif", np.zeros((2, TILE, TILE)))
-    with pytest.raises(RasterContractError, match=r"two\.tif: 2 bands"):
+    with pytest.raises(RasterContractError, match=r"two\.tif: needs at least 3 bands \(R, G, B\); this file has 2"):
         drift_report(package, [f], tmp_path / "out")
 
 

@@ -225,6 +225,29 @@ def test_overlapping_windows_odd_size(package: Path, tmp_path: Path) -> None:
     assert (prob3 >= 0).all()
 
 
+def test_nir_zero_pixels_of_an_rgbn_raster_with_nodata_zero_are_predicted(package: Path, tmp_path: Path) -> None:
+    """R,G,B,NIR tagged red, green, blue, undefined, nodata=0: GDAL's dataset mask is band 4's, but NIR never
+    decides validity. NoData is where R, G, B are all 0; the probabilities are those of the same RGB as 3 bands."""
+    from tests.helpers import write_raster as write_tagged
+
+    rng = np.random.default_rng(5)
+    data = np.empty((4, TILE, TILE), np.uint8)
+    data[:3] = rng.integers(1, 256, (3, TILE, TILE))
+    data[3] = rng.integers(1, 256, (TILE, TILE))
+    data[3, 10:40, 5:50] = 0  # NIR 0 (dark water), RGB valid
+    data[:3, 50:60, :20] = 0  # RGB 0: NoData
+    common = {"transform": TRANSFORM, "nodata": 0}
+    rgbn = write_tagged(
+        tmp_path / "rgbn.tif", data, interp=["red", "green", "blue", "undefined"], alpha="UNSPECIFIED", **common
+    )
+    rgb = write_tagged(tmp_path / "rgb.tif", data[:3], interp=["red", "green", "blue"], **common)
+    prob, *_ = read(predict_raster(package, rgbn, tmp_path / "out", stride=TILE).prob)
+    prob3, *_ = read(predict_raster(package, rgb, tmp_path / "out3", stride=TILE).prob)
+    nodata = (data[:3] == 0).all(axis=0)
+    assert (prob[~nodata] >= 0).all() and (prob[nodata] == -1.0).all()
+    np.testing.assert_array_equal(prob, prob3)
+
+
 def test_refuses_uncalibrated_package(tmp_path: Path) -> None:
     pkg = write_package(tmp_path / "pkg", threshold=None)
     src = write_raster(tmp_path / "s.tif", random_rgba(np.random.default_rng(0), TILE, TILE))
@@ -243,7 +266,7 @@ def test_refuses_a_package_whose_numerics_were_edited_after_calibration(tmp_path
 
 def test_refuses_wrong_band_count(package: Path, tmp_path: Path) -> None:
     src = write_raster(tmp_path / "two.tif", np.zeros((2, TILE, TILE)))
-    with pytest.raises(RasterContractError, match=r"two\.tif: 2 bands"):
+    with pytest.raises(RasterContractError, match=r"two\.tif: needs at least 3 bands \(R, G, B\); this file has 2"):
         predict_raster(package, src, tmp_path / "out")
 
 

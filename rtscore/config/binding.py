@@ -141,6 +141,8 @@ def binding_conflicts(declared: Sequence[ExtraChannel], bound: Mapping[str, int]
 
 
 # --------------------------------------------------------------------------------------------- the raster contract
+# The name stores and packages record. Its "dataset mask" is the mask of R, G, B (an internal mask, or their declared
+# nodata), never GDAL's dataset mask of an R,G,B,NIR file (NIR's): the name is kept so recorded contracts still load.
 NODATA_RULE: Literal["alpha-or-dataset-mask+extra-nodata"] = "alpha-or-dataset-mask+extra-nodata"
 
 
@@ -148,7 +150,11 @@ class RasterBandMap(StrictModel):
     """Explicit bands of an RGB raster whose colour interpretation does not say which band is which."""
 
     rgb: list[int] = Field(..., min_length=3, max_length=3, description="0-based bands of R, G, B, in that order.")
-    alpha: int | None = Field(None, ge=0, description="0-based alpha band (0 = NoData); None: the dataset mask.")
+    alpha: int | None = Field(
+        None,
+        ge=0,
+        description="0-based alpha band (0 = NoData); None: no alpha (an internal mask, or nodata on R, G, B).",
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> RasterBandMap:
@@ -185,9 +191,10 @@ class RasterContract(StrictModel):
     )
     nodata_rule: Literal["alpha-or-dataset-mask+extra-nodata"] = Field(
         NODATA_RULE,
-        description="NoData: alpha 0 (the band the colour interpretation or rgb_bands says is alpha), else the "
-        "raster's dataset mask (internal mask, nodata value); plus EXTRA pixels equal to the EXTRA raster's declared "
-        "nodata (NaN included). Any other non-finite EXTRA value is an error.",
+        description="NoData (rtscore.data.bands.valid_mask): alpha 0 (the band the colour interpretation or "
+        "rgb_bands says is alpha), else the raster's internal mask, else its declared nodata on all of R, G, B; a band "
+        "not R, G, B or alpha (NIR) never decides. Plus EXTRA pixels equal to the EXTRA raster's declared nodata "
+        "(NaN included). Any other non-finite EXTRA value is an error.",
     )
 
     @classmethod

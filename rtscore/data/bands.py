@@ -13,9 +13,13 @@ Rules (docs/geotiff.md):
 * **Georeferencing.** A raster without a CRS is refused; with a contract CRS, another CRS is refused; with a
   contract pixel size, a pixel size (either axis) beyond the relative tolerance is refused; rotated grids are
   refused. The EXTRA raster must lie on the RGB raster's grid (size, CRS, transform to 1e-6 pixel).
-* **NoData** (the same at ingestion and inference): alpha 0 when there is an alpha band, else the raster's
-  dataset mask (internal mask or declared nodata value); plus every pixel where an EXTRA band equals that raster's
-  declared nodata (NaN included). A non-finite EXTRA value anywhere else is an error naming the file and count.
+* **NoData** (the same at ingestion, ``predict``, ``drift``, mapping and ``rts tile``: :func:`valid_mask`), first
+  that applies: the alpha band (tagged or mapped), valid where alpha > 0; else a per-dataset mask (GDAL internal
+  mask or ``.msk``); else the declared nodata of the mapped R, G, B bands, a pixel being NoData when all three
+  equal it (a 3-band tile with ``nodata=0`` has its all-zero pixels NoData); else every pixel is valid. A band not
+  mapped to R, G, B or alpha (NIR) never decides validity, whatever GDAL's dataset mask says. Plus every pixel where
+  an EXTRA band equals that raster's declared nodata (NaN included). A non-finite EXTRA value anywhere else is an
+  error naming the file and count.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
 GRID_TOLERANCE_PX = 1e-6
 RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"  # a data root's folders (docs/geotiff.md)
 EXTRA_SUFFIX = "_extra"  # the EXTRA raster of a raster outside a data root: <stem>_extra.tif beside it
+
+PREPARE_HINT = "prepare it with rts warp (docs/geotiff.md)"  # a scene off the contract's grid: CRS, pixel size
 
 P = TypeVar("P", bound=PurePath)
 
@@ -62,36 +68,69 @@ def unreadable_extra(binding: InputBinding, band_count: int) -> list[ExtraChanne
 
 
 def resolve_bands(src: DatasetReader, path: Path | str, declared: RasterBandMap | None) -> RasterBandMap:
-    """The R, G, B and alpha bands of an RGB raster under the contract's rule (module docstring)."""
+    """The R, G, B and alpha bands of an RGB raster under the contract's rule (module docstring).
+
+    Raises:
+        RasterContractError: the bands cannot be told apart (:func:`band_problems` says why).
+    """
+    bands, problems = band_problems(src, path, declared)
+    if bands is None:
+        raise RasterContractError("; ".join(problems))
+    return bands
+
+
+def band_problems(
+    src: DatasetReader, path: Path | str, declared: RasterBandMap | None
+) -> tuple[RasterBandMap | None, list[str]]:
+    """The R, G, B and alpha bands of an RGB raster (None when they cannot be told apart) and why not."""
     interp = [ci.name for ci in src.colorinterp]
+    if src.count < 3:
+        return None, [
+            f"{path}: needs at least 3 bands (R, G, B); this file has {src.count} ({', '.join(interp)}). "
+            "The model reads R, G, B from this raster; an index or elevation raster is an EXTRA raster"
+        ]
     by_name = {n: [i for i, x in enumerate(interp) if x == n] for n in ("red", "green", "blue", "alpha")}
     if len(by_name["alpha"]) > 1:
-        raise RasterContractError(f"{path}: {len(by_name['alpha'])} bands are marked alpha ({interp}); expected one")
+        return None, [f"{path}: {len(by_name['alpha'])} bands are marked alpha ({interp}); expected one"]
     alpha = by_name["alpha"][0] if by_name["alpha"] else None
-    tagged = all(len(by_name[c]) == 1 for c in ("red", "green", "blue"))
+    rgb_names = ("red", "green", "blue")
+    tagged_rgb = [by_name[c][0] for c in rgb_names] if all(len(by_name[c]) == 1 for c in rgb_names) else None
     if declared is not None:
-        beyond = [b for b in [*declared.rgb, declared.alpha] if b is not None and b >= src.count]
-        if beyond:
-            raise RasterContractError(f"{path}: {src.count} bands; the band map names band(s) {beyond} (0-based)")
-        if tagged and [by_name[c][0] for c in ("red", "green", "blue")] != declared.rgb:
-            found = [by_name[c][0] for c in ("red", "green", "blue")]
-            raise RasterContractError(
-                f"{path}: the file's colour interpretation puts R, G, B in bands {found}, the band map in "
-                f"{declared.rgb}; fix the map (or the file's colour interpretation)"
-            )
-        if alpha is not None and declared.alpha is not None and alpha != declared.alpha:
-            raise RasterContractError(f"{path}: band {alpha} is marked alpha, the band map says {declared.alpha}")
-        return RasterBandMap(rgb=list(declared.rgb), alpha=declared.alpha if declared.alpha is not None else alpha)
-    if tagged:
-        return RasterBandMap(rgb=[by_name[c][0] for c in ("red", "green", "blue")], alpha=alpha)
+        return _declared_bands(src, path, declared, tagged_rgb, alpha)
+    if tagged_rgb is not None:
+        return RasterBandMap(rgb=tagged_rgb, alpha=alpha), []
     colour = [i for i, x in enumerate(interp) if x != "alpha"]
     if len(colour) == 3 and src.count in (3, 4):
-        return RasterBandMap(rgb=colour, alpha=alpha)
-    raise RasterContractError(
+        return RasterBandMap(rgb=colour, alpha=alpha), []
+    return None, [
         f"{path}: {src.count} bands with colour interpretation {interp}: no red/green/blue bands "
         f"{'and no alpha band ' if alpha is None else ''}say which band is which (an R,G,B,NIR or B,G,R,NIR file "
         "reads wrongly as RGB + alpha); tag the bands, or map them with rgb_bands: {rgb: [r, g, b], alpha: a|null}"
-    )
+    ]
+
+
+def _declared_bands(
+    src: DatasetReader,
+    path: Path | str,
+    declared: RasterBandMap,
+    tagged_rgb: list[int] | None,
+    alpha: int | None,
+) -> tuple[RasterBandMap | None, list[str]]:
+    """The contract's explicit band map checked against the file: its bands exist, its colour interpretation agrees."""
+    problems = []
+    beyond = [b for b in [*declared.rgb, declared.alpha] if b is not None and b >= src.count]
+    if beyond:
+        problems.append(f"{path}: {src.count} bands; the band map names band(s) {beyond} (0-based)")
+    if tagged_rgb is not None and tagged_rgb != declared.rgb:
+        problems.append(
+            f"{path}: the file's colour interpretation puts R, G, B in bands {tagged_rgb}, the band map in "
+            f"{declared.rgb}; fix the map (or the file's colour interpretation)"
+        )
+    if alpha is not None and declared.alpha is not None and alpha != declared.alpha:
+        problems.append(f"{path}: band {alpha} is marked alpha, the band map says {declared.alpha}")
+    if problems:
+        return None, problems
+    return RasterBandMap(rgb=list(declared.rgb), alpha=declared.alpha if declared.alpha is not None else alpha), []
 
 
 def _pixel_size(src: DatasetReader) -> tuple[float, float]:
@@ -104,23 +143,32 @@ def grid_problems(src: DatasetReader, path: Path | str, contract: RasterContract
     from rasterio.crs import CRS
 
     problems = []
+    crs = None if contract.crs is None else CRS.from_user_input(contract.crs)
     if src.crs is None:
         problems.append(f"{path}: has no CRS (the model was trained on {contract.crs or 'georeferenced'} rasters)")
-    elif contract.crs is not None and src.crs != CRS.from_user_input(contract.crs):
-        problems.append(f"{path}: CRS {src.crs.to_string()}, trained on {contract.crs}; reproject it first (rts tile)")
+    elif crs is not None and src.crs != crs:
+        problems.append(f"{path}: CRS {src.crs.to_string()}, trained on {contract.crs}; {PREPARE_HINT}")
     t = src.transform
-    if t.b != 0 or t.d != 0:
-        problems.append(f"{path}: rotated or sheared grid {tuple(t)[:6]}; warp it to a north-up grid first")
-    if contract.pixel_size is not None and src.crs is not None and not problems:
+    rotated = t.b != 0 or t.d != 0
+    if rotated:
+        problems.append(f"{path}: rotated or sheared grid {tuple(t)[:6]}; {PREPARE_HINT}")
+    if contract.pixel_size is not None and src.crs is not None and not rotated and _same_units(src.crs, crs):
         for axis, size in zip(("x", "y"), _pixel_size(src), strict=True):
             if abs(size / contract.pixel_size - 1.0) > contract.pixel_size_tolerance:
                 problems.append(
                     f"{path}: pixel size {size:.6g} ({axis}) differs from the training pixel size "
-                    f"{contract.pixel_size:.6g} by more than {contract.pixel_size_tolerance:.0%}; "
-                    "resample it (rts tile)"
+                    f"{contract.pixel_size:.6g} by more than {contract.pixel_size_tolerance:.0%}; {PREPARE_HINT}"
                 )
                 break
     return problems
+
+
+def _same_units(crs: Any, trained: Any) -> bool:
+    """Whether pixel sizes in ``crs`` compare with the training pixel size: the training CRS (or none recorded),
+    or another projected CRS of the same linear unit (UTM metres against Web Mercator metres)."""
+    if trained is None or crs == trained:
+        return True
+    return bool(crs.is_projected and trained.is_projected and crs.linear_units == trained.linear_units)
 
 
 def same_grid(a: DatasetReader, b: DatasetReader) -> bool:
@@ -159,10 +207,7 @@ class CheckedRaster:
         """(3, h, w) uint8 RGB, (E, h, w) float32 EXTRA (None without EXTRA channels) and the (h, w) bool valid
         mask of a window (None: the whole raster). EXTRA pixels at NoData are returned as 0 (never NaN)."""
         rgb = self.src.read([b + 1 for b in self.bands.rgb], window=window)
-        if self.bands.alpha is not None:
-            valid = self.src.read(self.bands.alpha + 1, window=window) > 0
-        else:
-            valid = self.src.dataset_mask(window=window) > 0
+        valid = valid_mask(self.src, self.bands, window, rgb=rgb)
         if self.extra is None:
             return rgb, None, valid
         extra = self.extra.read([b + 1 for b in self.binding.extra_bands], window=window).astype(np.float32)
@@ -183,17 +228,50 @@ class CheckedRaster:
             nonfinite = ~np.isfinite(ex).all(axis=0)
             if not nonfinite.any():
                 continue
-            valid = self._valid_without_extra(window)
+            valid = valid_mask(self.src, self.bands, window)
             declared = _extra_nodata(self.extra)
             if declared is not None:
                 valid &= ~(np.isnan(ex) if math.isnan(declared) else ex == np.float32(declared)).any(axis=0)
             bad += int((nonfinite & valid).sum())
         return bad
 
-    def _valid_without_extra(self, window: Any) -> np.ndarray:
-        if self.bands.alpha is not None:
-            return np.asarray(self.src.read(self.bands.alpha + 1, window=window) > 0)
-        return np.asarray(self.src.dataset_mask(window=window) > 0)
+
+def valid_mask(
+    src: DatasetReader, bands: RasterBandMap, window: Any = None, rgb: np.ndarray | None = None
+) -> np.ndarray:
+    """(h, w) bool: the valid pixels of a window of an RGB raster (None: the whole raster) by the one NoData rule,
+    the first that applies (module docstring): the alpha band (> 0); a per-dataset mask (GDAL internal mask or
+    ``.msk``); the declared nodata of the mapped R, G, B bands (NoData where all of them equal it); else all valid.
+
+    GDAL's dataset mask is not used as such: for a 4-band file whose first band is red it is band 4's mask, so an
+    R,G,B,NIR file with ``nodata=0`` would lose every pixel where NIR is 0. ``rgb``: the mapped bands' pixels of the
+    window when the caller has read them already (not read twice)."""
+    from rasterio.enums import MaskFlags
+
+    if bands.alpha is not None:
+        return np.asarray(src.read(bands.alpha + 1, window=window) > 0)
+    flags = src.mask_flag_enums[bands.rgb[0]]
+    if MaskFlags.per_dataset in flags and MaskFlags.alpha not in flags and MaskFlags.nodata not in flags:
+        return np.asarray(src.read_masks(bands.rgb[0] + 1, window=window) > 0)  # internal or .msk mask
+    declared = [(k, float(v)) for k, v in enumerate(src.nodatavals[b] for b in bands.rgb) if v is not None]
+    if not declared:
+        return np.ones(_window_shape(src, window) if rgb is None else rgb.shape[1:], bool)
+    if rgb is None:
+        rgb = src.read([b + 1 for b in bands.rgb], window=window)
+    nodata_px = np.ones(rgb.shape[1:], bool)
+    for k, value in declared:
+        nodata_px &= np.isnan(rgb[k]) if math.isnan(value) else rgb[k] == value
+    return ~nodata_px
+
+
+def _window_shape(src: DatasetReader, window: Any) -> tuple[int, int]:
+    """(h, w) of a window of ``src`` (a rasterio Window, ``((row0, row1), (col0, col1))`` or None: the raster)."""
+    from rasterio.windows import Window
+
+    if window is None:
+        return int(src.height), int(src.width)
+    w = window if isinstance(window, Window) else Window.from_slices(*window)
+    return round(w.height), round(w.width)
 
 
 def _extra_nodata(ds: DatasetReader) -> float | None:
@@ -219,16 +297,20 @@ def open_checked(
         src = stack.enter_context(_open_raster(rgb_path))
         bands, problems = _rgb_problems(src, rgb_path, contract)
         extra = None
-        if binding.extra_bands:
-            if extra_path is None or not Path(extra_path).is_file():
-                raise RasterContractError(
-                    f"{rgb_path}: the model needs EXTRA channels {binding.extra_names}, but the EXTRA raster "
-                    f"{extra_path} was not found"
-                )
-            extra_path = Path(extra_path)
-            extra = stack.enter_context(_open_raster(extra_path))
-            problems += _extra_problems(src, rgb_path, extra, extra_path, binding, contract)
-        if problems:
+        if binding.extra_bands and (extra_path is None or not Path(extra_path).is_file()):
+            problems.append(
+                f"{rgb_path}: the model needs EXTRA channels {binding.extra_names}, but the EXTRA raster "
+                f"{extra_path} was not found"
+            )
+        elif binding.extra_bands:
+            extra_path = Path(extra_path or "")
+            try:
+                extra = stack.enter_context(_open_raster(extra_path))
+            except RasterContractError as err:
+                problems.append(str(err))
+            else:
+                problems += _extra_problems(src, rgb_path, extra, extra_path, binding, contract)
+        if problems or bands is None:
             raise RasterContractError("; ".join(problems) if len(problems) < 3 else "\n  " + "\n  ".join(problems))
         checked = CheckedRaster(rgb_path, None if extra is None else Path(extra_path or ""), src, extra, bands, binding)
         if check_finite and extra is not None:
@@ -252,15 +334,22 @@ def _open_raster(path: Path) -> DatasetReader:
         raise RasterContractError(f"{path}: not a readable raster ({err})") from None
 
 
-def _rgb_problems(src: DatasetReader, rgb_path: Path, contract: RasterContract) -> tuple[RasterBandMap, list[str]]:
-    """The RGB raster's bands, and what it breaks of ``contract``: its grid, its RGB dtype."""
+def _rgb_problems(
+    src: DatasetReader, rgb_path: Path, contract: RasterContract
+) -> tuple[RasterBandMap | None, list[str]]:
+    """The RGB raster's bands (None: they cannot be told apart), and everything it breaks of ``contract`` at once:
+    its grid (CRS, rotation, pixel size), its bands, its RGB dtype."""
     problems = grid_problems(src, rgb_path, contract)
-    bands = resolve_bands(src, rgb_path, contract.rgb_bands)
-    dtypes = sorted({src.dtypes[b] for b in bands.rgb})
+    bands, band_errors = band_problems(src, rgb_path, contract.rgb_bands)
+    problems += band_errors
+    interp = [ci.name for ci in src.colorinterp]
+    colour = bands.rgb if bands is not None else [i for i in range(src.count) if interp[i] != "alpha"]
+    dtypes = sorted({src.dtypes[b] for b in colour})
     if dtypes != [contract.rgb_dtype]:
         problems.append(
-            f"{rgb_path}: RGB bands are {', '.join(dtypes)}, the model was trained on {contract.rgb_dtype} "
-            "(0-255): convert it to 8-bit as the training imagery was (no silent rescaling)"
+            f"{rgb_path}: {'RGB bands' if bands is not None else 'bands'} are {', '.join(dtypes)}, the model was "
+            f"trained on {contract.rgb_dtype} (0-255): convert it to 8-bit as the training imagery was (no silent "
+            "rescaling)"
         )
     return bands, problems
 

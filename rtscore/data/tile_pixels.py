@@ -14,6 +14,7 @@ import numpy as np
 
 from rtscore.config.binding import RasterBandMap
 from rtscore.config.tiling import BandSource, TilingConfig
+from rtscore.data.bands import valid_mask
 from rtscore.errors import PipelineError
 
 if TYPE_CHECKING:
@@ -159,13 +160,6 @@ def _warp(
     return out
 
 
-def _scene_valid(src: DatasetReader, bands: RasterBandMap, window: Any) -> np.ndarray:
-    """(h, w) bool: the scene's valid pixels by the one NoData rule (alpha band, else the dataset mask)."""
-    if bands.alpha is not None:
-        return np.asarray(src.read(bands.alpha + 1, window=window) > 0)
-    return np.asarray(src.dataset_mask(window=window) > 0)
-
-
 def _warp_bands(
     src: DatasetReader,
     window: Any,
@@ -216,7 +210,7 @@ def render_pixels(cell: GridCell, scenes: list[Scene], cfg: TilingConfig, datase
         window = _source_window(src, cell, cfg.grid.crs)
         if window is None:
             continue
-        src_valid = _scene_valid(src, scene.bands, window)
+        src_valid = valid_mask(src, scene.bands, window)  # the one NoData rule (rtscore.data.bands)
         mask = _warp(src_valid[None].astype(np.uint8), src, window, cell, cfg.grid.crs, "nearest", 0)[0] > 0
         new = mask & ~valid
         if not new.any():

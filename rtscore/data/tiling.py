@@ -7,8 +7,8 @@ Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
   pixel_size: anchored at the CRS origin, so the tiles of two scenes (or two runs) line up pixel for pixel. Its id
   is ``c<c>_r<r>``. Every cell a scene's footprint touches is a candidate; a cell without a valid pixel is skipped.
 * **Pixels.** For each tile only the window of each scene that covers it is read (plus a 2-pixel margin for the
-  kernel): memory is bounded by one tile and one scene window, never by the scene or mosaic. Validity (the alpha
-  band, else the dataset mask: `rtscore.data.bands.resolve_bands`) is warped with nearest neighbour; RGB and EXTRA
+  kernel): memory is bounded by one tile and one scene window, never by the scene or mosaic. Validity (the one
+  NoData rule, `rtscore.data.bands.valid_mask`) is warped with nearest neighbour; RGB and EXTRA
   bands with ``resampling`` (bilinear by default), NoData pixels excluded from the kernel. Scenes overlap: per
   pixel, the first scene in config order with a valid pixel wins.
 * **Outputs.** PLANET-RGB/<id>.tif: R, G, B, alpha uint8, colour interpretation tagged, LZW; NoData pixels RGB 0,

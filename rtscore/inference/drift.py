@@ -163,7 +163,7 @@ def drift_report(
                 pass
         n_valid = sum(_accumulate_file(contract, binding, f, transform, moments) for f in files)
     if n_valid == 0:
-        raise DriftError(f"no valid pixel (by the NoData rule: alpha or dataset mask) in {len(files)} raster(s)")
+        raise DriftError(f"no valid pixel (by the NoData rule: alpha, mask or RGB nodata) in {len(files)} raster(s)")
     new_std = moments.std
     channels = [
         _channel_drift(

@@ -95,7 +95,7 @@ def mapping_identity(
 
 
 def has_valid_pixel(pkg: LoadedPackage, path: Path) -> bool:
-    """Whether ``path`` has one valid pixel by the package's NoData rule (alpha, dataset mask, EXTRA nodata): read
+    """Whether ``path`` has one valid pixel by the package's NoData rule (alpha, mask, RGB nodata, EXTRA nodata): read
     block by block and stopped at the first valid pixel (a scene with data: usually its first block). Checks the
     raster (and its EXTRA raster) against the package's contract first, as ``rts predict`` does."""
     with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra_input(pkg.binding, path, None)) as raster:

@@ -199,7 +199,7 @@ def _region_twice(root: Path, tid: str) -> None:
     [
         (_bad_crs, "CRS EPSG:4326, trained on EPSG:3857", "PLANET-RGB"),
         (_bad_size, "size must be 64x64 (its RGB raster's); got 32x32", "labels"),
-        (_bad_bands, "2 bands with colour interpretation", "PLANET-RGB"),
+        (_bad_bands, "needs at least 3 bands (R, G, B); this file has 2", "PLANET-RGB"),
         (_bad_dtype, "labels need 1 uint8 band; got 1 band(s) ['uint16']", "labels"),
         (_bad_label, "label values [7] outside {0, 1, 255}", "labels"),
         (_few_extra, "1 bands; EXTRA channels slope=band 1 are beyond them", "EXTRA"),

@@ -83,6 +83,8 @@ def write_scene(
             rgb[0, :3, :3] = 0
         bands.append(np.where(valid, n, 0)[None].astype(np.uint8))
         interp.append("undefined")
+        if not alpha:
+            kw["alpha"] = "UNSPECIFIED"  # R,G,B,NIR: band 4 is not alpha (GDAL's default ExtraSamples for RGB + 1)
     data = np.concatenate(bands).astype(dtype)
     profile = {"driver": "GTiff", "height": size, "width": size, "count": data.shape[0], "dtype": dtype}
     if crs is not None:
@@ -294,6 +296,29 @@ def test_tiles_without_valid_pixels_are_skipped(tmp_path: Path) -> None:
     assert written == {r["Tile_id"] for r in metadata(tmp_path / "tiles")}
     for tid in written:
         assert (read_tif(tmp_path / "tiles" / "PLANET-RGB" / f"{tid}.tif")[0][3] > 0).any()
+
+
+def test_nir_zero_pixels_of_an_rgbn_scene_with_nodata_zero_stay_valid(tmp_path: Path) -> None:
+    """R,G,B,NIR tagged red, green, blue, undefined with nodata=0 (GDAL's dataset mask is then band 4's): NIR == 0
+    never makes a pixel NoData; RGB all 0 does. Tiled with and without a NIR hole, the tiles' alpha is the same."""
+    (tmp_path / "scenes").mkdir()
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    scene = tmp_path / "scenes" / "a.tif"
+    alphas = []
+    for hole in (False, True):
+        write_scene(scene, X0, POLYS, alpha=False, nir=True, nir_hole=False, nodata_cols=30, seed=8)
+        if hole:
+            with rasterio.open(scene, "r+") as f:
+                nir = f.read(4)
+                nir[40:160, 40:160] = 0  # dark NIR (water), RGB valid
+                f.write(nir, 4)
+        out = tmp_path / f"tiles_{hole}"
+        tile_scenes(config(tmp_path, output=out.name), out)
+        alphas.append({p.stem: read_tif(p)[0][3] for p in sorted((out / "PLANET-RGB").glob("*.tif"))})
+    assert alphas[0].keys() == alphas[1].keys()
+    for tid, alpha in alphas[0].items():
+        np.testing.assert_array_equal(alphas[1][tid], alpha, err_msg=tid)
+    assert any((a == 0).any() for a in alphas[0].values()), "the RGB-zero columns are NoData"
 
 
 def test_a_killed_run_resumes_and_redoes_only_unfinished_tiles(mosaic: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ synthetic channels by position) says which band of the EXTRA file each stored ch
 (`rtscore.config.binding`); the store records that binding, and stats, the package, predict and drift read it.
 Bands not bound are not read. Every raster is read through `rtscore.data.bands.open_checked`, against the raster
 contract of ``cfg.geotiff`` (bands by colour interpretation or ``rgb_bands``, dtypes, CRS, pixel size): NoData is
-its one rule, the same as at predict (alpha 0, else the dataset mask; plus EXTRA nodata). Pixels (0, 0, 0) with
+its one rule, the same as at predict (`rtscore.data.bands.valid_mask`; plus EXTRA nodata). Pixels (0, 0, 0) with
 alpha 255 are valid. Each tile's ground pixel area (`rtscore.data.ground`) is stored with it.
 """
 
