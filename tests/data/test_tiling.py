@@ -117,6 +117,7 @@ def base_config(tmp: Path, **over: Any) -> dict[str, Any]:
         "polygons": {"path": "rts.gpkg", "id_column": "UID"},
         "regions": {"column": "Region"},
         "grid": {"pixel_size": PX, "tile_size": TILE},
+        "splits": {"train": ["west", "east"]},  # a root of train tiles: the split rules hold with one region
         "output": "tiles",
     }
     doc.update(over)
@@ -193,9 +194,10 @@ def test_layout_files_georeferencing_and_metadata(mosaic: Path) -> None:
 
 
 def test_tiles_line_up_across_two_scenes_and_the_first_valid_pixel_wins(mosaic: Path) -> None:
-    both = tile_scenes(config(mosaic), mosaic / "both")
-    only_a = tile_scenes(config(mosaic, scenes=["scenes/a.tif"], output="a"), mosaic / "a")
-    only_b = tile_scenes(config(mosaic, scenes=["scenes/b.tif"], output="b"), mosaic / "b")
+    every = {"min_valid_fraction": 0.0}  # a seam tile sparse in each scene alone is whole in both: count them all
+    both = tile_scenes(config(mosaic, **every), mosaic / "both")
+    only_a = tile_scenes(config(mosaic, scenes=["scenes/a.tif"], output="a", **every), mosaic / "a")
+    only_b = tile_scenes(config(mosaic, scenes=["scenes/b.tif"], output="b", **every), mosaic / "b")
     ids = {p: {r["Tile_id"] for r in metadata(mosaic / p)} for p in ("both", "a", "b")}
     seam = ids["a"] & ids["b"]
     assert seam, "tiles of the two scenes share grid cells along the seam"
@@ -221,7 +223,7 @@ def test_tiles_line_up_across_two_scenes_and_the_first_valid_pixel_wins(mosaic: 
 def test_rgb_is_resampled_bilinear_and_validity_nearest(tmp_path: Path) -> None:
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, nodata_cols=60, seed=3)
-    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
     cfg = config(tmp_path)
     tile_scenes(cfg, tmp_path / "tiles")
     for r in metadata(tmp_path / "tiles"):
@@ -236,7 +238,7 @@ def test_an_rts_running_into_nodata_is_ignore_and_nodata_is_ignore(tmp_path: Pat
     (tmp_path / "scenes").mkdir()
     into_nodata = blob(X0 + 45, Y0 - 420, 40, 2)  # its west part lies in the scene's NoData columns
     write_scene(tmp_path / "scenes" / "a.tif", X0, [into_nodata], nodata_cols=20, seed=4)
-    write_gpkg(tmp_path / "rts.gpkg", [into_nodata], ["r"])
+    write_gpkg(tmp_path / "rts.gpkg", [into_nodata], ["west"])
     cfg = config(tmp_path)
     tile_scenes(cfg, tmp_path / "tiles")
     geom = transform_geom(UTM, "EPSG:3857", shapely.geometry.mapping(into_nodata))
@@ -266,7 +268,7 @@ def test_partial_object_on_a_tile_edge_is_255_in_both_tiles(tmp_path: Path) -> N
     edge, whole = blob(ux[0], uy[0], 40, 7), blob(cx[0], cy[0], 15, 8)
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, [edge, whole], seed=5)
-    write_gpkg(tmp_path / "rts.gpkg", [edge, whole], ["r", "r"])
+    write_gpkg(tmp_path / "rts.gpkg", [edge, whole], ["west", "west"])
     cfg = config(tmp_path)
     tile_scenes(cfg, tmp_path / "tiles")
     values: dict[int, list[set[int]]] = {0: [], 1: []}
@@ -285,11 +287,13 @@ def test_partial_object_on_a_tile_edge_is_255_in_both_tiles(tmp_path: Path) -> N
 def test_tiles_without_valid_pixels_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS[1:], nodata_cols=SIZE - 40, seed=6)  # 40 valid columns
-    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:], ["r", "r"])
+    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:], ["west", "west"])
     cfg = config(tmp_path)
     out = tile_scenes(cfg, tmp_path / "tiles")
     assert out.counts.skipped_no_valid_pixels > 0
-    assert out.counts.tiles + out.counts.skipped_no_valid_pixels == out.counts.candidate_tiles
+    assert (
+        out.counts.tiles + out.counts.skipped_no_valid_pixels + out.counts.skipped_sparse == out.counts.candidate_tiles
+    )
     written = {p.stem for p in (tmp_path / "tiles" / "PLANET-RGB").glob("*.tif")}
     assert written == {r["Tile_id"] for r in metadata(tmp_path / "tiles")}
     for tid in written:
@@ -399,7 +403,10 @@ def test_another_identity_is_set_aside_and_tiled_afresh_never_mixed(
     # --overwrite deletes the earlier run instead (the set-aside folders stay); a directory not ours is refused
     rendered.clear()
     fresh = tile_scenes(only_a, root, overwrite=True)
-    assert fresh.resumed_tiles == 0 and len(rendered) == fresh.counts.tiles + fresh.counts.skipped_no_valid_pixels
+    assert (
+        fresh.resumed_tiles == 0
+        and len(rendered) == fresh.counts.tiles + fresh.counts.skipped_no_valid_pixels + fresh.counts.skipped_sparse
+    )
     assert len(set_aside_folders(root)) == 2 and fresh.counts.tiles == len(metadata(root))
     (mosaic / "mine").mkdir()
     (mosaic / "mine" / "notes.txt").write_text("keep me")
@@ -426,7 +433,9 @@ def test_a_code_edit_in_the_tiling_closure_retiles_from_scratch(
     with caplog.at_level("WARNING", logger="rtscore"):
         out = tile_scenes(cfg, root)
     assert out.resumed_tiles == 0
-    assert len(rendered) == out.counts.tiles + out.counts.skipped_no_valid_pixels, "every cell cut again"
+    assert len(rendered) == out.counts.tiles + out.counts.skipped_no_valid_pixels + out.counts.skipped_sparse, (
+        "every cell cut again"
+    )
     [folder] = set_aside_folders(root)
     assert any(f"set aside in {folder}" in r.getMessage() for r in caplog.records)
     assert tree(folder) == reference
@@ -484,7 +493,7 @@ def test_kill_9_during_rts_tile_resumes_to_the_bytes_of_an_uninterrupted_run(
 
     (mosaic / "tile.yaml").write_text(yaml.safe_dump(base_config(mosaic)))
     reference = tile_scenes(load_tiling_config(mosaic / "tile.yaml"), mosaic / "reference")
-    total = reference.counts.tiles + reference.counts.skipped_no_valid_pixels
+    total = reference.counts.tiles + reference.counts.skipped_no_valid_pixels + reference.counts.skipped_sparse
     assert total >= 8
     root = mosaic / "tiles"
     records = root / ".rts-tile" / "tiles"
@@ -521,7 +530,7 @@ def test_kill_9_during_rts_tile_resumes_to_the_bytes_of_an_uninterrupted_run(
 def test_ndvi_from_scene_bands_and_a_companion_dem_in_another_crs(tmp_path: Path) -> None:
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, nir=True, seed=7)
-    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
     dem = tmp_path / "dem.tif"  # a DEM in lon/lat: elevation = 1000 * (lon + 148)
     lon0, lat0, res = -147.1, 65.1, 0.0005
     lon = lon0 + res * (np.arange(400) + 0.5)
@@ -588,12 +597,12 @@ def test_regions_from_a_region_polygon_file(mosaic: Path) -> None:
     )
     polys = [*POLYS, blob(east + 200, Y0 - 150, 50, 4)]
     write_gpkg(mosaic / "rts.gpkg", polys, ["x"] * 4)
-    cfg = config(mosaic, regions={"path": "regions.gpkg", "name_column": "name"})
+    splits = {"train": ["tundra west", "tundra east"]}
+    cfg = config(mosaic, regions={"path": "regions.gpkg", "name_column": "name"}, splits=splits)
     out = tile_scenes(cfg, mosaic / "tiles")
     assert set(out.regions) == {"tundra west", "tundra east"} and out.counts.skipped_outside_regions > 0
-    assert out.counts.tiles + out.counts.skipped_outside_regions + out.counts.skipped_no_valid_pixels == (
-        out.counts.candidate_tiles
-    )
+    c = out.counts
+    assert c.tiles + c.skipped_outside_regions + c.skipped_no_valid_pixels + c.skipped_sparse == c.candidate_tiles
     write_gpkg(mosaic / "rts.gpkg", [*polys, blob(east + 400, Y0 - 500, 40, 9)], ["x"] * 5)  # in no region
     with pytest.raises(TilingError, match=r"regions.gpkg: tile c-?\d+_r\d+ holds RTS \['RTS-004'\] .* no region"):
         tile_scenes(cfg, mosaic / "tiles2")
@@ -616,7 +625,7 @@ def test_a_region_in_no_split_is_refused_only_when_it_would_hold_a_tile(tmp_path
 
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS[1:2], nodata_cols=SIZE - 60, seed=6)  # valid: x >= 420 m
-    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:2], ["r"])
+    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:2], ["west"])
     boxes = [shapely.box(X0 - 100, Y0 - 700, X0 + 150, Y0 + 100), shapely.box(X0 + 150, Y0 - 700, X0 + 800, Y0 + 100)]
     pyogrio.raw.write(
         tmp_path / "regions.gpkg",
@@ -670,7 +679,7 @@ def test_a_scene_without_crs_is_refused_naming_the_file(mosaic: Path) -> None:
 def test_uint16_and_unmapped_four_band_scenes_are_refused(tmp_path: Path) -> None:
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, dtype="uint16")
-    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
     with pytest.raises(TilingError, match=r"a\.tif: RGB bands are uint16"):
         tile_scenes(config(tmp_path), tmp_path / "tiles")
     data = np.full((4, SIZE, SIZE), 50, np.uint8)  # B, G, R, NIR, no colour interpretation (Planet analytic order)
@@ -685,14 +694,14 @@ def test_uint16_and_unmapped_four_band_scenes_are_refused(tmp_path: Path) -> Non
 
 
 def test_polygons_without_crs_are_refused_naming_the_file(mosaic: Path) -> None:
-    write_gpkg(mosaic / "rts.gpkg", POLYS, ["r"] * 3, crs=None)
+    write_gpkg(mosaic / "rts.gpkg", POLYS, ["west"] * 3, crs=None)
     with pytest.raises(LabelPolygonError, match=r"rts\.gpkg: declares no CRS"):
         tile_scenes(config(mosaic), mosaic / "tiles")
 
 
 def test_polygons_that_overlap_no_scene_are_refused(mosaic: Path) -> None:
     far = [shapely.affinity.translate(p, 50_000, 0) for p in POLYS]
-    write_gpkg(mosaic / "rts.gpkg", far, ["r"] * 3)
+    write_gpkg(mosaic / "rts.gpkg", far, ["west"] * 3)
     with pytest.raises(TilingError, match=r"rts\.gpkg: none of its 3 polygons overlaps the 2 scene\(s\)"):
         tile_scenes(config(mosaic), mosaic / "tiles")
     assert not (mosaic / "tiles").exists()
@@ -738,7 +747,7 @@ def test_cli_tiles_and_errors_are_one_line(mosaic: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert f"wrote {mosaic / 'cli'}" in out and "positive" in out
     assert (mosaic / "cli" / "metadata.csv").is_file() and not (mosaic / "tiles").exists()
-    write_gpkg(mosaic / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(mosaic / "rts.gpkg", POLYS, ["west"] * 3)
     (mosaic / "tile.yaml").write_text(yaml.safe_dump(base_config(mosaic, regions={"column": "Regoin"})))
     assert main(["tile", "--config", str(mosaic / "tile.yaml")]) == 2
     err = capsys.readouterr().err
