@@ -113,8 +113,8 @@ class TileProbe:
         if n == 0:
             return f"{region!r} (no grid cell of the scenes is in it)"
         return (
-            f"{region!r} (none of its {n} cell(s) has {self.cfg.min_valid_fraction:.0%} valid pixels "
-            "(min_valid_fraction))"
+            f"{region!r} (none of its {n} cell(s) has at least {self.cfg.min_valid_fraction:.0%} valid pixels, "
+            "min_valid_fraction)"
         )
 
     def regions(self) -> list[str]:
@@ -271,6 +271,6 @@ def plan_line(cells: int, placed: Sequence[Placed], cfg: TilingConfig, n_scenes:
     return (
         f"rts tile: plan: {cells} grid cells of {cfg.grid.tile_size} px at {cfg.grid.pixel_size:g} {cfg.grid.crs} "
         f"units over {n_scenes} scene(s), {len(placed)} in a region; about {len(covered)} tiles (cells at least "
-        f"{cfg.min_valid_fraction:.0%} inside a scene; ~{pixels / 1e6:.0f} Mpx), about "
+        f"{cfg.min_valid_fraction:.0%} inside a scene; {pixels / 1e6:.3g} Mpx), about "
         f"{sum(p.whole for p in covered)} holding an RTS whole"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,11 @@ def write_scene(
     seed: int = 0,
     dtype: str = "uint8",
     crs: str | None = UTM,
+    gsd: float = GSD,
 ) -> Path:
     """A textured scene with the polygons painted bright; RGB + alpha (+ NIR), or RGB with nodata 0."""
     rng = np.random.default_rng(seed)
-    transform = from_origin(x0, Y0, GSD, GSD)
+    transform = from_origin(x0, Y0, gsd, gsd)
     yy, xx = np.mgrid[0:size, 0:size]
     base = 90 + 25 * np.sin(xx / 7.0 + seed) * np.cos(yy / 11.0)
     rgb = np.stack([base + rng.normal(0, 6, (size, size)) + d for d in (0, 8, -6)])
@@ -93,11 +95,14 @@ def write_scene(
     return path
 
 
-def write_gpkg(path: Path, polygons: list[shapely.Polygon], regions: list[str], crs: str | None = "EPSG:4326") -> Path:
-    """The inventory as a GeoPackage in EPSG:4326 (pyogrio.raw.write; geopandas is not a dependency)."""
+def write_gpkg(
+    path: Path, polygons: list[shapely.Polygon], regions: list[str], crs: str | None = "EPSG:4326", src: str = UTM
+) -> Path:
+    """The inventory (``polygons`` in ``src``) as a GeoPackage in ``crs`` (pyogrio.raw.write; geopandas is not a
+    dependency)."""
     import pyogrio
 
-    geoms = [shapely.geometry.shape(transform_geom(UTM, crs or UTM, shapely.geometry.mapping(p))) for p in polygons]
+    geoms = [shapely.geometry.shape(transform_geom(src, crs or src, shapely.geometry.mapping(p))) for p in polygons]
     uids = np.array([f"RTS-{i:03d}" for i in range(len(polygons))], dtype=object)
     pyogrio.raw.write(
         path,
@@ -761,6 +766,193 @@ def test_the_example_config_loads_with_paths_relative_to_it() -> None:
     assert [e.name for e in cfg.extra] == ["ndvi"] and cfg.grid.pixel_size == 4.77 and cfg.grid.tile_size == 512
 
 
+# ------------------------------------------------------------------------------------------------ the plan
+
+SPAN = TILE * PX  # one tile of the grid, in EPSG:3857 units
+COL0, ROW0 = -26800, 15742  # a grid cell near the scenes above (~65° N)
+
+
+def grid_scene(path: Path, cols: int, *, rows: int = 1, strip_px: int = 0, dark: tuple[int, ...] = ()) -> Path:
+    """An RGB + alpha scene in EPSG:3857 on the tile grid: cells COL0 .. COL0 + cols - 1 of rows ROW0 and down,
+    plus ``strip_px`` pixels into the next column (a sliver); the cell columns in ``dark`` are NoData (alpha 0)."""
+    rng = np.random.default_rng(len(path.name))
+    h, w = rows * TILE, cols * TILE + strip_px
+    rgb = rng.integers(30, 220, (3, h, w), dtype=np.uint8)
+    alpha = np.full((1, h, w), 255, np.uint8)
+    for c in dark:
+        alpha[:, :, c * TILE : (c + 1) * TILE] = 0
+    profile = {"driver": "GTiff", "height": h, "width": w, "count": 4, "dtype": "uint8", "crs": "EPSG:3857"}
+    with rasterio.open(path, "w", **profile, transform=from_origin(COL0 * SPAN, (ROW0 + 1) * SPAN, PX, PX)) as f:
+        f.write(np.concatenate([rgb, alpha]))
+        f.colorinterp = [ColorInterp.red, ColorInterp.green, ColorInterp.blue, ColorInterp.alpha]
+    return path
+
+
+def cell_rts(col: int, row: int = ROW0, r: float = 120.0) -> shapely.Polygon:
+    """An RTS outline (EPSG:3857) wholly inside grid cell (col, row)."""
+    return blob((col + 0.5) * SPAN, (row + 0.5) * SPAN, r, seed=abs(col))
+
+
+def region_scenes(tmp_path: Path, regions: list[str], *, dark: tuple[int, ...] = ()) -> Path:
+    """One grid scene of ``len(regions)`` cells west to east, an RTS wholly inside each, cell k in ``regions[k]``."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", len(regions), dark=dark)
+    polys = [cell_rts(COL0 + k) for k in range(len(regions))]
+    write_gpkg(tmp_path / "rts.gpkg", polys, regions, crs="EPSG:3857", src="EPSG:3857")
+    return tmp_path
+
+
+def test_split_rules_are_checked_on_the_plan_before_any_tile_and_every_problem_is_listed(tmp_path: Path) -> None:
+    """Issue 23 point 6: with `splits`, a val split spanning fewer regions than the pipeline's min_val_regions, a
+    split whose regions get no tile and regions in no split are all named in one error before any tile is written;
+    a region that gets no tile (no cell, or all NoData) is named in a warning."""
+    region_scenes(tmp_path, ["r1", "r2", "r3", "r4", "dark"], dark=(4,))
+    bad = {"train": ["r1"], "val": ["r2"], "test": ["ghost", "dark"]}
+    with pytest.raises(TilingError) as err:
+        tile_scenes(config(tmp_path, splits=bad), tmp_path / "tiles")
+    text = str(err.value)
+    assert "splits: region(s) ['r3', 'r4'] of the tiles are in no split" in text
+    assert "splits.val: spans 1 region(s) with a tile ['r2']; split_rules.min_val_regions is 2" in text
+    assert "splits.test: none of its regions gets a tile: 'ghost' (no grid cell of the scenes is in it)" in text
+    assert re.search(r"'dark' \(none of its \d cell\(s\) has at least 20% valid pixels, min_valid_fraction\)", text)
+    assert not (tmp_path / "tiles").exists(), "refused before the first tile"
+
+    # the rule's threshold is the tiling config's split_rules (the pipeline's splits.min_val_regions, default 2)
+    one = {"train": ["r1", "dark"], "val": ["r2"], "test": ["r3", "r4", "ghost"]}
+    rules = {"min_val_regions": 1}
+    out = tile_scenes(config(tmp_path, splits=one, split_rules=rules), tmp_path / "tiles")
+    assert set(out.regions) == {"r1", "r2", "r3", "r4"} and out.counts.tiles == 4
+    [dark, ghost, thin] = out.warnings
+    assert dark.startswith("splits.train: region(s) that get no tile: 'dark' (none of its")
+    assert ghost == "splits.test: region(s) that get no tile: 'ghost' (no grid cell of the scenes is in it)"
+    assert "splits.test: about 2 tile(s) hold an RTS whole" in thin and "min_test_positives=100" in thin
+    assert json.loads((tmp_path / "tiles" / "tiling.json").read_text())["warnings"] == out.warnings
+
+
+def test_without_splits_the_derivation_is_run_on_the_plan_and_refused_early(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 point 6: without `splits`, ingestion derives the split; `rts tile` runs the same derivation on its
+    plan (tiles per region, cells holding an RTS whole) and refuses a root it cannot split, naming every rule."""
+    from rtscore.config.pipeline import SplitsConfig
+    from rtscore.data.geotiff.root_splits import derive_root_splits
+
+    regions = ["r1", "r2", "r3"]
+    region_scenes(tmp_path, regions)
+    with pytest.raises(TilingError) as err:
+        tile_scenes(config(tmp_path, splits=None), tmp_path / "tiles")
+    text = str(err.value)
+    assert "no splits in the config, so ingestion derives the split" in text
+    assert "3 region(s) get a tile; the derivation needs at least 4 (test, split_rules.min_val_regions=2" in text
+    assert "at most 3 tile(s) hold an RTS whole; test alone needs split_rules.min_test_positives=100" in text
+    assert not (tmp_path / "tiles").exists()
+
+    # ten regions, one positive tile each: 80/10/10 by region; derivable with a test floor of 1 positive tile
+    tmp = tmp_path / "ten"
+    tmp.mkdir()
+    region_scenes(tmp, [f"r{k}" for k in range(10)])
+    rules = {"min_val_regions": 1, "min_test_positives": 1}
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rtscore"):
+        out = tile_scenes(config(tmp, splits=None, split_rules=rules), tmp / "tiles")
+    [plan] = [r.getMessage() for r in caplog.records if "plan:" in r.getMessage()]
+    assert f"plan: {out.counts.candidate_tiles} grid cells of 64 px at 9.54 EPSG:3857 units over 1 scene(s)" in plan
+    assert "about 10 tiles (cells at least 20% inside a scene; 0.041 Mpx), about 10 holding an RTS whole" in plan
+    assert out.counts.tiles == out.counts.estimated_tiles == out.counts.positive == 10 and out.warnings == []
+    assert not (tmp / "tiles" / "splits.yaml").exists()
+    derived = derive_root_splits(tmp / "tiles", rules=SplitsConfig(min_val_regions=1, min_test_positives=1))
+    assert derived is not None and sorted(r for rs in derived.splits.values() for r in rs) == sorted(out.regions)
+    # three positive tiles for test: three regions of ten, 30 % of the tiles, off 80/10/10 (the derivation's rule 4)
+    with pytest.raises(TilingError, match=r"no region-level split satisfies .* tile shares off 80/10/10") as err:
+        tile_scenes(config(tmp, splits=None, split_rules={"min_val_regions": 1, "min_test_positives": 3}), tmp / "t2")
+    assert "in 10 region(s)" in str(err.value) and not (tmp / "t2").exists()
+
+
+def test_sliver_tiles_under_min_valid_fraction_are_not_written_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 23 point 7: a scene whose east edge reaches 3 pixels into a cell column gives two sliver tiles (192
+    valid pixels of 4096, 4.7 %): under min_valid_fraction (default 0.2) they are not written, counted in
+    tiling.json and the summary line; the fraction is part of the run's identity."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", 2, rows=2, strip_px=3)
+    write_gpkg(tmp_path / "rts.gpkg", [cell_rts(COL0)], ["west"], crs="EPSG:3857", src="EPSG:3857")
+    (tmp_path / "tile.yaml").write_text(yaml.safe_dump(base_config(tmp_path)))
+    assert main(["tile", "--config", str(tmp_path / "tile.yaml")]) == 0
+    assert "2 sparse (under 20% valid, min_valid_fraction) skipped" in capsys.readouterr().out
+    root = tmp_path / "tiles"
+    manifest = json.loads((root / "tiling.json").read_text())
+    assert manifest["config"]["min_valid_fraction"] == 0.2
+    c = manifest["counts"]
+    assert (c["candidate_tiles"], c["tiles"], c["skipped_sparse"], c["estimated_tiles"]) == (6, 4, 2, 4)
+    slivers = {f"c{COL0 + 2}_r{ROW0}", f"c{COL0 + 2}_r{ROW0 - 1}"}
+    assert {r["tile_id"] for r in iter_records(root) if r["status"] == "sparse"} == slivers
+    assert {p.stem for p in (root / "PLANET-RGB").glob("*.tif")} == {r["Tile_id"] for r in metadata(root)}
+    assert not slivers & {r["Tile_id"] for r in metadata(root)}
+    assert all(r["valid_fraction"] == 3 / TILE for r in iter_records(root) if r["status"] == "sparse")
+
+    every = tile_scenes(config(tmp_path, min_valid_fraction=0.0), root)  # another identity: set aside, re-cut
+    assert every.resumed_tiles == 0 and every.counts.tiles == 6 and every.counts.skipped_sparse == 0
+    assert len(set_aside_folders(root)) == 1
+    with rasterio.open(root / "PLANET-RGB" / f"c{COL0 + 2}_r{ROW0}.tif") as f:
+        assert int((f.read(4) > 0).sum()) == 3 * TILE
+
+
+def test_a_coarse_scene_is_refused_before_any_tile_naming_its_pixel_size_and_both_fixes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 point 8: a 300 m UTM scene on a ~10 m Web Mercator grid would be upsampled ~74x (710 Mercator
+    units at 65° N); refused before any tile, naming each scene, its native pixel, the factor and the two fixes.
+    A grid near the native size tiles it; a scene downsampled more than 2x without average resampling warns."""
+    (tmp_path / "scenes").mkdir()
+    coarse = [blob(X0 + 6000, Y0 - 6000, 3000, 1)]
+    write_scene(tmp_path / "scenes" / "a.tif", X0, coarse, size=40, gsd=300.0, seed=1)
+    write_scene(tmp_path / "scenes" / "b.tif", X0 + 12_000, coarse, size=40, gsd=300.0, seed=2)
+    write_gpkg(tmp_path / "rts.gpkg", coarse, ["west"])
+    west = {"train": ["west"]}
+    with pytest.raises(TilingError) as err:
+        tile_scenes(config(tmp_path, splits=west), tmp_path / "tiles")
+    text = str(err.value)
+    assert text.startswith("grid: 2 scene(s) would be upsampled more than 4x:")
+    for name in ("a.tif", "b.tif"):
+        line = next(ln for ln in text.splitlines() if f"{name}:" in ln)
+        assert "native pixel 300 x 300 metre (EPSG:32606)" in line and "upsamples it 7" in line
+        assert "set grid.pixel_size to about 7" in line and "or raise grid.max_resample_factor to 7" in line
+    assert not (tmp_path / "tiles").exists(), "refused before the first tile"
+
+    native = float(text.split("set grid.pixel_size to about ")[1].split(" ")[0])
+    out = tile_scenes(config(tmp_path, grid={"pixel_size": native, "tile_size": 32}, splits=west), tmp_path / "tiles")
+    assert out.counts.tiles > 0 and out.warnings == []
+
+    # downsampling: 3 m scenes onto a ~28 Mercator-unit grid (4x) warn with bilinear, not with average
+    for name in ("a.tif", "b.tif"):
+        write_scene(tmp_path / "scenes" / name, X0 if name == "a.tif" else X0 + 600, POLYS, seed=3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
+    grid = {"pixel_size": 4 * 7.1, "tile_size": 32}
+    with caplog.at_level("WARNING", logger="rtscore"):
+        warned = tile_scenes(config(tmp_path, grid=grid, splits=west), tmp_path / "down")
+    assert len(warned.warnings) == 2 and "downsamples it 4.0x with bilinear" in warned.warnings[0]
+    assert "set resampling: average" in warned.warnings[0] and any("a.tif" in r.getMessage() for r in caplog.records)
+    assert tile_scenes(config(tmp_path, grid=grid, resampling="average", splits=west), tmp_path / "avg").warnings == []
+
+
+def test_the_split_rules_default_to_the_pipeline_configs() -> None:
+    from rtscore.config.pipeline import SplitsConfig
+
+    cfg = parse_config(TilingConfig, {"scenes": ["a"], "polygons": {"path": "p"}, "regions": {"name": "r"}})
+    pipeline = SplitsConfig()
+    assert (cfg.split_rules.min_val_regions, cfg.split_rules.min_test_positives) == (
+        pipeline.min_val_regions,
+        pipeline.min_test_positives,
+    )
+    assert cfg.min_valid_fraction == 0.2 and cfg.grid.max_resample_factor == 4.0
+    with pytest.raises(ConfigError, match="min_valid_fraction"):
+        parse_config(
+            TilingConfig,
+            {"scenes": ["a"], "polygons": {"path": "p"}, "regions": {"name": "r"}, "min_valid_fraction": 1},
+        )
+
+
 # ------------------------------------------------------------------------------------------------ acceptance
 
 MOSAIC = 400  # scene pixels per side: two scenes of 1.2 km at 3 m
@@ -811,7 +1003,8 @@ def test_rts_tile_to_ingestion_to_a_package(prefect_harness: None, tmp_path: Pat
     write_gpkg(tmp_path / "rts.gpkg", polys, regions)
     splits = {"train": ["north slope", "brooks foothills"], "val": ["yukon flats"], "test": ["seward lowland"]}
     extra = [{"name": "ndvi", "kind": "ndvi", "nir": {"band": 4}, "red": {"band": 0}}]
-    doc = base_config(tmp_path, splits=splits, extra=extra)
+    rules = {"min_val_regions": 1}  # the pipeline's below: a 2.4 km mosaic has one val region
+    doc = base_config(tmp_path, splits=splits, split_rules=rules, extra=extra)
     (tmp_path / "tile.yaml").write_text(yaml.safe_dump(doc))
     assert main(["tile", "--config", str(tmp_path / "tile.yaml")]) == 0
     root = tmp_path / "tiles"
