@@ -114,8 +114,8 @@ class GridConfig(StrictModel):
         description="Most a scene may be upsampled: its native pixel size (in grid CRS units at the scene centre) "
         "over pixel_size. Beyond 4x each source pixel covers more than 16 tile pixels: the tiles hold interpolated "
         "blocks with none of the texture of the imagery the model learns RTS from, and the run's tiles and time grow "
-        "with the square of the factor (a 300 m scene on the default grid: ~60x, thousands of tile pixels per "
-        "source pixel). A scene beyond it is refused before any tile is written, naming both fixes.",
+        "with the square of the factor (a 300 m UTM scene at 65 deg N on the default grid: 710 / 4.77, ~150x)."
+        " A scene beyond it is refused before any tile is written, naming both fixes.",
     )
 
     @field_validator("tile_size")
