@@ -153,7 +153,7 @@ def estimate(cfg: TilingConfig, probe: TileProbe) -> PlanSplit:
     return PlanSplit(tiles, positives)
 
 
-def check_split_rules(cfg: TilingConfig, probe: TileProbe, where: str = "rts tile") -> PlanSplit:
+def check_split_rules(cfg: TilingConfig, probe: TileProbe) -> PlanSplit:
     """The split rules on the plan, before any tile is written: every problem in one :class:`TilingError`.
 
     With ``splits``: every region that gets a tile is in a split; each split listed gets a tile; val (when listed)
