@@ -93,6 +93,11 @@ def tile(p: TileParams) -> int:
     print(
         f"wrote {output}: {c.tiles} tiles ({c.positive} positive, {c.negative} negative; {m.resumed_tiles} kept from "
         f"an earlier run) in regions {m.regions}; {c.skipped_no_valid_pixels} cells without valid pixels skipped"
+        + (
+            f", {c.skipped_sparse} sparse (under {cfg.min_valid_fraction:.0%} valid, min_valid_fraction) skipped"
+            if c.skipped_sparse
+            else ""
+        )
         + (f", {c.skipped_outside_regions} outside the regions" if c.skipped_outside_regions else "")
     )
     print(f"polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile")

@@ -239,7 +239,8 @@ def publish_tiling(manifest: TilingManifest) -> None:
     md = (
         f"# Tiles of {manifest.output}\n\n{c.tiles} tiles ({c.positive} positive, {c.negative} negative; "
         f"{manifest.resumed_tiles} kept from an earlier run) of {c.candidate_tiles} grid cells: "
-        f"{c.skipped_no_valid_pixels} without valid pixels, {c.skipped_outside_regions} outside the regions.\n\n"
+        f"{c.skipped_no_valid_pixels} without valid pixels, {c.skipped_sparse} under min_valid_fraction, "
+        f"{c.skipped_outside_regions} outside the regions.\n\n"
         f"Polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile, "
         f"{c.polygons_outside_scenes} touching no scene.\n\n| region | tiles |\n|---|---|\n{rows}\n"
     )

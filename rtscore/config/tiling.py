@@ -9,9 +9,15 @@ from pydantic import Field, field_validator, model_validator
 
 from rtscore.config.base import SCHEMA_VERSION, StrictModel, check_tile_size, load_config
 from rtscore.config.binding import PIXEL_SIZE_M, RasterBandMap, check_extra_names
+from rtscore.config.pipeline import SplitsConfig
 from rtscore.config.splits import region_splits
 
 DEFAULT_TILE_SIZE = 512  # the tile layout's 512 x 512 tiles (docs/geotiff.md#the-tile-layout)
+# The least valid fraction of a tile written. A straight scene edge leaves a tile a strip or a corner of valid
+# pixels; the default affine augmentation (scale up to 1.2, shift up to 0.1 of the tile, rotation up to 45 degrees,
+# about the centre) can push out a strip along an edge of up to 1/6 of the side (1.2 (0.5 - f) + 0.1 > 0.5 for
+# f < 1/6), a corner never more. 0.2 is the least round fraction above it (docs/geotiff.md, "rts tile").
+DEFAULT_MIN_VALID_FRACTION = 0.2
 Resampling = Literal["bilinear", "cubic", "average", "nearest"]
 
 
@@ -102,6 +108,15 @@ class GridConfig(StrictModel):
         PIXEL_SIZE_M, gt=0, description="Pixel size in CRS units (the guide's 4.77 m: Web Mercator zoom 15)."
     )
     tile_size: int = Field(DEFAULT_TILE_SIZE, ge=32, le=4096, description="Tile height and width in pixels.")
+    max_resample_factor: float = Field(
+        4.0,
+        ge=1.0,
+        description="Most a scene may be upsampled: its native pixel size (in grid CRS units at the scene centre) "
+        "over pixel_size. Beyond 4x each source pixel covers more than 16 tile pixels: the tiles hold interpolated "
+        "blocks with none of the texture of the imagery the model learns RTS from, and the run's tiles and time grow "
+        "with the square of the factor (a 300 m UTM scene at 65 deg N on the default grid: 710 / 4.77, ~150x)."
+        " A scene beyond it is refused before any tile is written, naming both fixes.",
+    )
 
     @field_validator("tile_size")
     @classmethod
@@ -121,6 +136,27 @@ class GridConfig(StrictModel):
         if not crs.is_projected:
             raise ValueError(f"must be a projected CRS (pixel sizes in metres); got {v}")
         return v
+
+
+_PIPELINE_SPLITS = SplitsConfig.model_fields  # one source for the rules' defaults: the pipeline config's
+
+
+class SplitRules(StrictModel):
+    """The split rules of the pipeline config (its ``splits`` section) that `rts tile` checks on its plan, before
+    any tile is written: the same keys and defaults, so a root that passes here passes ingestion and validate-data."""
+
+    min_val_regions: int = Field(
+        _PIPELINE_SPLITS["min_val_regions"].default,
+        ge=1,
+        description="Least regions with a tile the val split must span (pipeline splits.min_val_regions): with "
+        "`splits`, val (when listed) is refused below it; without, the derivation needs it.",
+    )
+    min_test_positives: int = Field(
+        _PIPELINE_SPLITS["min_test_positives"].default,
+        ge=0,
+        description="Least positive tiles test must hold (pipeline splits.min_test_positives): without `splits` the "
+        "derivation needs it (refused early when the plan cannot reach it); with `splits`, a warning.",
+    )
 
 
 class TilingConfig(StrictModel):
@@ -155,6 +191,22 @@ class TilingConfig(StrictModel):
         None,
         description="Optional splits.yaml to write: split -> region names; every region of a tile must be in "
         "exactly one split. Empty: no splits.yaml (ingestion derives one).",
+    )
+    min_valid_fraction: float = Field(
+        DEFAULT_MIN_VALID_FRACTION,
+        ge=0.0,
+        lt=1.0,
+        description="Least fraction of a tile's pixels that must be valid for it to be written (0: any valid pixel). "
+        "Tiles under it (slivers at a scene edge) are not written and are counted (skipped_sparse). 0.2: the "
+        "default affine augmentation (scale up to 1.2, shift up to 0.1 of the tile) pushes a strip of up to 1/6 of "
+        "the tile out of it, so a sparser tile can reach a batch with no valid pixel left; 0.2 leaves a margin for "
+        "shear and elastic. It is 52,429 pixels of a 512 tile, a 102-pixel strip (~170 m of ground at 70 deg N on "
+        "the default grid), and costs a scene about 0.2^2 = 4 % of its edge tiles' valid area.",
+    )
+    split_rules: SplitRules = Field(
+        default_factory=SplitRules,
+        description="The split rules checked on the plan before any tile is written (the pipeline config's "
+        "splits.min_val_regions and splits.min_test_positives; keep them equal).",
     )
     output: str | None = Field(None, description="Data root to write, relative to the config file (or --output).")
 

@@ -5,7 +5,12 @@ Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
 
 * **Grid.** Tile (c, r) of the grid CRS covers x in [c S, (c+1) S), y in [r S, (r+1) S) with S = tile_size x
   pixel_size: anchored at the CRS origin, so the tiles of two scenes (or two runs) line up pixel for pixel. Its id
-  is ``c<c>_r<r>``. Every cell a scene's footprint touches is a candidate; a cell without a valid pixel is skipped.
+  is ``c<c>_r<r>``. Every cell a scene's footprint touches is a candidate; a cell without a valid pixel, or with
+  fewer than ``min_valid_fraction`` of its pixels valid (a sliver at a scene edge), is skipped and counted.
+* **Checked first.** Before any tile: the scenes' headers, each scene's native pixel against the grid's (upsampling
+  beyond ``grid.max_resample_factor`` refused), the inventory and regions, and the split rules on the plan
+  (`rtscore.data.tiling_plan`: with ``splits`` the rules of a given split, without it the derivation ingestion
+  will run); the plan's size is logged.
 * **Pixels.** For each tile only the window of each scene that covers it is read (plus a 2-pixel margin for the
   kernel): memory is bounded by one tile and one scene window, never by the scene or mosaic. Validity (the one
   NoData rule, `rtscore.data.bands.valid_mask`) is warped with nearest neighbour; RGB and EXTRA
@@ -40,11 +45,22 @@ from typing import Any
 from pydantic import BaseModel, Field, JsonValue
 
 from rtscore.config.base import canonical_json
+from rtscore.config.splits import SplitError
 from rtscore.config.tiling import TilingConfig, resolve_paths
+from rtscore.data.splits import derive_splits
 from rtscore.data.tile_pixels import Datasets, GridCell, Scene, TilingError, grid_cells, render_pixels
 from rtscore.data.tiling_files import metadata_csv, tile_lonlat, write_if_changed, write_tile
 from rtscore.data.tiling_inventory import Inventory, RegionOf, read_inventory, tile_labels
-from rtscore.data.tiling_scenes import check_scenes, scene_paths
+from rtscore.data.tiling_plan import (
+    Placed,
+    TileProbe,
+    check_split_rules,
+    kept,
+    plan_line,
+    scene_footprints,
+    with_estimates,
+)
+from rtscore.data.tiling_scenes import check_resampling, check_scenes, scene_paths
 from rtscore.data.tiling_state import (
     MANIFEST_JSON,
     METADATA_CSV,
@@ -67,6 +83,14 @@ class TilingCounts(BaseModel):
     positive: int = Field(..., description="Tiles with at least one RTS pixel (label 1).")
     negative: int = Field(..., description="Tiles without an RTS pixel.")
     skipped_no_valid_pixels: int = Field(..., description="Candidate cells without a valid pixel in any scene.")
+    skipped_sparse: int = Field(
+        0, description="Cells with valid pixels, fewer than min_valid_fraction of the tile (slivers): not written."
+    )
+    estimated_tiles: int = Field(
+        0,
+        description="The plan's estimate of the tiles, logged before the first: cells in a region at least "
+        "min_valid_fraction inside a scene footprint (an upper bound: NoData inside a scene is not in it).",
+    )
     skipped_outside_regions: int = Field(..., description="Cells whose centre lies in no region polygon.")
     polygons: int = Field(..., description="Polygons in the inventory.")
     polygons_labelled: int = Field(..., description="Polygons labelled 1 (whole, on valid pixels) in some tile.")
@@ -88,6 +112,11 @@ class TilingManifest(BaseModel):
     regions: dict[str, int] = Field(..., description="Tiles written per RegionName.")
     counts: TilingCounts = Field(..., description="Counts of tiles and polygons.")
     resumed_tiles: int = Field(..., description="Tiles found complete from an earlier run and kept.")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the run warned of: scenes downsampled without average, split regions that get no tile, a "
+        "thin test split, a derivation the written tiles fail.",
+    )
 
 
 # GDAL reads these beside a file without being told: a scene's external mask and auxiliary metadata, a
@@ -106,16 +135,26 @@ def _file_identity(path: Path) -> str:
     return "+".join(parts)
 
 
+# Settings that decide no tile's content: where the root goes, its splits and their rules, the resampling limit
+# (a run it allows cuts the same tiles whatever it is).
+IDENTITY_EXCLUDES: dict[str, Any] = {
+    "output": True,
+    "splits": True,
+    "split_rules": True,
+    "grid": {"max_resample_factor"},
+}
+
+
 def fingerprint(cfg: TilingConfig) -> str:
     """The identity of a tiling run: sha256 of the code that cuts the tiles (this module's import closure), the
-    settings that decide the tiles' content (the config but its output and splits) and the identity of every
+    settings that decide the tiles' content (the config but :data:`IDENTITY_EXCLUDES`) and the identity of every
     input file in place of its path (scenes in priority order, polygons, regions, companion rasters).
 
     Paths do not enter it: the same run from another working directory, through an absolute ``--config`` or
     after moving the inputs together is the same run. A record or tile written under another identity is
     never resumed (:func:`prepare_output` sets it aside).
     """
-    doc = cfg.model_dump(mode="json", exclude={"output", "splits"})
+    doc = cfg.model_dump(mode="json", exclude=IDENTITY_EXCLUDES)
     doc["scenes"] = [_file_identity(p) for p in scene_paths(cfg.scenes)]
     doc["polygons"]["path"] = _file_identity(Path(cfg.polygons.path))
     if cfg.regions.path is not None:
@@ -127,31 +166,6 @@ def fingerprint(cfg: TilingConfig) -> str:
                 band_doc[key]["path"] = _file_identity(Path(source.path))
     identity = {"code": closure_hash(__name__), "settings": doc}
     return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
-
-
-def _check_splits(cfg: TilingConfig, placed: list[Placed], scenes: list[Scene], datasets: Datasets) -> None:
-    """Every region a tile will have is in a split, checked before the first tile is written.
-
-    A cell's region is known from the polygons alone; whether the cell becomes a tile (has a valid pixel) only
-    from its pixels. So a region in no split is an error when one of its cells has a valid pixel: its cells are
-    rendered (not written) until one does. A region whose cells are all NoData gives no tile and is no error.
-
-    Raises:
-        TilingError: names ``splits``, the regions in no split and those it lists.
-    """
-    if cfg.splits is None:
-        return
-    listed = {r for rs in cfg.splits.values() for r in rs}
-    strays = []
-    for region in sorted({p.region for p in placed} - listed):
-        cells = (p.cell for p in placed if p.region == region)
-        if any(render_pixels(cell, scenes, cfg, datasets) is not None for cell in cells):
-            strays.append(region)
-    if strays:
-        raise TilingError(
-            f"splits: region(s) {strays} of the tiles are in no split (splits lists {sorted(listed)}); every region "
-            "must be in exactly one split"
-        )
 
 
 # --------------------------------------------------------------------------------------------- the run
@@ -186,15 +200,6 @@ def _plan(cfg: TilingConfig, scenes: list[Scene], inventory: Inventory) -> tuple
     return cells, outside
 
 
-@dataclass(frozen=True)
-class Placed:
-    """A candidate cell inside a region: the polygons touching it and its RegionName."""
-
-    cell: GridCell
-    touching: list[int]
-    region: str
-
-
 def _place(cfg: TilingConfig, cells: list[GridCell], inventory: Inventory, region_of: RegionOf) -> list[Placed]:
     """The cells that lie in a region, each with its polygons and region (no pixel read).
 
@@ -224,8 +229,9 @@ def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = Fals
     starts fresh; ``tiling.json`` is written last. A re-run that finds every tile done rewrites nothing.
 
     Raises:
-        TilingError: a scene without CRS or with unusable bands, an empty polygon file, a polygon column that does
-            not exist, no overlap between polygons and scenes, a region in no split, an output that is not ours.
+        TilingError: a scene without CRS or with unusable bands, a scene the grid upsamples beyond
+            ``grid.max_resample_factor``, an empty polygon file, a polygon column that does not exist, no overlap
+            between polygons and scenes, a plan that breaks the split rules, an output that is not ours.
         LabelPolygonError: a polygon file without CRS (not GeoJSON) or unreadable.
     """
     root = Path(output)
@@ -238,9 +244,13 @@ def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = Fals
     finally:
         datasets.close()
     if not done.records:
-        raise TilingError(f"no tile of {len(plan.cells)} grid cells has a valid pixel in the scenes {cfg.scenes}")
+        raise TilingError(
+            f"no tile of {len(plan.cells)} grid cells has a valid pixel in the scenes {cfg.scenes}"
+            + (f" ({done.sparse} have fewer than min_valid_fraction {cfg.min_valid_fraction:g})" if done.sparse else "")
+        )
     _write_lists(root, cfg, done.records)
-    manifest = _manifest(root, cfg, fp, plan, done)
+    warnings = plan.warnings + _derivation_warnings(cfg, done.records)
+    manifest = _manifest(root, cfg, fp, plan, done, warnings)
     _write_manifest(root, manifest)
     return manifest
 
@@ -248,34 +258,45 @@ def tile_scenes(cfg: TilingConfig, output: str | Path, *, overwrite: bool = Fals
 @dataclass(frozen=True)
 class RunPlan:
     """A tiling run checked before its first tile: the scenes, the inventory, the candidate cells and those placed
-    in a region, the polygons outside every scene."""
+    in a region (with the plan's estimates), the polygons outside every scene, what the checks warned of."""
 
     scenes: list[Scene]
     inventory: Inventory
     cells: list[GridCell]
     placed: list[Placed]
     outside: int
+    warnings: list[str]
 
 
 def _checked_plan(cfg: TilingConfig, datasets: Datasets) -> RunPlan:
-    """Every input and setting checked, in this order, before a tile is written (tile_scenes' Raises)."""
+    """Every input and setting checked, in this order, before a tile is written (tile_scenes' Raises): the scenes'
+    headers, their native pixel against the grid's, the inventory and regions, the cells, the split rules."""
     scenes = check_scenes(cfg, datasets)
+    warnings = check_resampling(cfg, scenes, datasets)
+    for w in warnings:
+        log.warning("rts tile: %s", w)
     inventory = read_inventory(cfg)
     region_of = RegionOf(cfg, inventory)
     cells, outside = _plan(cfg, scenes, inventory)
-    placed = _place(cfg, cells, inventory, region_of)
-    _check_splits(cfg, placed, scenes, datasets)
-    return RunPlan(scenes, inventory, cells, placed, outside)
+    placed = with_estimates(
+        _place(cfg, cells, inventory, region_of), inventory, scene_footprints(scenes, datasets, cfg.grid.crs)
+    )
+    log.info(plan_line(len(cells), placed, cfg, len(scenes)))
+    split = check_split_rules(cfg, TileProbe(cfg, scenes, datasets, placed))
+    for w in split.warnings:
+        log.warning("rts tile: %s", w)
+    return RunPlan(scenes, inventory, cells, placed, outside, warnings + split.warnings)
 
 
 @dataclass
 class TiledCells:
     """The records of the tiles written (or kept), the tiles kept from an earlier run, the cells without a valid
-    pixel."""
+    pixel and those with fewer than min_valid_fraction."""
 
     records: list[dict[str, Any]]
     resumed: int
     empty: int
+    sparse: int = 0
 
 
 def _tile_all(root: Path, cfg: TilingConfig, plan: RunPlan, datasets: Datasets) -> TiledCells:
@@ -292,6 +313,8 @@ def _tile_all(root: Path, cfg: TilingConfig, plan: RunPlan, datasets: Datasets) 
             atomic_write_json(record_path(root, p.cell.tile_id), record)
         if record["status"] == "written":
             done.records.append(record)
+        elif record["status"] == "sparse":
+            done.sparse += 1
         else:
             done.empty += 1
         if (k + 1) % 100 == 0:
@@ -310,7 +333,28 @@ def _write_lists(root: Path, cfg: TilingConfig, records: list[dict[str, Any]]) -
         (root / SPLITS_YAML).unlink(missing_ok=True)  # one of an earlier run with splits: ingestion derives them
 
 
-def _manifest(root: Path, cfg: TilingConfig, fp: str, plan: RunPlan, done: TiledCells) -> TilingManifest:
+def _derivation_warnings(cfg: TilingConfig, records: list[dict[str, Any]]) -> list[str]:
+    """Without config splits, the derivation ingestion will run, on the tiles written: the plan's check passed on
+    estimates (NoData inside a scene can leave fewer tiles and positives), so a failure here is a warning."""
+    if cfg.splits is not None:
+        return []
+    rules = cfg.split_rules
+    try:
+        derive_splits(
+            [r["row"] for r in records],
+            min_test_positives=rules.min_test_positives,
+            min_val_regions=rules.min_val_regions,
+        )
+    except SplitError as err:
+        warning = f"the split ingestion derives (no splits in the config) fails on the tiles written: {err}"
+        log.warning("rts tile: %s", warning)
+        return [warning]
+    return []
+
+
+def _manifest(
+    root: Path, cfg: TilingConfig, fp: str, plan: RunPlan, done: TiledCells, warnings: list[str]
+) -> TilingManifest:
     """What the run tiled, how, and what came out."""
     records = done.records
     regions = Counter(r["row"]["RegionName"] for r in records)
@@ -330,12 +374,15 @@ def _manifest(root: Path, cfg: TilingConfig, fp: str, plan: RunPlan, done: Tiled
             positive=n_pos,
             negative=len(records) - n_pos,
             skipped_no_valid_pixels=done.empty,
+            skipped_sparse=done.sparse,
+            estimated_tiles=sum(p.coverage >= cfg.min_valid_fraction for p in plan.placed),
             skipped_outside_regions=len(plan.cells) - len(plan.placed),
             polygons=len(plan.inventory.geoms),
             polygons_labelled=len(labelled),
             polygons_outside_scenes=plan.outside,
         ),
         resumed_tiles=done.resumed,
+        warnings=warnings,
     )
 
 
@@ -362,10 +409,13 @@ def _tile(
     touching: list[int],
     region: str,
 ) -> dict[str, Any]:
-    """Render and write one tile; its record (status written or empty)."""
+    """Render and write one tile; its record (status written, empty: no valid pixel, or sparse: fewer than
+    min_valid_fraction, not written)."""
     px = render_pixels(cell, scenes, cfg, datasets)
     if px is None:
         return {"tile_id": cell.tile_id, "status": "empty", "files": {}}
+    if not kept(px, cfg):
+        return {"tile_id": cell.tile_id, "status": "sparse", "files": {}, "valid_fraction": float(px.valid.mean())}
     label, uids = tile_labels(cell, inventory, touching, px.valid)
     files = write_tile(root, cell, px, label, cfg)
     lon, lat = tile_lonlat(cell, cfg.grid.crs)

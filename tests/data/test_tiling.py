@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,11 @@ def write_scene(
     seed: int = 0,
     dtype: str = "uint8",
     crs: str | None = UTM,
+    gsd: float = GSD,
 ) -> Path:
     """A textured scene with the polygons painted bright; RGB + alpha (+ NIR), or RGB with nodata 0."""
     rng = np.random.default_rng(seed)
-    transform = from_origin(x0, Y0, GSD, GSD)
+    transform = from_origin(x0, Y0, gsd, gsd)
     yy, xx = np.mgrid[0:size, 0:size]
     base = 90 + 25 * np.sin(xx / 7.0 + seed) * np.cos(yy / 11.0)
     rgb = np.stack([base + rng.normal(0, 6, (size, size)) + d for d in (0, 8, -6)])
@@ -95,11 +97,14 @@ def write_scene(
     return path
 
 
-def write_gpkg(path: Path, polygons: list[shapely.Polygon], regions: list[str], crs: str | None = "EPSG:4326") -> Path:
-    """The inventory as a GeoPackage in EPSG:4326 (pyogrio.raw.write; geopandas is not a dependency)."""
+def write_gpkg(
+    path: Path, polygons: list[shapely.Polygon], regions: list[str], crs: str | None = "EPSG:4326", src: str = UTM
+) -> Path:
+    """The inventory (``polygons`` in ``src``) as a GeoPackage in ``crs`` (pyogrio.raw.write; geopandas is not a
+    dependency)."""
     import pyogrio
 
-    geoms = [shapely.geometry.shape(transform_geom(UTM, crs or UTM, shapely.geometry.mapping(p))) for p in polygons]
+    geoms = [shapely.geometry.shape(transform_geom(src, crs or src, shapely.geometry.mapping(p))) for p in polygons]
     uids = np.array([f"RTS-{i:03d}" for i in range(len(polygons))], dtype=object)
     pyogrio.raw.write(
         path,
@@ -119,6 +124,7 @@ def base_config(tmp: Path, **over: Any) -> dict[str, Any]:
         "polygons": {"path": "rts.gpkg", "id_column": "UID"},
         "regions": {"column": "Region"},
         "grid": {"pixel_size": PX, "tile_size": TILE},
+        "splits": {"train": ["west", "east"]},  # a root of train tiles: the split rules hold with one region
         "output": "tiles",
     }
     doc.update(over)
@@ -195,9 +201,10 @@ def test_layout_files_georeferencing_and_metadata(mosaic: Path) -> None:
 
 
 def test_tiles_line_up_across_two_scenes_and_the_first_valid_pixel_wins(mosaic: Path) -> None:
-    both = tile_scenes(config(mosaic), mosaic / "both")
-    only_a = tile_scenes(config(mosaic, scenes=["scenes/a.tif"], output="a"), mosaic / "a")
-    only_b = tile_scenes(config(mosaic, scenes=["scenes/b.tif"], output="b"), mosaic / "b")
+    every = {"min_valid_fraction": 0.0}  # a seam tile sparse in each scene alone is whole in both: count them all
+    both = tile_scenes(config(mosaic, **every), mosaic / "both")
+    only_a = tile_scenes(config(mosaic, scenes=["scenes/a.tif"], output="a", **every), mosaic / "a")
+    only_b = tile_scenes(config(mosaic, scenes=["scenes/b.tif"], output="b", **every), mosaic / "b")
     ids = {p: {r["Tile_id"] for r in metadata(mosaic / p)} for p in ("both", "a", "b")}
     seam = ids["a"] & ids["b"]
     assert seam, "tiles of the two scenes share grid cells along the seam"
@@ -223,7 +230,7 @@ def test_tiles_line_up_across_two_scenes_and_the_first_valid_pixel_wins(mosaic: 
 def test_rgb_is_resampled_bilinear_and_validity_nearest(tmp_path: Path) -> None:
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, nodata_cols=60, seed=3)
-    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
     cfg = config(tmp_path)
     tile_scenes(cfg, tmp_path / "tiles")
     for r in metadata(tmp_path / "tiles"):
@@ -238,7 +245,7 @@ def test_an_rts_running_into_nodata_is_ignore_and_nodata_is_ignore(tmp_path: Pat
     (tmp_path / "scenes").mkdir()
     into_nodata = blob(X0 + 45, Y0 - 420, 40, 2)  # its west part lies in the scene's NoData columns
     write_scene(tmp_path / "scenes" / "a.tif", X0, [into_nodata], nodata_cols=20, seed=4)
-    write_gpkg(tmp_path / "rts.gpkg", [into_nodata], ["r"])
+    write_gpkg(tmp_path / "rts.gpkg", [into_nodata], ["west"])
     cfg = config(tmp_path)
     tile_scenes(cfg, tmp_path / "tiles")
     geom = transform_geom(UTM, "EPSG:3857", shapely.geometry.mapping(into_nodata))
@@ -268,7 +275,7 @@ def test_partial_object_on_a_tile_edge_is_255_in_both_tiles(tmp_path: Path) -> N
     edge, whole = blob(ux[0], uy[0], 40, 7), blob(cx[0], cy[0], 15, 8)
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, [edge, whole], seed=5)
-    write_gpkg(tmp_path / "rts.gpkg", [edge, whole], ["r", "r"])
+    write_gpkg(tmp_path / "rts.gpkg", [edge, whole], ["west", "west"])
     cfg = config(tmp_path)
     tile_scenes(cfg, tmp_path / "tiles")
     values: dict[int, list[set[int]]] = {0: [], 1: []}
@@ -287,11 +294,13 @@ def test_partial_object_on_a_tile_edge_is_255_in_both_tiles(tmp_path: Path) -> N
 def test_tiles_without_valid_pixels_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS[1:], nodata_cols=SIZE - 40, seed=6)  # 40 valid columns
-    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:], ["r", "r"])
+    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:], ["west", "west"])
     cfg = config(tmp_path)
     out = tile_scenes(cfg, tmp_path / "tiles")
     assert out.counts.skipped_no_valid_pixels > 0
-    assert out.counts.tiles + out.counts.skipped_no_valid_pixels == out.counts.candidate_tiles
+    assert (
+        out.counts.tiles + out.counts.skipped_no_valid_pixels + out.counts.skipped_sparse == out.counts.candidate_tiles
+    )
     written = {p.stem for p in (tmp_path / "tiles" / "PLANET-RGB").glob("*.tif")}
     assert written == {r["Tile_id"] for r in metadata(tmp_path / "tiles")}
     for tid in written:
@@ -424,7 +433,10 @@ def test_another_identity_is_set_aside_and_tiled_afresh_never_mixed(
     # --overwrite deletes the earlier run instead (the set-aside folders stay); a directory not ours is refused
     rendered.clear()
     fresh = tile_scenes(only_a, root, overwrite=True)
-    assert fresh.resumed_tiles == 0 and len(rendered) == fresh.counts.tiles + fresh.counts.skipped_no_valid_pixels
+    assert (
+        fresh.resumed_tiles == 0
+        and len(rendered) == fresh.counts.tiles + fresh.counts.skipped_no_valid_pixels + fresh.counts.skipped_sparse
+    )
     assert len(set_aside_folders(root)) == 2 and fresh.counts.tiles == len(metadata(root))
     (mosaic / "mine").mkdir()
     (mosaic / "mine" / "notes.txt").write_text("keep me")
@@ -451,7 +463,9 @@ def test_a_code_edit_in_the_tiling_closure_retiles_from_scratch(
     with caplog.at_level("WARNING", logger="rtscore"):
         out = tile_scenes(cfg, root)
     assert out.resumed_tiles == 0
-    assert len(rendered) == out.counts.tiles + out.counts.skipped_no_valid_pixels, "every cell cut again"
+    assert len(rendered) == out.counts.tiles + out.counts.skipped_no_valid_pixels + out.counts.skipped_sparse, (
+        "every cell cut again"
+    )
     [folder] = set_aside_folders(root)
     assert any(f"set aside in {folder}" in r.getMessage() for r in caplog.records)
     assert tree(folder) == reference
@@ -509,7 +523,7 @@ def test_kill_9_during_rts_tile_resumes_to_the_bytes_of_an_uninterrupted_run(
 
     (mosaic / "tile.yaml").write_text(yaml.safe_dump(base_config(mosaic)))
     reference = tile_scenes(load_tiling_config(mosaic / "tile.yaml"), mosaic / "reference")
-    total = reference.counts.tiles + reference.counts.skipped_no_valid_pixels
+    total = reference.counts.tiles + reference.counts.skipped_no_valid_pixels + reference.counts.skipped_sparse
     assert total >= 8
     root = mosaic / "tiles"
     records = root / ".rts-tile" / "tiles"
@@ -546,7 +560,7 @@ def test_kill_9_during_rts_tile_resumes_to_the_bytes_of_an_uninterrupted_run(
 def test_ndvi_from_scene_bands_and_a_companion_dem_in_another_crs(tmp_path: Path) -> None:
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, nir=True, seed=7)
-    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
     dem = tmp_path / "dem.tif"  # a DEM in lon/lat: elevation = 1000 * (lon + 148)
     lon0, lat0, res = -147.1, 65.1, 0.0005
     lon = lon0 + res * (np.arange(400) + 0.5)
@@ -613,12 +627,12 @@ def test_regions_from_a_region_polygon_file(mosaic: Path) -> None:
     )
     polys = [*POLYS, blob(east + 200, Y0 - 150, 50, 4)]
     write_gpkg(mosaic / "rts.gpkg", polys, ["x"] * 4)
-    cfg = config(mosaic, regions={"path": "regions.gpkg", "name_column": "name"})
+    splits = {"train": ["tundra west", "tundra east"]}
+    cfg = config(mosaic, regions={"path": "regions.gpkg", "name_column": "name"}, splits=splits)
     out = tile_scenes(cfg, mosaic / "tiles")
     assert set(out.regions) == {"tundra west", "tundra east"} and out.counts.skipped_outside_regions > 0
-    assert out.counts.tiles + out.counts.skipped_outside_regions + out.counts.skipped_no_valid_pixels == (
-        out.counts.candidate_tiles
-    )
+    c = out.counts
+    assert c.tiles + c.skipped_outside_regions + c.skipped_no_valid_pixels + c.skipped_sparse == c.candidate_tiles
     write_gpkg(mosaic / "rts.gpkg", [*polys, blob(east + 400, Y0 - 500, 40, 9)], ["x"] * 5)  # in no region
     with pytest.raises(TilingError, match=r"regions.gpkg: tile c-?\d+_r\d+ holds RTS \['RTS-004'\] .* no region"):
         tile_scenes(cfg, mosaic / "tiles2")
@@ -641,7 +655,7 @@ def test_a_region_in_no_split_is_refused_only_when_it_would_hold_a_tile(tmp_path
 
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS[1:2], nodata_cols=SIZE - 60, seed=6)  # valid: x >= 420 m
-    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:2], ["r"])
+    write_gpkg(tmp_path / "rts.gpkg", POLYS[1:2], ["west"])
     boxes = [shapely.box(X0 - 100, Y0 - 700, X0 + 150, Y0 + 100), shapely.box(X0 + 150, Y0 - 700, X0 + 800, Y0 + 100)]
     pyogrio.raw.write(
         tmp_path / "regions.gpkg",
@@ -695,7 +709,7 @@ def test_a_scene_without_crs_is_refused_naming_the_file(mosaic: Path) -> None:
 def test_uint16_and_unmapped_four_band_scenes_are_refused(tmp_path: Path) -> None:
     (tmp_path / "scenes").mkdir()
     write_scene(tmp_path / "scenes" / "a.tif", X0, POLYS, dtype="uint16")
-    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
     with pytest.raises(TilingError, match=r"a\.tif: RGB bands are uint16"):
         tile_scenes(config(tmp_path), tmp_path / "tiles")
     data = np.full((4, SIZE, SIZE), 50, np.uint8)  # B, G, R, NIR, no colour interpretation (Planet analytic order)
@@ -710,14 +724,14 @@ def test_uint16_and_unmapped_four_band_scenes_are_refused(tmp_path: Path) -> Non
 
 
 def test_polygons_without_crs_are_refused_naming_the_file(mosaic: Path) -> None:
-    write_gpkg(mosaic / "rts.gpkg", POLYS, ["r"] * 3, crs=None)
+    write_gpkg(mosaic / "rts.gpkg", POLYS, ["west"] * 3, crs=None)
     with pytest.raises(LabelPolygonError, match=r"rts\.gpkg: declares no CRS"):
         tile_scenes(config(mosaic), mosaic / "tiles")
 
 
 def test_polygons_that_overlap_no_scene_are_refused(mosaic: Path) -> None:
     far = [shapely.affinity.translate(p, 50_000, 0) for p in POLYS]
-    write_gpkg(mosaic / "rts.gpkg", far, ["r"] * 3)
+    write_gpkg(mosaic / "rts.gpkg", far, ["west"] * 3)
     with pytest.raises(TilingError, match=r"rts\.gpkg: none of its 3 polygons overlaps the 2 scene\(s\)"):
         tile_scenes(config(mosaic), mosaic / "tiles")
     assert not (mosaic / "tiles").exists()
@@ -763,7 +777,7 @@ def test_cli_tiles_and_errors_are_one_line(mosaic: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert f"wrote {mosaic / 'cli'}" in out and "positive" in out
     assert (mosaic / "cli" / "metadata.csv").is_file() and not (mosaic / "tiles").exists()
-    write_gpkg(mosaic / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(mosaic / "rts.gpkg", POLYS, ["west"] * 3)
     (mosaic / "tile.yaml").write_text(yaml.safe_dump(base_config(mosaic, regions={"column": "Regoin"})))
     assert main(["tile", "--config", str(mosaic / "tile.yaml")]) == 2
     err = capsys.readouterr().err
@@ -775,6 +789,193 @@ def test_the_example_config_loads_with_paths_relative_to_it() -> None:
     cfg = load_tiling_config(root / "configs" / "tiling" / "example.yaml")
     assert cfg.output == str(root / "configs" / "tiling" / ".." / ".." / "data" / "my-tiles")
     assert [e.name for e in cfg.extra] == ["ndvi"] and cfg.grid.pixel_size == 4.77 and cfg.grid.tile_size == 512
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+SPAN = TILE * PX  # one tile of the grid, in EPSG:3857 units
+COL0, ROW0 = -26800, 15742  # a grid cell near the scenes above (~65° N)
+
+
+def grid_scene(path: Path, cols: int, *, rows: int = 1, strip_px: int = 0, dark: tuple[int, ...] = ()) -> Path:
+    """An RGB + alpha scene in EPSG:3857 on the tile grid: cells COL0 .. COL0 + cols - 1 of rows ROW0 and down,
+    plus ``strip_px`` pixels into the next column (a sliver); the cell columns in ``dark`` are NoData (alpha 0)."""
+    rng = np.random.default_rng(len(path.name))
+    h, w = rows * TILE, cols * TILE + strip_px
+    rgb = rng.integers(30, 220, (3, h, w), dtype=np.uint8)
+    alpha = np.full((1, h, w), 255, np.uint8)
+    for c in dark:
+        alpha[:, :, c * TILE : (c + 1) * TILE] = 0
+    profile = {"driver": "GTiff", "height": h, "width": w, "count": 4, "dtype": "uint8", "crs": "EPSG:3857"}
+    with rasterio.open(path, "w", **profile, transform=from_origin(COL0 * SPAN, (ROW0 + 1) * SPAN, PX, PX)) as f:
+        f.write(np.concatenate([rgb, alpha]))
+        f.colorinterp = [ColorInterp.red, ColorInterp.green, ColorInterp.blue, ColorInterp.alpha]
+    return path
+
+
+def cell_rts(col: int, row: int = ROW0, r: float = 120.0) -> shapely.Polygon:
+    """An RTS outline (EPSG:3857) wholly inside grid cell (col, row)."""
+    return blob((col + 0.5) * SPAN, (row + 0.5) * SPAN, r, seed=abs(col))
+
+
+def region_scenes(tmp_path: Path, regions: list[str], *, dark: tuple[int, ...] = ()) -> Path:
+    """One grid scene of ``len(regions)`` cells west to east, an RTS wholly inside each, cell k in ``regions[k]``."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", len(regions), dark=dark)
+    polys = [cell_rts(COL0 + k) for k in range(len(regions))]
+    write_gpkg(tmp_path / "rts.gpkg", polys, regions, crs="EPSG:3857", src="EPSG:3857")
+    return tmp_path
+
+
+def test_split_rules_are_checked_on_the_plan_before_any_tile_and_every_problem_is_listed(tmp_path: Path) -> None:
+    """Issue 23 point 6: with `splits`, a val split spanning fewer regions than the pipeline's min_val_regions, a
+    split whose regions get no tile and regions in no split are all named in one error before any tile is written;
+    a region that gets no tile (no cell, or all NoData) is named in a warning."""
+    region_scenes(tmp_path, ["r1", "r2", "r3", "r4", "dark"], dark=(4,))
+    bad = {"train": ["r1"], "val": ["r2"], "test": ["ghost", "dark"]}
+    with pytest.raises(TilingError) as err:
+        tile_scenes(config(tmp_path, splits=bad), tmp_path / "tiles")
+    text = str(err.value)
+    assert "splits: region(s) ['r3', 'r4'] of the tiles are in no split" in text
+    assert "splits.val: spans 1 region(s) with a tile ['r2']; split_rules.min_val_regions is 2" in text
+    assert "splits.test: none of its regions gets a tile: 'ghost' (no grid cell of the scenes is in it)" in text
+    assert re.search(r"'dark' \(none of its \d cell\(s\) has at least 20% valid pixels, min_valid_fraction\)", text)
+    assert not (tmp_path / "tiles").exists(), "refused before the first tile"
+
+    # the rule's threshold is the tiling config's split_rules (the pipeline's splits.min_val_regions, default 2)
+    one = {"train": ["r1", "dark"], "val": ["r2"], "test": ["r3", "r4", "ghost"]}
+    rules = {"min_val_regions": 1}
+    out = tile_scenes(config(tmp_path, splits=one, split_rules=rules), tmp_path / "tiles")
+    assert set(out.regions) == {"r1", "r2", "r3", "r4"} and out.counts.tiles == 4
+    [dark, ghost, thin] = out.warnings
+    assert dark.startswith("splits.train: region(s) that get no tile: 'dark' (none of its")
+    assert ghost == "splits.test: region(s) that get no tile: 'ghost' (no grid cell of the scenes is in it)"
+    assert "splits.test: about 2 tile(s) hold an RTS whole" in thin and "min_test_positives=100" in thin
+    assert json.loads((tmp_path / "tiles" / "tiling.json").read_text())["warnings"] == out.warnings
+
+
+def test_without_splits_the_derivation_is_run_on_the_plan_and_refused_early(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 point 6: without `splits`, ingestion derives the split; `rts tile` runs the same derivation on its
+    plan (tiles per region, cells holding an RTS whole) and refuses a root it cannot split, naming every rule."""
+    from rtscore.config.pipeline import SplitsConfig
+    from rtscore.data.geotiff.root_splits import derive_root_splits
+
+    regions = ["r1", "r2", "r3"]
+    region_scenes(tmp_path, regions)
+    with pytest.raises(TilingError) as err:
+        tile_scenes(config(tmp_path, splits=None), tmp_path / "tiles")
+    text = str(err.value)
+    assert "no splits in the config, so ingestion derives the split" in text
+    assert "3 region(s) get a tile; the derivation needs at least 4 (test, split_rules.min_val_regions=2" in text
+    assert "at most 3 tile(s) hold an RTS whole; test alone needs split_rules.min_test_positives=100" in text
+    assert not (tmp_path / "tiles").exists()
+
+    # ten regions, one positive tile each: 80/10/10 by region; derivable with a test floor of 1 positive tile
+    tmp = tmp_path / "ten"
+    tmp.mkdir()
+    region_scenes(tmp, [f"r{k}" for k in range(10)])
+    rules = {"min_val_regions": 1, "min_test_positives": 1}
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rtscore"):
+        out = tile_scenes(config(tmp, splits=None, split_rules=rules), tmp / "tiles")
+    [plan] = [r.getMessage() for r in caplog.records if "plan:" in r.getMessage()]
+    assert f"plan: {out.counts.candidate_tiles} grid cells of 64 px at 9.54 EPSG:3857 units over 1 scene(s)" in plan
+    assert "about 10 tiles (cells at least 20% inside a scene; 0.041 Mpx), about 10 holding an RTS whole" in plan
+    assert out.counts.tiles == out.counts.estimated_tiles == out.counts.positive == 10 and out.warnings == []
+    assert not (tmp / "tiles" / "splits.yaml").exists()
+    derived = derive_root_splits(tmp / "tiles", rules=SplitsConfig(min_val_regions=1, min_test_positives=1))
+    assert derived is not None and sorted(r for rs in derived.splits.values() for r in rs) == sorted(out.regions)
+    # three positive tiles for test: three regions of ten, 30 % of the tiles, off 80/10/10 (the derivation's rule 4)
+    with pytest.raises(TilingError, match=r"no region-level split satisfies .* tile shares off 80/10/10") as err:
+        tile_scenes(config(tmp, splits=None, split_rules={"min_val_regions": 1, "min_test_positives": 3}), tmp / "t2")
+    assert "in 10 region(s)" in str(err.value) and not (tmp / "t2").exists()
+
+
+def test_sliver_tiles_under_min_valid_fraction_are_not_written_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 23 point 7: a scene whose east edge reaches 3 pixels into a cell column gives two sliver tiles (192
+    valid pixels of 4096, 4.7 %): under min_valid_fraction (default 0.2) they are not written, counted in
+    tiling.json and the summary line; the fraction is part of the run's identity."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", 2, rows=2, strip_px=3)
+    write_gpkg(tmp_path / "rts.gpkg", [cell_rts(COL0)], ["west"], crs="EPSG:3857", src="EPSG:3857")
+    (tmp_path / "tile.yaml").write_text(yaml.safe_dump(base_config(tmp_path)))
+    assert main(["tile", "--config", str(tmp_path / "tile.yaml")]) == 0
+    assert "2 sparse (under 20% valid, min_valid_fraction) skipped" in capsys.readouterr().out
+    root = tmp_path / "tiles"
+    manifest = json.loads((root / "tiling.json").read_text())
+    assert manifest["config"]["min_valid_fraction"] == 0.2
+    c = manifest["counts"]
+    assert (c["candidate_tiles"], c["tiles"], c["skipped_sparse"], c["estimated_tiles"]) == (6, 4, 2, 4)
+    slivers = {f"c{COL0 + 2}_r{ROW0}", f"c{COL0 + 2}_r{ROW0 - 1}"}
+    assert {r["tile_id"] for r in iter_records(root) if r["status"] == "sparse"} == slivers
+    assert {p.stem for p in (root / "PLANET-RGB").glob("*.tif")} == {r["Tile_id"] for r in metadata(root)}
+    assert not slivers & {r["Tile_id"] for r in metadata(root)}
+    assert all(r["valid_fraction"] == 3 / TILE for r in iter_records(root) if r["status"] == "sparse")
+
+    every = tile_scenes(config(tmp_path, min_valid_fraction=0.0), root)  # another identity: set aside, re-cut
+    assert every.resumed_tiles == 0 and every.counts.tiles == 6 and every.counts.skipped_sparse == 0
+    assert len(set_aside_folders(root)) == 1
+    with rasterio.open(root / "PLANET-RGB" / f"c{COL0 + 2}_r{ROW0}.tif") as f:
+        assert int((f.read(4) > 0).sum()) == 3 * TILE
+
+
+def test_a_coarse_scene_is_refused_before_any_tile_naming_its_pixel_size_and_both_fixes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 point 8: a 300 m UTM scene on a ~10 m Web Mercator grid would be upsampled ~74x (710 Mercator
+    units at 65° N); refused before any tile, naming each scene, its native pixel, the factor and the two fixes.
+    A grid near the native size tiles it; a scene downsampled more than 2x without average resampling warns."""
+    (tmp_path / "scenes").mkdir()
+    coarse = [blob(X0 + 6000, Y0 - 6000, 3000, 1)]
+    write_scene(tmp_path / "scenes" / "a.tif", X0, coarse, size=40, gsd=300.0, seed=1)
+    write_scene(tmp_path / "scenes" / "b.tif", X0 + 12_000, coarse, size=40, gsd=300.0, seed=2)
+    write_gpkg(tmp_path / "rts.gpkg", coarse, ["west"])
+    west = {"train": ["west"]}
+    with pytest.raises(TilingError) as err:
+        tile_scenes(config(tmp_path, splits=west), tmp_path / "tiles")
+    text = str(err.value)
+    assert text.startswith("grid: 2 scene(s) would be upsampled more than 4x:")
+    for name in ("a.tif", "b.tif"):
+        line = next(ln for ln in text.splitlines() if f"{name}:" in ln)
+        assert "native pixel 300 x 300 metre (EPSG:32606)" in line and "upsamples it 7" in line
+        assert "set grid.pixel_size to about 7" in line and "or raise grid.max_resample_factor to 7" in line
+    assert not (tmp_path / "tiles").exists(), "refused before the first tile"
+
+    native = float(text.split("set grid.pixel_size to about ")[1].split(" ")[0])
+    out = tile_scenes(config(tmp_path, grid={"pixel_size": native, "tile_size": 32}, splits=west), tmp_path / "tiles")
+    assert out.counts.tiles > 0 and out.warnings == []
+
+    # downsampling: 3 m scenes onto a ~28 Mercator-unit grid (4x) warn with bilinear, not with average
+    for name in ("a.tif", "b.tif"):
+        write_scene(tmp_path / "scenes" / name, X0 if name == "a.tif" else X0 + 600, POLYS, seed=3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
+    grid = {"pixel_size": 4 * 7.1, "tile_size": 32}
+    with caplog.at_level("WARNING", logger="rtscore"):
+        warned = tile_scenes(config(tmp_path, grid=grid, splits=west), tmp_path / "down")
+    assert len(warned.warnings) == 2 and "downsamples it 4.0x with bilinear" in warned.warnings[0]
+    assert "set resampling: average" in warned.warnings[0] and any("a.tif" in r.getMessage() for r in caplog.records)
+    assert tile_scenes(config(tmp_path, grid=grid, resampling="average", splits=west), tmp_path / "avg").warnings == []
+
+
+def test_the_split_rules_default_to_the_pipeline_configs() -> None:
+    from rtscore.config.pipeline import SplitsConfig
+
+    cfg = parse_config(TilingConfig, {"scenes": ["a"], "polygons": {"path": "p"}, "regions": {"name": "r"}})
+    pipeline = SplitsConfig()
+    assert (cfg.split_rules.min_val_regions, cfg.split_rules.min_test_positives) == (
+        pipeline.min_val_regions,
+        pipeline.min_test_positives,
+    )
+    assert cfg.min_valid_fraction == 0.2 and cfg.grid.max_resample_factor == 4.0
+    with pytest.raises(ConfigError, match="min_valid_fraction"):
+        parse_config(
+            TilingConfig,
+            {"scenes": ["a"], "polygons": {"path": "p"}, "regions": {"name": "r"}, "min_valid_fraction": 1},
+        )
 
 
 # ------------------------------------------------------------------------------------------------ acceptance
@@ -827,7 +1028,8 @@ def test_rts_tile_to_ingestion_to_a_package(prefect_harness: None, tmp_path: Pat
     write_gpkg(tmp_path / "rts.gpkg", polys, regions)
     splits = {"train": ["north slope", "brooks foothills"], "val": ["yukon flats"], "test": ["seward lowland"]}
     extra = [{"name": "ndvi", "kind": "ndvi", "nir": {"band": 4}, "red": {"band": 0}}]
-    doc = base_config(tmp_path, splits=splits, extra=extra)
+    rules = {"min_val_regions": 1}  # the pipeline's below: a 2.4 km mosaic has one val region
+    doc = base_config(tmp_path, splits=splits, split_rules=rules, extra=extra)
     (tmp_path / "tile.yaml").write_text(yaml.safe_dump(doc))
     assert main(["tile", "--config", str(tmp_path / "tile.yaml")]) == 0
     root = tmp_path / "tiles"
