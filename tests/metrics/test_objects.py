@@ -71,12 +71,12 @@ def test_small_blobs_dropped_on_both_sides() -> None:
     logits[30:33, 30:33] = HIGH  # 9 px prediction: dropped, not an FP
     target[10:20, 10:20] = 1
     logits[10:20, 10:20] = HIGH
-    tile = match_objects(logits, target, min_blob_size_px=16)
+    tile = match_objects(logits, target, min_pixels=16)
     assert counts(tile) == [(1, 0, 0)] * 3
-    assert counts(match_objects(logits, target, min_blob_size_px=1)) == [(1, 1, 1)] * 3
+    assert counts(match_objects(logits, target, min_pixels=1)) == [(1, 1, 1)] * 3
     only_small = target.copy()
     only_small[10:20, 10:20] = 0
-    tile = match_objects(np.full_like(logits, LOW), only_small)
+    tile = match_objects(np.full_like(logits, LOW), only_small, min_pixels=16)
     assert tile.is_positive_tile and counts(tile) == [(0, 0, 0)] * 3  # positive tile, no GT object
 
 
@@ -115,7 +115,11 @@ def test_counter_reweights_negative_tile_false_positives() -> None:
     neg_l, neg_t = canvas()
     neg_l[30:40, 30:40] = HIGH  # one FP on a negative tile
     counter = ObjectCounter()
-    counter.add_batch(torch.from_numpy(np.stack([pos_l, neg_l]))[:, None], torch.from_numpy(np.stack([pos_t, neg_t])))
+    counter.add_batch(
+        torch.from_numpy(np.stack([pos_l, neg_l]))[:, None],
+        torch.from_numpy(np.stack([pos_t, neg_t])),
+        torch.tensor([22.75, 22.75], dtype=torch.float64),
+    )
     assert (counter.n_pos_tiles, counter.n_neg_tiles) == (1, 1)
     natural = object_metrics(counter)[0.3]
     assert (natural.tp, natural.fp, natural.fn) == (1, 1, 0) and natural.precision == 0.5
@@ -128,12 +132,12 @@ def test_counter_reweights_negative_tile_false_positives() -> None:
 
 
 def test_recall_by_size_and_empty_counter() -> None:
-    counter = ObjectCounter(min_blob_size_px=4)
+    counter = ObjectCounter(min_object_area_m2=4.0)
     logits, target = canvas()
     target[2:4, 2:4] = 1  # 4 px, missed
     target[10:20, 10:20] = 1  # 100 px, found
     logits[10:20, 10:20] = HIGH
-    counter.add(match_objects(logits, target, min_blob_size_px=4))
+    counter.add_tile(logits, target, pixel_area_m2=1.0)
     n, recall = recall_by_size(counter, [0, 10, 1000, 5000], 0.5)
     assert n.tolist() == [1, 1, 0]
     assert recall[:2].tolist() == [0.0, 1.0] and math.isnan(recall[2])
