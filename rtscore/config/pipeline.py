@@ -355,12 +355,18 @@ class ModelConfig(StrictModel):
 # pixel are 364 m²; 350 m² converts to those same 16 px there (ceil(350 / 22.75) = 16), so synthetic runs keep their
 # results, and is a sixth of the smallest RTS the guide describes (~50 m across, ~2,000 m²): speckle goes, no RTS.
 DEFAULT_MIN_OBJECT_AREA_M2 = 350.0
-MIN_BLOB_SIZE_RENAMED = (
-    "min_blob_size_px was replaced by min_object_area_m2: object sizes are ground areas, the same at every pixel "
-    "size and in `rts map` (a size in pixels dropped every object under 1.4 km² at 300 m). Write "
-    "metrics.min_object_area_m2: {px} px x the ground area of one pixel of your tiles in m² (16 px x 22.75 m² at "
-    "4.77 m = 364 m²; default 350), and delete min_blob_size_px"
-)
+
+
+def min_blob_size_renamed(px: Any) -> str:
+    """The message of a config that still sets ``metrics.min_blob_size_px``: the new key and the conversion."""
+    n = px if isinstance(px, int | float) and not isinstance(px, bool) and px > 0 else 16
+    return (
+        "min_blob_size_px was replaced by min_object_area_m2: object sizes are ground areas, the same at every pixel "
+        "size and in `rts map` (a size in pixels dropped every object under 1.4 km² at 300 m). Write "
+        f"metrics.min_object_area_m2 in m²: {n:g} px x the ground area of one pixel of your tiles ({n:g} px at 4.77 m "
+        f"= {n * 4.77**2:,.0f} m², at 300 m = {n * 300.0**2:,.0f} m²; default {DEFAULT_MIN_OBJECT_AREA_M2:g} m², 16 px "
+        "at 4.77 m), and delete min_blob_size_px"
+    )
 
 
 class MetricsConfig(StrictModel):
@@ -399,7 +405,7 @@ class MetricsConfig(StrictModel):
     @classmethod
     def _renamed_keys(cls, data: Any) -> Any:
         if isinstance(data, dict) and "min_blob_size_px" in data:
-            raise ValueError(MIN_BLOB_SIZE_RENAMED.format(px=data["min_blob_size_px"]))
+            raise ValueError(min_blob_size_renamed(data["min_blob_size_px"]))
         return data
 
     @field_validator("ratios")

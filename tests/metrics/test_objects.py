@@ -153,3 +153,44 @@ def test_bad_arguments_raise() -> None:
         match_objects(logits, target[:10])
     with pytest.raises(ValueError, match="expects"):
         ObjectCounter([0.5]).add(match_objects(logits, target))
+
+
+def test_the_minimum_object_area_in_pixels_of_each_tile() -> None:
+    """Issue 23 (4): metrics.min_object_area_m2 converted with each tile's own ground pixel, at least 1 px."""
+    from rtscore.metrics import min_object_pixels, reaches_min_area
+
+    synthetic = 4.77**2  # the synthetic 4.77 m ground pixel: the default is the old 16 px there
+    assert min_object_pixels(350.0, synthetic) == 16
+    assert min_object_pixels(16 * synthetic, synthetic) == 16  # exactly 16 px of area: 16 px, not 17
+    assert reaches_min_area(16 * synthetic, 16 * synthetic) and not reaches_min_area(15 * synthetic, 16 * synthetic)
+    assert min_object_pixels(350.0, 300.0**2) == 1  # 300 m: one pixel is 90,000 m², every object is over 350 m²
+    assert min_object_pixels(200_000.0, 300.0**2) == 3
+    assert min_object_pixels(0.0, 9.0) == 1
+    with pytest.raises(ValueError, match="pixel_area_m2"):
+        min_object_pixels(350.0, 0.0)
+    with pytest.raises(ValueError, match="min_object_area_m2"):
+        ObjectCounter(min_object_area_m2=-1.0)
+
+
+def test_the_counter_drops_objects_by_ground_area_per_tile() -> None:
+    """One 9 px object on a tile of 4.77 m pixels (205 m²) is under 350 m²; the same 9 px at 10 m (900 m²) is not."""
+    logits, target = canvas()
+    target[2:5, 2:5] = 1
+    logits[2:5, 2:5] = HIGH
+    counter = ObjectCounter(min_object_area_m2=350.0)
+    fine = counter.add_tile(logits, target, pixel_area_m2=4.77**2)
+    coarse = counter.add_tile(logits, target, pixel_area_m2=100.0)
+    assert (len(fine.gt_area), len(coarse.gt_area)) == (0, 1)
+    area, _ = counter.gt_objects_m2()
+    assert area.tolist() == [900.0]
+    with pytest.raises(ValueError, match="2 tiles but 1 pixel areas"):
+        counter.add_batch(np.stack([logits, logits]), np.stack([target, target]), [100.0])
+
+
+def test_size_bin_labels_are_readable() -> None:
+    from rtscore.metrics import size_bin_label
+
+    assert size_bin_label(0.0, 2000.0) == "0-2000"
+    assert size_bin_label(50_000.0, 1e12) == "50000+"  # was "50000-1e+12"
+    assert size_bin_label(1e6, 1e7) == "1000000-10000000"  # no exponent form
+    assert size_bin_label(0.5, 2.5) == "0.5-2.5"
