@@ -91,3 +91,29 @@ def test_the_test_report_flags_a_fallback_threshold() -> None:
     assert "| 2 | 0.5000 | max_f1_fallback |" in render_test_markdown(report)
     plain = TestReport.from_seeds([ok], DeploymentConfig(threshold=0.5, temperature=1.0), [])
     assert plain.fallback_warning() is None and "WARNING" not in render_test_markdown(plain)
+
+
+def test_object_recall_by_area_is_labelled_as_mapping_labels_its_objects() -> None:
+    """Issue 23 (5): the open last bin reads `50000+` in test_report.json and .md, as `size_bin` of `rts map`; a
+    report written before (no label) reads back."""
+    import json
+
+    from rtscore.evaluation import SizeBin
+    from rtscore.mapping.polygons import size_bin
+
+    bins = [
+        SizeBin(area_m2_from=lo, area_m2_to=hi, n_objects=1, recall=1.0, iou=0.3)
+        for lo, hi in ((0.0, 2000.0), (50_000.0, 1e12))
+    ]
+    assert [b.label for b in bins] == ["0-2000", "50000+"]
+    assert [b.label for b in bins] == [size_bin(a, [0.0, 2000.0, 50_000.0, 1e12]) for a in (10.0, 2e5)]
+    names = ("iou_rts", "f1_rts", "pr_auc", "no_skill_pr_auc")
+    seed = _seed(42, {"1_200": dict.fromkeys(names, 0.5)}).model_copy(update={"recall_by_size": bins})
+    report = TestReport.from_seeds([seed], calibrated_deployment(), [])
+    written = json.loads(report.model_dump_json())
+    assert [b["label"] for b in written["per_seed"][0]["recall_by_size"]] == ["0-2000", "50000+"]
+    for b in written["per_seed"][0]["recall_by_size"]:
+        del b["label"]  # as written before
+    assert TestReport.model_validate(written).per_seed[0].recall_by_size[1].label == "50000+"
+    md = render_test_markdown(report)
+    assert "| 0-2000 | 1 | 1.000 (1 seed) |" in md and "| 50000+ | 1 | 1.000 (1 seed) |" in md

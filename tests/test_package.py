@@ -546,3 +546,28 @@ def test_the_load_audit_runs_once_per_package_until_a_file_changes(pkg: Path, mo
     with pytest.raises(PackageError, match="weights.pth"):  # a refusal is remembered too, and raised again
         audited_package(pkg)
     assert len(audits) == 3
+
+
+def test_the_package_records_the_minimum_object_area_the_run_evaluated_with(run: Path, pkg: Path) -> None:
+    """Issue 23 (4): `rts map` applies the run's metrics.min_object_area_m2; a package built before maps at the
+    default, and verify says so."""
+    from rtscore.inference.predict import load_package
+
+    cfg = package_config()
+    cfg.metrics.min_object_area_m2 = 90_000.0
+    built = Path(build(run, cfg).path)
+    model = PackagedModelConfig.model_validate(yaml.safe_load((built / "model_config.yaml").read_text()))
+    assert model.min_object_area_m2 == 90_000.0
+    assert "min object area 90000 m²" in checks(verify_package(built))["model_config.yaml"].detail
+    assert load_package(built, device="cpu").min_object_area_m2 == 90_000.0
+    doc = yaml.safe_load((pkg / "model_config.yaml").read_text())
+    assert doc["min_object_area_m2"] == 350.0  # the default config's
+    del doc["min_object_area_m2"]
+    (pkg / "model_config.yaml").write_text(yaml.safe_dump(doc))
+    write_sha256sums(pkg)
+    report = verify_package(pkg)
+    assert report.ok
+    assert "min object area not recorded (older package), mapped at the default 350 m²" in (
+        checks(report)["model_config.yaml"].detail
+    )
+    assert load_package(pkg, device="cpu").min_object_area_m2 == 350.0

@@ -12,7 +12,7 @@ import yaml
 
 from rtscore.config.binding import RasterContract
 from rtscore.config.deployment import DeploymentConfig
-from rtscore.config.pipeline import ChannelsConfig, ModelConfig
+from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2, ChannelsConfig, ModelConfig
 from rtscore.data.bands import RasterContractError, open_checked
 from rtscore.data.normalization import NormalizationStats, write_normalization_stats
 from rtscore.inference.predict import PredictError, predict_raster
@@ -51,11 +51,12 @@ def write_package(
     stats: NormalizationStats | None = None,
     raster: RasterContract | None = CONTRACT,
     threshold_source: str = "target_precision",
+    min_object_area_m2: float | None = DEFAULT_MIN_OBJECT_AREA_M2,
 ) -> Path:
     """A complete package (every file build_package writes, SHA256SUMS last: it passes the audit predict, map and
     drift load packages through), with a seeded random tiny model, the given stats (default: fixed moments, no
-    clipping) and raster contract (None: an older package's). A test that edits a file afterwards regenerates the
-    sums (:func:`rtscore.package.write_sha256sums`) unless the sums are what it tests."""
+    clipping), raster contract and minimum object area (None: an older package's). A test that edits a file
+    afterwards regenerates the sums (:func:`rtscore.package.write_sha256sums`) unless the sums are what it tests."""
     pkg.mkdir(parents=True, exist_ok=True)
     extra = extra or []
     names = ["R", "G", "B", *(str(e["name"]) for e in extra)]
@@ -74,6 +75,7 @@ def write_package(
         channels=PackagedChannels(rgb=["R", "G", "B"], extra=channels.extra),
         tile_size=TILE,
         raster=raster,
+        min_object_area_m2=min_object_area_m2,
     )
     (pkg / MODEL).write_text(yaml.safe_dump(mc.model_dump(mode="json"), sort_keys=False))
     n_extra = len(extra)

@@ -464,6 +464,16 @@ class LogitCache:
     def is_positive(self) -> np.ndarray:
         return np.asarray(self._array("is_positive")[:], bool)
 
+    @cached_property
+    def pixel_area_m2(self) -> np.ndarray:
+        """(tiles,) each tile's ground m² per pixel (the object-size rule and the large-RTS rule are in m²)."""
+        if "pixel_area_m2" not in self._group:
+            raise CacheError(
+                f"the logit cache {self.path} records no per-tile pixel areas (written before they were); run the "
+                "logit-cache stage again, it replaces the cache"
+            )
+        return np.asarray(self._array("pixel_area_m2")[:], np.float64)
+
     def index(self, combo: Combo) -> int:
         try:
             return self.keys.index(combo.key)

@@ -225,10 +225,11 @@ def _val_objects(
     """Object P/R/F1 on the validation pool at the operating threshold, from the full-resolution part (read one
     kept tile at a time; the only per-tile reading of calibration)."""
     m = cfg.metrics
-    counter = ObjectCounter(m.object_iou_thresholds, threshold=threshold, min_blob_size_px=m.min_blob_size_px)
+    counter = ObjectCounter(m.object_iou_thresholds, threshold=threshold, min_object_area_m2=m.min_object_area_m2)
     kept = np.zeros(cache.n_tiles, bool)
+    areas = cache.pixel_area_m2
     for row, z, label in cache.dense_tiles(combo):
-        counter.add_batch((z / temperature)[None], label[None])
+        counter.add_tile(z / temperature, label, float(areas[row]))
         kept[row] = True
     # Tiles not kept hold no GT object and no pixel above the floor: no object at thresholds above it.
     missed = ~kept

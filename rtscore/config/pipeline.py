@@ -360,6 +360,24 @@ class ModelConfig(StrictModel):
     )
 
 
+# Default of metrics.min_object_area_m2 (and of packages that record none): 16 px at the synthetic 4.77 m ground
+# pixel are 364 m²; 350 m² converts to those same 16 px there (ceil(350 / 22.75) = 16), so synthetic runs keep their
+# results, and is a sixth of the smallest RTS the guide describes (~50 m across, ~2,000 m²): speckle goes, no RTS.
+DEFAULT_MIN_OBJECT_AREA_M2 = 350.0
+
+
+def min_blob_size_renamed(px: Any) -> str:
+    """The message of a config that still sets ``metrics.min_blob_size_px``: the new key and the conversion."""
+    n = px if isinstance(px, int | float) and not isinstance(px, bool) and px > 0 else 16
+    return (
+        "min_blob_size_px was replaced by min_object_area_m2: object sizes are ground areas, the same at every pixel "
+        "size and in `rts map` (a size in pixels dropped every object under 1.4 km² at 300 m). Write "
+        f"metrics.min_object_area_m2 in m²: {n:g} px x the ground area of one pixel of your tiles ({n:g} px at 4.77 m "
+        f"= {n * 4.77**2:,.0f} m², at 300 m = {n * 300.0**2:,.0f} m²; default {DEFAULT_MIN_OBJECT_AREA_M2:g} m², 16 px "
+        "at 4.77 m), and delete min_blob_size_px"
+    )
+
+
 class MetricsConfig(StrictModel):
     ratios: list[int] = Field(
         default_factory=lambda: [200, 500, 1000],
@@ -372,7 +390,15 @@ class MetricsConfig(StrictModel):
         default_factory=lambda: [0.1, 0.3, 0.5],
         description="IoU thresholds for object matching (distinct, in (0, 1]; guide §6.2: 0.1, 0.3, 0.5).",
     )
-    min_blob_size_px: int = Field(16, ge=1, description="Connected components smaller than this are dropped.")
+    min_object_area_m2: float = Field(
+        DEFAULT_MIN_OBJECT_AREA_M2,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="Objects (connected components, predicted and ground truth) under this ground area are dropped, in "
+        "evaluation (per tile: at least 1 px, the tile's own pixel area from its transform) and in `rts map` (each "
+        "object's ground area; the package records the value). 350 m²: 16 px at the synthetic 4.77 m pixel, a sixth "
+        "of the smallest RTS (~50 m across, ~2,000 m²); 1 px at 300 m. 0 keeps every component.",
+    )
     pr_bins: int = Field(
         2048,
         ge=64,
@@ -383,6 +409,13 @@ class MetricsConfig(StrictModel):
         "and an overflow bin on each side are added: 3330 bins in all at 2048 (see rtscore/metrics/histograms.py).",
     )
     bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples for PR-AUC intervals.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "min_blob_size_px" in data:
+            raise ValueError(min_blob_size_renamed(data["min_blob_size_px"]))
+        return data
 
     @field_validator("ratios")
     @classmethod

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from rtscore.config.base import ConfigError, load_config
 from rtscore.config.deployment import DeploymentConfig, ThresholdSource, require_calibrated
@@ -28,12 +28,12 @@ from rtscore.metrics import (
     ObjectCounter,
     TileHistogramAccumulator,
     TileHistograms,
-    match_objects,
     negative_weight,
     object_metrics,
     pr_auc,
     ratio_tag,
     recall_by_area,
+    size_bin_label,
     weighted_hist,
 )
 from rtscore.metrics.objects import iou_tag
@@ -77,7 +77,7 @@ def run_test_pass(
     assert dep.threshold is not None and dep.temperature is not None
     m = cfg.metrics
     acc = TileHistogramAccumulator(LogitBins(core_bins=m.pr_bins))
-    objects = ObjectCounter(m.object_iou_thresholds, threshold=dep.threshold, min_blob_size_px=m.min_blob_size_px)
+    objects = ObjectCounter(m.object_iou_thresholds, threshold=dep.threshold, min_object_area_m2=m.min_object_area_m2)
     run_model = prepare_model(model, dep.torch_compile)
     device = next(model.parameters()).device
     confusion: list[np.ndarray] = []
@@ -108,16 +108,8 @@ def run_test_pass(
                 pos, neg = y[i] == 1, y[i] == 0
                 tp, fp = int((called & pos).sum()), int((called & neg).sum())
                 confusion.append(np.array([tp, fp, int(pos.sum()) - tp, int(neg.sum()) - fp], np.int64))
-                objects.add(
-                    match_objects(
-                        z_np[i],
-                        y[i],
-                        threshold=thr,
-                        iou_thresholds=m.object_iou_thresholds,
-                        min_blob_size_px=m.min_blob_size_px,
-                    ),
-                    pixel_area_m2=float(batch["pixel_area_m2"][i]),  # each tile's own ground pixel (size bins)
-                )
+                # each tile's own ground pixel: the minimum object area in its pixels, and the size bins
+                objects.add_tile(z_np[i], y[i], float(batch["pixel_area_m2"][i]))
     hist = acc.result()
     return SeedEvaluation(hist, np.stack(confusion), hist.is_positive, objects)
 
@@ -205,6 +197,13 @@ class SizeBin(ReportModel):
     n_objects: int = Field(..., description="Ground-truth objects in the bin.")
     recall: float = Field(..., description="Object recall in the bin.")
     iou: float = Field(..., description="Object-matching IoU threshold.")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def label(self) -> str:
+        """The bin as ``rts map`` labels its objects' ``size_bin``: ``2000-10000``, ``50000+`` for the open last
+        bin (written to the JSON; ignored when a report is read back)."""
+        return size_bin_label(self.area_m2_from, self.area_m2_to)
 
 
 class SeedTestResult(ReportModel):

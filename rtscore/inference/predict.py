@@ -112,6 +112,12 @@ class LoadedPackage:
         return self.model_config.contract
 
     @property
+    def min_object_area_m2(self) -> float:
+        """The smallest object `rts map` writes (ground m²): the package's ``metrics.min_object_area_m2``, the
+        default for a package built before it was recorded (:func:`warn_if_no_min_object_area`)."""
+        return self.model_config.effective_min_object_area_m2
+
+    @property
     def input_transform(self) -> InputTransform:
         return InputTransform.from_stats(self.stats, nodata_fill=self.model_config.nodata_handling)
 
@@ -220,6 +226,19 @@ def warn_if_no_contract(mc: PackagedModelConfig, pkg: Path) -> None:
             "EPSG:3857, uint8 RGB, float32 EXTRA, pixel size not checked; rebuild the package to check them all",
             pkg,
             MODEL,
+        )
+
+
+def warn_if_no_min_object_area(pkg: LoadedPackage) -> None:
+    """Log that a package built before the minimum object area was recorded maps at the default one."""
+    if pkg.model_config.min_object_area_m2 is None:
+        log.warning(
+            "package %s: %s records no min_object_area_m2 (built before it was recorded): objects under the default "
+            "%g m² are left out of the map, whatever the run evaluated with; rebuild the package to map with its "
+            "own metrics.min_object_area_m2",
+            pkg.path,
+            MODEL,
+            pkg.min_object_area_m2,
         )
 
 

@@ -23,10 +23,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2
 from rtscore.data.bands import EXTRA_SUFFIX, open_checked
 from rtscore.errors import PipelineError
 from rtscore.inference.drift import DriftReport, drift_report
-from rtscore.inference.predict import DEFAULT_BATCH, LoadedPackage, extra_input, load_package
+from rtscore.inference.predict import (
+    DEFAULT_BATCH,
+    LoadedPackage,
+    extra_input,
+    load_package,
+    warn_if_no_min_object_area,
+)
 from rtscore.inference.stream import gdal_env
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
 from rtscore.mapping.campaign_log import (
@@ -54,7 +61,7 @@ from rtscore.mapping.outputs import (
     scene_outputs,
     staged_input,
 )
-from rtscore.mapping.polygons import merge_parts, size_bin_key, write_objects
+from rtscore.mapping.polygons import keep_min_area, merge_parts, size_bin_key, write_objects
 from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, list_scenes
 from rtscore.storage import atomic_write_json, atomic_write_text
 from rtscore.storage.files import os_errors
@@ -146,7 +153,13 @@ class CampaignResult(CampaignSummary):
 
     mapping_identity: MapIdentity = Field(..., description="Package, mapping code and settings mapped under.")
     km2_mapped_ground: float = Field(..., ge=0, description="Ground km² of the done scenes' valid pixels.")
-    objects: int = Field(..., ge=0, description="RTS objects of the done scenes, merged across scenes.")
+    objects: int = Field(
+        ..., ge=0, description="RTS objects of the done scenes, merged across scenes, at least min_object_area_m2."
+    )
+    objects_under_min_area: int = Field(
+        ..., ge=0, description="Merged objects under min_object_area_m2: not written to the objects layer."
+    )
+    min_object_area_m2: float = Field(..., ge=0, description="The package's metrics.min_object_area_m2 (ground m²).")
     objects_partial: int = Field(..., ge=0, description="Objects cut by a scene's edge.")
     objects_by_size_bin_m2: dict[str, int] = Field(..., description="Objects by ground size bin (m²).")
     windows_per_second: float | None = Field(..., description="Windows per second of scene time (None: no time).")
@@ -242,6 +255,7 @@ def prepare_campaign(
     into chunks of ``chunk_size``."""
     check_parameters(chunk_size=chunk_size, stride=stride, batch_size=batch_size)
     pkg = load_package(package, device=device)
+    warn_if_no_min_object_area(pkg)
     identity = mapping_identity(pkg, stride=stride, batch_size=batch_size)
     scenes = drop_extra_siblings(list_scenes(input, extra=bool(pkg.binding.extra_bands)))
     out = CampaignRoot(output)
@@ -293,6 +307,7 @@ def finish_campaign(plan: CampaignPlan, wall_seconds: float = 0.0) -> CampaignRe
         drift=plan.drift,
         wall_seconds=wall_seconds,
         threshold_source=plan.package.deployment.threshold_source,
+        min_object_area_m2=plan.package.min_object_area_m2,
     )
 
 
@@ -337,12 +352,14 @@ def write_campaign_outputs(
     drift: DriftReport | DriftNotMeasured | None = None,
     wall_seconds: float = 0.0,
     threshold_source: str | None = None,
+    min_object_area_m2: float = DEFAULT_MIN_OBJECT_AREA_M2,
 ) -> CampaignResult:
     """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
     summary.md / summary.json from the log and the done scenes' parts files (no raster is read; for a gs:// output
     the parts files are downloaded, the campaign files written locally and uploaded). Done scenes are those whose
     latest record is ``done`` for their current identity under ``identity``. ``threshold_source`` is the package's
-    (recorded in the summary; a max-F1 fallback is called out in summary.md)."""
+    (recorded in the summary; a max-F1 fallback is called out in summary.md); ``min_object_area_m2`` the package's
+    (objects under it are counted, not written: :func:`~rtscore.mapping.polygons.keep_min_area`)."""
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
 
@@ -367,8 +384,10 @@ def write_campaign_outputs(
             }
         )
     objects: list[Any] = []
+    under_min_area = 0
     if parts:
         crs, objects = merge_parts(parts)
+        objects, under_min_area = keep_min_area(objects, min_object_area_m2)
         out.publish([write_objects(out.path(OBJECTS_FILE), objects, crs)])
     else:
         out.delete(OBJECTS_FILE)  # no done scene: no objects layer (not a stale one)
@@ -380,6 +399,8 @@ def write_campaign_outputs(
         mapping_identity=identity,
         km2_mapped_ground=km2,
         objects=len(objects),
+        objects_under_min_area=under_min_area,
+        min_object_area_m2=min_object_area_m2,
         objects_partial=sum(1 for ob in objects if ob.partial),
         objects_by_size_bin_m2=dict(
             sorted(Counter(ob.size_bin or "other" for ob in objects).items(), key=lambda kv: size_bin_key(kv[0]))
@@ -433,7 +454,8 @@ def render_summary(data: CampaignResult) -> str:
         f"{data.windows:,} windows in {data.seconds:,.1f} s of scene time: "
         f"{rate(data.windows_per_second, 'windows/s')}, {rate(data.km2_per_second, 'km²/s')}.",
         "",
-        f"{data.objects} RTS objects ({data.objects_partial} partial).",
+        f"{data.objects} RTS objects ({data.objects_partial} partial); {data.objects_under_min_area} under "
+        f"{data.min_object_area_m2:,g} m² (the package's min_object_area_m2) left out.",
         "",
         "| size bin (ground m²) | objects |",
         "|---|---|",

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from scipy import ndimage
 from rtscore.config.post_training import EvaluationConfig
 from rtscore.data.ground import ground_pixel_area_m2, projected_crs
 from rtscore.errors import PipelineError
-from rtscore.metrics.objects import EIGHT_CONNECTED
+from rtscore.metrics.objects import EIGHT_CONNECTED, reaches_min_area, size_bin_label
 from rtscore.storage.files import atomic_write_text, os_errors
 
 OBJECTS_LAYER = "rts_objects"
@@ -408,21 +409,43 @@ def _unit_transform(x: float, y: float) -> Any:
 
 
 def size_bin(area_m2: float, edges: Sequence[float]) -> str:
-    """The bin ``[lo, hi)`` of ``edges`` (the evaluation's size bins) that holds ``area_m2``, as ``"lo-hi"`` m²;
-    ``""`` outside all bins."""
+    """The bin ``[lo, hi)`` of ``edges`` (the evaluation's size bins) that holds ``area_m2``, labelled as evaluation
+    labels it (:func:`~rtscore.metrics.objects.size_bin_label`: ``"2000-10000"``, ``"50000+"`` for the open last
+    bin); ``""`` outside all bins."""
     i = int(np.searchsorted(np.asarray(edges, np.float64), area_m2, side="right")) - 1
     if i < 0 or i >= len(edges) - 1:
         return ""
-    return f"{edges[i]:g}-{edges[i + 1]:g}"
+    return size_bin_label(edges[i], edges[i + 1])
+
+
+# A size-bin label: "lo-hi", "lo+" (open last bin), or the form written before, "lo-hi" with hi in exponent form
+# ("50000-1e+12"); edges are non-negative numbers.
+_NUMBER = r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?"
+_SIZE_BIN = re.compile(rf"(?P<lo>{_NUMBER})(?:(?P<open>\+)|-(?P<hi>{_NUMBER}))")
 
 
 def size_bin_key(label: str) -> float:
-    """Sort key of a :func:`size_bin` label: its lower edge (labels outside every bin last)."""
-    lo, sep, _ = label.partition("-")
-    try:
-        return float(lo) if sep else math.inf
-    except ValueError:
-        return math.inf
+    """Sort key of a :func:`size_bin` label, old (``50000-1e+12``) or new (``50000+``): its lower edge (labels
+    outside every bin last)."""
+    m = _SIZE_BIN.fullmatch(label)
+    return float(m["lo"]) if m else math.inf
+
+
+def current_size_bin(label: str) -> str:
+    """``label`` as :func:`size_bin` writes it now: an objects layer written before reads ``50000-1e+12`` where
+    the open last bin is ``50000+`` (other labels are returned as they are)."""
+    m = _SIZE_BIN.fullmatch(label)
+    if m is None or m["open"]:
+        return label
+    return size_bin_label(float(m["lo"]), float(m["hi"]))
+
+
+def keep_min_area(objects: Sequence[RtsObject], min_area_m2: float) -> tuple[list[RtsObject], int]:
+    """The objects whose ground area reaches ``min_area_m2`` (``metrics.min_object_area_m2``, recorded in the
+    package), renumbered 1.. in their order, and how many were left out: the rule evaluation applies to every tile's
+    objects (:func:`~rtscore.metrics.objects.reaches_min_area`), so a mapped object is an evaluated one."""
+    kept = [o for o in objects if reaches_min_area(o.ground_area_m2, min_area_m2)]
+    return [replace(o, object_id=k) for k, o in enumerate(kept, start=1)], len(objects) - len(kept)
 
 
 FIELDS = (
@@ -557,7 +580,7 @@ def read_objects(path: str | Path) -> tuple[Any, list[RtsObject]]:
                 float(c["bbox_maxx"][i]),
                 float(c["bbox_maxy"][i]),
             ),
-            size_bin=str(c["size_bin"][i]),
+            size_bin=current_size_bin(str(c["size_bin"][i])),
             partial=bool(c["partial"][i]),
         )
         for i in range(len(geoms))

@@ -20,6 +20,43 @@ from rtscore.metrics.prevalence import negative_weight, ratio_pools
 # Both sides use the same structure so GT and predictions are segmented alike.
 EIGHT_CONNECTED = np.ones((3, 3), dtype=bool)
 DEFAULT_IOU_THRESHOLDS = (0.1, 0.3, 0.5)
+# The object-size rule is a ground area (metrics.min_object_area_m2); an object reaches it when its area is at least
+# the minimum less this relative slack, so that 16 px of 22.75 m² and a polygon of the same 16 px agree on 364 m²
+# whatever the last bit of their floating-point products.
+AREA_RTOL = 1e-9
+# An upper bin edge at or above this (m²: 100,000 km², larger than any RTS) closes no bin: the last bin is open.
+OPEN_BIN_EDGE_M2 = 1e11
+
+
+def reaches_min_area(area_m2: float, min_area_m2: float) -> bool:
+    """Whether an object of ``area_m2`` ground m² is kept under ``metrics.min_object_area_m2``: the one size rule
+    of evaluation (in pixels of each tile, :func:`min_object_pixels`) and mapping (each object's ground area)."""
+    return bool(area_m2 >= min_area_m2 * (1.0 - AREA_RTOL))
+
+
+def min_object_pixels(min_area_m2: float, pixel_area_m2: float) -> int:
+    """The fewest pixels of ``pixel_area_m2`` ground m² each whose object :func:`reaches_min_area` (at least 1):
+    ``metrics.min_object_area_m2`` converted for one tile, whose pixel area its transform gives.
+
+    Raises:
+        ValueError: a negative or non-finite minimum, or a pixel area that is not finite and positive.
+    """
+    if not (math.isfinite(min_area_m2) and min_area_m2 >= 0.0):
+        raise ValueError(f"metrics.min_object_area_m2 must be a finite area >= 0 m²; got {min_area_m2}")
+    if not (math.isfinite(pixel_area_m2) and pixel_area_m2 > 0.0):
+        raise ValueError(f"a tile's pixel_area_m2 must be finite and > 0; got {pixel_area_m2}")
+    return max(1, math.ceil(min_area_m2 * (1.0 - AREA_RTOL) / pixel_area_m2))
+
+
+def size_bin_label(lo: float, hi: float) -> str:
+    """The label of the ground-area bin ``[lo, hi)`` m²: ``"2000-10000"``, or ``"50000+"`` for the open last bin
+    (``hi`` at or above :data:`OPEN_BIN_EDGE_M2`); edges written in full, never in exponent form. Evaluation's
+    object recall by area and the mapped objects' ``size_bin`` use it alike."""
+    return f"{_edge(lo)}+" if hi >= OPEN_BIN_EDGE_M2 else f"{_edge(lo)}-{_edge(hi)}"
+
+
+def _edge(v: float) -> str:
+    return format(float(v), ".15g")  # 2000.0 -> '2000', 1e6 -> '1000000', 0.5 -> '0.5'
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,32 +133,33 @@ def match_objects(
     *,
     threshold: float = 0.5,
     iou_thresholds: Sequence[float] = DEFAULT_IOU_THRESHOLDS,
-    min_blob_size_px: int = 16,
+    min_pixels: int = 1,
 ) -> TileObjects:
     """Greedy 1-to-1 object matching on one tile at every IoU threshold in one pass (guide §6.2).
 
     Predicted objects are the 8-connected components of `sigmoid(logits) >= threshold` (compared as
     `logits >= logit(threshold)`, the pixel metrics' rule); GT objects those of `target == 1`. Components under
-    `min_blob_size_px` pixels are dropped on both sides. A predicted component with more than half of its
-    pixels on ignore (255) is discarded, not counted as FP: it sits where the label makes no claim. IoU is
-    taken over non-ignore pixels, like every pixel metric. Predictions, by mean probability (highest first),
-    each take their highest-IoU still-unmatched GT object if that IoU >= the threshold. So one prediction over
-    two GT objects matches the better one (the other is FN), and of two predictions on one GT object only the
-    more confident matches (the other is FP).
+    `min_pixels` pixels are dropped on both sides (the tile's :func:`min_object_pixels`). A predicted component
+    with more than half of its pixels on ignore (255) is discarded, not counted as FP: it sits where the label
+    makes no claim. IoU is taken over non-ignore pixels, like every pixel metric. Predictions, by mean probability
+    (highest first), each take their highest-IoU still-unmatched GT object if that IoU >= the threshold. So one
+    prediction over two GT objects matches the better one (the other is FN), and of two predictions on one GT
+    object only the more confident matches (the other is FP).
 
     Args:
         logits: (H,W) logits. For averaged probabilities (TTA), pass their logits (e.g. `scipy.special.logit`).
         target: (H,W) labels in {0, 1, 255}.
         threshold: Probability threshold in (0, 1); the guide's in-training reference is 0.5.
         iou_thresholds: Matching thresholds in (0, 1].
-        min_blob_size_px: Smallest component kept, in pixels.
+        min_pixels: Smallest component kept, in pixels of this tile: ``metrics.min_object_area_m2`` converted with
+            the tile's ground pixel area (:func:`min_object_pixels`, as :meth:`ObjectCounter.add_tile` does).
     """
     thr = _check_iou_thresholds(iou_thresholds)
     x, t = to_numpy(logits), to_numpy(target)
     if x.ndim != 2 or x.shape != t.shape:
         raise ValueError(f"logits and target must both be (H,W) of one shape; got {x.shape} and {t.shape}")
-    if min_blob_size_px < 1:
-        raise ValueError(f"metrics.min_blob_size_px must be >= 1; got {min_blob_size_px}")
+    if min_pixels < 1:
+        raise ValueError(f"min_pixels must be >= 1; got {min_pixels}")
     ignore = t == IGNORE_INDEX
     gt_mask = t == 1
     p_lab, n_p = ndimage.label(x >= prob_to_logit(threshold), structure=EIGHT_CONNECTED)
@@ -129,10 +167,10 @@ def match_objects(
 
     p_size = np.bincount(p_lab.ravel(), minlength=n_p + 1)
     p_on_ignore = np.bincount(p_lab[ignore], minlength=n_p + 1)
-    keep_p = (p_size >= min_blob_size_px) & (2 * p_on_ignore <= p_size)  # > 50 % on ignore: discarded
+    keep_p = (p_size >= min_pixels) & (2 * p_on_ignore <= p_size)  # > 50 % on ignore: discarded
     keep_p[0] = False
     g_size = np.bincount(g_lab.ravel(), minlength=n_g + 1)
-    keep_g = g_size >= min_blob_size_px
+    keep_g = g_size >= min_pixels
     keep_g[0] = False
     p_lab, n_p = _compact(p_lab, keep_p)
     g_lab, n_g = _compact(g_lab, keep_g)
@@ -196,6 +234,10 @@ class ObjectCounter:
 
     The prevalence weight is applied at reduction (`object_metrics`), so one validation pass serves every
     ratio: at 1:N, FP on negative tiles count `negative_weight(N, n_pos, n_neg)` times, as in the pixel metrics.
+
+    ``min_object_area_m2`` (``metrics.min_object_area_m2``) is the ground area under which objects are dropped on
+    both sides; :meth:`add_tile` converts it per tile with the tile's own pixel area (:func:`min_object_pixels`).
+    0 keeps every component.
     """
 
     def __init__(
@@ -203,12 +245,13 @@ class ObjectCounter:
         iou_thresholds: Sequence[float] = DEFAULT_IOU_THRESHOLDS,
         *,
         threshold: float = 0.5,
-        min_blob_size_px: int = 16,
+        min_object_area_m2: float = 0.0,
     ) -> None:
         self.iou_thresholds = _check_iou_thresholds(iou_thresholds)
         prob_to_logit(threshold)  # validate early
+        min_object_pixels(min_object_area_m2, 1.0)  # validate early
         self.threshold = threshold
-        self.min_blob_size_px = min_blob_size_px
+        self.min_object_area_m2 = float(min_object_area_m2)
         self.reset()
 
     def reset(self) -> None:
@@ -243,20 +286,30 @@ class ObjectCounter:
         self._gt_area_m2.append(tile.gt_area.astype(np.float64) * area)
         self._gt_matched.append(tile.gt_matched)
 
-    def add_batch(self, logits: ArrayLike, target: ArrayLike) -> None:
-        """Match and add a (B,H,W) or (B,1,H,W) batch of logits and {0, 1, 255} targets (numpy or torch)."""
+    def add_tile(self, logits: ArrayLike, target: ArrayLike, pixel_area_m2: float) -> TileObjects:
+        """Match one (H,W) tile at the counter's threshold, objects under ``min_object_area_m2`` dropped in pixels
+        of this tile's ground area ``pixel_area_m2`` (:func:`min_object_pixels`), and add it; returns the match."""
+        tile = match_objects(
+            logits,
+            target,
+            threshold=self.threshold,
+            iou_thresholds=self.iou_thresholds,
+            min_pixels=min_object_pixels(self.min_object_area_m2, float(pixel_area_m2)),
+        )
+        self.add(tile, pixel_area_m2=pixel_area_m2)
+        return tile
+
+    def add_batch(self, logits: ArrayLike, target: ArrayLike, pixel_area_m2: ArrayLike | Sequence[float]) -> None:
+        """Match and add a (B,H,W) or (B,1,H,W) batch of logits and {0, 1, 255} targets (numpy or torch), with
+        each tile's ground pixel area (B,) in m² (a batch's ``pixel_area_m2``)."""
         lg, tg = as_tile_batch(logits, target)
         x, t = to_numpy(lg), to_numpy(tg)
+        raw = np.asarray(pixel_area_m2) if isinstance(pixel_area_m2, Sequence) else to_numpy(pixel_area_m2)
+        areas = raw.astype(np.float64).reshape(-1)
+        if areas.shape[0] != x.shape[0]:
+            raise ValueError(f"{x.shape[0]} tiles but {areas.shape[0]} pixel areas")
         for i in range(x.shape[0]):
-            self.add(
-                match_objects(
-                    x[i],
-                    t[i],
-                    threshold=self.threshold,
-                    iou_thresholds=self.iou_thresholds,
-                    min_blob_size_px=self.min_blob_size_px,
-                )
-            )
+            self.add_tile(x[i], t[i], float(areas[i]))
 
     def gt_objects(self) -> tuple[np.ndarray, np.ndarray]:
         """Every GT object seen: (G,) areas in pixels and (n_thr, G) matched flags, for recall by size."""

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from rtscore.config.base import StrictModel
 from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, RasterContract, check_extra_channels
 from rtscore.config.deployment import Precision
+from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2
 from rtscore.errors import PipelineError
 from rtscore.train.result import METRIC
 
@@ -80,6 +81,14 @@ class PackagedModelConfig(StrictModel):
         "train store's raster_contract; predict and drift refuse inputs that differ. Null: a package built before "
         "it was recorded, read as EPSG:3857 at an unchecked pixel size (with a warning).",
     )
+    min_object_area_m2: float | None = Field(
+        None,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="Snapshot of metrics.min_object_area_m2: `rts map` writes no object under this ground area, the "
+        "rule evaluation measured the model with. Null: a package built before it was recorded, mapped at the "
+        f"default {DEFAULT_MIN_OBJECT_AREA_M2:g} m² (with a warning).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> PackagedModelConfig:
@@ -96,6 +105,11 @@ class PackagedModelConfig(StrictModel):
     def contract(self) -> RasterContract:
         """The raster contract inputs are checked against (``raster``, else :data:`LEGACY_RASTER_CONTRACT`)."""
         return self.raster if self.raster is not None else LEGACY_RASTER_CONTRACT
+
+    @property
+    def effective_min_object_area_m2(self) -> float:
+        """The smallest object ``rts map`` writes, m² (``min_object_area_m2``, else the default)."""
+        return DEFAULT_MIN_OBJECT_AREA_M2 if self.min_object_area_m2 is None else self.min_object_area_m2
 
 
 class TrainedWith(StrictModel):

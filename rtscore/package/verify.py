@@ -274,7 +274,7 @@ def read_model_config(path: Path) -> PackagedModelConfig:
 def _load_model_config(path: Path) -> tuple[str, PackagedModelConfig]:
     mc = read_model_config(path)
     summary = f"{mc.architecture}/{mc.backbone}, {mc.in_channels} channels {mc.channels.names}, tile {mc.tile_size}"
-    return f"{summary}; {describe_contract(mc)}", mc
+    return f"{summary}; {describe_contract(mc)}; {describe_min_object_area(mc)}", mc
 
 
 def describe_contract(mc: PackagedModelConfig) -> str:
@@ -284,6 +284,14 @@ def describe_contract(mc: PackagedModelConfig) -> str:
     bands = "by colour interpretation" if c.rgb_bands is None else f"bands {c.rgb_bands.rgb}, alpha {c.rgb_bands.alpha}"
     where = "raster" if mc.raster is not None else "raster not recorded (older package), read as"
     return f"{where}: {c.crs or 'any CRS'}, {size}, {c.rgb_dtype} RGB {bands}, {c.extra_dtype} EXTRA"
+
+
+def describe_min_object_area(mc: PackagedModelConfig) -> str:
+    """The smallest object `rts map` writes (and whether the package records it)."""
+    area = f"{mc.effective_min_object_area_m2:g} m²"
+    if mc.min_object_area_m2 is None:
+        return f"min object area not recorded (older package), mapped at the default {area}"
+    return f"min object area {area}"
 
 
 def _load_stats(path: Path) -> tuple[str, NormalizationStats]:

@@ -212,6 +212,5 @@ def _test_body(report: TestReport, h: str) -> list[str]:
     for i, b in enumerate(report.per_seed[0].recall_by_size):
         mu, sd = mean_std([s.recall_by_size[i].recall for s in report.per_seed])
         n = sum(s.recall_by_size[i].n_objects for s in report.per_seed) // len(report.per_seed)
-        hi = "∞" if b.area_m2_to >= 1e11 else f"{b.area_m2_to:,.0f}"
-        lines.append(f"| {b.area_m2_from:,.0f} – {hi} | {n} | {fmt(mu, sd)} |")
+        lines.append(f"| {b.label} | {n} | {fmt(mu, sd)} |")
     return lines

@@ -46,7 +46,7 @@ def collect(
     m = cfg.metrics
     acc = TileHistogramAccumulator(LogitBins(core_bins=m.pr_bins))
     objects = ObjectCounter(
-        m.object_iou_thresholds, threshold=m.reporting_threshold, min_blob_size_px=m.min_blob_size_px
+        m.object_iou_thresholds, threshold=m.reporting_threshold, min_object_area_m2=m.min_object_area_m2
     )
     was_training = model.training
     model.eval()
@@ -62,7 +62,7 @@ def collect(
                 loss_sum += float(loss_fn(logits, y))
                 n += 1
             acc.add_batch(logits, y, list(batch["tile_id"]))
-            objects.add_batch(logits, y)
+            objects.add_batch(logits, y, batch["pixel_area_m2"])  # each tile's ground pixel: the minimum area
     finally:
         model.train(was_training)
     return PoolStats(acc.result(), objects, loss_sum / n if n else math.nan)

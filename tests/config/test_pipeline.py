@@ -67,3 +67,19 @@ def test_positive_fraction_without_a_balanced_phase_is_refused() -> None:
     # The guide's 0.5 is the curriculum's own 1:1 share: with or without a 1:1 stage it changes nothing.
     assert parse_pipeline_config({"sampling": {"curriculum_schedule": no_balanced_phase}})
     assert parse_pipeline_config({"sampling": {"positive_fraction": 0.3}}).sampling.positive_fraction == 0.3
+
+
+def test_min_blob_size_px_is_refused_naming_the_ground_area_key_and_the_conversion() -> None:
+    """Issue 23 (4): object sizes are ground m²; a config written with the pixel key is told what to write."""
+    with pytest.raises(ConfigError) as err:
+        parse_pipeline_config({"metrics": {"min_blob_size_px": 16}})
+    msg = str(err.value)
+    assert "metrics: min_blob_size_px was replaced by min_object_area_m2" in msg
+    assert "metrics.min_object_area_m2 in m²: 16 px x the ground area of one pixel of your tiles" in msg
+    assert "16 px at 4.77 m = 364 m², at 300 m = 1,440,000 m²" in msg
+    assert "extra" not in msg.lower()  # not pydantic's bare "extra inputs are not permitted"
+    m = parse_pipeline_config({"metrics": {"min_object_area_m2": 90_000}}).metrics  # a YAML integer is an area too
+    assert m.min_object_area_m2 == 90_000.0
+    assert parse_pipeline_config({}).metrics.min_object_area_m2 == 350.0
+    _refused({"metrics": {"min_object_area_m2": -1.0}}, r"metrics\.min_object_area_m2")
+    _refused({"metrics": {"min_object_area_m2": float("inf")}}, r"metrics\.min_object_area_m2")

@@ -392,3 +392,31 @@ def test_a_fallback_threshold_warns_when_mapping_and_is_in_the_summary(tmp_path:
     assert summary["threshold_source"] == "max_f1_fallback" and summary["done"] == 1
     assert "max-F1 fallback" in (out / SUMMARY_MD).read_text()
     assert json.loads((out / "scenes" / "a" / "a_predict.json").read_text())["threshold_source"] == "max_f1_fallback"
+
+
+def test_objects_under_the_packages_minimum_area_are_counted_not_written(
+    tmp_path: Path, warnings_seen: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 (4): `rts map` applies the package's metrics.min_object_area_m2 (the rule evaluation measured the
+    model with) to the merged objects' ground areas; those under it are counted in the summary, not written. A
+    package built before the value was recorded maps at the default, with one warning."""
+    d = tmp_path / "in"
+    d.mkdir()
+    write_raster(d / "a.tif", imagery_like_training(0, SCENE_H, SCENE_W))
+    every = run_campaign(write_package(tmp_path / "p0", min_object_area_m2=0.0), d, tmp_path / "m0")
+    areas = sorted(o.ground_area_m2 for o in read_objects(tmp_path / "m0" / OBJECTS_FILE)[1])
+    assert every.objects_under_min_area == 0 and every.objects == len(areas) >= 3
+    cut = areas[len(areas) // 2]
+    summary = run_campaign(write_package(tmp_path / "p1", min_object_area_m2=cut), d, tmp_path / "m1")
+    kept = read_objects(tmp_path / "m1" / OBJECTS_FILE)[1]
+    assert sorted(o.ground_area_m2 for o in kept) == pytest.approx([a for a in areas if a >= cut], rel=1e-12)
+    assert (summary.objects, summary.objects_under_min_area) == (len(kept), len(areas) - len(kept))
+    assert summary.min_object_area_m2 == cut and summary.objects_under_min_area > 0
+    assert f"; {summary.objects_under_min_area} under " in (tmp_path / "m1" / SUMMARY_MD).read_text()
+    assert not [r for r in warnings_seen.records if "min_object_area_m2" in r.getMessage()]
+
+    old = run_campaign(write_package(tmp_path / "p2", min_object_area_m2=None), d, tmp_path / "m2")
+    said = [r.getMessage() for r in warnings_seen.records if "records no min_object_area_m2" in r.getMessage()]
+    assert len(said) == 1 and "default 350 m²" in said[0] and "p2" in said[0]
+    assert old.min_object_area_m2 == 350.0
+    assert (old.objects, old.objects_under_min_area) == (sum(a >= 350.0 for a in areas), sum(a < 350.0 for a in areas))

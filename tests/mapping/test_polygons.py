@@ -18,6 +18,7 @@ from rtscore.errors import PipelineError
 from rtscore.inference.stream import MASK_NODATA, PROB_NODATA
 from rtscore.mapping.polygons import (
     PolygonsError,
+    keep_min_area,
     merge_parts,
     read_objects,
     scene_parts,
@@ -77,7 +78,7 @@ def test_object_across_a_scene_border_is_one_polygon_with_the_drawn_area(tmp_pat
     assert obj.area_m2 == pytest.approx(drawn.area, rel=0.01)
     assert obj.ground_area_m2 == pytest.approx(obj.area_m2)  # UTM: the projected m² are ground m²
     assert obj.n_pixels * 4.0 == pytest.approx(obj.area_m2)  # 2 m pixels
-    assert obj.size_bin == "50000-1e+12"  # ~196,000 m²: the evaluation's largest bin
+    assert obj.size_bin == "50000+"  # ~196,000 m²: the evaluation's largest (open) bin
 
 
 def test_mean_probability_is_pixel_weighted_across_parts_and_max_the_max(tmp_path: Path) -> None:
@@ -301,4 +302,99 @@ def test_size_bins_sort_by_their_lower_edge_not_as_text() -> None:
     """The summary lists objects by size bin from small to large ("2000-10000" before "10000-50000")."""
     edges = [0.0, 2000.0, 10000.0, 50000.0, 1e12]
     labels = [size_bin(a, edges) or "other" for a in (20000.0, 500.0, 5000.0, 2e5, 2e12)]
-    assert sorted(labels, key=size_bin_key) == ["0-2000", "2000-10000", "10000-50000", "50000-1e+12", "other"]
+    assert sorted(labels, key=size_bin_key) == ["0-2000", "2000-10000", "10000-50000", "50000+", "other"]
+
+
+# Five RTS at a coarse 300 m pixel (90,000 m² of ground each pixel): 1, 2, 4, 9 and 16 px.
+COARSE_PX = 300.0
+COARSE_OBJECTS = ((slice(2, 3), slice(2, 3)), (slice(8, 9), slice(8, 10)), (slice(20, 22), slice(4, 6)))
+COARSE_OBJECTS += ((slice(30, 33), slice(30, 33)), (slice(40, 44), slice(10, 14)))
+
+
+def coarse_label(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A 64 x 64 label GeoTIFF at 300 m in UTM with the five RTS, and its array."""
+    label = np.zeros((64, 64), np.uint8)
+    for rows, cols in COARSE_OBJECTS:
+        label[rows, cols] = 1
+    path = tmp_path / "label.tif"
+    t = Affine(COARSE_PX, 0.0, 500_000.0, 0.0, -COARSE_PX, 7_000_000.0)
+    with rasterio.open(
+        path, "w", driver="GTiff", height=64, width=64, count=1, dtype="uint8", crs=UTM, transform=t
+    ) as dst:
+        dst.write(label, 1)
+    return path, label
+
+
+def evaluated_objects(label_path: Path, min_area_m2: float) -> tuple[list[int], list[float]]:
+    """The GT objects evaluation keeps on this tile (perfect predictions): their pixels and ground areas, the
+    tile's pixel area from its transform as ingestion computes it."""
+    from rtscore.data.ground import ground_pixel_area_m2
+    from rtscore.metrics import ObjectCounter
+
+    with rasterio.open(label_path) as src:
+        label, area = src.read(1), ground_pixel_area_m2(src.crs, src.transform, src.height, src.width)
+    counter = ObjectCounter(min_object_area_m2=min_area_m2)
+    tile = counter.add_tile(np.where(label == 1, 5.0, -5.0), label, area)
+    assert counter.tp.tolist() == [len(tile.gt_area)] * 3  # every kept GT object found: nothing else differs
+    return sorted(tile.gt_area.tolist()), sorted(counter.gt_objects_m2()[0].tolist())
+
+
+def test_objects_at_a_coarse_pixel_are_kept_when_over_the_ground_area(tmp_path: Path) -> None:
+    """Issue 23 (4): at 300 m, 16 px (the old rule) is 1.44 km², so recall by area saw 1 of 5 RTS; the default
+    350 m² is one pixel there: all five are evaluated, and fall in their ground-area bins."""
+    from rtscore.config.pipeline import MetricsConfig
+    from rtscore.config.post_training import EvaluationConfig
+    from rtscore.evaluation.evaluate import size_bins
+    from rtscore.metrics import ObjectCounter
+
+    path, label = coarse_label(tmp_path)
+    px, m2 = evaluated_objects(path, MetricsConfig().min_object_area_m2)
+    assert px == [1, 2, 4, 9, 16] and m2 == [90_000.0, 180_000.0, 360_000.0, 810_000.0, 1_440_000.0]
+    counter = ObjectCounter(min_object_area_m2=MetricsConfig().min_object_area_m2)
+    counter.add_tile(np.where(label == 1, 5.0, -5.0), label, COARSE_PX**2)
+    bins = {b.label: (b.n_objects, b.recall) for b in size_bins(counter, EvaluationConfig().size_bins_m2)}
+    assert bins["50000+"] == (5, 1.0) and bins["0-2000"][0] == 0
+    # mapped at the same pixel: five objects, none left out
+    mask, prob = write_scene(tmp_path, "S", label == 1, np.full(label.shape, 0.9), *_coarse_grid())
+    _, objects = merge_parts([scene_parts(mask, prob, "S")])
+    kept, dropped = keep_min_area(objects, MetricsConfig().min_object_area_m2)
+    assert (len(kept), dropped) == (5, 0)
+    assert sorted(o.ground_area_m2 for o in kept) == pytest.approx(m2, rel=1e-9)
+
+
+def _coarse_grid() -> tuple[Affine, str]:
+    return Affine(COARSE_PX, 0.0, 500_000.0, 0.0, -COARSE_PX, 7_000_000.0), UTM
+
+
+@pytest.mark.parametrize("min_area_m2", [180_000.0, 200_000.0, 810_000.0, 2_000_000.0])
+def test_mapping_drops_the_objects_evaluation_drops(tmp_path: Path, min_area_m2: float) -> None:
+    """Issue 23 (4): one rule, one value: the mask of the same RTS at the same 300 m pixel keeps in the objects layer
+    exactly the objects evaluation keeps (by ground area; an area equal to the minimum is kept on both sides), the
+    others are counted, and the kept ones are numbered 1.. by area."""
+    path, label = coarse_label(tmp_path)
+    px, m2 = evaluated_objects(path, min_area_m2)
+    mask, prob = write_scene(tmp_path, "S", label == 1, np.full(label.shape, 0.9), *_coarse_grid())
+    crs, objects = merge_parts([scene_parts(mask, prob, "S")])
+    kept, dropped = keep_min_area(objects, min_area_m2)
+    assert sorted(o.n_pixels for o in kept) == px and dropped == 5 - len(px)
+    assert sorted(o.ground_area_m2 for o in kept) == pytest.approx(m2, rel=1e-9)
+    assert [o.object_id for o in kept] == list(range(1, len(kept) + 1))
+    back = read_objects(write_objects(tmp_path / "objects.gpkg", kept, crs))[1]
+    assert sorted(o.n_pixels for o in back) == px
+
+
+def test_an_objects_layer_written_with_the_old_size_bin_label_reads_back_in_the_new_one(tmp_path: Path) -> None:
+    """Issue 23 (5): `50000-1e+12` (written before) reads back, sorts and is shown as `50000+`."""
+    from dataclasses import replace
+
+    n = 40
+    t = Affine(COARSE_PX, 0.0, 500_000.0, 0.0, -COARSE_PX, 7_000_000.0)
+    positive = np.zeros((n, n), bool)
+    positive[10:12, 10:12] = True
+    crs, (obj,) = merge_parts([parts_of(tmp_path, "S", positive, np.full((n, n), 0.8), t, UTM)])
+    assert obj.size_bin == "50000+"
+    old = replace(obj, size_bin="50000-1e+12")
+    (back,) = read_objects(write_objects(tmp_path / "old.gpkg", [old], crs))[1]
+    assert back.size_bin == "50000+"
+    assert size_bin_key("50000-1e+12") == size_bin_key("50000+") == 50_000.0
+    assert size_bin_key("1e-05-2000") == 1e-05 and size_bin_key("other") == math.inf

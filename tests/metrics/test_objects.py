@@ -71,12 +71,12 @@ def test_small_blobs_dropped_on_both_sides() -> None:
     logits[30:33, 30:33] = HIGH  # 9 px prediction: dropped, not an FP
     target[10:20, 10:20] = 1
     logits[10:20, 10:20] = HIGH
-    tile = match_objects(logits, target, min_blob_size_px=16)
+    tile = match_objects(logits, target, min_pixels=16)
     assert counts(tile) == [(1, 0, 0)] * 3
-    assert counts(match_objects(logits, target, min_blob_size_px=1)) == [(1, 1, 1)] * 3
+    assert counts(match_objects(logits, target, min_pixels=1)) == [(1, 1, 1)] * 3
     only_small = target.copy()
     only_small[10:20, 10:20] = 0
-    tile = match_objects(np.full_like(logits, LOW), only_small)
+    tile = match_objects(np.full_like(logits, LOW), only_small, min_pixels=16)
     assert tile.is_positive_tile and counts(tile) == [(0, 0, 0)] * 3  # positive tile, no GT object
 
 
@@ -115,7 +115,11 @@ def test_counter_reweights_negative_tile_false_positives() -> None:
     neg_l, neg_t = canvas()
     neg_l[30:40, 30:40] = HIGH  # one FP on a negative tile
     counter = ObjectCounter()
-    counter.add_batch(torch.from_numpy(np.stack([pos_l, neg_l]))[:, None], torch.from_numpy(np.stack([pos_t, neg_t])))
+    counter.add_batch(
+        torch.from_numpy(np.stack([pos_l, neg_l]))[:, None],
+        torch.from_numpy(np.stack([pos_t, neg_t])),
+        torch.tensor([22.75, 22.75], dtype=torch.float64),
+    )
     assert (counter.n_pos_tiles, counter.n_neg_tiles) == (1, 1)
     natural = object_metrics(counter)[0.3]
     assert (natural.tp, natural.fp, natural.fn) == (1, 1, 0) and natural.precision == 0.5
@@ -128,12 +132,12 @@ def test_counter_reweights_negative_tile_false_positives() -> None:
 
 
 def test_recall_by_size_and_empty_counter() -> None:
-    counter = ObjectCounter(min_blob_size_px=4)
+    counter = ObjectCounter(min_object_area_m2=4.0)
     logits, target = canvas()
     target[2:4, 2:4] = 1  # 4 px, missed
     target[10:20, 10:20] = 1  # 100 px, found
     logits[10:20, 10:20] = HIGH
-    counter.add(match_objects(logits, target, min_blob_size_px=4))
+    counter.add_tile(logits, target, pixel_area_m2=1.0)
     n, recall = recall_by_size(counter, [0, 10, 1000, 5000], 0.5)
     assert n.tolist() == [1, 1, 0]
     assert recall[:2].tolist() == [0.0, 1.0] and math.isnan(recall[2])
@@ -149,3 +153,44 @@ def test_bad_arguments_raise() -> None:
         match_objects(logits, target[:10])
     with pytest.raises(ValueError, match="expects"):
         ObjectCounter([0.5]).add(match_objects(logits, target))
+
+
+def test_the_minimum_object_area_in_pixels_of_each_tile() -> None:
+    """Issue 23 (4): metrics.min_object_area_m2 converted with each tile's own ground pixel, at least 1 px."""
+    from rtscore.metrics import min_object_pixels, reaches_min_area
+
+    synthetic = 4.77**2  # the synthetic 4.77 m ground pixel: the default is the old 16 px there
+    assert min_object_pixels(350.0, synthetic) == 16
+    assert min_object_pixels(16 * synthetic, synthetic) == 16  # exactly 16 px of area: 16 px, not 17
+    assert reaches_min_area(16 * synthetic, 16 * synthetic) and not reaches_min_area(15 * synthetic, 16 * synthetic)
+    assert min_object_pixels(350.0, 300.0**2) == 1  # 300 m: one pixel is 90,000 m², every object is over 350 m²
+    assert min_object_pixels(200_000.0, 300.0**2) == 3
+    assert min_object_pixels(0.0, 9.0) == 1
+    with pytest.raises(ValueError, match="pixel_area_m2"):
+        min_object_pixels(350.0, 0.0)
+    with pytest.raises(ValueError, match="min_object_area_m2"):
+        ObjectCounter(min_object_area_m2=-1.0)
+
+
+def test_the_counter_drops_objects_by_ground_area_per_tile() -> None:
+    """One 9 px object on a tile of 4.77 m pixels (205 m²) is under 350 m²; the same 9 px at 10 m (900 m²) is not."""
+    logits, target = canvas()
+    target[2:5, 2:5] = 1
+    logits[2:5, 2:5] = HIGH
+    counter = ObjectCounter(min_object_area_m2=350.0)
+    fine = counter.add_tile(logits, target, pixel_area_m2=4.77**2)
+    coarse = counter.add_tile(logits, target, pixel_area_m2=100.0)
+    assert (len(fine.gt_area), len(coarse.gt_area)) == (0, 1)
+    area, _ = counter.gt_objects_m2()
+    assert area.tolist() == [900.0]
+    with pytest.raises(ValueError, match="2 tiles but 1 pixel areas"):
+        counter.add_batch(np.stack([logits, logits]), np.stack([target, target]), [100.0])
+
+
+def test_size_bin_labels_are_readable() -> None:
+    from rtscore.metrics import size_bin_label
+
+    assert size_bin_label(0.0, 2000.0) == "0-2000"
+    assert size_bin_label(50_000.0, 1e12) == "50000+"  # was "50000-1e+12"
+    assert size_bin_label(1e6, 1e7) == "1000000-10000000"  # no exponent form
+    assert size_bin_label(0.5, 2.5) == "0.5-2.5"

@@ -37,7 +37,7 @@ def tiny_train_config(**training: Any) -> PipelineConfig:
     }
     data["mlflow"] = {"enabled": False}
     data["deployment"] = {"precision": data["training"]["precision"]}
-    data["metrics"] = {"bootstrap_samples": 20, "min_blob_size_px": 4}
+    data["metrics"] = {"bootstrap_samples": 20, "min_object_area_m2": 80.0}  # 4 px of 4.77 m
     return parse_pipeline_config(data)
 
 

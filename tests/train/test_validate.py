@@ -29,6 +29,7 @@ def test_validation_pr_auc_and_geomean_match_sklearn_for_logits_up_to_50() -> No
             "image": torch.from_numpy(logits[s : s + 16, None]),
             "label": torch.from_numpy(labels[s : s + 16]),
             "tile_id": [f"t{i}" for i in range(s, min(s + 16, len(logits)))],
+            "pixel_area_m2": torch.full((len(logits[s : s + 16]),), 4.77**2, dtype=torch.float64),
         }
         for s in range(0, len(logits), 16)
     ]
