@@ -131,6 +131,17 @@ def _check_store(cfg: PipelineConfig, split: str, path: Path, out: CheckLog) -> 
     out.add("channel_count", len(store.channel_names) == cfg.channels.count, f"channels {store.channel_names}", split)
     if split == "train" and sm.n_positive == 0:
         out.add("train_positives", False, "the train split holds no positive tile", split)
+    if split in ("val", "test"):
+        # PR-AUC at a prevalence ratio re-weights negatives against positives (guide §10.3): without both it is
+        # undefined, and training would fail at its first validation pass, an epoch later
+        missing = [k for k, n in (("positive", sm.n_positive), ("negative", sm.n_negative)) if n == 0]
+        detail = (
+            f"the {split} split holds no {' and no '.join(missing)} tile (of {sm.n_tiles}); its PR-AUC at a "
+            "prevalence ratio needs both: give it regions with RTS-free ground (or with RTS)"
+            if missing
+            else f"{sm.n_positive} positive and {sm.n_negative} negative tiles"
+        )
+        out.add("both_classes", not missing, detail, split)
     if split == "val":
         need = cfg.splits.min_val_regions
         out.add(

@@ -297,3 +297,14 @@ def test_a_val_store_under_min_val_positives_warns_in_the_report_and_the_log(
     assert not any(
         "min_val_positives" in w for w in json.loads((run / "validation" / "report.json").read_text())["warnings"]
     )
+
+
+def test_a_val_split_without_negative_tiles_fails_validation_not_training(tmp_path: Path) -> None:
+    """Issue 23: a val split of RTS tiles only passed validate-data and failed an epoch into training with a
+    traceback ("ratio 1:1 needs negative tiles"); validate-data now names the split and what it lacks."""
+    cfg = _cfg(data__generation__val__synthetic__n_negative=0)
+    run = make_data_run(tmp_path / "run", cfg)
+    with pytest.raises(DataValidationError, match=r"'both_classes' failed in split val: the val split holds no negative"):
+        stages.validate_data(str(run), cfg)
+    report = json.loads((run / "validation" / "report.json").read_text())
+    assert [c["split"] for c in report["checks"] if c["name"] == "both_classes" and not c["passed"]] == ["val"]
