@@ -1,0 +1,157 @@
+"""Issue 23 acceptance: a new user's first run on real imagery, in one try.
+
+Two UTM scenes at a coarse pixel size (30 m, Landsat-like), one with an alpha band and one R, G, B, NIR file with a
+declared nodata of 0 (its NIR is 0 at scattered valid pixels), and an inventory of RTS outlines in lon/lat GeoJSON:
+``rts tile`` with its defaults and a stated grid -> ``rts run`` -> ``rts warp`` -> ``rts map`` on the same scenes,
+every command exactly once, no ``--refresh``, no file edited by hand in between. The commands are the ones
+docs/geotiff.md's tutorial walks through.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import rasterio
+import shapely
+import yaml
+from rasterio.enums import ColorInterp
+from rasterio.features import rasterize
+from rasterio.transform import from_origin
+from rasterio.warp import transform_geom
+
+from flows.cli import main
+from tests.flows.configs import tiny_training_config, write_config
+
+UTM = "EPSG:32606"  # UTM 6N: interior Alaska
+X0, Y0 = 420_000.0, 7_330_000.0  # upper-left corner of scene A, ~66° N 148.8° W
+GSD = 30.0  # the scenes' pixel size (m)
+SIZE = 384  # scene pixels per side: 11.5 km
+SHIFT = 288  # scene B starts this many pixels east of scene A: the two overlap by 96 columns
+TILE = 64
+REGIONS = ["chandalar", "koyukuk", "kanuti", "ray mountains", "hodzana", "tanana"]  # six stripes, west to east
+SPLITS = {"train": ["chandalar", "kanuti", "hodzana"], "val": ["koyukuk", "ray mountains"], "test": ["tanana"]}
+
+
+def grid_pixel_size() -> float:
+    """The stated grid: EPSG:3857 pixels of about the scenes' 30 ground metres at the scenes' latitude."""
+    from rasterio.warp import transform
+
+    lon, lat = transform(UTM, "EPSG:4326", [X0 + SIZE * GSD], [Y0 - SIZE * GSD / 2])
+    return round(GSD / math.cos(math.radians(lat[0])), 1)
+
+
+def outline(cx: float, cy: float, r: float, rng: np.random.Generator) -> shapely.Polygon:
+    t = np.linspace(0, 2 * np.pi, 20, endpoint=False)
+    rr = r * (1 + 0.2 * np.sin(3 * t + rng.uniform(0, 6)) + 0.05 * rng.standard_normal(t.size))
+    return shapely.Polygon(np.c_[cx + rr * np.cos(t), cy + 0.8 * rr * np.sin(t)])
+
+
+def inventory() -> tuple[list[shapely.Polygon], list[str]]:
+    """60 RTS outlines (150-330 m across) on a jittered grid over the northern half of both scenes (the southern
+    half is RTS-free ground: the negative tiles), each in the region of its stripe."""
+    rng = np.random.default_rng(23)
+    width = (SHIFT + SIZE) * GSD
+    polys, regions = [], []
+    for cx in np.arange(600.0, width - 500, 1000.0):
+        for cy in (900.0, 2900.0, 4900.0):
+            x, y = X0 + cx + rng.uniform(-250, 250), Y0 - cy + rng.uniform(-250, 250)
+            polys.append(outline(x, y, rng.uniform(75, 165), rng))
+            regions.append(REGIONS[min(int(cx // (width / len(REGIONS))), len(REGIONS) - 1)])
+    return polys, regions
+
+
+def write_scene(path: Path, x0: float, polys: list[shapely.Polygon], seed: int, *, alpha: bool) -> None:
+    """A textured 30 m scene with the RTS painted bright and their NIR low. With ``alpha``: bands red, green, blue,
+    undefined (NIR), alpha (0 over a ragged corner); else red, green, blue, undefined (NIR) with nodata 0: RGB all-0
+    over a strip, and NIR 0 at scattered valid pixels (valid observations, never a NoData mask)."""
+    rng = np.random.default_rng(seed)
+    transform = from_origin(x0, Y0, GSD, GSD)
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE]
+    base = 95 + 20 * np.sin(xx / 9.0 + seed) * np.cos(yy / 13.0)
+    rgb = np.stack([base + rng.normal(0, 6, (SIZE, SIZE)) + d for d in (0, 6, -8)])
+    inside = rasterize([shapely.geometry.mapping(p) for p in polys], (SIZE, SIZE), transform=transform) > 0
+    rgb[:, inside] = np.array([200.0, 168.0, 140.0])[:, None] + rng.normal(0, 6, (3, int(inside.sum())))
+    rgb = np.clip(rgb, 12, 250).astype(np.uint8)
+    nir = np.clip(150 - 70 * inside + rng.normal(0, 8, (SIZE, SIZE)), 1, 255).astype(np.uint8)
+    valid = np.ones((SIZE, SIZE), bool)
+    if alpha:
+        valid &= yy + xx + 8 * np.sin(yy / 5.0) > 90  # a ragged NoData corner (north-west)
+        bands = [*rgb, nir, np.where(valid, 255, 0).astype(np.uint8)]
+        interp = ["red", "green", "blue", "undefined", "alpha"]
+        kw: dict[str, Any] = {}
+    else:
+        valid[:, -20:] = False  # a NoData strip on the east edge
+        nir[(rng.random((SIZE, SIZE)) < 0.02) & valid] = 0  # dark NIR: valid pixels whatever their NIR
+        bands = [*rgb, nir]
+        interp = ["red", "green", "blue", "undefined"]
+        kw = {"nodata": 0, "alpha": "UNSPECIFIED"}  # GDAL tags a 4th band of an RGB TIFF alpha unless told
+    data = np.stack(bands)
+    data[:4, :, :][:, ~valid] = 0
+    profile = {"driver": "GTiff", "height": SIZE, "width": SIZE, "count": len(bands), "dtype": "uint8"}
+    with rasterio.open(path, "w", **profile, crs=UTM, transform=transform, **kw) as f:
+        f.write(data)
+        f.colorinterp = [ColorInterp[c] for c in interp]
+
+
+def write_geojson(path: Path, polys: list[shapely.Polygon], regions: list[str]) -> None:
+    """The inventory in lon/lat GeoJSON (RFC 7946: no crs member)."""
+    features = [
+        {
+            "type": "Feature",
+            "properties": {"uid": f"RTS-{i:03d}", "region": region},
+            "geometry": transform_geom(UTM, "EPSG:4326", shapely.geometry.mapping(p)),
+        }
+        for i, (p, region) in enumerate(zip(polys, regions, strict=True))
+    ]
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+
+
+def generation(split: str) -> dict[str, Any]:
+    geotiff = {"data_root": "tiles", "extra_channels": [{"name": "ndvi", "band": 0}]}
+    return {"split": split, "tile_size": TILE, "source": "geotiff", "store": {"shard_tiles": 8}, "geotiff": geotiff}
+
+
+@pytest.mark.slow
+def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_path: Path) -> None:
+    polys, regions = inventory()
+    (tmp_path / "scenes").mkdir()
+    write_scene(tmp_path / "scenes" / "a.tif", X0, polys, seed=1, alpha=True)
+    write_scene(tmp_path / "scenes" / "b.tif", X0 + SHIFT * GSD, polys, seed=2, alpha=False)
+    write_geojson(tmp_path / "rts.geojson", polys, regions)
+
+    tiling = {
+        "scenes": ["scenes/*.tif"],
+        "polygons": {"path": "rts.geojson", "id_column": "uid"},
+        "regions": {"column": "region"},
+        "extra": [{"name": "ndvi", "kind": "ndvi", "nir": {"band": 3}, "red": {"band": 0}}],
+        "grid": {"pixel_size": grid_pixel_size(), "tile_size": TILE},
+        "splits": SPLITS,
+        "output": "tiles",
+    }
+    (tmp_path / "tile.yaml").write_text(yaml.safe_dump(tiling))
+    assert main(["tile", "--config", str(tmp_path / "tile.yaml")]) == 0
+
+    pipeline = tiny_training_config([1])
+    pipeline["data"]["tile_size"] = TILE
+    pipeline["data"]["generation"] = {s: generation(s) for s in ("train", "val", "test")}
+    pipeline["calibration"]["tta_candidates"] = ["none"]
+    write_config(tmp_path / "pipeline.yaml", pipeline)
+    run = tmp_path / "run"
+    assert main(["run", "--config", str(tmp_path / "pipeline.yaml"), "--run", str(run)]) == 0
+    package = run / "package"
+
+    warped = tmp_path / "warped"
+    assert main(["warp", "--config", str(tmp_path / "tile.yaml"), "--package", str(package), "--output", str(warped)]) == 0
+    assert sorted(p.name for p in warped.glob("*.tif")) == ["a.tif", "a_extra.tif", "b.tif", "b_extra.tif"]
+
+    campaign = tmp_path / "campaign"
+    rc = main(["map", "--package", str(package), "--input", str(warped), "--output", str(campaign)])
+    drift = json.loads((campaign / "drift" / "drift_report.json").read_text())
+    assert rc == 0, drift
+    summary = (campaign / "summary.md").read_text()
+    assert "a" in summary and "b" in summary
