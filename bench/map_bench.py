@@ -215,7 +215,7 @@ def throughput(pkg_dir: Path, scene_dir: Path, scenes: list[Path], work: Path, r
                         f"{wins.count}: see {out}"
                     )
                 got["campaign"] = float(s.wall_seconds_this_run)
-                km2 = float(s.km2_mapped_ground)
+                km2 = float(s.km2_scenes_sum)  # the area read and predicted (the scenes may overlap)
         for what in ("campaign", "bare"):
             rows[f"{what}_wps"].append(wins.count / got[what])
             rows[f"{what}_km2s"].append(km2 / got[what])

@@ -265,7 +265,7 @@ def drift(p: DriftParams) -> int:
     from rtscore.inference.drift import REPORT_MD, drift_report, render_markdown
 
     report = drift_report(p.package, p.input, p.output, rgb_bands=p.rgb_bands)
-    print(render_markdown(report), end="")
+    print(render_markdown(report, console=True), end="")  # the per-region and per-raster lists: in the report
     print(f"wrote {Path(p.output) / REPORT_MD}")
     return 0 if report.ok else 1
 

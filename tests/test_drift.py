@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rtscore.data.bands import RasterContractError
+from rtscore.data.normalization import NormalizationStats, RegionStats
 from rtscore.inference.drift import DriftReport, drift_report
 from tests.test_predict import TILE, random_rgba, write_package, write_raster
 
@@ -143,3 +144,86 @@ def test_drift_refuses_a_package_that_fails_verify(
     err = capsys.readouterr().err
     assert f"package {pkg} fails `rts package verify`" in err and failed_check in err
     assert not out.exists()
+
+
+def regional_stats(regions: dict[str, tuple[list[float], list[float]]]) -> NormalizationStats:
+    """The package's pooled moments (MEAN, STD) with the given training regions' own (mean, std per channel)."""
+    return NormalizationStats(
+        channel_names=["R", "G", "B"],
+        mean=MEAN,
+        std=STD,
+        n_tiles_used=4,
+        dataset_version="t",
+        computed_date="2026-01-01T00:00:00Z",
+        regions=[
+            RegionStats(name, 2, 1000, np.array(m, np.float64), np.array(s, np.float64))
+            for name, (m, s) in regions.items()
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def regional_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Trained on two regions: R dark in one (30), bright in the other (90), pooled 60; G alike in both (65, 75)."""
+    stats = regional_stats({"dark": ([30.0, 65.0, 55.0], [20, 28, 20]), "bright": ([90.0, 75.0, 55.0], [20, 28, 20])})
+    return write_package(tmp_path_factory.mktemp("pkg") / "package", stats=stats)
+
+
+def test_report_says_whether_a_blocked_channel_lies_inside_the_training_regions(
+    regional_package: Path, tmp_path: Path
+) -> None:
+    """Issue 23 point 10: a scene as bright as one training region (R 85: +1 σ off the pooled mean, inside the regions'
+    30 … 90) blocks as before, but the report says it only differs from the pooled mean; G 100 lies above every
+    region's mean: outside what training covered. Each region's moments are listed beside the scene's."""
+    shifted = np.array([85.0, 100.0, 55.0])
+    d = write_all(tmp_path / "in", imagery(np.random.default_rng(11), 2, mean=shifted))
+    report = drift_report(regional_package, d, tmp_path / "out")
+    assert report.blockers == ["R", "G"]  # the guide's thresholds are unchanged
+    r, g, b = report.channels
+    assert r.regions is not None and r.regions.means == {"dark": 30.0, "bright": 90.0} and r.regions.mean_inside
+    assert r.coverage is not None and "inside the training regions' means" in r.coverage
+    assert "differs from the pooled training mean only" in r.coverage
+    assert g.regions is not None and not g.regions.mean_inside
+    assert g.coverage is not None and "above every training region's mean" in g.coverage
+    assert "outside what training covered" in g.coverage
+    assert b.coverage is None and not b.blocker
+    assert report.training_regions is not None and [t.region for t in report.training_regions] == ["dark", "bright"]
+    md = (tmp_path / "out" / "drift_report.md").read_text()
+    assert "| R | 60.000 | 25.000 | 30.000 – 90.000 |" in md
+    assert "inside the training regions' means 30.000 (dark) … 90.000 (bright)" in md
+    assert "## Training regions" in md and "| dark | 2 | 1,000 | 30.000 ± 20.000 |" in md
+    assert DriftReport.model_validate_json((tmp_path / "out" / "drift_report.json").read_text()) == report
+
+
+def test_stats_without_regions_say_so(package: Path, tmp_path: Path) -> None:
+    """An older package's stats record no regions: the report says the spread is unknown, not a guess."""
+    d = write_all(tmp_path / "in", imagery(np.random.default_rng(12), 1, mean=MEAN + 30.0))
+    report = drift_report(package, d, tmp_path / "out")
+    assert report.training_regions is None and all(ch.regions is None for ch in report.channels)
+    assert report.channels[0].coverage is not None and "record no training regions" in report.channels[0].coverage
+    assert "recompute them (`rts stats`" in (tmp_path / "out" / "drift_report.md").read_text()
+
+
+def test_per_raster_shifts_name_the_rasters_that_drive_a_block(
+    regional_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The verdict is the pooled one; each raster's own moments are listed, and those exceeding a limit on a blocked
+    channel alone are named in the report (the console gets their count)."""
+    from flows.cli import main
+
+    rng = np.random.default_rng(13)
+    d = tmp_path / "in"
+    write_all(d, imagery(rng, 2))
+    write_raster(d / "s9.tif", imagery(rng, 1, mean=MEAN + np.array([0.0, 60.0, 0.0]))[0])  # G +2 σ
+    out = tmp_path / "out"
+    assert main(["drift", "--package", str(regional_package), "--input", str(d), "--output", str(out)]) == 1
+    report = DriftReport.model_validate_json((out / "drift_report.json").read_text())
+    assert report.blockers == ["G"] and report.blocking_files == [str(d / "s9.tif")]
+    files = {Path(f.name).name: f for f in report.per_file}
+    assert files["s9.tif"].exceeds == ["G"] and files["s0.tif"].exceeds == files["s1.tif"].exceeds == []
+    assert abs(files["s9.tif"].mean_shift_sigma[1] - 2.0) < 0.1
+    md = (out / "drift_report.md").read_text()
+    assert "## Rasters" in md and f"(1 of 3): `{d / 's9.tif'}`" in md
+    printed = capsys.readouterr().out
+    assert "1 of 3 raster(s) exceed a limit on a blocked channel on their own: named in drift_report.md" in printed
+    assert "## Rasters" not in printed and "## Training regions" not in printed and "s9.tif" not in printed

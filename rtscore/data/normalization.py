@@ -1,6 +1,10 @@
 """The normalization-stats file (guide §4.5): per-channel mean and std (and clip bounds) of the train split,
 bound to channel names and EXTRA bands; written once, checked against the config at every load.
 
+Beside the pooled moments the file may record each training region's own (``regions``: valid pixels, tiles, mean and
+std per channel, clipped as the pooled ones): the spread the drift gate shows a new scene against (``rts drift``).
+The field is optional: a file written before it loads as before, without regions.
+
 The pass that computes the stats is `rtscore.data.normalization_pass`; the transform that applies them is
 `rtscore.data.input_transform`."""
 
@@ -23,6 +27,27 @@ class NormalizationStatsError(PipelineError, ValueError):
     """A stats file is missing, malformed, or bound to other channels than the config's."""
 
 
+@dataclass(frozen=True, eq=False)
+class RegionStats:
+    """One training region's valid pixels: how many (and in how many tiles), and per channel (in the stats' channel
+    order) their mean and std, clipped as the pooled moments are."""
+
+    region: str
+    n_tiles: int
+    n_pixels: int
+    mean: np.ndarray
+    std: np.ndarray
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "n_tiles": self.n_tiles,
+            "n_pixels": self.n_pixels,
+            "mean": [float(x) for x in self.mean],
+            "std": [float(x) for x in self.std],
+        }
+
+
 @dataclass
 class NormalizationStats:
     """The loaded `normalization_stats.json`: channel names bound to mean/std (raw units)."""
@@ -37,10 +62,12 @@ class NormalizationStats:
     clip_max: np.ndarray | None = None
     source: str = field(default="<memory>", repr=False)
     extra_bands: list[int] | None = None  # 0-based EXTRA band of each extra channel (None: not recorded)
+    regions: list[RegionStats] | None = None  # each training region's moments (None: not recorded)
 
     def to_json(self) -> dict[str, Any]:
         """The guide §4.5 schema; clip bounds appear only when clipping was configured, ``extra.bands`` (the
-        EXTRA band each extra channel was read from) when known."""
+        EXTRA band each extra channel was read from) and ``regions`` (each training region's moments, channels in
+        the order of ``rgb`` then ``extra``) when known."""
 
         def block(sl: slice) -> dict[str, Any]:
             out: dict[str, Any] = {
@@ -63,6 +90,8 @@ class NormalizationStats:
         }
         if len(self.channel_names) > 3:
             doc["extra"] = block(slice(3, None))
+        if self.regions is not None:
+            doc["regions"] = [r.to_json() for r in self.regions]
         return doc
 
 
@@ -142,6 +171,7 @@ def load_normalization_stats(
         clip_max=clip_max,
         source=source,
         extra_bands=bands,
+        regions=_recorded_regions(doc, source, names),
     )
 
 
@@ -155,3 +185,34 @@ def _recorded_bands(doc: dict[str, Any], source: str, n_extra: int) -> list[int]
     if not isinstance(bands, list) or len(bands) != n_extra or not all(isinstance(b, int) and b >= 0 for b in bands):
         raise NormalizationStatsError(f"{source}: extra.bands must hold {n_extra} band indices >= 0; got {bands}")
     return [int(b) for b in bands]
+
+
+def _recorded_regions(doc: dict[str, Any], source: str, names: list[str]) -> list[RegionStats] | None:
+    """``regions`` of a stats file (None when it records none), each checked against the channels it loads:
+    every problem named at once."""
+    entries = doc.get("regions")
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        raise NormalizationStatsError(f"{source}: regions must be a list of per-region entries; got {entries!r}")
+    n = len(names)
+    out: list[RegionStats] = []
+    problems: list[str] = []
+    for i, e in enumerate(entries):
+        where = f"regions[{i}]"
+        try:
+            mean = np.asarray(e["mean"], np.float64)
+            std = np.asarray(e["std"], np.float64)
+            r = RegionStats(str(e["region"]), int(e["n_tiles"]), int(e["n_pixels"]), mean, std)
+        except (TypeError, KeyError, ValueError) as err:
+            problems.append(f"{where}: needs region, n_tiles, n_pixels, mean and std ({type(err).__name__}: {err})")
+            continue
+        if mean.shape != (n,) or std.shape != (n,):
+            problems.append(f"{where} ({r.region}): {mean.size} means and {std.size} stds for {n} channels {names}")
+        elif not (np.isfinite(mean).all() and np.isfinite(std).all() and (std >= 0).all() and r.n_pixels > 0):
+            problems.append(f"{where} ({r.region}): mean/std must be finite, std >= 0 and n_pixels > 0")
+        else:
+            out.append(r)
+    if problems:
+        raise NormalizationStatsError(f"{source}: {'; '.join(problems)} (recompute the stats: rts stats)")
+    return out

@@ -14,8 +14,8 @@ whole raster): its channels through the package's input binding (the EXTRA bands
 `rtscore.config.binding`), its NoData by the contract's rule, and put through the package's input transform
 (`rtscore.data.input_transform.InputTransform`: clipping to the training percentiles, alpha-0 pixels to the channel's
 training mean, ``(x - mean) / std``), exactly as the training and evaluation dataset does. A window that is
-entirely NoData (alpha 0) is skipped: no model call, its pixels are NoData, and it is listed in the log and in
-``<name>_predict.json`` (guide §4.4). Every other window goes through
+entirely NoData (alpha 0) is skipped: no model call, its pixels are NoData; the log counts them and
+``<name>_predict.json`` lists them (guide §4.4). Every other window goes through
 :func:`rtscore.inference.numerics.predict_logits` with the package's tta/scales/fusion/precision, on the GPU
 when there is one (``device="auto"``, as calibration ran), is divided by the calibrated temperature and turned
 into probabilities. Overlapping windows are averaged in probability space (as TTA and scale fusion are, guide
@@ -397,12 +397,12 @@ def write_manifest(
     dep = pkg.deployment
     skipped = result.skipped
     if skipped:
-        log.info(
-            "%s: skipped %d of %d windows that are entirely NoData (row, col): %s",
+        log.info(  # the count; their offsets are listed in the manifest (a scene may skip hundreds)
+            "%s: skipped %d of %d windows that are entirely NoData (their offsets: skipped_full_nodata in %s)",
             Path(input).name,
             len(skipped),
             result.windows,
-            skipped,
+            path.name,
         )
     manifest = PredictManifest(
         input=input,

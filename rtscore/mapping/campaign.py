@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2
 from rtscore.data.bands import EXTRA_SUFFIX, open_checked
 from rtscore.errors import PipelineError
-from rtscore.inference.drift import DriftReport, drift_report
+from rtscore.inference.drift import ChannelDrift, DriftReport, drift_report
 from rtscore.inference.predict import (
     DEFAULT_BATCH,
     LoadedPackage,
@@ -36,6 +36,7 @@ from rtscore.inference.predict import (
 )
 from rtscore.inference.stream import gdal_env
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
+from rtscore.mapping.area import union_ground_m2
 from rtscore.mapping.campaign_log import (
     CampaignLog,
     CampaignSummary,
@@ -102,9 +103,9 @@ def drift_sample(
     n: int = DRIFT_SAMPLE,
     *,
     cache_dir: Path | None = None,
-) -> list[Path]:
+) -> list[tuple[Scene, Path]]:
     """Up to ``n`` scenes spread evenly over the (sorted) list that open under the package's contract, read whole
-    without error and hold valid pixels, as local paths: gs:// scenes are staged as for mapping
+    without error and hold valid pixels, each with its local path: gs:// scenes are staged as for mapping
     (:func:`~rtscore.mapping.outputs.staged_input`, pinned to their listed generation), the sampled ones kept until
     ``stack`` closes, the others removed at once. A scene that does not qualify (corrupt, wrong bands, full NoData,
     rewritten) is left to fail or be skipped on its own when mapped, not to block the campaign; the sample is read
@@ -114,7 +115,7 @@ def drift_sample(
     step = max(1, len(scenes) // n)
     order = list(scenes[::step]) + [s for i, s in enumerate(scenes) if i % step]
     extra = bool(pkg.binding.extra_bands)
-    picked: list[Path] = []
+    picked: list[tuple[Scene, Path]] = []
     for s in order:
         if len(picked) == n:
             break
@@ -122,7 +123,7 @@ def drift_sample(
             try:
                 path = one.enter_context(staged_input(s, extra, cache_dir))
                 if _readable_with_data(pkg, path):
-                    picked.append(path)
+                    picked.append((s, path))
                     stack.push(one.pop_all())  # kept staged until the drift report has read it
             except Exception as err:  # any unreadable scene just isn't sampled
                 _log.info("drift sample: %s left out (%s)", s.uri, err)
@@ -152,7 +153,18 @@ class CampaignResult(CampaignSummary):
     (ground area, objects) and the throughput; summary.md renders it (:func:`render_summary`)."""
 
     mapping_identity: MapIdentity = Field(..., description="Package, mapping code and settings mapped under.")
-    km2_mapped_ground: float = Field(..., ge=0, description="Ground km² of the done scenes' valid pixels.")
+    km2_mapped_ground: float = Field(
+        ...,
+        ge=0,
+        description="Ground km² mapped: the union of the done scenes' valid pixels, where scenes overlap counted once "
+        "(rtscore.mapping.area: their footprints united in an equal-area projection, within 0.01 %).",
+    )
+    km2_scenes_sum: float = Field(
+        ...,
+        ge=0,
+        description="The done scenes' valid pixels' ground km² added up scene by scene: overlaps counted once per "
+        "scene covering them (the area read and predicted; km2_per_second uses it).",
+    )
     objects: int = Field(
         ..., ge=0, description="RTS objects of the done scenes, merged across scenes, at least min_object_area_m2."
     )
@@ -163,7 +175,9 @@ class CampaignResult(CampaignSummary):
     objects_partial: int = Field(..., ge=0, description="Objects cut by a scene's edge.")
     objects_by_size_bin_m2: dict[str, int] = Field(..., description="Objects by ground size bin (m²).")
     windows_per_second: float | None = Field(..., description="Windows per second of scene time (None: no time).")
-    km2_per_second: float | None = Field(..., description="Ground km² per second of scene time (None: no time).")
+    km2_per_second: float | None = Field(
+        ..., description="km2_scenes_sum per second of scene time: the area read and predicted (None: no time)."
+    )
     wall_seconds_this_run: float = Field(..., ge=0, description="Wall time of this run's mapping.")
     drift_ok: bool | None = Field(..., description="The drift verdict (None: not checked or not measured).")
     log: str = Field(..., description="The campaign's manifest-log.")
@@ -175,16 +189,19 @@ def check_drift(
     pkg: LoadedPackage, scenes: Sequence[Scene], output: str | Path | CampaignRoot, *, allow_drift: bool
 ) -> DriftReport | DriftNotMeasured:
     """``rts drift`` on a sample of the scenes (:func:`drift_sample`), report in ``<output>/drift/`` (published for
-    a gs:// output); a blocker (or a sample on which drift cannot be measured) refuses the campaign unless
-    ``allow_drift``."""
+    a gs:// output), its rasters named by scene id. The verdict is the sample's pooled one (a dataset-level report,
+    guide §4.1); a blocker (or a sample on which drift cannot be measured) refuses the campaign unless
+    ``allow_drift``, with a message naming the blocked channels (and whether they lie outside the training regions'
+    range) and the sampled scenes whose own shift exceeds a limit on them (:func:`drift_block_text`)."""
     root = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     where = root.local / DRIFT_DIR
+    sample: list[tuple[Scene, Path]] = []
     try:
         with contextlib.ExitStack() as stack:
             sample = drift_sample(pkg, scenes, stack, cache_dir=root.cache_dir)
             if not sample:
                 raise CampaignError("no scene of the campaign opens under the package's raster contract")
-            report = drift_report(pkg, sample, where)
+            report = drift_report(pkg, [p for _, p in sample], where, names=[s.scene_id for s, _ in sample])
         root.publish(sorted(p for p in where.rglob("*") if p.is_file()))
         where_text = root.uri_of(DRIFT_DIR)
     except PipelineError as err:
@@ -193,11 +210,47 @@ def check_drift(
             return DriftNotMeasured(error=str(err))
         raise CampaignError(f"drift check could not run on {len(sample)} sampled scene(s): {err}") from None
     if not report.ok:
-        text = f"input drift on {', '.join(report.blockers)} (report: {where_text})"
+        text = f"{drift_block_text(report)} (report: {where_text})"
         if not allow_drift:
             raise CampaignError(f"campaign refused: {text}; map anyway with --allow-drift")
         _log.warning("%s; mapping anyway (--allow-drift)", text)
     return report
+
+
+def drift_block_text(report: DriftReport) -> str:
+    """One sentence on a blocked drift report of a campaign's sample: the blocked channels with their pooled shift
+    and where it lies against the training regions' means, then the scenes that drive it (their own shift on the
+    blocked channels) or, when none does alone, that the spread between scenes does."""
+    blocked = [ch for ch in report.channels if ch.blocker]
+
+    def where(ch: ChannelDrift) -> str:
+        if ch.regions is None:
+            return "training regions not recorded"
+        inside = "inside" if ch.regions.mean_inside else "outside"
+        return f"{inside} the training regions' means {ch.regions.mean_min:.3f} … {ch.regions.mean_max:.3f}"
+
+    channels = "; ".join(
+        f"{ch.channel} mean {ch.new_mean:.3f} vs {ch.train_mean:.3f} ({ch.mean_shift_sigma:+.2f} σ_train, std ratio "
+        f"{ch.std_ratio:.2f}; {where(ch)})"
+        for ch in blocked
+    )
+    n = len(report.per_file)
+    text = f"input drift on {', '.join(report.blockers)} over the {n} sampled scene(s) pooled: {channels}"
+    index = {ch.channel: c for c, ch in enumerate(report.channels)}
+    drivers = [f for f in report.per_file if f.name in report.blocking_files]
+    if not drivers:
+        return f"{text}; no sampled scene exceeds a limit on its own (the spread between the scenes drives it)"
+    named = ", ".join(
+        f"{f.name} ("
+        + ", ".join(
+            f"{c} {f.mean_shift_sigma[index[c]]:+.2f} σ, std ratio {f.std_ratio[index[c]]:.2f}"
+            for c in f.exceeds
+            if c in report.blockers
+        )
+        + ")"
+        for f in drivers
+    )
+    return f"{text}; scene(s) beyond a limit on their own: {named}"
 
 
 @dataclass
@@ -355,11 +408,13 @@ def write_campaign_outputs(
     min_object_area_m2: float = DEFAULT_MIN_OBJECT_AREA_M2,
 ) -> CampaignResult:
     """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
-    summary.md / summary.json from the log and the done scenes' parts files (no raster is read; for a gs:// output
-    the parts files are downloaded, the campaign files written locally and uploaded). Done scenes are those whose
-    latest record is ``done`` for their current identity under ``identity``. ``threshold_source`` is the package's
-    (recorded in the summary; a max-F1 fallback is called out in summary.md); ``min_object_area_m2`` the package's
-    (objects under it are counted, not written: :func:`~rtscore.mapping.polygons.keep_min_area`)."""
+    summary.md / summary.json (the ground mapped: the union of the done scenes' footprints,
+    :func:`~rtscore.mapping.area.union_ground_m2`, and their sum) from the log and the done scenes' parts files (no
+    raster is read; for a gs:// output the parts files are downloaded, the campaign files written locally and
+    uploaded). Done scenes are those whose latest record is ``done`` for their current identity under
+    ``identity``. ``threshold_source`` is the package's (recorded in the summary; a max-F1 fallback is called out in
+    summary.md); ``min_object_area_m2`` the package's (objects under it are counted, not written:
+    :func:`~rtscore.mapping.polygons.keep_min_area`)."""
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
 
@@ -393,11 +448,12 @@ def write_campaign_outputs(
         out.delete(OBJECTS_FILE)  # no done scene: no objects layer (not a stale one)
     atomic_write_text(out.path(INDEX_FILE), json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
     seconds = sum(last[s.scene_id].seconds for s in done)
-    km2 = ground_m2 / 1e6
+    km2 = ground_m2 / 1e6  # scene by scene
     result = CampaignResult(
         **summary.model_dump(),
         mapping_identity=identity,
-        km2_mapped_ground=km2,
+        km2_mapped_ground=union_ground_m2(parts) / 1e6,
+        km2_scenes_sum=km2,
         objects=len(objects),
         objects_under_min_area=under_min_area,
         min_object_area_m2=min_object_area_m2,
@@ -450,9 +506,10 @@ def render_summary(data: CampaignResult) -> str:
         f"| failed | {data.failed} |",
         f"| pending | {data.pending} |",
         "",
-        f"Mapped {data.km2_mapped_ground:,.3f} km² (ground, valid pixels of the done scenes); "
-        f"{data.windows:,} windows in {data.seconds:,.1f} s of scene time: "
-        f"{rate(data.windows_per_second, 'windows/s')}, {rate(data.km2_per_second, 'km²/s')}.",
+        f"Mapped {data.km2_mapped_ground:,.3f} km² of ground (the union of the done scenes' valid pixels: where "
+        f"scenes overlap, counted once); {data.km2_scenes_sum:,.3f} km² scene by scene (overlaps counted once per "
+        f"scene). {data.windows:,} windows in {data.seconds:,.1f} s of scene time: "
+        f"{rate(data.windows_per_second, 'windows/s')}, {rate(data.km2_per_second, 'km²/s')} (scene by scene).",
         "",
         f"{data.objects} RTS objects ({data.objects_partial} partial); {data.objects_under_min_area} under "
         f"{data.min_object_area_m2:,g} m² (the package's min_object_area_m2) left out.",

@@ -66,7 +66,7 @@ def test_json_schema_of_guide(train_store: Path, tmp_path: Path) -> None:
     stats = compute_normalization_stats(train_store, extra_channels=["e1"])
     path = write_normalization_stats(stats, tmp_path / "normalization_stats.json")
     doc = json.loads(path.read_text())
-    assert list(doc) == ["dataset_version", "computed_date", "n_tiles_used", "rgb", "extra"]
+    assert list(doc) == ["dataset_version", "computed_date", "n_tiles_used", "rgb", "extra", "regions"]
     assert doc["rgb"]["channel_names"] == ["R", "G", "B"] and list(doc["rgb"]) == ["channel_names", "mean", "std"]
     assert doc["extra"]["channel_names"] == ["e1"] and len(doc["extra"]["mean"]) == 1
     assert doc["computed_date"].endswith("Z")
@@ -86,6 +86,74 @@ def test_channel_binding_is_enforced(train_store: Path, tmp_path: Path) -> None:
     doc["rgb"]["channel_names"] = ["G", "R", "B"]
     path.write_text(json.dumps(doc))
     with pytest.raises(NormalizationStatsError, match=r"rgb.channel_names must be \['R', 'G', 'B'\]"):
+        load_normalization_stats(path, ["e0", "e1"])
+
+
+def _region_reference(store: Path, clip: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Each region's valid pixels (C, K) from the tiles one by one (clipped to ``clip`` when given)."""
+    s = ZarrTileStore(store)
+    by_region: dict[str, list[np.ndarray]] = {}
+    for i in range(len(s)):
+        t = s[i]
+        stack = np.concatenate([t.rgb.astype(np.float64), t.extra.astype(np.float64)])[:, t.alpha > 0]
+        if clip is not None:
+            stack = np.clip(stack, clip[0][:, None], clip[1][:, None])
+        by_region.setdefault(t.region, []).append(stack)
+    return {r: np.concatenate(v, axis=1) for r, v in by_region.items()}
+
+
+def test_each_training_region_s_moments_are_recorded(train_store: Path, tmp_path: Path) -> None:
+    """Issue 23 point 10: the stats pass keeps each region's valid pixels apart (the store's per-tile region): count,
+    mean and std per channel; the pooled moments are their pixel-weighted whole; they travel through the file."""
+    stats = compute_normalization_stats(train_store)
+    ref = _region_reference(train_store)
+    assert stats.regions is not None and [r.region for r in stats.regions] == ["r0", "r1", "r2"]
+    for r in stats.regions:
+        v = ref[r.region]
+        assert r.n_pixels == v.shape[1] and r.n_tiles == sum(1 for i in range(11) if f"r{i % 3}" == r.region)
+        np.testing.assert_allclose(r.mean, v.mean(axis=1), rtol=1e-9)
+        np.testing.assert_allclose(r.std, v.std(axis=1), rtol=1e-6)
+    weights = np.array([r.n_pixels for r in stats.regions], np.float64)
+    pooled = (np.stack([r.mean for r in stats.regions]) * weights[:, None]).sum(axis=0) / weights.sum()
+    np.testing.assert_allclose(pooled, stats.mean, rtol=1e-9)
+    means = np.stack([r.mean for r in stats.regions])
+    assert (means.max(axis=0) - means.min(axis=0) > 0).all()  # the regions really differ
+    path = write_normalization_stats(stats, tmp_path / "normalization_stats.json")
+    loaded = load_normalization_stats(path, ["e0", "e1"])
+    assert loaded.regions is not None
+    for a, b in zip(loaded.regions, stats.regions, strict=True):
+        assert (a.region, a.n_tiles, a.n_pixels) == (b.region, b.n_tiles, b.n_pixels)
+        np.testing.assert_array_equal(a.mean, b.mean)
+        np.testing.assert_array_equal(a.std, b.std)
+
+
+def test_region_moments_are_of_the_clipped_values(train_store: Path) -> None:
+    """With clip_percentiles the regions' moments describe the values the model is fed, as the pooled ones: clipped
+    to the pooled bounds (RGB exactly; EXTRA from the second pass's histograms)."""
+    stats = compute_normalization_stats(train_store, clip_percentiles=(5.0, 95.0))
+    assert stats.clip_min is not None and stats.clip_max is not None and stats.regions is not None
+    ref = _region_reference(train_store, (stats.clip_min, stats.clip_max))
+    for r in stats.regions:
+        v = ref[r.region]
+        np.testing.assert_allclose(r.mean[:3], v[:3].mean(axis=1), rtol=1e-9)
+        np.testing.assert_allclose(r.std[:3], v[:3].std(axis=1), rtol=1e-6)
+        assert (np.abs(r.mean[3:] - v[3:].mean(axis=1)) < 1e-3 * stats.std[3:]).all()  # 4096 bins over the range
+    weights = np.array([r.n_pixels for r in stats.regions], np.float64)
+    pooled = (np.stack([r.mean for r in stats.regions]) * weights[:, None]).sum(axis=0) / weights.sum()
+    np.testing.assert_allclose(pooled, stats.mean, rtol=1e-9)
+
+
+def test_a_stats_file_without_regions_still_loads_and_a_bad_one_is_named(train_store: Path, tmp_path: Path) -> None:
+    """Files written before regions were recorded load as before; malformed entries are all named at once."""
+    path = write_normalization_stats(compute_normalization_stats(train_store), tmp_path / "s.json")
+    doc = json.loads(path.read_text())
+    regions = doc.pop("regions")
+    path.write_text(json.dumps(doc))
+    assert load_normalization_stats(path, ["e0", "e1"]).regions is None
+    regions[0]["mean"] = regions[0]["mean"][:3]
+    del regions[2]["std"]
+    path.write_text(json.dumps(doc | {"regions": regions}))
+    with pytest.raises(NormalizationStatsError, match=r"regions\[0\] \(r0\): 3 means .*regions\[2\]: needs region"):
         load_normalization_stats(path, ["e0", "e1"])
 
 

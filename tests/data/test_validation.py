@@ -304,7 +304,7 @@ def test_a_val_split_without_negative_tiles_fails_validation_not_training(tmp_pa
     traceback ("ratio 1:1 needs negative tiles"); validate-data now names the split and what it lacks."""
     cfg = _cfg(data__generation__val__synthetic__n_negative=0)
     run = make_data_run(tmp_path / "run", cfg)
-    with pytest.raises(DataValidationError, match=r"'both_classes' failed in split val: the val split holds no negative"):
+    with pytest.raises(DataValidationError, match=r"'both_classes' failed in split val: the val split holds no neg"):
         stages.validate_data(str(run), cfg)
     report = json.loads((run / "validation" / "report.json").read_text())
     assert [c["split"] for c in report["checks"] if c["name"] == "both_classes" and not c["passed"]] == ["val"]

@@ -41,7 +41,7 @@ def grid_pixel_size() -> float:
     """The stated grid: EPSG:3857 pixels of about the scenes' 30 ground metres at the scenes' latitude."""
     from rasterio.warp import transform
 
-    lon, lat = transform(UTM, "EPSG:4326", [X0 + SIZE * GSD], [Y0 - SIZE * GSD / 2])
+    _, lat = transform(UTM, "EPSG:4326", [X0 + SIZE * GSD], [Y0 - SIZE * GSD / 2])
     return round(GSD / math.cos(math.radians(lat[0])), 1)
 
 
@@ -146,7 +146,9 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     package = run / "package"
 
     warped = tmp_path / "warped"
-    assert main(["warp", "--config", str(tmp_path / "tile.yaml"), "--package", str(package), "--output", str(warped)]) == 0
+    assert (
+        main(["warp", "--config", str(tmp_path / "tile.yaml"), "--package", str(package), "--output", str(warped)]) == 0
+    )
     assert sorted(p.name for p in warped.glob("*.tif")) == ["a.tif", "a_extra.tif", "b.tif", "b_extra.tif"]
 
     campaign = tmp_path / "campaign"

@@ -31,7 +31,7 @@ from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
 from rtscore.mapping.polygons import read_objects
 from rtscore.mapping.scenes import CampaignError, list_scenes
 from tests.helpers import PROJECT_ROOT, CodeEdits
-from tests.test_predict import MEAN, STD, TILE, random_rgba, write_package, write_raster
+from tests.test_predict import MEAN, STD, TILE, TRANSFORM, random_rgba, write_package, write_raster
 
 VALID = ("a", "b", "c")
 SCENE_H, SCENE_W = TILE + 32, TILE * 2
@@ -142,7 +142,15 @@ def test_campaign_maps_each_scene_once_like_rts_predict(package: Path, scenes_di
     assert "| failed | 1 |" in md and "corrupt" in md
     lat = web_mercator_latitude(8_000_000.0 - 4.77 * (TILE + 32) / 2)  # the scenes' centre row
     px_km2 = 4.77**2 * np.cos(np.radians(lat)) ** 2 / 1e6
-    assert summary.km2_mapped_ground == pytest.approx(sum(by_id[s].valid_pixels for s in VALID) * px_km2, rel=2e-3)
+    # the three scenes lie on one grid (write_raster's transform): the ground mapped is one scene's, once (issue 23
+    # point 5); scene by scene it is three times that
+    assert summary.km2_scenes_sum == pytest.approx(sum(by_id[s].valid_pixels for s in VALID) * px_km2, rel=2e-3)
+    # on the ellipsoid (the union's area is computed in an equal-area projection of WGS 84): EPSG:3857's scale there
+    # is cos φ / W east-west and cos φ W² / (1 - e²) north-south (W² = 1 - e² sin² φ), not the sphere's cos² φ
+    e2, sin2 = 0.00669437999014, np.sin(np.radians(lat)) ** 2
+    ellipsoid_km2 = px_km2 * (1 - e2) / (1 - e2 * sin2) ** 2
+    assert summary.km2_mapped_ground == pytest.approx(SCENE_H * SCENE_W * ellipsoid_km2, rel=1e-4)
+    assert "Mapped 0.078 km² of ground" in md and "0.234 km² scene by scene" in md
     index = json.loads((out / INDEX_FILE).read_text())
     assert sorted(f["properties"]["scene_id"] for f in index["features"]) == list(VALID)
     lon, lat = index["features"][0]["geometry"]["coordinates"][0][0]
@@ -420,3 +428,84 @@ def test_objects_under_the_packages_minimum_area_are_counted_not_written(
     assert len(said) == 1 and "default 350 m²" in said[0] and "p2" in said[0]
     assert old.min_object_area_m2 == 350.0
     assert (old.objects, old.objects_under_min_area) == (sum(a >= 350.0 for a in areas), sum(a < 350.0 for a in areas))
+
+
+def test_a_drift_block_names_the_scenes_that_drive_it(package: Path, tmp_path: Path) -> None:
+    """Issue 23 point 10: the gate decides on the sample's pooled moments (a dataset-level report) and names the
+    sampled scenes whose own shift exceeds a limit on a blocked channel: in the error and in the report."""
+    d = tmp_path / "scenes"
+    d.mkdir()
+    for k, name in enumerate(("a", "b", "c")):
+        write_raster(d / f"{name}.tif", imagery_like_training(k, SCENE_H, SCENE_W))
+    off = imagery_like_training(7, SCENE_H, SCENE_W)
+    off[1] = np.clip(off[1].astype(np.float64) + 75.0, 0, 255).astype(np.uint8)  # G: +2.5 σ_train in this scene only
+    write_raster(d / "off.tif", off)
+    out = tmp_path / "refused"
+    with pytest.raises(CampaignError) as err:
+        run_campaign(package, d, out)
+    text = str(err.value)
+    assert "input drift on G over the 4 sampled scene(s) pooled" in text
+    assert "training regions not recorded" in text  # the test package's stats predate them
+    assert "scene(s) beyond a limit on their own: off (G +2.4" in text and "map anyway with --allow-drift" in text
+    assert " a (" not in text and " b (" not in text and " c (" not in text
+    report = json.loads((out / "drift" / "drift_report.json").read_text())
+    assert report["blocking_files"] == ["off"] and sorted(f["name"] for f in report["per_file"]) == [
+        "a",
+        "b",
+        "c",
+        "off",
+    ]
+    assert "(1 of 4): `off`" in (out / "drift" / "drift_report.md").read_text()
+
+
+def write_at(path: Path, data: np.ndarray, col: int, row: int) -> Path:
+    """A scene like write_raster's, its top-left corner ``col``, ``row`` pixels east and south of TRANSFORM's."""
+    import rasterio
+
+    with rasterio.open(
+        path,
+        "w",
+        driver="GTiff",
+        width=data.shape[2],
+        height=data.shape[1],
+        count=data.shape[0],
+        dtype="uint8",
+        crs="EPSG:3857",
+        transform=TRANSFORM @ rasterio.Affine.translation(col, row),
+    ) as dst:
+        dst.write(data)
+    return path
+
+
+def test_headline_area_counts_overlapping_ground_once(
+    package: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 point 5: two scenes overlapping by half: the summary's ground mapped is the union of their valid
+    pixels (one and a half scenes' worth), the sum scene by scene stays beside it. Point 11: `rts map`'s log counts
+    a scene's skipped NoData windows, their offsets are in its manifest only."""
+    d = tmp_path / "scenes"
+    d.mkdir()
+    first = imagery_like_training(0, SCENE_H, SCENE_W)
+    first[3, :, :TILE] = 0  # the western half NoData: no window there runs
+    write_at(d / "p.tif", first, 0, 0)
+    write_at(d / "q.tif", imagery_like_training(1, SCENE_H, SCENE_W), TILE // 2, 16)
+    monkeypatch.setattr(logging.getLogger("rtscore"), "propagate", True)
+    caplog.set_level(logging.INFO, logger="rtscore")
+    summary = run_campaign(package, d, tmp_path / "out", stride=TILE // 2)
+    assert summary.done == 2
+    p_valid = np.zeros((SCENE_H + 16, SCENE_W + TILE // 2), bool)
+    p_valid[:SCENE_H, TILE:SCENE_W] = True
+    q_valid = np.zeros_like(p_valid)
+    q_valid[16:, TILE // 2 :] = True
+    lat = web_mercator_latitude(8_000_000.0 - 4.77 * (SCENE_H + 16) / 2)
+    e2, sin2 = 0.00669437999014, np.sin(np.radians(lat)) ** 2
+    px_km2 = 4.77**2 * np.cos(np.radians(lat)) ** 2 * (1 - e2) / (1 - e2 * sin2) ** 2 / 1e6  # ground, on WGS 84
+    assert summary.km2_mapped_ground == pytest.approx((p_valid | q_valid).sum() * px_km2, rel=2e-4)
+    assert summary.km2_scenes_sum == pytest.approx((p_valid.sum() + q_valid.sum()) * px_km2, rel=4e-3)
+    assert summary.km2_scenes_sum > 1.3 * summary.km2_mapped_ground  # the overlap, counted twice there
+    manifest = json.loads(scene_outputs(tmp_path / "out", list_scenes(d)[0]).manifest.read_text())
+    skipped = [tuple(w) for w in manifest["skipped_full_nodata"]]
+    assert len(skipped) >= 2
+    line = next(r.getMessage() for r in caplog.records if "entirely NoData" in r.getMessage())
+    assert f"skipped {len(skipped)} of {manifest['windows']} windows" in line and "p_predict.json" in line
+    assert str(skipped[0]) not in line
