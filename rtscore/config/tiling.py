@@ -157,6 +157,12 @@ class SplitRules(StrictModel):
         description="Least positive tiles test must hold (pipeline splits.min_test_positives): without `splits` the "
         "derivation needs it (refused early when the plan cannot reach it); with `splits`, a warning.",
     )
+    min_val_positives: int = Field(
+        _PIPELINE_SPLITS["min_val_positives"].default,
+        ge=0,
+        description="The thin-val floor (pipeline splits.min_val_positives): val with fewer tiles holding an RTS "
+        "whole is a warning, as at validate-data.",
+    )
 
 
 class TilingConfig(StrictModel):

@@ -158,7 +158,8 @@ def check_split_rules(cfg: TilingConfig, probe: TileProbe) -> PlanSplit:
 
     With ``splits``: every region that gets a tile is in a split; each split listed gets a tile; val (when listed)
     spans at least ``split_rules.min_val_regions`` regions with a tile. Warnings (returned): a listed region that
-    gets no tile; test (when listed) with fewer than ``split_rules.min_test_positives`` tiles holding a whole RTS.
+    gets no tile; test or val (when listed) with fewer than ``split_rules.min_test_positives`` or
+    ``split_rules.min_val_positives`` tiles holding a whole RTS.
     A split not listed is left to another data root.
 
     Without ``splits``: the split ingestion will derive (`rtscore.data.splits.derive_splits`, the same rules and
@@ -205,13 +206,18 @@ def _given_split(cfg: TilingConfig, probe: TileProbe, plan: PlanSplit) -> list[s
                 f"is {rules.min_val_regions} (validate-data fails val under the pipeline config's "
                 "splits.min_val_regions): list more regions in val, or lower both"
             )
-        if split == "test":
-            positives = sum(plan.positives[r] for r in with_tiles)
-            if positives < rules.min_test_positives:
-                plan.warnings.append(
-                    f"splits.test: about {positives} tile(s) hold an RTS whole (an upper bound from the plan), fewer "
-                    f"than split_rules.min_test_positives={rules.min_test_positives}: test metrics will be noisy"
-                )
+        positives = sum(plan.positives[r] for r in with_tiles)
+        if split == "test" and positives < rules.min_test_positives:
+            plan.warnings.append(
+                f"splits.test: about {positives} tile(s) hold an RTS whole (an upper bound from the plan), fewer "
+                f"than split_rules.min_test_positives={rules.min_test_positives}: test metrics will be noisy"
+            )
+        if split == "val" and positives < rules.min_val_positives:
+            plan.warnings.append(
+                f"splits.val: about {positives} tile(s) hold an RTS whole (an upper bound from the plan), fewer "
+                f"than split_rules.min_val_positives={rules.min_val_positives}: val PR-AUC, and early stopping on "
+                "it, rest on few positives"
+            )
     return problems
 
 
@@ -245,6 +251,7 @@ def _derivable(cfg: TilingConfig, plan: PlanSplit) -> list[str]:
                 planned_rows(plan),
                 min_test_positives=rules.min_test_positives,
                 min_val_regions=rules.min_val_regions,
+                min_val_positives=rules.min_val_positives,
             )
         except SplitError as err:
             problems.append(str(err))

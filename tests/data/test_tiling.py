@@ -311,7 +311,7 @@ def test_nir_zero_pixels_of_an_rgbn_scene_with_nodata_zero_stay_valid(tmp_path: 
     """R,G,B,NIR tagged red, green, blue, undefined with nodata=0 (GDAL's dataset mask is then band 4's): NIR == 0
     never makes a pixel NoData; RGB all 0 does. Tiled with and without a NIR hole, the tiles' alpha is the same."""
     (tmp_path / "scenes").mkdir()
-    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["r"] * 3)
+    write_gpkg(tmp_path / "rts.gpkg", POLYS, ["west"] * 3)
     scene = tmp_path / "scenes" / "a.tif"
     alphas = []
     for hole in (False, True):
@@ -847,8 +847,9 @@ def test_split_rules_are_checked_on_the_plan_before_any_tile_and_every_problem_i
     rules = {"min_val_regions": 1}
     out = tile_scenes(config(tmp_path, splits=one, split_rules=rules), tmp_path / "tiles")
     assert set(out.regions) == {"r1", "r2", "r3", "r4"} and out.counts.tiles == 4
-    [dark, ghost, thin] = out.warnings
+    [dark, thin_val, ghost, thin] = out.warnings
     assert dark.startswith("splits.train: region(s) that get no tile: 'dark' (none of its")
+    assert "splits.val: about 1 tile(s) hold an RTS whole" in thin_val and "min_val_positives=20" in thin_val
     assert ghost == "splits.test: region(s) that get no tile: 'ghost' (no grid cell of the scenes is in it)"
     assert "splits.test: about 2 tile(s) hold an RTS whole" in thin and "min_test_positives=100" in thin
     assert json.loads((tmp_path / "tiles" / "tiling.json").read_text())["warnings"] == out.warnings
@@ -966,9 +967,11 @@ def test_the_split_rules_default_to_the_pipeline_configs() -> None:
 
     cfg = parse_config(TilingConfig, {"scenes": ["a"], "polygons": {"path": "p"}, "regions": {"name": "r"}})
     pipeline = SplitsConfig()
-    assert (cfg.split_rules.min_val_regions, cfg.split_rules.min_test_positives) == (
+    rules = cfg.split_rules
+    assert (rules.min_val_regions, rules.min_test_positives, rules.min_val_positives) == (
         pipeline.min_val_regions,
         pipeline.min_test_positives,
+        pipeline.min_val_positives,
     )
     assert cfg.min_valid_fraction == 0.2 and cfg.grid.max_resample_factor == 4.0
     with pytest.raises(ConfigError, match="min_valid_fraction"):
