@@ -111,10 +111,7 @@ def warp(p: WarpParams) -> int:
     from rtscore.data.warp import warp_scenes
 
     cfg = load_tiling_config(p.config)
-    s = warp_scenes(cfg, Path(p.output), scenes=p.scenes, package=p.package)
-    for r in s.scenes:
-        what = ", ".join(r.files) if r.files else "no valid pixel on the grid, nothing written"
-        print(f"{Path(r.scene).name}: {r.valid_cells} of {r.cells} cells with valid pixels -> {what}")
+    s = warp_scenes(cfg, Path(p.output), scenes=p.scenes, package=p.package)  # logs each scene as it is done
     print(
         f"wrote {s.output}: {s.written} scene(s) warped, {s.kept} kept from an earlier run"
         + (f", {s.empty} without valid pixels" if s.empty else "")
