@@ -111,7 +111,12 @@ def warp(p: WarpParams) -> int:
     from rtscore.data.warp import warp_scenes
 
     cfg = load_tiling_config(p.config)
-    s = warp_scenes(cfg, Path(p.output), scenes=p.scenes, package=p.package)  # logs each scene as it is done
+    trained = None
+    if p.package is not None:
+        from rtscore.package.verify import trained_on
+
+        trained = trained_on(p.package)
+    s = warp_scenes(cfg, Path(p.output), scenes=p.scenes, package=trained)  # logs each scene as it is done
     print(
         f"wrote {s.output}: {s.written} scene(s) warped, {s.kept} kept from an earlier run"
         + (f", {s.empty} without valid pixels" if s.empty else "")

@@ -107,7 +107,9 @@ def write_package(
     return pkg
 
 
-def write_raster(path: Path, data: np.ndarray, *, dtype: str = "uint8") -> Path:
+def write_raster(path: Path, data: np.ndarray, *, dtype: str = "uint8", offset: tuple[int, int] = (0, 0)) -> Path:
+    """``data`` (bands, h, w) as an EPSG:3857 GeoTIFF whose top-left corner is ``offset`` (col, row) pixels east and
+    south of TRANSFORM's."""
     with rasterio.open(
         path,
         "w",
@@ -117,7 +119,7 @@ def write_raster(path: Path, data: np.ndarray, *, dtype: str = "uint8") -> Path:
         count=data.shape[0],
         dtype=dtype,
         crs="EPSG:3857",
-        transform=TRANSFORM,
+        transform=TRANSFORM @ rasterio.Affine.translation(*offset),
     ) as dst:
         dst.write(data.astype(dtype))
     return path

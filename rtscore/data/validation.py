@@ -131,7 +131,7 @@ def _check_store(cfg: PipelineConfig, split: str, path: Path, out: CheckLog) -> 
     out.add("channel_count", len(store.channel_names) == cfg.channels.count, f"channels {store.channel_names}", split)
     if split == "train" and sm.n_positive == 0:
         out.add("train_positives", False, "the train split holds no positive tile", split)
-    if split in ("val", "test"):
+    if split in ("val", "test") and sm.n_positive + sm.n_negative > 0:  # an empty split fails on its own
         # PR-AUC at a prevalence ratio re-weights negatives against positives (guide §10.3): without both it is
         # undefined, and training would fail at its first validation pass, an epoch later
         missing = [k for k, n in (("positive", sm.n_positive), ("negative", sm.n_negative)) if n == 0]

@@ -35,6 +35,7 @@ import math
 import os
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from rtscore.config.base import canonical_json
-from rtscore.config.binding import RasterBandMap, binding_conflicts
+from rtscore.config.binding import ExtraChannel, RasterBandMap, RasterContract, binding_conflicts
 from rtscore.config.tiling import TilingConfig
 from rtscore.data.bands import EXTRA_SUFFIX
 from rtscore.data.tile_pixels import (
@@ -100,32 +101,32 @@ class WarpSummary(BaseModel):
 # --------------------------------------------------------------------------------------------- checks
 
 
-def package_problems(cfg: TilingConfig, package: str | Path) -> list[str]:
+@dataclass(frozen=True)
+class TrainedOn:
+    """What a package's model was trained on, as far as `rts warp` checks it: its raster contract and the EXTRA
+    channels it reads (name, band), read from its ``model_config.yaml`` by
+    :func:`rtscore.package.verify.trained_on`; ``where`` names the package in messages."""
+
+    contract: RasterContract
+    extra: list[ExtraChannel]
+    where: str
+
+
+def package_problems(cfg: TilingConfig, trained: TrainedOn) -> list[str]:
     """Why scenes warped with ``cfg`` do not fit the package (empty: they fit): the grid CRS and pixel size
     against its raster contract (``model_config.yaml`` ``raster``, as `rts predict` checks inputs), the band layout
-    written against its RGB band map, and the config's ``extra`` names and order against its input binding.
-
-    Raises:
-        WarpError: the package's ``model_config.yaml`` is missing or invalid.
-    """
+    written against its RGB band map, and the config's ``extra`` names and order against its input binding."""
     from rasterio.crs import CRS
 
-    from rtscore.package.format import MODEL, PackageError
-    from rtscore.package.verify import read_model_config
-
-    pkg = Path(package)
-    try:
-        mc = read_model_config(pkg / MODEL)
-    except PackageError as err:
-        raise WarpError(f"package {pkg}: {err}") from None
-    contract, where = mc.contract, f"package {pkg} ({MODEL})"
+    contract, where, bound = trained.contract, trained.where, trained.extra
     problems = []
     if contract.crs is not None and CRS.from_user_input(cfg.grid.crs) != CRS.from_user_input(contract.crs):
         problems.append(f"grid.crs {cfg.grid.crs}: {where} was trained on {contract.crs}")
-    size, trained = cfg.grid.pixel_size, contract.pixel_size
-    if trained is not None and abs(size / trained - 1.0) > contract.pixel_size_tolerance:
+    size, trained_size = cfg.grid.pixel_size, contract.pixel_size
+    if trained_size is not None and abs(size / trained_size - 1.0) > contract.pixel_size_tolerance:
         problems.append(
-            f"grid.pixel_size {size:g}: {where} was trained at {trained:g} (±{contract.pixel_size_tolerance:.0%})"
+            f"grid.pixel_size {size:g}: {where} was trained at {trained_size:g} "
+            f"(±{contract.pixel_size_tolerance:.0%})"
         )
     if contract.rgb_bands is not None and contract.rgb_bands != WRITTEN_BANDS:
         problems.append(
@@ -134,11 +135,11 @@ def package_problems(cfg: TilingConfig, package: str | Path) -> list[str]:
             "--rgb-bands 0,1,2,3)"
         )
     written = {e.name: i for i, e in enumerate(cfg.extra)}
-    conflicts = binding_conflicts(mc.channels.extra, written)
+    conflicts = binding_conflicts(bound, written)
     if conflicts:
-        bound = [(c.name, c.band) for c in mc.channels.extra]
+        pairs = [(c.name, c.band) for c in bound]
         problems.append(
-            f"extra: {'; '.join(conflicts)} (the package reads EXTRA channels {bound} as (name, band); the config "
+            f"extra: {'; '.join(conflicts)} (the package reads EXTRA channels {pairs} as (name, band); the config "
             f"writes {list(written.items())}: use the tiling config the training data was cut with)"
         )
     return problems
@@ -187,7 +188,7 @@ def warp_scenes(
     output: str | Path,
     *,
     scenes: Sequence[str] | None = None,
-    package: str | Path | None = None,
+    package: TrainedOn | None = None,
 ) -> WarpSummary:
     """`rts warp`: every scene of ``cfg`` (or ``scenes``, paths or globs, in its place) onto the config's grid in
     ``output`` (module docstring); scenes already complete under this identity are skipped.
@@ -219,7 +220,7 @@ def warp_scenes(
     return WarpSummary(output=str(out), scenes=done, written=len(done) - kept, kept=kept, empty=empty)
 
 
-def _checked_scenes(cfg: TilingConfig, out: Path, datasets: Datasets, package: str | Path | None) -> list[Scene]:
+def _checked_scenes(cfg: TilingConfig, out: Path, datasets: Datasets, package: TrainedOn | None) -> list[Scene]:
     """The scenes, their headers, the output names and the package checked; every problem in one WarpError."""
     problems: list[str] = []
     scenes: list[Scene] = []

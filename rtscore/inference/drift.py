@@ -447,33 +447,21 @@ def _coverage(shift: float, ratio: float, m_new: float, s_new: float, spread: Re
         named = {pick: next(k for k, v in values.items() if v == pick) for pick in (lo, hi)}
         return f"{lo:.3f} ({named[lo]}) … {hi:.3f} ({named[hi]})"
 
+    def place(what: str, new: float, inside: bool, values: dict[str, float], lo: float, hi: float) -> str:
+        rng = span(values, lo, hi)
+        if inside:
+            return (
+                f"the new {what} {new:.3f} lies inside the training regions' {what}s {rng}: it differs from the pooled "
+                f"training {what} only (training covered such imagery, in some regions)"
+            )
+        side = "above every" if new > hi else "below every"
+        return f"the new {what} {new:.3f} lies {side} training region's {what} ({rng}): outside what training covered"
+
     said = []
     if abs(shift) > MAX_MEAN_SHIFT_SIGMA:
-        lo, hi = spread.mean_min, spread.mean_max
-        rng = span(spread.means, lo, hi)
-        if spread.mean_inside:
-            said.append(
-                f"the new mean {m_new:.3f} lies inside the training regions' means {rng}: it differs from the pooled "
-                "training mean only (training covered such imagery, in some regions)"
-            )
-        else:
-            side = "above every" if m_new > hi else "below every"
-            said.append(
-                f"the new mean {m_new:.3f} lies {side} training region's mean ({rng}): outside what training covered"
-            )
+        said.append(place("mean", m_new, spread.mean_inside, spread.means, spread.mean_min, spread.mean_max))
     if abs(ratio - 1.0) > MAX_STD_RATIO_DEVIATION:
-        lo, hi = spread.std_min, spread.std_max
-        rng = span(spread.stds, lo, hi)
-        if spread.std_inside:
-            said.append(
-                f"the new std {s_new:.3f} lies inside the training regions' stds {rng}: it differs from the pooled "
-                "training std only"
-            )
-        else:
-            side = "above every" if s_new > hi else "below every"
-            said.append(
-                f"the new std {s_new:.3f} lies {side} training region's std ({rng}): outside what training covered"
-            )
+        said.append(place("std", s_new, spread.std_inside, spread.stds, spread.std_min, spread.std_max))
     return "; ".join(said)
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config, parse_yaml
 from rtscore.config.deployment import DeploymentConfig, require_calibrated
 from rtscore.data.normalization import NormalizationStats, load_normalization_stats
+from rtscore.data.warp import TrainedOn
 from rtscore.models import load_model
 from rtscore.package.format import (
     DEPLOYMENT,
@@ -269,6 +270,14 @@ def read_model_config(path: Path) -> PackagedModelConfig:
     if not path.is_file():
         raise PackageError(f"{path.name}: missing")
     return parse_config(PackagedModelConfig, parse_yaml(path.read_text(), path.name), source=path.name)
+
+
+def trained_on(package: str | Path) -> TrainedOn:
+    """What `rts warp --package` checks a tiling config against: the package's raster contract and the EXTRA
+    channels its model reads, from its ``model_config.yaml``."""
+    pkg = Path(package)
+    mc = read_model_config(pkg / MODEL)
+    return TrainedOn(contract=mc.contract, extra=list(mc.channels.extra), where=f"package {pkg} ({MODEL})")
 
 
 def _load_model_config(path: Path) -> tuple[str, PackagedModelConfig]:

@@ -27,6 +27,7 @@ from rtscore.data.tile_pixels import Datasets, GridCell
 from rtscore.data.tiling import tile_scenes
 from rtscore.data.tiling_scenes import check_scenes
 from rtscore.data.warp import WarpError, warp_scenes
+from rtscore.package.verify import trained_on
 
 UTM = "EPSG:32606"  # UTM 6N, Alaska
 X0, Y0 = 500_000.0, 7_210_000.0  # upper-left corner, ~65° N 147° W
@@ -121,7 +122,7 @@ def read(path: Path, row: int = 0, col: int = 0, size: int | None = None) -> np.
 
 def test_a_warped_scene_equals_the_tiles_rts_tile_cuts_from_it_pixel_for_pixel(scene_dir: Path) -> None:
     cfg = load_tiling_config(scene_dir / "tiling.yaml")
-    tile_scenes(cfg, scene_dir / "tiles")
+    tile_scenes(cfg.model_copy(update={"splits": {"train": ["north"]}}), scene_dir / "tiles")  # one region: train
     summary = warp_scenes(cfg, scene_dir / "warped")
     rgb, extra = scene_dir / "warped" / "landsat.tif", scene_dir / "warped" / "landsat_extra.tif"
     tiles = sorted((scene_dir / "tiles" / "PLANET-RGB").glob("*.tif"))
@@ -258,7 +259,7 @@ def test_a_package_is_checked_before_anything_is_written_listing_every_mismatch(
     cfg = load_tiling_config(scene_dir / "tiling.yaml")
     bad = write_package(scene_dir / "bad", crs=UTM, pixel_size=4.77, extra=[{"name": "dem", "band": 0}])
     with pytest.raises(WarpError) as err:
-        warp_scenes(cfg, scene_dir / "warped", package=bad)
+        warp_scenes(cfg, scene_dir / "warped", package=trained_on(bad))
     text = str(err.value)
     assert "grid.crs EPSG:3857" in text and UTM in text
     assert "grid.pixel_size 20" in text and "4.77" in text
@@ -266,9 +267,9 @@ def test_a_package_is_checked_before_anything_is_written_listing_every_mismatch(
     assert not (scene_dir / "warped").exists()
     swapped = write_package(scene_dir / "swapped", crs="EPSG:3857", pixel_size=PX, extra=[{"name": "ndvi", "band": 1}])
     with pytest.raises(WarpError, match="'ndvi' is band 0 there, band 1 here"):
-        warp_scenes(cfg, scene_dir / "warped", package=swapped)
+        warp_scenes(cfg, scene_dir / "warped", package=trained_on(swapped))
     good = write_package(scene_dir / "good", crs="EPSG:3857", pixel_size=PX, extra=[{"name": "ndvi", "band": 0}])
-    assert warp_scenes(cfg, scene_dir / "warped", package=good).written == 1
+    assert warp_scenes(cfg, scene_dir / "warped", package=trained_on(good)).written == 1
 
 
 def test_scene_problems_and_colliding_outputs_are_listed_together(scene_dir: Path, tmp_path: Path) -> None:
@@ -293,6 +294,6 @@ def test_rts_warp_parses_and_runs(scene_dir: Path, capsys: pytest.CaptureFixture
     assert params.scenes == ["a.tif", "b/*.tif"] and params.package == "pkg"
     assert Path(params.config).is_absolute()
     assert main(argv) == 0
-    assert "landsat.tif" in capsys.readouterr().out
+    assert "1 scene(s) warped" in capsys.readouterr().out and (scene_dir / "w" / "landsat_warp.json").is_file()
     assert main([*argv, "--scenes", str(scene_dir / "nothing*.tif")]) == 2
     assert "matches no file" in capsys.readouterr().err

@@ -25,6 +25,7 @@ from rasterio.transform import from_origin
 from rasterio.warp import transform_geom
 
 from flows.cli import main
+from tests.data.test_tiling import blob
 from tests.flows.configs import tiny_training_config, write_config
 
 UTM = "EPSG:32606"  # UTM 6N: interior Alaska
@@ -45,12 +46,6 @@ def grid_pixel_size() -> float:
     return round(GSD / math.cos(math.radians(lat[0])), 1)
 
 
-def outline(cx: float, cy: float, r: float, rng: np.random.Generator) -> shapely.Polygon:
-    t = np.linspace(0, 2 * np.pi, 20, endpoint=False)
-    rr = r * (1 + 0.2 * np.sin(3 * t + rng.uniform(0, 6)) + 0.05 * rng.standard_normal(t.size))
-    return shapely.Polygon(np.c_[cx + rr * np.cos(t), cy + 0.8 * rr * np.sin(t)])
-
-
 def inventory() -> tuple[list[shapely.Polygon], list[str]]:
     """60 RTS outlines (150-330 m across) on a jittered grid over the northern half of both scenes (the southern
     half is RTS-free ground: the negative tiles), each in the region of its stripe."""
@@ -60,7 +55,7 @@ def inventory() -> tuple[list[shapely.Polygon], list[str]]:
     for cx in np.arange(600.0, width - 500, 1000.0):
         for cy in (900.0, 2900.0, 4900.0):
             x, y = X0 + cx + rng.uniform(-250, 250), Y0 - cy + rng.uniform(-250, 250)
-            polys.append(outline(x, y, rng.uniform(75, 165), rng))
+            polys.append(blob(x, y, rng.uniform(75, 165), seed=len(polys)))
             regions.append(REGIONS[min(int(cx // (width / len(REGIONS))), len(REGIONS) - 1)])
     return polys, regions
 

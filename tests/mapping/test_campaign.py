@@ -31,7 +31,7 @@ from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
 from rtscore.mapping.polygons import read_objects
 from rtscore.mapping.scenes import CampaignError, list_scenes
 from tests.helpers import PROJECT_ROOT, CodeEdits
-from tests.test_predict import MEAN, STD, TILE, TRANSFORM, random_rgba, write_package, write_raster
+from tests.test_predict import MEAN, STD, TILE, random_rgba, write_package, write_raster
 
 VALID = ("a", "b", "c")
 SCENE_H, SCENE_W = TILE + 32, TILE * 2
@@ -458,25 +458,6 @@ def test_a_drift_block_names_the_scenes_that_drive_it(package: Path, tmp_path: P
     assert "(1 of 4): `off`" in (out / "drift" / "drift_report.md").read_text()
 
 
-def write_at(path: Path, data: np.ndarray, col: int, row: int) -> Path:
-    """A scene like write_raster's, its top-left corner ``col``, ``row`` pixels east and south of TRANSFORM's."""
-    import rasterio
-
-    with rasterio.open(
-        path,
-        "w",
-        driver="GTiff",
-        width=data.shape[2],
-        height=data.shape[1],
-        count=data.shape[0],
-        dtype="uint8",
-        crs="EPSG:3857",
-        transform=TRANSFORM @ rasterio.Affine.translation(col, row),
-    ) as dst:
-        dst.write(data)
-    return path
-
-
 def test_headline_area_counts_overlapping_ground_once(
     package: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -487,8 +468,8 @@ def test_headline_area_counts_overlapping_ground_once(
     d.mkdir()
     first = imagery_like_training(0, SCENE_H, SCENE_W)
     first[3, :, :TILE] = 0  # the western half NoData: no window there runs
-    write_at(d / "p.tif", first, 0, 0)
-    write_at(d / "q.tif", imagery_like_training(1, SCENE_H, SCENE_W), TILE // 2, 16)
+    write_raster(d / "p.tif", first)
+    write_raster(d / "q.tif", imagery_like_training(1, SCENE_H, SCENE_W), offset=(TILE // 2, 16))
     monkeypatch.setattr(logging.getLogger("rtscore"), "propagate", True)
     caplog.set_level(logging.INFO, logger="rtscore")
     summary = run_campaign(package, d, tmp_path / "out", stride=TILE // 2)
