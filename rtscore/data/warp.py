@@ -125,8 +125,7 @@ def package_problems(cfg: TilingConfig, trained: TrainedOn) -> list[str]:
     size, trained_size = cfg.grid.pixel_size, contract.pixel_size
     if trained_size is not None and abs(size / trained_size - 1.0) > contract.pixel_size_tolerance:
         problems.append(
-            f"grid.pixel_size {size:g}: {where} was trained at {trained_size:g} "
-            f"(±{contract.pixel_size_tolerance:.0%})"
+            f"grid.pixel_size {size:g}: {where} was trained at {trained_size:g} (±{contract.pixel_size_tolerance:.0%})"
         )
     if contract.rgb_bands is not None and contract.rgb_bands != WRITTEN_BANDS:
         problems.append(
