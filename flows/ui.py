@@ -233,7 +233,8 @@ def cell(v: Any) -> Any:
 
 # ------------------------------------------------------------------------------------------ data stages
 def publish_tiling(manifest: TilingManifest) -> None:
-    """What `rts tile` wrote: tiles per class and region, what was skipped, the polygons tiled."""
+    """What `rts tile` wrote: tiles per class and region, what was skipped, the polygons tiled, and the run's
+    warnings (thin splits, downsampling without `average`, a derivation that fails on the tiles written)."""
     c = manifest.counts
     rows = "\n".join(f"| {name} | {n} |" for name, n in manifest.regions.items())
     md = (
@@ -244,6 +245,8 @@ def publish_tiling(manifest: TilingManifest) -> None:
         f"Polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile, "
         f"{c.polygons_outside_scenes} touching no scene.\n\n| region | tiles |\n|---|---|\n{rows}\n"
     )
+    if manifest.warnings:
+        md += "\n## Warnings\n\n" + "".join(f"- {w}\n" for w in manifest.warnings)
     create_markdown_artifact(key=artifact_key("tile-scenes"), markdown=md, description="Tiles written by rts tile")
 
 

@@ -99,7 +99,10 @@ def test_tile_scenes_flow_writes_the_layout_and_its_ui_artifact(
     from tests.data.test_tiling import base_config, mosaic_scenes
 
     mosaic_scenes(tmp_path)
-    (tmp_path / "tile.yaml").write_text(yaml.safe_dump(base_config(tmp_path)))
+    splits = {"train": ["west"], "val": ["east"]}  # a thin val: a warning the artifact shows
+    (tmp_path / "tile.yaml").write_text(
+        yaml.safe_dump(base_config(tmp_path, splits=splits, split_rules={"min_val_regions": 1}))
+    )
     manifest = tile_scenes(TileParams(config=str(tmp_path / "tile.yaml"), output=str(tmp_path / "root")))
     assert manifest.counts.tiles > 0 and (tmp_path / "root" / "metadata.csv").is_file()
     monkeypatch.chdir(tmp_path)
@@ -114,3 +117,4 @@ def test_tile_scenes_flow_writes_the_layout_and_its_ui_artifact(
 
     shown = asyncio.run(artifacts())
     assert shown and f"{manifest.counts.tiles} tiles ({manifest.counts.positive} positive" in shown[0]
+    assert "## Warnings" in shown[0] and "- splits.val: about " in shown[0]

@@ -60,14 +60,17 @@ def inventory() -> tuple[list[shapely.Polygon], list[str]]:
     return polys, regions
 
 
-def write_scene(path: Path, x0: float, polys: list[shapely.Polygon], seed: int, *, alpha: bool) -> None:
+def write_scene(
+    path: Path, x0: float, polys: list[shapely.Polygon], seed: int, *, alpha: bool, brightness: float = 0.0
+) -> None:
     """A textured 30 m scene with the RTS painted bright and their NIR low. With ``alpha``: bands red, green, blue,
     undefined (NIR), alpha (0 over a ragged corner); else red, green, blue, undefined (NIR) with nodata 0: RGB all-0
-    over a strip, and NIR 0 at scattered valid pixels (valid observations, never a NoData mask)."""
+    over a strip, and NIR 0 at scattered valid pixels (valid observations, never a NoData mask). ``brightness``
+    shifts the ground's grey level (imagery darker than any training region)."""
     rng = np.random.default_rng(seed)
     transform = from_origin(x0, Y0, GSD, GSD)
     yy, xx = np.mgrid[0:SIZE, 0:SIZE]
-    base = 95 + 20 * np.sin(xx / 9.0 + seed) * np.cos(yy / 13.0)
+    base = 95 + brightness + 20 * np.sin(xx / 9.0 + seed) * np.cos(yy / 13.0)
     rgb = np.stack([base + rng.normal(0, 6, (SIZE, SIZE)) + d for d in (0, 6, -8)])
     inside = rasterize([shapely.geometry.mapping(p) for p in polys], (SIZE, SIZE), transform=transform) > 0
     rgb[:, inside] = np.array([200.0, 168.0, 140.0])[:, None] + rng.normal(0, 6, (3, int(inside.sum())))
@@ -171,6 +174,25 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     union_km2 = (valid_a + valid_b - (SIZE - SHIFT) * SIZE) * GSD**2 / 1e6
     assert summary["km2_mapped_ground"] == pytest.approx(union_km2, rel=0.01)
     assert summary["km2_scenes_sum"] > 1.1 * summary["km2_mapped_ground"]
+
+    # a new, darker scene east of the others, warped with --scenes into the same folder (A and B are kept): the
+    # campaign's pooled sample drifts, the gate refuses, and its report names the scene and the channels that
+    # drive the block, with the training regions' spread beside them
+    (tmp_path / "new").mkdir()
+    write_scene(tmp_path / "new" / "c.tif", X0 + 2 * SIZE * GSD, [], seed=3, alpha=True, brightness=-45)
+    argv = ["warp", "--config", str(tmp_path / "tile.yaml"), "--scenes", str(tmp_path / "new" / "c.tif")]
+    assert main([*argv, "--package", str(package), "--output", str(warped)]) == 0
+    refused = tmp_path / "refused"
+    assert main(["map", "--package", str(package), "--input", str(warped), "--output", str(refused)]) == 2
+    drift = json.loads((refused / "drift" / "drift_report.json").read_text())
+    assert drift["ok"] is False and drift["blocking_files"] == ["c"]
+    blocked = [c for c in drift["channels"] if c["blocker"]]
+    assert {c["channel"] for c in blocked} >= {"R", "G", "B"}
+    for c in blocked:
+        if c["channel"] in ("R", "G", "B"):
+            assert c["new_mean"] < c["regions"]["mean_min"] and "outside what training covered" in c["coverage"]
+    report = (refused / "drift" / "drift_report.md").read_text()
+    assert "training regions' means" in report and "kanuti" in report and "`c`" in report
 
 
 def nodata_mismatch(warped: Path) -> float:
