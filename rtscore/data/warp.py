@@ -56,7 +56,7 @@ from rtscore.data.tile_pixels import (
     render_pixels,
 )
 from rtscore.data.tiling import _file_identity
-from rtscore.data.tiling_scenes import check_scenes, scene_paths
+from rtscore.data.tiling_scenes import check_resampling, check_scenes, scene_paths
 from rtscore.errors import PipelineError
 from rtscore.identity import closure_hash
 from rtscore.storage import atomic_write_json
@@ -225,6 +225,8 @@ def _checked_scenes(cfg: TilingConfig, out: Path, datasets: Datasets, package: T
     scenes: list[Scene] = []
     try:
         scenes = check_scenes(cfg, datasets)
+        for warning in check_resampling(cfg, scenes, datasets):  # the rule rts tile applies to the same grid
+            log.warning("rts warp: %s", warning)
     except TilingError as err:
         problems += [line.strip() for line in str(err).splitlines() if line.strip()]
     try:

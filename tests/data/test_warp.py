@@ -297,3 +297,14 @@ def test_rts_warp_parses_and_runs(scene_dir: Path, capsys: pytest.CaptureFixture
     assert "1 scene(s) warped" in capsys.readouterr().out and (scene_dir / "w" / "landsat_warp.json").is_file()
     assert main([*argv, "--scenes", str(scene_dir / "nothing*.tif")]) == 2
     assert "matches no file" in capsys.readouterr().err
+
+
+def test_a_grid_that_upsamples_a_scene_past_the_factor_is_refused_as_by_rts_tile(scene_dir: Path) -> None:
+    """Issue 23 point 8 holds for warp too: the config's grid against each scene's native pixel, before writing."""
+    cfg = load_tiling_config(scene_dir / "tiling.yaml")
+    fine = cfg.model_copy(update={"grid": cfg.grid.model_copy(update={"pixel_size": 2.0})})
+    with pytest.raises(WarpError) as err:
+        warp_scenes(fine, scene_dir / "warped")
+    text = str(err.value)
+    assert "landsat.tif: native pixel 10 x 10 metre" in text and "more than grid.max_resample_factor 4" in text
+    assert not (scene_dir / "warped").exists()
