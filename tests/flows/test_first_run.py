@@ -148,6 +148,10 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     report = json.loads((run / "validation" / "report.json").read_text())
     for split, s in report["splits"].items():  # the stores' counts are a partition of their tiles
         assert s["n_tiles"] == s["n_positive"] + s["n_negative"] + s["n_full_nodata_excluded"], split
+    # a thin val is said where the split is decided (rts tile's plan) and again on the stores, never silently
+    thin = [w for w in json.loads((tmp_path / "tiles" / "tiling.json").read_text())["warnings"] if "splits.val" in w]
+    assert thin and "split_rules.min_val_positives=20" in thin[0]
+    assert any("fewer than splits.min_val_positives=20" in w for w in report["warnings"]), report["warnings"]
     stats = json.loads((run / "normalization_stats.json").read_text())
     assert sorted(r["region"] for r in stats["regions"]) == sorted(SPLITS["train"])
 
