@@ -135,10 +135,10 @@ def _stop_watchdog(watchdog: subprocess.Popen[bytes]) -> None:
 def load_config(params: RunParams, skip_generation: bool = False) -> PipelineConfig:
     """The pipeline config of ``params.config`` with the flow's overrides applied.
 
-    ``skip_generation`` adopts the run's existing stores instead of generating them; ``params.deterministic``
-    (when set) overrides ``training.deterministic``.
+    ``params.overrides`` set dotted keys of the file first; ``skip_generation`` adopts the run's existing stores
+    instead of generating them; ``params.deterministic`` (when set) overrides ``training.deterministic``.
     """
-    cfg = load_pipeline_config(params.config)
+    cfg = load_pipeline_config(params.config, params.overrides)
     if skip_generation:
         cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"skip_generation": True})})
     if params.deterministic is not None and params.deterministic != cfg.training.deterministic:

@@ -294,6 +294,7 @@ def train_child(params: PipelineParams, seed: int, parent_mlflow_run: str | None
         config=absolute(params.config),
         run_dir=absolute(params.run_dir),
         deterministic=params.deterministic,
+        overrides=params.overrides,
         seed=seed,
         fresh=params.refresh,
         parent_run_id=parent_mlflow_run,
@@ -306,6 +307,7 @@ def logit_cache_child(params: PipelineParams, seed: int) -> Child:
         config=absolute(params.config),
         run_dir=absolute(params.run_dir),
         deterministic=params.deterministic,
+        overrides=params.overrides,
         refresh=params.refresh,
         seed=seed,
     )
@@ -317,6 +319,7 @@ def evaluate_test_child(params: PipelineParams, seeds: list[int]) -> Child:
         config=absolute(params.config),
         run_dir=absolute(params.run_dir),
         deterministic=params.deterministic,
+        overrides=params.overrides,
         refresh=params.refresh,
         seeds=seeds,
     )

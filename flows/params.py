@@ -16,6 +16,7 @@ from pydantic import Field, JsonValue, field_validator, model_validator
 from flows.form import FormModel
 from flows.options import Cli, local_file, local_output, run_location
 from rtscore.config import PipelineConfig
+from rtscore.config.overrides import check_override_keys
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
 
 Split = Literal["train", "val", "test"]
@@ -58,6 +59,18 @@ class RunParams(FormModel):
         "deterministic algorithms). Empty: as in the config. Part of every stage's cache key, so pass the "
         "same value when re-running a single stage of a pipeline run.",
     )
+    overrides: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="Dotted config keys set over the config file before it is validated, as a JSON object, e.g. "
+        '{"loss.boundary_handling": "ignore"} (a sweep variant\'s overrides). Part of every stage\'s cache key '
+        "through the config they yield, so pass the same ones when re-running a single stage of such a run.",
+    )
+
+    @field_validator("overrides")
+    @classmethod
+    def _dotted_keys(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        check_override_keys(v, "overrides")
+        return v
 
 
 class StageParams(RunParams):
@@ -145,7 +158,7 @@ class TrainParams(MultiSeedParams):
 
     def flow_params(self) -> TrainSeedParams | MultiSeedParams:
         """The parameters of the flow that trains what was asked."""
-        common = {"config": self.config, "run_dir": self.run_dir, "deterministic": self.deterministic}
+        common = self.model_dump(include=set(RunParams.model_fields))
         if self.seeds:
             return MultiSeedParams(**common, seeds=self.seeds, fresh=self.fresh)
         return TrainSeedParams(**common, seed=self.seed, fresh=self.fresh)
@@ -230,6 +243,7 @@ class PipelineParams(DataParams):
             config=self.config,
             run_dir=self.run_dir,
             deterministic=self.deterministic,
+            overrides=self.overrides,
             refresh=self.refresh,
             skip_generation=self.skip_generation,
         )
@@ -239,6 +253,7 @@ class PipelineParams(DataParams):
             config=self.config,
             run_dir=self.run_dir,
             deterministic=self.deterministic,
+            overrides=self.overrides,
             refresh=self.refresh,
             seeds=seeds,
         )
@@ -248,6 +263,7 @@ class PipelineParams(DataParams):
             config=self.config,
             run_dir=self.run_dir,
             deterministic=self.deterministic,
+            overrides=self.overrides,
             seeds=self.seeds,
             fresh=self.refresh,
         )

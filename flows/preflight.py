@@ -28,7 +28,7 @@ def check_run(params: RunParams) -> PipelineConfig:
     Raises:
         PipelineError: the first problem found, as one message.
     """
-    cfg = load_pipeline_config(params.config)
+    cfg = load_pipeline_config(params.config, params.overrides)
     if params.run_dir.startswith("gs://"):
         check_access(params.run_dir)
     else:

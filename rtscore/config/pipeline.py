@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from rtscore.config.base import (
 from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, binding_conflicts, check_extra_channels
 from rtscore.config.deployment import DeploymentConfig, Precision
 from rtscore.config.generation import GenerationConfig, with_absolute_data_root
+from rtscore.config.overrides import apply_overrides, describe
 from rtscore.config.post_training import CalibrationConfig, EvaluationConfig, PackageConfig
 
 
@@ -539,16 +541,23 @@ class PipelineConfig(StrictModel):
         return self
 
 
-def load_pipeline_config(path: str | Path) -> PipelineConfig:
-    """Load a pipeline config, resolving generation-config paths relative to the file."""
+def load_pipeline_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> PipelineConfig:
+    """Load a pipeline config, resolving generation-config paths relative to the file.
+
+    ``overrides`` sets dotted keys of the file's mapping before it is validated (:mod:`rtscore.config.overrides`);
+    an error then says the config is the file with those overrides."""
     p = Path(path)
     data = read_yaml(p)
     if data is None or not isinstance(data, dict):
         raise ConfigError(f"invalid config {p}: expected a mapping at the top level")
+    source = str(p)
+    if overrides:
+        data = apply_overrides(data, overrides, f"override of {p}")
+        source = f"{p} with overrides {describe(overrides)}"
     try:
         return PipelineConfig.model_validate(data, context={"base_dir": str(p.resolve().parent)})
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, str(p))) from None
+        raise ConfigError(format_validation_error(err, source)) from None
 
 
 def parse_pipeline_config(data: dict[str, Any], base_dir: str | Path = ".") -> PipelineConfig:
