@@ -13,7 +13,7 @@ from rtscore.data.generate import generate_synthetic, generate_synthetic_context
 from rtscore.data.geotiff.ingest import ingest_geotiffs
 from rtscore.data.geotiff.root_splits import DerivedSplitFiles
 from rtscore.data.store_format import read_store_attrs
-from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, ref_of
+from rtscore.stages.spec import ArtifactRef, StageSpec, record, ref_of
 from rtscore.storage import RunDir, RunLayout, StorageError
 
 
@@ -102,7 +102,11 @@ SPEC = StageSpec(
     fn=generate_dataset,
     inputs=(),
     outputs=(RunLayout.DATASET, RunLayout.CONTEXT_DATASET, RunLayout.DERIVED_SPLITS, RunLayout.DERIVED_SPLITS_SUMMARY),
-    config=(*DATA_CONFIG, "calibration.scale_candidates", "deployment.scales"),
+    # What it reads: the data and split sections (the generation configs, the split rules of a derived split) and
+    # whether 0.5x context stores are wanted; not how a loader, the sampler or augmentation will read the stores,
+    # nor which EXTRA channels a model takes from them (a store holds every channel its generation config names).
+    config=("schema_version", "data", "splits", "calibration.scale_candidates", "deployment.scales"),
+    config_ignores=("data.loader",),
     params=("split",),
     sources=read_locations,
     description="Generate (or ingest) the tile store of one split.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization import write_normalization_stats
 from rtscore.data.normalization_pass import compute_normalization_stats
-from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, require_inputs
+from rtscore.stages.spec import ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout
 
 
@@ -31,7 +31,9 @@ SPEC = StageSpec(
     fn=normalization_stats,
     inputs=(RunLayout.DATASET.bind(split="train"),),
     outputs=(RunLayout.NORMALIZATION_STATS,),
-    config=DATA_CONFIG,
+    # The channels it binds and its own settings, over the train store; not the sampler, augmentation or loader.
+    config=("schema_version", "data", "channels", "splits", "normalization"),
+    config_ignores=("data.loader",),
     params=(),
     description="Per-channel mean/std of the train split, bound to channel names.",
 )
