@@ -1,0 +1,517 @@
+"""What a person reads of a sweep, rendered from its :class:`~rtscore.sweep.report.SweepReport`.
+
+| output | function |
+| --- | --- |
+| rows of the Prefect table artifact and of ``rts sweep --status`` | :func:`table_rows` |
+| the fixed-width terminal table of those rows | :func:`render_text_table` (:func:`render_status`: with a header) |
+| ``report.md`` | :func:`render_markdown` |
+| the PNG: the deciding metric per variant, per-seed points, the baseline's noise band | :func:`plot_report` |
+
+Pure but for :func:`plot_report`, which writes its PNG atomically. No Prefect: a flow inlines the PNG in a
+markdown artifact with ``flows.ui.inline_images`` (``![..](report.png)`` relative to the sweep directory becomes a
+``data:image/png`` URI) or ``flows.ui.image_src``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rtscore.storage import os_errors
+from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, VariantReport
+
+NONE = "—"  # no value: a pending variant, the baseline's difference to itself
+NOT_AVAILABLE = "n/a"  # an undefined value (NaN, infinite)
+PENDING = "pending"
+
+# Column names of :func:`table_rows` (one column per prevalence ratio besides: :func:`ratio_column`).
+COL_VARIANT = "variant"
+COL_OVERRIDES = "overrides"
+COL_SEEDS = "seeds done"
+COL_METRIC = "deciding metric"
+COL_DIFF = "Δ vs baseline"
+COL_INTERVAL = "paired interval"
+COL_VERDICT = "verdict"
+COL_SHARED = "shared stages"
+
+MAX_TEST_FIGURES = 60  # lines of test figures per variant in report.md; the rest is in its test_report.json
+MAX_INLINE_LIST = 10  # a list of more values is shown as its length
+MAX_TICK_LABEL = 32  # characters of a variant's name under the plot (the table has it whole)
+
+_NOISE_MEANINGS = (
+    (
+        "re-weighted std",
+        "reweighted_std",
+        "repeated validations of one checkpoint, exact prevalence re-weighting: numerical non-determinism only",
+    ),
+    (
+        "subsampled std",
+        "subsampled_std",
+        "a random negative subset per validation (the guide's method): the spread early stopping saw",
+    ),
+    (
+        "bootstrap std",
+        "bootstrap_std",
+        "tile bootstrap of the validation pool: the sampling uncertainty of the validation set itself",
+    ),
+)
+
+
+# ------------------------------------------------------------------------------------------ figures
+def _num(v: float, digits: int = 3) -> str:
+    return f"{v:.{digits}f}" if math.isfinite(v) else NOT_AVAILABLE
+
+
+def _signed(v: float, digits: int = 3) -> str:
+    if not math.isfinite(v):
+        return NOT_AVAILABLE
+    if abs(v) < 0.5 * 10**-digits:
+        v = 0.0  # never "-0.000"
+    return f"{v:+.{digits}f}"
+
+
+def _small(v: float | None) -> str:
+    """A std of the noise floor: often far below 0.001, so not cut to 3 decimals."""
+    if v is None:
+        return NOT_AVAILABLE
+    if not math.isfinite(v):
+        return NOT_AVAILABLE
+    if v == 0:
+        return "0"
+    return f"{v:.4f}" if abs(v) >= 1e-3 else f"{v:.1e}"
+
+
+def spread_text(s: Spread | None) -> str:
+    """``0.712 ± 0.010``; ``0.712 (1 seed)`` where the std is undefined; ``—`` with no value yet."""
+    if s is None:
+        return NONE
+    if s.std is None or not math.isfinite(s.std):
+        return f"{_num(s.mean)} (1 seed)"
+    return f"{_num(s.mean)} ± {_num(s.std)}"
+
+
+def ratio_column(ratio: str) -> str:
+    """The table column of a prevalence ratio (``'200'`` -> ``PR-AUC 1:200``)."""
+    return f"PR-AUC 1:{ratio}"
+
+
+def _ratio_order(key: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(key), key)
+    except ValueError:
+        return (1, 0.0, key)
+
+
+def ratios(report: SweepReport) -> list[str]:
+    """Every prevalence ratio any variant has, smallest first."""
+    return sorted({r for v in report.variants for r in v.ratios}, key=_ratio_order)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, separators=(",", ":"))
+
+
+def overrides_text(overrides: Mapping[str, Any]) -> str:
+    """``loss.boundary_handling=ignore, data.channels=["ndvi"]``; ``—`` for none (the base config)."""
+    return ", ".join(f"{k}={_value(v)}" for k, v in overrides.items()) or NONE
+
+
+def shared_text(shared: Mapping[str, str]) -> str:
+    """The stages a variant took from others, by the variant that computed them: ``datasets, stats from
+    baseline``; ``—`` for none."""
+    by_source: dict[str, list[str]] = {}
+    for key, source in shared.items():
+        stages = by_source.setdefault(source, [])
+        stage = key.split()[0] if key.split() else key
+        if stage not in stages:
+            stages.append(stage)
+    return "; ".join(f"{', '.join(stages)} from {source}" for source, stages in by_source.items()) or NONE
+
+
+def verdict_text(v: VariantReport) -> str:
+    """``better``, ``worse``, ``within noise``, ``undecided: add N seeds``; ``baseline`` for the baseline and
+    ``pending`` for a variant not judged yet."""
+    if v.baseline:
+        return "baseline"
+    j = v.judgement
+    if j is None:
+        return PENDING
+    if j.verdict != "undecided":
+        return j.verdict
+    if j.seeds_to_decide is None:
+        return "undecided"
+    more = j.seeds_to_decide - len(j.seeds)
+    if more <= 0:
+        return "undecided"
+    return f"undecided: add {more} seed{'s' if more > 1 else ''}"
+
+
+def diff_text(v: VariantReport) -> str:
+    """The paired difference to the baseline: ``+0.012 ± 0.008``, ``+0.012 (1 seed)``; ``—`` if not judged."""
+    j = v.judgement
+    if j is None:
+        return NONE
+    if j.std_diff is None or not math.isfinite(j.std_diff):
+        return f"{_signed(j.mean_diff)} (1 seed)"
+    return f"{_signed(j.mean_diff)} ± {_num(j.std_diff)}"
+
+
+def interval_text(v: VariantReport) -> str:
+    """The paired interval ``[-0.004, +0.020]``; ``—`` where there is none (not judged, one seed)."""
+    j = v.judgement
+    if j is None or j.ci_low is None or j.ci_high is None:
+        return NONE
+    return f"[{_signed(j.ci_low)}, {_signed(j.ci_high)}]"
+
+
+def variant_label(v: VariantReport) -> str:
+    return f"{v.name} (baseline)" if v.baseline else v.name
+
+
+# ------------------------------------------------------------------------------------------ table
+def table_rows(report: SweepReport) -> list[dict[str, str]]:
+    """One row per variant (baseline first): name, overrides, seeds done, the deciding metric and each ratio's
+    PR-AUC as mean ± std, the paired difference to the baseline and its interval, the verdict, the shared stages.
+    The same columns for every variant (``—`` where a variant has no value yet)."""
+    cols = ratios(report)
+    rows = []
+    for v in report.variants:
+        row = {
+            COL_VARIANT: variant_label(v),
+            COL_OVERRIDES: overrides_text(v.overrides),
+            COL_SEEDS: str(len(v.seeds)),
+            COL_METRIC: spread_text(v.metric),
+        }
+        for r in cols:
+            row[ratio_column(r)] = spread_text(v.ratios.get(r))
+        row[COL_DIFF] = NONE if v.baseline else diff_text(v)
+        row[COL_INTERVAL] = NONE if v.baseline else interval_text(v)
+        row[COL_VERDICT] = verdict_text(v)
+        row[COL_SHARED] = shared_text(v.shared)
+        rows.append(row)
+    return rows
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def render_text_table(rows: Sequence[Mapping[str, str]], *, max_width: int = 40) -> str:
+    """A fixed-width plain-text table (a header, a rule, a line per row); cells longer than ``max_width`` are cut
+    with ``…``."""
+    if not rows:
+        return "(no variants)\n"
+    cols: list[str] = []
+    for row in rows:
+        cols += [c for c in row if c not in cols]
+    cells = [[_clip(str(row.get(c, "")), max_width) for c in cols] for row in rows]
+    header = [_clip(c, max_width) for c in cols]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+
+    def line(parts: Sequence[str]) -> str:
+        return "  ".join(p.ljust(w) for p, w in zip(parts, widths, strict=True)).rstrip()
+
+    out = [line(header), line(["-" * w for w in widths]), *(line(r) for r in cells)]
+    return "\n".join(out) + "\n"
+
+
+def render_status(report: SweepReport) -> str:
+    """``rts sweep --status``: the sweep's name, status and rule, then :func:`render_text_table`."""
+    chosen = f"; chosen: {report.chosen}" if report.chosen else ""
+    head = (
+        f"sweep {report.name} ({report.status}{chosen})\n"
+        f"deciding metric: {report.metric} (validation); paired interval at {report.confidence:.0%}, "
+        f"margin {_num(report.margin)}\n\n"
+    )
+    return head + render_text_table(table_rows(report))
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(rows: Sequence[Mapping[str, str]]) -> str:
+    """A GitHub-style markdown table of :func:`table_rows`."""
+    if not rows:
+        return "_No variants._\n"
+    cols: list[str] = []
+    for row in rows:
+        cols += [c for c in row if c not in cols]
+    lines = [
+        "| " + " | ".join(_md_cell(c) for c in cols) + " |",
+        "|" + "|".join("---" for _ in cols) + "|",
+        *("| " + " | ".join(_md_cell(str(row.get(c, ""))) for c in cols) + " |" for row in rows),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ report.md
+def _noise_floor_md(nf: NoiseFloor | None, margin: float) -> list[str]:
+    lines = ["## Baseline noise floor (guide §10.1)", ""]
+    if nf is None:
+        return [*lines, "Not measured for this sweep.", ""]
+    lines += [
+        f"The baseline's best checkpoint of seed {nf.seed}, validated {nf.repeats} times; std of {nf.metric}:",
+        "",
+        "| spread | std | what it measures |",
+        "|---|---|---|",
+    ]
+    for label, field, meaning in _NOISE_MEANINGS:
+        lines.append(f"| {label} | {_small(getattr(nf, field))} | {meaning} |")
+    lines += [
+        "",
+        f"A difference smaller than the margin ({_num(margin)}) does not count, whatever its interval.",
+        "",
+    ]
+    return lines
+
+
+def _figure_text(v: Any) -> str:
+    if v is None:
+        return NONE
+    if isinstance(v, bool | int | str):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return NOT_AVAILABLE
+        return _num(v) if v == 0 or abs(v) >= 1e-3 else f"{v:.2e}"
+    if isinstance(v, list):
+        if len(v) <= MAX_INLINE_LIST and all(x is None or isinstance(x, bool | int | float | str) for x in v):
+            return ", ".join(_figure_text(x) for x in v) or NONE
+        return f"{len(v)} entries"
+    return str(v)
+
+
+def _is_summary(d: Mapping[str, Any]) -> bool:
+    return isinstance(d.get("mean"), int | float) and not isinstance(d.get("mean"), bool)
+
+
+def _summary_text(d: Mapping[str, Any]) -> str:
+    mean, std = float(d["mean"]), d.get("std")
+    if not isinstance(std, int | float) or not math.isfinite(float(std)):
+        return f"{_num(mean)} (1 seed)" if math.isfinite(mean) else NOT_AVAILABLE
+    return f"{_num(mean)} ± {_num(float(std))}"
+
+
+def test_figures(figures: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, str]]:
+    """(name, value) of a variant's test figures, whatever their shape: nested keys joined by `` / ``, a
+    ``{mean, std, ...}`` mapping as ``mean ± std``, a short list inline, a long one (per-seed rows) by its length."""
+    for key, value in figures.items():
+        name = f"{prefix} / {key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            if _is_summary(value):
+                yield name, _summary_text(value)
+            else:
+                yield from test_figures(value, name)
+        else:
+            yield name, _figure_text(value)
+
+
+def _test_md(report: SweepReport) -> list[str]:
+    lines = [
+        "## Test split",
+        "",
+        f"**The choice used validation metrics only** ({report.metric}); the test split played no part in it.",
+        "",
+    ]
+    if not report.tested:
+        return [*lines, "Test-Realistic: not run (no variant was evaluated on the test split).", ""]
+    names = ", ".join(f"`{t}`" for t in report.tested)
+    lines += [f"Test-Realistic was run only for {names}, after the choice was recorded.", ""]
+    for name in report.tested:
+        lines += [f"### Test-Realistic: `{name}`", ""]
+        figures = list(test_figures(report.test.get(name, {})))
+        if not figures:
+            lines += ["_No test figures recorded yet._", ""]
+            continue
+        lines += ["| figure | value |", "|---|---|"]
+        lines += [f"| {_md_cell(k)} | {_md_cell(v)} |" for k, v in figures[:MAX_TEST_FIGURES]]
+        if len(figures) > MAX_TEST_FIGURES:
+            lines.append(f"| … | {len(figures) - MAX_TEST_FIGURES} more in the variant's evaluation/test_report.json |")
+        lines.append("")
+    return lines
+
+
+def _variant_md(report: SweepReport, v: VariantReport, baseline: VariantReport | None) -> list[str]:
+    lines = [f"### `{v.name}`{' (baseline)' if v.baseline else ''}", ""]
+    lines.append(f"- Run directory: `{v.run_dir}`")
+    lines.append(f"- Overrides: {', '.join(f'`{k}={_value(x)}`' for k, x in v.overrides.items()) or 'none'}")
+    lines.append(f"- Seeds: {', '.join(str(s) for s in v.seeds) or 'none yet'}")
+    lines.append(f"- {report.metric}: {spread_text(v.metric)}")
+    if not v.baseline:
+        verdict = f"- Verdict: **{verdict_text(v)}**"
+        if v.judgement is not None:
+            verdict += (
+                f" (Δ {diff_text(v)}, {v.judgement.confidence:.0%} interval {interval_text(v)}, "
+                f"paired seeds {', '.join(str(s) for s in v.judgement.seeds)}): {v.judgement.reason}"
+            )
+        lines.append(verdict)
+    if v.shared:
+        lines.append("- Shared: " + ", ".join(f"{k} from `{src}`" for k, src in v.shared.items()))
+    lines.append("")
+    if not v.seeds:
+        return lines
+    cols = ratios(report)
+    pair = not v.baseline and baseline is not None and baseline.metric is not None
+    head = ["seed", report.metric, *(ratio_column(r) for r in cols), *(["Δ vs baseline"] if pair else [])]
+    lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    values = v.metric.values if v.metric else {}
+    for seed in v.seeds:
+        cells = [str(seed), _num(values[seed]) if seed in values else NONE]
+        for r in cols:
+            s = v.ratios.get(r)
+            cells.append(_num(s.values[seed]) if s is not None and seed in s.values else NONE)
+        if pair:
+            assert baseline is not None and baseline.metric is not None
+            base = baseline.metric.values
+            cells.append(_signed(values[seed] - base[seed]) if seed in values and seed in base else NONE)
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def render_markdown(report: SweepReport, *, plot: str | None = None) -> str:
+    """``report.md``: title and status; the rule (base config, deciding metric, confidence, margin); the table with
+    the baseline's noise floor beside it; the choice; the test split statement and test figures; the notes; each
+    variant's details. ``plot``: the PNG's path relative to the report, shown under the table."""
+    baseline = next((v for v in report.variants if v.baseline), None)
+    lines = [f"# Sweep `{report.name}`: {report.status}", ""]
+    if report.status == "running":
+        lines += ["_Running: figures are partial; a pending variant has no value yet._", ""]
+    lines += [
+        f"- Base config: `{report.base_config}`",
+        f"- Sweep directory: `{report.sweep_dir}`",
+        f"- Deciding metric: `{report.metric}` (validation)",
+        f"- Paired interval confidence: {report.confidence:.0%}",
+        f"- Margin: {_num(report.margin)} (the smallest difference that counts)",
+        f"- Baseline: `{baseline.name}`" if baseline else "- Baseline: none",
+        "",
+        "## Variants",
+        "",
+        markdown_table(table_rows(report)),
+        f"Deciding metric and PR-AUC per prevalence ratio (Val-Realistic): mean ± std over seeds. "
+        f"Δ vs baseline: variant − baseline over the seeds both trained (paired), mean ± std, and its "
+        f"{report.confidence:.0%} interval.",
+        "",
+    ]
+    if plot:
+        lines += [f"![{report.metric} per variant, baseline ± noise floor margin]({plot})", ""]
+    lines += _noise_floor_md(report.noise_floor, report.margin)
+    lines += ["## Choice", ""]
+    if report.chosen:
+        lines.append(f"Chosen: **`{report.chosen}`**." + (f" {report.choice}" if report.choice else ""))
+    elif report.status == "running":
+        lines.append("No variant chosen yet: the sweep is running.")
+    else:
+        lines.append("No variant chosen." + (f" {report.choice}" if report.choice else ""))
+    lines.append("")
+    lines += _test_md(report)
+    if report.notes:
+        lines += ["## Notes", "", *(f"- {n}" for n in report.notes), ""]
+    lines += ["## Variant details", ""]
+    for v in report.variants:
+        lines += _variant_md(report, v, baseline)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------------------------------ PNG
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def _finite(values: Mapping[int, float]) -> dict[int, float]:
+    return {s: x for s, x in values.items() if math.isfinite(x)}
+
+
+def plot_report(report: SweepReport, path: Path) -> None:
+    """The deciding metric per variant (baseline first): each seed a point (one colour and marker per seed in
+    every variant, a thin line joining a seed's points), the mean ± std as an error bar, the baseline's mean as a
+    line in a band ± the margin, and the verdict above each variant; a variant without values is marked
+    ``pending``. Written atomically to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = report.variants
+    n = len(variants)
+    values = [_finite(v.metric.values) if v.metric else {} for v in variants]
+    seeds = sorted({s for vals in values for s in vals})
+    style = {s: (plt.get_cmap("tab10")(i % 10), _MARKERS[(i // 10 + i) % len(_MARKERS)]) for i, s in enumerate(seeds)}
+    offset = {s: (i - (len(seeds) - 1) / 2) * min(0.06, 0.4 / max(len(seeds), 1)) for i, s in enumerate(seeds)}
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * n + 2.5), 5.0))
+    baseline = next((v for v in variants if v.baseline and v.metric is not None), None)
+    if baseline is not None and baseline.metric is not None and math.isfinite(baseline.metric.mean):
+        mean = baseline.metric.mean
+        ax.axhspan(
+            mean - report.margin,
+            mean + report.margin,
+            color="tab:grey",
+            alpha=0.2,
+            label="baseline ± noise floor margin",
+        )
+        ax.axhline(mean, color="tab:grey", lw=1.2, ls="--", label="baseline mean")
+    for s in seeds:
+        at = [i for i, vals in enumerate(values) if s in vals]
+        colour, marker = style[s]
+        for i in range(n - 1):  # join a seed's points of neighbouring variants (never across a pending one)
+            if s in values[i] and s in values[i + 1]:
+                xs, ys = (i + offset[s], i + 1 + offset[s]), (values[i][s], values[i + 1][s])
+                ax.plot(xs, ys, color=colour, lw=0.6, alpha=0.35, zorder=1)
+        ax.scatter(
+            [i + offset[s] for i in at],
+            [values[i][s] for i in at],
+            color=colour,
+            marker=marker,
+            s=36,
+            zorder=3,
+            label=f"seed {s}",
+        )
+    for i, (v, vals) in enumerate(zip(variants, values, strict=True)):
+        if not vals or v.metric is None:
+            continue
+        std = v.metric.std if v.metric.std is not None and math.isfinite(v.metric.std) else None
+        ax.errorbar(
+            [i + 0.28],
+            [v.metric.mean],
+            yerr=None if std is None else [std],
+            fmt="_",
+            color="black",
+            markersize=14,
+            capsize=4,
+            lw=1.4,
+            zorder=4,
+            label="mean ± std" if i == next(k for k, x in enumerate(values) if x) else None,
+        )
+    top = ax.get_xaxis_transform()  # x in data, y in axes fraction
+    for i, (v, vals) in enumerate(zip(variants, values, strict=True)):
+        text = verdict_text(v) if vals else PENDING
+        ax.text(i, 1.01, text.replace(": ", ":\n"), transform=top, ha="center", va="bottom", fontsize=8)
+        if not vals:
+            ax.text(i, 0.5, PENDING, transform=top, ha="center", va="center", fontsize=9, color="tab:grey")
+    labels = [_clip(variant_label(v), MAX_TICK_LABEL) for v in variants]
+    rotate = n > 4 or max((len(x) for x in labels), default=0) > 12
+    ax.set_xticks(range(n))
+    ax.set_xticklabels(labels, rotation=30 if rotate else 0, ha="right" if rotate else "center", fontsize=8)
+    ax.set_xlim(-0.6, n - 0.4)
+    ax.set_ylabel(report.metric)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(f"sweep {report.name} ({report.status}): {report.metric} per variant", pad=30, fontsize=10)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp.png")
+    with os_errors("write", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fig.savefig(tmp, dpi=100, format="png")
+            tmp.replace(path)
+        finally:
+            plt.close(fig)
+            tmp.unlink(missing_ok=True)

@@ -1,0 +1,318 @@
+"""The sweep report's renderings: table rows, terminal table, report.md and the PNG, from hand-built reports."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from rtscore.sweep.render import (
+    COL_DIFF,
+    COL_INTERVAL,
+    COL_METRIC,
+    COL_OVERRIDES,
+    COL_SEEDS,
+    COL_SHARED,
+    COL_VARIANT,
+    COL_VERDICT,
+    plot_report,
+    render_markdown,
+    render_status,
+    render_text_table,
+    table_rows,
+)
+from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, VariantReport
+from rtscore.sweep.verdict import Judgement
+
+METRIC = "val_realistic_pr_auc_geomean"
+
+
+def spread(values: dict[int, float]) -> Spread:
+    v = list(values.values())
+    return Spread(mean=statistics.fmean(v), std=statistics.stdev(v) if len(v) > 1 else None, values=values)
+
+
+def judgement(base: dict[int, float], var: dict[int, float], verdict: str, **kw: object) -> Judgement:
+    seeds = [s for s in var if s in base]
+    diffs = [var[s] - base[s] for s in seeds]
+    fields: dict[str, object] = {
+        "seeds": seeds,
+        "mean_diff": statistics.fmean(diffs),
+        "std_diff": statistics.stdev(diffs) if len(diffs) > 1 else None,
+        "ci_low": kw.pop("ci_low", None),
+        "ci_high": kw.pop("ci_high", None),
+        "confidence": 0.95,
+        "margin": 0.005,
+        "verdict": verdict,
+        "reason": f"{verdict}: because of the numbers",
+    }
+    fields.update(kw)
+    return Judgement.model_validate(fields)
+
+
+BASE = {1: 0.700, 2: 0.710, 3: 0.690}
+IGNORE = {1: 0.720, 2: 0.728, 3: 0.714}  # +0.0207 ± 0.003: better
+SOFT = {1: 0.702, 2: 0.709, 3: 0.692}  # +0.001: within noise
+WIDER = {1: 0.690, 2: 0.730}  # -0.010, +0.020: undecided
+
+
+def variant(name: str, values: dict[int, float], **kw: object) -> VariantReport:
+    fields: dict[str, object] = {
+        "name": name,
+        "overrides": {},
+        "baseline": False,
+        "run_dir": f"/sweeps/s/{name}",
+        "seeds": list(values),
+        "metric": spread(values) if values else None,
+        "ratios": {"200": spread({s: x - 0.1 for s, x in values.items()}), "50": spread(values)} if values else {},
+    }
+    fields.update(kw)
+    return VariantReport.model_validate(fields)
+
+
+def make_report(*, tested: bool = True) -> SweepReport:
+    variants = [
+        variant("none", BASE, baseline=True),
+        variant(
+            "ignore",
+            IGNORE,
+            overrides={"loss.boundary_handling": "ignore", "model.channels": ["rgb", "ndvi"]},
+            judgement=judgement(BASE, IGNORE, "better", ci_low=0.0123, ci_high=0.0291),
+            shared={"tile": "none", "datasets": "none", "validate seed 1": "none"},
+        ),
+        variant(
+            "soft_labels",
+            SOFT,
+            overrides={"loss.boundary_handling": "soft_labels"},
+            judgement=judgement(BASE, SOFT, "within noise", ci_low=-0.002, ci_high=0.004),
+        ),
+        variant(
+            "wider",
+            WIDER,
+            overrides={"model.width": 2},
+            judgement=judgement(BASE, WIDER, "undecided", ci_low=-0.18, ci_high=0.2, seeds_to_decide=6),
+        ),
+    ]
+    return SweepReport(
+        name="boundary_handling",
+        sweep_dir="/sweeps/s",
+        base_config="configs/baseline.yaml",
+        metric=METRIC,
+        confidence=0.95,
+        margin=0.005,
+        status="finished",
+        variants=variants,
+        noise_floor=NoiseFloor(
+            seed=1, repeats=5, reweighted_std=2e-7, subsampled_std=0.0042, bootstrap_std=None, metric=METRIC
+        ),
+        chosen="ignore",
+        choice="The best mean of the variants called better than the baseline.",
+        tested=["ignore"] if tested else [],
+        test={
+            "ignore": {
+                "1:200": {"pr_auc": {"mean": 0.6512, "std": 0.0123, "text": "0.651 ± 0.012"}, "iou_rts": 0.4321},
+                "seeds": [1, 2, 3],
+                "per_seed": [{"seed": s} for s in range(12)],
+            }
+        }
+        if tested
+        else {},
+        notes=["Late fusion condition (guide §3.3) not met: no auxiliary channel underperforms RGB."],
+    )
+
+
+def running_report() -> SweepReport:
+    rep = make_report(tested=False)
+    rep.status = "running"
+    rep.chosen = None
+    rep.choice = ""
+    ignore = rep.variant("ignore")
+    ignore.seeds, ignore.metric, ignore.ratios, ignore.judgement = [], None, {}, None
+    return rep
+
+
+def test_rows_one_per_variant_with_formatted_figures() -> None:
+    rows = table_rows(make_report())
+    assert [r[COL_VARIANT] for r in rows] == ["none (baseline)", "ignore", "soft_labels", "wider"]
+    base, ignore, soft, wider = rows
+    assert list(base) == [
+        COL_VARIANT,
+        COL_OVERRIDES,
+        COL_SEEDS,
+        COL_METRIC,
+        "PR-AUC 1:50",
+        "PR-AUC 1:200",
+        COL_DIFF,
+        COL_INTERVAL,
+        COL_VERDICT,
+        COL_SHARED,
+    ]
+    assert all(list(r) == list(base) for r in rows)
+    assert base[COL_METRIC] == "0.700 ± 0.010"
+    assert base["PR-AUC 1:200"] == "0.600 ± 0.010"
+    assert base[COL_OVERRIDES] == base[COL_DIFF] == base[COL_INTERVAL] == "—"
+    assert base[COL_VERDICT] == "baseline"
+    assert ignore[COL_OVERRIDES] == 'loss.boundary_handling=ignore, model.channels=["rgb","ndvi"]'
+    assert ignore[COL_SEEDS] == "3"
+    assert ignore[COL_METRIC] == "0.721 ± 0.007"
+    assert ignore[COL_DIFF] == "+0.021 ± 0.003"
+    assert ignore[COL_INTERVAL] == "[+0.012, +0.029]"
+    assert ignore[COL_VERDICT] == "better"
+    assert ignore[COL_SHARED] == "tile, datasets, validate from none"
+    assert soft[COL_VERDICT] == "within noise"
+    assert soft[COL_DIFF] == "+0.001 ± 0.002"
+    assert soft[COL_INTERVAL] == "[-0.002, +0.004]"
+    assert soft[COL_SHARED] == "—"
+    assert wider[COL_SEEDS] == "2"
+    assert wider[COL_VERDICT] == "undecided: add 4 seeds"  # 6 needed, 2 paired
+    assert wider[COL_DIFF] == "+0.005 ± 0.021"
+
+
+def test_verdict_counts_seeds_to_add_and_one_seed_has_no_std() -> None:
+    rep = make_report()
+    rep.variant("wider").judgement = judgement(BASE, WIDER, "undecided", seeds_to_decide=3)
+    one = {1: 0.75}
+    rep.variants.append(variant("one_seed", one, judgement=judgement(BASE, one, "undecided", seeds_to_decide=None)))
+    rows = {r[COL_VARIANT]: r for r in table_rows(rep)}
+    assert rows["wider"][COL_VERDICT] == "undecided: add 1 seed"
+    assert rows["one_seed"][COL_VERDICT] == "undecided"
+    assert rows["one_seed"][COL_METRIC] == "0.750 (1 seed)"
+    assert rows["one_seed"][COL_DIFF] == "+0.050 (1 seed)"
+    assert rows["one_seed"][COL_INTERVAL] == "—"
+
+
+def test_text_table_is_fixed_width() -> None:
+    text = render_text_table(table_rows(make_report()))
+    lines = text.splitlines()
+    assert len(lines) == 2 + 4
+    assert lines[0].startswith("variant") and set(lines[1]) <= {"-", " "}
+    # every column starts at the same offset on every line
+    start = lines[0].index("verdict")
+    assert lines[1][start - 2 : start] == "  " and lines[1][start] == "-"
+    assert [ln[start:].split("  ")[0] for ln in lines[2:]] == [
+        "baseline",
+        "better",
+        "within noise",
+        "undecided: add 4 seeds",
+    ]
+    assert render_text_table([]) == "(no variants)\n"
+    clipped = render_text_table([{"overrides": "x" * 100}], max_width=20).splitlines()[2]
+    assert clipped == "x" * 19 + "…"
+    status = render_status(make_report())
+    assert status.startswith("sweep boundary_handling (finished; chosen: ignore)")
+    assert "undecided: add 4 seeds" in status
+
+
+def test_markdown_sections_numbers_and_test_statement() -> None:
+    md = render_markdown(make_report(), plot="report.png")
+    assert md.startswith("# Sweep `boundary_handling`: finished\n")
+    for part in (
+        "- Base config: `configs/baseline.yaml`",
+        f"- Deciding metric: `{METRIC}` (validation)",
+        "- Paired interval confidence: 95%",
+        "- Margin: 0.005",
+        "## Variants",
+        "| variant | overrides | seeds done | deciding metric | PR-AUC 1:50 | PR-AUC 1:200 |",
+        "| ignore | loss.boundary_handling=ignore,",
+        "+0.021 ± 0.003 | [+0.012, +0.029] | better |",
+        "undecided: add 4 seeds",
+        "![val_realistic_pr_auc_geomean per variant, baseline ± noise floor margin](report.png)",
+        "## Baseline noise floor (guide §10.1)",
+        "| re-weighted std | 2.0e-07 |",
+        "| subsampled std | 0.0042 |",
+        "| bootstrap std | n/a |",
+        "## Choice",
+        "Chosen: **`ignore`**. The best mean of the variants called better than the baseline.",
+        "**The choice used validation metrics only**",
+        "Test-Realistic was run only for `ignore`, after the choice was recorded.",
+        "| 1:200 / pr_auc | 0.651 ± 0.012 |",
+        "| 1:200 / iou_rts | 0.432 |",
+        "| seeds | 1, 2, 3 |",
+        "| per_seed | 12 entries |",
+        "## Notes",
+        "- Late fusion condition (guide §3.3) not met",
+        "## Variant details",
+        "### `none` (baseline)",
+        "- Run directory: `/sweeps/s/wider`",
+        "- Overrides: `model.width=2`",
+        "- Verdict: **better** (Δ +0.021 ± 0.003, 95% interval [+0.012, +0.029], paired seeds 1, 2, 3): better:",
+        "- Shared: tile from `none`, datasets from `none`, validate seed 1 from `none`",
+        f"| seed | {METRIC} | PR-AUC 1:50 | PR-AUC 1:200 | Δ vs baseline |",
+        "| 1 | 0.720 | 0.720 | 0.620 | +0.020 |",
+        "| 3 | 0.714 | 0.714 | 0.614 | +0.024 |",
+    ):
+        assert part in md, part
+    # the noise floor sits right after the table, the test statement after the choice
+    assert (
+        md.index("## Variants")
+        < md.index("## Baseline noise floor")
+        < md.index("## Choice")
+        < md.index("## Test split")
+    )
+    assert "not run" not in md
+
+
+def test_markdown_not_tested_and_running_with_pending_variant() -> None:
+    md = render_markdown(running_report())
+    assert md.startswith("# Sweep `boundary_handling`: running\n")
+    assert "**The choice used validation metrics only**" in md
+    assert "Test-Realistic: not run" in md
+    assert "was run only for" not in md
+    assert "No variant chosen yet: the sweep is running." in md
+    assert '| ignore | loss.boundary_handling=ignore, model.channels=["rgb","ndvi"] | 0 | — |' in md
+    assert "| pending |" in md
+    assert "- Seeds: none yet" in md
+    assert "![" not in md  # no plot given
+
+
+def test_markdown_without_noise_floor_or_notes() -> None:
+    rep = make_report()
+    rep.noise_floor, rep.notes = None, []
+    md = render_markdown(rep)
+    assert "## Baseline noise floor (guide §10.1)\n\nNot measured for this sweep." in md
+    assert "## Notes" not in md
+
+
+def _png(path: Path) -> tuple[int, int]:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(path) as im:
+        im.verify()
+    with Image.open(path) as im:
+        assert im.format == "PNG"
+        return im.size
+
+
+def test_plot_writes_a_png_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "sweep" / "report.png"
+    plot_report(make_report(), path)
+    w, h = _png(path)
+    assert 500 <= w <= 3000 and 300 <= h <= 2000
+    assert [p.name for p in path.parent.iterdir()] == ["report.png"]  # no temporary file left
+
+
+def test_plot_running_sweep_one_seed_and_long_names(tmp_path: Path) -> None:
+    rep = running_report()
+    rep.variants.append(variant("x" * 60 + ".with=a_long_override", {1: 0.70}))
+    rep.variants.append(variant("not_started", {}))
+    path = tmp_path / "running.png"
+    plot_report(rep, path)
+    _png(path)
+    # nothing trained at all yet
+    empty = running_report()
+    for v in empty.variants:
+        v.seeds, v.metric, v.ratios, v.judgement = [], None, {}, None
+    plot_report(empty, tmp_path / "empty.png")
+    _png(tmp_path / "empty.png")
+    assert table_rows(empty)[0][COL_METRIC] == "—"
+
+
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_plot_one_or_two_seeds(tmp_path: Path, seeds: int) -> None:
+    rep = make_report()
+    for v in rep.variants:
+        vals = {s: x for s, x in (v.metric.values if v.metric else {}).items() if s <= seeds}
+        v.seeds, v.metric = list(vals), spread(vals)
+    plot_report(rep, tmp_path / "p.png")
+    _png(tmp_path / "p.png")
