@@ -132,6 +132,9 @@ class MultiSeedParams(RunParams):
 
     seeds: list[int] | None = Field(None, description="Seeds to train. Empty: training.seeds of the config.")
     fresh: bool = Field(False, description="Start every seed over instead of resuming.")
+    parent_run_id: str | None = Field(
+        None, description="MLflow run the multi-seed parent run nests under (set by a sweep: its run per sweep)."
+    )
 
     check_seeds = field_validator("seeds")(_seeds)
 
@@ -367,4 +370,45 @@ class MapRegionParams(MapParams):
     )
     distributed: MapDistributedParams = Field(
         default_factory=MapDistributedParams, description="Fan-out settings (used when execution is distributed)."
+    )
+
+
+# ---------------------------------------------------------------------------------------------- sweeps
+def default_sweep_dir(data: dict[str, Any]) -> str:
+    """``artifacts/sweeps/<sweep file name>``: the sweep directory when none is given."""
+    return str(Path("artifacts") / "sweeps" / Path(str(data.get("sweep", "sweep"))).stem)
+
+
+class SweepParams(FormModel):
+    """sweep: every variant of a sweep file trained over the same seeds, judged against the baseline within seed
+    noise (docs/experiments.md); the chosen variant then runs the after-training stages."""
+
+    sweep: Annotated[str, Cli(positional=True, parse=local_file)] = Field(
+        ...,
+        description="Sweep file YAML on the worker (e.g. configs/sweeps/quickstart.yaml): a base config, variants "
+        "as dotted-key overrides, seeds, the deciding metric.",
+    )
+    sweep_dir: Annotated[str, Cli(flag="--dir", parse=run_location)] = Field(
+        default_factory=default_sweep_dir,
+        description="Sweep directory: plan.json, report.md/json/png and variants/<name>/ (a run directory per "
+        "variant): a local path or gs://bucket/prefix. Empty: artifacts/sweeps/<sweep file name>.",
+    )
+    execution: Literal["local", "distributed"] = Field(
+        "local",
+        description="local: every variant x seed trains inside this flow run, one after another. distributed: one "
+        "train-seed flow run per variant x seed on the training deployment (a GPU pool), all at once.",
+    )
+    distributed: DistributedParams = Field(
+        default_factory=DistributedParams, description="Fan-out settings (used when execution is distributed)."
+    )
+    until_decided: bool = Field(
+        False,
+        description="Add seeds to every undecided variant (and the baseline) until each is decided or reaches "
+        "until_decided.max_seeds of the sweep file.",
+    )
+    status: bool = Field(
+        False, description="Print the table of a running or finished sweep from its directory, and exit (no work)."
+    )
+    deterministic: bool | None = Field(
+        None, description="Override training.deterministic of every variant. Empty: as in the config."
     )

@@ -35,7 +35,7 @@ def multi_seed_train(params: MultiSeedParams) -> list[TrainResult]:
     with flow_run_scope():
         cfg = load_config(params)
         seeds = params.seeds or cfg.training.seeds
-        parent = t.start_multiseed(params.run_dir, cfg, seeds)
+        parent = t.start_multiseed(params.run_dir, cfg, seeds, params.parent_run_id, params.overrides)
         results = [
             run_stage(
                 t.train_seed,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 from uuid import UUID
 
 from prefect import task
@@ -38,8 +38,14 @@ train_seed = stage_task(SPEC, _train_seed)
 
 
 @task(name="start-multi-seed", task_run_name="start-multi-seed")
-def start_multiseed(run_dir: str, cfg: PipelineConfig, seeds: list[int]) -> str | None:
-    return stages.start_multiseed(run_dir, cfg, seeds)
+def start_multiseed(
+    run_dir: str,
+    cfg: PipelineConfig,
+    seeds: list[int],
+    parent_run_id: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> str | None:
+    return stages.start_multiseed(run_dir, cfg, seeds, parent_run_id, overrides)
 
 
 @task(name="finish-multi-seed", task_run_name="finish-multi-seed")

@@ -8,6 +8,9 @@ the cached stages (``registry.SUMMARIES``), not among them.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
 
 from rtscore.config.base import config_hash
 from rtscore.config.pipeline import PipelineConfig
@@ -18,13 +21,25 @@ from rtscore.tracking import Tracker
 from rtscore.train.result import MultiSeedSummary
 
 
-def start_multiseed(run_dir: str, cfg: PipelineConfig, seeds: list[int]) -> str | None:
-    """The parent MLflow run of a multi-seed training (nested seed runs hang under it)."""
+def start_multiseed(
+    run_dir: str,
+    cfg: PipelineConfig,
+    seeds: list[int],
+    parent_run_id: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The parent MLflow run of a multi-seed training (nested seed runs hang under it), itself nested under
+    ``parent_run_id`` when given (a sweep's run: one child per variant, whose ``overrides`` it logs as params)."""
     tracker = Tracker(cfg.mlflow, RunDir(run_dir).root)
+    name = f"variant-{PurePosixPath(run_dir.rstrip('/')).name}" if parent_run_id else "multi-seed"
     run_id = tracker.start_run(
-        "multi-seed", tags={"rts.seeds": ",".join(map(str, seeds)), "rts.config_hash": config_hash(cfg)}
+        name,
+        parent_run_id=parent_run_id,
+        tags={"rts.seeds": ",".join(map(str, seeds)), "rts.config_hash": config_hash(cfg)},
     )
-    tracker.log_params(run_id, {"seeds": seeds, "model": cfg.model.backbone, "architecture": cfg.model.architecture})
+    params: dict[str, Any] = {"seeds": seeds, "model": cfg.model.backbone, "architecture": cfg.model.architecture}
+    params.update({f"override.{k}": v for k, v in (overrides or {}).items()})
+    tracker.log_params(run_id, params)
     return run_id
 
 

@@ -11,6 +11,7 @@ from functools import cache
 from typing import Any
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.identity import source_identity
 from rtscore.stages.calibrate import SPEC as CALIBRATE
 from rtscore.stages.evaluate_test import SPEC as EVALUATE_TEST
 from rtscore.stages.generate import SPEC as GENERATE_DATASET
@@ -87,3 +88,28 @@ def cache_key(name: str, run_dir: str, cfg: PipelineConfig, params: Mapping[str,
     for line in input_identities(stage, run, cfg, params):
         h.update(f"{line};".encode())
     return f"{name}-{h.hexdigest()}"
+
+
+def planned_key(
+    name: str, cfg: PipelineConfig, params: Mapping[str, Any], run: RunDir, upstream: Mapping[str, str]
+) -> str:
+    """The identity of a stage run before it runs, independent of where: its code fingerprint, the config it reads,
+    the parameters that select its work, the identity of each location it reads outside the run (a GeoTIFF root's
+    listing) and, for its inputs, the planned keys of the stage runs producing them (``upstream``: ``<stage>
+    <params>`` -> key, of which those of its producers are taken).
+
+    Two runs with the same planned key compute the same artifacts from the same inputs: a sweep computes them once
+    and the other variants adopt them (rtscore.sweep). Unlike :func:`cache_key` it leaves out the run's location."""
+    stage = spec(name)
+    h = hashlib.sha256()
+    h.update(code_fingerprint(name).encode())
+    h.update(stage.config_hash(cfg).encode())
+    for p in stage.params:
+        h.update(f"{p}={params.get(p, '')};".encode())
+    for location in stage.source_locations(cfg, params, run):
+        h.update(f"{location}={source_identity(location).digest};".encode())
+    made_by = {s.name for s in producers(stage)}
+    for label, key in sorted(upstream.items()):
+        if label.split(" ", 1)[0] in made_by:
+            h.update(f"{label}={key};".encode())
+    return h.hexdigest()

@@ -1,0 +1,227 @@
+"""A sweep's plan, made and checked before any work: each variant's config (the base with its overrides), its run
+directory, and the identity of each stage run it needs (the stage registry's :func:`planned_key`); a stage run
+whose identity an earlier variant has is computed once, there, and adopted by the others.
+
+Refused before anything runs, naming the variant and the key: an override that fails validation, a deciding metric
+that is not a validation metric, an override that makes a variant's val or test tiles (or the metric's definition)
+differ from the baseline's, and a variant that trains exactly as another does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, JsonValue
+
+from rtscore.config.base import ConfigError, canonical_json
+from rtscore.config.overrides import describe
+from rtscore.config.pipeline import PipelineConfig, load_pipeline_config
+from rtscore.stages.registry import planned_key
+from rtscore.stages.spec import StageSpec
+from rtscore.storage import RunDir
+from rtscore.sweep.config import SweepConfig
+
+# The stages a sweep runs for every variant, first to last, with the selections of each (train-seed: per seed).
+DATA_STAGES = ("generate-dataset", "normalization-stats", "validate-data")
+TRAIN_STAGE = "train-seed"
+SPLIT_SELECTIONS: tuple[dict[str, Any], ...] = ({"split": "train"}, {"split": "val"}, {"split": "test"})
+VARIANTS_DIR = "variants"
+PLAN_NAME = "plan.json"
+# Splits whose tiles every variant must share: a comparison on other val tiles, or a test on other test tiles, says
+# nothing about the change.
+COMPARED_SPLITS = ("val", "test")
+# Not metrics of a model's quality (counts, weights, bootstrap spreads): never a deciding metric.
+_NOT_QUALITY = (
+    "n_pos_tiles",
+    "n_neg_tiles",
+    "neg_weight",
+    "effective_neg",
+    "no_skill",
+    "boot_std",
+    "ci_low",
+    "ci_high",
+)
+LOWER_IS_BETTER = ("val_loss", "val_logit_overflow_fraction")
+
+
+class SweepError(ConfigError):
+    """A sweep that cannot be run as written; the message names the variant and the key."""
+
+
+class PlannedStage(BaseModel):
+    """One stage run of one variant."""
+
+    stage: str = Field(..., description="The stage (registry name).")
+    params: dict[str, JsonValue] = Field(..., description="Its parameters (split, seed).")
+    key: str = Field(..., description="Its planned identity (rtscore.stages.registry.planned_key).")
+    owner: str = Field(..., description="The variant that computes it (itself, or the first with the same key).")
+
+    @property
+    def label(self) -> str:
+        return " ".join([self.stage, *(f"{k}={v}" for k, v in self.params.items())])
+
+
+class PlannedVariant(BaseModel):
+    name: str
+    overrides: dict[str, JsonValue]
+    run_dir: str
+    stages: list[PlannedStage]
+
+    def shared(self) -> dict[str, str]:
+        """'<stage> <params>' -> the variant computing it, for the stage runs it adopts."""
+        return {s.label: s.owner for s in self.stages if s.owner != self.name}
+
+
+class SweepPlan(BaseModel):
+    """``plan.json``: what the sweep runs and shares (rewritten when seeds are added)."""
+
+    name: str
+    base_config: str
+    sweep_dir: str
+    baseline: str
+    seeds: list[int]
+    metric: str
+    variants: list[PlannedVariant]
+
+    def variant(self, name: str) -> PlannedVariant:
+        return next(v for v in self.variants if v.name == name)
+
+
+def variant_config(base: Path, name: str, overrides: Mapping[str, Any]) -> PipelineConfig:
+    """The config of a variant: ``base`` with its overrides, validated (SweepError naming the variant)."""
+    try:
+        return load_pipeline_config(base, overrides)
+    except ConfigError as err:
+        raise SweepError(f"variant {name}: {err}") from None
+
+
+def check_metric(metric: str, cfg: PipelineConfig) -> None:
+    """A deciding metric is a validation metric of model quality that training records."""
+    if metric.startswith("test"):
+        raise SweepError(
+            f"metric: {metric} is a test metric; a choice is never made on the test split (guide §13.1): name a "
+            "validation metric, e.g. val_realistic_pr_auc_geomean"
+        )
+    if not metric.startswith("val_") or any(part in metric for part in _NOT_QUALITY):
+        raise SweepError(
+            f"metric: {metric} is not a validation metric of model quality; use one that training records per epoch "
+            f"(metrics.jsonl), e.g. val_realistic_pr_auc_geomean or val_realistic_pr_auc_1_{cfg.metrics.ratios[0]}"
+        )
+
+
+def comparison_identity(cfg: PipelineConfig, split: str) -> str:
+    """What must be equal between variants for their comparison to mean something: the tiles of ``split`` (its
+    generation, the tile size, the labels and which tiles are used, the split rules) and the metrics' definition."""
+    data = cfg.model_dump(mode="json")
+    d = data["data"]
+    picked = {
+        "generation": d["generation"].get(split),
+        **{k: d[k] for k in ("tile_size", "mask_type", "nodata_handling", "exclude_full_nodata", "skip_generation")},
+        "splits": data["splits"],
+        "metrics": data["metrics"],
+    }
+    return hashlib.sha256(canonical_json(picked).encode()).hexdigest()
+
+
+def _differing_keys(overrides: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    keys = sorted(set(overrides) | set(baseline))
+    return [k for k in keys if overrides.get(k) != baseline.get(k)]
+
+
+def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] | None = None) -> SweepPlan:
+    """Every variant's config and stage runs, and who computes each; refuses a sweep that cannot be judged."""
+    named = sweep.all_variants()
+    cfgs = {name: variant_config(base, name, ov) for name, ov in named.items()}
+    baseline = cfgs[sweep.baseline]
+    check_metric(sweep.metric, baseline)
+    seeds = seeds or sweep.seeds or list(baseline.training.seeds)
+    for name, cfg in cfgs.items():
+        for split in COMPARED_SPLITS:
+            if name != sweep.baseline and comparison_identity(cfg, split) != comparison_identity(baseline, split):
+                keys = [
+                    k
+                    for k in _differing_keys(named[name], named[sweep.baseline])
+                    if k.split(".")[0] in ("data", "splits", "metrics")
+                ] or _differing_keys(named[name], named[sweep.baseline])
+                raise SweepError(
+                    f"variant {name}: {', '.join(keys)} changes the {split} tiles or how the metrics are computed "
+                    f"against the baseline {sweep.baseline}; variants are compared on the same val tiles and tested "
+                    "on the same test tiles (change the train split's data, the channels taken from a store, or "
+                    "anything else)"
+                )
+    from rtscore.stages.registry import spec
+
+    owners: dict[str, str] = {}  # planned key -> the first variant with it
+    trains: dict[str, str] = {}  # the first seed's train-seed key -> variant
+    variants: list[PlannedVariant] = []
+    for name, cfg in cfgs.items():
+        run_dir = (
+            str(Path(sweep_dir) / VARIANTS_DIR / name)
+            if "://" not in sweep_dir
+            else f"{sweep_dir}/{VARIANTS_DIR}/{name}"
+        )
+        run = RunDir(run_dir)
+        upstream: dict[str, str] = {}
+        stages: list[PlannedStage] = []
+        for stage in (*DATA_STAGES, TRAIN_STAGE):
+            selections = _selections(spec(stage), seeds)
+            for sel in selections:
+                key = planned_key(stage, cfg, sel, run, upstream)
+                planned = PlannedStage(stage=stage, params=sel, key=key, owner=owners.setdefault(key, name))
+                stages.append(planned)
+                upstream[planned.label] = key
+        first_train = next(s for s in stages if s.stage == TRAIN_STAGE)
+        if first_train.owner != name:
+            same = first_train.owner
+            what = describe(named[name]) if named[name] else "no override"
+            raise SweepError(
+                f"variant {name} ({what}) trains exactly as variant {same}: nothing training reads differs, so its "
+                "validation metric would be the same (a calibration or deployment setting is chosen by the "
+                "calibration gates, guide §11, not by a sweep)"
+            )
+        trains[first_train.key] = name
+        variants.append(PlannedVariant(name=name, overrides=named[name], run_dir=run.uri, stages=stages))
+    return SweepPlan(
+        name=sweep.name or "sweep",
+        base_config=str(base),
+        sweep_dir=sweep_dir,
+        baseline=sweep.baseline,
+        seeds=seeds,
+        metric=sweep.metric,
+        variants=variants,
+    )
+
+
+def _selections(stage: StageSpec, seeds: list[int]) -> list[dict[str, Any]]:
+    if "split" in stage.params:
+        return [dict(s) for s in SPLIT_SELECTIONS]
+    if "seed" in stage.params:
+        return [{"seed": s} for s in seeds]
+    return [{}]
+
+
+def plan_json(plan: SweepPlan) -> str:
+    return json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+
+
+__all__ = [
+    "COMPARED_SPLITS",
+    "DATA_STAGES",
+    "LOWER_IS_BETTER",
+    "PLAN_NAME",
+    "TRAIN_STAGE",
+    "VARIANTS_DIR",
+    "PlannedStage",
+    "PlannedVariant",
+    "SweepError",
+    "SweepPlan",
+    "check_metric",
+    "comparison_identity",
+    "plan_json",
+    "plan_sweep",
+    "variant_config",
+]

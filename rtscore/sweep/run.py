@@ -1,0 +1,293 @@
+"""Running a sweep, the library side (no Prefect): adopt the stage runs a variant shares, read each variant's
+per-seed values of the deciding metric from what its seeds recorded, measure the baseline's validation noise floor
+once, judge each variant against the baseline, choose, and write ``report.json`` / ``report.md`` / ``report.png``.
+
+The sweep directory is a run directory of its own (a manifest, gs:// or local): ``plan.json``, ``noise_floor.json``
+and the reports are recorded there under stage ``sweep``; the variants' run directories lie under ``variants/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+from pathlib import Path
+
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.errors import PipelineError
+from rtscore.stages.registry import spec
+from rtscore.stages.spec import recorded
+from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_text
+from rtscore.sweep.config import SweepConfig
+from rtscore.sweep.plan import LOWER_IS_BETTER, PLAN_NAME, SweepPlan, plan_json, variant_config
+from rtscore.sweep.render import plot_report, render_markdown
+from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, VariantReport
+from rtscore.sweep.verdict import judge
+
+_log = logging.getLogger(__name__)
+
+SWEEP_STAGE = "sweep"  # the manifest's stage of the sweep directory's own records
+NOISE_FLOOR_NAME = "noise_floor.json"
+REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
+NOISE_REPEATS, NOISE_DRAWS = 3, 4  # validations of the baseline's checkpoint, random subsets per validation
+
+
+def _record(sweep: RunDir, rel: str, text: str | None = None) -> None:
+    if text is not None:
+        atomic_write_text(sweep.path(rel), text)
+    sweep.record(rel, SWEEP_STAGE, "")
+
+
+def write_plan(plan: SweepPlan) -> None:
+    """``plan.json`` in the sweep directory (recorded)."""
+    _record(RunDir(plan.sweep_dir), PLAN_NAME, plan_json(plan))
+
+
+def adopt_shared(plan: SweepPlan, variant: str) -> list[str]:
+    """Adopt into ``variant``'s run directory the outputs of every stage run it shares with an earlier variant (whose
+    stage run must have completed); returns the adopted paths."""
+    v = plan.variant(variant)
+    run = RunDir(v.run_dir)
+    adopted: list[str] = []
+    for stage in v.stages:
+        if stage.owner == variant:
+            continue
+        source = RunDir(plan.variant(stage.owner).run_dir)
+        refs = recorded(spec(stage.stage), source, stage.params)
+        if not refs:
+            raise StorageError(
+                f"variant {variant} shares {stage.label} with variant {stage.owner}, which has not recorded it yet"
+            )
+        for ref in refs:
+            run.adopt(ref.path, source)
+            adopted.append(ref.path)
+    return adopted
+
+
+# ----------------------------------------------------------------------------------------------- reading results
+def seed_row(run: RunDir, seed: int) -> dict[str, float] | None:
+    """The validation metrics of a trained seed at its best epoch (the epoch of best_deployment.pth); None while the
+    seed has not finished (its summary is not recorded)."""
+    summary_rel = RunLayout.SEED_SUMMARY.at(seed=seed)
+    if run.entry(summary_rel) is None:
+        return None
+    run.require(summary_rel)
+    metrics_rel = RunLayout.SEED_METRICS.at(seed=seed)
+    if run.fetch(metrics_rel) is None and not run.path(metrics_rel).exists():
+        raise StorageError(f"{run.uri}: seed {seed} finished but {metrics_rel} is not recorded")
+    best = int(json.loads(run.path(summary_rel).read_text())["best_epoch"])
+    rows = [json.loads(line) for line in run.path(metrics_rel).read_text().splitlines() if line.strip()]
+    at_best = [r for r in rows if int(r.get("epoch", -1)) == best and "val_loss" in r]
+    if not at_best:
+        raise StorageError(f"{run.path(metrics_rel)}: no validation row at the best epoch {best} of seed {seed}")
+    return {k: float(v) for k, v in at_best[-1].items() if isinstance(v, int | float)}
+
+
+def _spread(values: dict[int, float]) -> Spread | None:
+    if not values:
+        return None
+    vals = list(values.values())
+    return Spread(mean=statistics.fmean(vals), std=statistics.stdev(vals) if len(vals) > 1 else None, values=values)
+
+
+def collect_variant(plan: SweepPlan, name: str, ratios: list[int], seeds: list[int]) -> VariantReport:
+    """A variant's per-seed values (of the seeds that finished), mean ± std, PR-AUC per ratio."""
+    v = plan.variant(name)
+    run = RunDir(v.run_dir)
+    metric: dict[int, float] = {}
+    per_ratio: dict[str, dict[int, float]] = {str(r): {} for r in ratios}
+    for seed in seeds:
+        row = seed_row(run, seed)
+        if row is None:
+            continue
+        if plan.metric not in row:
+            raise PipelineError(
+                f"metric: {plan.metric} is not among the validation metrics seed {seed} of variant {name} recorded "
+                f"({RunLayout.SEED_METRICS.at(seed=seed)}); e.g. val_realistic_pr_auc_geomean"
+            )
+        metric[seed] = row[plan.metric]
+        for r in ratios:
+            key = f"val_realistic_pr_auc_1_{r}"
+            if key in row:
+                per_ratio[str(r)][seed] = row[key]
+    return VariantReport(
+        name=name,
+        overrides=v.overrides,
+        baseline=name == plan.baseline,
+        run_dir=v.run_dir,
+        seeds=[s for s in seeds if s in metric],
+        metric=_spread(metric),
+        ratios={r: s for r, vals in per_ratio.items() if (s := _spread(vals)) is not None},
+        shared=v.shared(),
+    )
+
+
+# ----------------------------------------------------------------------------------------------- noise floor
+def noise_floor(plan: SweepPlan, cfg: PipelineConfig, seed: int) -> NoiseFloor:
+    """The baseline's validation noise floor (guide §10.1) on the best checkpoint of ``seed``: measured once per
+    checkpoint (``noise_floor.json`` of the sweep directory keeps it with the weights' sha256)."""
+    from rtscore.train.noise_floor import measure_noise_floor
+
+    sweep = RunDir(plan.sweep_dir)
+    run = RunDir(plan.variant(plan.baseline).run_dir)
+    weights = run.require(RunLayout.BEST_WEIGHTS.at(seed=seed))
+    saved = sweep.path(NOISE_FLOOR_NAME)
+    if sweep.fetch(NOISE_FLOOR_NAME) is not None and saved.exists():
+        kept = json.loads(saved.read_text())
+        if kept.get("weights_sha256") == weights.sha256:
+            return NoiseFloor.model_validate(kept["noise_floor"])
+    for rel in (RunLayout.NORMALIZATION_STATS.at(), RunLayout.DATASET.at(split="val")):
+        run.require(rel)
+    report = measure_noise_floor(cfg, run.root, seed, repeats=NOISE_REPEATS, draws_per_run=NOISE_DRAWS)
+    g = report["metrics"]["geomean"]
+    first = report["metrics"].get(str(cfg.metrics.ratios[0]), {})
+    floor = NoiseFloor(
+        seed=seed,
+        repeats=NOISE_REPEATS,
+        reweighted_std=float(g["reweighted_std"]),
+        subsampled_std=float(g["subsampled_std"]),
+        bootstrap_std=first.get("bootstrap_std"),
+        metric=f"PR-AUC geomean over 1:{', 1:'.join(map(str, cfg.metrics.ratios))} (bootstrap: at "
+        f"1:{cfg.metrics.ratios[0]})",
+    )
+    kept = {"weights_sha256": weights.sha256, "noise_floor": floor.model_dump(mode="json")}
+    _record(sweep, NOISE_FLOOR_NAME, json.dumps(kept, indent=2) + "\n")
+    return floor
+
+
+def margin_of(sweep_cfg: SweepConfig, floor: NoiseFloor | None) -> float:
+    """The smallest difference that counts: the sweep's ``margin``, else 2 x the guide's noise floor (the std of the
+    geomean over validations of one checkpoint with random negative subsets, §10.1), else 0."""
+    if sweep_cfg.margin is not None:
+        return sweep_cfg.margin
+    if floor is None or not math.isfinite(floor.subsampled_std):
+        return 0.0
+    return 2.0 * floor.subsampled_std
+
+
+# ----------------------------------------------------------------------------------------------- the report
+def build_report(
+    plan: SweepPlan, sweep_cfg: SweepConfig, ratios: list[int], floor: NoiseFloor | None, *, finished: bool
+) -> SweepReport:
+    """Every variant read and judged against the baseline over the seeds both trained; the choice once finished."""
+    margin = margin_of(sweep_cfg, floor)
+    sign = -1.0 if plan.metric in LOWER_IS_BETTER else 1.0
+    variants = [collect_variant(plan, v.name, ratios, plan.seeds) for v in plan.variants]
+    base = next(v for v in variants if v.baseline)
+    for v in variants:
+        if v.baseline or v.metric is None or base.metric is None:
+            continue
+        paired = [s for s in v.seeds if s in base.seeds]
+        if not paired:
+            continue
+        assert v.metric is not None and base.metric is not None
+        v.judgement = judge(
+            [sign * base.metric.values[s] for s in paired],
+            [sign * v.metric.values[s] for s in paired],
+            paired,
+            confidence=sweep_cfg.confidence,
+            margin=margin,
+            max_seeds=sweep_cfg.until_decided.max_seeds,
+        )
+    report = SweepReport(
+        name=plan.name,
+        sweep_dir=plan.sweep_dir,
+        base_config=plan.base_config,
+        metric=plan.metric,
+        confidence=sweep_cfg.confidence,
+        margin=margin,
+        status="finished" if finished else "running",
+        variants=variants,
+        noise_floor=floor,
+    )
+    if finished:
+        report.chosen, report.choice = choose(report)
+    report.notes = late_fusion_notes(plan, report)
+    return report
+
+
+def choose(report: SweepReport) -> tuple[str, str]:
+    """The chosen variant: the best mean of the deciding metric among the baseline and the variants judged better
+    than it (validation only); the baseline when none is."""
+    sign = -1.0 if report.metric in LOWER_IS_BETTER else 1.0
+    base = next(v for v in report.variants if v.baseline)
+    better = [v for v in report.variants if v.judgement is not None and v.judgement.verdict == "better"]
+    if not better:
+        return base.name, (
+            f"no variant is better than the baseline {base.name} on {report.metric} beyond seed noise: the baseline "
+            "stays (validation metrics only)"
+        )
+    best = max(better, key=lambda v: sign * (v.metric.mean if v.metric else -math.inf))
+    others = [v.name for v in better if v is not best]
+    tail = f"; also better: {', '.join(others)}" if others else ""
+    return best.name, (
+        f"{best.name} has the best mean {report.metric} among the variants judged better than the baseline "
+        f"{base.name} (validation metrics only){tail}"
+    )
+
+
+def late_fusion_notes(plan: SweepPlan, report: SweepReport) -> list[str]:
+    """Guide §3.3 makes late fusion conditional: when early fusion of an auxiliary channel underperforms RGB. Said
+    for each variant whose channels are RGB plus EXTRA channels, against an RGB-only variant of the sweep."""
+    base = Path(plan.base_config)
+    extra = {v.name: [c.name for c in variant_config(base, v.name, v.overrides).channels.extra] for v in plan.variants}
+    rgb = [n for n, chans in extra.items() if not chans]
+    if not rgb:
+        return []
+    ref = rgb[0]
+    notes: list[str] = []
+    for v in report.variants:
+        if not extra[v.name] or v.judgement is None:
+            continue
+        if ref != plan.baseline:
+            continue  # judged against the baseline only: the condition needs the RGB variant as the baseline
+        chans = "+".join(extra[v.name])
+        if v.judgement.verdict == "worse":
+            notes.append(
+                f"late fusion (guide §3.3): its condition is met — early fusion of {chans} ({v.name}) underperforms "
+                f"RGB ({ref}); try {chans} through a late-fusion branch"
+            )
+        else:
+            notes.append(
+                f"late fusion (guide §3.3): its condition is not met for {chans} ({v.name}: {v.judgement.verdict} "
+                f"against RGB {ref})"
+            )
+    return notes
+
+
+def write_report(report: SweepReport) -> None:
+    """``report.json``, ``report.png`` and ``report.md`` in the sweep directory (recorded; the JSON last)."""
+    sweep = RunDir(report.sweep_dir)
+    plot_report(report, sweep.path(REPORT_PNG))
+    _record(sweep, REPORT_PNG)
+    _record(sweep, REPORT_MD, render_markdown(report, plot=REPORT_PNG))
+    _record(sweep, REPORT_JSON, json.dumps(report.model_dump(mode="json"), indent=2) + "\n")
+
+
+def read_report(sweep_dir: str) -> SweepReport | None:
+    """The sweep's last ``report.json``, or None when it has none yet."""
+    sweep = RunDir(sweep_dir)
+    if sweep.fetch(REPORT_JSON) is None:
+        return None
+    return SweepReport.model_validate_json(sweep.path(REPORT_JSON).read_text())
+
+
+__all__ = [
+    "NOISE_FLOOR_NAME",
+    "REPORT_JSON",
+    "REPORT_MD",
+    "REPORT_PNG",
+    "SWEEP_STAGE",
+    "adopt_shared",
+    "build_report",
+    "choose",
+    "collect_variant",
+    "late_fusion_notes",
+    "margin_of",
+    "noise_floor",
+    "read_report",
+    "seed_row",
+    "write_plan",
+    "write_report",
+]
