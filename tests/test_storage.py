@@ -218,6 +218,31 @@ def test_adopt_links_the_verified_files_and_copies_the_record(
     assert fingerprint(b.path(rel)) == (source.sha256, source.bytes)
 
 
+def test_adopted_copies_stay_verified_when_other_variants_link_the_same_files(
+    variants: tuple[RunDir, RunDir], hash_calls: list[Path]
+) -> None:
+    """Each link moves the change time of the shared files, in every variant: a variant's copy is then
+    recognised as links to the source's verified files, not hashed; a real change is still caught."""
+    a, b = variants
+    rel = "datasets/train.zarr"
+    b.adopt(rel, a)
+    b.verify(rel)
+    others = [RunDir(a.root.parent / f"v{i}") for i in range(3)]
+    for run in others:
+        run.adopt(rel, a)  # every adoption moves the ctime of b's files too
+    before = b.manifest_path.read_text()
+    hash_calls.clear()
+    for run in (b, *others, a):
+        run.verify(rel)
+    assert b.adopt(rel, a).created == b.entry(rel).created and b.manifest_path.read_text() == before  # a no-op
+    assert hash_calls == []
+
+    flip_byte(b.path(rel) / "images" / "c" / "1", keep_mtime=True)  # one inode, every variant's file
+    for run in (b, others[0], a):
+        with pytest.raises(StorageError, match="does not match the manifest"):
+            run.verify(rel)
+
+
 def test_adopt_again_is_a_no_op_and_a_different_record_is_replaced(variants: tuple[RunDir, RunDir]) -> None:
     a, b = variants
     rel = "datasets/train.zarr"

@@ -1070,6 +1070,16 @@ def test_adopt_between_gs_runs_copies_server_side(
     order.clear()
     assert variant.adopt(rel, baseline) == entry and order == []  # again: nothing copied, nothing written
 
+    monkeypatch.undo()
+    import rtscore.storage.files as files
+
+    hashed: list[Path] = []
+    real_hash = files.sha256_file
+    monkeypatch.setattr(files, "sha256_file", lambda path, *a: hashed.append(path) or real_hash(path, *a))
+    sibling(baseline, "aux-slope", tmp_path).adopt(rel, baseline)  # its links move the ctimes of the mirror's files
+    assert variant.require(rel) == entry and baseline.require(rel) == source
+    assert hashed == []  # the mirrors' copies are recognised as links to the verified files, not hashed again
+
 
 def test_adopt_a_local_artifact_into_a_gs_run_and_back(run: RunDir, tmp_path: Path) -> None:
     """Local to gs://: uploaded from the verified copy; gs:// to local: linked from the verified mirror."""

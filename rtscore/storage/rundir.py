@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from rtscore.storage.errors import StorageError
 from rtscore.storage.files import (
@@ -163,10 +164,12 @@ class RunDir:
         self._gs: tuple[str, str] | None = None
         self._retry = retry
         self._store: GcsStore | None = None
+        self._cache_base: Path | None = None  # a gs:// run's mirror base (where its sources' mirrors are too)
         if s.startswith("gs://"):
             bucket, prefix = parse_gs_uri(s)
             self._gs = (bucket, prefix)
             base = Path(cache_dir).expanduser().resolve() if cache_dir is not None else default_cache_dir()
+            self._cache_base = base
             self.root = base / "gcs" / bucket / prefix if prefix else base / "gcs" / bucket
         else:
             self.root = Path(s.removeprefix("file://")).expanduser().resolve()
@@ -285,7 +288,8 @@ class RunDir:
           temporary name, then renamed); a copy per file where a link cannot be made (another file system,
           links refused). Nothing is hashed: the links are checked to be the verified files (name, size,
           mtime and inode as when the source was verified) and this copy's verification record is written
-          from the source's record, so neither this call nor a later ``verify`` reads a multi-GB store.
+          from the source's record, so neither this call nor a later ``verify`` reads a multi-GB store (nor
+          one after another variant's links moved the shared files' change times: :meth:`_linked_to_verified`).
           Hard links are safe because every writer of this project publishes a new file atomically (staged,
           then renamed over the old name) and never rewrites a published file in place: a later write to
           either run replaces its own name and leaves the other's files as they were.
@@ -351,14 +355,57 @@ class RunDir:
         verified (one stat walk), a gs:// run's objects in the bucket."""
         if self.remote:
             return self.has(rel)
-        return verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind)
+        return verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind) or self._linked_to_verified(
+            rel, entry
+        )
+
+    def _linked_to_verified(self, rel: str, entry: ArtifactEntry) -> bool:
+        """Whether an adopted copy still is hard links to its source's verified files, so it need not be hashed
+        (its verification record is written again).
+
+        Every link to a file changes the file's change time, in every run directory holding a link to it: a
+        later adoption of the same artifact by another variant makes this copy's verification record stale
+        although its content cannot have changed. Its files are then compared with the source's (``adopted_from``;
+        a gs:// source's mirror under the same cache base): the same names, sizes, mtimes and inodes as a copy
+        that its own verification record (which every adoption renews) says is unchanged since it was hashed
+        are the same files, hence the same content. Anything else (a copy, a replaced or edited file, a source
+        gone or itself unverified) is False: the caller hashes as before.
+        """
+        origin = entry.adopted_from
+        suffix = f"/{rel}"
+        if origin is None or not origin.endswith(suffix):
+            return False
+        base = origin.removesuffix(suffix)
+        if base.startswith("file://"):
+            src_root = Path(unquote(urlsplit(base).path))  # the inverse of Path.as_uri
+        elif base.startswith("gs://"):
+            try:
+                bucket, prefix = parse_gs_uri(base)
+            except StorageError:
+                return False
+            cache = self._cache_base if self._cache_base is not None else default_cache_dir()
+            src_root = cache / "gcs" / bucket / prefix if prefix else cache / "gcs" / bucket
+        else:
+            return False
+        p = self.path(rel)
+        seen = snapshot(p)
+        mine = _file_stats(p)
+        if seen is None or mine is None or src_root == self.root:
+            return False
+        if not verified_check(src_root, rel, entry.sha256, entry.bytes, entry.kind):
+            return False
+        if _file_stats(src_root / rel) != mine:  # taken before the check: a change in between moves an inode
+            return False
+        verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind, seen)
+        return True
 
     def _link_verified(self, rel: str, source: RunDir) -> tuple[ArtifactEntry, Snapshot | None]:
         """Publish at ``path(rel)`` hard links to (or copies of) the source's verified local copy of ``rel``.
 
-        Returns the source's record and the snapshot of the published copy when it is known to be the
-        verified content (the links are the verified files, a copy's files have their size and mtime), else
-        None after hashing it (a source whose verification record could not be kept, e.g. read-only).
+        Returns the source's record and the snapshot of the published copy (taken before any hash). The copy is
+        known to be the verified content when the links are the verified files (names, sizes, mtimes, inodes as
+        when the source was verified) and a copied file has its source's size and mtime; otherwise (a source
+        whose verification record cannot be kept, e.g. read-only, or that changed meanwhile) it is hashed.
         """
         src, dst = source.path(rel), self.path(rel)
         before: dict[str, tuple[int, int, int]] | None = None
@@ -550,6 +597,8 @@ class RunDir:
         (``rtscore.storage.verified``) is missing or its size, times or inode changed since; a match is
         recorded so that the next call does not hash again."""
         if verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind):  # one stat walk, no read
+            return True
+        if self._linked_to_verified(rel, entry):  # an adopted copy whose links another adoption touched
             return True
         p = self.path(rel)
         seen = snapshot(p)
