@@ -1000,3 +1000,169 @@ def test_require_checks_a_staged_file_changed_after_a_first_require(
     hash_calls.clear()
     worker(run.uri, tmp_path).require("datasets/train.zarr")
     assert hash_calls == []
+
+
+# --------------------------------------------------------------------------- adopting another run's artifact
+IDENTITY = ("path", "kind", "sha256", "bytes", "stage", "config_hash", "code_hash")
+
+
+def same_identity(x: object, y: object) -> bool:
+    return all(getattr(x, f) == getattr(y, f) for f in IDENTITY)
+
+
+@pytest.fixture
+def baseline(run: RunDir) -> RunDir:
+    """A gs:// variant that ran the data stages: a file and a Zarr-like tree recorded (and in its mirror)."""
+    atomic_write_text(run.path("normalization_stats.json"), '{"mean": [1, 2]}')
+    run.record("normalization_stats.json", "normalization-stats", "cfg-n", code_hash="code-n")
+    write_store(run.at(RunLayout.DATASET, split="train"))
+    run.record("datasets/train.zarr", "generate-dataset", "cfg-d", code_hash="code-d")
+    return run
+
+
+def sibling(run: RunDir, name: str, tmp_path: Path) -> RunDir:
+    """Another variant's gs:// run directory next to ``run``, with the same local mirror base."""
+    return RunDir(run.uri.rsplit("/", 1)[0] + f"/{name}", cache_dir=tmp_path / "worker-a", retry=FAST)
+
+
+@pytest.fixture
+def no_uploads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtscore.storage.gcs import GcsStore
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a gs:// to gs:// adopt copies server-side, it uploads nothing")
+
+    monkeypatch.setattr(GcsStore, "upload_file", refuse)
+
+
+@pytest.mark.parametrize("rel", ["normalization_stats.json", "datasets/train.zarr"])
+def test_adopt_between_gs_runs_copies_server_side(
+    baseline: RunDir, rel: str, tmp_path: Path, no_uploads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.cloud.storage import Blob
+
+    variant = sibling(baseline, "loss-ignore", tmp_path)
+    order: list[str] = []
+    real_rewrite, real_write = Blob.rewrite, RunDir._write_record
+
+    def log_rewrite(self: Blob, *args: Any, **kwargs: Any) -> Any:
+        order.append(self.name)
+        return real_rewrite(self, *args, **kwargs)
+
+    def log_record(self: RunDir, entry: Any) -> None:
+        order.append("manifest")
+        real_write(self, entry)
+
+    monkeypatch.setattr(Blob, "rewrite", log_rewrite)
+    monkeypatch.setattr(RunDir, "_write_record", log_record)
+    entry = variant.adopt(rel, baseline)
+    source = baseline.entry(rel)
+    assert source is not None and same_identity(entry, source)
+    assert entry.uri == f"{variant.uri}/{rel}" and entry.adopted_from == f"{baseline.uri}/{rel}"
+    assert bucket_manifest(variant)["artifacts"][rel]["adopted_from"] == entry.adopted_from
+    assert order[-1] == "manifest" and len(order) == (15 if entry.kind == "dir" else 2)  # objects first
+    assert [n.removeprefix(f"{rel}") for n in object_names(variant, rel)] == [
+        n.removeprefix(f"{rel}") for n in object_names(baseline, rel)
+    ]
+    other = worker(variant.uri, tmp_path)  # a fresh worker downloads the copied objects and verifies them
+    assert other.require(rel) == entry and fingerprint(other.path(rel)) == (source.sha256, source.bytes)
+    assert variant.path(rel).exists()  # and the adopting worker's mirror holds a verified copy already
+    order.clear()
+    assert variant.adopt(rel, baseline) == entry and order == []  # again: nothing copied, nothing written
+
+    monkeypatch.undo()
+    import rtscore.storage.files as files
+
+    hashed: list[Path] = []
+    real_hash = files.sha256_file
+    monkeypatch.setattr(files, "sha256_file", lambda path, *a: hashed.append(path) or real_hash(path, *a))
+    sibling(baseline, "aux-slope", tmp_path).adopt(rel, baseline)  # its links move the ctimes of the mirror's files
+    assert variant.require(rel) == entry and baseline.require(rel) == source
+    assert hashed == []  # the mirrors' copies are recognised as links to the verified files, not hashed again
+
+
+def test_adopt_a_local_artifact_into_a_gs_run_and_back(run: RunDir, tmp_path: Path) -> None:
+    """Local to gs://: uploaded from the verified copy; gs:// to local: linked from the verified mirror."""
+    local = RunDir(tmp_path / "local" / "baseline")
+    write_store(local.path("datasets/train.zarr"))
+    source = local.record("datasets/train.zarr", "generate-dataset", "cfg-d")
+    entry = run.adopt("datasets/train.zarr", local)
+    assert same_identity(entry, source) and entry.adopted_from == local.uri_of("datasets/train.zarr")
+    assert len(object_names(run, "datasets/train.zarr/")) == 14
+    other = worker(run.uri, tmp_path)
+    other.require("datasets/train.zarr")
+
+    back = RunDir(tmp_path / "local" / "variant")
+    entry = back.adopt("datasets/train.zarr", other)
+    assert same_identity(entry, source) and entry.adopted_from == f"{run.uri}/datasets/train.zarr"
+    mirror, copy = other.path("datasets/train.zarr/zarr.json"), back.path("datasets/train.zarr/zarr.json")
+    assert mirror.stat().st_ino == copy.stat().st_ino
+    back.verify("datasets/train.zarr")
+
+
+def test_adopt_uploads_when_the_source_objects_do_not_add_up(
+    baseline: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Source objects whose sha256 metadata no longer matches the record (rewritten by another tool): not
+    copied server-side, uploaded from the source's verified copy instead, and the copy's objects are right."""
+    from google.cloud.storage import Blob
+
+    from rtscore.storage.gcs import GcsStore
+
+    rel = "datasets/train.zarr"
+    uploads: list[str] = []
+    real_upload = GcsStore.upload_file
+
+    def count(self: GcsStore, path: Path, rel: str, *args: Any, **kwargs: Any) -> None:
+        uploads.append(rel)
+        real_upload(self, path, rel, *args, **kwargs)
+
+    monkeypatch.setattr(GcsStore, "upload_file", count)
+    monkeypatch.setattr(Blob, "rewrite", lambda *a, **k: pytest.fail("copied objects that do not add up"))
+    blob = bucket().get_blob(object_name(baseline, f"{rel}/images/c/3"))
+    blob.metadata = {"sha256": "0" * 64}
+    blob.patch()
+    variant = sibling(baseline, "aux-slope", tmp_path)
+    entry = variant.adopt(rel, baseline)
+    assert same_identity(entry, baseline.entry(rel))
+    meta = bucket().get_blob(object_name(variant, f"{rel}/images/c/3")).metadata
+    assert meta["sha256"] != "0" * 64 and len(uploads) == 14
+    worker(variant.uri, tmp_path).require(rel)
+
+
+def test_adopt_refuses_a_corrupt_source_and_a_failed_copy_leaves_no_record(
+    baseline: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core.exceptions import Forbidden
+    from google.cloud.storage import Blob
+
+    rel = "datasets/train.zarr"
+    with pytest.raises(StorageError, match=rf"cannot adopt validation from run {baseline.uri}: its manifest"):
+        sibling(baseline, "v1", tmp_path).adopt("validation", baseline)
+
+    real = Blob.rewrite
+
+    def fail_one(self: Blob, *args: Any, **kwargs: Any) -> Any:
+        if self.name.endswith("images/c/7"):
+            raise Forbidden("injected: no write permission")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "rewrite", fail_one)
+    failed = sibling(baseline, "v2", tmp_path)
+    with pytest.raises(StorageError, match=r"copy of gs://.*/v2/datasets/train.zarr/images/c/7 failed: Forbidden"):
+        failed.adopt(rel, baseline)
+    assert failed.entry(rel) is None and bucket_manifest_or_empty(failed).get("artifacts", {}) == {}
+    monkeypatch.undo()
+    assert same_identity(failed.adopt(rel, baseline), baseline.entry(rel))  # adopting again completes it
+
+    remote_source = worker(baseline.uri, tmp_path, "worker-c")  # a fresh mirror: require downloads and checks
+    bucket().blob(object_name(baseline, f"{rel}/images/c/5")).upload_from_string(b"tampered")
+    variant = sibling(baseline, "v3", tmp_path / "c3")
+    with pytest.raises(StorageError, match="does not match the manifest"):
+        variant.adopt(rel, remote_source)
+    assert variant.entry(rel) is None and object_names(variant, rel) == []
+
+
+def bucket_manifest_or_empty(run: RunDir) -> dict[str, Any]:
+    blob = bucket().get_blob(object_name(run, "manifest.json"))
+    return {} if blob is None else json.loads(blob.download_as_bytes())

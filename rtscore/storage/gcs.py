@@ -456,6 +456,39 @@ class GcsStore:
                 f"{generation}); another worker is writing this artifact, let one of them finish"
             )
 
+    def copy_object(self, source: Blob, rel: str, sha256: str, *, generation: int) -> None:
+        """Copy the object ``source`` (of any bucket of this endpoint, pinned to the generation it was listed at)
+        to ``rel`` server-side (a rewrite: no byte passes through this machine), only if the object here still is
+        at ``generation`` (0: must not exist). The copy carries ``sha256`` as its metadata, as an upload does.
+        A 412 is fine when the object now holds this content (our own earlier try landed); otherwise it is an
+        error (the source changed since it was listed, or another writer wrote ``rel``)."""
+        from google.api_core import exceptions as gexc
+
+        blob = self.bucket.blob(self.name(rel))
+        blob.metadata = {SHA_KEY: sha256}
+        token: str | None = None
+        try:
+            while True:  # a large object may take several rewrite calls, each resuming at the token
+                token, _, _ = blob.rewrite(
+                    source,
+                    token=token,
+                    if_generation_match=generation,
+                    if_source_generation_match=int(source.generation or 0) or None,
+                    retry=self.guarded,
+                )
+                if token is None:
+                    break
+        except gexc.PreconditionFailed:
+            blob = self.get(rel)
+        except Exception as err:
+            raise self.error("copy of", rel, err) from None
+        if blob is None or (blob.metadata or {}).get(SHA_KEY) != sha256 or blob.size != source.size:
+            raise StorageError(
+                f"copy of gs://{source.bucket.name}/{source.name} to {self.uri(rel)} refused: the source or the "
+                f"destination changed since they were listed (generation {generation}); another worker is writing "
+                "this artifact, let it finish and adopt again"
+            )
+
     def download_file(self, blob: Blob, rel: str, path: Path) -> None:
         """Download ``blob`` to ``path``; a checksum mismatch in transit downloads it again from the start."""
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -509,6 +542,10 @@ class GcsStore:
         """Upload (local path, rel, sha256, generation) in parallel threads, each as :meth:`upload_file` (its own
         precondition: transfer_manager would share one set of upload arguments across all objects)."""
         self._parallel([partial(self.upload_file, p, rel, sha, generation=g) for p, rel, sha, g in items])
+
+    def copy_many(self, items: Sequence[tuple[Blob, str, str, int]]) -> None:
+        """Copy (source blob, rel, sha256, generation) server-side in parallel threads, each as :meth:`copy_object`."""
+        self._parallel([partial(self.copy_object, b, rel, sha, generation=g) for b, rel, sha, g in items])
 
     def download_many(self, items: Sequence[tuple[Blob, str, Path]]) -> None:
         """Download (blob, rel, local path) in parallel threads, each as :meth:`download_file`."""

@@ -23,6 +23,13 @@ class ArtifactEntry(BaseModel):
     config_hash: str = Field(..., description="sha256 of the config sections the producing stage reads.")
     code_hash: str = Field("", description="sha256 of the producing stage's code (its import closure).")
     created: str = Field(..., description="UTC time the record was written.")
+    adopted_from: str | None = Field(
+        None,
+        description=(
+            "URI of the artifact this one was adopted from (RunDir.adopt: the same content, recorded by another "
+            "run directory's stage run); None when a stage of this run directory produced it."
+        ),
+    )
 
 
 class Manifest(BaseModel):

@@ -6,7 +6,10 @@ A run directory is a local path or ``gs://bucket/prefix``. Stages always read an
 copy of an input into the mirror (see ``rtscore.storage.gcs``).
 """
 
+from __future__ import annotations
+
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -16,24 +19,28 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from rtscore.storage.errors import StorageError
 from rtscore.storage.files import (
     EMPTY_TREE,
     atomic_write_text,
     fingerprint,
+    os_errors,
     publish_dir,
+    staged_dir,
     tree_digests,
     tree_fingerprint,
 )
 from rtscore.storage.gcs import SHA_KEY, GcsStore, ManifestConflict, RetryPolicy, parse_gs_uri, transfer_workers
-from rtscore.storage.layout import Entry
+from rtscore.storage.layout import VERIFIED_DIR, Entry
 from rtscore.storage.manifest import MANIFEST_NAME, ArtifactEntry, Manifest
+from rtscore.storage.verified import Snapshot, snapshot
+from rtscore.storage.verified import _walk as walk_files
 from rtscore.storage.verified import check as verified_check
 from rtscore.storage.verified import save as verified_save
-from rtscore.storage.verified import snapshot
 
 CACHE_ENV = "RTS_CACHE_DIR"  # base of the local mirrors of gs:// run directories
 
@@ -96,6 +103,51 @@ def absolute_location(location: str) -> str:
     return str(Path(location).expanduser().resolve())
 
 
+def _dump(manifest: Manifest) -> str:
+    """The manifest's JSON: a record's optional ``adopted_from`` only where set (older records are unchanged)."""
+    return manifest.model_dump_json(indent=2, exclude_none=True) + "\n"
+
+
+# What an adopted record keeps from its source's record (uri, created and adopted_from are its own).
+_IDENTITY = ("path", "kind", "sha256", "bytes", "stage", "config_hash", "code_hash")
+# Why a hard link cannot be made, where a copy can: another file system, a file system or a policy that
+# refuses links (fs.protected_hardlinks), too many links to one inode.
+_NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
+def _same_record(a: ArtifactEntry, b: ArtifactEntry) -> bool:
+    return all(getattr(a, f) == getattr(b, f) for f in _IDENTITY)
+
+
+def _file_stats(path: Path) -> dict[str, tuple[int, int, int]] | None:
+    """(size, mtime, inode) of every regular file of an artifact, by name relative to it ("" for a file);
+    None if it is neither a file nor a directory. Not the change time: linking a file changes it."""
+    try:
+        top = path.stat()
+    except FileNotFoundError:
+        return None
+    if path.is_file():
+        stats = [("", top)]
+    elif path.is_dir():
+        stats = []
+        walk_files(str(path), "", stats)
+    else:
+        return None
+    return {name: (st.st_size, st.st_mtime_ns, st.st_ino) for name, st in stats}
+
+
+def _link_or_copy(src: Path, dst: Path) -> bool:
+    """Hard-link ``src`` as ``dst``, else copy it (with its times); whether it was linked."""
+    try:
+        os.link(src, dst)
+        return True
+    except OSError as err:
+        if err.errno not in _NO_LINK:
+            raise
+    shutil.copy2(src, dst)
+    return False
+
+
 class RunDir:
     """A run's directory (`<root>/<run_name>/`) and its manifest: a local path or ``gs://bucket/prefix``.
 
@@ -112,10 +164,12 @@ class RunDir:
         self._gs: tuple[str, str] | None = None
         self._retry = retry
         self._store: GcsStore | None = None
+        self._cache_base: Path | None = None  # a gs:// run's mirror base (where its sources' mirrors are too)
         if s.startswith("gs://"):
             bucket, prefix = parse_gs_uri(s)
             self._gs = (bucket, prefix)
             base = Path(cache_dir).expanduser().resolve() if cache_dir is not None else default_cache_dir()
+            self._cache_base = base
             self.root = base / "gcs" / bucket / prefix if prefix else base / "gcs" / bucket
         else:
             self.root = Path(s.removeprefix("file://")).expanduser().resolve()
@@ -199,19 +253,260 @@ class RunDir:
         )
         if self.remote:
             self._upload(rel, entry, files)
-
-            def add(manifest: Manifest) -> bool:
-                manifest.artifacts[rel] = entry
-                return True
-
-            self._update_manifest(add)  # last: only after every object is in the bucket
-        else:
-            with self._locked():
-                manifest = self.read_manifest()
-                manifest.artifacts[rel] = entry
-                atomic_write_text(self.manifest_path, manifest.model_dump_json(indent=2) + "\n")
+        self._write_record(entry)  # last: only after every object is in the bucket
         verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind, seen)  # just hashed: no re-hash
         return entry
+
+    def _write_record(self, entry: ArtifactEntry) -> None:
+        """Add (or replace) ``entry``'s record in the manifest: the bucket's for a gs:// run."""
+        if self.remote:
+
+            def add(manifest: Manifest) -> bool:
+                manifest.artifacts[entry.path] = entry
+                return True
+
+            self._update_manifest(add)
+            return
+        with self._locked():
+            manifest = self.read_manifest()
+            manifest.artifacts[entry.path] = entry
+            atomic_write_text(self.manifest_path, _dump(manifest))
+
+    def adopt(self, rel: str, source: RunDir) -> ArtifactEntry:
+        """Make artifact ``rel`` of run ``source``, as its manifest records it, an artifact of this run too.
+
+        How a sweep's variants share the stage runs whose identity they share (the data stages): one variant's
+        run directory computes them, the others adopt its recorded outputs. The record written here is the
+        source's (sha256, bytes, kind, stage, config_hash, code_hash) with this run's ``uri``, the time of the
+        adoption as ``created`` and the source's URI of ``rel`` as ``adopted_from``; a stage of this run then
+        finds its inputs (and ``recorded`` its results) as if it had produced them.
+
+        - The source's copy is verified against its record first (``verify``; a gs:// source: ``require``
+          stages a verified copy in its mirror); a source without that record is an error naming both.
+        - The local copy (this run's directory, or its mirror for a gs:// run) is made of hard links to the
+          source's verified files, built in a staged sibling and published whole (a file: linked to a
+          temporary name, then renamed); a copy per file where a link cannot be made (another file system,
+          links refused). Nothing is hashed: the links are checked to be the verified files (name, size,
+          mtime and inode as when the source was verified) and this copy's verification record is written
+          from the source's record, so neither this call nor a later ``verify`` reads a multi-GB store (nor
+          one after another variant's links moved the shared files' change times: :meth:`_linked_to_verified`).
+          Hard links are safe because every writer of this project publishes a new file atomically (staged,
+          then renamed over the old name) and never rewrites a published file in place: a later write to
+          either run replaces its own name and leaves the other's files as they were.
+        - A gs:// run: the objects are in its bucket before its manifest records them, as ``record`` does:
+          copied server-side from a gs:// source when the source's objects carry the recorded content
+          (their sha256 metadata adds up to the record), else uploaded from the verified local copy (hashed
+          once for the objects' metadata and checked against the record).
+        - Idempotent: when this run already records ``rel`` as the source does and its copy is intact
+          (local: unchanged since verified; gs://: its objects exist), nothing is done and that record is
+          returned. Any other record of ``rel`` is dropped first (as a stage does before it rewrites an
+          output), so a record never describes files being replaced; the new record is written last, so a
+          kill at any moment leaves either no record or a correct one.
+
+        Raises:
+            StorageError: ``source`` is this run, ``rel`` is not a path inside the run, the source does not
+                record ``rel``, or its copy does not match its record.
+        """
+        self._check_adoptable(rel, source)
+        entry = source.entry(rel)
+        if entry is None:
+            raise StorageError(
+                f"cannot adopt {rel} from run {source.uri}: its manifest records no artifact {rel}; "
+                "run the stage that produces it in that run first"
+            )
+        existing = self.entry(rel)
+        if existing is not None and _same_record(existing, entry) and self._intact(rel, existing):
+            return existing
+        if existing is not None:
+            self.forget(rel)
+        entry, seen = self._link_verified(rel, source)
+        adopted = entry.model_copy(
+            update={
+                "uri": self.uri_of(rel),
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "adopted_from": source.uri_of(rel),
+            }
+        )
+        if self.remote:
+            self._put_adopted(rel, adopted, source)
+        self._write_record(adopted)  # last: only once the files (and the bucket's objects) are in place
+        if seen is not None:  # the local copy is the source's verified content: no later verify hashes it
+            verified_save(self.root, rel, adopted.sha256, adopted.bytes, adopted.kind, seen)
+        return adopted
+
+    def _check_adoptable(self, rel: str, source: RunDir) -> None:
+        if source.uri == self.uri:
+            raise StorageError(f"cannot adopt {rel} from run {source.uri} into itself; name another run directory")
+        parts = PurePosixPath(rel).parts
+        if (
+            not rel
+            or rel.startswith("/")
+            or any(p in ("", ".", "..") for p in rel.split("/"))
+            or rel == MANIFEST_NAME
+            or parts[0] in (VERIFIED_DIR, ".locks")
+        ):
+            raise StorageError(
+                f"cannot adopt {rel!r} from run {source.uri}: not the path of an artifact inside the run "
+                "directory (a relative path such as datasets/train.zarr, without '.' or '..')"
+            )
+
+    def _intact(self, rel: str, entry: ArtifactEntry) -> bool:
+        """Whether this run's copy of a recorded artifact is in place: a local run's unchanged since it was
+        verified (one stat walk), a gs:// run's objects in the bucket."""
+        if self.remote:
+            return self.has(rel)
+        return verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind) or self._linked_to_verified(
+            rel, entry
+        )
+
+    def _linked_to_verified(self, rel: str, entry: ArtifactEntry) -> bool:
+        """Whether an adopted copy still is hard links to its source's verified files, so it need not be hashed
+        (its verification record is written again).
+
+        Every link to a file changes the file's change time, in every run directory holding a link to it: a
+        later adoption of the same artifact by another variant makes this copy's verification record stale
+        although its content cannot have changed. Its files are then compared with the source's (``adopted_from``;
+        a gs:// source's mirror under the same cache base): the same names, sizes, mtimes and inodes as a copy
+        that its own verification record (which every adoption renews) says is unchanged since it was hashed
+        are the same files, hence the same content. Anything else (a copy, a replaced or edited file, a source
+        gone or itself unverified) is False: the caller hashes as before.
+        """
+        origin = entry.adopted_from
+        suffix = f"/{rel}"
+        if origin is None or not origin.endswith(suffix):
+            return False
+        base = origin.removesuffix(suffix)
+        if base.startswith("file://"):
+            src_root = Path(unquote(urlsplit(base).path))  # the inverse of Path.as_uri
+        elif base.startswith("gs://"):
+            try:
+                bucket, prefix = parse_gs_uri(base)
+            except StorageError:
+                return False
+            cache = self._cache_base if self._cache_base is not None else default_cache_dir()
+            src_root = cache / "gcs" / bucket / prefix if prefix else cache / "gcs" / bucket
+        else:
+            return False
+        p = self.path(rel)
+        seen = snapshot(p)
+        mine = _file_stats(p)
+        if seen is None or mine is None or src_root == self.root:
+            return False
+        if not verified_check(src_root, rel, entry.sha256, entry.bytes, entry.kind):
+            return False
+        if _file_stats(src_root / rel) != mine:  # taken before the check: a change in between moves an inode
+            return False
+        verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind, seen)
+        return True
+
+    def _link_verified(self, rel: str, source: RunDir) -> tuple[ArtifactEntry, Snapshot | None]:
+        """Publish at ``path(rel)`` hard links to (or copies of) the source's verified local copy of ``rel``.
+
+        Returns the source's record and the snapshot of the published copy (taken before any hash). The copy is
+        known to be the verified content when the links are the verified files (names, sizes, mtimes, inodes as
+        when the source was verified) and a copied file has its source's size and mtime; otherwise (a source
+        whose verification record cannot be kept, e.g. read-only, or that changed meanwhile) it is hashed.
+        """
+        src, dst = source.path(rel), self.path(rel)
+        before: dict[str, tuple[int, int, int]] | None = None
+        trusted = False
+        for _ in range(2):  # a second round only when the source changed (or was linked) while looked at
+            entry = source.require(rel) if source.remote else source.verify(rel)
+            before = _file_stats(src)
+            if verified_check(source.root, rel, entry.sha256, entry.bytes, entry.kind):
+                trusted = True  # unchanged since before was taken: a change would have moved a ctime
+                break
+        assert before is not None  # verify found it
+        linked: set[str] = set()
+
+        def put(name: str, target: Path) -> None:
+            if _link_or_copy(src / name if name else src, target):
+                linked.add(name)
+
+        with os_errors("write", dst):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if entry.kind == "dir":
+                if dst.is_file() or dst.is_symlink():
+                    dst.unlink()
+                with staged_dir(dst) as staging:
+                    for name in sorted(before):
+                        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                        put(name, staging / name)
+            else:
+                tmp = dst.with_name(f".{dst.name}.adopt-{uuid.uuid4().hex[:8]}")
+                try:
+                    put("", tmp)
+                    _replace(tmp, dst)
+                finally:
+                    tmp.unlink(missing_ok=True)
+        seen = snapshot(dst)
+        after = _file_stats(dst)
+
+        def key(stats: dict[str, tuple[int, int, int]] | None) -> dict[str, tuple[int, ...]]:
+            return {n: (v if n in linked else v[:2]) for n, v in (stats or {}).items()}
+
+        if trusted and key(after) == key(before) and key(_file_stats(src)) == key(before):
+            seen_src = snapshot(src)  # the links moved the source's change times: record it again, no re-hash
+            if _file_stats(src) == before:
+                verified_save(source.root, rel, entry.sha256, entry.bytes, entry.kind, seen_src)
+            return entry, seen
+        if fingerprint(dst) != (entry.sha256, entry.bytes):
+            raise StorageError(
+                f"cannot adopt {rel} from run {source.uri}: its files changed while they were being adopted; "
+                "let the stage writing them finish and adopt again"
+            )
+        return entry, seen
+
+    def _put_adopted(self, rel: str, entry: ArtifactEntry, source: RunDir) -> None:
+        """Put an adopted artifact's objects in this run's bucket: copied server-side from a gs:// source in
+        the same storage when its objects carry the recorded content, else uploaded from the mirror's copy."""
+        if source.remote and source._gcs.endpoint == self._gcs.endpoint and self._copy_objects(rel, entry, source):
+            return
+        p = self.path(rel)
+        files = tree_digests(p) if entry.kind == "dir" else None
+        sha, size = tree_fingerprint(files) if files is not None else fingerprint(p)
+        if (sha, size) != (entry.sha256, entry.bytes):
+            raise StorageError(
+                f"cannot adopt {rel} from run {source.uri}: the local copy {p} does not match the record "
+                f"(sha256 {sha[:12]} vs recorded {entry.sha256[:12]}); adopt again"
+            )
+        self._upload(rel, entry, files)
+
+    def _copy_objects(self, rel: str, entry: ArtifactEntry, source: RunDir) -> bool:
+        """Copy the source's objects of ``rel`` server-side; False (nothing copied) when their sha256 metadata
+        does not add up to the record (objects written by another tool, or changed since)."""
+
+        def same(blob: Any, sha: str, size: int) -> bool:
+            return blob is not None and (blob.metadata or {}).get(SHA_KEY) == sha and blob.size == size
+
+        def generation(blob: Any) -> int:
+            return int(blob.generation or 0) if blob is not None else 0
+
+        if entry.kind == "file":
+            blob = source._gcs.get(rel)
+            if not same(blob, entry.sha256, entry.bytes):
+                return False
+            have = self._gcs.get(rel)
+            if not same(have, entry.sha256, entry.bytes):
+                self._gcs.copy_object(blob, rel, entry.sha256, generation=generation(have))
+            return True
+        blobs = source._gcs.list_under(rel)
+        listed = [
+            (name, (b.metadata or {}).get(SHA_KEY) or "", int(b.size or 0))
+            for name, b in sorted(blobs.items(), key=lambda nb: PurePosixPath(nb[0]))  # tree_digests' order
+        ]
+        if tree_fingerprint(listed) != (entry.sha256, entry.bytes):
+            return False
+        existing = self._gcs.list_under(rel)
+        self._gcs.copy_many(
+            [
+                (blobs[name], f"{rel}/{name}", sha, generation(existing.get(name)))
+                for name, sha, size in listed
+                if not same(existing.get(name), sha, size)
+            ]
+        )
+        self._gcs.delete([f"{rel}/{name}" for name in existing if name not in blobs])  # left by an older version
+        return True
 
     def forget(self, rel: str) -> None:
         """Drop a record (before an artifact is rewritten, so no stale sha256 outlives it)."""
@@ -221,7 +516,7 @@ class RunDir:
         with self._locked():
             manifest = self.read_manifest()
             if manifest.artifacts.pop(rel, None) is not None:
-                atomic_write_text(self.manifest_path, manifest.model_dump_json(indent=2) + "\n")
+                atomic_write_text(self.manifest_path, _dump(manifest))
 
     def delete(self, rel: str) -> None:
         """Drop a record, then the artifact itself (a gs:// run: its objects in the bucket and the mirror's copy).
@@ -303,6 +598,8 @@ class RunDir:
         recorded so that the next call does not hash again."""
         if verified_check(self.root, rel, entry.sha256, entry.bytes, entry.kind):  # one stat walk, no read
             return True
+        if self._linked_to_verified(rel, entry):  # an adopted copy whose links another adoption touched
+            return True
         p = self.path(rel)
         seen = snapshot(p)
         if seen is None:
@@ -364,7 +661,7 @@ class RunDir:
             manifest, generation = self._read_remote_manifest()
             if not change(manifest):
                 return
-            data = (manifest.model_dump_json(indent=2) + "\n").encode()
+            data = _dump(manifest).encode()
             try:
                 self._gcs.write(MANIFEST_NAME, data, if_generation_match=generation, content_type="application/json")
                 return
