@@ -35,7 +35,15 @@ from flows.command_params import (
 )
 from flows.form import FormModel
 from flows.options import add_options, params_from
-from flows.params import DataParams, MapParams, PipelineParams, SeedStageParams, TileParams, TrainParams
+from flows.params import (
+    DataParams,
+    MapParams,
+    PipelineParams,
+    SeedStageParams,
+    SweepParams,
+    TileParams,
+    TrainParams,
+)
 from rtscore.errors import PipelineError
 
 
@@ -58,6 +66,12 @@ COMMANDS: tuple[Command, ...] = (
         flows.pipeline,
         "the full pipeline: data -> training -> calibrate -> evaluate-test -> package",
         aliases=("pipeline",),
+    ),
+    Command(
+        "sweep",
+        SweepParams,
+        flows.sweep,
+        "variants of a config trained over the same seeds, each judged against the baseline within seed noise",
     ),
     Command("tile", TileParams, lib.tile, "cut scenes and an RTS polygon inventory into the tile layout"),
     Command(

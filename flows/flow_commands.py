@@ -8,7 +8,15 @@ from __future__ import annotations
 import os
 from typing import TypeVar
 
-from flows.params import DataParams, MultiSeedParams, PipelineParams, RunParams, SeedStageParams, TrainParams
+from flows.params import (
+    DataParams,
+    MultiSeedParams,
+    PipelineParams,
+    RunParams,
+    SeedStageParams,
+    SweepParams,
+    TrainParams,
+)
 from rtscore.storage import RunLayout, absolute_location
 
 P = TypeVar("P", bound=RunParams)
@@ -96,4 +104,40 @@ def package_build(params: SeedStageParams) -> int:
     from flows.calibrate import package
 
     print(f"deployment package: {package(params).uri}")
+    return 0
+
+
+def sweep(params: SweepParams) -> int:
+    """`rts sweep FILE`: plan and check the sweep (every variant's config, the refusals) before Prefect starts, then
+    run the sweep flow; `--status` prints the table of a running or finished sweep and exits."""
+    from rtscore.sweep.config import load_sweep_config
+    from rtscore.sweep.plan import plan_sweep
+
+    params = params.model_copy(update={"sweep_dir": absolute_location(params.sweep_dir)})
+    sweep_cfg, base = load_sweep_config(params.sweep)
+    if params.status:
+        from rtscore.sweep.status import sweep_status
+
+        print(sweep_status(sweep_cfg, base, params.sweep_dir))
+        return 0
+    plan = plan_sweep(sweep_cfg, base, params.sweep_dir)  # every refusal before any work
+    from flows.preflight import check_run
+
+    for v in plan.variants:
+        check_run(
+            PipelineParams(
+                config=plan.base_config, overrides=v.overrides, run_dir=v.run_dir, execution=params.execution
+            )
+        )
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.common import start_local_api
+
+    start_local_api()
+    from flows.sweep import sweep as sweep_flow
+    from rtscore.sweep.render import render_status
+    from rtscore.sweep.run import REPORT_MD
+
+    report = sweep_flow(params)
+    print(render_status(report))
+    print(f"\nsweep report: {params.sweep_dir}/{REPORT_MD}")
     return 0

@@ -219,6 +219,10 @@ def publish_summary(
         publish_links(run_dir, refs)
 
 
+def publish_markdown(key: str, md: str, description: str) -> None:
+    create_markdown_artifact(key=artifact_key(key), markdown=md, description=description)
+
+
 def publish_table(key: str, rows: list[dict[str, Any]], description: str) -> None:
     create_table_artifact(key=artifact_key(key), table=rows, description=description)
 
