@@ -173,3 +173,21 @@ def test_a_packaged_dpt_loads_back_with_its_weights(small: Any, tmp_path: Path) 
     assert not model.training
     for k, v in small.state_dict().items():
         assert torch.equal(model.state_dict()[k], v), k
+
+
+@pytest.mark.slow  # ~20 s on an idle 2-core host: three tiny splits generated, 4 epochs of 3 steps
+def test_a_dpt_trains_through_the_training_stage_and_loads_back(tmp_path: Path) -> None:
+    from rtscore.config import parse_pipeline_config
+    from rtscore.stages.train import train_seed
+    from tests.helpers import make_data_run
+    from tests.train.conftest import tiny_train_config
+
+    data = tiny_train_config().model_dump(mode="json")
+    data["model"] = _dpt(decoder_channels=NARROW, head_prior=0.01).model_dump(mode="json")
+    cfg = parse_pipeline_config(data)
+    run = make_data_run(tmp_path / "run", cfg)
+    result = train_seed(str(run), cfg, 42).result
+    assert result.epochs_run == 4 and math.isfinite(result.best_metric)
+    model = load_model(Path(result.seed_dir) / "best_deployment.pth", cfg, "cpu")
+    with torch.no_grad():
+        assert model(torch.randn(1, 4, 64, 64)).shape == (1, 1, 64, 64)
