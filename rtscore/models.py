@@ -1,4 +1,5 @@
-"""smp model factory: architecture x encoder from config, in_channels from channels, one logit out; the one way
+"""smp model factory: architecture x encoder from config (UNet++/Unet/SegFormer, and DPT over a DINOv3 ViT from
+timm), in_channels from channels, one logit out; the one way
 trained weights are loaded back into their architecture (:func:`load_model`), and the one way a checkpoint file is
 read (:func:`load_checkpoint`, ``weights_only=True``)."""
 
@@ -6,16 +7,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rtscore.config.binding import ExtraChannel
-from rtscore.config.pipeline import ChannelsConfig, ModelConfig, PipelineConfig
+from rtscore.config.pipeline import ArchitectureName, ChannelsConfig, ModelConfig, PipelineConfig, dinov3_tags
 from rtscore.errors import PipelineError
 
 if TYPE_CHECKING:
     import torch
 
-ARCHITECTURES = {"unetplusplus": "UnetPlusPlus", "unet": "Unet", "segformer": "Segformer"}
+ARCHITECTURES = {"unetplusplus": "UnetPlusPlus", "unet": "Unet", "segformer": "Segformer", "dpt": "DPT"}
 _DOWNLOAD_TIMEOUT_S = "15"
 
 
@@ -37,7 +38,7 @@ class Architecture(Protocol):
     (:class:`rtscore.package.format.PackagedModelConfig`)."""
 
     @property
-    def architecture(self) -> Literal["unetplusplus", "unet", "segformer"]: ...
+    def architecture(self) -> ArchitectureName: ...
 
     @property
     def backbone(self) -> str: ...
@@ -69,6 +70,15 @@ def known_encoders() -> list[str]:
 
 def check_model_config(cfg: ModelConfig) -> None:
     """Fail before any training step on a backbone smp does not know or an incompatible pairing."""
+    w = cfg.encoder_weights
+    if cfg.architecture == "dpt":  # the backbone and 'imagenet' were checked when the config loaded
+        tags = dinov3_tags(cfg.backbone)
+        if w is not None and w not in tags and not Path(w).is_file():
+            raise ModelConfigError(
+                f"model.encoder_weights for {cfg.backbone} must be a pretrained tag {list(tags)}, null or an "
+                f"existing file; got {w!r}"
+            )
+        return
     names = known_encoders()
     if cfg.backbone not in names and not cfg.backbone.startswith("tu-"):
         close = [n for n in names if cfg.backbone.split("-")[0] in n][:8]
@@ -79,7 +89,6 @@ def check_model_config(cfg: ModelConfig) -> None:
         )
     if cfg.architecture == "segformer" and not cfg.backbone.startswith("mit_b"):
         raise ModelConfigError(f"model.architecture segformer expects a mit_b* backbone; got {cfg.backbone!r}")
-    w = cfg.encoder_weights
     if w not in (None, "imagenet") and not Path(w).is_file():
         raise ModelConfigError(f"model.encoder_weights must be 'imagenet', null or an existing file; got {w!r}")
 
@@ -91,7 +100,11 @@ def _imagenet_weights_file(backbone: str) -> Path:
     settings = encoders[backbone]["pretrained_settings"].get("imagenet")
     if settings is None:
         raise ModelConfigError(f"smp has no ImageNet weights for model.backbone {backbone!r}")
-    repo, rev = settings["repo_id"], settings["revision"]
+    return _hub_weights_file(settings["repo_id"], settings["revision"], f"ImageNet weights for {backbone}")
+
+
+def _hub_weights_file(repo: str, rev: str | None, what: str) -> Path:
+    """``model.safetensors`` of a hub repo: from the HF cache, else a bounded download, else a clear error."""
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     cached = try_to_load_from_cache(repo, "model.safetensors", revision=rev)
@@ -104,10 +117,11 @@ def _imagenet_weights_file(backbone: str) -> Path:
         _check_hub_reachable()
         return Path(hf_hub_download(repo, filename="model.safetensors", revision=rev))
     except Exception as err:  # offline, DNS failure, proxy, ...: all the same to the user
+        revision = f" --revision {rev}" if rev else ""
         raise ModelConfigError(
-            f"ImageNet weights for {backbone} ({repo}) are not in the local cache and could not be downloaded "
+            f"{what} ({repo}) are not in the local cache and could not be downloaded "
             f"({type(err).__name__}). On a machine with network run "
-            f"`huggingface-cli download {repo} --revision {rev}`, or set model.encoder_weights to a local "
+            f"`huggingface-cli download {repo}{revision}`, or set model.encoder_weights to a local "
             "weights file, or to null for random initialisation."
         ) from None
 
@@ -137,11 +151,16 @@ def _load_state_dict(path: Path) -> dict[str, Any]:
 
 
 def build_model(cfg: ModelConfig, channels: ChannelsConfig) -> torch.nn.Module:
-    """UNet++/Unet/SegFormer with ``3 + len(channels.extra)`` inputs and one logit channel (no activation)."""
+    """UNet++/Unet/SegFormer/DPT with ``3 + len(channels.extra)`` inputs and one logit channel (no activation)."""
     import segmentation_models_pytorch as smp
     import torch
 
     check_model_config(cfg)
+    if cfg.architecture == "dpt":
+        model = _build_dpt(cfg, channels)
+        if cfg.head_prior is not None:
+            _init_head_prior(model, cfg.head_prior)
+        return model
     cls = getattr(smp, ARCHITECTURES[cfg.architecture])
     kwargs: dict[str, Any] = {}
     if cfg.decoder_channels is not None:
@@ -168,6 +187,65 @@ def build_model(cfg: ModelConfig, channels: ChannelsConfig) -> torch.nn.Module:
     return model
 
 
+def _build_dpt(cfg: ModelConfig, channels: ChannelsConfig) -> torch.nn.Module:
+    """smp's DPT over a DINOv3 ViT from timm: 4 blocks read (smp's default), the class token concatenated to
+    each patch token (``readout='cat'``), one logit at the input resolution."""
+    import segmentation_models_pytorch as smp
+
+    kwargs: dict[str, Any] = {}
+    if cfg.decoder_channels is not None:
+        kwargs["decoder_intermediate_channels"] = tuple(cfg.decoder_channels)
+        kwargs["decoder_fusion_channels"] = cfg.decoder_channels[0]
+    model = smp.DPT(
+        encoder_name=cfg.backbone,
+        encoder_weights=None,  # never timm's own download: weights come from _dinov3_weights below
+        in_channels=channels.count,
+        classes=1,
+        activation=None,
+        **kwargs,
+    )
+    if cfg.encoder_weights is not None:
+        path = _dinov3_weights_file(cfg.backbone, cfg.encoder_weights)
+        _load_vit_weights(model.encoder.model, path, cfg.backbone, channels.count)
+    return model
+
+
+def _dinov3_weights_file(backbone: str, weights: str) -> Path:
+    """A pretrained tag's file from the hub (``timm/<name>.<tag>``, cached or a bounded download), else the
+    local file ``weights``."""
+    if weights not in dinov3_tags(backbone):
+        return Path(weights)
+    name = backbone.removeprefix("tu-")
+    return _hub_weights_file(f"timm/{name}.{weights}", None, f"DINOv3 weights {weights} for {backbone}")
+
+
+def _load_vit_weights(vit: torch.nn.Module, path: Path, backbone: str, in_channels: int) -> None:
+    """Load a ViT state dict into the timm model: timm's own key conversion (Meta's original DINOv3 checkpoints
+    load too), the RGB patch embedding adapted to ``in_channels`` by timm's recipe (RGB filters reused
+    cyclically, scaled by 3 / in_channels, as smp does for CNN encoders); a file that does not fit is refused."""
+    from timm.models._manipulate import adapt_input_conv
+    from timm.models.eva import checkpoint_filter_fn
+
+    state = _load_state_dict(path)
+    for prefix in ("encoder.model.", "model."):  # a DPT's or an smp encoder's state dict
+        if state and all(k.startswith(prefix) for k in state):
+            state = {k.removeprefix(prefix): v for k, v in state.items()}
+    try:
+        state = checkpoint_filter_fn(state, vit)
+        key = "patch_embed.proj.weight"
+        if key in state and state[key].shape[1] != in_channels:
+            state[key] = adapt_input_conv(in_channels, state[key])
+        missing, _unexpected = vit.load_state_dict(state, strict=False)
+    except Exception as err:  # shape mismatches, a patch embedding of another layout, ...
+        raise ModelConfigError(
+            f"encoder weights {path} do not fit {backbone}: {type(err).__name__}: {str(err)[:300]}"
+        ) from None
+    if missing:
+        raise ModelConfigError(
+            f"encoder weights {path} do not fit {backbone}: {len(missing)} missing keys, e.g. {missing[:3]}"
+        )
+
+
 def _init_head_prior(model: torch.nn.Module, prior: float) -> None:
     """RetinaNet's prior init: the output conv starts at p = `prior` everywhere (bias logit(prior), small weights).
 
@@ -179,7 +257,9 @@ def _init_head_prior(model: torch.nn.Module, prior: float) -> None:
     import torch
 
     head = getattr(model, "segmentation_head", None)
-    conv = head[0] if isinstance(head, torch.nn.Sequential) and isinstance(head[0], torch.nn.Conv2d) else None
+    # The output conv: the only conv of smp's SegmentationHead, the last of DPT's (conv-BN-ReLU-dropout-conv).
+    convs = [m for m in head.modules() if isinstance(m, torch.nn.Conv2d)] if head is not None else []
+    conv = convs[-1] if convs else None
     if conv is None or conv.bias is None:
         raise ModelConfigError(f"model.head_prior: {type(model).__name__} has no conv segmentation head with a bias")
     with torch.no_grad():

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from rtscore.config.base import StrictModel
 from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, RasterContract, check_extra_channels
 from rtscore.config.deployment import Precision
-from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2
+from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2, ArchitectureName
 from rtscore.errors import PipelineError
 from rtscore.train.result import METRIC
 
@@ -62,7 +62,7 @@ class PackagedChannels(StrictModel):
 class PackagedModelConfig(StrictModel):
     """`model_config.yaml`: the architecture ``weights.pth`` fits and the input it expects."""
 
-    architecture: Literal["unetplusplus", "unet", "segformer"] = Field(..., description="smp architecture.")
+    architecture: ArchitectureName = Field(..., description="smp architecture.")
     backbone: str = Field(..., min_length=1, description="smp encoder name.")
     decoder_channels: list[int] | None = Field(None, description="Decoder widths (null: smp's default).")
     in_channels: int = Field(..., ge=1, description="3 + number of EXTRA channels.")

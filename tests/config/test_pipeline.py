@@ -83,3 +83,51 @@ def test_min_blob_size_px_is_refused_naming_the_ground_area_key_and_the_conversi
     assert parse_pipeline_config({}).metrics.min_object_area_m2 == 350.0
     _refused({"metrics": {"min_object_area_m2": -1.0}}, r"metrics\.min_object_area_m2")
     _refused({"metrics": {"min_object_area_m2": float("inf")}}, r"metrics\.min_object_area_m2")
+
+
+def _dpt(model: dict[str, Any] | None = None, tile: int = 64) -> dict[str, Any]:
+    base = {"architecture": "dpt", "backbone": "tu-vit_small_patch16_dinov3", "encoder_weights": None}
+    return {"data": {"tile_size": tile}, "model": base | (model or {})}
+
+
+def test_a_dpt_config_loads() -> None:
+    cfg = parse_pipeline_config(_dpt({"encoder_weights": "lvd1689m", "decoder_channels": [32, 32, 64, 64]}))
+    assert (cfg.model.architecture, cfg.model.encoder_weights, cfg.data.tile_size) == ("dpt", "lvd1689m", 64)
+    assert parse_pipeline_config(_dpt({"backbone": "tu-vit_large_patch16_dinov3", "encoder_weights": "sat493m"}))
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        # a ViT's 16-px patches, and DPT halves the patch grid once: 32 | tile size
+        (
+            _dpt(tile=500),
+            r"data\.tile_size \(500\) must be a multiple of 32 for model\.architecture dpt .*nearest "
+            r"valid sizes: \[480, 512\]",
+        ),
+        (_dpt(tile=48), r"data\.tile_size \(48\) must be a multiple of 32 .*\[32, 64\]"),
+        (
+            _dpt({"backbone": "efficientnet-b5"}),
+            r"model: model\.backbone 'efficientnet-b5' is not an encoder "
+            r"model\.architecture dpt takes: a DINOv3 ViT from timm, one of \['tu-vit_small_patch16_dinov3', ",
+        ),
+        (
+            _dpt({"backbone": "tu-vit_small_patch16_dinov3.lvd1689m"}),
+            r"the pretrained tag goes in "
+            r"model\.encoder_weights \('tu-vit_small_patch16_dinov3' with encoder_weights 'lvd1689m'\)",
+        ),
+        (
+            _dpt({"encoder_weights": "imagenet"}),
+            r"model\.encoder_weights 'imagenet': tu-vit_small_patch16_dinov3 has "
+            r"no ImageNet weights; set it to a pretrained tag of the backbone \['lvd1689m'\]",
+        ),
+        (_dpt({"decoder_channels": [16, 16, 16, 16, 16]}), r"model\.decoder_channels for dpt: 4 positive widths"),
+        (
+            {"model": {"architecture": "unet", "backbone": "tu-vit_small_patch16_dinov3"}},
+            r"model\.backbone 'tu-vit_small_patch16_dinov3' is a ViT, which only model\.architecture dpt takes",
+        ),
+    ],
+)
+def test_dpt_rules_are_checked_when_the_config_loads(data: dict[str, Any], pattern: str) -> None:
+    """Before: the model failed at its first forward (a 48-px tile) or at build (an unknown backbone)."""
+    _refused(data, pattern)
