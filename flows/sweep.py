@@ -16,6 +16,7 @@ artifacts stay recorded; an interrupted one resumes from its checkpoint), and ad
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import INPUTS, RUN_ID
@@ -34,7 +35,7 @@ from rtscore.storage import RunDir, absolute_location
 from rtscore.sweep.config import SweepConfig, load_sweep_config
 from rtscore.sweep.plan import DATA_STAGES, PlannedVariant, SweepPlan, plan_sweep
 from rtscore.sweep.render import render_markdown, table_rows
-from rtscore.sweep.report import SweepReport
+from rtscore.sweep.report import NoiseFloor, SweepReport
 from rtscore.sweep.run import REPORT_PNG, adopt_shared, build_report, noise_floor, write_plan, write_report
 from rtscore.tracking import Tracker
 from tasks import stages as st
@@ -57,12 +58,21 @@ def sweep(params: SweepParams) -> SweepReport:
         ratios = list(cfgs[plan.baseline].metrics.ratios)
         floor = _noise_floor(plan, cfgs[plan.baseline], plan.seeds[0])
         report = build_report(plan, sweep_cfg, ratios, floor, finished=True)
+        added: list[int] = []
         while params.until_decided and (more := _more_seeds(report, plan, sweep_cfg)):
             plan = plan_sweep(sweep_cfg, base, plan.sweep_dir, seeds=[*plan.seeds, *more[0]])
             write_plan(plan)
             trained = [v for v in plan.variants if v.name in more[1]]
             _train(plan, params, cfgs, more[0], trained, sweep_run, flow_run_id)
+            added += more[0]
             report = build_report(plan, sweep_cfg, ratios, floor, finished=True)
+        if added:
+            report.notes.append(
+                f"--until-decided added seeds {', '.join(map(str, added))} to the undecided variants and the baseline: "
+                f"judging again after adding seeds raises the false-positive rate above {1 - sweep_cfg.confidence:.0%} "
+                "(about 11 % at 95 % from 3 seeds; docs/experiments.md): confirm a 'better' on fresh seeds, or set "
+                "confidence: 0.975"
+            )
         write_report(report)  # the choice is recorded before anything reads the test split
         _log_sweep_run(plan, cfgs[plan.baseline], sweep_run, report)
         if sweep_cfg.after_training and report.chosen is not None:
@@ -93,7 +103,8 @@ def _data(plan: SweepPlan, v: PlannedVariant, params: SweepParams, cfg: Pipeline
     adopt_task(plan, v.name)
     for stage in v.stages:
         if stage.stage in DATA_STAGES and stage.owner == v.name:
-            run_stage(st.TASKS[stage.stage], v.run_dir, cfg, **stage.params)
+            selection: dict[str, Any] = dict(stage.params)
+            run_stage(st.TASKS[stage.stage], v.run_dir, cfg, **selection)
 
 
 @task(name="adopt-shared", task_run_name="adopt-shared-{variant}")
@@ -160,12 +171,9 @@ def _train_child(plan: SweepPlan, v: PlannedVariant, seed: int, parent: str | No
 
 
 @task(name="noise-floor", task_run_name="noise-floor-seed-{seed}")
-def _noise_floor_task(plan: SweepPlan, cfg: PipelineConfig, seed: int):  # type: ignore[no-untyped-def]
+def _noise_floor(plan: SweepPlan, cfg: PipelineConfig, seed: int) -> NoiseFloor:
+    """The baseline's validation noise floor (measured once per checkpoint: rtscore.sweep.run.noise_floor)."""
     return noise_floor(plan, cfg, seed)
-
-
-def _noise_floor(plan: SweepPlan, cfg: PipelineConfig, seed: int):  # type: ignore[no-untyped-def]
-    return _noise_floor_task(plan, cfg, seed)
 
 
 def _more_seeds(report: SweepReport, plan: SweepPlan, sweep_cfg: SweepConfig) -> tuple[list[int], set[str]] | None:

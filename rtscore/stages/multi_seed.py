@@ -32,11 +32,10 @@ def start_multiseed(
     ``parent_run_id`` when given (a sweep's run: one child per variant, whose ``overrides`` it logs as params)."""
     tracker = Tracker(cfg.mlflow, RunDir(run_dir).root)
     name = f"variant-{PurePosixPath(run_dir.rstrip('/')).name}" if parent_run_id else "multi-seed"
-    run_id = tracker.start_run(
-        name,
-        parent_run_id=parent_run_id,
-        tags={"rts.seeds": ",".join(map(str, seeds)), "rts.config_hash": config_hash(cfg)},
-    )
+    tags = {"rts.seeds": ",".join(map(str, seeds)), "rts.config_hash": config_hash(cfg)}
+    # A sweep's variant has one run under the sweep's, also when the sweep is run again (its cached seeds stay there).
+    found = tracker.find_run(name, parent_run_id) if parent_run_id else None
+    run_id = found or tracker.start_run(name, parent_run_id=parent_run_id, tags=tags)
     params: dict[str, Any] = {"seeds": seeds, "model": cfg.model.backbone, "architecture": cfg.model.architecture}
     params.update({f"override.{k}": v for k, v in (overrides or {}).items()})
     tracker.log_params(run_id, params)
