@@ -24,6 +24,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"rts run {RUN} --skip-generation",
         "rts run --config configs/quickstart_geotiff.yaml",
     ),
+    "sweep": (
+        "rts sweep configs/sweeps/quickstart.yaml",
+        "rts sweep configs/sweeps/quickstart.yaml --status",
+        "rts sweep configs/sweeps/boundary_handling.yaml --execution distributed --until-decided",
+    ),
     "tile": ("rts tile --config configs/tiling/example.yaml --output data/my-tiles",),
     "warp": (
         "rts warp --config configs/tiling/example.yaml --scenes new_scenes/*.tif --output scenes/",
@@ -80,6 +85,10 @@ bug and prints its traceback.
 """
 
 NOTES: dict[str, str] = {
+    "sweep": "Writes `plan.json`, `noise_floor.json`, `report.json`/`.md`/`.png` and `variants/<name>/` (a run "
+    "directory per variant) under `--dir`. Every variant and the deciding metric are checked before any work; the "
+    "stage runs variants share are computed once and adopted; the choice is recorded before the chosen variant's "
+    "test evaluation. A re-run trains nothing twice. See [experiments.md](experiments.md).",
     "run": "Every stage is cached on its code, the config sections it reads and the identity of every input it "
     "reads, so re-running the same command recomputes only what changed ([faults.md](faults.md)). "
     "`--execution distributed` needs `PREFECT_API_URL` of a server with workers ([cloud.md](cloud.md)).",
