@@ -26,7 +26,7 @@ def _base(tmp_path: Path, data: dict[str, Any] | None = None) -> Path:
 
 # ----------------------------------------------------------------------------------------------- apply_overrides
 def test_an_override_sets_a_nested_key_and_leaves_the_input_alone() -> None:
-    data = {"loss": {"focal_gamma": 2.0, "boundary_handling": "none"}, "training": {"seeds": [1, 2]}}
+    data: dict[str, Any] = {"loss": {"focal_gamma": 2.0, "boundary_handling": "none"}, "training": {"seeds": [1, 2]}}
     out = apply_overrides(data, {"loss.boundary_handling": "ignore", "training.seeds": [3]})
     assert out == {"loss": {"focal_gamma": 2.0, "boundary_handling": "ignore"}, "training": {"seeds": [3]}}
     assert data["loss"]["boundary_handling"] == "none" and data["training"]["seeds"] == [1, 2], "a copy is changed"
