@@ -101,6 +101,10 @@ class SweepConfig(StrictModel):
     def _names(self) -> SweepConfig:
         names = list(self.variants)
         for name in self.grid_variants():
+            try:
+                _check_name(name)
+            except ValueError as err:  # a grid value names the variant's run directory too (a slash would nest it)
+                raise ValueError(f"grid: {err}; list such variants under variants, each with a name") from None
             if name in names:
                 raise ValueError(f"variant {name} is named twice (in variants and by the grid)")
             names.append(name)
@@ -119,7 +123,13 @@ class SweepConfig(StrictModel):
             return out
         for combo in itertools.product(*(self.grid[k] for k in keys)):
             name = ",".join(f"{k.rsplit('.', 1)[-1]}={_compact(v)}" for k, v in zip(keys, combo, strict=True))
-            out[name] = dict(zip(keys, combo, strict=True))
+            overrides = dict(zip(keys, combo, strict=True))
+            if name in out:  # True and "True", "a b" and "ab": one name, and one variant silently lost
+                raise ValueError(
+                    f"grid: the values {out[name]} and {overrides} both give the variant name {name} (named twice); "
+                    "list such variants under variants, each with a name"
+                )
+            out[name] = overrides
         return out
 
     def all_variants(self) -> dict[str, dict[str, JsonValue]]:

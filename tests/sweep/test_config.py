@@ -128,6 +128,17 @@ def test_a_grid_name_colliding_with_a_listed_variant_is_refused() -> None:
     )
 
 
+def test_two_grid_values_giving_one_name_are_refused() -> None:
+    """True and "True" (or "a b" and "ab") would give one variant name: one of them silently lost."""
+    _refused({"grid": {"loss.x": [True, "True"]}}, "grid", "x=True", "twice")
+    _refused({"grid": {"loss.x": ["a b", "ab"]}}, "grid", "x=ab", "twice")
+
+
+def test_a_grid_value_that_cannot_name_a_run_directory_is_refused() -> None:
+    """A variant's name is its run directory's: a grid value with a slash would nest one variant in another."""
+    _refused({"grid": {"data.generation.train": ["gen/a.yaml", "gen/b.yaml"]}}, "grid", "train=gen/a.yaml")
+
+
 def test_a_grid_key_without_values_is_refused() -> None:
     _refused({"grid": {"loss.focal_gamma": []}}, "grid key loss.focal_gamma has no values")
 
