@@ -108,8 +108,15 @@ class SweepConfig(StrictModel):
             if name in names:
                 raise ValueError(f"variant {name} is named twice (in variants and by the grid)")
             names.append(name)
-        if not names and self.baseline == BASELINE:
-            raise ValueError("no variants: list at least one under variants or grid")
+        if self.baseline != BASELINE and self.baseline not in names:  # a misspelt baseline: another, unchanged variant
+            raise ValueError(
+                f"baseline: {self.baseline} is not a variant ({', '.join(names) or 'none listed'}); name a listed "
+                f"variant, or leave baseline out for the base config unchanged (named {BASELINE})"
+            )
+        if not [n for n in names if n != self.baseline]:
+            raise ValueError(
+                f"no variants besides the baseline {self.baseline}: list at least one under variants or grid"
+            )
         for name in self.test_variants:
             if name not in names and name != self.baseline:
                 raise ValueError(f"test_variants names {name}, which is not a variant ({', '.join(names)})")

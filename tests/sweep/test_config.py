@@ -163,6 +163,21 @@ def test_a_sweep_without_variants_is_refused() -> None:
     _refused({"variants": {}, "grid": {}}, "no variants")
 
 
+def test_a_sweep_of_the_baseline_alone_is_refused() -> None:
+    """Nothing to judge: only the baseline, listed or named."""
+    _refused({"variants": {"baseline": {"loss.focal_gamma": 1.0}}}, "no variants")
+    _refused({"baseline": "none", "variants": {"none": {}}}, "no variants")
+
+
+def test_a_baseline_that_names_no_variant_is_refused() -> None:
+    """A misspelt baseline would silently become another, unchanged, variant judged against itself."""
+    _refused(
+        {"baseline": "nnone", "variants": {"none": {}, "ignore": {"loss.boundary_handling": "ignore"}}},
+        "baseline: nnone is not a variant",
+        "none, ignore",
+    )
+
+
 def test_test_variants_naming_an_unknown_variant_are_refused() -> None:
     _refused(
         {"variants": {"ignore": {"loss.boundary_handling": "ignore"}}, "test_variants": ["ignroe"]},
