@@ -152,6 +152,21 @@ def test_a_lower_is_better_metric_flips_the_verdict(base: Path, tmp_path: Path) 
     assert report.chosen == "lower"
 
 
+def test_a_lower_is_better_difference_is_still_variant_minus_baseline(base: Path, tmp_path: Path) -> None:
+    """The judgement's figures are the variant's minus the baseline's, as the report's columns read, whichever way
+    the metric is better; the reason says the metric is lower-is-better."""
+    sweep = _sweep(base, {"lower": {"loss.focal_gamma": 1.0}}, metric="val_loss")
+    plan = _plan(base, tmp_path, sweep)
+    loss = {1: 0.40, 2: 0.42, 3: 0.38}
+    write_variant(plan, "baseline", loss, "val_loss")
+    write_variant(plan, "lower", {s: v - 0.05 + 0.001 * s for s, v in loss.items()}, "val_loss")
+    j = build_report(plan, sweep, [200], None, finished=True).variant("lower").judgement
+    assert j is not None and j.verdict == "better"
+    assert j.mean_diff == pytest.approx(-0.048) and j.ci_low is not None and j.ci_high is not None
+    assert j.ci_low < j.ci_high < 0, "the interval of variant - baseline: below 0 for a lower loss"
+    assert "lower is better" in j.reason
+
+
 def test_choose_takes_the_lowest_mean_of_a_lower_is_better_metric(base: Path, tmp_path: Path) -> None:
     sweep = _sweep(base, {"a": {"loss.focal_gamma": 1.0}, "b": {"loss.focal_gamma": 3.0}}, metric="val_loss")
     plan = _plan(base, tmp_path, sweep)
