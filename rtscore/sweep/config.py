@@ -60,8 +60,9 @@ class SweepConfig(StrictModel):
     margin: float | None = Field(
         None,
         ge=0.0,
-        description="Smallest difference that counts. Default: 2 x the baseline's tile-bootstrap std of the deciding "
-        "metric's PR-AUC at the first ratio (its validation noise floor, guide §10.1); 0 when not measurable.",
+        description="Smallest difference that counts. Default: 2 x the baseline's validation noise floor (guide §10.1: "
+        "the std of the PR-AUC geomean over repeated validations of one checkpoint with random negative subsets); 0 "
+        "when not measurable.",
     )
     after_training: bool = Field(
         True, description="Whether the chosen variant then runs calibrate, evaluate-test and package."
