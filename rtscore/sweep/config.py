@@ -60,8 +60,9 @@ class SweepConfig(StrictModel):
     margin: float | None = Field(
         None,
         ge=0.0,
-        description="Smallest difference that counts. Default: 2 x the baseline's tile-bootstrap std of the deciding "
-        "metric's PR-AUC at the first ratio (its validation noise floor, guide §10.1); 0 when not measurable.",
+        description="Smallest difference that counts. Default: 2 x the baseline's validation noise floor (guide §10.1: "
+        "the std of the PR-AUC geomean over repeated validations of one checkpoint with random negative subsets); 0 "
+        "when not measurable.",
     )
     after_training: bool = Field(
         True, description="Whether the chosen variant then runs calibrate, evaluate-test and package."
@@ -101,11 +102,22 @@ class SweepConfig(StrictModel):
     def _names(self) -> SweepConfig:
         names = list(self.variants)
         for name in self.grid_variants():
+            try:
+                _check_name(name)
+            except ValueError as err:  # a grid value names the variant's run directory too (a slash would nest it)
+                raise ValueError(f"grid: {err}; list such variants under variants, each with a name") from None
             if name in names:
                 raise ValueError(f"variant {name} is named twice (in variants and by the grid)")
             names.append(name)
-        if not names and self.baseline == BASELINE:
-            raise ValueError("no variants: list at least one under variants or grid")
+        if self.baseline != BASELINE and self.baseline not in names:  # a misspelt baseline: another, unchanged variant
+            raise ValueError(
+                f"baseline: {self.baseline} is not a variant ({', '.join(names) or 'none listed'}); name a listed "
+                f"variant, or leave baseline out for the base config unchanged (named {BASELINE})"
+            )
+        if not [n for n in names if n != self.baseline]:
+            raise ValueError(
+                f"no variants besides the baseline {self.baseline}: list at least one under variants or grid"
+            )
         for name in self.test_variants:
             if name not in names and name != self.baseline:
                 raise ValueError(f"test_variants names {name}, which is not a variant ({', '.join(names)})")
@@ -119,7 +131,13 @@ class SweepConfig(StrictModel):
             return out
         for combo in itertools.product(*(self.grid[k] for k in keys)):
             name = ",".join(f"{k.rsplit('.', 1)[-1]}={_compact(v)}" for k, v in zip(keys, combo, strict=True))
-            out[name] = dict(zip(keys, combo, strict=True))
+            overrides = dict(zip(keys, combo, strict=True))
+            if name in out:  # True and "True", "a b" and "ab": one name, and one variant silently lost
+                raise ValueError(
+                    f"grid: the values {out[name]} and {overrides} both give the variant name {name} (named twice); "
+                    "list such variants under variants, each with a name"
+                )
+            out[name] = overrides
         return out
 
     def all_variants(self) -> dict[str, dict[str, JsonValue]]:

@@ -23,7 +23,7 @@ from rtscore.sweep.config import SweepConfig
 from rtscore.sweep.plan import LOWER_IS_BETTER, PLAN_NAME, SweepPlan, plan_json, variant_config
 from rtscore.sweep.render import plot_report, render_markdown
 from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, VariantReport
-from rtscore.sweep.verdict import judge
+from rtscore.sweep.verdict import Judgement, judge
 
 _log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def build_report(
         if not paired:
             continue
         assert v.metric is not None and base.metric is not None
-        v.judgement = judge(
+        judged = judge(
             [sign * base.metric.values[s] for s in paired],
             [sign * v.metric.values[s] for s in paired],
             paired,
@@ -190,6 +190,7 @@ def build_report(
             margin=margin,
             max_seeds=sweep_cfg.until_decided.max_seeds,
         )
+        v.judgement = judged if sign > 0 else _lower_is_better(judged, plan.metric)
     report = SweepReport(
         name=plan.name,
         sweep_dir=plan.sweep_dir,
@@ -205,6 +206,19 @@ def build_report(
         report.chosen, report.choice = choose(report)
     report.notes = late_fusion_notes(plan, report)
     return report
+
+
+def _lower_is_better(j: Judgement, metric: str) -> Judgement:
+    """A judgement made on the negated values of a lower-is-better metric, its figures turned back into variant -
+    baseline (as the report's columns read them); the reason says which way it was judged."""
+    return j.model_copy(
+        update={
+            "mean_diff": -j.mean_diff,
+            "ci_low": None if j.ci_high is None else -j.ci_high,
+            "ci_high": None if j.ci_low is None else -j.ci_low,
+            "reason": f"{metric}: lower is better, so judged on baseline - variant: {j.reason}",
+        }
+    )
 
 
 def choose(report: SweepReport) -> tuple[str, str]:
