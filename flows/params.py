@@ -69,7 +69,7 @@ class RunParams(FormModel):
     @field_validator("overrides")
     @classmethod
     def _dotted_keys(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        check_override_keys(v, "overrides")
+        check_override_keys(v, "")  # the option's name prefixes the message
         return v
 
 

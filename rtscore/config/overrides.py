@@ -25,8 +25,9 @@ def check_override_keys(overrides: Overrides, where: str = "override") -> None:
     """Every key is a dotted key path (``loss.boundary_handling``); ConfigError naming each one that is not."""
     bad = [k for k in overrides if not isinstance(k, str) or not _KEY.fullmatch(k)]
     if bad:
+        prefix = f"{where}: " if where else ""
         raise ConfigError(
-            f"{where}: {', '.join(map(repr, bad))} is not a dotted config key (e.g. loss.boundary_handling)"
+            f"{prefix}{', '.join(map(repr, bad))} is not a dotted config key (e.g. loss.boundary_handling)"
         )
 
 

@@ -35,7 +35,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=,+-]*")
 class UntilDecided(StrictModel):
     """What ``--until-decided`` may add: seeds beyond the sweep's own, up to ``max_seeds`` per variant."""
 
-    max_seeds: int = Field(6, ge=2, le=30, description="Most seeds a variant trains in all (the cap).")
+    max_seeds: int = Field(10, ge=2, le=30, description="Most seeds a variant trains in all (the cap).")
     extra_seeds: list[int] | None = Field(
         None, description="Seeds to add, in order (default: the largest sweep seed + 1, + 2, ...)."
     )

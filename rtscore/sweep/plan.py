@@ -142,21 +142,21 @@ def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] 
     for name, cfg in cfgs.items():
         for split in COMPARED_SPLITS:
             if name != sweep.baseline and comparison_identity(cfg, split) != comparison_identity(baseline, split):
+                differing = _differing_keys(named[name], named[sweep.baseline])
                 keys = [
                     k
-                    for k in _differing_keys(named[name], named[sweep.baseline])
-                    if k.split(".")[0] in ("data", "splits", "metrics")
-                ] or _differing_keys(named[name], named[sweep.baseline])
+                    for k in differing
+                    if k.split(".")[0] in ("data", "splits", "metrics") and not k.startswith("data.generation.train")
+                ] or differing
                 raise SweepError(
                     f"variant {name}: {', '.join(keys)} changes the {split} tiles or how the metrics are computed "
-                    f"against the baseline {sweep.baseline}; variants are compared on the same val tiles and tested "
+                    f"against the baseline variant {sweep.baseline}; variants are compared on the same val tiles and tested "
                     "on the same test tiles (change the train split's data, the channels taken from a store, or "
                     "anything else)"
                 )
     from rtscore.stages.registry import spec
 
     owners: dict[str, str] = {}  # planned key -> the first variant with it
-    trains: dict[str, str] = {}  # the first seed's train-seed key -> variant
     variants: list[PlannedVariant] = []
     for name, cfg in cfgs.items():
         run_dir = (
@@ -183,7 +183,6 @@ def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] 
                 "validation metric would be the same (a calibration or deployment setting is chosen by the "
                 "calibration gates, guide §11, not by a sweep)"
             )
-        trains[first_train.key] = name
         variants.append(PlannedVariant(name=name, overrides=named[name], run_dir=run.uri, stages=stages))
     return SweepPlan(
         name=sweep.name or "sweep",
