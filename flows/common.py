@@ -274,8 +274,8 @@ def stage_run_name(spec: StageSpec, params: FormModel) -> str:
 
 def run_namer(flow: str, model: type[M], fields: Sequence[str]) -> Callable[[], str]:
     """The ``flow_run_name`` of a flow: :func:`run_name` of the run's ``params``, for runs started from Python, as a
-    subflow, from the UI or by a deployment. A run a fan-out re-submitted keeps its ``-retry-<n>`` name; a name
-    that cannot be worked out is the flow's."""
+    subflow, from the UI or by a deployment. A run started under a longer name of its own keeps it (a fan-out's
+    ``-retry-<n>``, a sweep's ``train-seed-42-<variant>``); a name that cannot be worked out is the flow's."""
 
     def name() -> str:
         ctx = FlowRunContext.get()
@@ -286,7 +286,7 @@ def run_namer(flow: str, model: type[M], fields: Sequence[str]) -> Callable[[], 
             return flow
         wanted = run_name(flow, params, fields)
         current = ctx.flow_run.name if ctx is not None and ctx.flow_run is not None else ""
-        return current if current.startswith(f"{wanted}-retry-") else wanted
+        return current if current.startswith(f"{wanted}-") else wanted
 
     return name
 

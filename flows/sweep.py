@@ -63,7 +63,8 @@ def sweep(params: SweepParams) -> SweepReport:
             plan = plan_sweep(sweep_cfg, base, plan.sweep_dir, seeds=[*plan.seeds, *more[0]])
             write_plan(plan)
             trained = [v for v in plan.variants if v.name in more[1]]
-            _train(plan, params, cfgs, more[0], trained, sweep_run, flow_run_id)
+            # All of the plan's seeds: those trained are cached, and each variant's summary covers every seed.
+            _train(plan, params, cfgs, plan.seeds, trained, sweep_run, flow_run_id)
             added += more[0]
             report = build_report(plan, sweep_cfg, ratios, floor, finished=True)
         if added:
