@@ -161,7 +161,7 @@ def test_every_flow_run_starts_with_the_guides_hash_seed(name: str) -> None:
 
     env = DEPLOYMENTS[name]["work_pool"].get("job_variables", {}).get("env", {})
     assert env.get("PYTHONHASHSEED") == "42", f"{name}: job_variables.env.PYTHONHASHSEED"
-    assert "env" in ProcessWorker.job_configuration_variables.model_fields  # type: ignore[union-attr]
+    assert "env" in ProcessWorker.job_configuration_variables.model_fields  # type: ignore[attr-defined]
 
 
 def test_kubernetes_gpu_template_adds_node_selector_and_gpu_limit() -> None:
