@@ -161,7 +161,7 @@ def test_every_flow_run_starts_with_the_guides_hash_seed(name: str) -> None:
 
     env = DEPLOYMENTS[name]["work_pool"].get("job_variables", {}).get("env", {})
     assert env.get("PYTHONHASHSEED") == "42", f"{name}: job_variables.env.PYTHONHASHSEED"
-    assert "env" in ProcessWorker.job_configuration_variables.model_fields  # type: ignore[union-attr]
+    assert "env" in ProcessWorker.job_configuration_variables.model_fields  # type: ignore[attr-defined]
 
 
 def test_kubernetes_gpu_template_adds_node_selector_and_gpu_limit() -> None:
@@ -239,3 +239,34 @@ def test_the_mapping_forms_default_to_what_a_fresh_checkout_makes_with_its_first
     for name, dep in DEPLOYMENTS.items():
         config = dep["parameters"]["params"].get("config")
         assert config is None or (ROOT / config).is_file(), f"{name}: {config}"
+
+
+def test_sweep_deployment_on_cpu_fans_every_variant_and_seed_out_to_train_seed_on_gpu() -> None:
+    """Issue 24: sweep/sweep on the CPU pool, a typed form (SweepParams) whose defaults name a sweep file of the
+    repository (planned here as the flow plans it) and, distributed, the GPU deployments of the right flows."""
+    from flows.params import DistributedParams, SweepParams, default_sweep_dir
+    from rtscore.sweep.config import load_sweep_config
+    from rtscore.sweep.plan import plan_sweep
+
+    dep = DEPLOYMENTS["sweep"]
+    assert dep["entrypoint"] == "flows/sweep.py:sweep" and dep["work_pool"]["name"] == "cpu-process"
+    assert _flow(dep["entrypoint"]).name == "sweep"
+    assert _params_model(_flow(dep["entrypoint"])) is SweepParams
+    raw = dep["parameters"]["params"]
+    p = SweepParams.model_validate(raw)
+    assert (ROOT / p.sweep).is_file(), p.sweep
+    assert p.sweep_dir == default_sweep_dir(raw), "the form's directory is the one `rts sweep` would use"
+    assert p.execution == "distributed" and p.distributed.max_attempts >= 2
+    sweep_cfg, base = load_sweep_config(ROOT / p.sweep)
+    plan = plan_sweep(sweep_cfg, base, str(ROOT / p.sweep_dir))
+    assert len(plan.variants) >= 2 and plan.baseline in {v.name for v in plan.variants}
+    dist, defaults = p.distributed, DistributedParams()
+    for flow, name, default in (
+        ("train-seed", dist.deployment, defaults.deployment),
+        ("logit-cache", dist.logit_cache_deployment, defaults.logit_cache_deployment),
+        ("evaluate-test", dist.evaluate_test_deployment, defaults.evaluate_test_deployment),
+    ):
+        assert name == default, f"sweep's {flow} deployment differs from the default"
+        flow_name, _, dep_name = name.partition("/")
+        assert flow_name == flow and _flow(DEPLOYMENTS[dep_name]["entrypoint"]).name == flow, name
+        assert DEPLOYMENTS[dep_name]["work_pool"]["name"] == "gpu", name
