@@ -150,9 +150,9 @@ def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] 
                 ] or differing
                 raise SweepError(
                     f"variant {name}: {', '.join(keys)} changes the {split} tiles or how the metrics are computed "
-                    f"against the baseline variant {sweep.baseline}; variants are compared on the same val tiles and tested "
-                    "on the same test tiles (change the train split's data, the channels taken from a store, or "
-                    "anything else)"
+                    f"against the baseline variant {sweep.baseline}; variants are compared on the same val tiles and "
+                    "tested on the same test tiles (change the train split's data, the channels taken from a store, "
+                    "or anything else)"
                 )
     from rtscore.stages.registry import spec
 

@@ -176,23 +176,24 @@ def variant_label(v: VariantReport) -> str:
 
 # ------------------------------------------------------------------------------------------ table
 def table_rows(report: SweepReport) -> list[dict[str, str]]:
-    """One row per variant (baseline first): name, overrides, seeds done, the deciding metric and each ratio's
-    PR-AUC as mean ± std, the paired difference to the baseline and its interval, the verdict, the shared stages.
-    The same columns for every variant (``—`` where a variant has no value yet)."""
+    """One row per variant (baseline first): what decides first (name, verdict, the deciding metric as mean ± std,
+    the paired difference to the baseline and its interval, seeds done; a wide table in the UI scrolls), then each
+    ratio's PR-AUC, the overrides and the shared stages. The same columns for every variant (``—`` where a variant
+    has no value yet)."""
     cols = ratios(report)
     rows = []
     for v in report.variants:
         row = {
             COL_VARIANT: variant_label(v),
-            COL_OVERRIDES: overrides_text(v.overrides),
-            COL_SEEDS: str(len(v.seeds)),
+            COL_VERDICT: verdict_text(v),
             COL_METRIC: spread_text(v.metric),
+            COL_DIFF: NONE if v.baseline else diff_text(v),
+            COL_INTERVAL: NONE if v.baseline else interval_text(v),
+            COL_SEEDS: str(len(v.seeds)),
         }
         for r in cols:
             row[ratio_column(r)] = spread_text(v.ratios.get(r))
-        row[COL_DIFF] = NONE if v.baseline else diff_text(v)
-        row[COL_INTERVAL] = NONE if v.baseline else interval_text(v)
-        row[COL_VERDICT] = verdict_text(v)
+        row[COL_OVERRIDES] = overrides_text(v.overrides)
         row[COL_SHARED] = shared_text(v.shared)
         rows.append(row)
     return rows

@@ -229,15 +229,15 @@ def choose(report: SweepReport) -> tuple[str, str]:
     better = [v for v in report.variants if v.judgement is not None and v.judgement.verdict == "better"]
     if not better:
         return base.name, (
-            f"no variant is better than the baseline {base.name} on {report.metric} beyond seed noise: the baseline "
-            "stays (validation metrics only)"
+            f"no variant is better than the baseline ({base.name}) on {report.metric} beyond seed noise: the "
+            "baseline stays (validation metrics only)"
         )
     best = max(better, key=lambda v: sign * (v.metric.mean if v.metric else -math.inf))
     others = [v.name for v in better if v is not best]
     tail = f"; also better: {', '.join(others)}" if others else ""
     return best.name, (
         f"{best.name} has the best mean {report.metric} among the variants judged better than the baseline "
-        f"{base.name} (validation metrics only){tail}"
+        f"({base.name}) (validation metrics only){tail}"
     )
 
 

@@ -139,14 +139,14 @@ def test_rows_one_per_variant_with_formatted_figures() -> None:
     base, ignore, soft, wider = rows
     assert list(base) == [
         COL_VARIANT,
-        COL_OVERRIDES,
-        COL_SEEDS,
+        COL_VERDICT,
         COL_METRIC,
-        "PR-AUC 1:50",
-        "PR-AUC 1:200",
         COL_DIFF,
         COL_INTERVAL,
-        COL_VERDICT,
+        COL_SEEDS,
+        "PR-AUC 1:50",
+        "PR-AUC 1:200",
+        COL_OVERRIDES,
         COL_SHARED,
     ]
     assert all(list(r) == list(base) for r in rows)
@@ -214,9 +214,10 @@ def test_markdown_sections_numbers_and_test_statement() -> None:
         "- Paired interval confidence: 95%",
         "- Margin: 0.005",
         "## Variants",
-        "| variant | overrides | seeds done | deciding metric | PR-AUC 1:50 | PR-AUC 1:200 |",
-        "| ignore | loss.boundary_handling=ignore,",
-        "+0.021 ± 0.003 | [+0.012, +0.029] | better |",
+        "| variant | verdict | deciding metric | Δ vs baseline | paired interval | seeds done | PR-AUC 1:50 |",
+        "| ignore | better |",
+        "| +0.021 ± 0.003 | [+0.012, +0.029] |",
+        "| loss.boundary_handling=ignore,",
         "undecided: add 4 seeds",
         "![val_realistic_pr_auc_geomean per variant, baseline ± noise floor margin](report.png)",
         "## Baseline noise floor (guide §10.1)",
@@ -261,7 +262,8 @@ def test_markdown_not_tested_and_running_with_pending_variant() -> None:
     assert "Test-Realistic: not run" in md
     assert "was run only for" not in md
     assert "No variant chosen yet: the sweep is running." in md
-    assert '| ignore | loss.boundary_handling=ignore, model.channels=["rgb","ndvi"] | 0 | — |' in md
+    assert "| ignore | pending | — | — | — | 0 |" in md
+    assert '| loss.boundary_handling=ignore, model.channels=["rgb","ndvi"] |' in md
     assert "| pending |" in md
     assert "- Seeds: none yet" in md
     assert "![" not in md  # no plot given
