@@ -22,6 +22,7 @@ from prefect import task
 from prefect.cache_policies import INPUTS, RUN_ID
 
 from flows import ui
+from flows.calibrate import package
 from flows.common import flow_run_scope, load_config, run_namer, run_stage, stage_run_name
 from flows.failures import flow
 from flows.fanout import TRAIN_SEED, Child, absolute, fan_out, read_recorded
@@ -33,10 +34,11 @@ from rtscore.stages import TrainResult, recorded_train_result, save_resolved_con
 from rtscore.stages.train import SPEC as TRAIN_SEED_SPEC
 from rtscore.storage import RunDir, absolute_location
 from rtscore.sweep.config import SweepConfig, load_sweep_config
+from rtscore.sweep.noise import noise_floor
 from rtscore.sweep.plan import DATA_STAGES, PlannedVariant, SweepPlan, plan_sweep
 from rtscore.sweep.render import render_markdown, table_rows
-from rtscore.sweep.report import NoiseFloor, SweepReport
-from rtscore.sweep.run import REPORT_PNG, adopt_shared, build_report, noise_floor, write_plan, write_report
+from rtscore.sweep.report import NoiseFloor, SweepReport, TestFigure
+from rtscore.sweep.run import REPORT_PNG, adopt_shared, build_report, write_plan, write_report
 from rtscore.tracking import Tracker
 from tasks import stages as st
 from tasks import train as t
@@ -195,10 +197,8 @@ def _more_seeds(report: SweepReport, plan: SweepPlan, sweep_cfg: SweepConfig) ->
 
 def _after_training(
     plan: SweepPlan, v: PlannedVariant, params: SweepParams, flow_run_id: str | None, report: SweepReport
-) -> dict[str, object]:
+) -> dict[str, dict[str, TestFigure]]:
     """calibrate -> evaluate-test -> package for a variant (after the choice was recorded); its test figures."""
-    from flows.calibrate import package
-
     p = _run_params(plan, v, params)
     seeds = report.variant(v.name).seeds
     gpu = Local(p) if params.execution == "local" else Distributed(p, f"{flow_run_id}/{v.name}")
@@ -206,7 +206,7 @@ def _after_training(
     test = gpu.evaluate_test(seeds)
     package(p.stage(seeds))
     return {
-        tag: {m: s.model_dump(mode="json") for m, s in metrics.items() if "pr_auc" in m}
+        tag: {m: TestFigure(mean=s.mean, std=s.std, text=s.text) for m, s in metrics.items() if "pr_auc" in m}
         for tag, metrics in test.report.aggregate.items()
     }
 

@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inference",),
     ("calibrate", "evaluation", "mapping"),
     ("stages",),
+    ("sweep",),
     ("tasks",),
     ("flows",),
 )

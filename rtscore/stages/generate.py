@@ -107,6 +107,7 @@ SPEC = StageSpec(
     # nor which EXTRA channels a model takes from them (a store holds every channel its generation config names).
     config=("schema_version", "data", "splits", "calibration.scale_candidates", "deployment.scales"),
     config_ignores=("data.loader",),
+    per_split=("data.generation",),  # a split's store reads its own generation config only
     params=("split",),
     sources=read_locations,
     description="Generate (or ingest) the tile store of one split.",

@@ -81,7 +81,7 @@ def cache_key(name: str, run_dir: str, cfg: PipelineConfig, params: Mapping[str,
     run = RunDir(run_dir)
     h = hashlib.sha256()
     h.update(code_fingerprint(name).encode())
-    h.update(stage.config_hash(cfg).encode())
+    h.update(stage.config_hash(cfg, params).encode())
     h.update(run.uri.encode())
     for p in stage.params:
         h.update(f"{p}={params.get(p, '')};".encode())
@@ -103,7 +103,7 @@ def planned_key(
     stage = spec(name)
     h = hashlib.sha256()
     h.update(code_fingerprint(name).encode())
-    h.update(stage.config_hash(cfg).encode())
+    h.update(stage.config_hash(cfg, params).encode())
     for p in stage.params:
         h.update(f"{p}={params.get(p, '')};".encode())
     for location in stage.source_locations(cfg, params, run):

@@ -46,7 +46,8 @@ class StageSpec:
     they fill the inputs' placeholders, key the cache and name the task run. ``sources`` gives the locations the
     stage reads outside the run directory's recorded artifacts (a GeoTIFF data root), for these settings.
     ``config`` lists the config sections (or ``section.field`` keys) the stage reads; ``config_ignores`` the
-    ``section.field`` keys inside them that cannot change its output.
+    ``section.field`` keys inside them that cannot change its output; ``per_split`` the ``section.field`` mappings
+    keyed by split of which a run for one ``split`` reads only that split's entry (``data.generation``).
     """
 
     name: str
@@ -57,6 +58,7 @@ class StageSpec:
     config_ignores: tuple[str, ...] = ()
     optional_inputs: tuple[Entry, ...] = ()
     params: tuple[str, ...] = ()
+    per_split: tuple[str, ...] = ()
     sources: Callable[[PipelineConfig, Mapping[str, Any], RunDir], list[str]] | None = field(
         default=None, compare=False
     )
@@ -71,8 +73,9 @@ class StageSpec:
     def module(self) -> str:
         return str(self.fn.__module__)
 
-    def config_hash(self, cfg: PipelineConfig) -> str:
-        """sha256 of the config this stage reads (the manifest's ``config_hash`` of its artifacts)."""
+    def config_hash(self, cfg: PipelineConfig, params: Mapping[str, Any] | None = None) -> str:
+        """sha256 of the config this stage reads (the manifest's ``config_hash`` of its artifacts); for a run of one
+        ``split`` (in ``params``), of the ``per_split`` mappings only that split's entry."""
         data = cfg.model_dump(mode="json")
         picked: dict[str, Any] = {}
         for key in self.config:
@@ -86,6 +89,12 @@ class StageSpec:
         for key in self.config_ignores:
             section, _, name = key.partition(".")
             picked.get(section, {}).pop(name, None)
+        split = (params or {}).get("split")
+        for key in self.per_split if split is not None else ():
+            section, _, name = key.partition(".")
+            by_split = picked.get(section, {}).get(name)
+            if isinstance(by_split, dict):
+                picked[section][name] = {str(split): by_split.get(str(split))}
         return hashlib.sha256(canonical_json(picked).encode()).hexdigest()
 
     def input_paths(self, params: Mapping[str, Any], *, optional: bool = False) -> list[str]:
@@ -159,8 +168,8 @@ def resume_key(
 
 def record(spec: StageSpec, run: RunDir, rel: str, cfg: PipelineConfig) -> ArtifactRef:
     """Record a declared output of ``spec`` in the manifest (last, after the artifact is in place)."""
-    spec.output_entry(rel)
-    return ref_of(run, run.record(rel, spec.name, spec.config_hash(cfg), code_hash=spec.own_code_hash()))
+    fields = spec.output_entry(rel).match(rel) or {}
+    return ref_of(run, run.record(rel, spec.name, spec.config_hash(cfg, fields), code_hash=spec.own_code_hash()))
 
 
 def ref_of(run: RunDir, entry: ArtifactEntry) -> ArtifactRef:

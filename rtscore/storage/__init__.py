@@ -21,7 +21,7 @@ from rtscore.storage.files import (
     tree_digests,
     tree_fingerprint,
 )
-from rtscore.storage.layout import RunLayout
+from rtscore.storage.layout import RunLayout, SweepLayout
 from rtscore.storage.manifest import MANIFEST_NAME, ArtifactEntry, Manifest
 from rtscore.storage.rundir import CACHE_ENV, RunDir, absolute_location, default_cache_dir
 
@@ -34,6 +34,7 @@ __all__ = [
     "RunDir",
     "RunLayout",
     "StorageError",
+    "SweepLayout",
     "absolute_location",
     "atomic_write_json",
     "atomic_write_text",

@@ -145,3 +145,16 @@ class RunLayout:
 
     PACKAGE = Entry("package")
     PACKAGE_SUMS = Entry("package/SHA256SUMS")
+
+
+class SweepLayout:
+    """The entries of a sweep directory (docs/experiments.md): its plan, the baseline's noise floor, the report, and
+    a run directory per variant (laid out by :class:`RunLayout`). Use as ``SweepLayout.REPORT_JSON.at()``."""
+
+    MANIFEST = Entry("manifest.json")
+    PLAN = Entry("plan.json")
+    NOISE_FLOOR = Entry("noise_floor.json")
+    REPORT_JSON = Entry("report.json")
+    REPORT_MD = Entry("report.md")
+    REPORT_PNG = Entry("report.png")
+    VARIANT = Entry("variants/{variant}")

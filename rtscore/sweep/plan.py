@@ -20,17 +20,16 @@ from pydantic import BaseModel, Field, JsonValue
 from rtscore.config.base import ConfigError, canonical_json
 from rtscore.config.overrides import describe
 from rtscore.config.pipeline import PipelineConfig, load_pipeline_config
-from rtscore.stages.registry import planned_key
+from rtscore.stages.registry import planned_key, spec
 from rtscore.stages.spec import StageSpec
-from rtscore.storage import RunDir
+from rtscore.storage import RunDir, SweepLayout
 from rtscore.sweep.config import SweepConfig
 
 # The stages a sweep runs for every variant, first to last, with the selections of each (train-seed: per seed).
 DATA_STAGES = ("generate-dataset", "normalization-stats", "validate-data")
 TRAIN_STAGE = "train-seed"
 SPLIT_SELECTIONS: tuple[dict[str, Any], ...] = ({"split": "train"}, {"split": "val"}, {"split": "test"})
-VARIANTS_DIR = "variants"
-PLAN_NAME = "plan.json"
+PLAN_NAME = SweepLayout.PLAN.at()
 # Splits whose tiles every variant must share: a comparison on other val tiles, or a test on other test tiles, says
 # nothing about the change.
 COMPARED_SPLITS = ("val", "test")
@@ -154,17 +153,10 @@ def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] 
                     "tested on the same test tiles (change the train split's data, the channels taken from a store, "
                     "or anything else)"
                 )
-    from rtscore.stages.registry import spec
-
     owners: dict[str, str] = {}  # planned key -> the first variant with it
     variants: list[PlannedVariant] = []
     for name, cfg in cfgs.items():
-        run_dir = (
-            str(Path(sweep_dir) / VARIANTS_DIR / name)
-            if "://" not in sweep_dir
-            else f"{sweep_dir}/{VARIANTS_DIR}/{name}"
-        )
-        run = RunDir(run_dir)
+        run = RunDir(variant_dir(sweep_dir, name))
         upstream: dict[str, str] = {}
         stages: list[PlannedStage] = []
         for stage in (*DATA_STAGES, TRAIN_STAGE):
@@ -195,6 +187,13 @@ def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] 
     )
 
 
+def variant_dir(sweep_dir: str, name: str) -> str:
+    """The run directory of variant ``name`` in the sweep directory ``sweep_dir`` (a local path or a gs:// URI)."""
+    sweep = RunDir(sweep_dir)
+    rel = SweepLayout.VARIANT.at(variant=name)
+    return f"{sweep.uri}/{rel}" if sweep.remote else str(sweep.path(rel))
+
+
 def _selections(stage: StageSpec, seeds: list[int]) -> list[dict[str, Any]]:
     if "split" in stage.params:
         return [dict(s) for s in SPLIT_SELECTIONS]
@@ -213,7 +212,6 @@ __all__ = [
     "LOWER_IS_BETTER",
     "PLAN_NAME",
     "TRAIN_STAGE",
-    "VARIANTS_DIR",
     "PlannedStage",
     "PlannedVariant",
     "SweepError",
@@ -223,4 +221,5 @@ __all__ = [
     "plan_json",
     "plan_sweep",
     "variant_config",
+    "variant_dir",
 ]

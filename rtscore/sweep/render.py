@@ -327,7 +327,8 @@ def _test_md(report: SweepReport) -> list[str]:
     lines += [f"Test-Realistic was run only for {names}, after the choice was recorded.", ""]
     for name in report.tested:
         lines += [f"### Test-Realistic: `{name}`", ""]
-        figures = list(test_figures(report.test.get(name, {})))
+        tested = {tag: {m: f.model_dump() for m, f in ms.items()} for tag, ms in report.test.get(name, {}).items()}
+        figures = list(test_figures(tested))
         if not figures:
             lines += ["_No test figures recorded yet._", ""]
             continue

@@ -4,7 +4,7 @@ choice. ``report.md``, the PNG and the Prefect table are rendered from it (:mod:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
@@ -17,6 +17,16 @@ class Spread(BaseModel):
     mean: float = Field(..., description="Mean over the seeds.")
     std: float | None = Field(..., description="Sample std over the seeds (null: one seed).")
     values: dict[int, float] = Field(..., description="The value per seed.")
+
+
+class TestFigure(BaseModel):
+    """One Test-Realistic metric over a tested variant's seeds (from its evaluation/test_report.json)."""
+
+    __test__ = False  # not a pytest class
+
+    mean: float = Field(..., description="Mean over seeds (nan: undefined for every seed).")
+    std: float = Field(..., description="Sample std over seeds (nan for one seed).")
+    text: str = Field(..., description="mean ± std as the test report writes it.")
 
 
 class VariantReport(BaseModel):
@@ -68,8 +78,9 @@ class SweepReport(BaseModel):
     tested: list[str] = Field(
         default_factory=list, description="Variants evaluated on Test-Realistic, after the choice was recorded."
     )
-    test: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Per tested variant: its test figures (from evaluation/test_report.json)."
+    test: dict[str, dict[str, dict[str, TestFigure]]] = Field(
+        default_factory=dict,
+        description="Per tested variant, per prevalence ratio tag ('1_200'), per metric: its Test-Realistic figure.",
     )
     notes: list[str] = Field(default_factory=list, description="Conditions the guide names, met or not (§3.3).")
 

@@ -14,11 +14,10 @@ import math
 import statistics
 from pathlib import Path
 
-from rtscore.config.pipeline import PipelineConfig
 from rtscore.errors import PipelineError
 from rtscore.stages.registry import spec
 from rtscore.stages.spec import recorded
-from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_text
+from rtscore.storage import RunDir, RunLayout, StorageError, SweepLayout, atomic_write_text
 from rtscore.sweep.config import SweepConfig
 from rtscore.sweep.plan import LOWER_IS_BETTER, PLAN_NAME, SweepPlan, plan_json, variant_config
 from rtscore.sweep.render import plot_report, render_markdown
@@ -28,12 +27,14 @@ from rtscore.sweep.verdict import Judgement, judge
 _log = logging.getLogger(__name__)
 
 SWEEP_STAGE = "sweep"  # the manifest's stage of the sweep directory's own records
-NOISE_FLOOR_NAME = "noise_floor.json"
-REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
-NOISE_REPEATS, NOISE_DRAWS = 3, 4  # validations of the baseline's checkpoint, random subsets per validation
+NOISE_FLOOR_NAME = SweepLayout.NOISE_FLOOR.at()
+REPORT_JSON, REPORT_MD, REPORT_PNG = (
+    e.at() for e in (SweepLayout.REPORT_JSON, SweepLayout.REPORT_MD, SweepLayout.REPORT_PNG)
+)
 
 
-def _record(sweep: RunDir, rel: str, text: str | None = None) -> None:
+def record_in_sweep(sweep: RunDir, rel: str, text: str | None = None) -> None:
+    """Write ``text`` to ``rel`` of the sweep directory (when given) and record it there."""
     if text is not None:
         atomic_write_text(sweep.path(rel), text)
     sweep.record(rel, SWEEP_STAGE, "")
@@ -41,7 +42,7 @@ def _record(sweep: RunDir, rel: str, text: str | None = None) -> None:
 
 def write_plan(plan: SweepPlan) -> None:
     """``plan.json`` in the sweep directory (recorded)."""
-    _record(RunDir(plan.sweep_dir), PLAN_NAME, plan_json(plan))
+    record_in_sweep(RunDir(plan.sweep_dir), PLAN_NAME, plan_json(plan))
 
 
 def adopt_shared(plan: SweepPlan, variant: str) -> list[str]:
@@ -123,39 +124,7 @@ def collect_variant(plan: SweepPlan, name: str, ratios: list[int], seeds: list[i
     )
 
 
-# ----------------------------------------------------------------------------------------------- noise floor
-def noise_floor(plan: SweepPlan, cfg: PipelineConfig, seed: int) -> NoiseFloor:
-    """The baseline's validation noise floor (guide §10.1) on the best checkpoint of ``seed``: measured once per
-    checkpoint (``noise_floor.json`` of the sweep directory keeps it with the weights' sha256)."""
-    from rtscore.train.noise_floor import measure_noise_floor
-
-    sweep = RunDir(plan.sweep_dir)
-    run = RunDir(plan.variant(plan.baseline).run_dir)
-    weights = run.require(RunLayout.BEST_WEIGHTS.at(seed=seed))
-    saved = sweep.path(NOISE_FLOOR_NAME)
-    if sweep.fetch(NOISE_FLOOR_NAME) is not None and saved.exists():
-        kept = json.loads(saved.read_text())
-        if kept.get("weights_sha256") == weights.sha256:
-            return NoiseFloor.model_validate(kept["noise_floor"])
-    for rel in (RunLayout.NORMALIZATION_STATS.at(), RunLayout.DATASET.at(split="val")):
-        run.require(rel)
-    report = measure_noise_floor(cfg, run.root, seed, repeats=NOISE_REPEATS, draws_per_run=NOISE_DRAWS)
-    g = report["metrics"]["geomean"]
-    first = report["metrics"].get(str(cfg.metrics.ratios[0]), {})
-    floor = NoiseFloor(
-        seed=seed,
-        repeats=NOISE_REPEATS,
-        reweighted_std=float(g["reweighted_std"]),
-        subsampled_std=float(g["subsampled_std"]),
-        bootstrap_std=first.get("bootstrap_std"),
-        metric=f"PR-AUC geomean over 1:{', 1:'.join(map(str, cfg.metrics.ratios))} (bootstrap: at "
-        f"1:{cfg.metrics.ratios[0]})",
-    )
-    kept = {"weights_sha256": weights.sha256, "noise_floor": floor.model_dump(mode="json")}
-    _record(sweep, NOISE_FLOOR_NAME, json.dumps(kept, indent=2) + "\n")
-    return floor
-
-
+# ----------------------------------------------------------------------------------------------- the margin
 def margin_of(sweep_cfg: SweepConfig, floor: NoiseFloor | None) -> float:
     """The smallest difference that counts: the sweep's ``margin``, else 2 x the guide's noise floor (the std of the
     geomean over validations of one checkpoint with random negative subsets, §10.1), else 0."""
@@ -274,9 +243,9 @@ def write_report(report: SweepReport) -> None:
     """``report.json``, ``report.png`` and ``report.md`` in the sweep directory (recorded; the JSON last)."""
     sweep = RunDir(report.sweep_dir)
     plot_report(report, sweep.path(REPORT_PNG))
-    _record(sweep, REPORT_PNG)
-    _record(sweep, REPORT_MD, render_markdown(report, plot=REPORT_PNG))
-    _record(sweep, REPORT_JSON, json.dumps(report.model_dump(mode="json"), indent=2) + "\n")
+    record_in_sweep(sweep, REPORT_PNG)
+    record_in_sweep(sweep, REPORT_MD, render_markdown(report, plot=REPORT_PNG))
+    record_in_sweep(sweep, REPORT_JSON, json.dumps(report.model_dump(mode="json"), indent=2) + "\n")
 
 
 def read_report(sweep_dir: str) -> SweepReport | None:
@@ -299,8 +268,8 @@ __all__ = [
     "collect_variant",
     "late_fusion_notes",
     "margin_of",
-    "noise_floor",
     "read_report",
+    "record_in_sweep",
     "seed_row",
     "write_plan",
     "write_report",

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rtscore.config.pipeline import load_pipeline_config
 from rtscore.storage import RunDir
 from rtscore.sweep.config import SweepConfig
 from rtscore.sweep.plan import PLAN_NAME, SweepPlan
 from rtscore.sweep.render import render_status
-from rtscore.sweep.report import NoiseFloor
+from rtscore.sweep.report import NoiseFloor, SweepReport
 from rtscore.sweep.run import NOISE_FLOOR_NAME, build_report, read_report
 
 
@@ -26,16 +27,11 @@ def sweep_status(sweep_cfg: SweepConfig, base: Path, sweep_dir: str) -> str:
     floor = None
     if sweep.fetch(NOISE_FLOOR_NAME) is not None:
         floor = NoiseFloor.model_validate(json.loads(sweep.path(NOISE_FLOOR_NAME).read_text())["noise_floor"])
-    from rtscore.config.pipeline import load_pipeline_config
-
     ratios = list(load_pipeline_config(base).metrics.ratios)
     return render_status(build_report(plan, sweep_cfg, ratios, floor, finished=False))
 
 
-def _complete(report: object, plan: SweepPlan) -> bool:
-    from rtscore.sweep.report import SweepReport
-
-    assert isinstance(report, SweepReport)
+def _complete(report: SweepReport, plan: SweepPlan) -> bool:
     return all(set(v.seeds) >= set(plan.seeds) for v in report.variants if v.baseline)
 
 

@@ -23,7 +23,7 @@ from rtscore.sweep.render import (
     render_text_table,
     table_rows,
 )
-from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, VariantReport
+from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, TestFigure, VariantReport
 from rtscore.sweep.verdict import Judgement
 
 METRIC = "val_realistic_pr_auc_geomean"
@@ -112,9 +112,10 @@ def make_report(*, tested: bool = True) -> SweepReport:
         tested=["ignore"] if tested else [],
         test={
             "ignore": {
-                "1:200": {"pr_auc": {"mean": 0.6512, "std": 0.0123, "text": "0.651 ± 0.012"}, "iou_rts": 0.4321},
-                "seeds": [1, 2, 3],
-                "per_seed": [{"seed": s} for s in range(12)],
+                "1:200": {
+                    "pr_auc": TestFigure(mean=0.6512, std=0.0123, text="0.651 ± 0.012"),
+                    "iou_rts": TestFigure(mean=0.4321, std=0.01, text="0.432 ± 0.010"),
+                },
             }
         }
         if tested
@@ -229,9 +230,7 @@ def test_markdown_sections_numbers_and_test_statement() -> None:
         "**The choice used validation metrics only**",
         "Test-Realistic was run only for `ignore`, after the choice was recorded.",
         "| 1:200 / pr_auc | 0.651 ± 0.012 |",
-        "| 1:200 / iou_rts | 0.432 |",
-        "| seeds | 1, 2, 3 |",
-        "| per_seed | 12 entries |",
+        "| 1:200 / iou_rts | 0.432 ± 0.010 |",
         "## Notes",
         "- Late fusion condition (guide §3.3) not met",
         "## Variant details",

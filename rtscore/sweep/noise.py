@@ -1,0 +1,49 @@
+"""The baseline's validation noise floor (guide §10.1) for a sweep: its best checkpoint of one seed validated a few
+times (:func:`rtscore.train.noise_floor.measure_noise_floor`), measured once per checkpoint. Apart from
+:mod:`rtscore.sweep.run` because it needs torch, which reading a sweep's status does not."""
+
+from __future__ import annotations
+
+import json
+
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.storage import RunDir, RunLayout
+from rtscore.sweep.plan import SweepPlan
+from rtscore.sweep.report import NoiseFloor
+from rtscore.sweep.run import NOISE_FLOOR_NAME, record_in_sweep
+from rtscore.train.noise_floor import measure_noise_floor
+
+NOISE_REPEATS, NOISE_DRAWS = 3, 4  # validations of the baseline's checkpoint, random subsets per validation
+
+
+def noise_floor(plan: SweepPlan, cfg: PipelineConfig, seed: int) -> NoiseFloor:
+    """The baseline's validation noise floor (guide §10.1) on the best checkpoint of ``seed``: measured once per
+    checkpoint (``noise_floor.json`` of the sweep directory keeps it with the weights' sha256)."""
+    sweep = RunDir(plan.sweep_dir)
+    run = RunDir(plan.variant(plan.baseline).run_dir)
+    weights = run.require(RunLayout.BEST_WEIGHTS.at(seed=seed))
+    saved = sweep.path(NOISE_FLOOR_NAME)
+    if sweep.fetch(NOISE_FLOOR_NAME) is not None and saved.exists():
+        kept = json.loads(saved.read_text())
+        if kept.get("weights_sha256") == weights.sha256:
+            return NoiseFloor.model_validate(kept["noise_floor"])
+    for rel in (RunLayout.NORMALIZATION_STATS.at(), RunLayout.DATASET.at(split="val")):
+        run.require(rel)
+    report = measure_noise_floor(cfg, run.root, seed, repeats=NOISE_REPEATS, draws_per_run=NOISE_DRAWS)
+    g = report["metrics"]["geomean"]
+    first = report["metrics"].get(str(cfg.metrics.ratios[0]), {})
+    floor = NoiseFloor(
+        seed=seed,
+        repeats=NOISE_REPEATS,
+        reweighted_std=float(g["reweighted_std"]),
+        subsampled_std=float(g["subsampled_std"]),
+        bootstrap_std=first.get("bootstrap_std"),
+        metric=f"PR-AUC geomean over 1:{', 1:'.join(map(str, cfg.metrics.ratios))} (bootstrap: at "
+        f"1:{cfg.metrics.ratios[0]})",
+    )
+    kept = {"weights_sha256": weights.sha256, "noise_floor": floor.model_dump(mode="json")}
+    record_in_sweep(sweep, NOISE_FLOOR_NAME, json.dumps(kept, indent=2) + "\n")
+    return floor
+
+
+__all__ = ["NOISE_DRAWS", "NOISE_REPEATS", "noise_floor"]
