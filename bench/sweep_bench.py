@@ -61,6 +61,7 @@ AFTER_FLOWS = ("calibrate", "evaluate-test", "package")
 MULTI_SEED_FLOW = "multi-seed-train"
 SWEEP_FLOW = "sweep"
 TARGET = 0.05
+STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"  # as flows.common (not imported: Prefect)
 PARTS = (
     "data",
     "after_training",
@@ -213,7 +214,7 @@ def one_sweep(sweep: Path, work: Path) -> dict[str, Any]:
     read = subprocess.run(
         [sys.executable, str(Path(__file__)), "--read-prefect", str(runs_json)],
         cwd=work,
-        env=env,
+        env={**env, STARTUP_TIMEOUT_ENV: "600"},  # the client starts a temporary server (20 s limit by default)
         capture_output=True,
         text=True,
     )
