@@ -30,8 +30,9 @@ Per repetition:
 
 Printed per repetition and as median [min-max]: wall, training, overhead = wall - training, and two ratios:
 (a) overhead / training: everything but the trainings (the issue's definition), data and after-training included;
-(b) the sweep's own machinery / training: (a) less the data stages and the after-training stages, which a single
-``rts run`` of the chosen config runs as well.
+(b) the sweep's own machinery / training: (a) less what a single ``rts run`` of the chosen config pays as well (the
+process and Prefect's temporary server, the data stages once, the after-training stages once): the noise floor,
+adoption, the variants' multi-seed bookkeeping and the sweep flow's own work (plan, reports, verdicts, MLflow).
 
     .venv/bin/python bench/sweep_bench.py              # 3 repetitions; ~10-15 min each on 2 CPU cores
     .venv/bin/python bench/sweep_bench.py --repeats 1  # one repetition
@@ -163,7 +164,7 @@ def breakdown(runs: dict[str, Any], wall: float) -> dict[str, Any]:
         "outside_flow_run": wall - in_flow,
     }
     overhead = wall - training
-    machinery = overhead - data - after
+    machinery = overhead - data - after - parts["outside_flow_run"]
     return {
         "wall": wall,
         "training": training,
@@ -272,7 +273,7 @@ def main() -> None:
         ("training", "training, train-seed task runs summed (s)"),
         ("epoch_seconds", "  of which the epochs (metrics.jsonl epoch_seconds) (s)"),
         ("overhead", "overhead = wall - training (s)"),
-        ("machinery", "sweep's own machinery = overhead - data - after-training (s)"),
+        ("machinery", "sweep's own machinery = overhead - data - after-training - outside the flow (s)"),
     ):
         log(f"  {label:62} {spread([r[key] for r in rows])}")
     for part in PARTS:

@@ -23,15 +23,14 @@ from prefect.cache_policies import INPUTS, RUN_ID
 
 from flows import ui
 from flows.calibrate import package
-from flows.common import flow_run_scope, load_config, run_namer, run_stage, stage_run_name
+from flows.common import flow_run_scope, load_config, run_namer, run_stage
 from flows.failures import flow
-from flows.fanout import TRAIN_SEED, Child, absolute, fan_out, read_recorded
-from flows.params import MultiSeedParams, PipelineParams, SweepParams, TrainSeedParams
+from flows.fanout import TRAIN_SEED, Child, fan_out, read_recorded, train_child
+from flows.params import PipelineParams, SweepParams
 from flows.pipeline import Distributed, Local
 from flows.train import multi_seed_train
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.stages import TrainResult, recorded_train_result, save_resolved_config
-from rtscore.stages.train import SPEC as TRAIN_SEED_SPEC
 from rtscore.storage import RunDir, absolute_location
 from rtscore.sweep.config import SweepConfig, load_sweep_config
 from rtscore.sweep.noise import noise_floor
@@ -134,17 +133,8 @@ def _train(
     """Train ``seeds`` of each of ``variants``: in this run one after another, or all at once on the GPU pool."""
     if params.execution == "local":
         for v in variants:
-            p = _run_params(plan, v, params)
-            multi_seed_train(
-                MultiSeedParams(
-                    config=p.config,
-                    overrides=p.overrides,
-                    run_dir=p.run_dir,
-                    deterministic=p.deterministic,
-                    seeds=seeds,
-                    parent_run_id=sweep_run,
-                )
-            )
+            multi = _run_params(plan, v, params).multi_seed()
+            multi_seed_train(multi.model_copy(update={"seeds": seeds, "parent_run_id": sweep_run}))
         return
     if flow_run_id is None:
         raise RuntimeError("execution 'distributed' needs a Prefect flow run (its id keys the child runs)")
@@ -161,16 +151,10 @@ def _train(
 
 
 def _train_child(plan: SweepPlan, v: PlannedVariant, seed: int, parent: str | None, params: SweepParams) -> Child:
-    child = TrainSeedParams(
-        config=absolute(plan.base_config),
-        overrides=v.overrides,
-        run_dir=absolute(v.run_dir),
-        deterministic=params.deterministic,
-        seed=seed,
-        parent_run_id=parent,
-    )
-    name = f"{stage_run_name(TRAIN_SEED_SPEC, child)}-{v.name}"
-    return Child(f"{v.name}/{seed}", f"variant {v.name} seed {seed}", name, child)
+    """A variant's seed as a distributed pipeline's train-seed child (its overrides, its run directory), keyed and
+    named by the variant too."""
+    child = train_child(_run_params(plan, v, params), seed, parent)
+    return Child(f"{v.name}/{seed}", f"variant {v.name} seed {seed}", f"{child.run_name}-{v.name}", child.params)
 
 
 @task(name="noise-floor", task_run_name="noise-floor-seed-{seed}")
