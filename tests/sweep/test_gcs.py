@@ -73,7 +73,8 @@ def test_a_sweep_in_a_bucket_is_read_back_by_another_worker(
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "worker-b"))
     again = read_report(sweep_uri)
     assert again is not None and again.model_dump() == report.model_dump()
-    assert again.variant("gamma").judgement is not None and again.variant("gamma").judgement.verdict == "better"
+    judgement = again.variant("gamma").judgement
+    assert judgement is not None and judgement.verdict == "better"
     assert again.chosen == "gamma"
     status = sweep_status(sweep, base, sweep_uri)
     assert "gamma" in status and "better" in status and "finished" in status
