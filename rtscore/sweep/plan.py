@@ -134,7 +134,15 @@ def _differing_keys(overrides: Mapping[str, Any], baseline: Mapping[str, Any]) -
 def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] | None = None) -> SweepPlan:
     """Every variant's config and stage runs, and who computes each; refuses a sweep that cannot be judged."""
     named = sweep.all_variants()
-    cfgs = {name: variant_config(base, name, ov) for name, ov in named.items()}
+    cfgs: dict[str, PipelineConfig] = {}
+    errors: list[str] = []
+    for name, ov in named.items():  # every invalid variant at once, not the first only
+        try:
+            cfgs[name] = variant_config(base, name, ov)
+        except SweepError as err:
+            errors.append(str(err))
+    if errors:
+        raise SweepError("\n".join(errors))
     baseline = cfgs[sweep.baseline]
     check_metric(sweep.metric, baseline)
     seeds = seeds or sweep.seeds or list(baseline.training.seeds)

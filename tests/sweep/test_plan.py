@@ -299,3 +299,12 @@ def test_two_variants_training_alike_are_refused_naming_both(base: Path, tmp_pat
         {"gamma": {"loss.focal_gamma": 1.0}, "gamma_again": {"loss.focal_gamma": 1.0}},
         "variant gamma_again (loss.focal_gamma=1.0) trains exactly as variant gamma",
     )
+
+
+def test_every_invalid_variant_is_named_at_once(base: Path, tmp_path: Path) -> None:
+    with pytest.raises(SweepError) as err:
+        _plan(base, tmp_path / "sweep", {"typo": {"loss.focal_gama": 1.0}, "neg": {"loss.focal_gamma": -1.0}})
+    text = str(err.value)
+    assert "variant typo" in text and "loss.focal_gama: unknown key" in text
+    assert "variant neg" in text and "loss.focal_gamma" in text
+    assert not (tmp_path / "sweep").exists(), "nothing written"
