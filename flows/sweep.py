@@ -199,7 +199,8 @@ def _start_sweep_run(plan: SweepPlan, cfg: PipelineConfig) -> str | None:
     """The sweep's MLflow parent run (one per sweep directory: a re-run continues it); variants nest under it."""
     tracker = Tracker(cfg.mlflow, RunDir(plan.variant(plan.baseline).run_dir).root)
     name = f"sweep-{plan.name}"
-    run_id = tracker.find_run(name) or tracker.start_run(name, tags={"rts.sweep_dir": plan.sweep_dir})
+    tags = {"rts.sweep_dir": plan.sweep_dir}  # a tracking server may hold sweeps of one name in other directories
+    run_id = tracker.find_run(name, tags=tags) or tracker.start_run(name, tags=tags)
     tracker.log_params(run_id, {"metric": plan.metric, "baseline": plan.baseline, "variants": len(plan.variants)})
     return run_id
 

@@ -59,13 +59,25 @@ class Tracker:
         run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
         return str(run.info.run_id)
 
-    def find_run(self, name: str, parent_run_id: str | None = None) -> str | None:
-        """An unfinished run of this name (to continue it on resume instead of opening a second one)."""
+    def find_run(
+        self,
+        name: str,
+        parent_run_id: str | None = None,
+        *,
+        running_only: bool = False,
+        tags: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """The latest run of this name (under ``parent_run_id``, carrying ``tags``; ``running_only``: one never ended,
+        e.g. of an attempt killed before it checkpointed), to continue it instead of opening a second one."""
         if not self.enabled:
             return None
         query = f"tags.mlflow.runName = '{name}'"
         if parent_run_id:
             query += f" and tags.mlflow.parentRunId = '{parent_run_id}'"
+        if running_only:
+            query += " and attributes.status = 'RUNNING'"
+        for key, value in (tags or {}).items():
+            query += f" and tags.`{key}` = '{value}'"
         runs = self.client.search_runs(
             [self.experiment_id], filter_string=query, max_results=1, order_by=["attributes.start_time DESC"]
         )

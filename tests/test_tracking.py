@@ -35,6 +35,22 @@ def test_parent_and_nested_runs_with_explicit_ids(tmp_path: Path) -> None:
     assert (tmp_path / "mlflow.db").exists()
 
 
+def test_find_run_open_only_and_by_tags(tmp_path: Path) -> None:
+    """What a resumed seed and a re-run sweep continue: an open run of the name under the parent (a finished one is
+    not continued), and a sweep's run by its directory tag (another directory's sweep of one name is not)."""
+    tracker = Tracker(MLflowConfig(experiment_name="t"), tmp_path / "run")
+    parent = tracker.start_run("variant-a")
+    done = tracker.start_run("seed_1", parent)
+    tracker.end_run(done)
+    assert tracker.find_run("seed_1", parent, running_only=True) is None
+    assert tracker.find_run("seed_1", parent) == done
+    killed = tracker.start_run("seed_2", parent)  # an attempt killed before its first checkpoint: never ended
+    assert tracker.find_run("seed_2", parent, running_only=True) == killed
+    here = tracker.start_run("sweep-s", tags={"rts.sweep_dir": "/sweeps/a"})
+    tracker.start_run("sweep-s", tags={"rts.sweep_dir": "/sweeps/b"})
+    assert tracker.find_run("sweep-s", tags={"rts.sweep_dir": "/sweeps/a"}) == here
+
+
 def test_disabled_tracker_is_a_no_op(tmp_path: Path) -> None:
     tracker = Tracker(MLflowConfig(enabled=False), tmp_path)
     assert tracker.start_run("x") is None

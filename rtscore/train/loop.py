@@ -132,10 +132,13 @@ def resume_point(
 
 
 def start_tracking(tracker: Tracker, s: Setup, seed: int, state: RunState, parent_run_id: str | None) -> str | None:
-    """The seed's MLflow run (the resumed one when this tracking store has it, else a new one, recorded in
-    ``state``), with the config, the seed and the hash seed as parameters."""
+    """The seed's MLflow run (the resumed one when this tracking store has it, else the open run of this seed under
+    the same parent, else a new one, recorded in ``state``), with the config, the seed and the hash seed as
+    parameters."""
     cfg = s.cfg
     known = state.mlflow_run_id if tracker.has_run(state.mlflow_run_id) else None  # another worker's store: new run
+    if known is None and parent_run_id:  # an attempt killed before its first checkpoint left its run open: continue it
+        known = tracker.find_run(f"seed_{seed}", parent_run_id, running_only=True)
     run_id = known or tracker.start_run(
         f"seed_{seed}", parent_run_id, {"rts.seed": str(seed), "rts.config_hash": config_hash(cfg)}
     )
