@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
+from fractions import Fraction
 
 import numpy as np
 
@@ -29,22 +31,55 @@ def positive_share(positive_fraction: float, ratio: float) -> float:
     return positive_fraction if ratio == 1.0 else 1.0 / (1.0 + ratio)
 
 
-def positives_per_batch(batch_size: int, positive_fraction: float, ratio: float) -> int:
-    """Positive tiles in a batch of ``batch_size`` (:func:`positive_share`, rounded, at least one)."""
-    return int(min(max(round(batch_size * positive_share(positive_fraction, ratio)), 1), batch_size))
+def positives_per_batch(batch_size: int, positive_fraction: float, ratio: float) -> Fraction:
+    """Positive tiles per batch of ``batch_size`` in an epoch at ``ratio``, exactly (:func:`positive_share` x the
+    batch size, as a fraction): a whole number where the batch allows it (32 at 1:1, 42 at 1:20), otherwise the
+    sampler carries the remainder from batch to batch (32 at 1:20: 32/21, one or two positives a batch)."""
+    share = Fraction(positive_share(positive_fraction, ratio)).limit_denominator(1_000_000)
+    return min(batch_size * share, Fraction(batch_size))
+
+
+def positive_counts(per_batch: Fraction, n_batches: int) -> np.ndarray:
+    """Positives in each of ``n_batches`` batches: ``floor((i + 1) q) - floor(i q)`` for ``q = per_batch``, so the
+    first ``n`` batches hold ``floor(n q)`` positives together, the exact share rounded down once, never per batch.
+    A whole ``q`` gives every batch ``q``."""
+    cum = [math.floor(i * per_batch) for i in range(n_batches + 1)]
+    return np.diff(np.asarray(cum, dtype=np.int64))
+
+
+def batches_for(n_positives: int, per_batch: Fraction) -> int:
+    """Batches of an epoch that takes each of ``n_positives`` positives once: the most batches whose positives,
+    :func:`positive_counts`, do not exceed the pool (at least one)."""
+    n = math.ceil((n_positives + 1) / per_batch) - 1 if per_batch > 0 else 1
+    return max(n, 1)
+
+
+def realised_ratio(batches: Sequence[Sequence[tuple[int, int]]], is_positive: np.ndarray) -> float:
+    """Negatives per positive tile over ``batches`` (inf with no positive)."""
+    n_pos = sum(int(is_positive[i]) for batch in batches for i, _ in batch)
+    n_all = sum(len(batch) for batch in batches)
+    return (n_all - n_pos) / n_pos if n_pos else math.inf
 
 
 class BalancedCurriculumSampler:
     """Batch sampler yielding ``[(dataset_position, augmentation_seed), ...]`` per batch.
 
     Each epoch takes every positive tile once (shuffled) and fills the rest of each batch with negatives
-    drawn from successive shuffles of the negative pool (every negative is used before any repeats).
+    drawn from successive shuffles of the negative pool (every negative is used before any repeats). The
+    positives per batch follow :func:`positive_counts`: over the epoch the negatives per positive are the
+    curriculum's exactly wherever the batch allows it (1:20 at batch 42), and otherwise within the one tile the
+    epoch's length leaves over (1:20 at batch 32: batches of one or two positives, the remainder carried from
+    batch to batch; at batch 8 some batches hold no positive, as an exact 1:20 requires).
     The epoch's batches are a pure function of (seed, epoch), so a resumed run draws the same batches.
 
     ``drop_last`` (data.loader.drop_last) decides what happens to the positives that do not fill a last whole
     batch: dropped for this epoch (True, the guide's setting: every batch has the same size and composition),
     or sent in one smaller last batch with negatives in the epoch's proportion (False). Without balancing the
     same holds for the tiles left over by the shuffle. With ``steps_per_epoch`` set, every batch is whole.
+
+    With ``world_size`` ranks (one seed on several devices) the plan is the global batches, the same as on one
+    device; rank ``rank`` reads its contiguous slice of ``batch_size / world_size`` tiles of each. A smaller last
+    batch (``drop_last`` False) is cut to a multiple of ``world_size`` (at most ``world_size - 1`` tiles fewer).
     """
 
     def __init__(
@@ -58,6 +93,8 @@ class BalancedCurriculumSampler:
         balanced: bool = True,
         steps_per_epoch: int | None = None,
         drop_last: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         flags = np.asarray(is_positive, bool)
         self.pos = np.flatnonzero(flags)
@@ -66,6 +103,8 @@ class BalancedCurriculumSampler:
             raise DataValidationError("balanced sampling needs at least one positive tile in the train split")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+        if not 0 <= rank < world_size or batch_size % world_size:
+            raise ValueError(f"rank {rank} of {world_size}: the batch size {batch_size} must divide among the ranks")
         self.n = flags.size
         self.batch_size = batch_size
         self.positive_fraction = positive_fraction
@@ -74,6 +113,7 @@ class BalancedCurriculumSampler:
         self.balanced = balanced
         self.steps_per_epoch = steps_per_epoch
         self.drop_last = drop_last
+        self.rank, self.world_size = rank, world_size
         self.epoch = 1
         self.skip_batches = 0  # batches of the current epoch already consumed (mid-epoch resume)
 
@@ -88,6 +128,7 @@ class BalancedCurriculumSampler:
         return np.random.default_rng([self.seed, epoch, 0x5A4D])
 
     def batches(self, epoch: int) -> list[list[tuple[int, int]]]:
+        """The epoch's global batches (every rank's tiles), the same for any number of ranks."""
         rng = self._rng(epoch)
         rest: np.ndarray | None = None  # the smaller last batch (drop_last False)
         if not self.balanced:
@@ -99,27 +140,34 @@ class BalancedCurriculumSampler:
             if not self.drop_last and order.size > whole.size:
                 rest = order[whole.size :]
         else:
-            k_pos = positives_per_batch(self.batch_size, self.positive_fraction, curriculum_ratio(self.schedule, epoch))
+            b = self.batch_size
+            q = positives_per_batch(b, self.positive_fraction, curriculum_ratio(self.schedule, epoch))
             if self.neg.size == 0:
-                k_pos = self.batch_size
-            k_neg = self.batch_size - k_pos
-            n_whole = self.steps_per_epoch or max(self.pos.size // k_pos, 1)
-            rest_pos = 0 if self.steps_per_epoch or self.drop_last else max(self.pos.size - n_whole * k_pos, 0)
-            rest_neg = min(round(rest_pos * k_neg / k_pos), self.neg.size)
-            pos = self._draw(self.pos, n_whole * k_pos + rest_pos, rng)
-            neg = self._draw(self.neg, n_whole * k_neg + rest_neg, rng)
-            whole = np.concatenate(
-                [pos[: n_whole * k_pos].reshape(n_whole, k_pos), neg[: n_whole * k_neg].reshape(n_whole, k_neg)], axis=1
-            )
-            whole = rng.permuted(whole, axis=1)
+                q = Fraction(b)
+            n_whole = self.steps_per_epoch or batches_for(self.pos.size, q)
+            k_pos = positive_counts(q, n_whole)
+            n_pos, n_neg = int(k_pos.sum()), n_whole * b - int(k_pos.sum())
+            rest_pos = 0 if self.steps_per_epoch or self.drop_last else max(self.pos.size - n_pos, 0)
+            rest_neg = min(round(rest_pos * (b - q) / q), self.neg.size)
+            pos = self._draw(self.pos, n_pos + rest_pos, rng)
+            neg = self._draw(self.neg, n_neg + rest_neg, rng)
+            cp = np.concatenate([[0], np.cumsum(k_pos)])
+            cn = np.concatenate([[0], np.cumsum(b - k_pos)])
+            rows = [np.concatenate([pos[cp[i] : cp[i + 1]], neg[cn[i] : cn[i + 1]]]) for i in range(n_whole)]
+            whole = rng.permuted(np.stack(rows), axis=1)
             if rest_pos:
-                rest = np.concatenate([pos[n_whole * k_pos :], neg[n_whole * k_neg :]])
+                rest = np.concatenate([pos[n_pos:], neg[n_neg:]])
         seeds = rng.integers(0, 2**31 - 1, size=whole.shape)
         out = [list(zip(g.tolist(), sd.tolist(), strict=True)) for g, sd in zip(whole, seeds, strict=True)]
         if rest is not None:  # drawn after the whole batches, which are thus the same as with drop_last
             rest = rng.permutation(rest)
             out.append(list(zip(rest.tolist(), rng.integers(0, 2**31 - 1, size=rest.size).tolist(), strict=True)))
         return out
+
+    def shard(self, batch: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """This rank's contiguous slice of a global batch (empty when the batch has fewer tiles than ranks)."""
+        per_rank = len(batch) // self.world_size
+        return batch[self.rank * per_rank : (self.rank + 1) * per_rank]
 
     @staticmethod
     def _draw(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -129,8 +177,12 @@ class BalancedCurriculumSampler:
         reps = -(-n // pool.size)
         return np.concatenate([rng.permutation(pool) for _ in range(reps)])[:n]
 
+    def _mine(self) -> list[list[tuple[int, int]]]:
+        shards = (self.shard(batch) for batch in self.batches(self.epoch)[self.skip_batches :])
+        return [s for s in shards if s]
+
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        yield from self.batches(self.epoch)[self.skip_batches :]
+        yield from self._mine()
 
     def __len__(self) -> int:
-        return len(self.batches(self.epoch)) - self.skip_batches
+        return len(self._mine())

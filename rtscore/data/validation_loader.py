@@ -12,6 +12,7 @@ import numpy as np
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import build_dataset, build_train_dataset
 from rtscore.data.loader import make_loader, positive_flags, train_loader
+from rtscore.data.sampler import positive_share, realised_ratio
 from rtscore.data.store import ZarrTileStore
 from rtscore.data.tiles import LABEL_VALUES
 from rtscore.data.validation_report import CheckLog, SamplerStage, SplitSummary
@@ -162,13 +163,21 @@ def training_batches(
                 batches=len(plan),
                 batch_size=cfg.training.batch_size,
                 positive_tiles_per_batch=(min(n_pos, default=0), max(n_pos, default=0)),
+                realised_neg_per_pos=realised_ratio(plan, flags) if cfg.sampling.balanced else None,
             )
         )
-        empty = next((k for k, n in enumerate(n_pos) if n == 0), None)
-        if cfg.sampling.balanced and empty is not None:
-            detail = f"epoch {epoch} (1:{ratio:g}): batch {empty} of {len(plan)} holds no positive tile"
+        empty = [k for k, n in enumerate(n_pos) if n == 0]
+        per_batch = cfg.training.batch_size * positive_share(cfg.sampling.positive_fraction, ratio)
+        if cfg.sampling.balanced and empty and per_batch >= 1:
+            detail = f"epoch {epoch} (1:{ratio:g}): batch {empty[0]} of {len(plan)} holds no positive tile"
             out.add("training_batches", False, detail, "train")
             return rows
+        if cfg.sampling.balanced and empty:  # an exact ratio under one positive a batch leaves some without one
+            out.warnings.append(
+                f"training loader, epoch {epoch} (1:{ratio:g}): {per_batch:.2f} positive tiles a batch at "
+                f"training.batch_size {cfg.training.batch_size}, so {len(empty)} of {len(plan)} batches hold none "
+                "(the ratio over the epoch is exact); a larger batch gives every batch a positive (guide §7.2)"
+            )
         sampler.set_epoch(epoch)
         try:
             batch = next(iter(loader))

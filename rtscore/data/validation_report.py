@@ -58,6 +58,11 @@ class SamplerStage(BaseModel):
     batches: int
     batch_size: int
     positive_tiles_per_batch: tuple[int, int]  # (min, max)
+    realised_neg_per_pos: float | None = Field(
+        None,
+        description="Negatives per positive tile over the epoch's whole plan (the configured ratio exactly where "
+        "the epoch's tiles allow, otherwise within one tile); none in reports of earlier versions.",
+    )
     emptied_by_augmentation: list[str] = Field(
         default_factory=list,
         description="Tiles of the checked batch whose sample augmentation left without a valid pixel (valid on "
@@ -107,14 +112,15 @@ class ValidationReport(BaseModel):
                 "",
                 "Training loader (balanced curriculum sampler, first epoch of each stage):",
                 "",
-                "| epoch | neg:pos | batches | batch size | positive tiles per batch (min, max) | emptied by "
-                "augmentation |",
-                "|---|---|---|---|---|---|",
+                "| epoch | neg:pos | realised over the epoch | batches | batch size | positive tiles per batch "
+                "(min, max) | emptied by augmentation |",
+                "|---|---|---|---|---|---|---|",
             ]
             for r in self.training_batches:
                 lo, hi = r.positive_tiles_per_batch
+                realised = "" if r.realised_neg_per_pos is None else f"1:{r.realised_neg_per_pos:.3f}"
                 lines.append(
-                    f"| {r.epoch} | 1:{r.neg_per_pos:g} | {r.batches} | {r.batch_size} | {lo}, {hi} | "
+                    f"| {r.epoch} | 1:{r.neg_per_pos:g} | {realised} | {r.batches} | {r.batch_size} | {lo}, {hi} | "
                     f"{len(r.emptied_by_augmentation)} |"
                 )
         lines += ["", "| check | split | result | detail |", "|---|---|---|---|"]

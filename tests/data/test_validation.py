@@ -175,7 +175,11 @@ def test_validate_data_returns_the_typed_report_it_writes(good_run: Path, tmp_pa
     assert written == report
     assert set(report.splits) == {"train", "val", "test"} and report.splits["train"].n_positive > 0
     stages = report.training_batches
-    assert stages and all(lo >= 1 for lo, _ in (s.positive_tiles_per_batch for s in stages)), "balanced batches"
+    assert stages and stages[0].positive_tiles_per_batch[0] >= 1, "balanced batches: a positive in every one"
+    for st in stages:  # issue 25: each stage's ratio over the epoch, within the one tile the epoch's length leaves
+        tiles = st.batches * st.batch_size
+        n_pos = round(tiles / (1 + st.realised_neg_per_pos))
+        assert n_pos == int(tiles / (1 + st.neg_per_pos)), st
     assert report.normalized_train is not None and report.normalized_train.channels == report.channels
     assert (tmp_path / "out" / "report.md").read_text() == report.render_markdown()
 
