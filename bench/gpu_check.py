@@ -306,7 +306,7 @@ def measure_loop(s: Any, epochs: list[int], warmup: int, clock: Clock, label: st
         stamps: list[float] = []
         sync(s.device)
         t0 = time.perf_counter()
-        row = train_one_epoch(s, epoch, on_step=lambda _n, st=stamps: st.append(time.perf_counter()))
+        row = train_one_epoch(s, epoch, on_step=lambda _n, _loss, st=stamps: st.append(time.perf_counter()))
         sync(s.device)
         dt = time.perf_counter() - t0
         bs = s.cfg.training.batch_size

@@ -287,8 +287,16 @@ class TrainingConfig(StrictModel):
     """Loop settings (guide §9.1)."""
 
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available.")
+    devices: int | Literal["auto"] = Field(
+        1,
+        description="Ranks one seed trains on (torch DDP, launched by torch's elastic agent): 1; N GPUs (N CPU "
+        "processes with device cpu); auto = every visible GPU (1 without). batch_size stays the global batch: "
+        "each rank takes batch_size / N, so one step sees the same batch as on one device.",
+    )
     precision: Precision = Field("bf16", description="Autocast precision; must equal deployment.precision.")
-    batch_size: int = Field(32, ge=1, description="Per-GPU batch size.")
+    batch_size: int = Field(
+        32, ge=1, description="Global (effective) batch size of one optimizer step, over every device of the seed."
+    )
     max_epochs: int = Field(300, ge=1, description="Upper bound on epochs.")
     steps_per_epoch: int | None = Field(
         None, ge=1, description="Batches per epoch (null: as many as the curriculum's epoch pool gives)."
@@ -311,6 +319,17 @@ class TrainingConfig(StrictModel):
         if not v or len(set(v)) != len(v) or any(s < 0 for s in v):
             raise ValueError(f"expected a non-empty list of distinct non-negative seeds; got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _devices_divide_the_batch(self) -> TrainingConfig:
+        if isinstance(self.devices, int) and self.devices < 1:
+            raise ValueError(f"training.devices must be >= 1 or auto; got {self.devices}")
+        if isinstance(self.devices, int) and self.batch_size % self.devices:
+            raise ValueError(
+                f"training.batch_size {self.batch_size} (the global batch) does not divide among "
+                f"training.devices={self.devices}: each rank takes batch_size / devices tiles"
+            )
+        return self
 
 
 class OptimizerConfig(StrictModel):

@@ -67,9 +67,16 @@ def _loader_kwargs(cfg: PipelineConfig, device_cuda: bool, num_workers: int | No
 
 
 def train_loader(
-    cfg: PipelineConfig, ds: TileDataset, seed: int, *, num_workers: int | None = None
+    cfg: PipelineConfig,
+    ds: TileDataset,
+    seed: int,
+    *,
+    num_workers: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> tuple[Any, BalancedCurriculumSampler]:
-    """The training DataLoader and its batch sampler: balanced curriculum batches of ``ds`` (guide §7).
+    """The training DataLoader and its batch sampler: balanced curriculum batches of ``ds`` (guide §7); with
+    ``world_size`` ranks, rank ``rank``'s slice of each global batch of ``training.batch_size``.
 
     ``num_workers`` overrides ``data.loader.num_workers`` (and then keeps no persistent workers) for a reader
     that takes a few batches, such as data validation; which tiles a batch holds and how each is augmented
@@ -84,6 +91,8 @@ def train_loader(
         balanced=cfg.sampling.balanced,
         steps_per_epoch=cfg.training.steps_per_epoch,
         drop_last=cfg.data.loader.drop_last,
+        rank=rank,
+        world_size=world_size,
     )
     loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
         ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
@@ -93,8 +102,9 @@ def train_loader(
     return loader, sampler
 
 
-def val_loader(cfg: PipelineConfig, ds: TileDataset) -> Any:
-    """Sequential tiles of an evaluated split (validation during training, calibration, test).
+def val_loader(cfg: PipelineConfig, ds: TileDataset, *, batch_size: int | None = None) -> Any:
+    """Sequential tiles of an evaluated split (validation during training, calibration, test), in batches of
+    ``batch_size`` (default ``training.batch_size``; a rank of a seed on several devices: its share).
 
     Raises:
         DataValidationError: the split has no usable tile (all full NoData, say): its metrics would be undefined,
@@ -104,7 +114,7 @@ def val_loader(cfg: PipelineConfig, ds: TileDataset) -> Any:
         raise DataValidationError(_no_usable_tile(ds))
     return torch.utils.data.DataLoader(
         ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
-        batch_size=cfg.training.batch_size,
+        batch_size=batch_size or cfg.training.batch_size,
         shuffle=False,
         **_loader_kwargs(cfg, torch.cuda.is_available()),
     )

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from rtscore.config.pipeline import LossConfig
 from rtscore.data.tiles import ClassPixelCounts
-from rtscore.losses._functional import check_range
+from rtscore.losses._functional import check_range, global_batch
 from rtscore.losses.bce import BCELoss
 from rtscore.losses.boundary import boundary_band, soft_boundary_targets
 from rtscore.losses.class_balanced import ClassBalancedBCELoss
@@ -24,6 +24,7 @@ __all__ = [
     "TverskyLoss",
     "boundary_band",
     "build_loss",
+    "global_batch",
     "loss_soft_targets",
     "soft_boundary_targets",
     "uses_soft_targets",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Literal
 
 import torch
@@ -12,6 +15,31 @@ from torch import Tensor
 from rtscore.data.tiles import IGNORE_INDEX
 
 ClassWeighting = Literal["linear", "sqrt", "log"]
+
+_RANKS: ContextVar[int] = ContextVar("rts_loss_ranks", default=1)
+
+
+@contextmanager
+def global_batch(world_size: int) -> Iterator[None]:
+    """Within this block every loss reduces over the global batch of ``world_size`` ranks (one seed trained on
+    several devices), so that DDP's average of the ranks' gradients is the one-device gradient of the loss:
+
+    - a pixel mean (``masked_mean``) divides this rank's sum by the valid pixels of every rank and multiplies by
+      ``world_size`` (DDP divides by it again): the ranks' losses average to the global batch's mean;
+    - a region loss (Dice, Tversky) all-reduces its soft confusion sums with autograd, so every rank holds the
+      global batch's value and its gradient flows back to every rank's pixels.
+
+    Outside (validation, one rank) the losses are the plain per-batch ones.
+    """
+    token = _RANKS.set(world_size)
+    try:
+        yield
+    finally:
+        _RANKS.reset(token)
+
+
+def _ranks() -> int:
+    return _RANKS.get()
 
 
 # --------------------------------------------------------------------------- argument checks
@@ -76,7 +104,24 @@ def prepare_inputs(logits: Tensor, target: Tensor, soft_target: Tensor | None = 
 def masked_mean(terms: Tensor, valid: Tensor) -> Tensor:
     """Mean of ``terms`` over ``valid`` pixels; 0 (still attached to the graph) when none is valid."""
     total = torch.where(valid, terms, terms.new_zeros(())).sum()
+    if (n := _ranks()) > 1:  # the global batch's mean: see global_batch
+        import torch.distributed as dist
+
+        count = valid.sum()
+        dist.all_reduce(count)
+        return total * n / count.clamp_min(1).to(terms.dtype)
     return total / valid.sum().clamp_min(1).to(terms.dtype)
+
+
+def any_valid(valid: Tensor) -> Tensor:
+    """Whether the batch (the global batch within :func:`global_batch`) has a valid pixel, as a bool tensor."""
+    if _ranks() > 1:
+        import torch.distributed as dist
+
+        count = valid.sum()
+        dist.all_reduce(count)
+        return count > 0
+    return valid.any()
 
 
 # --------------------------------------------------------------------------- per-pixel terms
@@ -115,6 +160,11 @@ def soft_confusion(x: Tensor, t: Tensor, valid: Tensor) -> tuple[Tensor, Tensor,
     p = torch.where(valid, torch.sigmoid(x), x.new_zeros(()))
     t = torch.where(valid, t, t.new_zeros(()))
     tp = (p * t).sum()
+    if _ranks() > 1:  # the global batch's sums, differentiable: see global_batch
+        from torch.distributed.nn.functional import all_reduce
+
+        tp, t_sum, p_sum = all_reduce(torch.stack([tp, t.sum(), p.sum()])).unbind()
+        return tp, t_sum - tp, p_sum - tp
     return tp, t.sum() - tp, p.sum() - tp
 
 
@@ -157,7 +207,7 @@ def tversky_loss(
     x, t, valid = prepare_inputs(logits, target, soft_target)
     tp, fn, fp = soft_confusion(x, t, valid)
     loss = 1.0 - tversky_index(tp, fn, fp, alpha, beta, smooth, eps)
-    return torch.where(valid.any(), loss, loss * 0.0)
+    return torch.where(any_valid(valid), loss, loss * 0.0)
 
 
 def dice_loss(
@@ -171,7 +221,7 @@ def dice_loss(
     tp, fn, fp = soft_confusion(x, t, valid)
     # Σp + Σt = 2TP + FN + FP
     loss = 1.0 - (2.0 * tp + smooth) / (2.0 * tp + fn + fp + smooth).clamp_min(eps)
-    return torch.where(valid.any(), loss, loss * 0.0)
+    return torch.where(any_valid(valid), loss, loss * 0.0)
 
 
 def class_balanced_pos_weight(n_bg: Tensor | float, n_rts: Tensor | float, weighting: ClassWeighting) -> Tensor:

@@ -267,6 +267,21 @@ class ObjectCounter:
         self._gt_area_m2: list[np.ndarray] = []
         self._gt_matched: list[np.ndarray] = []
 
+    def merge(self, other: ObjectCounter) -> None:
+        """Add every tile ``other`` counted (a shard of the same pool, counted at the same settings), after this
+        counter's own tiles."""
+        if other.iou_thresholds != self.iou_thresholds or other.threshold != self.threshold:
+            raise ValueError("object counters of other IoU thresholds or probability threshold cannot be merged")
+        self.tp += other.tp
+        self.fn += other.fn
+        self.fp_pos_tiles += other.fp_pos_tiles
+        self.fp_neg_tiles += other.fp_neg_tiles
+        self.n_pos_tiles += other.n_pos_tiles
+        self.n_neg_tiles += other.n_neg_tiles
+        self._gt_area += other._gt_area
+        self._gt_area_m2 += other._gt_area_m2
+        self._gt_matched += other._gt_matched
+
     def add(self, tile: TileObjects, pixel_area_m2: float | None = None) -> None:
         """Add one tile's matching result (its thresholds must be the counter's); ``pixel_area_m2``, the tile's
         ground area of one pixel, gives its objects' areas in m² (:func:`recall_by_area`). Tiles differ in pixel

@@ -18,8 +18,8 @@ from rtscore.stages.spec import (
     resume_key,
 )
 from rtscore.storage import RunDir, RunLayout, StorageError
+from rtscore.train.launch import train_on_devices as run_training
 from rtscore.train.loop import resume_hash
-from rtscore.train.loop import train_seed as run_training
 from rtscore.train.result import SeedResult, read_seed_summary
 
 SEED_OUTPUTS = (RunLayout.BEST_WEIGHTS, RunLayout.SEED_METRICS, RunLayout.SEED_SUMMARY, RunLayout.SEED_CURVES)

@@ -21,29 +21,32 @@ import torch
 from rtscore.config.base import canonical_json, config_hash
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.dataset import build_dataset, build_train_dataset
+from rtscore.data.errors import DataValidationError
 from rtscore.data.loader import train_loader, val_loader
 from rtscore.data.normalization import load_normalization_stats
 from rtscore.data.tile_sources import class_pixel_counts
 from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
-from rtscore.losses import ClassBalancedBCELoss, build_loss, loss_soft_targets
-from rtscore.metrics import PixelConfusion
+from rtscore.losses import ClassBalancedBCELoss, build_loss, global_batch, loss_soft_targets
+from rtscore.metrics import ConfusionCounts, PixelConfusion
 from rtscore.models import build_model, decoder_parameters, encoder_parameters
 from rtscore.runtime import check_precision, forward_logits, select_device
 from rtscore.storage import RunLayout, layout
 from rtscore.tracking import Tracker, flatten
 from rtscore.train import checkpoint as ckpt
+from rtscore.train import distributed as ddp
 from rtscore.train.determinism import check_hash_seed, rng_state, seed_everything, set_rng_state
+from rtscore.train.distributed import SINGLE, Ranks
 from rtscore.train.early_stopping import Decision, EarlyStopping
 from rtscore.train.ema import EMA
 from rtscore.train.errors import TrainingError
 from rtscore.train.report import write_seed_outputs
 from rtscore.train.result import METRIC, SeedResult
 from rtscore.train.schedule import EpochLR, lr_at
-from rtscore.train.validate import evaluate
+from rtscore.train.validate import collect, merge_pools, summarize
 
 # Settings that may change between a run and its resume (guide lesson: early stopping comes from the config).
 _RESUME_FREE = {
-    "training": {"early_stopping", "checkpoint", "device", "val_frequency"},
+    "training": {"early_stopping", "checkpoint", "device", "devices", "val_frequency"},
     "data": {"loader"},
     "mlflow": None,
     "deployment": None,
@@ -79,10 +82,15 @@ def train_seed(
     on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
     hooks: CheckpointHooks | None = None,
     resume_key: str | None = None,
+    ranks: Ranks = SINGLE,
 ) -> SeedResult:
     """Train one seed into ``<run_dir>/seeds/seed_<seed>/``; re-running resumes from resume_latest.pth (the newest
     readable resume checkpoint when it is truncated or corrupt). ``hooks`` hears of the start and of every
     resume checkpoint written.
+
+    ``ranks``: this process's place among the ranks of a seed trained on several devices (started by
+    :mod:`rtscore.train.launch`, which gives the hooks and callbacks to rank 0 alone): every rank trains its slice
+    of each global batch and validates its shard of the pool; rank 0 alone writes files, MLflow and logs.
 
     A checkpoint is a resume point only for the identity that wrote it: ``resume_key`` (the stage's code,
     config and inputs, :func:`rtscore.stages.spec.resume_key`; by default the settings of :func:`resume_hash`
@@ -90,13 +98,17 @@ def train_seed(
     metrics (``set_aside/`` in the seed directory, named in one warning) and the seed trains from scratch."""
     run = Path(run_dir)
     key = resume_key or default_resume_key(cfg)
-    s = build_setup(cfg, run, seed)
-    s.seed_dir.mkdir(parents=True, exist_ok=True)
+    s = build_setup(cfg, run, seed, ranks)
     stopper = EarlyStopping(cfg.training.early_stopping)
-    start, state = resume_point(s, seed, stopper, key, fresh=fresh, hooks=hooks)
+    if ranks.main:
+        s.seed_dir.mkdir(parents=True, exist_ok=True)
+        start, state = resume_point(s, seed, stopper, key, fresh=fresh, hooks=hooks)
+    ddp.barrier()  # rank 0 has set aside or deleted what is not a resume point: the others read what it kept
+    if not ranks.main:
+        start, state = resume_point(s, seed, stopper, key, fresh=False, hooks=None, writer=False)
     if hooks is not None:
         hooks.started(start)
-    tracker = Tracker(cfg.mlflow, run)
+    tracker = Tracker(cfg.mlflow if ranks.main else cfg.mlflow.model_copy(update={"enabled": False}), run)
     run_id = start_tracking(tracker, s, seed, state, parent_run_id)
     last = cfg.training.max_epochs if not state.stopped_early else start - 1  # an early-stopped run stays done
     loop = EpochLoop(s, seed, stopper, state, tracker, run_id, key, progress, on_epoch_end, hooks)
@@ -109,11 +121,19 @@ def train_seed(
 
 
 def resume_point(
-    s: Setup, seed: int, stopper: EarlyStopping, key: str, *, fresh: bool, hooks: CheckpointHooks | None
+    s: Setup,
+    seed: int,
+    stopper: EarlyStopping,
+    key: str,
+    *,
+    fresh: bool,
+    hooks: CheckpointHooks | None,
+    writer: bool = True,
 ) -> tuple[int, RunState]:
     """The first epoch to train and the run state to carry: epoch 1 and a new state (``fresh``: the seed's
     checkpoints, best weights and metrics deleted; or a checkpoint of another identity set aside), else the
-    epoch after the newest readable resume checkpoint, restored into ``s`` and ``stopper``."""
+    epoch after the newest readable resume checkpoint, restored into ``s`` and ``stopper``. Only a ``writer``
+    (rank 0) changes files; the other ranks read the checkpoint it kept."""
     metrics_path = s.seed_dir / layout.METRICS
     if fresh:
         for p in [*s.seed_dir.glob(layout.RESUME_GLOB), s.seed_dir / layout.BEST, metrics_path]:
@@ -121,12 +141,14 @@ def resume_point(
     elif (found := ckpt.load_resume(s.seed_dir)) is not None:  # newest readable: latest, else an older epoch
         saved, path = found
         if saved.get("resume_hash") != key:
-            set_aside_seed(s.seed_dir, seed, path, saved, key)
+            if writer:
+                set_aside_seed(s.seed_dir, seed, path, saved, key)
             if hooks is not None:
                 hooks.set_aside()
         else:
             start = restore(s, saved, stopper, path) + 1
-            _truncate_jsonl(metrics_path, start - 1)
+            if writer:
+                _truncate_jsonl(metrics_path, start - 1)
             return start, RunState.from_checkpoint(saved.get("extra", {}))
     return 1, RunState()
 
@@ -180,42 +202,52 @@ class EpochLoop:
         s, cfg, state = self.s, self.s.cfg, self.state
         t0 = time.perf_counter()
         row, decision = run_epoch(s, epoch, self.stopper, self.seed)
+        main = s.ranks.main  # every rank takes the same decision (from the same gathered metrics); rank 0 writes
         if decision is not None and decision.is_best:  # best smoothed metric so far: keep these weights
-            ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
+            if main:
+                ckpt.save_best(s.seed_dir, s.ema.state_dict() if cfg.ema.enabled else s.model.state_dict())
             state.best_epoch, state.best_metric = epoch, decision.smoothed
         row["epoch_seconds"] = time.perf_counter() - t0
         stop = decision is not None and decision.stop
         state.stopped_early = stop
-        _append_jsonl(s.seed_dir / layout.METRICS, row)
+        if main:
+            _append_jsonl(s.seed_dir / layout.METRICS, row)
         self.tracker.log_metrics(self.run_id, row, step=epoch)
         if epoch % cfg.training.checkpoint.save_every_n_epochs == 0 or stop or epoch == last:
             resume = resume_state(s, epoch, self.stopper, state, self.key)
-            ckpt.save_resume(s.seed_dir, resume, epoch, cfg.training.checkpoint.keep_last_n)
+            if main:
+                ckpt.save_resume(s.seed_dir, resume, epoch, cfg.training.checkpoint.keep_last_n)
             if self.hooks is not None:
                 self.hooks.checkpoint_saved(epoch)
         if self.progress:
-            shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
-            logging.getLogger(__name__).info(f"seed {self.seed} epoch {epoch}/{cfg.training.max_epochs} {shown}")
+            logging.getLogger(__name__).info(progress_line(self.seed, epoch, cfg.training.max_epochs, row))
         if self.on_epoch_end is not None:
             self.on_epoch_end(epoch, row)
         return stop
 
 
+def progress_line(seed: int, epoch: int, max_epochs: int, row: Mapping[str, Any]) -> str:
+    """The log line of one epoch: its train loss, train IoU and validation metric, rounded."""
+    shown = {k: round(v, 4) for k, v in row.items() if k in ("train_loss", "train_iou", METRIC)}
+    return f"seed {seed} epoch {epoch}/{max_epochs} {shown}"
+
+
 def finish_seed(
     s: Setup, seed: int, state: RunState, tracker: Tracker, run_id: str | None, *, epoch: int, start: int
 ) -> SeedResult:
-    """The seed's outputs (summary, curves), logged to its MLflow run, which ends; the seed's result."""
-    write_seed_outputs(
-        s.seed_dir,
-        s.cfg,
-        seed,
-        best_epoch=state.best_epoch,
-        best_metric=state.best_metric,
-        mlflow_run_id=run_id,
-        stopped_early=state.stopped_early,
-    )
-    for name in (layout.METRICS, layout.CURVES, layout.RUN_SUMMARY_MD, layout.RUN_SUMMARY):
-        tracker.log_artifact(run_id, s.seed_dir / name)
+    """The seed's outputs (summary, curves; rank 0), logged to its MLflow run, which ends; the seed's result."""
+    if s.ranks.main:
+        write_seed_outputs(
+            s.seed_dir,
+            s.cfg,
+            seed,
+            best_epoch=state.best_epoch,
+            best_metric=state.best_metric,
+            mlflow_run_id=run_id,
+            stopped_early=state.stopped_early,
+        )
+        for name in (layout.METRICS, layout.CURVES, layout.RUN_SUMMARY_MD, layout.RUN_SUMMARY):
+            tracker.log_artifact(run_id, s.seed_dir / name)
     tracker.log_metrics(run_id, {"best_" + METRIC: state.best_metric_or_nan}, step=epoch)
     tracker.end_run(run_id)
     return SeedResult(
@@ -268,7 +300,7 @@ class Setup:
     cfg: PipelineConfig
     device: torch.device
     model: torch.nn.Module
-    train_model: Any  # possibly torch.compile'd view of `model`
+    train_model: Any  # possibly torch.compile'd view of `model` (in DDP with several ranks: see apply_lr)
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
     ema: EMA
@@ -277,21 +309,28 @@ class Setup:
     val_loader: Any
     sampler: Any
     seed_dir: Path
+    ranks: Ranks = SINGLE
+    wrapped_frozen: bool | None = None  # the encoder state train_model's DDP was built for (several ranks)
 
 
-def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
-    """Model, data, optimizer, EMA, loss: every error here comes before the first training step."""
-    device = select_device(cfg)
+def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int, ranks: Ranks = SINGLE) -> Setup:
+    """Model, data, optimizer, EMA, loss: every error here comes before the first training step. With several
+    ranks: this rank's device, its process group, the batch norms made global-batch (see
+    :mod:`rtscore.train.distributed`), its slice of each batch and its shard of the validation pool."""
+    device = ddp.rank_device(select_device(cfg), ranks)
     check_precision(cfg.training.precision, device)
+    ddp.init_process_group(ranks, device)
     seed_everything(seed, cfg.training.deterministic)
     stats = load_normalization_stats(run_dir / RunLayout.NORMALIZATION_STATS.at(), [c.name for c in cfg.channels.extra])
     # train.zarr joined with data.additional_roots (checked here, before any step); stats stay train.zarr's.
     train_ds = build_train_dataset(cfg, run_dir, stats, seed=seed)
     val_ds = build_dataset(cfg, run_dir / RunLayout.DATASET.at(split="val"), stats, train=False)
-    loader, sampler = train_loader(cfg, train_ds, seed)
+    loader, sampler = train_loader(cfg, train_ds, seed, rank=ranks.rank, world_size=ranks.world_size)
     # Class-balanced CE: the weight comes from the train split's pixel counts, once (guide §5.4), not per batch.
     counts = class_pixel_counts(train_ds.source, train_ds.indices) if cfg.loss.name == "class_balanced_ce" else None
     model = build_model(cfg.model, cfg.channels).to(device)
+    if ranks.distributed:
+        model = ddp.convert_batchnorm(model, device)
     if cfg.training.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.AdamW(
@@ -304,7 +343,7 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
         weight_decay=cfg.optimizer.weight_decay,
     )
     scaler = torch.amp.GradScaler("cuda") if cfg.training.precision == "fp16" else None
-    train_model: Any = torch.compile(model) if cfg.training.torch_compile else model
+    train_model: Any = torch.compile(model) if cfg.training.torch_compile and not ranks.distributed else model
     return Setup(
         cfg=cfg,
         device=device,
@@ -315,10 +354,30 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int) -> Setup:
         ema=EMA(model, cfg.ema.decay, cfg.ema.warmup),
         loss_fn=build_loss(cfg.loss, counts),
         train_loader=loader,
-        val_loader=val_loader(cfg, val_ds),
+        val_loader=val_loader(cfg, val_shard(val_ds, ranks), batch_size=cfg.training.batch_size // ranks.world_size),
         sampler=sampler,
         seed_dir=run_dir / RunLayout.SEED_DIR.at(seed=seed),
+        ranks=ranks,
     )
+
+
+def val_shard(ds: Any, ranks: Ranks) -> Any:
+    """This rank's contiguous share of the validation pool (the whole pool with one rank): gathered in rank order,
+    the shards' per-tile histograms are the one-process pool's, tile for tile.
+
+    Raises:
+        DataValidationError: the pool has fewer tiles than ranks.
+    """
+    if not ranks.distributed:
+        return ds
+    n = len(ds)
+    if n < ranks.world_size:
+        raise DataValidationError(
+            f"the val split has {n} usable tile(s), fewer than the {ranks.world_size} ranks of training.devices: "
+            "train on fewer devices or validate on more tiles"
+        )
+    lo, hi = n * ranks.rank // ranks.world_size, n * (ranks.rank + 1) // ranks.world_size
+    return torch.utils.data.Subset(ds, range(lo, hi))
 
 
 def resume_hash(cfg: PipelineConfig) -> str:
@@ -387,7 +446,8 @@ def run_epoch(s: Setup, epoch: int, stopper: EarlyStopping, seed: int) -> tuple[
     if epoch % cfg.training.val_frequency != 0 and epoch != cfg.training.max_epochs:
         return row, None
     with s.ema.swapped_in(s.model) if cfg.ema.enabled else nullcontext():
-        row.update(evaluate(s.model, s.val_loader, cfg, s.device, loss_fn=s.loss_fn, seed=seed))
+        pool = merge_pools(ddp.gather(collect(s.model, s.val_loader, cfg, s.device, loss_fn=s.loss_fn)))
+    row.update(summarize(pool, cfg, seed=seed))
     decision = stopper.update(epoch, row[METRIC])
     row[f"{METRIC}_smoothed"] = decision.smoothed
     row["early_stopping_bad_events"] = decision.bad_events
@@ -395,12 +455,17 @@ def run_epoch(s: Setup, epoch: int, stopper: EarlyStopping, seed: int) -> tuple[
 
 
 def apply_lr(s: Setup, lr: EpochLR) -> None:
-    """Freeze or unfreeze the encoder and set both groups' LRs for this epoch."""
+    """Freeze or unfreeze the encoder and set both groups' LRs for this epoch. With several ranks the model is
+    wrapped in DDP again when the encoder's state changes (DDP reduces the parameters trainable when wrapped)."""
     encoder: torch.nn.Module = s.model.encoder  # type: ignore[assignment]
     for p in encoder.parameters():
         p.requires_grad_(not lr.frozen)
     for group in s.optimizer.param_groups:
         group["lr"] = lr.encoder if group["name"] == "encoder" else lr.decoder
+    if s.ranks.distributed and s.wrapped_frozen != lr.frozen:
+        wrapped = ddp.data_parallel(s.model, s.device)
+        s.train_model = torch.compile(wrapped) if s.cfg.training.torch_compile else wrapped
+        s.wrapped_frozen = lr.frozen
 
 
 def set_train_mode(s: Setup, frozen: bool) -> None:
@@ -409,9 +474,10 @@ def set_train_mode(s: Setup, frozen: bool) -> None:
         s.model.encoder.eval()  # type: ignore[union-attr]  # frozen backbone: BatchNorm statistics stay put too
 
 
-def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None = None) -> dict[str, float]:
-    """One pass over the epoch's balanced batches; returns train loss, IoU at 0.5 and throughput."""
-    cfg, dev = s.cfg, s.device
+def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int, float], None] | None = None) -> dict[str, float]:
+    """One pass over the epoch's balanced batches; returns train loss, IoU at 0.5 and throughput (of the global
+    batches, every rank's slice together). ``on_step(step, loss)`` hears each step's loss (the global batch's)."""
+    cfg, dev, ranks = s.cfg, s.device, s.ranks
     total, n_batches, n_samples = 0.0, 0, 0
     confusion = PixelConfusion()
     t0 = time.perf_counter()
@@ -421,10 +487,12 @@ def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None 
         logits = forward_logits(
             s.train_model, x, precision=cfg.training.precision, channels_last=cfg.training.channels_last
         )
-        loss = s.loss_fn(logits, y, loss_soft_targets(cfg.loss, y))
-        if not torch.isfinite(loss):
+        with global_batch(ranks.world_size):
+            loss = s.loss_fn(logits, y, loss_soft_targets(cfg.loss, y))
+        step_loss = ddp.sum_across(float(loss.detach()), dev) / ranks.world_size  # the global batch's loss
+        if not math.isfinite(step_loss):  # the same on every rank: they stop together
             raise TrainingError(
-                f"non-finite training loss ({loss.item()}) at epoch {epoch}, batch {n_batches}; stopping. "
+                f"non-finite training loss ({step_loss}) at epoch {epoch}, batch {n_batches}; stopping. "
                 "The last good checkpoint is intact; lower the LR or use fp32 to investigate."
             )
         s.optimizer.zero_grad(set_to_none=True)
@@ -441,17 +509,19 @@ def train_one_epoch(s: Setup, epoch: int, on_step: Callable[[int], None] | None 
         if cfg.ema.enabled:
             s.ema.update(s.model)
         confusion.update(logits.detach(), y)
-        total += float(loss.detach())
+        total += step_loss
         n_batches += 1
         n_samples += x.shape[0]
         if on_step is not None:
-            on_step(n_batches)
+            on_step(n_batches, step_loss)
     dt = time.perf_counter() - t0
     if n_batches == 0:
         raise TrainingError(f"epoch {epoch} had no training batches (train split too small for the batch size?)")
+    counts = sum(ddp.gather(confusion.compute()), ConfusionCounts())
+    n_samples = int(ddp.sum_across(n_samples, dev))
     return {
         "train_loss": total / n_batches,
-        "train_iou": confusion.compute().iou,
+        "train_iou": counts.iou,
         "train_samples_per_s": n_samples / dt if dt > 0 else math.nan,
         "train_batches": float(n_batches),
     }

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from rtscore.config.pipeline import PipelineConfig
@@ -31,6 +32,7 @@ class PoolStats:
     hist: TileHistograms
     objects: ObjectCounter
     loss: float
+    loss_batches: int = 0  # batches the loss is the mean of (merging shards weighs by them)
 
 
 @torch.inference_mode()
@@ -65,7 +67,30 @@ def collect(
             objects.add_batch(logits, y, batch["pixel_area_m2"])  # each tile's ground pixel: the minimum area
     finally:
         model.train(was_training)
-    return PoolStats(acc.result(), objects, loss_sum / n if n else math.nan)
+    return PoolStats(acc.result(), objects, loss_sum / n if n else math.nan, n)
+
+
+def merge_pools(parts: list[PoolStats]) -> PoolStats:
+    """Shards of one pool (the ranks' contiguous shares, in rank order) as the pool: per-tile histograms
+    concatenated, object counts summed, the loss the mean over every shard's batches. Exact: a histogram is
+    per tile, so the merged pool is the one-process pool tile for tile. One part is returned as it is."""
+    if len(parts) == 1:
+        return parts[0]
+    h = [p.hist for p in parts]
+    hist = TileHistograms(
+        bins=h[0].bins,
+        pos=np.concatenate([x.pos for x in h]),
+        neg=np.concatenate([x.neg for x in h]),
+        tile_ids=tuple(t for x in h for t in x.tile_ids),
+        is_positive=np.concatenate([x.is_positive for x in h]),
+        n_valid=np.concatenate([x.n_valid for x in h]),
+    )
+    objects = parts[0].objects
+    for p in parts[1:]:
+        objects.merge(p.objects)
+    n = sum(p.loss_batches for p in parts)
+    loss = sum(p.loss * p.loss_batches for p in parts if p.loss_batches) / n if n else math.nan
+    return PoolStats(hist, objects, loss, n)
 
 
 def summarize(pool: PoolStats, cfg: PipelineConfig, *, prefix: str = "val", seed: int = 0) -> dict[str, float]:

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 from rtscore.config.pipeline import CurriculumStage, SamplingConfig
-from fractions import Fraction
-
 from rtscore.data.sampler import (
     BalancedCurriculumSampler,
     curriculum_ratio,
@@ -181,7 +181,7 @@ def test_every_curriculum_stage_realises_its_ratio_over_an_epoch(batch_size: int
         ratio = curriculum_ratio(GUIDE, epoch)
         for r in ranks:
             r.set_epoch(epoch)
-        read = [sum(shards, []) for shards in zip(*(list(r) for r in ranks), strict=True)]  # each step, all ranks
+        read = [[t for shard in step for t in shard] for step in zip(*(list(r) for r in ranks), strict=True)]
         assert read == one.batches(epoch), (epoch, "the ranks read exactly the one-device batches")
         n_tiles = sum(len(b) for b in read)
         n_pos = sum(int(flags[i]) for b in read for i, _ in b)
