@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rtscore.errors import PipelineError
@@ -100,3 +101,32 @@ def forward_logits(
     if not keep_channels:
         out = out[:, 0]
     return out.float() if as_float else out
+
+
+def all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` summed over the ranks of the process group, differentiably: each rank's input gets the sum of
+    every rank's gradient of the output (every rank's loss depends on every rank's input through the sum). What
+    global-batch batch norm and losses of one seed on several devices are built on."""
+    out: torch.Tensor = _sum_across().apply(tensor)
+    return out
+
+
+@cache
+def _sum_across() -> Any:
+    import torch
+    import torch.distributed as dist
+
+    class SumAcross(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+            out = tensor.clone(memory_format=torch.contiguous_format)
+            dist.all_reduce(out)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            out = grad.clone(memory_format=torch.contiguous_format)
+            dist.all_reduce(out)
+            return out
+
+    return SumAcross

@@ -161,7 +161,7 @@ def soft_confusion(x: Tensor, t: Tensor, valid: Tensor) -> tuple[Tensor, Tensor,
     t = torch.where(valid, t, t.new_zeros(()))
     tp = (p * t).sum()
     if _ranks() > 1:  # the global batch's sums, differentiable: see global_batch
-        from torch.distributed.nn.functional import all_reduce
+        from rtscore.runtime import all_reduce
 
         tp, t_sum, p_sum = all_reduce(torch.stack([tp, t.sum(), p.sum()])).unbind()
         return tp, t_sum - tp, p_sum - tp

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.runtime import DeviceError
+from rtscore.runtime import DeviceError, all_reduce
 from rtscore.train.errors import TrainingError
 
 T = TypeVar("T")
@@ -160,8 +160,6 @@ class CrossRankBatchNorm(nn.modules.batchnorm._BatchNorm):
     def forward(self, input: Tensor) -> Tensor:
         if not (self.training and world_size() > 1):
             return super().forward(input)
-        from torch.distributed.nn.functional import all_reduce
-
         dims = [0, *range(2, input.dim())]
         shape = [1, -1] + [1] * (input.dim() - 2)
         x = input.float()
@@ -221,7 +219,7 @@ def data_parallel(model: nn.Module, device: torch.device) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+    return DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)
 
 
 def rank_failed(err: BaseException) -> TrainingError:

@@ -86,19 +86,9 @@ def _launch(
     import multiprocessing
 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=n,
-        run_id=f"seed-{seed}-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",  # a free port on this machine: torchrun --standalone
-        max_restarts=0,  # a failed rank fails the seed; the stage's retry resumes it from its checkpoint
-        monitor_interval=0.5,
-        start_method="spawn",
-    )
+    config = launch_config(n, f"seed-{seed}-{uuid.uuid4().hex[:8]}")
     _log.info(f"seed {seed}: training on {n} {_kind(cfg)} ranks (global batch {cfg.training.batch_size})")
     with multiprocessing.get_context("spawn").Manager() as manager:
         events, acks = manager.Queue(), manager.Queue()
@@ -127,6 +117,25 @@ def _launch(
         raise err
     dumped = outcome["results"][0]
     return SeedResult.model_validate(dumped)
+
+
+def launch_config(n: int, run_id: str) -> Any:
+    """torch's elastic launch of ``n`` ranks on this machine, as ``torchrun --standalone`` starts them: a local
+    rendezvous on a free port, spawned processes, no restart (a failed rank fails the seed; running the seed
+    again resumes it from its checkpoint)."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=n,
+        run_id=run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0,
+        monitor_interval=0.5,
+        start_method="spawn",
+    )
 
 
 def _kind(cfg: PipelineConfig) -> str:
