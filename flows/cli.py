@@ -23,6 +23,7 @@ from flows import flow_commands as flows
 from flows.command_params import (
     DriftParams,
     GenerateStoreParams,
+    GpuCheckParams,
     ImportNpzParams,
     NoiseFloorParams,
     PredictParams,
@@ -105,7 +106,13 @@ COMMANDS: tuple[Command, ...] = (
         "profile-batch",
         ProfileBatchParams,
         lib.profile_batch,
-        "largest batch size that fits the configured model on this device",
+        "largest batch that fits what training holds on this device, per rank of N devices",
+    ),
+    Command(
+        "gpu-check",
+        GpuCheckParams,
+        lib.gpu_check,
+        "check a GPU machine: generate a 4k + 1k store, profile the batch size, train and validate briefly, report",
     ),
     Command(
         "calibrate",

@@ -47,7 +47,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "data": (f"rts data {RUN}",),
     "train": (f"rts train {RUN}", f"rts train {RUN} --seeds 42 43 44", f"rts train {RUN} --seed 7 --fresh"),
     "noise-floor": (f"rts noise-floor {RUN}",),
-    "profile-batch": ("rts profile-batch --config configs/baseline.yaml",),
+    "profile-batch": (
+        "rts profile-batch --config configs/baseline.yaml",
+        "rts profile-batch --config configs/baseline.yaml --devices 8",
+    ),
+    "gpu-check": (
+        "rts gpu-check --config configs/baseline.yaml --dir artifacts/gpu-check",
+        f"rts gpu-check --config {Q} --train-tiles 64 --val-tiles 32 --max-batch 8 --epochs 2 --steps-per-epoch 2",
+    ),
     "calibrate": (f"rts calibrate {RUN}",),
     "evaluate-test": (f"rts evaluate-test {RUN}",),
     "package build": (f"rts package build {RUN}",),
@@ -72,11 +79,11 @@ An option not given leaves the field to the model's default; a value the model r
 option (exit 2) before any work.
 
 Library commands (`tile`, `warp`, `generate`, `synth-geotiff`, `stats`, `validate`, `import-npz`, `noise-floor`,
-`profile-batch`, `predict`, `drift`, `map`, `package verify`) call `rtscore` directly. Pipeline commands (`data`,
-`train`, `run`, `calibrate`, `evaluate-test`, `package build`) run the Prefect flows: against a temporary local
-API started inside the process, or against a server when `PREFECT_API_URL` is set. Each of them takes
-`--deterministic` / `--no-deterministic`, part of every stage's cache key: give the same value when re-running
-one stage of a run.
+`profile-batch`, `gpu-check`, `predict`, `drift`, `map`, `package verify`) call `rtscore` directly. Pipeline
+commands (`data`, `train`, `run`, `calibrate`, `evaluate-test`, `package build`) run the Prefect flows: against a
+temporary local API started inside the process, or against a server when `PREFECT_API_URL` is set. Each of them
+takes `--deterministic` / `--no-deterministic`, part of every stage's cache key: give the same value when
+re-running one stage of a run.
 
 Exit status: 0 on success; 2 with a one-line message for an error you can act on (a bad config, a missing stage
 output, refused numerics); 130 on Ctrl-C (re-run the same command to resume); `rts package verify` returns 1
@@ -109,6 +116,16 @@ NOTES: dict[str, str] = {
     "and the last rotating checkpoints, `metrics.jsonl`, `curves.png`, `run_summary.json/.md`. Re-running the same "
     "command resumes exactly; a checkpoint written by other code or inputs is set aside "
     "([faults.md](faults.md)).",
+    "profile-batch": "Each trial holds and runs what training does: the model, its gradients, AdamW, the EMA copy "
+    "and its update, the configured loss, clipping, `torch.compile` when on, and a validation forward pass with "
+    "the EMA swapped in. The batch searched is the per-rank batch; with `--devices N` the report gives the global "
+    "batch (`training.batch_size`, N x per rank) and adds DDP's gradient buckets per rank, an estimate from the "
+    "parameter count.",
+    "gpu-check": "Five steps, each printed with its figures as it ends: generate the train and the val store, "
+    "their normalization stats, `rts profile-batch`'s profile, a short training of `training.seed` (the backbone "
+    "unfrozen from epoch 2, a validation pass every epoch) at the configured batch, or at the recommended one "
+    "when it does not fit. The JSON report is rewritten after every step; `ok` is false and `error` says why "
+    "when a step fails. How to read it: [cloud.md](cloud.md#checking-a-gpu-machine).",
     "calibrate": "Without `--seeds` it takes every seed trained in the run; it writes "
     "`calibration/deployment_config.yaml` ([after-training.md](after-training.md)).",
     "evaluate-test": "Without `--seeds`: the seeds of the last calibration; writes `evaluation/test_report.md`.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, JsonValue, ValidationError, field_validator
 
 from flows.form import FormModel
 from flows.options import Cli, data_root_location, local_file, local_output, local_path
@@ -21,6 +21,7 @@ from rtscore.config.pipeline import NormalizationConfig
 __all__ = [
     "DriftParams",
     "GenerateStoreParams",
+    "GpuCheckParams",
     "ImportNpzParams",
     "NoiseFloorParams",
     "PredictParams",
@@ -183,19 +184,88 @@ class NoiseFloorParams(FormModel):
     draws: int = Field(4, ge=1, description="Random negative subsets per pass (the old method).")
 
 
-class ProfileBatchParams(FormModel):
-    """`rts profile-batch`: the largest batch size that fits the configured model, tile size and precision on
-    this device."""
+def device_count(value: str) -> int | str:
+    """``auto`` or a device count of at least 1."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a device count of at least 1, or auto")
+    return n
 
-    config: LocalPath = Field(..., description="Pipeline config YAML (model, tile size, precision).")
-    max_memory_gb: float | None = Field(
-        None, gt=0, description="On CPU: treat peak RSS growth above this many GiB as out of memory."
-    )
-    max_batch: int = Field(512, ge=1, description="Stop the search at this batch size.")
+
+Devices = Annotated[int | Literal["auto"] | None, Cli(parse=device_count, metavar="N")]
+DEVICES_HELP = (
+    "Devices N the batch is split over (training.batch_size is the global batch, N x the per-rank batch): the "
+    "profile is per rank and adds DDP's gradient buckets when N > 1; auto: every visible GPU. Empty: "
+    "training.devices of the config (1 where it has none)."
+)
+MAX_MEMORY_HELP = (
+    "Treat a peak above this many GiB as out of memory: per GPU, or on CPU for all ranks together (a CPU rank's "
+    "peak: its RSS growth during a trial plus the model's weights)."
+)
+
+
+class ProfileBatchParams(FormModel):
+    """`rts profile-batch`: the largest batch size that fits what training holds (model, gradients, AdamW,
+    EMA, the configured loss, a validation pass) for the configured model, tile size and precision on this device,
+    per rank of N devices."""
+
+    config: LocalPath = Field(..., description="Pipeline config YAML (model, tile size, precision, loss, EMA).")
+    devices: Devices = Field(None, description=DEVICES_HELP)
+    max_memory_gb: float | None = Field(None, gt=0, description=MAX_MEMORY_HELP)
+    max_batch: int = Field(512, ge=1, description="Stop the search at this per-rank batch size.")
     steps: int = Field(2, ge=1, description="Timed training steps per batch size.")
     output: Annotated[str | None, Cli(parse=local_output)] = Field(
         None, description="Also write the markdown report here."
     )
+
+
+class GpuCheckParams(FormModel):
+    """`rts gpu-check`: check a (GPU) machine with the batched-dataset notes' validation sequence: generate a
+    train and a val store (4k + 1k with configs/baseline.yaml), their normalization stats, profile the batch
+    size, train one seed briefly with a validation pass every epoch, and report each step's figures."""
+
+    config: LocalPath = Field(..., description="Pipeline config YAML with synthetic train and val generation.")
+    work_dir: Annotated[str, Cli(flag="--dir", parse=local_output)] = Field(
+        "artifacts/gpu-check", description="Run directory the stores and the seed are written to."
+    )
+    report: Annotated[str | None, Cli(parse=local_output)] = Field(
+        None, description="The JSON report. Empty: gpu_check.json in the run directory."
+    )
+    overrides: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description='Dotted config keys set over the config file, as a JSON object, e.g. {"model.backbone": '
+        '"resnet18"}.',
+    )
+    train_tiles: int | None = Field(
+        None, ge=2, description="Tiles of the train store, in the config's proportions. Empty: the config's."
+    )
+    val_tiles: int | None = Field(None, ge=2, description="Tiles of the val store. Empty: the config's.")
+    workers: int | None = Field(None, ge=1, description="Generation worker processes. Empty: the configs'.")
+    devices: Devices = Field(None, description=DEVICES_HELP)
+    max_batch: int = Field(512, ge=1, description="The profile's per-rank search limit.")
+    profile_steps: int = Field(2, ge=1, description="Timed training steps per batch size of the profile.")
+    max_memory_gb: float | None = Field(None, gt=0, description=MAX_MEMORY_HELP)
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Global batch of the short training. Empty: training.batch_size if the profile finds it fits, "
+        "else the recommended one.",
+    )
+    epochs: int = Field(2, ge=1, description="Epochs of the short training (the backbone unfrozen from epoch 2).")
+    steps_per_epoch: int = Field(20, ge=1, description="Training steps per epoch of the short training.")
+
+    @field_validator("overrides")
+    @classmethod
+    def _dotted_keys(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        from rtscore.config.overrides import check_override_keys
+
+        check_override_keys(v, "")
+        return v
 
 
 class PredictParams(FormModel):

@@ -10,6 +10,7 @@ from pathlib import Path
 from flows.command_params import (
     DriftParams,
     GenerateStoreParams,
+    GpuCheckParams,
     ImportNpzParams,
     NoiseFloorParams,
     PredictParams,
@@ -206,12 +207,39 @@ def profile_batch(p: ProfileBatchParams) -> int:
     from rtscore.train.profile import profile_batch_sizes, render_profile
 
     cfg = load_pipeline_config(p.config)
-    report = profile_batch_sizes(cfg, memory_cap_gib=p.max_memory_gb, max_batch=p.max_batch, steps=p.steps)
+    report = profile_batch_sizes(
+        cfg, devices=p.devices, memory_cap_gib=p.max_memory_gb, max_batch=p.max_batch, steps=p.steps
+    )
     md = render_profile(report)
     print(md)
     if p.output:
         atomic_write_text(Path(p.output), md)
         print(f"wrote {p.output}")
+    return 0
+
+
+def gpu_check(p: GpuCheckParams) -> int:
+    """`rts gpu-check`: generate, profile, train and validate briefly; each step's figures and a JSON report."""
+    from rtscore.config import load_pipeline_config
+    from rtscore.train.gpu_check import GpuCheckOptions, render_gpu_check, run_gpu_check
+
+    cfg = load_pipeline_config(p.config, p.overrides or None)
+    report = Path(p.report) if p.report else Path(p.work_dir) / "gpu_check.json"
+    check_writable(report)
+    opts = GpuCheckOptions(
+        train_tiles=p.train_tiles,
+        val_tiles=p.val_tiles,
+        devices=p.devices,
+        epochs=p.epochs,
+        steps_per_epoch=p.steps_per_epoch,
+        batch_size=p.batch_size,
+        max_batch=p.max_batch,
+        profile_steps=p.profile_steps,
+        max_memory_gib=p.max_memory_gb,
+        workers=p.workers,
+    )
+    result = run_gpu_check(cfg, p.work_dir, report, opts)
+    print(render_gpu_check(result))
     return 0
 
 

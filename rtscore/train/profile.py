@@ -1,26 +1,139 @@
-"""Batch-size profiler: the largest batch that fits the configured model and tile size on this device."""
+"""Batch-size profiler: the largest batch that fits on this device what training really holds, per rank.
+
+Each trial builds what a training run holds and takes the steps it takes, as :func:`rtscore.train.loop.train_one_epoch`
+and :func:`rtscore.train.loop.run_epoch` do: the model (all of it trainable: the phase after the backbone is
+unfrozen, the larger one), AdamW with the loop's two parameter groups, the EMA copy (``ema.enabled``), the
+configured loss and its soft boundary targets, the GradScaler (fp16), gradient clipping at
+``training.grad_clip_norm``, the EMA update after the step, ``torch.compile`` (``training.torch_compile``); then
+one validation forward pass with the EMA weights swapped in (eval, inference mode, the per-tile histograms), the
+gradients of the last step still held, as they are when an epoch ends. For ``devices`` N > 1 each trial also
+holds what DDP adds per rank: its gradient buckets, one fp32 copy of the trainable parameters' gradients (an
+estimate from the parameter count). The batch searched is the per-rank batch; the global batch (``training.batch_size``)
+is N times it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.models import build_model
+from rtscore.errors import PipelineError
+from rtscore.losses import build_loss, loss_soft_targets
+from rtscore.models import build_model, decoder_parameters, encoder_parameters
 from rtscore.runtime import check_precision, forward_logits, select_device
+
+GIB = 2**30
+
+
+class ProfileError(PipelineError):
+    """The profile cannot run as asked (a global batch that does not divide over the devices)."""
 
 
 @dataclass
 class Trial:
-    batch_size: int
+    """One per-rank batch size tried: peaks per rank, the training steps' throughput per rank."""
+
+    batch_size: int  # per rank
+    global_batch: int  # devices x batch_size
     fits: bool
-    peak_memory_gib: float
-    images_per_s: float
+    peak_memory_gib: float  # the larger of the two below
+    train_peak_gib: float = float("nan")  # training steps (forward, loss, backward, clip, step, EMA update)
+    val_peak_gib: float = float("nan")  # the validation forward pass, EMA swapped in, gradients still held
+    images_per_s: float = 0.0  # per rank, training steps only
     error: str = ""
+
+
+@dataclass(frozen=True)
+class Held:
+    """What training holds whatever the batch, per rank, in bytes (the activations come on top)."""
+
+    parameters: int
+    gradients: int
+    optimizer: int  # AdamW: exp_avg and exp_avg_sq of every trainable parameter
+    ema: int  # the EMA's fp32 copy of the state dict (0 when ema.enabled is off)
+    ddp_buckets: int  # estimate: one fp32 copy of the trainable parameters' gradients (0 for one device)
+    trainable_parameters: int = 0
+
+    def gib(self) -> dict[str, float]:
+        return {k: v / GIB for k, v in asdict(self).items() if k != "trainable_parameters"}
+
+
+def resolve_devices(cfg: PipelineConfig, devices: int | str | None = None) -> int:
+    """The device count N a profile is per rank of: ``devices``, else ``training.devices`` (1 before that key
+    exists); ``auto`` is every visible GPU (1 without one)."""
+    want: Any = devices if devices is not None else getattr(cfg.training, "devices", 1)
+    if want == "auto":
+        return torch.cuda.device_count() or 1
+    n = int(want)
+    if n < 1:
+        raise ProfileError(f"devices must be at least 1; got {n}")
+    return n
+
+
+def per_rank_batch(global_batch: int, devices: int) -> int:
+    """``global_batch / devices``; refused when it does not divide (training refuses it the same way)."""
+    if global_batch % devices:
+        raise ProfileError(
+            f"training.batch_size {global_batch} (the global batch) does not divide over training.devices "
+            f"{devices}; set training.batch_size to a multiple of {devices} (e.g. "
+            f"{max(devices, global_batch - global_batch % devices)}) or profile for another device count (--devices)"
+        )
+    return global_batch // devices
+
+
+def validation_batch(global_batch: int, devices: int) -> int:
+    """The batch of a validation forward pass per rank: the validation loader's, ``training.batch_size``."""
+    return global_batch
+
+
+def held_memory(model: torch.nn.Module, cfg: PipelineConfig, devices: int) -> Held:
+    """The bytes a rank holds whatever the batch, from the model's parameters and state dict."""
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    p_bytes = sum(p.numel() * p.element_size() for p in params)
+    g_bytes = sum(p.numel() * p.element_size() for p in trainable)
+    n_trainable = sum(p.numel() for p in trainable)
+    ema = sum(v.numel() * v.element_size() for v in model.state_dict().values()) if cfg.ema.enabled else 0
+    return Held(
+        parameters=p_bytes,
+        gradients=g_bytes,
+        optimizer=2 * n_trainable * 4,
+        ema=ema,
+        ddp_buckets=n_trainable * 4 if devices > 1 else 0,
+        trainable_parameters=n_trainable,
+    )
+
+
+def included(cfg: PipelineConfig, devices: int) -> list[str]:
+    """What each trial holds and runs, in words (the report lists it)."""
+    from rtscore.losses import uses_soft_targets
+
+    parts = ["model (all parameters trainable)", "gradients", "AdamW state (decoder and encoder groups)"]
+    parts.append("EMA fp32 copy and its update after each step" if cfg.ema.enabled else "no EMA (ema.enabled off)")
+    loss = f"loss {cfg.loss.name}" + (" with soft boundary targets" if uses_soft_targets(cfg.loss) else "")
+    parts += [loss, f"gradient clipping at {cfg.training.grad_clip_norm}"]
+    if cfg.training.precision == "fp16":
+        parts.append("GradScaler (fp16)")
+    if cfg.training.torch_compile:
+        parts.append("torch.compile")
+    parts.append(
+        "one validation forward pass at the global batch (the validation loader's training.batch_size)"
+        + (" with the EMA weights swapped in" if cfg.ema.enabled else "")
+        + ", the last step's gradients still held"
+    )
+    if devices > 1:
+        parts.append(f"DDP gradient buckets for {devices} devices (estimate: one fp32 copy of the gradients)")
+    return parts
 
 
 class _RssSampler:
@@ -50,9 +163,22 @@ class _RssSampler:
         self._thread.join()
         self.peak = max(self.peak, self.proc.memory_info().rss)
 
-    @property
-    def delta_gib(self) -> float:
-        return (self.peak - self.base) / 2**30
+    def mark(self) -> int:
+        """The peak growth so far in bytes; the peak starts again from the current RSS."""
+        now = self.proc.memory_info().rss
+        peak, self.peak = max(self.peak, now), now
+        return peak - self.base
+
+
+def _release_freed_memory(device: torch.device) -> None:
+    """Give freed memory back before a trial, so its peak starts from what is really held."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif sys.platform.startswith("linux"):
+        # glibc keeps freed heap pages resident; trimming makes each CPU trial start from the same base
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -62,12 +188,100 @@ def _is_oom(err: BaseException) -> bool:
     return "out of memory" in msg or "can't allocate memory" in msg or "cannot allocate memory" in msg
 
 
-def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, precision: str) -> None:
-    logits = forward_logits(model, x, precision=precision)
-    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+def _batch(cfg: PipelineConfig, n: int, device: torch.device) -> dict[str, Any]:
+    """A batch as the loaders give it: normalised images, {0, 1, 255} int64 labels (1 % RTS, a NoData band)."""
+    size, c = cfg.data.tile_size, cfg.channels.count
+    g = torch.Generator().manual_seed(n)
+    label = (torch.rand(n, size, size, generator=g) > 0.99).long()
+    label[:, :, : max(1, size // 32)] = 255
+    return {
+        "image": torch.randn(n, c, size, size, generator=g).to(device),
+        "label": label.to(device),
+        "tile_id": [f"profile-{i}" for i in range(n)],
+    }
+
+
+@dataclass
+class _TrainingState:
+    """What one trial builds on top of the model, dropped when the trial ends."""
+
+    optimizer: torch.optim.Optimizer
+    ema: Any = None
+    scaler: Any = None
+    buckets: torch.Tensor | None = None
+    tensors: list[Any] = field(default_factory=list)
+
+
+def _training_state(model: torch.nn.Module, cfg: PipelineConfig, device: torch.device, held: Held) -> _TrainingState:
+    """The optimizer, EMA, scaler and DDP buckets as :func:`rtscore.train.loop.build_setup` builds them."""
+    from rtscore.train.ema import EMA
+
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decoder_parameters(model), "name": "decoder"},
+            {"params": encoder_parameters(model), "name": "encoder"},
+        ],
+        lr=cfg.lr_schedule.base_lr,
+        betas=cfg.optimizer.betas,
+        weight_decay=cfg.optimizer.weight_decay,
+    )
+    return _TrainingState(
+        optimizer=optimizer,
+        ema=EMA(model, cfg.ema.decay, cfg.ema.warmup) if cfg.ema.enabled else None,
+        scaler=torch.amp.GradScaler("cuda") if cfg.training.precision == "fp16" else None,
+        # zeros, not empty: the pages are touched, so a CPU trial's RSS holds them as DDP's buckets are held
+        buckets=torch.zeros(held.ddp_buckets // 4, device=device) if held.ddp_buckets else None,
+    )
+
+
+def _train_step(
+    model: torch.nn.Module,
+    train_model: Any,
+    st: _TrainingState,
+    loss_fn: torch.nn.Module,
+    batch: dict[str, Any],
+    cfg: PipelineConfig,
+) -> None:
+    """One step of :func:`rtscore.train.loop.train_one_epoch`, as it takes it."""
+    from rtscore.metrics import PixelConfusion
+
+    x, y = batch["image"], batch["label"]
+    logits = forward_logits(train_model, x, precision=cfg.training.precision, channels_last=cfg.training.channels_last)
+    loss = loss_fn(logits, y, loss_soft_targets(cfg.loss, y))
+    st.optimizer.zero_grad(set_to_none=True)
+    if st.scaler is not None:
+        st.scaler.scale(loss).backward()
+        st.scaler.unscale_(st.optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.grad_clip_norm)
+        st.scaler.step(st.optimizer)
+        st.scaler.update()
+    else:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.grad_clip_norm)
+        st.optimizer.step()
+    if st.ema is not None:
+        st.ema.update(model)
+    PixelConfusion().update(logits.detach(), y)
+
+
+def _val_forward(
+    model: torch.nn.Module, st: _TrainingState, loss_fn: torch.nn.Module, batch: dict[str, Any], cfg: PipelineConfig
+) -> None:
+    """One batch of :func:`rtscore.train.validate.collect` with the EMA swapped in, as :func:`run_epoch` runs it
+    (the object counts, host-side, are left out)."""
+    from rtscore.metrics import LogitBins, TileHistogramAccumulator
+
+    acc = TileHistogramAccumulator(LogitBins(core_bins=cfg.metrics.pr_bins))
+    with st.ema.swapped_in(model) if st.ema is not None else nullcontext(), torch.inference_mode():
+        model.eval()
+        try:
+            logits = forward_logits(
+                model, batch["image"], precision=cfg.training.precision, channels_last=cfg.training.channels_last
+            )
+            float(loss_fn(logits, batch["label"]))
+            acc.add_batch(logits, batch["label"], batch["tile_id"])
+        finally:
+            model.train()
 
 
 def try_batch(
@@ -78,68 +292,132 @@ def try_batch(
     *,
     steps: int,
     memory_cap_gib: float | None,
+    devices: int = 1,
+    train_model: Any = None,
+    loss_fn: torch.nn.Module | None = None,
+    val_batch: int | None = None,
 ) -> Trial:
-    """One warm-up and ``steps`` timed training steps at ``batch``; OOM (or the CPU cap) means it does not fit."""
-    size, c = cfg.data.tile_size, cfg.channels.count
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    """One warm-up and ``steps`` timed training steps at the per-rank ``batch``, then one validation forward
+    pass; OOM (or, on CPU, ``devices`` ranks' peaks above ``memory_cap_gib``) means it does not fit."""
+    train_model = model if train_model is None else train_model
+    loss_fn = loss_fn if loss_fn is not None else build_loss(cfg.loss, _stand_in_counts(cfg))
+    val_n = val_batch if val_batch is not None else validation_batch(batch * devices, devices)
+    held = held_memory(model, cfg, devices)
+    model.train()
+    _release_freed_memory(device)
     if device.type == "cuda":
-        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     sampler = _RssSampler() if device.type == "cpu" else None
+    st: _TrainingState | None = None
+    train_peak = val_peak = float("nan")
     try:
-        x = torch.randn(batch, c, size, size, device=device)
-        y = (torch.rand(batch, size, size, device=device) > 0.99).float()
-        if cfg.training.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
         if sampler is not None:
             sampler.__enter__()
-        _step(model, opt, x, y, cfg.training.precision)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        st = _training_state(model, cfg, device, held)
+        data = _batch(cfg, batch, device)
+        _train_step(model, train_model, st, loss_fn, data, cfg)
+        _sync(device)
         t0 = time.perf_counter()
         for _ in range(steps):
-            _step(model, opt, x, y, cfg.training.precision)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        rate = batch * steps / (time.perf_counter() - t0)
+            _train_step(model, train_model, st, loss_fn, data, cfg)
+        _sync(device)
+        rate = batch * steps / max(time.perf_counter() - t0, 1e-9)
+        train_peak = _peak(device, sampler, held)
+        del data
+        _val_forward(model, st, loss_fn, _batch(cfg, val_n, device), cfg)
+        _sync(device)
+        val_peak = _peak(device, sampler, held)
     except (RuntimeError, MemoryError) as err:
         if not _is_oom(err):
             raise
-        return Trial(batch, False, float("nan"), 0.0, "out of memory")
+        return Trial(batch, batch * devices, False, float("nan"), train_peak, val_peak, 0.0, "out of memory")
     finally:
         if sampler is not None:
             sampler.__exit__()
-        opt.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+        del st
+        _release_freed_memory(device)
+    peak = max(train_peak, val_peak)
+    shared = device.type == "cpu" and devices > 1  # CPU ranks share this machine's memory
+    if memory_cap_gib is not None and (peak * devices if shared else peak) > memory_cap_gib:
+        ranks = f"{devices} ranks x {peak:.2f}" if shared else f"{peak:.2f}"
+        return Trial(
+            batch,
+            batch * devices,
+            False,
+            peak,
+            train_peak,
+            val_peak,
+            rate,
+            f"peak {ranks} GiB above the cap {memory_cap_gib:.2f} GiB",
+        )
+    return Trial(batch, batch * devices, True, peak, train_peak, val_peak, rate)
+
+
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) / 2**30
-    else:
-        assert sampler is not None  # a CPU trial runs under the RSS sampler
-        peak = sampler.delta_gib
-    if memory_cap_gib is not None and peak > memory_cap_gib:
-        return Trial(batch, False, peak, rate, f"peak {peak:.2f} GiB above the cap {memory_cap_gib:.2f} GiB")
-    return Trial(batch, True, peak, rate)
+        torch.cuda.synchronize(device)
+
+
+def _peak(device: torch.device, sampler: _RssSampler | None, held: Held) -> float:
+    """The peak since the last call, GiB per rank; the next call measures from here. On CPU the RSS growth plus
+    the model's weights and buffers, which the process held before the trial."""
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) / GIB
+        torch.cuda.reset_peak_memory_stats(device)
+        return peak
+    assert sampler is not None  # a CPU trial runs under the RSS sampler
+    return (sampler.mark() + held.parameters) / GIB
+
+
+def _stand_in_counts(cfg: PipelineConfig) -> Any:
+    """Class-balanced CE weighs by the train split's pixel counts; the profile's batches are 1 % RTS."""
+    if cfg.loss.name != "class_balanced_ce":
+        return None
+    from rtscore.data.tiles import ClassPixelCounts
+
+    return ClassPixelCounts(background=99, rts=1)
 
 
 def profile_batch_sizes(
     cfg: PipelineConfig,
     *,
     device: torch.device | None = None,
+    devices: int | str | None = None,
     memory_cap_gib: float | None = None,
     max_batch: int = 512,
     steps: int = 2,
 ) -> dict[str, Any]:
-    """Double the batch until it does not fit, then binary-search the boundary; recommend the largest fit."""
+    """Double the per-rank batch until it does not fit, then binary-search the boundary; recommend the largest
+    global batch (``devices`` x per-rank) that fits. ``devices``: N ranks (default ``training.devices``)."""
     device = device or select_device(cfg)
     check_precision(cfg.training.precision, device)
+    n = resolve_devices(cfg, devices)
+    configured_per_rank = per_rank_batch(cfg.training.batch_size, n)
     model = build_model(cfg.model.model_copy(update={"encoder_weights": None}), cfg.channels).to(device).train()
     if cfg.training.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    train_model: Any = torch.compile(model) if cfg.training.torch_compile else model
+    loss_fn = build_loss(cfg.loss, _stand_in_counts(cfg))
+    held = held_memory(model, cfg, n)
     trials: dict[int, Trial] = {}
 
     def run(b: int) -> bool:
-        trials[b] = try_batch(model, cfg, device, b, steps=steps, memory_cap_gib=memory_cap_gib)
+        trials[b] = try_batch(
+            model,
+            cfg,
+            device,
+            b,
+            steps=steps,
+            memory_cap_gib=memory_cap_gib,
+            devices=n,
+            train_model=train_model,
+            loss_fn=loss_fn,
+        )
         return trials[b].fits
 
+    if device.type == "cpu":  # a first step's one-off allocations (thread pools, kernels) stay out of the trials
+        try_batch(model, cfg, device, 1, steps=0, memory_cap_gib=None, train_model=train_model, loss_fn=loss_fn)
     good, bad, b = 0, None, 1
     while b <= max_batch and run(b):
         good, b = b, b * 2
@@ -153,43 +431,92 @@ def profile_batch_sizes(
             bad = mid
     recommended = good - good % 8 if good >= 16 else good
     best_rate = max((t for t in trials.values() if t.fits), key=lambda t: t.images_per_s, default=None)
+    configured_fits = (
+        configured_per_rank <= good if configured_per_rank <= good or bad is not None else None
+    )  # None: beyond the search limit, not tried
     return {
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "device_memory_gib": torch.cuda.get_device_properties(device).total_memory / GIB
+        if device.type == "cuda"
+        else None,
+        "devices": n,
         "architecture": cfg.model.architecture,
         "backbone": cfg.model.backbone,
         "tile_size": cfg.data.tile_size,
         "channels": cfg.channels.count,
         "precision": cfg.training.precision,
+        "loss": cfg.loss.name,
+        "ema": cfg.ema.enabled,
+        "torch_compile": cfg.training.torch_compile,
         "memory_cap_gib": memory_cap_gib,
+        "included": included(cfg, n),
+        "held_gib": held.gib(),
+        "trainable_parameters": held.trainable_parameters,
         "largest_fitting": good,
+        "largest_fitting_global": good * n,
         "first_failing": bad,
-        "recommended_batch_size": recommended,
+        "recommended_per_rank": recommended,
+        "recommended_batch_size": recommended * n,
         "fastest_batch_size": best_rate.batch_size if best_rate else None,
         "configured_batch_size": cfg.training.batch_size,
+        "configured_per_rank": configured_per_rank,
+        "configured_fits": configured_fits,
         "trials": [asdict(trials[k]) for k in sorted(trials)],
     }
 
 
+def _gib(v: float) -> str:
+    return "-" if v != v else f"{v:.2f}"  # NaN: not measured
+
+
 def render_profile(report: dict[str, Any]) -> str:
+    n = report["devices"]
+    per = f"per rank of {n} devices" if n > 1 else "one device"
     lines = [
         f"# Batch-size profile: {report['architecture']} / {report['backbone']}, {report['tile_size']} px, "
-        f"{report['channels']} channels, {report['precision']} on {report['device']}",
+        f"{report['channels']} channels, {report['precision']} on {report['device']} ({per})",
         "",
-        "| batch | fits | peak memory (GiB) | images/s | note |",
-        "|---:|---|---:|---:|---|",
+        "Each trial holds and runs: " + "; ".join(report["included"]) + ".",
+        "",
+        "| per-rank batch | global batch | fits | peak GiB (train / validation) | images/s per rank | note |",
+        "|---:|---:|---|---:|---:|---|",
     ]
     for t in report["trials"]:
         lines.append(
-            f"| {t['batch_size']} | {'yes' if t['fits'] else 'no'} | {t['peak_memory_gib']:.2f} | "
+            f"| {t['batch_size']} | {t['global_batch']} | {'yes' if t['fits'] else 'no'} | "
+            f"{_gib(t['peak_memory_gib'])} ({_gib(t['train_peak_gib'])} / {_gib(t['val_peak_gib'])}) | "
             f"{t['images_per_s']:.1f} | {t['error']} |"
         )
+    h = report["held_gib"]
+    held = (
+        f"Held whatever the batch, per rank: parameters {h['parameters']:.3f} GiB, gradients {h['gradients']:.3f}, "
+        f"AdamW state {h['optimizer']:.3f}, EMA {h['ema']:.3f}"
+    )
+    if n > 1:
+        held += f", DDP gradient buckets {h['ddp_buckets']:.3f} (estimate from the parameter count)"
+    lines += ["", held + " GiB; the activations come on top."]
+    if report["device_memory_gib"]:
+        lines.append(f"Device memory: {report['device_memory_gib']:.1f} GiB.")
+    limit = (
+        f" (first failing per-rank batch: {report['first_failing']})"
+        if report["first_failing"]
+        else " (search limit reached)"
+    )
     lines += [
-        "",
-        f"Largest batch that fits: **{report['largest_fitting']}**"
-        + (f" (first failing: {report['first_failing']})" if report["first_failing"] else " (search limit reached)"),
-        f"Recommended training.batch_size: **{report['recommended_batch_size']}** "
-        f"(configured: {report['configured_batch_size']}; fastest measured: {report['fastest_batch_size']})",
+        f"Largest batch that fits: **{report['largest_fitting_global']}** global"
+        + (f" = {n} x {report['largest_fitting']} per rank" if n > 1 else "")
+        + limit,
+        f"Recommended training.batch_size: **{report['recommended_batch_size']}**"
+        + (f" ({n} x {report['recommended_per_rank']} per rank)" if n > 1 else "")
+        + f"; configured: {report['configured_batch_size']}"
+        + (f" ({report['configured_per_rank']} per rank)" if n > 1 else "")
+        + {True: ", fits", False: ", does NOT fit", None: ", beyond the search limit"}[report["configured_fits"]]
+        + f"; fastest measured per-rank batch: {report['fastest_batch_size']}.",
     ]
     if report["memory_cap_gib"] is not None:
-        lines.append(f"CPU memory cap: {report['memory_cap_gib']} GiB (peak RSS growth during a step counts as use).")
+        lines.append(
+            f"Memory cap: {report['memory_cap_gib']} GiB per device; on CPU for all {n} rank(s) together (a CPU rank's "
+            "peak: its RSS growth during a trial plus the model's weights)."
+        )
+    lines.append("Not counted: the CUDA context, NCCL buffers, DataLoader workers and pinned host memory.")
     return "\n".join(lines) + "\n"

@@ -7,7 +7,6 @@ import pytest
 
 from rtscore.train.loop import train_seed
 from rtscore.train.noise_floor import measure_noise_floor, render_noise_floor
-from rtscore.train.profile import profile_batch_sizes, render_profile
 from tests.train.conftest import tiny_train_config
 
 
@@ -22,14 +21,3 @@ def test_noise_floor_reweighting_is_stable_subsampling_is_not(run_copy: Path) ->
     text = render_noise_floor(report)
     assert "suggested early_stopping.min_delta" in text and "random subsampling" in text
     assert json.loads((run_copy / "seeds/seed_5/noise_floor.json").read_text())["repeats"] == 2
-
-
-def test_profile_batch_finds_the_boundary_under_a_cpu_cap() -> None:
-    cfg = tiny_train_config()
-    report = profile_batch_sizes(cfg, memory_cap_gib=10.0, max_batch=4, steps=1)
-    assert report["largest_fitting"] == 4 and report["first_failing"] is None
-    assert [t["batch_size"] for t in report["trials"]] == [1, 2, 4]
-    tight = profile_batch_sizes(cfg, memory_cap_gib=1e-6, max_batch=4, steps=1)
-    assert tight["largest_fitting"] == 0 and tight["first_failing"] == 1
-    md = render_profile(report)
-    assert "| 4 | yes |" in md and "Recommended training.batch_size: **4**" in md

@@ -1,0 +1,182 @@
+"""The batch-size profiler measures what training holds: EMA, the configured loss, clipping, a validation pass,
+compile, and per rank of N devices with DDP's buckets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from rtscore.config.pipeline import PipelineConfig
+from rtscore.models import build_model
+from rtscore.train import profile
+from rtscore.train.ema import EMA
+from rtscore.train.profile import (
+    GIB,
+    ProfileError,
+    held_memory,
+    profile_batch_sizes,
+    render_profile,
+    resolve_devices,
+    try_batch,
+)
+from tests.train.conftest import tiny_train_config
+
+CPU = torch.device("cpu")
+
+
+def _cfg(**sections: Any) -> PipelineConfig:
+    cfg = tiny_train_config()
+    return cfg.model_copy(update={k: getattr(cfg, k).model_copy(update=v) for k, v in sections.items()})
+
+
+def _model(cfg: PipelineConfig) -> torch.nn.Module:
+    return build_model(cfg.model, cfg.channels).to(memory_format=torch.channels_last)
+
+
+def test_profile_batch_finds_the_boundary_under_a_cpu_cap() -> None:
+    cfg = tiny_train_config()
+    report = profile_batch_sizes(cfg, memory_cap_gib=10.0, max_batch=3, steps=1)
+    assert report["largest_fitting"] == 2 and report["first_failing"] is None
+    assert [t["batch_size"] for t in report["trials"]] == [1, 2]
+    assert report["configured_fits"] is None  # training.batch_size 4: beyond the search limit
+    tight = profile_batch_sizes(cfg, memory_cap_gib=1e-6, max_batch=4, steps=1)
+    assert tight["largest_fitting"] == 0 and tight["first_failing"] == 1 and tight["configured_fits"] is False
+    md = render_profile(report)
+    assert "| 2 | 2 | yes |" in md and "Recommended training.batch_size: **2**" in md
+    assert "EMA fp32 copy" in md and "loss focal" in md and "validation forward pass" in md
+
+
+def test_the_ema_copy_raises_the_peak() -> None:
+    """The EMA's fp32 copy (and its swap for validation) is held: the measured peak grows by about its size."""
+    peaks, held = {}, {}
+    for enabled in (True, False):
+        cfg = _cfg(
+            ema={"enabled": enabled}, model={"backbone": "resnet18"}
+        )  # 11 M parameters: the EMA's 42 MiB stand out of the RSS noise
+        report = profile_batch_sizes(cfg, max_batch=1, steps=1)
+        peaks[enabled] = report["trials"][0]["peak_memory_gib"]
+        held[enabled] = report["held_gib"]["ema"]
+    model = build_model(_cfg(model={"backbone": "resnet18"}).model, tiny_train_config().channels)
+    state_bytes = sum(v.numel() * v.element_size() for v in model.state_dict().values())
+    assert held[True] == pytest.approx(state_bytes / GIB) and held[False] == 0.0
+    assert peaks[True] - peaks[False] > 0.5 * held[True]
+
+
+def test_a_trial_takes_the_training_step_of_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configured loss with its soft targets, clipping at grad_clip_norm, the EMA update after each step, then
+    a validation forward pass with the EMA swapped in, in eval and inference mode."""
+    cfg = _cfg(loss={"name": "dice", "boundary_handling": "soft_labels"}, training={"grad_clip_norm": 0.25})
+    real = profile.build_loss(cfg.loss)
+    calls: list[tuple[bool, bool, bool]] = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, logits: torch.Tensor, target: torch.Tensor, soft: Any = None) -> torch.Tensor:
+            calls.append((soft is not None, torch.is_inference_mode_enabled(), model.training))
+            return real(logits, target, soft)
+
+    seen: dict[str, list[Any]] = {"built": [], "clips": [], "updates": [], "swaps": []}
+    real_clip, real_update, real_swap = torch.nn.utils.clip_grad_norm_, EMA.update, EMA.swapped_in
+
+    def build(loss_cfg: Any, counts: Any = None) -> torch.nn.Module:
+        seen["built"].append(loss_cfg)
+        return Spy()
+
+    def clip(params: Any, max_norm: float, **kw: Any) -> torch.Tensor:
+        seen["clips"].append(max_norm)
+        return real_clip(params, max_norm)
+
+    def update(self: EMA, m: torch.nn.Module) -> None:
+        seen["updates"].append(m)
+        real_update(self, m)
+
+    def swapped_in(self: EMA, m: torch.nn.Module) -> Any:
+        seen["swaps"].append(m)
+        return real_swap(self, m)
+
+    monkeypatch.setattr(profile, "build_loss", build)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    monkeypatch.setattr(EMA, "update", update)
+    monkeypatch.setattr(EMA, "swapped_in", swapped_in)
+
+    model = _model(cfg)
+    trial = try_batch(model, cfg, CPU, 2, steps=2, memory_cap_gib=None)
+    assert trial.fits and trial.train_peak_gib > 0 and trial.val_peak_gib > 0
+    assert seen["built"] == [cfg.loss]
+    # warm-up + 2 timed steps with soft targets in training mode; then validation: plain targets, eval, inference
+    assert calls == [(True, False, True)] * 3 + [(False, True, False)]
+    assert seen["clips"] == [0.25] * 3 and len(seen["updates"]) == 3 and seen["swaps"] == [model]
+    assert model.training and all(p.grad is None for p in model.parameters())  # the trial leaves nothing held
+
+
+def test_no_ema_no_swap() -> None:
+    cfg = _cfg(ema={"enabled": False})
+    model = _model(cfg)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert try_batch(model, cfg, CPU, 1, steps=1, memory_cap_gib=None).fits
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the steps trained it
+
+
+def test_compile_is_the_trained_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Compiled:
+        """Stands in for torch.compile's view: counts the training forwards that go through it."""
+
+        def __init__(self, m: torch.nn.Module) -> None:
+            self.m, self.forwards = m, 0
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            self.forwards += 1
+            return self.m(x)
+
+    views: list[Compiled] = []
+
+    def compile_(m: torch.nn.Module, **kw: Any) -> Compiled:
+        views.append(Compiled(m))
+        return views[-1]
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    report = profile_batch_sizes(_cfg(training={"torch_compile": True}), max_batch=1, steps=1)
+    assert report["torch_compile"] and "torch.compile" in report["included"]
+    assert (
+        len(views) == 1 and views[0].forwards == 3
+    )  # the CPU warm-up trial's step, the trial's warm-up and timed step
+
+
+def test_per_rank_batch_is_the_global_batch_over_the_devices() -> None:
+    cfg = tiny_train_config()  # training.batch_size 4
+    report = profile_batch_sizes(cfg, devices=2, max_batch=2, steps=1)
+    assert report["devices"] == 2 and report["configured_per_rank"] == 2
+    assert [(t["batch_size"], t["global_batch"]) for t in report["trials"]] == [(1, 2), (2, 4)]
+    assert report["largest_fitting"] == 2 and report["largest_fitting_global"] == 4
+    assert report["recommended_batch_size"] == 2 * report["recommended_per_rank"]
+    model = build_model(cfg.model, cfg.channels)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert report["held_gib"]["ddp_buckets"] == pytest.approx(trainable * 4 / GIB)
+    assert held_memory(model, cfg, 1).ddp_buckets == 0
+    md = render_profile(report)
+    assert "**4** global = 2 x 2 per rank" in md and "DDP gradient buckets" in md and "estimate" in md
+
+
+def test_a_global_batch_that_does_not_divide_is_refused() -> None:
+    with pytest.raises(ProfileError, match=r"training\.batch_size 4 .*training\.devices 3"):
+        profile_batch_sizes(tiny_train_config(), devices=3, max_batch=1)
+
+
+def test_devices_default_to_the_config() -> None:
+    cfg = tiny_train_config()
+    assert resolve_devices(cfg, 2) == 2
+    assert resolve_devices(cfg) == 1  # training.devices defaults to 1
+    assert resolve_devices(cfg, "auto") == (torch.cuda.device_count() or 1)
+    with pytest.raises(ProfileError):
+        resolve_devices(cfg, 0)
+
+
+def test_cpu_ranks_share_the_cap() -> None:
+    """On CPU, N ranks share the machine's memory: N x the per-rank peak counts against the cap."""
+    cfg = tiny_train_config()
+    model = _model(cfg)
+    one = try_batch(model, cfg, CPU, 1, steps=1, memory_cap_gib=None)
+    cap = one.peak_memory_gib * 1.5
+    two = try_batch(model, cfg, CPU, 1, steps=1, memory_cap_gib=cap, devices=8)
+    assert not two.fits and "8 ranks" in two.error
