@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 # The settings compared: a name and the environment it runs under (on top of a clean copy of this one).
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
+# The lowest common denominator of x86-64: every CPU of that family can take this code path.
+PORTABLE = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE"}
 SETTINGS: list[tuple[str, dict[str, str]]] = [
     ("native", {}),
     ("native (again)", {}),
@@ -44,6 +46,7 @@ SETTINGS: list[tuple[str, dict[str, str]]] = [
     ("pinned avx2 (aten + onednn + mkl)", PINNED),
     ("pinned avx2 (again)", PINNED),
     ("pinned avx2, 1 thread", {**PINNED, "OMP_NUM_THREADS": "1"}),
+    ("portable (aten default + onednn SSE41 + mkl COMPATIBLE)", PORTABLE),
 ]
 ENV_KEYS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS", "ONEDNN_VERBOSE")
 
@@ -76,7 +79,8 @@ def probe_isa(env: dict[str, str]) -> dict[str, str]:
         "import torch\n"
         "print('ATEN', torch.backends.cpu.get_cpu_capability(), flush=True)\n"
         "c = torch.nn.Conv2d(4, 8, 3).to(memory_format=torch.channels_last)\n"
-        "c(torch.randn(1, 4, 8, 8).contiguous(memory_format=torch.channels_last))\n"
+        "x = torch.randn(2, 4, 16, 16).contiguous(memory_format=torch.channels_last).requires_grad_()\n"
+        "c(x).sum().backward()\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env={**env, "ONEDNN_VERBOSE": "1"}, capture_output=True, text=True, check=True
@@ -102,6 +106,7 @@ def train_worker(run_dir: Path, steps: int, quick: bool) -> dict[str, Any]:
         "loss": row["train_loss"],
         "threads": torch.get_num_threads(),
         "aten": torch.backends.cpu.get_cpu_capability(),
+        "samples_per_s": row["train_samples_per_s"],
     }
 
 
@@ -139,8 +144,8 @@ def main() -> None:
             res = {"setting": name, "env": extra, **json.loads(line[len("RESULT ") :]), **probe_isa(env)}
             results.append(res)
             print(
-                f"  {name:36s} sha256 {res['sha256'][:16]}  loss {res['loss']:.7f}  aten {res['aten']:7s} "
-                f"onednn {res['onednn_isa']}",
+                f"  {name:55s} sha256 {res['sha256'][:16]}  loss {res['loss']:.7f}  "
+                f"{res['samples_per_s']:5.1f} samples/s  aten {res['aten']:7s} onednn {res['onednn_isa']}",
                 flush=True,
             )
     finally:
@@ -158,6 +163,7 @@ def main() -> None:
         "pinned runs agree": by["pinned avx2 (aten + onednn + mkl)"] == by["pinned avx2 (again)"],
         "aten capability changes the weights": by["aten avx2"] != by["native"],
         "onednn ISA changes the weights": by["onednn AVX2"] != by["native"],
+        "MKL_CBWR changes the weights": by["pinned avx2 (aten + onednn + mkl)"] != by["aten avx2 + onednn AVX2"],
         "thread count changes the weights": by["pinned avx2, 1 thread"] != by["pinned avx2 (again)"],
     }
     for k, v in checks.items():
