@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import resource
 import shutil
@@ -241,6 +242,288 @@ def bench_training(
     return out
 
 
+# ----------------------------------------------------------------------------- (d) the CPU path
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One way to run the quickstart's training loop on CPU: compile, memory format, threads, loader workers."""
+
+    name: str
+    compile: bool = False
+    channels_last: bool = True
+    threads: int = 2
+    workers: int = 0
+    repeat_of: str | None = None  # an identical copy of this variant: the determinism check (and A/A noise)
+
+    def describe(self) -> str:
+        mode = "compiled" if self.compile else "eager"
+        fmt = "channels_last" if self.channels_last else "NCHW"
+        return f"{mode}, {fmt}, {self.threads} thread(s) + {self.workers} worker(s)"
+
+
+def cpu_variants(threads: int, *, compile_: bool) -> list[Variant]:
+    """The quickstart's current setting first (the reference), then one factor changed at a time.
+
+    ``threads`` is torch's default intra-op thread count (the physical cores): on 2 cores the loader variants are
+    2 threads + 0 workers (the default), 1 thread + 1 worker (a core each) and 2 threads + 1 worker (oversubscribed).
+    """
+    t = threads
+    out = [Variant("default", threads=t), Variant("default_repeat", threads=t, repeat_of="default")]
+    out.append(Variant("nchw", channels_last=False, threads=t))
+    if compile_:
+        out += [
+            Variant("compile", compile=True, threads=t),
+            Variant("compile_repeat", compile=True, threads=t, repeat_of="compile"),
+        ]
+    if t > 1:
+        out.append(Variant(f"t{t - 1}_w1", threads=t - 1, workers=1))
+    out.append(Variant(f"t{t}_w1", threads=t, workers=1))
+    return out
+
+
+def variant_config(v: Variant, *, quick: bool, steps: int | None) -> Any:
+    from rtscore.config.pipeline import parse_pipeline_config
+
+    data = bench_config(quick=quick, steps=steps or 1, workers=v.workers).model_dump(mode="json")
+    data["training"]["steps_per_epoch"] = steps  # None: the quickstart's own epoch length
+    data["training"].update(torch_compile=v.compile, channels_last=v.channels_last)
+    return parse_pipeline_config(data)
+
+
+def weights_digest(model: Any) -> tuple[str, dict[str, Any]]:
+    """sha256 over the state_dict's tensors in order (names and bytes), and a CPU copy of the tensors."""
+    import hashlib
+
+    h = hashlib.sha256()
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    for k, v in state.items():
+        h.update(k.encode())
+        h.update(v.numpy().tobytes())
+    return h.hexdigest(), state
+
+
+def max_abs_diff(a: dict[str, Any], b: dict[str, Any], keys: list[str]) -> float:
+    """Largest absolute difference of the tensors named ``keys`` (the trainable weights: BatchNorm's running
+    variances are large numbers whose differences would say little)."""
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in keys)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median and [min, max] of a list of figures."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def break_even_steps(compile_s: float, eager_step_s: float, compiled_step_s: float) -> float:
+    """Steps after which the compiled model has paid back its compile time (inf: it never does)."""
+    gain = eager_step_s - compiled_step_s
+    return compile_s / gain if gain > 0 else math.inf
+
+
+def val_frequency_costs(
+    epoch_steps: list[int], step_s: float, val_s: float, frequencies: tuple[int, ...] = (2, 3, 4)
+) -> dict[int, dict[str, float]]:
+    """Training + validation seconds of one seed for each ``training.val_frequency`` (as run_epoch validates:
+    every f-th epoch and the last one), from the measured seconds per training step and per validation pass."""
+    n_epochs = len(epoch_steps)
+    train_s = step_s * sum(epoch_steps)
+    out = {}
+    for f in frequencies:
+        n_val = sum(1 for e in range(1, n_epochs + 1) if e % f == 0 or e == n_epochs)
+        out[f] = {"validations": n_val, "train_s": train_s, "val_s": n_val * val_s, "total_s": train_s + n_val * val_s}
+    return out
+
+
+def soundness(loss: float, ref_loss: float, deterministic: bool | None, *, loss_rtol: float = 0.02) -> tuple[bool, str]:
+    """Numerically sound: a finite loss within ``loss_rtol`` of the reference's after the same steps, and (when
+    a repeat was run) bit-identical to its repeat."""
+    if not math.isfinite(loss):
+        return False, "non-finite loss"
+    if abs(loss - ref_loss) > loss_rtol * abs(ref_loss):
+        return False, f"loss {loss:.5f} vs {ref_loss:.5f}: beyond {loss_rtol:.0%}"
+    if deterministic is False:
+        return False, "two identical runs differ"
+    return True, "ok"
+
+
+def bench_cpu_path(
+    run_dir: Path, *, quick: bool, steps: int, rounds: int, min_rounds: int, deadline: float, compile_: bool
+) -> dict[str, Any]:
+    """(d): the variants of :func:`cpu_variants`, epochs of ``steps`` steps interleaved round by round, then the
+    numerics of each against the default after the same epochs; and one validation pass vs one real epoch."""
+    import torch
+
+    from rtscore.train.loop import build_setup
+    from rtscore.train.validate import evaluate
+
+    threads = torch.get_num_threads()
+    variants = cpu_variants(threads, compile_=compile_)
+    setups = {v.name: build_setup(variant_config(v, quick=quick, steps=steps), run_dir, SEED) for v in variants}
+    # (d) validation cost: the quickstart's own epoch length (no steps_per_epoch) at the default setting.
+    real = build_setup(variant_config(variants[0], quick=quick, steps=None), run_dir, SEED)
+    cfg = real.cfg
+    epoch_steps = []
+    for e in range(1, cfg.training.max_epochs + 1):
+        real.sampler.set_epoch(e)
+        epoch_steps.append(len(real.sampler))
+    last: dict[str, dict[str, float]] = {}
+
+    def timed_epoch(v: Variant, epoch: int) -> float:
+        def run() -> float:
+            from rtscore.train.loop import train_one_epoch
+
+            start_epoch(setups[v.name], epoch)
+            last[v.name] = train_one_epoch(setups[v.name], epoch)
+            return last[v.name]["train_samples_per_s"]
+
+        return with_threads(v.threads, run)
+
+    def real_epoch_s(epoch: int) -> float:
+        t0 = time.perf_counter()
+        with_threads(threads, lambda: loop_epoch(real, epoch))
+        return time.perf_counter() - t0
+
+    def val_pass_s(epoch: int) -> float:
+        t0 = time.perf_counter()
+        with real.ema.swapped_in(real.model):
+            evaluate(real.model, real.val_loader, cfg, real.device, loss_fn=real.loss_fn, seed=SEED)
+        return time.perf_counter() - t0
+
+    extra = {"real_epoch_s": real_epoch_s, "val_pass_s": val_pass_s}
+    names = [v.name for v in variants] + list(extra)
+    by_name = {v.name: v for v in variants}
+
+    def measure(name: str, epoch: int) -> float:
+        return extra[name](epoch) if name in extra else timed_epoch(by_name[name], epoch)
+
+    runs: dict[str, list[float]] = {k: [] for k in names}
+    t0 = time.perf_counter()
+    warm_s: dict[str, float] = {}
+    for name in names:  # warm-up in list order: "compile" compiles cold, "compile_repeat" then finds the caches warm
+        t = time.perf_counter()
+        measure(name, FIRST_EPOCH)
+        warm_s[name] = time.perf_counter() - t
+    done = 0
+    for r in range(rounds):
+        if r >= min_rounds and time.perf_counter() > deadline:
+            break
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            runs[name].append(measure(name, FIRST_EPOCH + 1 + r))
+        done += 1
+
+    samples = steps * cfg.training.batch_size
+    ref = "default"
+    digests = {v.name: weights_digest(setups[v.name].model) for v in variants}
+    param_names = [k for k, _ in setups[ref].model.named_parameters()]
+    per_variant: dict[str, Any] = {}
+    for v in variants:
+        sps = runs[v.name]
+        ratios = [a / b for a, b in zip(sps, runs[ref], strict=True)]
+        repeat = next((w.name for w in variants if w.repeat_of == v.name), v.repeat_of)
+        deterministic = None if repeat is None else digests[v.name][0] == digests[repeat][0]
+        loss = last[v.name]["train_loss"]
+        ok, why = soundness(loss, last[ref]["train_loss"], deterministic)
+        per_variant[v.name] = {
+            "describe": v.describe(),
+            "samples_per_s": spread(sps),
+            "step_s": samples / statistics.median(sps) / steps,
+            "ratio_vs_default": spread(ratios),
+            "runs": sps,
+            "first_epoch_s": warm_s[v.name],
+            "final_train_loss": loss,
+            "weights_sha256": digests[v.name][0],
+            "identical_to_default": digests[v.name][0] == digests[ref][0],
+            "max_abs_weight_diff_vs_default": max_abs_diff(digests[v.name][1], digests[ref][1], param_names),
+            "deterministic": deterministic,
+            "sound": ok,
+            "sound_reason": why,
+        }
+    out: dict[str, Any] = {
+        "threads": threads,
+        "steps_per_epoch": steps,
+        "batch_size": cfg.training.batch_size,
+        "tile_size": cfg.data.tile_size,
+        "epochs_trained": 1 + done,
+        "steps_trained": (1 + done) * steps,
+        "rounds": done,
+        "seconds": time.perf_counter() - t0,
+        "variants": per_variant,
+    }
+    if compile_:
+        eager_s, comp_s = per_variant[ref]["step_s"], per_variant["compile"]["step_s"]
+        block_s = steps * comp_s
+        cold = warm_s["compile"] - block_s  # the warm-up epoch less what the same steps take once compiled
+        warm = warm_s["compile_repeat"] - block_s
+        seed_steps = sum(epoch_steps)
+        out["compile"] = {
+            "cold_compile_s": cold,
+            "warm_compile_s": warm,
+            "eager_step_s": eager_s,
+            "compiled_step_s": comp_s,
+            "break_even_steps_cold": break_even_steps(cold, eager_s, comp_s),
+            "break_even_steps_warm": break_even_steps(warm, eager_s, comp_s),
+            "quickstart_steps_per_seed": seed_steps,
+            # 3 seeds: the first compiles cold, the others find inductor's on-disk caches warm
+            "quickstart_3_seeds_gain_s": 3 * seed_steps * (eager_s - comp_s) - cold - 2 * warm,
+        }
+    real_s = statistics.median(runs["real_epoch_s"])
+    val_s = statistics.median(runs["val_pass_s"])
+    # the real epochs timed are epochs FIRST_EPOCH + 1 on: the curriculum's last stage, all of one length
+    step_s = real_s / epoch_steps[min(FIRST_EPOCH, len(epoch_steps) - 1)]
+    out["validation"] = {
+        "val_tiles": len(real.val_loader.dataset),
+        "train_epoch_steps": epoch_steps,
+        "real_epoch_s": spread(runs["real_epoch_s"]),
+        "val_pass_s": spread(runs["val_pass_s"]),
+        "val_over_epoch": val_s / real_s,
+        "per_frequency": val_frequency_costs(epoch_steps, step_s, val_s),
+    }
+    sound = [n for n, d in per_variant.items() if d["sound"] and by_name[n].repeat_of is None]
+    out["fastest_sound"] = max(sound, key=lambda n: per_variant[n]["ratio_vs_default"]["median"]) if sound else None
+    return out
+
+
+def print_cpu_path(d: dict[str, Any]) -> None:
+    def rng(x: dict[str, float], fmt: str) -> str:
+        return f"{x['median']:{fmt}} [{x['min']:{fmt}}-{x['max']:{fmt}}]"
+
+    print(
+        f"(d) the CPU path: quickstart model, batch {d['batch_size']} at {d['tile_size']} px, {d['threads']} torch "
+        f"threads by default, {d['steps_per_epoch']} steps per epoch, median [min-max] of {d['rounds']} interleaved "
+        f"rounds after a warm-up epoch; numerics after the same {d['epochs_trained']} epochs ({d['steps_trained']} "
+        "steps, the same batches) from the same init"
+    )
+    hdr = f"    {'variant':16s} {'setting':50s} {'samples/s':>22s} {'vs default':>22s} {'loss':>9s} "
+    print(hdr + f"{'max|dw|':>9s} {'=def':>5s} {'repeat':>6s} sound")
+    for name, v in d["variants"].items():
+        det = {None: "-", True: "same", False: "DIFF"}[v["deterministic"]]
+        print(
+            f"    {name:16s} {v['describe']:50s} {rng(v['samples_per_s'], '6.1f'):>22s} "
+            f"{rng(v['ratio_vs_default'], '5.3f'):>22s} {v['final_train_loss']:9.5f} "
+            f"{v['max_abs_weight_diff_vs_default']:9.2e} {'yes' if v['identical_to_default'] else 'no':>5s} "
+            f"{det:>6s} {'yes' if v['sound'] else 'NO: ' + v['sound_reason']}"
+        )
+    c = d.get("compile")
+    if c:
+        print(
+            f"    torch.compile (inductor): compile {c['cold_compile_s']:.1f} s cold, {c['warm_compile_s']:.1f} s with "
+            f"warm caches; step {1000 * c['compiled_step_s']:.0f} ms vs eager {1000 * c['eager_step_s']:.0f} ms; "
+            f"break-even after {c['break_even_steps_cold']:.0f} steps cold / {c['break_even_steps_warm']:.0f} warm; "
+            f"a quickstart seed is {c['quickstart_steps_per_seed']} steps: 3 seeds gain "
+            f"{c['quickstart_3_seeds_gain_s']:+.0f} s"
+        )
+    v = d["validation"]
+    print(
+        f"    validation: one pass over the val pool ({v['val_tiles']} tiles) {rng(v['val_pass_s'], '.2f')} s vs "
+        f"one training epoch {rng(v['real_epoch_s'], '.2f')} s: {v['val_over_epoch']:.2f} of an epoch"
+    )
+    for f, x in v["per_frequency"].items():
+        print(
+            f"      training.val_frequency {f}: {x['validations']} validations, {x['val_s']:.0f} s of validation + "
+            f"{x['train_s']:.0f} s of training per seed = {x['total_s']:.0f} s"
+        )
+    print(f"    fastest numerically sound setting: {d['fastest_sound']}")
+
+
 # ----------------------------------------------------------------------------- (c) PR-AUC
 def synthetic_scores(n_tiles: int, size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Realistic validation outputs: (T,H,W) float32 logits and uint8 labels in {0, 1, 255}.
@@ -351,9 +634,20 @@ def main() -> None:
         help="stop timing training rounds past this many seconds from start, after at least 3 (quick 2) rounds "
         "(default 450; the machine is shared, so a slow spell can stretch a round several-fold)",
     )
+    p.add_argument(
+        "--sections",
+        default="loop,prauc,cpu",
+        help="comma-separated parts to run: loop ((a)/(b)), prauc ((c)), cpu ((d) the CPU path); default all",
+    )
+    p.add_argument("--no-compile", action="store_true", help="(d) without the torch.compile variants")
+    p.add_argument("--cpu-steps", type=int, default=None, help="(d) steps per epoch (default 12; quick 2)")
+    p.add_argument("--cpu-rounds", type=int, default=None, help="(d) timed rounds (default 7; quick 1)")
+    p.add_argument("--cpu-budget-s", type=float, default=None, help="(d) like --budget-s (default 900; quick 60)")
     args = p.parse_args()
-    import torch
-
+    sections = set(args.sections.split(","))
+    unknown = sections - {"loop", "prauc", "cpu"}
+    if unknown:
+        p.error(f"--sections: unknown {sorted(unknown)}; use loop, prauc, cpu")
     steps = args.steps or (3 if args.quick else 12)
     rounds = args.rounds or (2 if args.quick else 7)
     min_rounds = min(rounds, 2 if args.quick else 3)
@@ -362,27 +656,70 @@ def main() -> None:
     t_start = time.perf_counter()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="rts-train-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    # (d) times a cold compile: inductor's caches start empty in the scratch directory (read when torch loads)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor-cache")
+    import torch
+
+    tr: dict[str, Any] | None = None
+    cpu: dict[str, Any] | None = None
+    gen_s = math.nan
     try:
         run_dir = workdir / "run"
-        gen_s = build_run_dir(bench_config(quick=args.quick, steps=steps, workers=0), run_dir)
-        tr = bench_training(
-            run_dir, quick=args.quick, steps=steps, rounds=rounds, min_rounds=min_rounds, deadline=t_start + budget
-        )
+        if sections & {"loop", "cpu"}:
+            gen_s = build_run_dir(bench_config(quick=args.quick, steps=steps, workers=0), run_dir)
+        if "loop" in sections:
+            tr = bench_training(
+                run_dir, quick=args.quick, steps=steps, rounds=rounds, min_rounds=min_rounds, deadline=t_start + budget
+            )
+        if "cpu" in sections:
+            t_cpu = time.perf_counter()
+            cpu_rounds = args.cpu_rounds or (1 if args.quick else 7)
+            cpu_budget = args.cpu_budget_s if args.cpu_budget_s is not None else (60.0 if args.quick else 900.0)
+            cpu = bench_cpu_path(
+                run_dir,
+                quick=args.quick,
+                steps=args.cpu_steps or (2 if args.quick else 12),
+                rounds=cpu_rounds,
+                min_rounds=min(cpu_rounds, 1 if args.quick else 3),
+                deadline=t_cpu + cpu_budget,
+                compile_=not args.no_compile,
+            )
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    pr = bench_prauc(pr_tiles, pr_size, pr_reps)
+    pr = bench_prauc(pr_tiles, pr_size, pr_reps) if "prauc" in sections else None
     total_s = time.perf_counter() - t_start
+    print(
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, "
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}; run dir (train + val stores, stats) built in "
+        f"{gen_s:.1f} s"
+    )
+    if tr is not None:
+        print_training(tr)
+    if pr is not None:
+        print_prauc(pr)
+    if cpu is not None:
+        print_cpu_path(cpu)
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"total {total_s:.0f} s, peak RSS of this process {peak_rss_mib:.0f} MiB")
+    summary = {
+        "generation_s": gen_s,
+        "training": tr,
+        "prauc": pr,
+        "cpu_path": cpu,
+        "total_s": total_s,
+        "peak_rss_mib": peak_rss_mib,
+    }
+    print(json.dumps(summary))
 
+
+def print_training(tr: dict[str, Any]) -> None:
     m = tr["median_samples_per_s"]
     b, h, w, c = tr["input_shape"][0], tr["input_shape"][2], tr["input_shape"][3], tr["input_shape"][1]
     print(
-        f"torch {torch.__version__}, {os.cpu_count()} CPUs, torch threads {tr['torch_threads']}, "
-        f"precision {tr['precision']}; run dir (train + val stores, stats) built in {gen_s:.1f} s"
-    )
-    print(
-        f"(a)/(b) Unet/mobilenet_v2, batch {b} x {c} x {h} x {w}, {tr['steps_per_epoch']} steps per epoch/block, "
-        f"median of {tr['rounds']} interleaved rounds (after 1 warm-up round)"
+        f"(a)/(b) Unet/mobilenet_v2, batch {b} x {c} x {h} x {w}, {tr['precision']}, {tr['torch_threads']} torch "
+        f"threads, {tr['steps_per_epoch']} steps per epoch/block, median of {tr['rounds']} interleaved rounds "
+        "(after 1 warm-up round)"
     )
     print(f"    (a) real loop, num_workers=0           : {m['real_w0']:7.1f} samples/s")
     print(f"    (a) real loop, num_workers=1 (prefetch): {m['real_w1']:7.1f} samples/s")
@@ -420,6 +757,9 @@ def main() -> None:
         f"    headline (data.loader.num_workers={HEADLINE_WORKERS}, prefetch 2, persistent workers): "
         f"real/bare {tr['ratio_real_over_bare']:.3f} (target >= 0.9)"
     )
+
+
+def print_prauc(pr: dict[str, Any]) -> None:
     print(
         f"(c) PR-AUC over {pr['tiles']} tiles of {pr['tile_size']}x{pr['tile_size']} = {pr['pixels'] / 1e6:.1f}M px "
         f"({pr['valid_pixels'] / 1e6:.1f}M valid, {100 * pr['positive_fraction']:.2f}% positive, "
@@ -429,10 +769,6 @@ def main() -> None:
     print(f"    sklearn.metrics.average_precision_score                           : {pr['sklearn_s']:7.3f} s")
     print(f"    speed-up: {pr['speedup']:.1f}x (target >= 50x)")
     print(f"    AP histograms {pr['ap_hist']:.6f} vs sklearn {pr['ap_sklearn']:.6f}: |diff| {pr['ap_abs_diff']:.2e}")
-    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"total {total_s:.0f} s, peak RSS of this process {peak_rss_mib:.0f} MiB")
-    summary = {"generation_s": gen_s, "training": tr, "prauc": pr, "total_s": total_s, "peak_rss_mib": peak_rss_mib}
-    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
