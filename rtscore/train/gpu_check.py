@@ -119,15 +119,9 @@ def training_config(cfg: PipelineConfig, opts: GpuCheckOptions, batch_size: int,
         "training.early_stopping.start_epoch": opts.epochs + 1,
         "lr_schedule.freeze_backbone_epochs": 1 if opts.epochs > 1 else 0,
         "lr_schedule.warmup_epochs": 0,
+        "training.devices": devices,
     }
-    if _has_devices(cfg):
-        updates["training.devices"] = devices
     return parse_pipeline_config(apply_overrides(cfg.model_dump(mode="json"), updates, "the GPU check's training"))
-
-
-def _has_devices(cfg: PipelineConfig) -> bool:
-    """Whether this version trains on several devices (``training.devices``); else the training takes one."""
-    return "devices" in type(cfg.training).model_fields
 
 
 def _du(path: Path) -> int:
@@ -279,7 +273,7 @@ def _train(work: Path, cfg: PipelineConfig, opts: GpuCheckOptions, batch: int, d
     val_s = [r["epoch_seconds"] - t for r, t in zip(rows, train_s, strict=False)]
     return {
         "batch_size": batch,
-        "devices": devices if _has_devices(cfg) else 1,
+        "devices": devices,
         "seed": seed,
         "seconds": seconds,
         "train_samples_per_s": sum(r["train_batches"] * batch for r in rows) / sum(train_s) if train_s else 0.0,

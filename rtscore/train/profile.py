@@ -69,9 +69,9 @@ class Held:
 
 
 def resolve_devices(cfg: PipelineConfig, devices: int | str | None = None) -> int:
-    """The device count N a profile is per rank of: ``devices``, else ``training.devices`` (1 before that key
-    exists); ``auto`` is every visible GPU (1 without one)."""
-    want: Any = devices if devices is not None else getattr(cfg.training, "devices", 1)
+    """The device count N a profile is per rank of: ``devices``, else ``training.devices``; ``auto`` is every
+    visible GPU (1 without one)."""
+    want: Any = devices if devices is not None else cfg.training.devices
     if want == "auto":
         return torch.cuda.device_count() or 1
     n = int(want)
@@ -92,8 +92,9 @@ def per_rank_batch(global_batch: int, devices: int) -> int:
 
 
 def validation_batch(global_batch: int, devices: int) -> int:
-    """The batch of a validation forward pass per rank: the validation loader's, ``training.batch_size``."""
-    return global_batch
+    """The batch of a validation forward pass per rank: each rank validates its shard of the pool in batches of
+    its training share, ``training.batch_size / devices`` (rtscore.train.loop.build_setup)."""
+    return global_batch // devices
 
 
 def held_memory(model: torch.nn.Module, cfg: PipelineConfig, devices: int) -> Held:
