@@ -12,7 +12,9 @@ AdamW, EMA; random encoder init (``encoder_weights: null``, no download). Measur
         8 workers, pin_memory, prefetch 2, persistent workers), channels_last, EMA;
   (iii) torch.compile'd channels_last bare step (compile time reported, excluded from the timing); optional
         (``--no-compile``), run after (iv) so a slow compile cannot starve the main figure;
-  (v)   optional (``--real-compile``): the real loop with the compiled model.
+  (v)   optional (``--real-compile``): the real loop with the compiled model;
+  (vi)  with 2+ GPUs visible: one seed on 1 GPU vs every visible GPU (DDP, the training launcher), img/s and the
+        scaling efficiency (``bench/ddp_bench.py --device cuda``); ``--no-scaling`` skips it.
 
 The bare step is exactly the loop's step (autocast forward, focal loss, zero_grad, backward, clip, AdamW
 step) on one real batch kept on the device, with no per-step host sync. Every timed figure is the median of
@@ -385,6 +387,12 @@ def parse_args() -> argparse.Namespace:
         help="wall-clock budget from start: past it, timed loops stop after one block/epoch and the compiled "
         "variants are skipped (the real loop always runs)",
     )
+    p.add_argument(
+        "--no-scaling",
+        dest="scaling",
+        action="store_false",
+        help="skip (vi), one seed on 1 GPU vs every visible GPU (bench/ddp_bench.py; needs 2+ GPUs)",
+    )
     p.add_argument("--workdir", default=None, help="scratch directory for the stores (default: a temp dir)")
     p.add_argument("--json", default=None, help="result path (default $OUT/gpu_check.json or ./gpu_check.json)")
     a = p.parse_args()
@@ -523,6 +531,18 @@ def main() -> int:
                 e1 = e0 + 1 + a.real_epochs
                 epochs = [e1 + i for i in range(1 + a.real_epochs)]
                 guarded(results, "real_compiled", lambda: measure_loop(sc, epochs, 1, clock, "v"))
+        # (vi) one seed on every visible GPU vs one (DDP through the training launcher), the users' baseline
+        if a.scaling and device.type == "cuda" and torch.cuda.device_count() > 1 and not clock.over():
+            from bench.ddp_bench import run_bench
+
+            log(f"(vi) one seed on 1 GPU vs {torch.cuda.device_count()} GPUs (DDP), baseline at global batch 32")
+            guarded(
+                results,
+                "scaling",
+                lambda: run_bench("cuda", quick=False, rounds=2, epochs=2, steps=8, workdir=workdir / "scaling"),
+            )
+        elif a.scaling:
+            results["notes"].append(f"(vi) skipped: {torch.cuda.device_count()} CUDA device(s) visible")
     except Exception as err:  # data generation or setup failed: still write what is known
         traceback.print_exc()
         results["fatal"] = f"{type(err).__name__}: {err}"[:2000]
@@ -550,6 +570,10 @@ def main() -> int:
         ratios["bare_compiled_over_cl"] = rate("bare_compiled") / rate("bare_cl")
     if rate("real_compiled") and rate("bare_compiled"):
         ratios["real_compiled_over_bare_compiled"] = rate("real_compiled") / rate("bare_compiled")
+    scaling = results.get("scaling") or {}
+    if "scaling_efficiency" in scaling:
+        ratios["ddp_speedup"] = scaling["ratio_train_img_per_s"]
+        ratios["ddp_scaling_efficiency"] = scaling["scaling_efficiency"]
     results["ratios"] = ratios
     results["total_s"] = clock.elapsed
     results["reference_h200_img_per_s"] = {"bare_nchw": 75.0, "bare_cl": 145.0, "bare_compiled": 209.0}

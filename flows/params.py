@@ -221,7 +221,8 @@ class DistributedParams(FormModel):
     job_variables: dict[str, JsonValue] = Field(
         default_factory=dict,
         description="Job variables for every child run, over the deployment's (e.g. "
-        '{"env": {"CUDA_VISIBLE_DEVICES": "1"}} on a process pool, {"accelerator_count": 2} on Vertex AI).',
+        '{"env": {"CUDA_VISIBLE_DEVICES": "1"}} on a process pool, {"accelerator_count": 4} on Vertex AI: with '
+        "training.devices auto, each seed then trains on the 4 GPUs of its machine).",
     )
 
 

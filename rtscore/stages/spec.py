@@ -38,6 +38,11 @@ class ArtifactRef(BaseModel):
     stage: str = Field(..., description="Producing stage.")
 
 
+# Settings that choose how a stage runs, not what it computes: no stage's key holds them. One seed on N devices
+# takes the one-device steps up to the order of float sums (rtscore.train.distributed) and resumes on any N.
+EXECUTION_SETTINGS = ("training.devices",)
+
+
 @dataclass(frozen=True)
 class StageSpec:
     """One pipeline stage.
@@ -86,7 +91,7 @@ class StageSpec:
                 picked.setdefault(section, {})[name] = data[section][name]
             else:
                 picked[section] = data[section]
-        for key in self.config_ignores:
+        for key in (*self.config_ignores, *EXECUTION_SETTINGS):
             section, _, name = key.partition(".")
             picked.get(section, {}).pop(name, None)
         split = (params or {}).get("split")
