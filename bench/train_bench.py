@@ -415,13 +415,19 @@ def bench_cpu_path(
     digests = {v.name: weights_digest(setups[v.name].model) for v in variants}
     param_names = [k for k, _ in setups[ref].model.named_parameters()]
     per_variant: dict[str, Any] = {}
+    # A change of the thread count changes only the order of float sums (oneDNN splits them by thread), yet
+    # training amplifies it (measured 2026-12-02: the 1-thread loss 6 % off the 2-thread one after 96 steps).
+    # So a variant's loss counts as sound within twice that reduction-order spread (at least 2 %).
+    ref_loss = last[ref]["train_loss"]
+    order_only = [abs(last[n]["train_loss"] - ref_loss) / abs(ref_loss) for n in ("t1_w1",) if n in last]
+    loss_rtol = max([0.02, *(2 * x for x in order_only)])
     for v in variants:
         sps = runs[v.name]
         ratios = [a / b for a, b in zip(sps, runs[ref], strict=True)]
         repeat = next((w.name for w in variants if w.repeat_of == v.name), v.repeat_of)
         deterministic = None if repeat is None else digests[v.name][0] == digests[repeat][0]
         loss = last[v.name]["train_loss"]
-        ok, why = soundness(loss, last[ref]["train_loss"], deterministic)
+        ok, why = soundness(loss, ref_loss, deterministic, loss_rtol=loss_rtol)
         per_variant[v.name] = {
             "describe": v.describe(),
             "samples_per_s": spread(sps),
@@ -478,7 +484,14 @@ def bench_cpu_path(
         "per_frequency": val_frequency_costs(epoch_steps, step_s, val_s),
     }
     sound = [n for n, d in per_variant.items() if d["sound"] and by_name[n].repeat_of is None]
+    out["loss_rtol"] = loss_rtol
     out["fastest_sound"] = max(sound, key=lambda n: per_variant[n]["ratio_vs_default"]["median"]) if sound else None
+    # for a 10-minute quickstart the compile time counts: compile only where it gains over 3 seeds, cold
+    gain = (out.get("compile") or {}).get("quickstart_3_seeds_gain_s")
+    quick = [n for n in sound if not (n.startswith("compile") and (gain is None or gain <= 0))]
+    out["fastest_for_quickstart"] = (
+        max(quick, key=lambda n: per_variant[n]["ratio_vs_default"]["median"]) if quick else None
+    )
     return out
 
 
@@ -521,7 +534,11 @@ def print_cpu_path(d: dict[str, Any]) -> None:
             f"      training.val_frequency {f}: {x['validations']} validations, {x['val_s']:.0f} s of validation + "
             f"{x['train_s']:.0f} s of training per seed = {x['total_s']:.0f} s"
         )
-    print(f"    fastest numerically sound setting: {d['fastest_sound']}")
+    print(
+        f"    fastest numerically sound setting (loss within {d.get('loss_rtol', 0.02):.1%} of the default's, twice "
+        f"the spread a thread-count change gives; repeats bit-identical): {d['fastest_sound']}; for a 3-seed "
+        f"quickstart, compile time counted: {d.get('fastest_for_quickstart')}"
+    )
 
 
 # ----------------------------------------------------------------------------- (c) PR-AUC

@@ -16,6 +16,7 @@ from flows.form import FormModel
 from flows.options import Cli, data_root_location, local_file, local_output, local_path
 from flows.params import Split
 from rtscore.config.binding import RasterBandMap
+from rtscore.config.overrides import check_override_keys
 from rtscore.config.pipeline import NormalizationConfig
 
 __all__ = [
@@ -262,8 +263,6 @@ class GpuCheckParams(FormModel):
     @field_validator("overrides")
     @classmethod
     def _dotted_keys(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        from rtscore.config.overrides import check_override_keys
-
         check_override_keys(v, "")
         return v
 

@@ -221,7 +221,7 @@ def profile_batch(p: ProfileBatchParams) -> int:
 def gpu_check(p: GpuCheckParams) -> int:
     """`rts gpu-check`: generate, profile, train and validate briefly; each step's figures and a JSON report."""
     from rtscore.config import load_pipeline_config
-    from rtscore.train.gpu_check import GpuCheckOptions, render_gpu_check, run_gpu_check
+    from rtscore.stages.gpu_check import GpuCheckOptions, render_gpu_check, run_gpu_check
 
     cfg = load_pipeline_config(p.config, p.overrides or None)
     report = Path(p.report) if p.report else Path(p.work_dir) / "gpu_check.json"

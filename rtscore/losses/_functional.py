@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rtscore.data.tiles import IGNORE_INDEX
+from rtscore.runtime import all_reduce
 
 ClassWeighting = Literal["linear", "sqrt", "log"]
 
@@ -161,8 +162,6 @@ def soft_confusion(x: Tensor, t: Tensor, valid: Tensor) -> tuple[Tensor, Tensor,
     t = torch.where(valid, t, t.new_zeros(()))
     tp = (p * t).sum()
     if _ranks() > 1:  # the global batch's sums, differentiable: see global_batch
-        from rtscore.runtime import all_reduce
-
         tp, t_sum, p_sum = all_reduce(torch.stack([tp, t.sum(), p.sum()])).unbind()
         return tp, t_sum - tp, p_sum - tp
     return tp, t.sum() - tp, p.sum() - tp

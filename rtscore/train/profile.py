@@ -27,10 +27,13 @@ from typing import Any
 import torch
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.tiles import ClassPixelCounts
 from rtscore.errors import PipelineError
-from rtscore.losses import build_loss, loss_soft_targets
+from rtscore.losses import build_loss, loss_soft_targets, uses_soft_targets
+from rtscore.metrics import LogitBins, PixelConfusion, TileHistogramAccumulator
 from rtscore.models import build_model, decoder_parameters, encoder_parameters
 from rtscore.runtime import check_precision, forward_logits, select_device
+from rtscore.train.ema import EMA
 
 GIB = 2**30
 
@@ -117,7 +120,6 @@ def held_memory(model: torch.nn.Module, cfg: PipelineConfig, devices: int) -> He
 
 def included(cfg: PipelineConfig, devices: int) -> list[str]:
     """What each trial holds and runs, in words (the report lists it)."""
-    from rtscore.losses import uses_soft_targets
 
     parts = ["model (all parameters trainable)", "gradients", "AdamW state (decoder and encoder groups)"]
     parts.append("EMA fp32 copy and its update after each step" if cfg.ema.enabled else "no EMA (ema.enabled off)")
@@ -215,7 +217,6 @@ class _TrainingState:
 
 def _training_state(model: torch.nn.Module, cfg: PipelineConfig, device: torch.device, held: Held) -> _TrainingState:
     """The optimizer, EMA, scaler and DDP buckets as :func:`rtscore.train.loop.build_setup` builds them."""
-    from rtscore.train.ema import EMA
 
     optimizer = torch.optim.AdamW(
         [
@@ -244,7 +245,6 @@ def _train_step(
     cfg: PipelineConfig,
 ) -> None:
     """One step of :func:`rtscore.train.loop.train_one_epoch`, as it takes it."""
-    from rtscore.metrics import PixelConfusion
 
     x, y = batch["image"], batch["label"]
     logits = forward_logits(train_model, x, precision=cfg.training.precision, channels_last=cfg.training.channels_last)
@@ -270,7 +270,6 @@ def _val_forward(
 ) -> None:
     """One batch of :func:`rtscore.train.validate.collect` with the EMA swapped in, as :func:`run_epoch` runs it
     (the object counts, host-side, are left out)."""
-    from rtscore.metrics import LogitBins, TileHistogramAccumulator
 
     acc = TileHistogramAccumulator(LogitBins(core_bins=cfg.metrics.pr_bins))
     with st.ema.swapped_in(model) if st.ema is not None else nullcontext(), torch.inference_mode():
@@ -375,7 +374,6 @@ def _stand_in_counts(cfg: PipelineConfig) -> Any:
     """Class-balanced CE weighs by the train split's pixel counts; the profile's batches are 1 % RTS."""
     if cfg.loss.name != "class_balanced_ce":
         return None
-    from rtscore.data.tiles import ClassPixelCounts
 
     return ClassPixelCounts(background=99, rts=1)
 

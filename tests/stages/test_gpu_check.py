@@ -11,7 +11,7 @@ import yaml
 
 from flows.cli import main
 from rtscore.stages.generate import wants_context
-from rtscore.train.gpu_check import GpuCheckOptions, _scaled, check_config, training_config
+from rtscore.stages.gpu_check import GpuCheckOptions, _scaled, check_config, training_config
 from tests.helpers import tiny_pipeline_config
 from tests.train.conftest import tiny_train_config
 

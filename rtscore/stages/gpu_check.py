@@ -22,8 +22,13 @@ from typing import Any
 
 from rtscore.config.overrides import apply_overrides
 from rtscore.config.pipeline import PipelineConfig, parse_pipeline_config
+from rtscore.data.store_format import read_store_attrs
 from rtscore.errors import PipelineError
+from rtscore.stages.generate import generate_dataset
+from rtscore.stages.normalization import normalization_stats
+from rtscore.stages.train import train_seed
 from rtscore.storage import RunLayout, atomic_write_text
+from rtscore.train.profile import profile_batch_sizes, render_profile, resolve_devices
 
 GIB = 2**30
 log = logging.getLogger(__name__)
@@ -153,9 +158,6 @@ def run_gpu_check(
 ) -> dict[str, Any]:
     """Generate, normalise, profile, train and validate in ``work_dir``; the report (also written to
     ``report_path`` as JSON after every step; ``ok`` false and ``error`` set when a step fails)."""
-    from rtscore import stages
-    from rtscore.data.store_format import read_store_attrs
-    from rtscore.train.profile import profile_batch_sizes, render_profile, resolve_devices
 
     opts = opts or GpuCheckOptions()
     work = Path(work_dir)
@@ -172,7 +174,7 @@ def run_gpu_check(
     try:
         for i, split in enumerate(("train", "val"), start=1):
             t0 = time.perf_counter()
-            stages.generate_dataset(str(work), cfg, split, progress=False)
+            generate_dataset(str(work), cfg, split, progress=False)
             dt = time.perf_counter() - t0
             store = work / RunLayout.DATASET.at(split=split)
             counts = read_store_attrs(store)["counts"]
@@ -190,7 +192,7 @@ def run_gpu_check(
                 store_mib=size,
             )
         t0 = time.perf_counter()
-        stages.normalization_stats(str(work), cfg)
+        normalization_stats(str(work), cfg)
         dt = time.perf_counter() - t0
         echo(f"[3/5] normalization stats of train: {dt:.1f} s")
         report.step("normalization stats", dt)
@@ -255,15 +257,13 @@ def _train(work: Path, cfg: PipelineConfig, opts: GpuCheckOptions, batch: int, d
     """The short training through the train-seed stage; its figures from the seed's metrics.jsonl."""
     import torch
 
-    from rtscore import stages
-
     tcfg = training_config(cfg, opts, batch, devices)
     seed = tcfg.training.seed
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    stages.train_seed(str(work), tcfg, seed, fresh=True, progress=True)
+    train_seed(str(work), tcfg, seed, fresh=True, progress=True)
     seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() / GIB if cuda else None  # this process (rank 0 of a launch: none)
     rows = [json.loads(r) for r in (work / RunLayout.SEED_METRICS.at(seed=seed)).read_text().splitlines() if r]
