@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import signal
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -89,27 +91,36 @@ def _launch(
     from torch.distributed.launcher.api import elastic_launch
 
     config = launch_config(n, f"seed-{seed}-{uuid.uuid4().hex[:8]}")
+    agent_log = logging.getLogger("torch.distributed.elastic")
+    agent_level = agent_log.level
+    # The agent logs a failed rank as a page of tracebacks at ERROR, and warns that it cannot install signal
+    # handlers off the main thread; the seed fails with one line naming the rank and the cause (its traceback at
+    # DEBUG), and each rank dies with this process (_die_with_parent), so the warning's orphans cannot happen.
+    agent_log.setLevel(logging.CRITICAL)
     _log.info(f"seed {seed}: training on {n} {_kind(cfg)} ranks (global batch {cfg.training.batch_size})")
-    with multiprocessing.get_context("spawn").Manager() as manager:
-        events, acks = manager.Queue(), manager.Queue()
-        args = (cfg, str(run_dir), seed, fresh, parent_run_id, resume_key, events, acks)
-        outcome: dict[str, Any] = {}
+    outcome: dict[str, Any] = {}
+    try:
+        with multiprocessing.get_context("spawn").Manager() as manager:
+            events, acks = manager.Queue(), manager.Queue()
+            args = (cfg, str(run_dir), seed, fresh, parent_run_id, resume_key, events, acks)
 
-        def run() -> None:
-            try:
-                outcome["results"] = elastic_launch(config, _rank_main)(*args)
-            except BaseException as err:  # handed to the calling thread
-                outcome["error"] = err
+            def run() -> None:
+                try:
+                    outcome["results"] = elastic_launch(config, _rank_main)(*args)
+                except BaseException as err:  # handed to the calling thread
+                    outcome["error"] = err
 
-        launcher = threading.Thread(target=run, name=f"rts-seed-{seed}-launch", daemon=True)
-        launcher.start()
-        relay = _Relay(seed, cfg.training.max_epochs, progress, on_epoch_end, hooks, acks)
-        while launcher.is_alive() or not events.empty():
-            try:
-                relay.handle(events.get(timeout=0.2))
-            except queue.Empty:
-                continue
-        launcher.join()
+            launcher = threading.Thread(target=run, name=f"rts-seed-{seed}-launch", daemon=True)
+            launcher.start()
+            relay = _Relay(seed, cfg.training.max_epochs, progress, on_epoch_end, hooks, acks)
+            while launcher.is_alive() or not events.empty():
+                try:
+                    relay.handle(events.get(timeout=0.2))
+                except queue.Empty:
+                    continue
+            launcher.join()
+    finally:
+        agent_log.setLevel(agent_level)
     err = outcome.get("error")
     if isinstance(err, ChildFailedError):
         raise TrainingError(f"seed {seed}: {_failure_line(err)}; {relay.resume_hint()}") from None
@@ -148,6 +159,9 @@ def _failure_line(err: Any) -> str:
     data = failure.error_file_data or {}
     message = data.get("message", {}) if isinstance(data, dict) else {}
     raised = message.get("message") if isinstance(message, dict) else None
+    trace = message.get("extraInfo", {}).get("py_callstack") if isinstance(message, dict) else None
+    if trace:
+        _log.debug(f"rank {rank} failed:\n{trace}")
     if raised:
         cause = str(raised).strip().splitlines()[-1]
     elif failure.signal_name() and failure.signal_name() != "<N/A>":
@@ -219,6 +233,19 @@ class _RankHooks:
         self.events.put(("epoch", epoch, row))
 
 
+def _die_with_parent() -> None:
+    """Linux: this rank is killed when the process that launched it dies (kill -9 included), instead of waiting on
+    its peers until the collective timeout."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == 1:  # the launcher died before the line above: go now
+        os._exit(1)
+
+
 @record  # the rank's exception reaches the agent's failure report (and thus the seed's one-line error)
 def _rank_main(
     cfg: PipelineConfig,
@@ -233,6 +260,7 @@ def _rank_main(
     """One rank of the seed (the elastic agent's entry point, in a spawned process)."""
     import torch
 
+    _die_with_parent()
     ranks = ddp.Ranks.from_env()
     if cfg.training.device == "cpu" or not torch.cuda.is_available():
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks.world_size))

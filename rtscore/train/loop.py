@@ -333,15 +333,7 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int, ranks: Ranks = SI
         model = ddp.convert_batchnorm(model, device)
     if cfg.training.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decoder_parameters(model), "name": "decoder"},
-            {"params": encoder_parameters(model), "name": "encoder"},
-        ],
-        lr=cfg.lr_schedule.frozen_lr,
-        betas=cfg.optimizer.betas,
-        weight_decay=cfg.optimizer.weight_decay,
-    )
+    optimizer = build_optimizer(model, cfg, cfg.lr_schedule.frozen_lr)
     scaler = torch.amp.GradScaler("cuda") if cfg.training.precision == "fp16" else None
     train_model: Any = torch.compile(model) if cfg.training.torch_compile and not ranks.distributed else model
     return Setup(
@@ -358,6 +350,19 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int, ranks: Ranks = SI
         sampler=sampler,
         seed_dir=run_dir / RunLayout.SEED_DIR.at(seed=seed),
         ranks=ranks,
+    )
+
+
+def build_optimizer(model: torch.nn.Module, cfg: PipelineConfig, lr: float) -> torch.optim.AdamW:
+    """AdamW over the decoder and encoder parameter groups (named: the schedule sets each group's LR)."""
+    return torch.optim.AdamW(
+        [
+            {"params": decoder_parameters(model), "name": "decoder"},
+            {"params": encoder_parameters(model), "name": "encoder"},
+        ],
+        lr=lr,
+        betas=cfg.optimizer.betas,
+        weight_decay=cfg.optimizer.weight_decay,
     )
 
 

@@ -31,9 +31,10 @@ from rtscore.data.tiles import ClassPixelCounts
 from rtscore.errors import PipelineError
 from rtscore.losses import build_loss, loss_soft_targets, uses_soft_targets
 from rtscore.metrics import LogitBins, PixelConfusion, TileHistogramAccumulator
-from rtscore.models import build_model, decoder_parameters, encoder_parameters
+from rtscore.models import build_model
 from rtscore.runtime import check_precision, forward_logits, select_device
 from rtscore.train.ema import EMA
+from rtscore.train.loop import build_optimizer
 
 GIB = 2**30
 
@@ -218,15 +219,7 @@ class _TrainingState:
 def _training_state(model: torch.nn.Module, cfg: PipelineConfig, device: torch.device, held: Held) -> _TrainingState:
     """The optimizer, EMA, scaler and DDP buckets as :func:`rtscore.train.loop.build_setup` builds them."""
 
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decoder_parameters(model), "name": "decoder"},
-            {"params": encoder_parameters(model), "name": "encoder"},
-        ],
-        lr=cfg.lr_schedule.base_lr,
-        betas=cfg.optimizer.betas,
-        weight_decay=cfg.optimizer.weight_decay,
-    )
+    optimizer = build_optimizer(model, cfg, cfg.lr_schedule.base_lr)
     return _TrainingState(
         optimizer=optimizer,
         ema=EMA(model, cfg.ema.decay, cfg.ema.warmup) if cfg.ema.enabled else None,
