@@ -25,7 +25,6 @@ from torch import Tensor, nn
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.runtime import DeviceError, all_reduce
-from rtscore.train.errors import TrainingError
 
 T = TypeVar("T")
 
@@ -137,11 +136,6 @@ def gather(obj: T) -> list[T]:
     return out
 
 
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """True on every rank when ``flag`` is True on any (e.g. a non-finite loss: all ranks stop together)."""
-    return sum_across(1.0 if flag else 0.0, device) > 0
-
-
 class CrossRankBatchNorm(nn.modules.batchnorm._BatchNorm):
     """Batch norm whose training statistics are those of the global batch across the ranks of the process group,
     for the CPU (gloo), where ``torch.nn.SyncBatchNorm`` is not available.
@@ -220,8 +214,3 @@ def data_parallel(model: nn.Module, device: torch.device) -> nn.Module:
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)
-
-
-def rank_failed(err: BaseException) -> TrainingError:
-    """The one error a seed ends with when a rank failed (its message names the rank and what it raised)."""
-    return TrainingError(f"one of the seed's ranks failed: {err}")
