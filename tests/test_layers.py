@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("package",),
     ("inference",),
     ("calibrate", "evaluation", "mapping"),
+    ("review",),
     ("stages",),
     ("sweep",),
     ("tasks",),
