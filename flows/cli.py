@@ -28,6 +28,7 @@ from flows.command_params import (
     NoiseFloorParams,
     PredictParams,
     ProfileBatchParams,
+    ReviewServeParams,
     StatsParams,
     SynthGeotiffParams,
     ValidateParams,
@@ -40,6 +41,8 @@ from flows.params import (
     DataParams,
     MapParams,
     PipelineParams,
+    ReviewExportParams,
+    ReviewIngestParams,
     SeedStageParams,
     SweepParams,
     TileParams,
@@ -143,6 +146,19 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "map", MapParams, lib.map_region, "map a region: a resumable campaign of rts predict over many scenes, objects"
     ),
+    Command(
+        "review export",
+        ReviewExportParams,
+        lib.review_export,
+        "chips of a campaign's objects, a review page and Label Studio tasks, for people to judge",
+    ),
+    Command(
+        "review ingest",
+        ReviewIngestParams,
+        lib.review_ingest,
+        "verdicts -> the next dataset version: confirmed RTS in the inventory, false positives as hard negatives",
+    ),
+    Command("review serve", ReviewServeParams, lib.review_serve, "serve a review page over http on this machine"),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 

@@ -68,6 +68,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"rts map {PKG} --input scenes/ --output campaign/",
         f"rts map {PKG} --input gs://bucket/scenes --output gs://bucket/campaign --chunk-size 20",
     ),
+    "review export": (
+        f"rts review export --campaign campaign/ {PKG} --output review/",
+        f"rts review export --campaign campaign/ {PKG} --output review/ --select stratified --n 300 "
+        "--tiling-config tile.yaml",
+        f"rts review export --campaign gs://bucket/campaign {PKG} --output gs://bucket/review --select uncertain --n 200",
+    ),
+    "review ingest": (
+        "rts review ingest --review review/ --verdicts verdicts.geojson --tiling-config tile.yaml --output tiles-r2",
+        "rts review ingest --review review/ --verdicts label-studio-export.json --tiling-config tile.yaml "
+        "--output tiles-r2 --held-out skip --pipeline-config pipeline.yaml",
+    ),
+    "review serve": ("rts review serve review/", "rts review serve review/ --port 0"),
 }
 
 INTRO = """\
@@ -132,6 +144,11 @@ NOTES: dict[str, str] = {
     "package build": "Without `--seeds`: the seeds of the last calibration; writes `<run>/package/`.",
     "predict": "Memory is bounded by the raster's width, not its area ([geotiff.md](geotiff.md)).",
     "map": "The campaign: [mapping.md](mapping.md); the `map-region` flow runs the same, also distributed.",
+    "review export": "Writes `review.json`, `manifest.jsonl`, `chips/`, `index.html` (the review page) and "
+    "`label-studio/` under `--output`; a re-run resumes. The review loop: [review.md](review.md); the `review-export` "
+    "flow runs the same.",
+    "review ingest": "Checks every verdict, object, campaign and region before anything is written, then cuts the "
+    "next data root with `rts tile` and records its lineage ([review.md](review.md)).",
 }
 
 

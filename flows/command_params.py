@@ -27,6 +27,7 @@ __all__ = [
     "NoiseFloorParams",
     "PredictParams",
     "ProfileBatchParams",
+    "ReviewServeParams",
     "StatsParams",
     "SynthGeotiffParams",
     "ValidateParams",
@@ -313,3 +314,14 @@ class VerifyParams(FormModel):
         description="Accept a max-F1 fallback threshold (deployment threshold_source: max_f1_fallback) instead "
         "of failing.",
     )
+
+
+class ReviewServeParams(FormModel):
+    """`rts review serve`: the review page over http on this machine, for a browser or tool that refuses pages
+    opened from the file system (the page itself needs no server). Stops with Ctrl-C."""
+
+    review: Annotated[str, Cli(positional=True, parse=local_path)] = Field(
+        ..., description="The review directory (rts review export's output, copied here if it is in a bucket)."
+    )
+    host: str = Field("127.0.0.1", description="Address to listen on (this machine only by default).")
+    port: int = Field(8765, ge=0, le=65535, description="Port (0: any free port).")

@@ -15,13 +15,14 @@ from flows.command_params import (
     NoiseFloorParams,
     PredictParams,
     ProfileBatchParams,
+    ReviewServeParams,
     StatsParams,
     SynthGeotiffParams,
     ValidateParams,
     VerifyParams,
     WarpParams,
 )
-from flows.params import SPLITS, MapParams, TileParams
+from flows.params import SPLITS, MapParams, ReviewExportParams, ReviewIngestParams, TileParams
 from rtscore.errors import PipelineError
 from rtscore.storage import RunLayout, StorageError, check_writable
 
@@ -308,3 +309,59 @@ def map_region(p: MapParams) -> int:
     print(f"{s.done} done, {s.skipped_full_nodata} skipped (full NoData), {s.failed} failed of {s.scenes}")
     print(f"wrote {CampaignRoot(p.output).uri_of(SUMMARY_MD)}; log {s.log}")
     return 1 if s.failed else 0
+
+
+def review_export(p: ReviewExportParams) -> int:
+    """`rts review export`: chips, manifest, review page and Label Studio tasks of a campaign's objects."""
+    from rtscore.mapping.outputs import CampaignRoot
+    from rtscore.review.manifest import PAGE_FILE, ChipSettings, Selection
+    from rtscore.review.run import export
+
+    selection = Selection(mode=p.select, min_prob=p.min_prob, n=p.n, seed=p.seed)
+    chips = ChipSettings(context=p.context, min_px=p.min_chip_px, max_px=p.max_chip_px)
+    h = export(
+        p.campaign,
+        p.package,
+        p.output,
+        selection,
+        chips,
+        tiling_config=p.tiling_config,
+        image_root=p.label_studio_image_root,
+        overwrite=p.overwrite,
+    )
+    print(f"{h.n_objects} objects to review (review {h.review_id[:12]}); open {CampaignRoot(p.output).uri_of(PAGE_FILE)}")
+    return 0
+
+
+def review_ingest(p: ReviewIngestParams) -> int:
+    """`rts review ingest`: verdicts into the next dataset version (a data root cut by rts tile)."""
+    from rtscore.review.ingest import ingest_review
+
+    r = ingest_review(
+        p.review,
+        p.verdicts,
+        p.tiling_config,
+        p.output,
+        held_out=p.held_out,
+        new_regions=p.new_regions,
+        campaign=p.campaign,
+        version=p.version,
+        pipeline_config=p.pipeline_config,
+    )
+    print(r.summary_line())
+    return 0
+
+
+def review_serve(p: ReviewServeParams) -> int:
+    """`rts review serve`: the review page over http until Ctrl-C."""
+    from rtscore.review.serve import serve
+
+    server, url = serve(p.review, host=p.host, port=p.port)
+    print(f"serving {p.review} at {url}index.html (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

@@ -1,0 +1,68 @@
+"""The review flows (docs/review.md): ``review-export`` (a campaign's objects as chips, a review page and Label
+Studio tasks) and ``review-ingest`` (verdicts into the next dataset version). Each is one task over
+``rtscore.review``; each publishes what it wrote as a markdown artifact."""
+
+from __future__ import annotations
+
+from prefect.artifacts import create_markdown_artifact
+
+from flows.common import flow_run_scope, run_namer
+from flows.failures import flow
+from flows.params import ReviewExportParams, ReviewIngestParams
+from flows.ui import artifact_key
+from rtscore.mapping.outputs import CampaignRoot
+from rtscore.review.ingest import IngestResult
+from rtscore.review.manifest import PAGE_FILE, ChipSettings, ReviewHeader, Selection
+from rtscore.storage import absolute_location
+from tasks import review as t
+
+
+@flow(name="review-export", flow_run_name=run_namer("review-export", ReviewExportParams, ("output",)))
+def review_export(params: ReviewExportParams) -> ReviewHeader:
+    """A campaign's selected objects as chips with their outlines, a review manifest, the review page and Label
+    Studio tasks under ``output``; a re-run resumes."""
+    with flow_run_scope():
+        output = absolute_location(params.output)
+        header = t.export(
+            absolute_location(params.campaign),
+            params.package,
+            output,
+            Selection(mode=params.select, min_prob=params.min_prob, n=params.n, seed=params.seed),
+            ChipSettings(context=params.context, min_px=params.min_chip_px, max_px=params.max_chip_px),
+            params.tiling_config,
+            params.label_studio_image_root,
+            params.overwrite,
+        )
+        page = CampaignRoot(output).uri_of(PAGE_FILE)
+        md = (
+            f"# Review {header.review_id[:12]}\n\n{header.n_objects} objects of {header.campaign.uri} "
+            f"(selection `{header.selection.mode}`) in {output}.\n\nOpen `{page}` in a browser (from the file system "
+            "or the bucket; no server needed), judge each chip with the keyboard, export the verdicts, then run "
+            "`rts review ingest` (or the review-ingest flow) on the file.\n"
+        )
+        create_markdown_artifact(key=artifact_key("review-export"), markdown=md, description="Review export")
+        return header
+
+
+@flow(name="review-ingest", flow_run_name=run_namer("review-ingest", ReviewIngestParams, ("output",)))
+def review_ingest(params: ReviewIngestParams) -> IngestResult:
+    """Verdicts into the next dataset version under ``output``: inventory, hard negatives, lineage; checked first."""
+    with flow_run_scope():
+        result = t.ingest(
+            absolute_location(params.review),
+            params.verdicts,
+            params.tiling_config,
+            absolute_location(params.output),
+            params.held_out,
+            params.new_regions,
+            absolute_location(params.campaign) if params.campaign else None,
+            params.version,
+            params.pipeline_config,
+        )
+        create_markdown_artifact(
+            key=artifact_key("review-ingest"), markdown=result.render_markdown(), description="Review ingest"
+        )
+        return result
+
+
+__all__ = ["review_export", "review_ingest"]
