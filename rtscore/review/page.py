@@ -465,10 +465,16 @@ Verdicts are kept in this browser; export them to hand them in.</footer>
     if (t) notes[id] = t; else delete notes[id];
     save();
   });
-  $("toggle-view").addEventListener("click", () => setView(view === "grid" ? "single" : "grid"));
-  $("export").addEventListener("click", exportVerdicts);
+  $("toggle-view").addEventListener("click", (e) => {
+    e.currentTarget.blur();
+    setView(view === "grid" ? "single" : "grid");
+  });
+  $("export").addEventListener("click", (e) => { e.currentTarget.blur(); exportVerdicts(); });
   for (const b of document.querySelectorAll("#verdict-buttons button"))
-    b.addEventListener("click", () => (b.dataset.skip ? skip() : judge(b.dataset.verdict)));
+    b.addEventListener("click", () => {
+      b.blur();  // so that Space or Enter afterwards are the page's keys, not a second click
+      if (b.dataset.skip) skip(); else judge(b.dataset.verdict);
+    });
   window.addEventListener("resize", () => { if (view === "single") renderSingle(); });
 
   document.addEventListener("keydown", (e) => {

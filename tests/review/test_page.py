@@ -271,5 +271,9 @@ def test_two_reviews_in_one_browser_do_not_mix(chromium: Any, make_review: MakeR
         page.goto(root1.joinpath(PAGE_FILE).as_uri())
         assert page.text_content("#progress-text") == "judged 3 / 25 · RTS 1 · not RTS 1 · unsure 1"
         assert page.text_content("#obj-title") == f"Object {objs1[3].object_id}  (4 of 25)"
+        page.click("button[data-verdict=not_rts]")  # a click judges; Space then skips (not a second click)
+        page.keyboard.press("Space")
+        assert page.text_content("#progress-text") == "judged 4 / 25 · RTS 1 · not RTS 2 · unsure 1"
+        assert page.text_content("#obj-title") == f"Object {objs1[5].object_id}  (6 of 25)"
     finally:
         context.close()
