@@ -27,6 +27,7 @@ from rtscore.data.blocking import (
     reproject_footprints,
 )
 from rtscore.data.errors import DataValidationError
+from rtscore.data.ground import GroundSizeError
 from rtscore.data.normalization import NormalizationStats, load_normalization_stats
 from rtscore.data.splits import SplitResult, read_split_result, val_positives_warning
 from rtscore.data.store import ZarrTileStore
@@ -251,32 +252,26 @@ def _check_geography(footprints: Mapping[str, Footprints | None], buffer_m: floa
     found = {s: f for s, f in footprints.items() if f is not None}
     lacking = [s for s in footprints if s not in found]
     train = found.get("train")
-    note = None
     if not found:
-        note = NO_FOOTPRINTS
-    elif lacking:
+        return _not_measured(NO_FOOTPRINTS, buffer_m, out)
+    if lacking:
         note = (
             f"the {', '.join(lacking)} store(s) carry no tile footprints (synthetic, or written before footprints "
             "were recorded): ground distances are not measured; regenerate them to measure"
         )
-    elif train is None or len(found) < 2:
-        note = "fewer than two splits' stores to compare"
-    elif train[1] is None:
-        note = "the train store records no CRS"
-    if note is not None or train is None or train[1] is None:
-        note = note or "no train footprints"
-        if buffer_m > 0:
-            out.warnings.append(f"splits.min_distance_m is {buffer_m:g} m, but {note}: it is not checked")
-        out.add("geographic_blocking", True, f"not measured: {note}")
-        return BlockingReport.not_measured(note, buffer_m)
-    train_fp, crs = train[0], train[1]
+        return _not_measured(note, buffer_m, out)
+    if train is None or len(found) < 2:
+        return _not_measured("fewer than two splits' stores to compare", buffer_m, out)
+    train_fp, crs = train
+    if crs is None:
+        return _not_measured("the train store records no CRS", buffer_m, out)
     by_split = {"train": train_fp}
     try:
         for split, (fp, split_crs) in found.items():
             if split != "train":
                 by_split[split] = reproject_footprints(fp, split_crs or crs, crs)
         report = measure_blocking(by_split, crs, buffer_m)
-    except BlockingError as err:
+    except (BlockingError, GroundSizeError) as err:
         out.add("geographic_blocking", False, str(err))
         return BlockingReport.not_measured(str(err), buffer_m)
     problem = blocking_problem(report)
@@ -286,6 +281,14 @@ def _check_geography(footprints: Mapping[str, Footprints | None], buffer_m: floa
         first = report.too_close[0]
         out.add("geographic_blocking", False, problem, first.split, first.tile)
     return report
+
+
+def _not_measured(note: str, buffer_m: float, out: CheckLog) -> BlockingReport:
+    """A passed check that says why the ground was not measured (a buffer that goes unchecked is a warning)."""
+    if buffer_m > 0:
+        out.warnings.append(f"splits.min_distance_m is {buffer_m:g} m, but {note}: it is not checked")
+    out.add("geographic_blocking", True, f"not measured: {note}")
+    return BlockingReport.not_measured(note, buffer_m)
 
 
 def _check_normalization(

@@ -187,3 +187,16 @@ def test_an_ingested_store_records_each_tiles_footprint(root: Path, tmp_path: Pa
     assert "bounds" not in group
     old = ZarrTileStore(tmp_path / "val.zarr")
     assert old.metadata.bounds is None and len(old.metadata) == 4 and old[0].tile_id == "val_000000"
+
+
+def test_a_store_that_keeps_footprints_refuses_a_tile_without_them(tmp_path: Path) -> None:
+    import dataclasses
+
+    from rtscore.data.store_format import TileStoreError
+    from rtscore.data.writer import write_store
+    from tests.helpers import ListProducer, _attrs, _layout
+
+    layout = dataclasses.replace(_layout(4), write_bounds=True)
+    with pytest.raises(TileStoreError, match=r"tile \S+: bounds must be \(minx, miny, maxx, maxy\).*got None"):
+        write_store(ListProducer(4), layout, tmp_path / "s.zarr", _attrs())
+    assert not (tmp_path / "s.zarr").exists()
