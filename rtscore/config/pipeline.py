@@ -145,6 +145,15 @@ class SplitsConfig(StrictModel):
         "decisions compare. A warning, not a failure (a thin val still trains): a derived split prefers one that "
         "meets it and lists it in its warnings; validate-data warns when a val store holds fewer (0: never).",
     )
+    min_distance_m: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Ground metres every train tile must keep from every val and test tile (spatial blocking by "
+        "geometry, guide §10.1), measured between the tiles' footprints (GeoTIFF stores record them). 0: footprints "
+        "may touch (adjacent regions on one grid) but not overlap. validate-data fails a train tile closer than "
+        "this, naming both tiles; stores without footprints (synthetic) are checked by region and tile id only.",
+    )
 
     @model_validator(mode="after")
     def _check_disjoint(self) -> SplitsConfig:

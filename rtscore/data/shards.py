@@ -16,6 +16,7 @@ import numpy as np
 from rtscore.data.store_attrs import Prevalence, StoreAttrs, StoreCounts
 from rtscore.data.store_format import (
     ATTRS_KEY,
+    BOUNDS,
     EXTRA,
     META_FIELDS,
     PIXELS,
@@ -97,6 +98,15 @@ def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any
         dt = np.dtypes.StringDType() if dtype == "str" else dtype
         # One metadata chunk per shard so that shard owners never share a chunk.
         meta.create_array(name, shape=(n,), chunks=(s,), dtype=dt, compressors=_meta_compressors(dtype))
+    if layout.write_bounds:  # NaN until a shard owner writes its tiles' footprints
+        meta.create_array(
+            BOUNDS,
+            shape=(n, 4),
+            chunks=(s, 4),
+            dtype=np.float64,
+            fill_value=np.nan,
+            compressors=_meta_compressors(np.float64),
+        )
     group.attrs.update({"rtscore_staging": {**staging_attrs, "format_version": layout.format_version}})
     (path / PROGRESS_DIR).mkdir(exist_ok=True)
 
@@ -143,6 +153,12 @@ def check_tile(tile: RawTile, layout: StoreLayout) -> None:
     area = tile.pixel_area_m2
     if not (isinstance(area, float | int) and math.isfinite(area) and area > 0):
         raise TileStoreError(f"tile {tile.tile_id}: pixel_area_m2 must be a positive ground area (m²); got {area!r}")
+    if layout.write_bounds:
+        b = tile.bounds
+        if b is None or len(b) != 4 or not all(math.isfinite(v) for v in b) or not (b[0] < b[2] and b[1] < b[3]):
+            raise TileStoreError(
+                f"tile {tile.tile_id}: bounds must be (minx, miny, maxx, maxy), finite, min < max; got {b!r}"
+            )
     for name in ("label_exact", "label_noisy"):
         arr = getattr(tile, name)
         if arr is not None:
@@ -171,6 +187,7 @@ class ShardWriter:
         e = len(layout.extra_channel_names)
         self.extra = np.zeros((n, e, h, h), np.float32) if e else None
         self.meta: list[dict[str, Any]] = []
+        self.bounds: list[tuple[float, float, float, float]] = []
 
     @property
     def full(self) -> bool:
@@ -197,6 +214,9 @@ class ShardWriter:
             if self.extra is not None:
                 self.extra[i] = tile.extra
             self.meta.append(_tile_meta(tile))
+            if self.layout.write_bounds:
+                assert tile.bounds is not None  # check_tile requires it when the store keeps footprints
+                self.bounds.append(tile.bounds)
 
     def write(self) -> dict[str, Any]:
         """Write every array's slice of this shard, then the shard's completion marker (last)."""
@@ -221,6 +241,8 @@ class ShardWriter:
             values = [m[name] for m in self.meta]
             arr = np.array(values, dtype=np.dtypes.StringDType() if dtype == "str" else dtype)
             zarr_array(meta, name)[sl] = arr
+        if self.layout.write_bounds:
+            zarr_array(meta, BOUNDS)[sl] = np.asarray(self.bounds, np.float64).reshape(-1, 4)
         summary = {"shard": self.shard, "start": self.start, "stop": self.stop}
         marker = self.path / PROGRESS_DIR / f"shard_{self.shard:06d}.json"
         tmp = marker.with_suffix(".tmp")

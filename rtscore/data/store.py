@@ -16,6 +16,7 @@ import numpy as np
 
 from rtscore.data.shard_reader import FastShardArray
 from rtscore.data.store_format import (
+    BOUNDS,
     EXTRA,
     MASK_TYPES,
     PIXELS,
@@ -51,6 +52,9 @@ class TileMetadata:
     n_nodata_px: np.ndarray
     pixel_area_m2: np.ndarray  # float64 ground m² of one pixel, per tile
     tile_size: int
+    # float64 (n, 4) minx, miny, maxx, maxy per tile in the store's CRS (``ZarrTileStore.crs``); None: the store
+    # has no footprints (synthetic, legacy npz, or written before they were recorded)
+    bounds: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.kind.size)
@@ -153,8 +157,15 @@ class ZarrTileStore:
                 n_nodata_px=read_array(meta, "n_nodata_px"),
                 pixel_area_m2=self._pixel_areas(meta, len(n_pos)),
                 tile_size=self.tile_size,
+                bounds=read_array(meta, BOUNDS).astype(np.float64) if BOUNDS in meta else None,
             )
         return self._meta
+
+    @property
+    def crs(self) -> str | None:
+        """The CRS of the store's tiles and footprints (its raster contract's), or None when it records none."""
+        contract = self.attrs.get("raster_contract") or {}
+        return None if contract.get("crs") is None else str(contract["crs"])
 
     def _pixel_areas(self, meta: zarr.Group, n: int) -> np.ndarray:
         """Per-tile ground pixel areas; a store written before they were recorded: its nominal pixel size

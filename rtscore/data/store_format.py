@@ -50,6 +50,11 @@ META_FIELDS: dict[str, Any] = {
     "rotation": np.uint8,
     "pixel_area_m2": np.float64,  # ground m² of one pixel of the tile (GeoTIFF: from its transform)
 }
+# Optional per-tile footprint, float64 (n, 4): minx, miny, maxx, maxy in the store's raster_contract CRS. Written
+# by GeoTIFF ingestion (StoreLayout.write_bounds); absent from stores without geography (synthetic, legacy npz)
+# and from stores written before it was recorded, which still read (the format version is unchanged: an added
+# optional array that older readers ignore).
+BOUNDS = "bounds"
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class StoreLayout:
     compressor: Literal["zstd", "lz4", "none"] = "zstd"
     clevel: int = 3
     write_noisy: bool = True
+    write_bounds: bool = False  # meta/bounds: each tile's footprint in the store's CRS (GeoTIFF tiles)
     format_version: int = FORMAT_VERSION  # 1 writes the old layout (tests and bench/data_bench.py compare them)
 
     def __post_init__(self) -> None:

@@ -66,6 +66,8 @@ class RawTile:
     rotation: int = 0  # k of np.rot90 applied at generation
     meta: dict[str, float] = field(default_factory=dict)
     pixel_area_m2: float = field(kw_only=True)
+    # (minx, miny, maxx, maxy) of the tile in its CRS (GeoTIFF tiles); None: no geography (synthetic, legacy npz)
+    bounds: tuple[float, float, float, float] | None = field(default=None, kw_only=True)
 
     @property
     def size(self) -> int:
@@ -95,6 +97,7 @@ class RawTile:
             rotation=k % 4,
             meta=dict(self.meta),
             pixel_area_m2=self.pixel_area_m2,
+            bounds=self.bounds,  # a rotated tile covers the same ground
         )
 
 

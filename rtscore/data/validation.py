@@ -1,7 +1,8 @@
 """Pre-training data validation through the real DataLoader (guide §10.1): report.json, report.md, sample grid.
 
 The steps, in order: each split's store against the config, then through its plain DataLoader
-(`rtscore.data.validation_loader`); spatial blocking between splits; the normalized train moments; the training
+(`rtscore.data.validation_loader`); spatial blocking between splits (region names and tile ids, then the tiles'
+footprints on the ground: `rtscore.data.blocking`); the normalized train moments; the training
 loader as training builds it; the warnings; then the report (`rtscore.data.validation_report`), written whether
 the checks passed or not.
 """
@@ -16,7 +17,17 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.blocking import (
+    BlockingError,
+    BlockingReport,
+    Bounds,
+    as_bounds,
+    blocking_problem,
+    measure_blocking,
+    reproject_footprints,
+)
 from rtscore.data.errors import DataValidationError
+from rtscore.data.ground import GroundSizeError
 from rtscore.data.normalization import NormalizationStats, load_normalization_stats
 from rtscore.data.splits import SplitResult, read_split_result, val_positives_warning
 from rtscore.data.store import ZarrTileStore
@@ -36,6 +47,11 @@ from rtscore.storage.layout import RunLayout
 NORM_TOLERANCE = 0.05
 _log = logging.getLogger(__name__)
 Moments = tuple[np.ndarray, np.ndarray, np.ndarray]  # per channel: valid pixels, sum, sum of squares
+Footprints = tuple[dict[str, Bounds], str | None]  # a store's tile id -> bounds, and their CRS
+NO_FOOTPRINTS = (
+    "the stores carry no tile footprints (synthetic stores, or stores written before footprints were recorded): "
+    "spatial blocking is checked by region names and tile ids only"
+)
 
 
 def validate_data(
@@ -59,7 +75,7 @@ def validate_data(
     out = CheckLog()
     stats = load_normalization_stats(stats_path, [c.name for c in cfg.channels.extra])
     loader = {"batch_size": batch_size, "num_workers": num_workers, "max_batches": max_batches, "progress": progress}
-    summaries, moments = _check_splits(cfg, stores, stats, out, loader)
+    summaries, moments, blocking = _check_splits(cfg, stores, stats, out, loader)
     norm = _check_normalization(cfg, moments.get("train"), stats, out, _partial_pass(summaries, max_batches))
     run = run_dir if run_dir is not None else _run_dir_of(stores["train"]) if "train" in stores else None
     training: list[SamplerStage] = []
@@ -76,6 +92,7 @@ def validate_data(
         checks=out.checks,
         warnings=out.warnings,
         splits=summaries,
+        blocking=blocking,
         normalized_train=norm,
         training_batches=training,
         normalization_stats=str(stats_path),
@@ -90,27 +107,31 @@ def validate_data(
 
 def _check_splits(
     cfg: PipelineConfig, stores: Mapping[str, Path], stats: NormalizationStats, out: CheckLog, loader: dict[str, Any]
-) -> tuple[dict[str, SplitSummary], dict[str, Moments | None]]:
+) -> tuple[dict[str, SplitSummary], dict[str, Moments | None], BlockingReport]:
     """Each split's store against the config, then through its DataLoader; then spatial blocking between them.
-    Returns the per-split summaries and the moments of each split's normalized valid pixels."""
+    Returns the per-split summaries, the moments of each split's normalized valid pixels and the blocking by
+    geometry."""
     summaries: dict[str, SplitSummary] = {}
     moments: dict[str, Moments | None] = {}
     regions: dict[str, set[str]] = {}
     tile_ids: dict[str, set[str]] = {}
+    footprints: dict[str, Footprints | None] = {}
     for split in SPLITS:
         if split not in stores:
             out.add("split_present", False, f"no store for split {split}", split)
             continue
-        summaries[split], tile_ids[split] = _check_store(cfg, split, stores[split], out)
+        summaries[split], tile_ids[split], footprints[split] = _check_store(cfg, split, stores[split], out)
         regions[split] = set(summaries[split].regions)
         moments[split] = iterate_split(cfg, split, stores[split], stats, out, summaries[split], **loader)
     _check_blocking(regions, tile_ids, out)
-    return summaries, moments
+    return summaries, moments, _check_geography(footprints, cfg.splits.min_distance_m, out)
 
 
-def _check_store(cfg: PipelineConfig, split: str, path: Path, out: CheckLog) -> tuple[SplitSummary, set[str]]:
+def _check_store(
+    cfg: PipelineConfig, split: str, path: Path, out: CheckLog
+) -> tuple[SplitSummary, set[str], Footprints | None]:
     """One split's store: its split, tile size, channels, positives (train), regions (val, ``splits.<split>``).
-    Returns its summary and its tile ids."""
+    Returns its summary, its tile ids and its footprints (None: the store records none)."""
     store = ZarrTileStore(path, cfg.data.mask_type, [c.name for c in cfg.channels.extra])
     meta, attrs = store.metadata, store.attrs
     sm = SplitSummary(
@@ -154,7 +175,11 @@ def _check_store(cfg: PipelineConfig, split: str, path: Path, out: CheckLog) -> 
     if configured is not None:
         stray = sorted(set(sm.regions) - set(configured))
         out.add("configured_regions", not stray, f"regions {stray} not in splits.{split}" if stray else "ok", split)
-    return sm, set(meta.tile_id.tolist())
+    footprints = None
+    if meta.bounds is not None:
+        bounds = {str(t): as_bounds(b) for t, b in zip(meta.tile_id, meta.bounds, strict=True)}
+        footprints = (bounds, store.crs)
+    return sm, set(meta.tile_id.tolist()), footprints
 
 
 def _partial_pass(summaries: Mapping[str, SplitSummary], max_batches: int | None) -> tuple[int, int] | None:
@@ -218,6 +243,52 @@ def _check_blocking(regions: dict[str, set[str]], tile_ids: dict[str, set[str]],
                 ok = out.add("tile_id_overlap", False, f"{len(dup)} tile id(s) in both {a} and {b}", a, dup[0])
     if ok:
         out.add("spatial_blocking", True, "no region and no tile id in two splits")
+
+
+def _check_geography(footprints: Mapping[str, Footprints | None], buffer_m: float, out: CheckLog) -> BlockingReport:
+    """No train tile overlaps a val or test tile, or lies within ``buffer_m`` ground metres of one
+    (``splits.min_distance_m``), judged on the stores' tile footprints (`rtscore.data.blocking`); the report's
+    minimum train<->val and train<->test distances. Stores without footprints (synthetic) are not measured."""
+    found = {s: f for s, f in footprints.items() if f is not None}
+    lacking = [s for s in footprints if s not in found]
+    train = found.get("train")
+    if not found:
+        return _not_measured(NO_FOOTPRINTS, buffer_m, out)
+    if lacking:
+        note = (
+            f"the {', '.join(lacking)} store(s) carry no tile footprints (synthetic, or written before footprints "
+            "were recorded): ground distances are not measured; regenerate them to measure"
+        )
+        return _not_measured(note, buffer_m, out)
+    if train is None or len(found) < 2:
+        return _not_measured("fewer than two splits' stores to compare", buffer_m, out)
+    train_fp, crs = train
+    if crs is None:
+        return _not_measured("the train store records no CRS", buffer_m, out)
+    by_split = {"train": train_fp}
+    try:
+        for split, (fp, split_crs) in found.items():
+            if split != "train":
+                by_split[split] = reproject_footprints(fp, split_crs or crs, crs)
+        report = measure_blocking(by_split, crs, buffer_m)
+    except (BlockingError, GroundSizeError) as err:
+        out.add("geographic_blocking", False, str(err))
+        return BlockingReport.not_measured(str(err), buffer_m)
+    problem = blocking_problem(report)
+    if problem is None:
+        out.add("geographic_blocking", True, report.summary())
+    else:
+        first = report.too_close[0]
+        out.add("geographic_blocking", False, problem, first.split, first.tile)
+    return report
+
+
+def _not_measured(note: str, buffer_m: float, out: CheckLog) -> BlockingReport:
+    """A passed check that says why the ground was not measured (a buffer that goes unchecked is a warning)."""
+    if buffer_m > 0:
+        out.warnings.append(f"splits.min_distance_m is {buffer_m:g} m, but {note}: it is not checked")
+    out.add("geographic_blocking", True, f"not measured: {note}")
+    return BlockingReport.not_measured(note, buffer_m)
 
 
 def _check_normalization(

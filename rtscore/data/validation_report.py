@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.blocking import BlockingReport
 from rtscore.data.sample_grid import write_sample_grid
 from rtscore.data.splits import SplitResult
 from rtscore.storage import atomic_write_json, atomic_write_text
@@ -80,6 +81,12 @@ class ValidationReport(BaseModel):
     checks: list[Check]
     warnings: list[str]
     splits: dict[str, SplitSummary]
+    blocking: BlockingReport | None = Field(
+        None,
+        description="Spatial blocking by geometry: the least ground distance train<->val and train<->test, the "
+        "closest tile pairs and the pairs too close (splits.min_distance_m); not measured for stores without tile "
+        "footprints (synthetic). None in reports of earlier versions.",
+    )
     normalized_train: NormalizedMoments | None
     training_batches: list[SamplerStage]
     normalization_stats: str
@@ -98,6 +105,8 @@ class ValidationReport(BaseModel):
                 f"| {split} | {s.n_tiles} | {s.n_usable} | {s.n_positive} | {s.n_negative} | "
                 f"{s.n_full_nodata_excluded} | {s.prevalence:.5f} | {len(s.regions)} |"
             )
+        if self.blocking is not None:
+            lines += ["", *_blocking_lines(self.blocking)]
         norm = self.normalized_train
         if norm is not None:
             lines += [
@@ -136,6 +145,31 @@ class ValidationReport(BaseModel):
             lines += ["", f"Split derived from {derived.derived_from} (no splits.yaml there):", "", derived.summary()]
         lines += ["", f"![samples]({SAMPLES})", ""]
         return "\n".join(lines)
+
+
+def _blocking_lines(b: BlockingReport) -> list[str]:
+    """report.md's spatial blocking by geometry: a line per other split (least ground distance, closest pair), and
+    the pairs too close."""
+    if not b.measured:
+        return [f"Spatial blocking by geometry: not measured: {b.note}."]
+    lines = [
+        f"Spatial blocking by geometry (tile footprints in {b.crs}; a train tile must keep {b.buffer_m:g} m "
+        "of ground from every val/test tile, and never overlap one):",
+        "",
+        "| splits | least ground distance | closest train tile | closest tile | pairs too close |",
+        "|---|---|---|---|---|",
+    ]
+    for d in b.distances:
+        c = d.closest
+        if c is None:
+            lines.append(f"| train <-> {d.split} | (no tiles) | | | 0 |")
+            continue
+        dist = "overlap" if c.overlap else f"{c.distance_m:.1f} m"
+        lines.append(f"| train <-> {d.split} | {dist} | {c.train_tile} | {c.tile} | {d.n_too_close} |")
+    if b.too_close:
+        more = f" (first {len(b.too_close)} of {b.n_too_close})" if b.n_too_close > len(b.too_close) else ""
+        lines += ["", f"Pairs too close{more}:", *[f"- {p.describe()}" for p in b.too_close]]
+    return lines
 
 
 class CheckLog:

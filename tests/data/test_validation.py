@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,9 @@ from rtscore.config import parse_pipeline_config
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.errors import DataValidationError
 from rtscore.data.normalization import NormalizationStatsError
-from tests.helpers import copy_run, make_data_run, tiny_pipeline_config
+from tests.helpers import copy_run, geotiff_pipeline_config, make_data_run, tiny_pipeline_config
+
+SPLITS = ("train", "val", "test")
 
 
 def _cfg(**overrides: object) -> PipelineConfig:
@@ -312,3 +316,126 @@ def test_a_val_split_without_negative_tiles_fails_validation_not_training(tmp_pa
         stages.validate_data(str(run), cfg)
     report = json.loads((run / "validation" / "report.json").read_text())
     assert [c["split"] for c in report["checks"] if c["name"] == "both_classes" and not c["passed"]] == ["val"]
+
+
+# --------------------------------------------------------------------------- spatial blocking by geometry
+SPAN = 32 * 4.77  # one 32 px synthetic tile, projected metres (EPSG:3857)
+
+
+def _geotiff_run(tmp: Path, edit: Callable[[Path], None] | None = None) -> tuple[Path, PipelineConfig]:
+    """The tiny config's three splits as a synthetic GeoTIFF root (``edit``-ed), ingested into a run."""
+    from rtscore.config.generation import GenerationConfig
+    from rtscore.data.geotiff.synth import write_synthetic_geotiffs
+
+    generation = tiny_pipeline_config(tile=32)["data"]["generation"]
+    root = tmp / "root"
+    write_synthetic_geotiffs([GenerationConfig.model_validate(generation[s]) for s in SPLITS], root)
+    if edit is not None:
+        edit(root)
+    cfg = parse_pipeline_config(geotiff_pipeline_config(str(root)))
+    return make_data_run(tmp / "run", cfg), cfg
+
+
+def _ground(rows_between: int, y_top_of_lower: float) -> float:
+    """Ground metres of ``rows_between`` grid rows of ground above northing ``y_top_of_lower`` (cos of the latitude
+    in the middle of the gap)."""
+    y = y_top_of_lower + rows_between * SPAN / 2
+    return rows_between * SPAN * math.cos(2 * math.atan(math.exp(y / 6378137.0)) - math.pi / 2)
+
+
+@pytest.fixture(scope="module")
+def geotiff_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PipelineConfig]:
+    return _geotiff_run(tmp_path_factory.mktemp("geo"))
+
+
+def test_geotiff_stores_report_the_least_ground_distance_between_splits(
+    geotiff_run: tuple[Path, PipelineConfig], tmp_path: Path
+) -> None:
+    from rtscore.data.store import ZarrTileStore
+
+    run, cfg = copy_run(geotiff_run[0], tmp_path / "run"), geotiff_run[1]
+    stages.validate_data(str(run), cfg)
+    report = json.loads((run / "validation" / "report.json").read_text())
+    blocking = report["blocking"]
+    assert report["status"] == "passed" and blocking["measured"] and blocking["crs"] == "EPSG:3857"
+    # The synthetic grid: train on row 0, val from row 200, test from row 400 (one row each here).
+    val_top = ZarrTileStore(run / "datasets" / "val.zarr").metadata.bounds[0][3]  # type: ignore[index]
+    test_top = ZarrTileStore(run / "datasets" / "test.zarr").metadata.bounds[0][3]  # type: ignore[index]
+    val, test = blocking["distances"]
+    assert val["split"] == "val" and val["min_distance_m"] == pytest.approx(_ground(199, val_top), rel=1e-9)
+    assert test["split"] == "test" and test["min_distance_m"] == pytest.approx(_ground(399, test_top), rel=1e-9)
+    assert val["closest"]["train_tile"].startswith("train_") and val["closest"]["tile"].startswith("val_")
+    passed = [c for c in report["checks"] if c["name"] == "geographic_blocking"]
+    assert passed[0]["passed"] and "train<->val 1" in passed[0]["detail"]
+    md = (run / "validation" / "report.md").read_text()
+    assert f"| train <-> val | {val['min_distance_m']:.1f} m | {val['closest']['train_tile']} |" in md
+    # splits.min_distance_m beyond the val distance (~10 km of ground) fails, naming the closest pair.
+    far = cfg.model_copy(update={"splits": cfg.splits.model_copy(update={"min_distance_m": 20_000.0})})
+    with pytest.raises(
+        DataValidationError, match=r"'geographic_blocking' failed in split val at tile val_.*within 20000 m"
+    ):
+        stages.validate_data(str(copy_run(geotiff_run[0], tmp_path / "far")), far)
+
+
+def _test_tile_onto_train(root: Path) -> None:
+    """Move test tile test_000000 (every file of it) 8 px east of train tile train_000001: it overlaps that tile
+    (24 px) and train_000002 (8 px)."""
+    import rasterio
+    from rasterio.transform import Affine
+
+    with rasterio.open(root / "PLANET-RGB" / "train_000001.tif") as f:
+        t = f.transform
+    for path in root.glob("*/test_000000.tif"):
+        with rasterio.open(path, "r+") as f:
+            f.transform = Affine(t.a, 0.0, t.c + 8 * t.a, 0.0, t.e, t.f)
+
+
+def test_a_test_tile_overlapping_a_train_tile_fails_validation_naming_both(tmp_path: Path) -> None:
+    run, cfg = _geotiff_run(tmp_path, _test_tile_onto_train)
+    with pytest.raises(
+        DataValidationError,
+        match=r"'geographic_blocking' failed in split test at tile test_000000: 2 pair\(s\) of a train tile and a "
+        r"val/test tile overlap: train tile train_000001 overlaps test tile test_000000; train tile train_000002",
+    ):
+        stages.validate_data(str(run), cfg)
+    report = json.loads((run / "validation" / "report.json").read_text())
+    test = report["blocking"]["distances"][1]
+    assert report["status"] == "failed" and test["min_distance_m"] == 0.0 and test["n_too_close"] == 2
+    assert test["closest"] == {
+        "train_tile": "train_000001",
+        "split": "test",
+        "tile": "test_000000",
+        "distance_m": 0.0,
+        "overlap": True,
+    }
+    md = (run / "validation" / "report.md").read_text()
+    assert "| train <-> test | overlap | train_000001 | test_000000 | 2 |" in md
+    assert "- train tile train_000001 overlaps test tile test_000000" in md
+    # The region and tile-id checks still pass: the regions differ, only the ground is shared.
+    checks = {c["name"]: c["passed"] for c in report["checks"]}
+    assert checks["spatial_blocking"] and not checks["geographic_blocking"]
+
+
+def test_stores_without_footprints_validate_and_say_so(
+    good_run: Path, geotiff_run: tuple[Path, PipelineConfig], tmp_path: Path
+) -> None:
+    import shutil
+
+    # Synthetic stores carry no footprints: not measured, said in both reports; a buffer is warned about.
+    run = copy_run(good_run, tmp_path / "synthetic")
+    stages.validate_data(str(run), _cfg(splits__min_distance_m=100.0))
+    report = json.loads((run / "validation" / "report.json").read_text())
+    assert report["status"] == "passed" and report["blocking"]["measured"] is False
+    assert "carry no tile footprints" in report["blocking"]["note"]
+    assert any("splits.min_distance_m is 100 m" in w for w in report["warnings"])
+    assert (
+        "Spatial blocking by geometry: not measured: the stores carry no tile footprints"
+        in (run / "validation" / "report.md").read_text()
+    )
+    # GeoTIFF stores written before footprints were recorded (no meta/bounds) still read and validate.
+    old, cfg = copy_run(geotiff_run[0], tmp_path / "old"), geotiff_run[1]
+    for split in SPLITS:
+        shutil.rmtree(old / "datasets" / f"{split}.zarr" / "meta" / "bounds")
+    stages.validate_data(str(old), cfg)
+    report = json.loads((old / "validation" / "report.json").read_text())
+    assert report["status"] == "passed" and report["blocking"]["measured"] is False

@@ -51,7 +51,8 @@ def ingest_geotiffs(
     Tiles: the rows of metadata.csv whose RegionName is a region of ``cfg.split`` in splits.yaml, in file order.
     Every file is checked against the raster contract of ``cfg.geotiff`` (:func:`check_tiles`) before any store
     is staged; the store is published atomically by :func:`write_store` and records the contract
-    (``raster_contract``, with the data's pixel size) and each tile's ground pixel area (``meta/pixel_area_m2``).
+    (``raster_contract``, with the data's pixel size), each tile's ground pixel area (``meta/pixel_area_m2``) and
+    its footprint (``meta/bounds``: minx, miny, maxx, maxy in the contract's CRS).
     The store holds the exact labels only (no noisy variant). ``cfg`` gives the split, tile size, scale, the input
     binding (which EXTRA band each stored channel is read from; recorded in the store as ``input_binding``), the
     raster contract (``geotiff``), store layout and workers.
@@ -145,6 +146,7 @@ def _plan_store(
         compressor=cfg.store.compressor,
         clevel=cfg.store.clevel,
         write_noisy=False,
+        write_bounds=True,  # meta/bounds: each tile's footprint, for spatial blocking by geometry
     )
     attrs = base_attrs(
         split=cfg.split,

@@ -50,6 +50,7 @@ class GeotiffProducer:
             if area is None:
                 t = src.src.transform
                 area = ground_pixel_area_m2(src.src.crs, t, src.height, src.width, str(files["rgb"]))
+            left, bottom, right, top = src.src.bounds  # in the contract's CRS (open_checked refused any other)
         if problem:
             raise GeotiffError(problem)
         alpha = np.where(valid, 255, 0).astype(np.uint8)
@@ -63,6 +64,7 @@ class GeotiffProducer:
             n_objects=entry.n_uids,
             source_index=entry.row,
             pixel_area_m2=area,
+            bounds=(float(left), float(bottom), float(right), float(top)),
         )
         tile = with_nodata_cleared(tile)
         return tile, KIND_CODES[pixel_kind(tile.alpha, tile.label_exact)]
