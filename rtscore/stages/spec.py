@@ -41,6 +41,9 @@ class ArtifactRef(BaseModel):
 # Settings that choose how a stage runs, not what it computes: no stage's key holds them. One seed on N devices
 # takes the one-device steps up to the order of float sums (rtscore.train.distributed) and resumes on any N.
 EXECUTION_SETTINGS = ("training.devices",)
+# Settings of a data check alone: the stage that checks (``checks``: validate-data) keys on them, no other stage
+# does (a stricter geographic buffer re-runs the check, not the datasets, stats or training).
+CHECK_SETTINGS = ("splits.min_distance_m",)
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,8 @@ class StageSpec:
     stage reads outside the run directory's recorded artifacts (a GeoTIFF data root), for these settings.
     ``config`` lists the config sections (or ``section.field`` keys) the stage reads; ``config_ignores`` the
     ``section.field`` keys inside them that cannot change its output; ``per_split`` the ``section.field`` mappings
-    keyed by split of which a run for one ``split`` reads only that split's entry (``data.generation``).
+    keyed by split of which a run for one ``split`` reads only that split's entry (``data.generation``);
+    ``checks`` marks the stage that checks the data, the one keyed on :data:`CHECK_SETTINGS`.
     """
 
     name: str
@@ -68,6 +72,7 @@ class StageSpec:
         default=None, compare=False
     )
     description: str = field(default="", compare=False)
+    checks: bool = False
 
     def source_locations(self, cfg: PipelineConfig, params: Mapping[str, Any], run: RunDir) -> list[str]:
         """What the stage reads from outside the run's recorded artifacts (a GeoTIFF data root, an adopted
@@ -91,7 +96,7 @@ class StageSpec:
                 picked.setdefault(section, {})[name] = data[section][name]
             else:
                 picked[section] = data[section]
-        for key in (*self.config_ignores, *EXECUTION_SETTINGS):
+        for key in (*self.config_ignores, *EXECUTION_SETTINGS, *(() if self.checks else CHECK_SETTINGS)):
             section, _, name = key.partition(".")
             picked.get(section, {}).pop(name, None)
         split = (params or {}).get("split")

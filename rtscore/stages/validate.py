@@ -58,4 +58,5 @@ SPEC = StageSpec(
         "training.steps_per_epoch",
     ),
     description="Check the datasets and the training loader through their DataLoaders and write a report.",
+    checks=True,
 )

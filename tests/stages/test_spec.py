@@ -54,6 +54,7 @@ def test_stage_config_hash_follows_the_sections_a_stage_reads() -> None:
     candidates = cfg.model_copy(update={"calibration": cfg.calibration.model_copy(update={"tta_candidates": ["none"]})})
     epochs = cfg.model_copy(update={"training": cfg.training.model_copy(update={"max_epochs": 9})})
     shipped = cfg.model_copy(update={"package": cfg.package.model_copy(update={"seed": 43})})
+    buffer = cfg.model_copy(update={"splits": cfg.splits.model_copy(update={"min_distance_m": 1000.0})})
 
     def changed(other) -> set[str]:  # type: ignore[no-untyped-def]
         return {s.name for s in STAGES if s.config_hash(cfg) != s.config_hash(other)}
@@ -64,6 +65,8 @@ def test_stage_config_hash_follows_the_sections_a_stage_reads() -> None:
     assert changed(epochs) == {"train-seed", "logit-cache", "calibrate", "evaluate-test", "package"}
     # the shipped seed is decided in calibration: package.seed is read there (and by the package)
     assert changed(shipped) == {"calibrate", "package"}
+    # a stricter geographic buffer between the splits re-runs the check, never the datasets, stats or training
+    assert changed(buffer) == {"validate-data"}
 
 
 def test_inputs_expand_per_seed_and_split() -> None:
