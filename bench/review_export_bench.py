@@ -113,7 +113,7 @@ def write_scene(path: Path, k: int, side: int, *, nodata_value: bool = False) ->
 
 def synthetic_objects(n: int, n_scenes: int, side: int, seed: int = 0) -> list[Any]:
     """``n`` RtsObjects (EPSG:3857) over the scenes: irregular polygons of 4-60 px across; every 25th on a scene's
-    outer edge (its chip leaves the scene), the rest inside."""
+    outer edge (its chip leaves the scene), every 25th by its NoData corner, the rest inside."""
     import shapely
 
     from rtscore.data.ground import web_mercator_latitude
@@ -126,6 +126,8 @@ def synthetic_objects(n: int, n_scenes: int, side: int, seed: int = 0) -> list[A
         r_px = float(rng.uniform(2, 30))
         if i % 25 == 0:
             cx, cy = float(rng.uniform(r_px, side - r_px)), 1.0  # on the top edge
+        elif i % 25 == 1:
+            cx = cy = r_px + 2.0  # by the top-left corner: its chip covers the scene's NoData corner
         else:
             cx, cy = (float(v) for v in rng.uniform(r_px + 1, side - r_px - 1, 2))
         angles = np.sort(rng.uniform(0, 2 * math.pi, 9))

@@ -126,10 +126,9 @@ def read_chip(raster: CheckedRaster, window: ChipWindow) -> np.ndarray:
 
 def pixel_ground_m(raster: CheckedRaster, window: ChipWindow) -> float:
     """Ground metres of one pixel at the chip's centre (rtscore.data.ground: EPSG:3857 scaled by cos φ)."""
-    from rasterio.windows import Window
-    from rasterio.windows import transform as window_transform
+    from rasterio.transform import Affine
 
-    t = window_transform(Window(window.col_off, window.row_off, window.size, window.size), raster.src.transform)
+    t = raster.src.transform @ Affine.translation(window.col_off, window.row_off)
     return math.sqrt(ground_pixel_area_m2(raster.src.crs, t, window.size, window.size, what=str(raster.path)))
 
 
