@@ -3,8 +3,8 @@ the Test-Realistic PR-AUC of round 2 beside round 1's.
 
 The world, built in code (UTM 6N, 30 m pixels, Landsat-like, as the first-run test's scenes): two scenes A and B
 (round 1) over six region stripes (three train, two val, one test), RTS painted bright with a low NIR, and an RTS
-inventory of every slump of A and B; lookalikes, bright patches of the same colour whose NIR is that of vegetation,
-lie only in the test stripe. A third scene C south of them (region "south", in no split) holds slumps and lookalikes,
+inventory of every slump of A and B; lookalikes, bright bars of bare ground (river bars, ridges: the slumps' colour
+and NIR, another shape), lie only in the test stripe. A third scene C south of them (region "south", in no split) holds slumps and lookalikes,
 none of them in the inventory. Round 1 never trains on a lookalike, so its model calls them RTS: its false positives
 on the test stripe cost PR-AUC.
 
@@ -84,19 +84,22 @@ def _slumps(x0: float, y0: float, width: float, rows: tuple[float, ...], seed: i
 
 
 def _lookalikes(x0: float, x1: float, y0: float, rows: tuple[float, ...], seed: int) -> list[Any]:
+    """Bright bars (river bars, bare ridges): the slumps' colour and NIR, another shape (~600 x 90 m, any angle)."""
     import shapely
+    from shapely import affinity
 
     rng = np.random.default_rng(seed)
     out = []
     for cx in np.arange(x0 + 500.0, x1 - 400, 900.0):
         for cy in rows:
-            out.append(shapely.Point(cx + rng.uniform(-200, 200), y0 - cy + rng.uniform(-200, 200)).buffer(140))
+            x, y = cx + rng.uniform(-200, 200), y0 - cy + rng.uniform(-200, 200)
+            bar = shapely.box(x - rng.uniform(250, 350), y - 45, x + rng.uniform(250, 350), y + 45)
+            out.append(affinity.rotate(bar, rng.uniform(0, 180), origin=(x, y)))
     return out
 
 
 def write_scene(path: Path, x0: float, y0: float, slumps: list[Any], fakes: list[Any], seed: int) -> None:
-    """A textured 30 m scene (R, G, B, NIR, alpha): slumps bright with a low NIR, lookalikes the same colour with
-    a vegetation NIR."""
+    """A textured 30 m scene (R, G, B, NIR, alpha): slumps and lookalikes bright with a low NIR (bare ground)."""
     import rasterio
     import shapely
     from rasterio.enums import ColorInterp
@@ -114,7 +117,7 @@ def write_scene(path: Path, x0: float, y0: float, slumps: list[Any], fakes: list
         shapes = [shapely.geometry.mapping(g) for g in geoms]
         return rasterize(shapes, (SIZE, SIZE), transform=transform) > 0 if shapes else np.zeros((SIZE, SIZE), bool)
 
-    for geoms, nir_level in ((slumps, 80.0), (fakes, 165.0)):
+    for geoms, nir_level in ((slumps, 80.0), (fakes, 80.0)):
         m = mask(geoms)
         rgb[:, m] = np.array(RTS_RGB)[:, None] + rng.normal(0, 6, (3, int(m.sum())))
         nir[m] = nir_level + rng.normal(0, 8, int(m.sum()))
