@@ -165,6 +165,40 @@ class SplitRules(StrictModel):
     )
 
 
+class FocusConfig(StrictModel):
+    """Scenes cut only where they touch given areas (``rts review ingest``: the scenes a review added, cut around the
+    judged objects, not whole)."""
+
+    path: str = Field(
+        ..., min_length=1, description="A vector file of the areas (any CRS OGR reads), relative to the config file."
+    )
+    scenes: list[str] = Field(
+        ...,
+        min_length=1,
+        description="Scenes (paths or globs, relative to the config file; each among `scenes`) cut only in the grid "
+        "cells touching an area of `path`. Cells of the other scenes: every cell, as without focus; a cell of both "
+        "kinds is cut.",
+    )
+
+
+class LineageReview(StrictModel):
+    """The review a dataset version took its new labels from."""
+
+    review_id: str = Field(..., description="The review's id (review.json).")
+    verdicts: str = Field(..., description="The verdict file's name.")
+    verdicts_sha256: str = Field(..., description="Its sha256.")
+
+
+class Lineage(StrictModel):
+    """Where a dataset version comes from (``rts review ingest``): recorded in tiling.json, part of the identity."""
+
+    version: str = Field(..., min_length=1, description="This data root's dataset version.")
+    parent: str = Field(..., description="The parent data root (relative to the config file; not in the identity).")
+    parent_fingerprint: str = Field(..., description="The parent's tiling.json config_fingerprint.")
+    review: LineageReview | None = Field(None, description="The review whose verdicts made it.")
+    counts: dict[str, int] = Field(default_factory=dict, description="What the review added (confirmed, ...).")
+
+
 class TilingConfig(StrictModel):
     """`rts tile --config <this>`: scenes or quads (any CRS, any size) and RTS polygons -> PLANET-RGB/, EXTRA/,
     labels/, metadata.csv (and splits.yaml) under ``output``."""
@@ -215,6 +249,12 @@ class TilingConfig(StrictModel):
         "splits.min_val_regions and splits.min_test_positives; keep them equal).",
     )
     output: str | None = Field(None, description="Data root to write, relative to the config file (or --output).")
+    focus: FocusConfig | None = Field(
+        None, description="Scenes cut only around given areas (empty: every cell of every scene in a region)."
+    )
+    lineage: Lineage | None = Field(
+        None, description="The dataset version, its parent and the review it adds (written by rts review ingest)."
+    )
 
     @field_validator("extra")
     @classmethod
@@ -250,6 +290,12 @@ def resolve_paths(cfg: TilingConfig, base_dir: str | Path) -> TilingConfig:
         for e in cfg.extra
     ]
     regions = cfg.regions.model_copy(update={"path": at(cfg.regions.path)}) if cfg.regions.path else cfg.regions
+    focus = cfg.focus
+    if focus is not None:
+        focus = focus.model_copy(update={"path": at(focus.path), "scenes": [at(s) for s in focus.scenes]})
+    lineage = cfg.lineage
+    if lineage is not None and lineage.parent:
+        lineage = lineage.model_copy(update={"parent": at(lineage.parent)})
     return cfg.model_copy(
         update={
             "scenes": [at(s) for s in cfg.scenes],
@@ -257,6 +303,8 @@ def resolve_paths(cfg: TilingConfig, base_dir: str | Path) -> TilingConfig:
             "regions": regions,
             "extra": extra,
             "output": at(cfg.output) if cfg.output else None,
+            "focus": focus,
+            "lineage": lineage,
         }
     )
 

@@ -5,8 +5,9 @@ Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
 
 * **Grid.** Tile (c, r) of the grid CRS covers x in [c S, (c+1) S), y in [r S, (r+1) S) with S = tile_size x
   pixel_size: anchored at the CRS origin, so the tiles of two scenes (or two runs) line up pixel for pixel. Its id
-  is ``c<c>_r<r>``. Every cell a scene's footprint touches is a candidate; a cell without a valid pixel, or with
-  fewer than ``min_valid_fraction`` of its pixels valid (a sliver at a scene edge), is skipped and counted.
+  is ``c<c>_r<r>``. Every cell a scene's footprint touches is a candidate (a scene of ``focus.scenes``: only the
+  cells touching an area of ``focus.path``); a cell without a valid pixel, or with fewer than
+  ``min_valid_fraction`` of its pixels valid (a sliver at a scene edge), is skipped and counted.
 * **Checked first.** Before any tile: the scenes' headers, each scene's native pixel against the grid's (upsampling
   beyond ``grid.max_resample_factor`` refused), the inventory and regions, and the split rules on the plan
   (`rtscore.data.tiling_plan`: with ``splits`` the rules of a given split, without it the derivation ingestion
@@ -46,11 +47,11 @@ from pydantic import BaseModel, Field, JsonValue
 
 from rtscore.config.base import canonical_json
 from rtscore.config.splits import SplitError
-from rtscore.config.tiling import TilingConfig, resolve_paths
+from rtscore.config.tiling import Lineage, TilingConfig, resolve_paths
 from rtscore.data.splits import derive_splits
 from rtscore.data.tile_pixels import Datasets, GridCell, Scene, TilingError, grid_cells, render_pixels
 from rtscore.data.tiling_files import metadata_csv, tile_lonlat, write_if_changed, write_tile
-from rtscore.data.tiling_inventory import Inventory, RegionOf, read_inventory, tile_labels
+from rtscore.data.tiling_inventory import Inventory, RegionOf, read_focus, read_inventory, tile_labels
 from rtscore.data.tiling_plan import (
     Placed,
     TileProbe,
@@ -117,6 +118,9 @@ class TilingManifest(BaseModel):
         description="What the run warned of: scenes downsampled without average, split regions that get no tile, a "
         "thin test split, a derivation the written tiles fail.",
     )
+    lineage: Lineage | None = Field(
+        None, description="The dataset version, its parent and the review it adds (config lineage; None: none)."
+    )
 
 
 # GDAL reads these beside a file without being told: a scene's external mask and auxiliary metadata, a
@@ -145,15 +149,14 @@ IDENTITY_EXCLUDES: dict[str, Any] = {
 }
 
 
-def fingerprint(cfg: TilingConfig) -> str:
-    """The identity of a tiling run: sha256 of the code that cuts the tiles (this module's import closure), the
-    settings that decide the tiles' content (the config but :data:`IDENTITY_EXCLUDES`) and the identity of every
-    input file in place of its path (scenes in priority order, polygons, regions, companion rasters).
+# Sections that are absent from the identity when empty, so a config without them keeps its identity's settings.
+OPTIONAL_SECTIONS = ("focus", "lineage")
 
-    Paths do not enter it: the same run from another working directory, through an absolute ``--config`` or
-    after moving the inputs together is the same run. A record or tile written under another identity is
-    never resumed (:func:`prepare_output` sets it aside).
-    """
+
+def identity_settings(cfg: TilingConfig) -> dict[str, Any]:
+    """The settings part of :func:`fingerprint`: the config but :data:`IDENTITY_EXCLUDES`, every input file's
+    identity in place of its path; ``focus`` and ``lineage`` only when given (their path-free parts: the focus
+    files' identities, the lineage but its parent's path)."""
     doc = cfg.model_dump(mode="json", exclude=IDENTITY_EXCLUDES)
     doc["scenes"] = [_file_identity(p) for p in scene_paths(cfg.scenes)]
     doc["polygons"]["path"] = _file_identity(Path(cfg.polygons.path))
@@ -164,7 +167,27 @@ def fingerprint(cfg: TilingConfig) -> str:
             source = getattr(band, key)
             if source is not None and source.path is not None:
                 band_doc[key]["path"] = _file_identity(Path(source.path))
-    identity = {"code": closure_hash(__name__), "settings": doc}
+    for key in OPTIONAL_SECTIONS:
+        if doc.get(key) is None:
+            doc.pop(key, None)
+    if cfg.focus is not None:
+        doc["focus"]["path"] = _file_identity(Path(cfg.focus.path))
+        doc["focus"]["scenes"] = [_file_identity(p) for p in scene_paths(cfg.focus.scenes)]
+    if cfg.lineage is not None:
+        doc["lineage"].pop("parent")
+    return doc
+
+
+def fingerprint(cfg: TilingConfig) -> str:
+    """The identity of a tiling run: sha256 of the code that cuts the tiles (this module's import closure), the
+    settings that decide the tiles' content (the config but :data:`IDENTITY_EXCLUDES`) and the identity of every
+    input file in place of its path (scenes in priority order, polygons, regions, companion rasters).
+
+    Paths do not enter it: the same run from another working directory, through an absolute ``--config`` or
+    after moving the inputs together is the same run. A record or tile written under another identity is
+    never resumed (:func:`prepare_output` sets it aside).
+    """
+    identity = {"code": closure_hash(__name__), "settings": identity_settings(cfg)}
     return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
 
 
@@ -172,17 +195,22 @@ def fingerprint(cfg: TilingConfig) -> str:
 
 
 def _plan(cfg: TilingConfig, scenes: list[Scene], inventory: Inventory) -> tuple[list[GridCell], int]:
-    """Candidate cells of every scene footprint (each once), and the polygons touching no scene footprint.
+    """Candidate cells of every scene footprint (each once; a scene of ``focus.scenes`` gives only the cells
+    touching an area of ``focus.path``), and the polygons touching no scene footprint.
 
     Raises:
-        TilingError: no polygon overlaps any scene.
+        TilingError: no polygon overlaps any scene; a focus file missing, a focus scene not among the scenes.
     """
     import shapely
 
+    focus = read_focus(cfg)
     seen: set[tuple[int, int]] = set()
     cells: list[GridCell] = []
     for s in scenes:
+        only_near = focus is not None and focus.only_near(s.path)
         for c in grid_cells(s.bounds, cfg.grid.tile_size, cfg.grid.pixel_size):
+            if only_near and focus is not None and not focus.touches(c):
+                continue
             if (c.col, c.row) not in seen:
                 seen.add((c.col, c.row))
                 cells.append(c)
@@ -361,10 +389,14 @@ def _manifest(
     labelled = {u for r in records for u in r["uids"]}
     n_pos = sum(r["row"]["TrainClass"] == "positive" for r in records)
     absolute = resolve_paths(cfg, Path.cwd())  # the manifest says the same whatever the working directory
+    config = absolute.model_dump(mode="json")
+    for key in OPTIONAL_SECTIONS:  # absent when not given: a config without them records what it did before
+        if config.get(key) is None:
+            config.pop(key, None)
     return TilingManifest(
         output=str(root.resolve()),
         config_fingerprint=fp,
-        config=absolute.model_dump(mode="json"),
+        config=config,
         scenes=[str(s.path.resolve()) for s in plan.scenes],
         extra_bands=[e.name for e in cfg.extra],
         regions=dict(sorted(regions.items())),
@@ -383,6 +415,7 @@ def _manifest(
         ),
         resumed_tiles=done.resumed,
         warnings=warnings,
+        lineage=absolute.lineage,
     )
 
 

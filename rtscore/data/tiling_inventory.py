@@ -13,6 +13,7 @@ import numpy as np
 from rtscore.config.tiling import TilingConfig
 from rtscore.data.tile_pixels import GridCell, TilingError
 from rtscore.data.tiles import IGNORE_INDEX
+from rtscore.data.tiling_scenes import scene_paths
 from rtscore.data.vector_labels import rasterize_labels, read_polygons
 
 
@@ -132,6 +133,45 @@ class RegionOf:
             return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
         nearest = self.inventory.tree.nearest(shapely.Point(*cell.centre))
         return regions[int(nearest)]
+
+
+@dataclass
+class Focus:
+    """Config ``focus``: the scenes cut only in the grid cells touching one of its areas (on the grid CRS)."""
+
+    scenes: set[Path]  # resolved
+    tree: Any  # shapely STRtree of the areas
+
+    def only_near(self, scene: Path) -> bool:
+        """Whether ``scene`` is cut only where it touches an area."""
+        return scene.resolve() in self.scenes
+
+    def touches(self, cell: GridCell) -> bool:
+        import shapely
+
+        return len(self.tree.query(shapely.box(*cell.bounds), predicate="intersects")) > 0
+
+
+def read_focus(cfg: TilingConfig) -> Focus | None:
+    """Config ``focus`` read: its areas on the grid CRS and its scenes (each among ``scenes``); None without focus.
+
+    Raises:
+        TilingError: the areas file missing or unreadable, a focus scene that is not among the scenes.
+    """
+    import shapely
+
+    if cfg.focus is None:
+        return None
+    path = Path(cfg.focus.path)
+    if not path.is_file():
+        raise TilingError(f"focus.path: {path} not found")
+    areas = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in read_polygons(path, cfg.grid.crs)]
+    every = {p.resolve() for p in scene_paths(cfg.scenes)}
+    focused = {p.resolve() for p in scene_paths(cfg.focus.scenes)}
+    strays = sorted(str(p) for p in focused - every)
+    if strays:
+        raise TilingError(f"focus.scenes: {strays} not among the config's scenes; list them in scenes too")
+    return Focus(focused, shapely.STRtree(areas))
 
 
 # --------------------------------------------------------------------------------------------- labels

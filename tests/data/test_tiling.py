@@ -981,6 +981,82 @@ def test_the_split_rules_default_to_the_pipeline_configs() -> None:
         )
 
 
+# ------------------------------------------------------------------------------------------------ focus, lineage
+
+
+def focus_scenes(tmp_path: Path) -> Path:
+    """Scene a over cells COL0 .. COL0 + 2, scene b over COL0 .. COL0 + 5 (both on the grid), an RTS in COL0 and an
+    area (areas.gpkg) inside cell COL0 + 4."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", 3)
+    grid_scene(tmp_path / "scenes" / "bb.tif", 6)
+    write_gpkg(tmp_path / "rts.gpkg", [cell_rts(COL0)], ["r"], crs="EPSG:3857", src="EPSG:3857")
+    write_gpkg(tmp_path / "areas.gpkg", [cell_rts(COL0 + 4, r=60)], ["r"], crs="EPSG:3857", src="EPSG:3857")
+    return tmp_path
+
+
+def test_focus_cuts_its_scenes_only_around_its_areas_and_other_scenes_whole(tmp_path: Path) -> None:
+    """Issue 26 (ingest): a scene of focus.scenes gives only the cells touching an area of focus.path; a cell of
+    another scene is cut whole as before, even where a focus scene covers it too."""
+    focus_scenes(tmp_path)
+    over = {"scenes": ["scenes/a.tif", "scenes/bb.tif"], "regions": {"name": "r"}, "splits": {"train": ["r"]}}
+    whole = tile_scenes(config(tmp_path, **over), tmp_path / "whole")
+    assert whole.counts.tiles == 6
+    focus = {"path": "areas.gpkg", "scenes": ["scenes/bb.tif"]}
+    out = tile_scenes(config(tmp_path, **over, focus=focus, output="focused"), tmp_path / "focused")
+    ids = {r["Tile_id"] for r in metadata(tmp_path / "focused")}
+    assert ids == {f"c{COL0 + k}_r{ROW0}" for k in (0, 1, 2, 4)}, "a's three cells whole, bb's only around the area"
+    assert out.counts.tiles == 4 and out.counts.candidate_tiles < whole.counts.candidate_tiles
+    assert json.loads((tmp_path / "focused" / "tiling.json").read_text())["config"]["focus"]["path"] == str(
+        tmp_path / "areas.gpkg"
+    )
+    stray = {"path": "areas.gpkg", "scenes": ["scenes/nowhere*.tif"]}
+    with pytest.raises(TilingError, match=r"scenes/nowhere\*.tif matches no file"):
+        tile_scenes(config(tmp_path, **over, focus=stray, output="t3"), tmp_path / "t3")
+    (tmp_path / "other.tif").write_bytes((tmp_path / "scenes" / "a.tif").read_bytes())
+    outside = {"path": "areas.gpkg", "scenes": ["other.tif"]}
+    with pytest.raises(TilingError, match=r"focus.scenes: .*other.tif.* not among the config's scenes"):
+        tile_scenes(config(tmp_path, **over, focus=outside, output="t4"), tmp_path / "t4")
+    assert not (tmp_path / "t3").exists() and not (tmp_path / "t4").exists()
+
+
+def test_lineage_is_recorded_and_part_of_the_identity_and_a_plain_config_keeps_its_settings(mosaic: Path) -> None:
+    """A config without focus and lineage has the identity settings it had before they existed (no new keys); the
+    lineage (not its parent's path) enters the identity and tiling.json records it."""
+    plain = config(mosaic)
+    settings = tiling.identity_settings(plain)
+    assert "focus" not in settings and "lineage" not in settings
+    assert set(settings) == {
+        "schema_version", "scenes", "rgb_bands", "polygons", "regions", "extra", "grid", "resampling",
+        "min_valid_fraction",
+    }  # fmt: skip
+    doc = json.loads(json.dumps(settings))
+    assert (
+        tiling.fingerprint(plain)
+        == tiling.hashlib.sha256(
+            tiling.canonical_json({"code": tiling.closure_hash(tiling.__name__), "settings": doc}).encode()
+        ).hexdigest()
+    )
+    lineage = {"version": "tiles+r1", "parent": "tiles", "parent_fingerprint": "ab" * 32, "counts": {"confirmed": 1}}
+    with_lineage = config(mosaic, lineage=lineage, output="next")
+    assert with_lineage.lineage is not None and with_lineage.lineage.parent == str(mosaic / "tiles")
+    moved = config(mosaic, lineage={**lineage, "parent": "elsewhere"}, output="next")
+    other = config(mosaic, lineage={**lineage, "version": "tiles+r2"}, output="next")
+    fp = tiling.fingerprint(with_lineage)
+    assert fp != tiling.fingerprint(plain) and fp == tiling.fingerprint(moved) != tiling.fingerprint(other)
+    out = tile_scenes(with_lineage, mosaic / "next")
+    recorded = json.loads((mosaic / "next" / "tiling.json").read_text())
+    assert (
+        recorded["lineage"]
+        == out.model_dump(mode="json")["lineage"]
+        == {**lineage, "parent": str(mosaic / "tiles"), "review": None}
+    )
+    assert recorded["config"]["lineage"]["version"] == "tiles+r1" and recorded["config_fingerprint"] == fp
+    assert "focus" not in recorded["config"]
+    plain_out = tile_scenes(plain, mosaic / "tiles")
+    assert plain_out.lineage is None and "lineage" not in plain_out.config and "focus" not in plain_out.config
+
+
 # ------------------------------------------------------------------------------------------------ acceptance
 
 MOSAIC = 400  # scene pixels per side: two scenes of 1.2 km at 3 m

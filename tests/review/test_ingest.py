@@ -1,0 +1,423 @@
+"""`rts review ingest`: a review's verdicts -> the next dataset version (issue 26).
+
+Two 192-pixel UTM scenes (6 m): A, tiled in round 1 (regions west: train, east: test), and B, 600 m east of it, only
+mapped by the campaign (north: train, south: in no split). The campaign's objects sit at grid-cell centres, each
+wholly inside one cell: 1 (rts) and 2 (not_rts) and 3 (unsure) on B north, 4 (rts) on A east (held out), 5 on B
+south (a region of no split).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import rasterio
+import shapely
+import yaml
+from rasterio.crs import CRS
+from rasterio.features import rasterize
+from rasterio.warp import transform, transform_geom
+
+from rtscore.config.pipeline import load_pipeline_config
+from rtscore.config.tiling import load_tiling_config
+from rtscore.data.tiling import tile_scenes
+from rtscore.mapping.polygons import RtsObject, write_objects
+from rtscore.review.ingest import IngestResult, ingest_review
+from rtscore.review.manifest import (
+    CampaignRef,
+    ChipSettings,
+    ReviewError,
+    ReviewHeader,
+    ReviewObject,
+    Selection,
+    object_line,
+    review_id,
+)
+from rtscore.review.verdicts import Verdict, verdicts_geojson
+from rtscore.storage.files import sha256_file
+from tests.data.test_tiling import PX, UTM, X0, Y0, blob, metadata, write_gpkg, write_scene
+
+GSD = 6.0
+SIZE = 192  # 1152 m
+XB = X0 + 1752  # scene B's west edge: 600 m east of scene A
+TILE = 64
+SPAN = TILE * PX
+PACKAGE = "p" * 64
+
+
+def cell_centre(x: float, y: float) -> tuple[float, float]:
+    """The UTM point at the centre of the grid cell (EPSG:3857) holding UTM (x, y)."""
+    [gx], [gy] = transform(UTM, "EPSG:3857", [x], [y])
+    cx, cy = (np.floor(gx / SPAN) + 0.5) * SPAN, (np.floor(gy / SPAN) + 0.5) * SPAN
+    [ux], [uy] = transform("EPSG:3857", UTM, [cx], [cy])
+    return ux, uy
+
+
+def cell_id(geom_utm: shapely.Geometry) -> str:
+    p = shapely.geometry.shape(transform_geom(UTM, "EPSG:3857", shapely.geometry.mapping(geom_utm))).centroid
+    return f"c{int(np.floor(p.x / SPAN))}_r{int(np.floor(p.y / SPAN))}"
+
+
+def at(x: float, y: float, seed: int, r: float = 40.0) -> shapely.Polygon:
+    return blob(*cell_centre(x, y), r, seed)
+
+
+INVENTORY = [at(X0 + 250, Y0 - 300, 1), at(X0 + 300, Y0 - 850, 2), at(X0 + 900, Y0 - 450, 3)]
+OBJECTS = {
+    1: at(XB + 576, Y0 - 250, 11),  # rts, north
+    2: at(XB + 200, Y0 - 250, 12),  # not_rts, north
+    3: at(XB + 950, Y0 - 250, 13),  # unsure, north
+    4: at(X0 + 900, Y0 - 900, 14),  # rts, east (test)
+    5: at(XB + 576, Y0 - 900, 15),  # rts, south (no split)
+}
+SPLITS = {"train": ["west", "north"], "test": ["east"]}
+
+
+def write_regions(path: Path) -> None:
+    import pyogrio
+
+    boxes = {
+        "west": shapely.box(X0 - 3000, Y0 - 5000, X0 + 576, Y0 + 3000),
+        "east": shapely.box(X0 + 576, Y0 - 5000, X0 + 1464, Y0 + 3000),
+        "north": shapely.box(X0 + 1464, Y0 - 576, X0 + 6000, Y0 + 3000),
+        "south": shapely.box(X0 + 1464, Y0 - 5000, X0 + 6000, Y0 - 576),
+    }
+    pyogrio.raw.write(
+        path,
+        geometry=np.array([shapely.to_wkb(b) for b in boxes.values()], dtype=object),
+        field_data=[np.array(list(boxes), dtype=object)],
+        fields=["name"],
+        crs=UTM,
+        driver="GPKG",
+        geometry_type="Polygon",
+    )
+
+
+def rts_object(oid: int, geom: shapely.Polygon, scene: str) -> RtsObject:
+    return RtsObject(
+        object_id=oid,
+        geometry=geom,
+        scene_ids=(scene,),
+        n_pixels=int(geom.area / GSD**2),
+        prob_mean=0.7,
+        prob_max=0.9,
+        area_m2=geom.area,
+        ground_area_m2=geom.area,
+        bbox=geom.bounds,
+        size_bin="1k-10k",
+        partial=False,
+    )
+
+
+def review_object(oid: int, geom: shapely.Polygon, scene_uri: str) -> ReviewObject:
+    return ReviewObject(
+        object_id=oid,
+        scene_id=Path(scene_uri).stem,
+        scene_uri=scene_uri,
+        prob_mean=0.7,
+        prob_max=0.9,
+        ground_area_m2=geom.area,
+        geometry=transform_geom(UTM, "EPSG:4326", shapely.geometry.mapping(geom)),
+        geometry_wkt=geom.wkt,
+        chip=f"chips/{oid}.png",
+        overlay=f"chips/{oid}.svg",
+        chip_window=(0, 0, 64, 64),
+        chip_outline=[[[1.0, 1.0], [2.0, 1.0], [2.0, 2.0]]],
+        pixel_ground_m=GSD,
+        chip_sha256="0" * 64,
+    )
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Scenes, inventory, regions, round 1 tiled (tiles/), a campaign and its review export."""
+    tmp = tmp_path_factory.mktemp("ingest")
+    (tmp / "scenes").mkdir()
+    write_scene(tmp / "scenes" / "a.tif", X0, [*INVENTORY, OBJECTS[4]], size=SIZE, gsd=GSD, seed=1)
+    write_scene(tmp / "b.tif", XB, [OBJECTS[k] for k in (1, 2, 3, 5)], size=SIZE, gsd=GSD, seed=2)
+    write_gpkg(tmp / "rts.gpkg", INVENTORY, ["x"] * len(INVENTORY))
+    write_regions(tmp / "regions.gpkg")
+    doc = {
+        "scenes": ["scenes/a.tif"],
+        "polygons": {"path": "rts.gpkg", "id_column": "UID"},
+        "regions": {"path": "regions.gpkg", "name_column": "name"},
+        "grid": {"pixel_size": PX, "tile_size": TILE},
+        "splits": SPLITS,
+        "output": "tiles",
+    }
+    (tmp / "tile.yaml").write_text(yaml.safe_dump(doc))
+    tile_scenes(load_tiling_config(tmp / "tile.yaml"), tmp / "tiles")
+
+    scenes = {1: tmp / "b.tif", 2: tmp / "b.tif", 3: tmp / "b.tif", 4: tmp / "scenes" / "a.tif", 5: tmp / "b.tif"}
+    campaign = tmp / "campaign"
+    write_objects(campaign / "objects.gpkg", [rts_object(k, g, scenes[k].stem) for k, g in OBJECTS.items()], UTM)
+    (campaign / "summary.json").write_text(json.dumps({"mapping_identity": {"package_sha256": PACKAGE}}))
+    ref = CampaignRef(
+        uri=str(campaign),
+        objects_sha256=sha256_file(campaign / "objects.gpkg"),
+        package_sha256=PACKAGE,
+        crs_wkt=CRS.from_user_input(UTM).to_wkt(),
+    )
+    objects = [review_object(k, g, str(scenes[k])) for k, g in OBJECTS.items()]
+    header = ReviewHeader(
+        review_id=review_id(ref, Selection(), list(OBJECTS)),
+        campaign=ref,
+        selection=Selection(),
+        chips=ChipSettings(),
+        n_objects=len(objects),
+        code_sha256="c" * 64,
+    )
+    (tmp / "review").mkdir()
+    (tmp / "review" / "review.json").write_text(header.model_dump_json())
+    (tmp / "review" / "manifest.jsonl").write_text("".join(object_line(o) + "\n" for o in objects))
+    return tmp
+
+
+def header(world: Path) -> ReviewHeader:
+    return ReviewHeader.model_validate_json((world / "review" / "review.json").read_text())
+
+
+def verdict_doc(world: Path, verdicts: dict[int, str]) -> dict[str, Any]:
+    objects = [ReviewObject.model_validate_json(line) for line in (world / "review" / "manifest.jsonl").open()]
+    vs = [Verdict(object_id=k, verdict=v, reviewer="ab", time="2026-12-02T07:09:41Z") for k, v in verdicts.items()]  # type: ignore[arg-type]
+    return verdicts_geojson(header(world), objects, vs, reviewer="ab", exported="2026-12-02T07:10:00Z")
+
+
+def write_verdicts(path: Path, doc: dict[str, Any]) -> str:
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+MAIN = {1: "rts", 2: "not_rts", 3: "unsure", 4: "rts"}
+
+
+def ingest(world: Path, verdicts: str, out: Path, **kw: Any) -> IngestResult:
+    return ingest_review(str(world / "review"), verdicts, str(world / "tile.yaml"), str(out), **kw)
+
+
+def tile_label(root: Path, tile: str) -> tuple[np.ndarray, Any]:
+    with rasterio.open(root / "labels" / f"{tile}.tif") as f:
+        return f.read(1), f.transform
+
+
+def over(geom_utm: shapely.Geometry, tr: Any) -> np.ndarray:
+    g = transform_geom(UTM, "EPSG:3857", shapely.geometry.mapping(geom_utm))
+    return rasterize([g], (TILE, TILE), transform=tr) > 0
+
+
+def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_path: Path) -> None:
+    """Confirmed RTS -> label 1 in a tile of the new root; a false positive's cell -> a tile with label 0 over it;
+    unsure -> nothing; an object in a test region left out (held_out skip); round 1's tiles and splits kept; the
+    version, parent and review recorded in ingest.json and tiling.json; a pipeline config pointed at the root."""
+    verdicts = write_verdicts(tmp_path / "verdicts.geojson", verdict_doc(world, MAIN))
+    gen = {"split": "train", "tile_size": TILE, "source": "geotiff", "geotiff": {"data_root": "tiles"}}
+    pipeline = {
+        "data": {
+            "tile_size": TILE,
+            "generation": {"train": "gen-train.yaml", "test": {**gen, "split": "test"}},
+        },
+        "splits": {"min_test_positives": 1},
+    }
+    (world / "gen-train.yaml").write_text(yaml.safe_dump(gen))
+    (world / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    out = tmp_path / "tiles-r1"
+    result = ingest(world, verdicts, out, held_out="skip", pipeline_config=str(world / "pipeline.yaml"))
+
+    rid = header(world).review_id
+    c = result.counts
+    assert (c.confirmed, c.false_positives, c.unsure, c.left_out_held_out) == (1, 1, 1, 1)
+    assert c.per_split == {"train": {"confirmed": 1, "false_positives": 1}}
+    outcomes = {o.object_id: (o.outcome, o.region, o.split) for o in result.objects}
+    assert outcomes == {
+        1: ("confirmed", "north", "train"),
+        2: ("hard_negative", "north", "train"),
+        3: ("left_out_unsure", None, None),
+        4: ("left_out_held_out", "east", "test"),
+    }
+    rows = {r["Tile_id"]: r for r in metadata(out)}
+    parent_rows = {r["Tile_id"]: r for r in metadata(world / "tiles")}
+    assert all(rows[t] == r for t, r in parent_rows.items()), "round 1's tiles are all there, as they were"
+    assert (out / "splits.yaml").read_text() == (world / "tiles" / "splits.yaml").read_text()
+
+    uid = f"review-{rid[:8]}-1"
+    t1 = cell_id(OBJECTS[1])
+    assert rows[t1]["UIDs"] == uid and rows[t1]["TrainClass"] == "positive" and rows[t1]["RegionName"] == "north"
+    label, tr = tile_label(out, t1)
+    inside = over(OBJECTS[1], tr)
+    assert (label[inside] == 1).mean() > 0.9 and (label == 1).sum() <= inside.sum() * 1.1
+
+    t2 = cell_id(OBJECTS[2])
+    assert rows[t2]["TrainClass"] == "negative" and rows[t2]["RegionName"] == "north"
+    label, tr = tile_label(out, t2)
+    assert (label[over(OBJECTS[2], tr)] == 0).all(), "a hard negative: label 0 over the false positive"
+    assert cell_id(OBJECTS[3]) not in rows, "unsure: its cell of the added scene is not cut"
+    added = set(rows) - set(parent_rows)
+    assert added == {t1, t2}, "the added scene is cut only around the judged objects"
+    assert rows[cell_id(OBJECTS[4])] == parent_rows[cell_id(OBJECTS[4])], "held out, skipped: unchanged"
+
+    import pyogrio
+
+    meta, _, _, fields = pyogrio.raw.read(out / "review" / "inventory.gpkg")
+    cols = dict(zip(meta["fields"], fields, strict=True))
+    assert list(cols["UID"]) == ["RTS-000", "RTS-001", "RTS-002", uid]
+    assert list(cols["review_status"]) == ["inventory"] * 3 + ["confirmed"] and list(cols["object_id"])[-1] == 1
+    assert list(cols["review_id"])[-1] == rid
+    _, _, _, area_fields = pyogrio.raw.read(out / "review" / "areas.gpkg")
+    assert sorted(area_fields[0]) == [1, 2]
+
+    recorded = IngestResult.model_validate_json((out / "review" / "ingest.json").read_text())
+    assert recorded == result and result.version == "tiles+r1" and result.review_id == rid
+    assert (out / "review" / "verdicts.geojson").read_bytes() == Path(verdicts).read_bytes()
+    parent = json.loads((world / "tiles" / "tiling.json").read_text())
+    tiling_json = json.loads((out / "tiling.json").read_text())
+    lineage = tiling_json["lineage"]
+    assert lineage["version"] == "tiles+r1" and lineage["parent"] == str(world / "tiles")
+    assert lineage["parent_fingerprint"] == parent["config_fingerprint"] == result.parent_fingerprint
+    assert lineage["review"] == {
+        "review_id": rid,
+        "verdicts": "verdicts.geojson",
+        "verdicts_sha256": sha256_file(Path(verdicts)),
+    }
+    assert lineage["counts"]["confirmed"] == 1 and tiling_json["config_fingerprint"] == result.fingerprint
+    tile_yaml = yaml.safe_load((out / "review" / "tile.yaml").read_text())
+    assert tile_yaml["output"] == ".." and tile_yaml["focus"] == {
+        "path": "areas.gpkg",
+        "scenes": [str(world / "b.tif")],
+    }
+
+    cfg = load_pipeline_config(out / "review" / "pipeline.yaml")
+    roots = {s: g.geotiff.data_root for s, g in cfg.data.generation.items() if g.geotiff is not None}
+    assert roots == {"train": str(out.resolve()), "test": str(out.resolve())}
+
+    round2 = str(out / "review" / "tile.yaml")
+    with pytest.raises(ReviewError, match=r"object\(s\) \[1\] are already confirmed in the round's inventory"):
+        ingest_review(str(world / "review"), verdicts, round2, str(tmp_path / "twice"), held_out="skip")
+    assert not (tmp_path / "twice").exists()
+    negatives = write_verdicts(tmp_path / "more.geojson", verdict_doc(world, {2: "not_rts"}))
+    second = ingest_review(str(world / "review"), negatives, round2, str(tmp_path / "tiles-r2"))
+    assert second.version == "tiles+r2" and second.parent == str(out.resolve())
+    assert {r["Tile_id"] for r in metadata(tmp_path / "tiles-r2")} == set(rows), "the same tiles: nothing new"
+
+
+def refused(world: Path, verdicts: str, out: Path, *words: str, **kw: Any) -> str:
+    with pytest.raises(ReviewError) as err:
+        ingest(world, verdicts, out, **kw)
+    text = str(err.value)
+    for w in words:
+        assert w in text, text
+    assert not out.exists(), "nothing written on refusal"
+    return text
+
+
+def test_val_test_regions_are_refused_skipped_or_added_never_to_train(world: Path, tmp_path: Path) -> None:
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, {1: "rts", 4: "rts"}))
+    refused(
+        world,
+        verdicts,
+        tmp_path / "o1",
+        verdicts,
+        "object(s) 4 (region 'east' in test)",
+        "would change the val/test set",
+    )
+    result = ingest(world, verdicts, tmp_path / "o2", held_out="add")
+    assert {o.object_id: o.split for o in result.objects} == {1: "train", 4: "test"}
+    assert result.counts.per_split == {
+        "train": {"confirmed": 1, "false_positives": 0},
+        "test": {"confirmed": 1, "false_positives": 0},
+    }
+    rows = {r["Tile_id"]: r for r in metadata(tmp_path / "o2")}
+    assert rows[cell_id(OBJECTS[4])]["RegionName"] == "east" and rows[cell_id(OBJECTS[4])]["TrainClass"] == "positive"
+    assert yaml.safe_load((tmp_path / "o2" / "splits.yaml").read_text()) == SPLITS
+
+
+def test_a_region_in_no_split_is_refused_or_added_to_train(world: Path, tmp_path: Path) -> None:
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, {5: "rts"}))
+    refused(
+        world, verdicts, tmp_path / "o1", verdicts, "object(s) 5 (region 'south')", "in no split", "--new-regions train"
+    )
+    result = ingest(world, verdicts, tmp_path / "o2", new_regions="train")
+    assert result.counts.new_train_regions == ["south"]
+    assert yaml.safe_load((tmp_path / "o2" / "splits.yaml").read_text())["train"] == ["west", "north", "south"]
+
+
+def test_verdicts_not_of_this_review_are_refused_naming_file_and_objects(world: Path, tmp_path: Path) -> None:
+    doc = verdict_doc(world, MAIN)
+    doc["features"].append({**doc["features"][0], "properties": {**doc["features"][0]["properties"], "object_id": 99}})
+    v = write_verdicts(tmp_path / "extra.geojson", doc)
+    refused(world, v, tmp_path / "o", v, "object(s) [99] not in the review manifest", "manifest.jsonl")
+
+    other = verdict_doc(world, MAIN)
+    other["rts_review"]["review_id"] = "f" * 64
+    v = write_verdicts(tmp_path / "other.geojson", other)
+    refused(world, v, tmp_path / "o", v, "verdicts of another review", "f" * 12, header(world).review_id[:12])
+
+    broken = verdict_doc(world, MAIN)
+    broken["features"][1]["geometry"] = {"type": "Polygon", "coordinates": "edited"}
+    v = write_verdicts(tmp_path / "broken.geojson", broken)
+    refused(world, v, tmp_path / "o", v, "features[1] (object 2)", "not valid GeoJSON geometry")
+
+
+def test_a_campaign_mapped_again_or_by_another_package_is_refused(world: Path, tmp_path: Path) -> None:
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, MAIN))
+    campaign = tmp_path / "campaign"
+    shutil.copytree(world / "campaign", campaign)
+    write_objects(campaign / "objects.gpkg", [rts_object(1, OBJECTS[2], "b")], UTM)
+    refused(
+        world, verdicts, tmp_path / "o", str(campaign / "objects.gpkg"), "review.json", "mapped again", "export again",
+        campaign=str(campaign),
+    )  # fmt: skip
+    shutil.copy(world / "campaign" / "objects.gpkg", campaign / "objects.gpkg")
+    (campaign / "summary.json").write_text(json.dumps({"mapping_identity": {"package_sha256": "q" * 64}}))
+    refused(world, verdicts, tmp_path / "o", "summary.json", "qqqqqqqqqqqq", "another package", campaign=str(campaign))
+    shutil.copy(world / "campaign" / "summary.json", campaign / "summary.json")
+    assert ingest(world, verdicts, tmp_path / "ok", campaign=str(campaign), held_out="skip").counts.confirmed == 1
+
+
+def test_an_output_that_is_not_new_is_refused_and_left_untouched(world: Path, tmp_path: Path) -> None:
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, MAIN))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ReviewError, match="busy: exists and is not empty"):
+        ingest(world, verdicts, tmp_path / "busy", held_out="skip")
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.txt"]
+    with pytest.raises(ReviewError, match="parent data root"):
+        ingest(world, verdicts, world / "tiles" / "next", held_out="skip")
+
+
+def test_regions_from_a_column_carry_into_the_inventory_and_a_split_moving_polygon_is_refused(
+    world: Path, tmp_path: Path
+) -> None:
+    """Regions from the inventory's column: a confirmed polygon carries its region there; one whose region would
+    become that of cells of another split (a cell takes its nearest polygon's region) is refused, naming them."""
+    doc = yaml.safe_load((world / "tile.yaml").read_text())
+    doc.update(regions={"column": "Region"}, polygons={"path": "rts-col.gpkg", "id_column": "UID"})
+    doc.update(splits={"train": ["west"], "test": ["east"]}, output="tiles-col")
+    write_gpkg(world / "rts-col.gpkg", INVENTORY, ["west", "west", "east"])
+    (world / "tile-col.yaml").write_text(yaml.safe_dump(doc))
+    tile_scenes(load_tiling_config(world / "tile-col.yaml"), world / "tiles-col")
+
+    def run(verdicts: dict[int, str], out: Path) -> IngestResult:
+        v = write_verdicts(tmp_path / f"{out.name}.geojson", verdict_doc(world, verdicts))
+        col = str(world / "tile-col.yaml")
+        return ingest_review(str(world / "review"), v, col, str(out), held_out="add", new_regions="train")
+
+    with pytest.raises(ReviewError) as err:
+        run({4: "rts"}, tmp_path / "moved")
+    assert "rts-col.gpkg: regions come from its column 'Region'" in str(err.value)
+    assert "object(s) [4] would move grid cells to another split" in str(err.value)
+    moves = r"c-?\d+_r\d+: '(west|east)' \((train|test)\) -> '(west|east)' \((train|test)\)"
+    assert re.search(moves, str(err.value)) and not (tmp_path / "moved").exists()
+
+    result = run({1: "rts"}, tmp_path / "ok")
+    import pyogrio
+
+    meta, _, _, fields = pyogrio.raw.read(tmp_path / "ok" / "review" / "inventory.gpkg")
+    cols = dict(zip(meta["fields"], fields, strict=True))
+    assert list(cols["Region"]) == ["west", "west", "east", result.objects[0].region]
+    row = {r["Tile_id"]: r for r in metadata(tmp_path / "ok")}[cell_id(OBJECTS[1])]
+    assert row["RegionName"] == result.objects[0].region and row["TrainClass"] == "positive"
