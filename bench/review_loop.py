@@ -4,9 +4,9 @@ the Test-Realistic PR-AUC of round 2 beside round 1's.
 The world, built in code (UTM 6N, 30 m pixels, Landsat-like, as the first-run test's scenes): two scenes A and B
 (round 1) over six region stripes (three train, two val, one test), RTS painted bright with a low NIR, and an RTS
 inventory of every slump of A and B; lookalikes, bright bars of bare ground (river bars, ridges: the slumps' colour
-and NIR, another shape), lie only in the test stripe. A third scene C south of them (region "south", in no split) holds slumps and lookalikes,
-none of them in the inventory. Round 1 never trains on a lookalike, so its model calls them RTS: its false positives
-on the test stripe cost PR-AUC.
+and NIR, another shape), lie only in the test stripe. A third scene C south of them (region "south", in no split)
+holds slumps and lookalikes, none of them in the inventory. Round 1 never trains on a lookalike, so its model may
+call them RTS: its false positives on the test stripe cost PR-AUC.
 
 The loop, every step a project command as a user runs it: ``rts tile`` -> ``rts run`` (round 1) -> ``rts warp`` of
 C onto the grid -> ``rts map`` over C -> ``rts review export`` (every object) -> the reviewer: an object is ``rts``
@@ -121,9 +121,9 @@ def write_scene(path: Path, x0: float, y0: float, slumps: list[Any], fakes: list
         m = mask(geoms)
         rgb[:, m] = np.array(RTS_RGB)[:, None] + rng.normal(0, 6, (3, int(m.sum())))
         nir[m] = nir_level + rng.normal(0, 8, int(m.sum()))
-    data = np.concatenate(
-        [np.clip(rgb, 12, 250), np.clip(nir, 1, 255)[None], np.full((1, SIZE, SIZE), 255.0)]
-    ).astype(np.uint8)
+    data = np.concatenate([np.clip(rgb, 12, 250), np.clip(nir, 1, 255)[None], np.full((1, SIZE, SIZE), 255.0)]).astype(
+        np.uint8
+    )
     profile = {"driver": "GTiff", "height": SIZE, "width": SIZE, "count": 5, "dtype": "uint8"}
     with rasterio.open(path, "w", **profile, crs=UTM, transform=transform) as f:
         f.write(data)
@@ -137,7 +137,11 @@ def _lonlat_features(geoms: list[Any], props: list[dict[str, Any]]) -> dict[str,
     return {
         "type": "FeatureCollection",
         "features": [
-            {"type": "Feature", "properties": p, "geometry": transform_geom(UTM, "EPSG:4326", shapely.geometry.mapping(g))}
+            {
+                "type": "Feature",
+                "properties": p,
+                "geometry": transform_geom(UTM, "EPSG:4326", shapely.geometry.mapping(g)),
+            }
             for g, p in zip(geoms, props, strict=True)
         ],
     }

@@ -72,7 +72,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"rts review export --campaign campaign/ {PKG} --output review/",
         f"rts review export --campaign campaign/ {PKG} --output review/ --select stratified --n 300 "
         "--tiling-config tile.yaml",
-        f"rts review export --campaign gs://bucket/campaign {PKG} --output gs://bucket/review --select uncertain --n 200",
+        f"rts review export --campaign gs://bucket/campaign {PKG} --output gs://bucket/review --select uncertain "
+        "--n 200",
     ),
     "review ingest": (
         "rts review ingest --review review/ --verdicts verdicts.geojson --tiling-config tile.yaml --output tiles-r2",

@@ -329,7 +329,9 @@ def review_export(p: ReviewExportParams) -> int:
         image_root=p.label_studio_image_root,
         overwrite=p.overwrite,
     )
-    print(f"{h.n_objects} objects to review (review {h.review_id[:12]}); open {CampaignRoot(p.output).uri_of(PAGE_FILE)}")
+    print(
+        f"{h.n_objects} objects to review (review {h.review_id[:12]}); open {CampaignRoot(p.output).uri_of(PAGE_FILE)}"
+    )
     return 0
 
 
@@ -347,6 +349,7 @@ def review_ingest(p: ReviewIngestParams) -> int:
         campaign=p.campaign,
         version=p.version,
         pipeline_config=p.pipeline_config,
+        min_distance_m=p.min_distance_m,
     )
     print(r.summary_line())
     return 0
@@ -356,7 +359,7 @@ def review_serve(p: ReviewServeParams) -> int:
     """`rts review serve`: the review page over http until Ctrl-C."""
     from rtscore.review.serve import serve
 
-    server, url = serve(p.review, host=p.host, port=p.port)
+    server, url = serve(Path(p.review), host=p.host, port=p.port)
     print(f"serving {p.review} at {url}index.html (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()

@@ -467,6 +467,12 @@ class ReviewIngestParams(FormModel):
         description="A pipeline config to retarget: written as <output>/review/pipeline.yaml with every GeoTIFF "
         "data_root pointing at --output, for `rts run` of the next round.",
     )
+    min_distance_m: float = Field(
+        0.0,
+        ge=0,
+        description="Ground metres every new train tile keeps from the val/test tiles (and every new val/test tile "
+        "from train): the pipeline's splits.min_distance_m. 0: they may touch, never overlap.",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- sweeps

@@ -58,6 +58,7 @@ def review_ingest(params: ReviewIngestParams) -> IngestResult:
             absolute_location(params.campaign) if params.campaign else None,
             params.version,
             params.pipeline_config,
+            params.min_distance_m,
         )
         create_markdown_artifact(
             key=artifact_key("review-ingest"), markdown=result.render_markdown(), description="Review ingest"

@@ -49,6 +49,7 @@ def ingest(
     campaign: str | None = None,
     version: str | None = None,
     pipeline_config: str | None = None,
+    min_distance_m: float = 0.0,
 ) -> IngestResult:
     """The verdicts of ``verdicts`` into the data root ``output`` (rtscore.review.ingest)."""
     return ingest_review(
@@ -61,4 +62,5 @@ def ingest(
         campaign=campaign,
         version=version,
         pipeline_config=pipeline_config,
+        min_distance_m=min_distance_m,
     )

@@ -43,6 +43,7 @@ from rtscore.config.base import StrictModel, read_yaml
 from rtscore.config.pipeline import parse_pipeline_config
 from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig, load_tiling_config
+from rtscore.data.blocking import TRAIN, BlockingError, Bounds, check_blocking, data_root_footprints
 from rtscore.data.tile_pixels import GridCell, grid_cells
 from rtscore.data.tiling import TilingCounts, TilingManifest, fingerprint, tile_scenes
 from rtscore.data.tiling_inventory import Inventory, RegionOf, read_inventory
@@ -127,6 +128,30 @@ class IngestResult(StrictModel):
     objects: list[ObjectOutcome]
     tiling: TilingCounts = Field(..., description="What rts tile cut into the new root.")
 
+    def summary_line(self) -> str:
+        """What `rts review ingest` prints."""
+        c, t = self.counts, self.tiling
+        held = f", {c.left_out_held_out} in val/test regions left out" if c.left_out_held_out else ""
+        train = f"; regions added to train: {c.new_train_regions}" if c.new_train_regions else ""
+        run = f"; next: rts run --config {self.pipeline_config}" if self.pipeline_config else ""
+        return (
+            f"wrote {self.output} (dataset version {self.version}, parent {self.parent}): {c.confirmed} confirmed RTS "
+            f"added to the inventory, {c.false_positives} false positives cut as hard negatives, {c.unsure} unsure "
+            f"left out{held}{train}; {t.tiles} tiles ({t.positive} positive, {t.negative} negative){run}"
+        )
+
+    def render_markdown(self) -> str:
+        """The review-ingest flow's artifact: the new version, its lineage and what each split gained."""
+        rows = "\n".join(
+            f"| {split} | {n.get('confirmed', 0)} | {n.get('false_positives', 0)} |"
+            for split, n in sorted(self.counts.per_split.items())
+        )
+        return (
+            f"# Dataset version {self.version}\n\n{self.summary_line()}\n\nReview {self.review_id[:12]} "
+            f"({self.verdicts}, sha256 {self.verdicts_sha256[:12]}), campaign {self.campaign}.\n\n"
+            f"| split | confirmed RTS | hard negatives |\n|---|---|---|\n{rows}\n"
+        )
+
 
 def ingest_review(
     review: str,
@@ -139,8 +164,11 @@ def ingest_review(
     campaign: str | None = None,
     version: str | None = None,
     pipeline_config: str | None = None,
+    min_distance_m: float = 0.0,
 ) -> IngestResult:
-    """A review's verdicts -> the next dataset version under ``output`` (module docstring).
+    """A review's verdicts -> the next dataset version under ``output`` (module docstring). ``min_distance_m``: the
+    ground distance every new train tile keeps from the val/test tiles, and every new val/test tile from the train
+    tiles (the pipeline's ``splits.min_distance_m``; 0: they may touch, never overlap).
 
     Raises:
         ReviewError: verdicts of another review or campaign, objects not in the manifest, a campaign mapped again
@@ -157,6 +185,7 @@ def ingest_review(
     _check_output(out, parent.root)
     plan = _place(src, cfg, cfg_path, held_out=held_out, new_regions=new_regions)
     _check_tile_regions(plan, cfg, parent)
+    _check_footprints(plan, cfg, parent, src.verdicts_path, min_distance_m)
     pipeline = _pipeline_doc(Path(pipeline_config), out) if pipeline_config is not None else None
     name = _version(parent, version)
     counts = _counts(plan)
@@ -539,6 +568,29 @@ def _check_tile_regions(plan: Plan, cfg: TilingConfig, parent: Parent) -> None:
             f"{ids} would move grid cells to another split: {'; '.join(moved[:10])}; leave those objects out "
             "(unsure) or give the regions as a region file"
         )
+
+
+def _check_footprints(plan: Plan, cfg: TilingConfig, parent: Parent, verdicts: Path, buffer_m: float) -> None:
+    """Spatial blocking by geometry (guide §10.1) before anything is cut: the cells the verdicts add, against the
+    parent's tiles and each other, by split; a new train cell within ``buffer_m`` of a val/test tile (or a new
+    val/test cell within it of a train tile) is refused naming both tiles (rtscore.data.blocking)."""
+    split_of = region_splits(plan.splits)
+    old, _ = data_root_footprints(parent.root, split_of)
+    new: dict[str, dict[str, Bounds]] = {}
+    for p in plan.objects:
+        if not p.included:
+            continue
+        for c, region in zip(p.cells, p.cell_regions, strict=True):
+            new.setdefault(split_of[str(region)], {})[c.tile_id] = c.bounds
+    every = {s: {**old.get(s, {}), **new.get(s, {})} for s in {*old, *new}}
+    try:
+        for footprints in (
+            {TRAIN: new.get(TRAIN, {}), **{s: every[s] for s in every if s != TRAIN}},  # new train vs all val/test
+            {TRAIN: every.get(TRAIN, {}), **{s: new[s] for s in new if s != TRAIN}},  # new val/test vs all train
+        ):
+            check_blocking(footprints, cfg.grid.crs, buffer_m)
+    except BlockingError as err:
+        raise ReviewError(f"{verdicts}: the tiles these verdicts add break spatial blocking: {err}") from None
 
 
 def _parent_rows(root: Path) -> list[dict[str, str]]:

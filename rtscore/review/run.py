@@ -25,6 +25,4 @@ def export(
     """Chips and manifest of the selected objects (rtscore.review.export), then the review page and the Label
     Studio tasks beside them, all published to ``output`` (local or gs://)."""
     extras = (write_page, functools.partial(write_tasks, image_root=image_root))
-    return export_review(
-        campaign, package, output, selection, chips, tiling_config, extras=extras, overwrite=overwrite
-    )
+    return export_review(campaign, package, output, selection, chips, tiling_config, extras=extras, overwrite=overwrite)
