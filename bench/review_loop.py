@@ -19,7 +19,8 @@ rounds (C is not in the test region), so the two PR-AUCs are like for like.
     .venv/bin/python bench/review_loop.py --quick    # 1 seed, a few epochs: a smoke run of the loop
 
 Printed: the review's counts (objects, confirmed, false positives), the tiles of each round, and Test-Realistic
-PR-AUC at 1:1 and 1:200 of each round (mean ± std over seeds) with the difference; ``--json`` writes them.
+PR-AUC at the config's ratios (1:200, 1:500, 1:1000) of each round (mean ± std over seeds) with the difference;
+``--json`` writes them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import json
 import math
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +78,7 @@ def blob(x: float, y: float, r: float, seed: int) -> Any:
 
 def _slumps(x0: float, y0: float, width: float, rows: tuple[float, ...], seed: int) -> list[Any]:
     rng = np.random.default_rng(seed)
-    out = []
+    out: list[Any] = []
     for cx in np.arange(600.0, width - 500, 1000.0):
         for cy in rows:
             x, y = x0 + cx + rng.uniform(-250, 250), y0 - cy + rng.uniform(-250, 250)
@@ -222,33 +225,38 @@ def pipeline_config(seeds: list[int], epochs: int) -> dict[str, Any]:
     return cfg
 
 
-def judge(review: Path, truth: list[Any], out: Path) -> dict[str, int]:
-    """The scripted reviewer: each exported object is ``rts`` when it overlaps a true slump, else ``not_rts``; the
-    verdict file is the one the review page exports."""
+def truth_verdicts(review: Path, truth: list[Any]) -> dict[int, str]:
+    """What the scripted reviewer says of each exported object, in review order: ``rts`` when it overlaps a true
+    slump (the truth the world was drawn from), else ``not_rts``."""
     import shapely
+    from rasterio.warp import transform_geom
     from shapely import wkt
 
     from rtscore.review.manifest import HEADER_FILE, MANIFEST_FILE, iter_objects, read_header
+
+    crs = read_header(review / HEADER_FILE).campaign.crs_wkt
+    tree = shapely.STRtree(truth)
+    out: dict[int, str] = {}
+    for o in iter_objects(review / MANIFEST_FILE):
+        geom = shapely.geometry.shape(transform_geom(crs, UTM, shapely.geometry.mapping(wkt.loads(o.geometry_wkt))))
+        out[o.object_id] = "rts" if len(tree.query(geom, predicate="intersects")) else "not_rts"
+    return out
+
+
+def judge(review: Path, truth: list[Any], out: Path) -> None:
+    """The scripted reviewer: every exported object judged by :func:`truth_verdicts`, written as the verdict file
+    the review page exports."""
+    from rtscore.review.manifest import HEADER_FILE, MANIFEST_FILE, iter_objects, read_header
     from rtscore.review.verdicts import Verdict, verdicts_geojson
 
+    verdicts = [
+        Verdict(object_id=k, verdict=v, reviewer="truth")  # type: ignore[arg-type]
+        for k, v in truth_verdicts(review, truth).items()
+    ]
     header = read_header(review / HEADER_FILE)
-    objects = list(iter_objects(review / MANIFEST_FILE))
-    crs = header.campaign.crs_wkt
-    from rasterio.warp import transform_geom
-
-    tree = shapely.STRtree(truth)
-    verdicts = []
-    for o in objects:
-        geom = shapely.geometry.shape(transform_geom(crs, UTM, shapely.geometry.mapping(wkt.loads(o.geometry_wkt))))
-        hit = len(tree.query(geom, predicate="intersects")) > 0
-        verdicts.append(Verdict(object_id=o.object_id, verdict="rts" if hit else "not_rts", reviewer="truth"))
+    objects = iter_objects(review / MANIFEST_FILE)
     doc = verdicts_geojson(header, objects, verdicts, reviewer="truth", exported="2026-12-02T00:00:00Z")
     out.write_text(json.dumps(doc))
-    return {
-        "objects": len(objects),
-        "rts": sum(v.verdict == "rts" for v in verdicts),
-        "not_rts": sum(v.verdict == "not_rts" for v in verdicts),
-    }
 
 
 def test_pr_auc(run: Path) -> dict[str, dict[str, float]]:
@@ -270,8 +278,12 @@ def rts(*argv: str) -> None:
         raise SystemExit(f"rts {' '.join(argv)}: exit status {rc}")
 
 
-def run_loop(work: Path, *, seeds: list[int], epochs: int) -> dict[str, Any]:
-    """Both rounds of the loop under ``work``; the figures."""
+Reviewer = Callable[[Path, list[Any], Path], None]
+
+
+def run_loop(work: Path, *, seeds: list[int], epochs: int, reviewer: Reviewer = judge) -> dict[str, Any]:
+    """Both rounds of the loop under ``work``; the figures. ``reviewer(review dir, truth, verdict file)`` judges the
+    exported objects and writes the verdict file (default: :func:`judge`, every object by the truth)."""
     w = build_world(work, seeds=seeds, epochs=epochs)
     started = time.perf_counter()
     rts("tile", "--config", str(w.tiling))
@@ -284,11 +296,17 @@ def run_loop(work: Path, *, seeds: list[int], epochs: int) -> dict[str, Any]:
     review = work / "review"
     rts("review", "export", "--campaign", str(work / "campaign"), "--package", str(package), "--output", str(review),
         "--tiling-config", str(w.tiling))  # fmt: skip
+    from rtscore.review.manifest import HEADER_FILE, read_header
+    from rtscore.review.verdict_file import read_verdicts
+
     verdicts = work / "verdicts.geojson"
-    counts = judge(review, w.truth, verdicts)
+    reviewer(review, w.truth, verdicts)
+    counts: dict[str, int] = dict(Counter(str(v.verdict) for v in read_verdicts(verdicts).verdicts))
+    counts["objects"] = read_header(review / HEADER_FILE).n_objects
     rts("review", "ingest", "--review", str(review), "--verdicts", str(verdicts), "--tiling-config", str(w.tiling),
         "--output", str(work / "tiles-r2"), "--new-regions", "train", "--pipeline-config", str(w.pipeline))  # fmt: skip
     rts("run", "--config", str(work / "tiles-r2" / "review" / "pipeline.yaml"), "--run", str(work / "run-2"))
+    ingest = json.loads((work / "tiles-r2" / "review" / "ingest.json").read_text())
     tiles = {}
     for name, root in (("round 1", work / "tiles"), ("round 2", work / "tiles-r2")):
         c = json.loads((root / "tiling.json").read_text())["counts"]
@@ -297,6 +315,7 @@ def run_loop(work: Path, *, seeds: list[int], epochs: int) -> dict[str, Any]:
     return {
         "settings": {"seeds": seeds, "epochs": epochs, "tile": TILE, "gsd_m": GSD},
         "review": counts,
+        "ingest": ingest["counts"],
         "tiles": tiles,
         "test_pr_auc": {"round 1": r1, "round 2": r2},
         "delta": {tag: r2[tag]["mean"] - r1[tag]["mean"] for tag in r1},
@@ -305,9 +324,10 @@ def run_loop(work: Path, *, seeds: list[int], epochs: int) -> dict[str, Any]:
 
 
 def render(f: dict[str, Any]) -> str:
+    r = f["review"]
     lines = [
-        f"review: {f['review']['objects']} objects, {f['review']['rts']} confirmed RTS, "
-        f"{f['review']['not_rts']} false positives",
+        f"review: {r['objects']} objects exported, {r.get('rts', 0)} confirmed RTS, {r.get('not_rts', 0)} false "
+        f"positives, {r.get('unsure', 0)} unsure",
     ]
     for name, t in f["tiles"].items():
         lines.append(f"{name}: {t['tiles']} tiles ({t['positive']} positive, {t['negative']} negative)")

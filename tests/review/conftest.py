@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -139,3 +141,36 @@ def make_review(tmp_path: Path) -> Callable[..., tuple[Path, ReviewHeader, list[
         return root, header, objects
 
     return make
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, driven by Playwright; skipped where either is missing (failing under CI)."""
+    why = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        why = "playwright is not installed (pip install playwright==1.65.2; no `playwright install` needed)"
+    if why is None and not Path(CHROMIUM).exists():
+        why = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the review page's browser test cannot run under CI: {why}")
+        pytest.skip(why)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -4,12 +4,11 @@ with the keyboard, reloading, and exporting a verdict file that rtscore reads ba
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,6 @@ from rtscore.review.verdict_file import read_verdicts
 from rtscore.review.verdicts import Verdict, verdicts_geojson
 
 MakeReview = Callable[..., tuple[Path, ReviewHeader, list[ReviewObject]]]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 def read_data_js(path: Path) -> dict[str, Any]:
@@ -114,28 +104,6 @@ def test_serve_is_local_and_read_only(make_review: MakeReview, tmp_path: Path) -
 
 
 # --- the browser ---------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """Debian's Chromium, headless, driven by Playwright; skipped where either is missing (failing under CI)."""
-    why = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        why = "playwright is not installed (pip install playwright==1.65.2; no `playwright install` needed)"
-    if why is None and not Path(CHROMIUM).exists():
-        why = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
-    if why is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"the review page's browser test cannot run under CI: {why}")
-        pytest.skip(why)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 class PageModel:

@@ -1,0 +1,43 @@
+"""The review flows (prefect.yaml review-export / review-ingest) run the library's export and ingest on a real
+(ephemeral) Prefect server, as the deployments do, and publish what they wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.review_export_bench import write_campaign
+from flows.params import ReviewExportParams, ReviewIngestParams
+from flows.review import review_export, review_ingest
+from rtscore.review.manifest import HEADER_FILE, MANIFEST_FILE, PAGE_FILE, iter_objects, read_header
+from tests.review import test_ingest
+from tests.review.test_ingest import MAIN, verdict_doc, write_verdicts
+
+world = test_ingest.world  # the ingest tests' scenes, round 1, campaign and review
+
+
+def test_review_export_flow_writes_the_review_and_its_page(prefect_harness: None, tmp_path: Path) -> None:
+    campaign, package = write_campaign(tmp_path / "campaign", 8, 1, 256)
+    out = tmp_path / "review"
+    params = ReviewExportParams(
+        campaign=str(campaign), package=str(package), output=str(out), select="stratified", n=5, seed=3
+    )
+    header = review_export(params)
+    assert header == read_header(out / HEADER_FILE) and header.n_objects == 5
+    assert len(list(iter_objects(out / MANIFEST_FILE))) == 5
+    assert (out / PAGE_FILE).is_file() and (out / "label-studio" / "tasks.json").is_file()
+    assert review_export(params) == header  # a re-run resumes: the same review
+
+
+def test_review_ingest_flow_cuts_the_next_data_root(prefect_harness: None, world: Path, tmp_path: Path) -> None:
+    verdicts = write_verdicts(tmp_path / "verdicts.geojson", verdict_doc(world, MAIN))
+    params = ReviewIngestParams(
+        review=str(world / "review"),
+        verdicts=verdicts,
+        tiling_config=str(world / "tile.yaml"),
+        output=str(tmp_path / "tiles-r1"),
+        held_out="skip",
+    )
+    result = review_ingest(params)
+    c = result.counts
+    assert (c.confirmed, c.false_positives, c.unsure, c.left_out_held_out) == (1, 1, 1, 1)
+    assert (tmp_path / "tiles-r1" / "review" / "ingest.json").is_file() and result.version == "tiles+r1"
