@@ -29,9 +29,9 @@ def review_export(params: ReviewExportParams) -> ReviewHeader:
             output,
             Selection(mode=params.select, min_prob=params.min_prob, n=params.n, seed=params.seed),
             ChipSettings(context=params.context, min_px=params.min_chip_px, max_px=params.max_chip_px),
-            params.tiling_config,
-            params.label_studio_image_root,
-            params.overwrite,
+            tiling_config=params.tiling_config,
+            image_root=params.label_studio_image_root,
+            overwrite=params.overwrite,
         )
         page = CampaignRoot(output).uri_of(PAGE_FILE)
         md = (
@@ -53,12 +53,12 @@ def review_ingest(params: ReviewIngestParams) -> IngestResult:
             params.verdicts,
             params.tiling_config,
             absolute_location(params.output),
-            params.held_out,
-            params.new_regions,
-            absolute_location(params.campaign) if params.campaign else None,
-            params.version,
-            params.pipeline_config,
-            params.min_distance_m,
+            held_out=params.held_out,
+            new_regions=params.new_regions,
+            campaign=absolute_location(params.campaign) if params.campaign else None,
+            version=params.version,
+            pipeline_config=params.pipeline_config,
+            min_distance_m=params.min_distance_m,
         )
         create_markdown_artifact(
             key=artifact_key("review-ingest"), markdown=result.render_markdown(), description="Review ingest"

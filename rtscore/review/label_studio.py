@@ -25,6 +25,7 @@ from rtscore.review.manifest import (
     ReviewHeader,
     ReviewObject,
     iter_objects,
+    object_facts,
     read_header,
 )
 from rtscore.review.verdicts import Verdict, VerdictSet, VerdictValue, unique
@@ -109,19 +110,10 @@ def task(obj: ReviewObject, header: ReviewHeader, image_root: str) -> dict[str, 
             "image": image_root + obj.chip,
             "title": f"Object {obj.object_id}: RTS, not RTS or unsure?",
             "facts": _facts(obj),
-            "object_id": obj.object_id,
+            **object_facts(obj),
             "review_id": header.review_id,
             "objects_sha256": header.campaign.objects_sha256,
             "package_sha256": header.campaign.package_sha256,
-            "scene_id": obj.scene_id,
-            "region": obj.region,
-            "split": obj.split,
-            "prob_mean": obj.prob_mean,
-            "prob_max": obj.prob_max,
-            "ground_area_m2": obj.ground_area_m2,
-            "size_bin": obj.size_bin,
-            "partial": obj.partial,
-            "pixel_ground_m": obj.pixel_ground_m,
         },
         "predictions": [
             {

@@ -123,6 +123,17 @@ class ReviewObject(StrictModel):
     chip_sha256: str = Field(..., description="sha256 of the chip PNG.")
 
 
+def object_facts(obj: ReviewObject) -> dict[str, Any]:
+    """What a reviewer is shown of an object beside its chip (the page's facts panel, a Label Studio task's data)."""
+    return obj.model_dump(
+        mode="json",
+        include={
+            "object_id", "scene_id", "region", "split", "prob_mean", "prob_max", "ground_area_m2", "size_bin",
+            "partial", "pixel_ground_m",
+        },
+    )  # fmt: skip
+
+
 def review_id(campaign: CampaignRef, selection: Selection, object_ids: Sequence[int]) -> str:
     """The id of one review: what was reviewed (the campaign's objects and package), how they were chosen and which."""
     doc = {

@@ -27,6 +27,7 @@ from rtscore.review.manifest import (
     ReviewError,
     ReviewObject,
     iter_objects,
+    object_facts,
     read_header,
 )
 from rtscore.storage.files import atomic_write_text
@@ -38,21 +39,12 @@ STORAGE_PREFIX = "rts-review:"
 def page_object(obj: ReviewObject) -> dict[str, Any]:
     """The facts of one object the page shows and exports (one entry of ``RTS_REVIEW.objects``)."""
     return {
-        "object_id": obj.object_id,
-        "scene_id": obj.scene_id,
+        **object_facts(obj),
         "scene_uri": obj.scene_uri,
-        "region": obj.region,
-        "split": obj.split,
-        "prob_mean": obj.prob_mean,
-        "prob_max": obj.prob_max,
-        "ground_area_m2": obj.ground_area_m2,
-        "size_bin": obj.size_bin,
-        "partial": obj.partial,
         "chip": obj.chip,
         "width": obj.chip_window[2],
         "height": obj.chip_window[3],
         "chip_outline": obj.chip_outline,
-        "pixel_ground_m": obj.pixel_ground_m,
         "geometry": obj.geometry,
     }
 
