@@ -4,6 +4,8 @@ Studio tasks) and ``review-ingest`` (verdicts into the next dataset version). Ea
 
 from __future__ import annotations
 
+from collections import Counter
+
 from prefect.artifacts import create_markdown_artifact
 
 from flows.common import flow_run_scope, run_namer
@@ -12,7 +14,7 @@ from flows.params import ReviewExportParams, ReviewIngestParams
 from flows.ui import artifact_key
 from rtscore.mapping.outputs import CampaignRoot
 from rtscore.review.ingest import IngestResult
-from rtscore.review.manifest import PAGE_FILE, ChipSettings, ReviewHeader, Selection
+from rtscore.review.manifest import MANIFEST_FILE, PAGE_FILE, ChipSettings, ReviewHeader, Selection, iter_objects
 from rtscore.storage import absolute_location
 from tasks import review as t
 
@@ -33,12 +35,16 @@ def review_export(params: ReviewExportParams) -> ReviewHeader:
             image_root=params.label_studio_image_root,
             overwrite=params.overwrite,
         )
-        page = CampaignRoot(output).uri_of(PAGE_FILE)
+        root = CampaignRoot(output)
+        page = root.uri_of(PAGE_FILE)
+        places = Counter((o.region or "-", o.split or "-") for o in iter_objects(root.path(MANIFEST_FILE)))
+        rows = "".join(f"| {region} | {split} | {n} |\n" for (region, split), n in sorted(places.items()))
         md = (
             f"# Review {header.review_id[:12]}\n\n{header.n_objects} objects of {header.campaign.uri} "
             f"(selection `{header.selection.mode}`) in {output}.\n\nOpen `{page}` in a browser (from the file system "
             "or the bucket; no server needed), judge each chip with the keyboard, export the verdicts, then run "
-            "`rts review ingest` (or the review-ingest flow) on the file.\n"
+            "`rts review ingest` (or the review-ingest flow) on the file.\n\n"
+            f"| region | split | objects |\n|---|---|---|\n{rows}"
         )
         create_markdown_artifact(key=artifact_key("review-export"), markdown=md, description="Review export")
         return header

@@ -180,6 +180,10 @@ def export_review(
         if work.stat().st_size == 0:
             wf.write(json.dumps({"review_id": rid}) + "\n")
             wf.flush()
+        kept = sum(1 for o in chosen if o.object_id in done)
+        if kept:
+            _log.info("review %s: %d of %d chips kept from an earlier export", rid[:12], kept, len(chosen))
+        written_n = kept
         for scene, objs in plan.items():
             todo = [o for o in objs if o.object_id not in done]
             if not todo:
@@ -189,6 +193,8 @@ def export_review(
                     line = _write_chip(raster, o, scene, crs, chips, regions, splits, out)
                     wf.write(line + "\n")
                     wf.flush()
+            written_n += len(todo)
+            _log.info("scene %s: %d chips (%d of %d)", scene.scene_id, len(todo), written_n, len(chosen))
     written = _write_manifest(out, work, [o.object_id for o in chosen])
     atomic_write_text(out / HEADER_FILE, header.model_dump_json(indent=2) + "\n")
     files = [out / MANIFEST_FILE, out / HEADER_FILE, *written]
