@@ -443,7 +443,7 @@ def _place(src: ReviewInputs, cfg: TilingConfig, cfg_path: Path, *, held_out: He
         which = [f"{p.obj.object_id} ({_names(p)})" for p in judged if set(p.cell_regions) & unknown]
         if new_regions == "refuse":
             raise ReviewError(
-                f"{src.verdicts_path}: object(s) {', '.join(which)} fall in region(s) {sorted(unknown)} that are in no "
+                f"{src.verdicts_path}: object(s) {_listed(which)} fall in region(s) {sorted(unknown)} that are in no "
                 f"split of {cfg_path}; add them to a split there, or --new-regions train puts them in train"
             )
         new_train = sorted(unknown)
@@ -455,7 +455,7 @@ def _place(src: ReviewInputs, cfg: TilingConfig, cfg_path: Path, *, held_out: He
     if held and held_out == "refuse":
         which = [f"{p.obj.object_id} ({_names(p, split_of)})" for p in held]
         raise ReviewError(
-            f"{src.verdicts_path}: object(s) {', '.join(which)} lie in val/test regions of {cfg_path}: adding them "
+            f"{src.verdicts_path}: object(s) {_listed(which)} lie in val/test regions of {cfg_path}: adding them "
             "would change the val/test set; --held-out skip leaves them out, add puts them in their split"
         )
     every_scene = {p.resolve() for p in scene_paths(cfg.scenes)}
@@ -529,6 +529,12 @@ def _home_region(p: PlacedObject, cfg: TilingConfig) -> str:
         if x0 <= point.x < x1 and y0 <= point.y < y1:
             return str(r)
     return str(p.cell_regions[0])
+
+
+def _listed(items: list[str], most: int = 20) -> str:
+    """``items`` joined, the first ``most`` of them and how many more."""
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
 
 
 def _names(p: PlacedObject, split_of: dict[str, str] | None = None) -> str:
