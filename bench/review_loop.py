@@ -259,13 +259,14 @@ def judge(review: Path, truth: list[Any], out: Path) -> None:
     out.write_text(json.dumps(doc))
 
 
-def test_pr_auc(run: Path) -> dict[str, dict[str, float]]:
-    """Test-Realistic PR-AUC (mean, std over seeds) at 1:1 and 1:200 of a run's test report."""
+def test_pr_auc(run: Path) -> dict[str, dict[str, Any]]:
+    """Test-Realistic PR-AUC of a run's test report at each ratio: mean and std over seeds, and each seed's."""
     report = json.loads((run / "evaluation" / "test_report.json").read_text())
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for tag, metrics in report["aggregate"].items():
         s = metrics["pr_auc"]
-        out[tag] = {"mean": float(s["mean"]), "std": float(s["std"])}
+        per_seed = {str(r["seed"]): float(r["metrics"][tag]["pr_auc"]) for r in report["per_seed"]}
+        out[tag] = {"mean": float(s["mean"]), "std": float(s["std"]), "per_seed": per_seed}
     return out
 
 
@@ -333,10 +334,14 @@ def render(f: dict[str, Any]) -> str:
         lines.append(f"{name}: {t['tiles']} tiles ({t['positive']} positive, {t['negative']} negative)")
     for tag in f["delta"]:
         r1, r2 = f["test_pr_auc"]["round 1"][tag], f["test_pr_auc"]["round 2"][tag]
+        pairs = [(seed, r1["per_seed"][seed], r2["per_seed"][seed]) for seed in r1["per_seed"]]
+        better = sum(b > a for _, a, b in pairs)
         lines.append(
             f"Test-Realistic PR-AUC@{tag.replace('_', ':')}: round 1 {r1['mean']:.3f} ± {r1['std']:.3f}, "
             f"round 2 {r2['mean']:.3f} ± {r2['std']:.3f} (difference {f['delta'][tag]:+.3f}; "
-            f"{len(f['settings']['seeds'])} seed(s), {f['settings']['epochs']} epochs)"
+            f"{len(f['settings']['seeds'])} seed(s), {f['settings']['epochs']} epochs); per seed "
+            + ", ".join(f"{seed}: {a:.3f} -> {b:.3f}" for seed, a, b in pairs)
+            + f"; round 2 higher for {better} of {len(pairs)} seeds"
         )
     lines.append(f"loop wall time {f['seconds'] / 60:.1f} min")
     return "\n".join(lines)
