@@ -5,6 +5,7 @@ Each returns the command's exit status."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from flows.command_params import (
@@ -359,12 +360,13 @@ def review_serve(p: ReviewServeParams) -> int:
     """`rts review serve`: the review page over http until Ctrl-C."""
     from rtscore.review.serve import serve
 
-    server, url = serve(Path(p.review), host=p.host, port=p.port)
-    print(f"serving {p.review} at {url}index.html (Ctrl-C stops)", flush=True)
+    server, url = serve(Path(p.review), host=p.host, port=p.port)  # served from a background thread
+    print(f"serving {p.review} at {url} (Ctrl-C stops)", flush=True)
     try:
-        server.serve_forever()
+        threading.Event().wait()
     except KeyboardInterrupt:
         pass
     finally:
+        server.shutdown()
         server.server_close()
     return 0

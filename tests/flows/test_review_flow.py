@@ -3,12 +3,26 @@
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 from bench.review_export_bench import write_campaign
 from flows.params import ReviewExportParams, ReviewIngestParams
 from flows.review import review_export, review_ingest
-from rtscore.review.manifest import HEADER_FILE, MANIFEST_FILE, PAGE_FILE, iter_objects, read_header
+from rtscore.review import run
+from rtscore.review.manifest import (
+    HEADER_FILE,
+    MANIFEST_FILE,
+    PAGE_FILE,
+    ChipSettings,
+    Selection,
+    iter_objects,
+    read_header,
+)
 from tests.review import test_ingest
 from tests.review.test_ingest import MAIN, verdict_doc, write_verdicts
 
@@ -41,3 +55,20 @@ def test_review_ingest_flow_cuts_the_next_data_root(prefect_harness: None, world
     c = result.counts
     assert (c.confirmed, c.false_positives, c.unsure, c.left_out_held_out) == (1, 1, 1, 1)
     assert (tmp_path / "tiles-r1" / "review" / "ingest.json").is_file() and result.version == "tiles+r1"
+
+
+def test_rts_review_serve_serves_the_page_until_ctrl_c(tmp_path: Path) -> None:
+    campaign, package = write_campaign(tmp_path / "campaign", 3, 1, 256)
+    run.export(str(campaign), str(package), str(tmp_path / "review"), Selection(), ChipSettings())
+    cmd = [sys.executable, "-m", "flows.cli", "review", "serve", str(tmp_path / "review"), "--port", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"at (http://127\.0\.0\.1:\d+/index\.html) ", line)
+        assert url, line
+        with urllib.request.urlopen(url[1], timeout=10) as r:
+            assert r.status == 200 and r.headers["Content-Type"] == "text/html"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
