@@ -115,7 +115,7 @@ def export_review(
         campaign: The campaign's output root (local or gs://), as ``rts map --output`` wrote it.
         package: The deployment package that mapped it (a local directory).
         output: The review directory (local or gs://; a gs:// one is written in the cache's mirror and published).
-        selection: Which objects; ``uncertain`` without a threshold takes the package's.
+        selection: Which objects; ``uncertain`` and ``stratified`` without a threshold take the package's.
         chips: The chip window settings.
         tiling_config: The tiling config the training data was cut with: regions and splits of the objects.
         extras: Writers called with the local review directory once the manifest is written; they return the
@@ -235,14 +235,18 @@ def _read_objects(path: Path) -> tuple[Any, list[RtsObject]]:
 
 
 def _with_threshold(selection: Selection, pkg: Path) -> Selection:
-    """``uncertain`` without a threshold: the package's (deployment_config.yaml), recorded in the selection."""
-    if selection.mode != "uncertain" or selection.threshold is not None:
+    """``uncertain`` and ``stratified`` without a threshold: the package's (deployment_config.yaml), recorded in the
+    selection: the objects nearest it, or the probability bins between it and 1 (every mapped object's mean is at
+    least the threshold its pixels passed, so bins from 0 would leave the lower ones empty)."""
+    if selection.mode not in ("uncertain", "stratified") or selection.threshold is not None:
         return selection
     try:
         thr = load_config(DeploymentConfig, pkg / DEPLOYMENT).threshold
     except PipelineError as err:
         raise ReviewError(f"package {pkg}: {err}; give the selection's threshold") from None
     if thr is None:
+        if selection.mode == "stratified":
+            return selection  # bins between 0 and 1
         raise ReviewError(f"package {pkg}: {DEPLOYMENT} has no threshold; give the selection's threshold")
     return selection.model_copy(update={"threshold": thr})
 

@@ -191,6 +191,9 @@ def test_uncertain_takes_the_packages_threshold_and_extras_run_after_the_manifes
     assert header.selection.threshold == 0.5 and seen == [4]  # the package's deployment threshold
     probs = [abs(o.prob_mean - 0.5) for o in iter_objects(tmp_path / "r" / MANIFEST_FILE)]
     assert probs == sorted(probs)  # closest first: the manifest is in the selection's order
+    # stratified bins the probability between the package's threshold and 1: it is recorded too
+    strat = export_mod.export_review(str(c), str(pkg), str(tmp_path / "s"), Selection(mode="stratified", n=6))
+    assert strat.selection.threshold == 0.5 and strat.n_objects == 6
 
 
 def test_regions_and_splits_come_from_the_tiling_grid_cell_of_the_centroid(
