@@ -40,6 +40,8 @@ from rtscore.review.manifest import (
 )
 from rtscore.review.verdicts import Verdict, verdicts_geojson
 from rtscore.storage.files import sha256_file
+from rtscore.storage.gcs import make_client
+from tests.conftest import GCS_TEST_BUCKET
 from tests.data.test_tiling import PX, UTM, X0, Y0, blob, metadata, write_gpkg, write_scene
 
 GSD = 6.0
@@ -421,3 +423,26 @@ def test_regions_from_a_column_carry_into_the_inventory_and_a_split_moving_polyg
     assert list(cols["Region"]) == ["west", "west", "east", result.objects[0].region]
     row = {r["Tile_id"]: r for r in metadata(tmp_path / "ok")}[cell_id(OBJECTS[1])]
     assert row["RegionName"] == result.objects[0].region and row["TrainClass"] == "positive"
+
+
+def test_a_review_and_campaign_in_a_bucket_are_ingested_like_local_ones(
+    world: Path, tmp_path: Path, gcs_emulator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The review directory and the campaign read from gs:// (the real client against the emulator): the same
+    outcome as from local files; the campaign's objects layer is still checked (a re-mapped one is refused)."""
+    monkeypatch.setenv("RTS_CACHE_DIR", str(tmp_path / "cache"))
+    bucket = make_client().bucket(GCS_TEST_BUCKET)
+    for rel in ("review/review.json", "review/manifest.jsonl", "campaign/objects.gpkg", "campaign/summary.json"):
+        bucket.blob(f"ingest-gs/{rel}").upload_from_filename(str(world / rel))
+    verdicts = write_verdicts(tmp_path / "verdicts.geojson", verdict_doc(world, MAIN))
+    review, campaign = f"gs://{GCS_TEST_BUCKET}/ingest-gs/review", f"gs://{GCS_TEST_BUCKET}/ingest-gs/campaign"
+    local = ingest(world, verdicts, tmp_path / "local", held_out="skip")
+    remote = ingest_review(review, verdicts, str(world / "tile.yaml"), str(tmp_path / "gs"), held_out="skip",
+                           campaign=campaign)  # fmt: skip
+    assert remote.counts == local.counts and remote.objects == local.objects and remote.campaign == campaign
+    assert metadata(tmp_path / "gs") == metadata(tmp_path / "local")
+    bucket.blob("ingest-gs/campaign/objects.gpkg").upload_from_string(b"mapped again")
+    with pytest.raises(ReviewError, match="mapped again"):
+        ingest_review(review, verdicts, str(world / "tile.yaml"), str(tmp_path / "gs2"), held_out="skip",
+                      campaign=campaign)  # fmt: skip
+    assert not (tmp_path / "gs2").exists()
