@@ -4,11 +4,13 @@ a NoData corner, and SVG overlays), as `rts review export` lays them out (rtscor
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
 import os
 import struct
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -154,23 +156,37 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def chromium() -> Iterator[Any]:
-    """Debian's Chromium, headless, driven by Playwright; skipped where either is missing (failing under CI)."""
+def require_chromium() -> None:
+    """Skip where Playwright or Debian's Chromium is missing; under CI, fail saying which."""
     why = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
+    if importlib.util.find_spec("playwright") is None:
         why = "playwright is not installed (pip install playwright==1.65.2; no `playwright install` needed)"
-    if why is None and not Path(CHROMIUM).exists():
+    elif not Path(CHROMIUM).exists():
         why = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
     if why is not None:
         if os.environ.get("CI"):
             pytest.fail(f"the review page's browser test cannot run under CI: {why}")
         pytest.skip(why)
+
+
+@contextmanager
+def launched_chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, driven by Playwright's sync API. Keep it open no longer than needed: while it is,
+    Playwright runs an asyncio loop on the main thread, and code calling ``asyncio.run`` there would fail."""
+    from playwright.sync_api import sync_playwright
+
+    require_chromium()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """The browser for one test module (never longer: :func:`launched_chromium`)."""
+    require_chromium()
+    with launched_chromium() as browser:
+        yield browser

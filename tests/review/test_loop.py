@@ -20,23 +20,21 @@ import pytest
 from bench.review_loop import render, run_loop, truth_verdicts
 from rtscore.review.manifest import HEADER_FILE, MANIFEST_FILE, PAGE_FILE, iter_objects, read_header
 from rtscore.review.verdict_file import read_verdicts
+from tests.review.conftest import launched_chromium, require_chromium
 
 JUDGED = 20
 
 
-@pytest.mark.slow
-def test_map_review_in_the_browser_ingest_retrain(
-    chromium: Any, prefect_harness: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    pressed: dict[int, str] = {}
-
-    def browser_reviewer(review: Path, truth: list[Any], out: Path) -> None:
-        header = read_header(review / HEADER_FILE)
-        ids = [o.object_id for o in iter_objects(review / MANIFEST_FILE)]
-        assert len(ids) > JUDGED, "the campaign must find more objects than the reviewer judges"
-        want = truth_verdicts(review, truth)
-        context = chromium.new_context(accept_downloads=True, viewport={"width": 1280, "height": 800})
-        errors: list[str] = []
+def judge_in_the_browser(review: Path, truth: list[Any], out: Path, pressed: dict[int, str]) -> None:
+    """The reviewer at the page: the first 20 objects judged with the keyboard by the truth (``r`` / ``n``), a
+    reload (the progress kept), the verdicts exported to ``out``; ``pressed`` gets each verdict keyed in."""
+    header = read_header(review / HEADER_FILE)
+    ids = [o.object_id for o in iter_objects(review / MANIFEST_FILE)]
+    assert len(ids) > JUDGED, "the campaign must find more objects than the reviewer judges"
+    want = truth_verdicts(review, truth)
+    errors: list[str] = []
+    with launched_chromium() as browser:  # open only while the reviewer works: the rounds run Prefect flows
+        context = browser.new_context(accept_downloads=True, viewport={"width": 1280, "height": 800})
         try:
             page = context.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -44,7 +42,7 @@ def test_map_review_in_the_browser_ingest_retrain(
             page.fill("#reviewer", "truth")
             page.keyboard.press("Enter")
             for oid in ids[:JUDGED]:  # a verdict moves on to the next object: the first 20 in review order
-                assert page.text_content("#obj-title", timeout=5000).startswith(f"Object {oid} ")  # type: ignore[union-attr]
+                assert (page.text_content("#obj-title") or "").startswith(f"Object {oid} ")
                 page.keyboard.press("r" if want[oid] == "rts" else "n")
                 pressed[oid] = want[oid]
             page.reload()
@@ -58,9 +56,20 @@ def test_map_review_in_the_browser_ingest_retrain(
             download.value.save_as(out)
         finally:
             context.close()
-        assert errors == []
+    assert errors == []
 
-    figures = run_loop(tmp_path, seeds=[1], epochs=2, reviewer=browser_reviewer)
+
+@pytest.mark.slow
+def test_map_review_in_the_browser_ingest_retrain(
+    prefect_harness: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_chromium()
+    pressed: dict[int, str] = {}
+
+    def reviewer(review: Path, truth: list[Any], out: Path) -> None:
+        judge_in_the_browser(review, truth, out, pressed)
+
+    figures = run_loop(tmp_path, seeds=[1], epochs=2, reviewer=reviewer)
     print(render(figures))
 
     assert {v.object_id: v.verdict for v in read_verdicts(tmp_path / "verdicts.geojson").verdicts} == pressed
