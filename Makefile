@@ -39,4 +39,5 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/require_bench.py
 	$(BIN)/python bench/map_bench.py
 	$(BIN)/python bench/review_export_bench.py
+	$(BIN)/python bench/review_loop.py
 	$(BIN)/python bench/load_verify_bench.py
