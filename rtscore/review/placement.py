@@ -1,0 +1,300 @@
+"""Where the judged objects of a review fall: each in the grid cells of the round's tiling config it touches, each
+cell in its region (``RegionOf``, as ``rts tile`` places tiles) and each region in its split, with the rules that keep
+val and test out of train (held-out and new regions, column-mode regions that would move a cell, spatial blocking
+by tile footprints)."""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rtscore.config.base import StrictModel
+from rtscore.config.splits import region_splits
+from rtscore.config.tiling import TilingConfig
+from rtscore.data.blocking import TRAIN, BlockingError, Bounds, check_blocking, data_root_footprints
+from rtscore.data.tile_pixels import GridCell, grid_cells
+from rtscore.data.tiling_inventory import Inventory, RegionOf, read_inventory
+from rtscore.data.tiling_scenes import scene_paths
+from rtscore.data.tiling_state import METADATA_CSV
+from rtscore.data.vector_labels import read_polygons
+from rtscore.review.manifest import ReviewError, ReviewObject
+from rtscore.review.review_inputs import ReviewInputs
+from rtscore.review.verdicts import Verdict
+
+HELD_OUT = ("val", "test")
+SPLIT_ORDER = {"train": 0, "val": 1, "test": 2}  # an object in cells of several splits takes the strictest
+
+HeldOut = Literal["refuse", "skip", "add"]
+NewRegions = Literal["refuse", "train"]
+Outcome = Literal["confirmed", "hard_negative", "left_out_unsure", "left_out_held_out"]
+
+
+class ObjectOutcome(StrictModel):
+    """What ingest did with one judged object."""
+
+    object_id: int
+    verdict: Literal["rts", "not_rts", "unsure"]
+    region: str | None = Field(None, description="The region of the cell holding the object (None: unsure).")
+    split: str | None = Field(None, description="The strictest split of the cells it touches (None: unsure).")
+    regions: list[str] = Field(default_factory=list, description="Every region of the cells it touches.")
+    outcome: Outcome = Field(
+        ...,
+        description="confirmed: a polygon of the inventory; hard_negative: its cells cut with label 0 over it; "
+        "left_out_unsure; left_out_held_out: in a val/test region with held_out skip.",
+    )
+    uid: str | None = Field(None, description="Its id in inventory.gpkg and metadata.csv UIDs (confirmed only).")
+
+
+@dataclass
+class PlacedObject:
+    """A judged object on the grid: its geometry (grid CRS), cells, regions and split, and its outcome."""
+
+    obj: ReviewObject
+    verdict: Verdict
+    geom: Any = None
+    cells: list[GridCell] = field(default_factory=list)
+    cell_regions: list[str | None] = field(default_factory=list)
+    outcome: ObjectOutcome | None = None
+
+    @property
+    def included(self) -> bool:
+        return self.outcome is not None and self.outcome.outcome in ("confirmed", "hard_negative")
+
+
+@dataclass
+class Plan:
+    """The judged objects placed, the splits of the next round, the scenes it adds, the round's inventory."""
+
+    objects: list[PlacedObject]
+    splits: dict[str, list[str]]
+    new_train_regions: list[str]
+    added_scenes: list[str]
+    focus_scenes: list[str]  # the earlier round's focus scenes, then the added ones
+    earlier_areas: list[dict[str, Any]]  # the earlier round's focus areas (grid CRS features), kept in focus
+    inventory: Inventory
+    cell_regions: dict[tuple[int, int], str | None]
+
+
+def place_objects(
+    src: ReviewInputs, cfg: TilingConfig, cfg_path: Path, *, held_out: HeldOut, new_regions: NewRegions
+) -> Plan:
+    """Each judged object in its cells, regions and split; the held-out and new-region rules applied."""
+    import shapely
+
+    if cfg.splits is None:
+        raise ReviewError(
+            f"{cfg_path}: no `splits`: without them the split is derived per root and could move a region to "
+            "another split between rounds; put the round's splits (split -> regions) in the tiling config"
+        )
+    split_of = region_splits(cfg.splits)
+    inventory = read_inventory(cfg)
+    region_of = RegionOf(cfg, inventory)
+    ts, px = cfg.grid.tile_size, cfg.grid.pixel_size
+    placed: list[PlacedObject] = []
+    cell_regions: dict[tuple[int, int], str | None] = {}
+    for v in src.verdict_set.verdicts:
+        p = PlacedObject(src.objects[v.object_id], v)
+        placed.append(p)
+        if v.verdict == "unsure":
+            p.outcome = ObjectOutcome(object_id=v.object_id, verdict="unsure", outcome="left_out_unsure")
+            continue
+        p.geom = _grid_geometry(p.obj, src, cfg.grid.crs)
+        p.cells = [c for c in grid_cells(p.geom.bounds, ts, px) if p.geom.intersects(shapely.box(*c.bounds))]
+        for c in p.cells:
+            if (c.col, c.row) not in cell_regions:
+                cell_regions[(c.col, c.row)] = region_of(c, inventory.touching(c))
+        p.cell_regions = [cell_regions[(c.col, c.row)] for c in p.cells]
+    judged = [p for p in placed if p.verdict.verdict != "unsure"]
+    outside = [p.obj.object_id for p in judged if None in p.cell_regions]
+    if outside:
+        raise ReviewError(
+            f"{src.verdicts_path}: object(s) {outside} lie in grid cells whose centre is in no region of "
+            f"{cfg.regions.path} ({cfg_path}): extend the regions"
+        )
+    unknown = {r for p in judged for r in p.cell_regions if r is not None and r not in split_of}
+    new_train: list[str] = []
+    if unknown:
+        which = [f"{p.obj.object_id} ({_names(p)})" for p in judged if set(p.cell_regions) & unknown]
+        if new_regions == "refuse":
+            raise ReviewError(
+                f"{src.verdicts_path}: object(s) {_listed(which)} fall in region(s) {sorted(unknown)} that are in no "
+                f"split of {cfg_path}; add them to a split there, or --new-regions train puts them in train"
+            )
+        new_train = sorted(unknown)
+        split_of.update({r: "train" for r in new_train})
+    splits = {k: list(v) for k, v in cfg.splits.items()}
+    if new_train:
+        splits["train"] = [*splits.get("train", []), *new_train]
+    held = [p for p in judged if any(split_of[str(r)] in HELD_OUT for r in p.cell_regions)]
+    if held and held_out == "refuse":
+        which = [f"{p.obj.object_id} ({_names(p, split_of)})" for p in held]
+        raise ReviewError(
+            f"{src.verdicts_path}: object(s) {_listed(which)} lie in val/test regions of {cfg_path}: adding them "
+            "would change the val/test set; --held-out skip leaves them out, add puts them in their split"
+        )
+    every_scene = {p.resolve() for p in scene_paths(cfg.scenes)}
+    added: list[str] = []
+    missing: list[str] = []
+    for p in judged:
+        regions = [str(r) for r in p.cell_regions]
+        home = _home_region(p, cfg)
+        split = max((split_of[r] for r in regions), key=lambda s: SPLIT_ORDER.get(s, 0))
+        skip = p in held and held_out == "skip"
+        outcome: Outcome = (
+            "left_out_held_out" if skip else "confirmed" if p.verdict.verdict == "rts" else "hard_negative"
+        )
+        p.outcome = ObjectOutcome(
+            object_id=p.obj.object_id,
+            verdict=p.verdict.verdict,
+            region=home,
+            split=split,
+            regions=sorted(set(regions)),
+            outcome=outcome,
+            uid=f"review-{src.header.review_id[:8]}-{p.obj.object_id}" if outcome == "confirmed" else None,
+        )
+        if skip:
+            continue
+        uri = p.obj.scene_uri
+        if "://" in uri:
+            missing.append(f"object {p.obj.object_id}: scene {uri} is not local (rts tile reads local scenes: copy it)")
+            continue
+        scene = Path(uri).expanduser().resolve()
+        if not scene.is_file():
+            missing.append(f"object {p.obj.object_id}: scene {uri} not found")
+        elif scene not in every_scene and str(scene) not in added:
+            added.append(str(scene))
+    if missing:
+        raise ReviewError(f"{src.manifest_path}: " + "; ".join(missing))
+    known = set(inventory.uids)
+    again = [p.obj.object_id for p in judged if p.outcome is not None and p.outcome.uid in known]
+    if again:
+        raise ReviewError(
+            f"{src.verdicts_path}: object(s) {again} are already confirmed in the round's inventory "
+            f"{cfg.polygons.path} (this review was ingested before); judge them unsure or leave them out"
+        )
+    earlier_scenes: list[str] = []
+    earlier_areas: list[dict[str, Any]] = []
+    if cfg.focus is not None:  # an earlier ingest's: its scenes stay cut only around its areas
+        earlier_scenes = [str(s) for s in scene_paths(cfg.focus.scenes)]
+        earlier_areas = read_polygons(cfg.focus.path, cfg.grid.crs)
+    focus_scenes = earlier_scenes + [a for a in added if a not in earlier_scenes]
+    return Plan(placed, splits, new_train, added, focus_scenes, earlier_areas, inventory, cell_regions)
+
+
+def _grid_geometry(obj: ReviewObject, src: ReviewInputs, grid_crs: str) -> Any:
+    """The object's outline (manifest geometry_wkt, campaign CRS) on the grid CRS."""
+    import shapely
+    from rasterio.crs import CRS
+    from rasterio.warp import transform_geom
+
+    try:
+        geom = shapely.from_wkt(obj.geometry_wkt)
+        moved = transform_geom(CRS.from_wkt(src.header.campaign.crs_wkt), grid_crs, shapely.geometry.mapping(geom))
+    except Exception as err:  # shapely's and PROJ's errors for a broken outline or CRS
+        raise ReviewError(f"{src.manifest_path}: object {obj.object_id}: geometry_wkt unusable ({err})") from None
+    return shapely.make_valid(shapely.geometry.shape(moved))
+
+
+def _home_region(p: PlacedObject, cfg: TilingConfig) -> str:
+    """The region of the cell holding the object's representative point (inside it)."""
+    point = p.geom.representative_point()
+    for c, r in zip(p.cells, p.cell_regions, strict=True):
+        x0, y0, x1, y1 = c.bounds
+        if x0 <= point.x < x1 and y0 <= point.y < y1:
+            return str(r)
+    return str(p.cell_regions[0])
+
+
+def _listed(items: list[str], most: int = 20) -> str:
+    """``items`` joined, the first ``most`` of them and how many more."""
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
+
+
+def _names(p: PlacedObject, split_of: dict[str, str] | None = None) -> str:
+    regions = sorted({str(r) for r in p.cell_regions})
+    if split_of is None:
+        return "region " + ", ".join(repr(r) for r in regions)
+    return "region " + ", ".join(f"{r!r} in {split_of.get(r, 'no split')}" for r in regions)
+
+
+def check_tile_regions(plan: Plan, cfg: TilingConfig, parent_root: Path) -> None:
+    """Regions from an inventory column: a cell's region is that of the polygons in it (else the nearest), so a
+    confirmed polygon can change the region of a cell; refused when it changes the cell's split (the parent's tiles
+    and the judged objects' cells)."""
+    if cfg.regions.column is None:
+        return
+    confirmed = [p for p in plan.objects if p.outcome is not None and p.outcome.outcome == "confirmed"]
+    if not confirmed:
+        return
+    inv = _grown_inventory(plan, confirmed)
+    region_of = RegionOf(cfg, inv)
+    split_of = region_splits(plan.splits)
+    before: dict[tuple[int, int], str] = {k: str(v) for k, v in plan.cell_regions.items() if v is not None}
+    for row in _parent_rows(parent_root):
+        m = re.fullmatch(r"c(-?\d+)_r(-?\d+)", row.get("Tile_id", ""))
+        if m:
+            before[(int(m[1]), int(m[2]))] = row.get("RegionName", "")
+    moved = []
+    for (col, r), region in sorted(before.items()):
+        cell = GridCell(col, r, cfg.grid.tile_size, cfg.grid.pixel_size)
+        now = region_of(cell, inv.touching(cell))
+        if now is not None and split_of.get(now) != split_of.get(region):
+            moved.append(f"{cell.tile_id}: {region!r} ({split_of.get(region)}) -> {now!r} ({split_of.get(now)})")
+    if moved:
+        ids = [p.obj.object_id for p in confirmed]
+        raise ReviewError(
+            f"{cfg.polygons.path}: regions come from its column {cfg.regions.column!r}, and the confirmed object(s) "
+            f"{ids} would move grid cells to another split: {'; '.join(moved[:10])}; leave those objects out "
+            "(unsure) or give the regions as a region file"
+        )
+
+
+def check_footprints(plan: Plan, cfg: TilingConfig, parent_root: Path, verdicts: Path, buffer_m: float) -> None:
+    """Spatial blocking by geometry (guide §10.1) before anything is cut: the cells the verdicts add, against the
+    parent's tiles and each other, by split; a new train cell within ``buffer_m`` of a val/test tile (or a new
+    val/test cell within it of a train tile) is refused naming both tiles (rtscore.data.blocking)."""
+    split_of = region_splits(plan.splits)
+    old, _ = data_root_footprints(parent_root, split_of)
+    new: dict[str, dict[str, Bounds]] = {}
+    for p in plan.objects:
+        if not p.included:
+            continue
+        for c, region in zip(p.cells, p.cell_regions, strict=True):
+            new.setdefault(split_of[str(region)], {})[c.tile_id] = c.bounds
+    every = {s: {**old.get(s, {}), **new.get(s, {})} for s in {*old, *new}}
+    try:
+        for footprints in (
+            {TRAIN: new.get(TRAIN, {}), **{s: every[s] for s in every if s != TRAIN}},  # new train vs all val/test
+            {TRAIN: every.get(TRAIN, {}), **{s: new[s] for s in new if s != TRAIN}},  # new val/test vs all train
+        ):
+            check_blocking(footprints, cfg.grid.crs, buffer_m)
+    except BlockingError as err:
+        raise ReviewError(f"{verdicts}: the tiles these verdicts add break spatial blocking: {err}") from None
+
+
+def _parent_rows(root: Path) -> list[dict[str, str]]:
+    try:
+        with open(root / METADATA_CSV, newline="") as fh:
+            return list(csv.DictReader(fh))
+    except OSError:
+        return []
+
+
+def _grown_inventory(plan: Plan, confirmed: list[PlacedObject]) -> Inventory:
+    """The round's inventory plus the confirmed polygons, in memory (as the next round reads inventory.gpkg)."""
+    import shapely
+
+    inv = plan.inventory
+    geoms = [*inv.geoms, *(p.geom for p in confirmed)]
+    features = [*inv.features, *({"geometry": shapely.geometry.mapping(p.geom), "properties": {}} for p in confirmed)]
+    uids = [*inv.uids, *(str(p.outcome.uid) for p in confirmed if p.outcome is not None)]
+    regions = None
+    if inv.regions is not None:
+        regions = [*inv.regions, *(str(p.outcome.region) for p in confirmed if p.outcome is not None)]
+    return Inventory(features, geoms, uids, regions, shapely.STRtree(geoms))

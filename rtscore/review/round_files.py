@@ -1,0 +1,165 @@
+"""The next round's inputs an ingest writes under ``<output>/review/``: the grown inventory, the judged objects'
+areas, a copy of the verdict file, the tiling config (``focus``, ``lineage``) and the retargeted pipeline config."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rtscore.config.base import read_yaml
+from rtscore.config.pipeline import parse_pipeline_config
+from rtscore.config.tiling import TilingConfig
+from rtscore.review.manifest import ReviewError
+from rtscore.review.placement import Plan
+
+REVIEW_DIR = "review"  # <output>/review/: what the round was made from
+INGEST_JSON = "ingest.json"
+INVENTORY_FILE = "inventory.gpkg"
+AREAS_FILE = "areas.gpkg"
+TILE_YAML = "tile.yaml"
+PIPELINE_YAML = "pipeline.yaml"
+OWN_FILES = (INGEST_JSON, INVENTORY_FILE, AREAS_FILE, TILE_YAML, PIPELINE_YAML)
+DEFAULT_ID_COLUMN = "uid"  # the id column of inventory.gpkg when the round's inventory has none
+
+
+def copy_verdicts(path: Path, review_dir: Path) -> str:
+    name = path.name if path.name not in OWN_FILES else f"verdicts-{path.name}"
+    tmp = review_dir / f".{name}.tmp"
+    shutil.copyfile(path, tmp)
+    tmp.replace(review_dir / name)
+    return name
+
+
+def _write_layer(path: Path, geoms: list[Any], columns: dict[str, Any], crs: str) -> None:
+    """One MultiPolygon layer (pyogrio raw: geopandas is not a dependency), under a temporary name."""
+    import numpy as np
+    import pyogrio
+    import shapely
+
+    multi = [g if g.geom_type == "MultiPolygon" else shapely.MultiPolygon([g]) for g in _polygonal(geoms)]
+    tmp = path.with_name(f".{path.stem}.partial{path.suffix}")
+    try:
+        pyogrio.raw.write(
+            tmp,
+            geometry=np.asarray([shapely.to_wkb(g) for g in multi], dtype=object),
+            field_data=list(columns.values()),
+            fields=list(columns),
+            crs=crs,
+            driver="GPKG",
+            layer=path.stem,
+            geometry_type="MultiPolygon",
+            encoding="UTF-8",
+        )
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _polygonal(geoms: list[Any]) -> list[Any]:
+    """Each geometry's polygons (make_valid can leave a collection with lines)."""
+    import shapely
+
+    out = []
+    for g in geoms:
+        if g.geom_type in ("Polygon", "MultiPolygon"):
+            out.append(g)
+            continue
+        parts = [p for p in getattr(g, "geoms", []) if p.geom_type in ("Polygon", "MultiPolygon")]
+        out.append(shapely.union_all(parts) if parts else g)
+    return out
+
+
+def write_inventory(path: Path, plan: Plan, cfg: TilingConfig, rid: str) -> None:
+    """inventory.gpkg: the round's polygons (their geometry as read on the grid CRS, id, region column, the ignore
+    flag when present) and one polygon per confirmed object."""
+    import numpy as np
+    import shapely
+
+    inv = plan.inventory
+    confirmed = [p for p in plan.objects if p.outcome is not None and p.outcome.outcome == "confirmed"]
+    geoms = [shapely.geometry.shape(f["geometry"]) for f in inv.features] + [p.geom for p in confirmed]
+    n_old = len(inv.features)
+    columns: dict[str, Any] = {
+        cfg.polygons.id_column or DEFAULT_ID_COLUMN: np.array(
+            [*inv.uids, *(str(p.outcome.uid) for p in confirmed if p.outcome)], dtype=object
+        )
+    }
+    if cfg.regions.column is not None and inv.regions is not None:
+        regions = [*inv.regions, *(str(p.outcome.region) for p in confirmed if p.outcome)]
+        columns[cfg.regions.column] = np.array(regions, dtype=object)
+    if any("ignore" in (f.get("properties") or {}) for f in inv.features):
+        flags = [int(bool((f.get("properties") or {}).get("ignore", False))) for f in inv.features]
+        columns["ignore"] = np.array(flags + [0] * len(confirmed), dtype=np.int64)
+    columns["review_status"] = np.array(["inventory"] * n_old + ["confirmed"] * len(confirmed), dtype=object)
+    columns["review_id"] = np.array([""] * n_old + [rid] * len(confirmed), dtype=object)
+    columns["object_id"] = np.array([0] * n_old + [p.obj.object_id for p in confirmed], dtype=np.int64)
+    _write_layer(path, geoms, columns, cfg.grid.crs)
+
+
+AREA_TEXT = ("verdict", "region", "split", "review_id")
+
+
+def write_areas(path: Path, plan: Plan, crs: str, rid: str) -> None:
+    """areas.gpkg, the focus of the added scenes: the judged objects added (confirmed and false positives) with
+    verdict, region, split and review, after the areas of the round's own focus (an earlier ingest's)."""
+    import numpy as np
+    import shapely
+
+    rows = [(dict(f["properties"]), shapely.geometry.shape(f["geometry"])) for f in plan.earlier_areas]
+    for p in plan.objects:
+        if p.included and p.outcome is not None:
+            o = p.outcome
+            props = {"object_id": o.object_id, "verdict": o.verdict, "region": o.region, "split": o.split}
+            rows.append(({**props, "review_id": rid}, p.geom))
+    columns = {
+        "object_id": np.array([int(r.get("object_id") or 0) for r, _ in rows], dtype=np.int64),
+        **{k: np.array([str(r.get(k) or "") for r, _ in rows], dtype=object) for k in AREA_TEXT},
+    }
+    _write_layer(path, [g for _, g in rows], columns, crs)
+
+
+def next_tiling_config(cfg: TilingConfig, plan: Plan, lineage: dict[str, Any]) -> str:
+    """The next round's tiling config (paths absolute but its own files, beside it; output the root above)."""
+    import yaml
+
+    doc = cfg.model_dump(mode="json", exclude_none=True)
+    doc["polygons"] = {"path": INVENTORY_FILE, "id_column": cfg.polygons.id_column or DEFAULT_ID_COLUMN}
+    doc["scenes"] = [*cfg.scenes, *plan.added_scenes]
+    doc.pop("focus", None)
+    if plan.focus_scenes:
+        doc["focus"] = {"path": AREAS_FILE, "scenes": plan.focus_scenes}
+    doc["splits"] = plan.splits
+    doc["output"] = ".."
+    doc["lineage"] = lineage
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def pipeline_doc(path: Path, out: Path) -> str:
+    """The pipeline config with every geotiff generation config's data_root at ``out`` (relative to
+    ``<out>/review/pipeline.yaml``), generation configs named by path inlined; validated before anything is written.
+    """
+    import yaml
+
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ReviewError(f"{path}: a pipeline config is a mapping")
+    base = path.resolve().parent
+    review_dir = out / REVIEW_DIR
+    gen = dict((data.get("data") or {}).get("generation") or {})
+    pointed = 0
+    for split in ("train", "val", "test"):
+        v = gen.get(split)
+        if isinstance(v, str):
+            v = read_yaml(base / v)
+        if isinstance(v, dict) and isinstance(v.get("geotiff"), dict):
+            v = {**v, "geotiff": {**v["geotiff"], "data_root": os.path.relpath(out, review_dir)}}
+            pointed += 1
+        if v is not None:
+            gen[split] = v
+    if not pointed:
+        raise ReviewError(f"{path}: no generation config of source geotiff: no data_root to point at {out}")
+    data = {**data, "data": {**(data.get("data") or {}), "generation": gen}}
+    parse_pipeline_config(data, review_dir)
+    return yaml.safe_dump(data, sort_keys=False)
