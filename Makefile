@@ -21,9 +21,9 @@ quickstart: $(BIN)/.installed
 test: $(BIN)/.installed
 	PYTHONHASHSEED=42 $(BIN)/python -m pytest -n 2 --dist loadfile
 
-# docs/commands.md from the commands' parameter models (tests/flows/test_cli_docs.py fails when it is stale).
+# docs/commands.md from the commands' parameter models (tests/flows/cli/test_docs.py fails when it is stale).
 docs: $(BIN)/.installed
-	$(BIN)/python -m flows.cli_docs
+	$(BIN)/python -m flows.cli.docs
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check rtscore flows tasks tests bench

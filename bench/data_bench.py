@@ -54,7 +54,7 @@ def gen_config(n: int, split: str = "train", shard: int = 16, batch: int = 8) ->
 
 # ----------------------------------------------------------------------------- (a) generation
 def _child_generate(n: int, out: str) -> None:
-    from rtscore.data.generate import generate_synthetic
+    from rtscore.data.synthetic.producer import generate_synthetic
 
     t0 = time.perf_counter()
     generate_synthetic(gen_config(n), Path(out), overwrite=True, num_workers=1)
@@ -145,14 +145,14 @@ def bench_random_access(n: int, unique: int, workdir: Path, budget_s: float, rep
     """Shuffled sample reads through the training reader (TileDataset: read + NoData + normalization, no
     augmentation), one core: format 2 vs format 1 vs the legacy npz + LRU(3) layout, same tiles, same order,
     interleaved repetitions."""
-    from rtscore.data.dataset import TileDataset
-    from rtscore.data.generate import layout_for
-    from rtscore.data.legacy_npz import BatchedNpzSource, BatchWriter
-    from rtscore.data.normalization_pass import compute_normalization_stats
-    from rtscore.data.store import ZarrTileStore
-    from rtscore.data.store_format import FORMAT_VERSION
+    from rtscore.data.loading.dataset import TileDataset
+    from rtscore.data.normalization.compute import compute_normalization_stats
+    from rtscore.data.store.format import FORMAT_VERSION
+    from rtscore.data.store.legacy_npz import BatchedNpzSource, BatchWriter
+    from rtscore.data.store.reader import ZarrTileStore
+    from rtscore.data.store.writer import base_attrs, write_store
     from rtscore.data.synthetic import plan_tiles, render_tile
-    from rtscore.data.writer import base_attrs, write_store
+    from rtscore.data.synthetic.producer import layout_for
 
     cfg = config_store_cfg(unique)
     tiles = [render_tile(p, cfg) for p in plan_tiles(cfg)]
@@ -247,9 +247,9 @@ def _read_rate(source: object, order: np.ndarray, budget_s: float) -> tuple[floa
 
 def bench_reader(store_path: Path, budget_s: float) -> dict[str, float]:
     from rtscore.config.pipeline import AugmentationConfig
-    from rtscore.data.dataset import TileDataset
-    from rtscore.data.normalization_pass import compute_normalization_stats
-    from rtscore.data.store import ZarrTileStore
+    from rtscore.data.loading.dataset import TileDataset
+    from rtscore.data.normalization.compute import compute_normalization_stats
+    from rtscore.data.store.reader import ZarrTileStore
 
     store = ZarrTileStore(store_path)
     stats = compute_normalization_stats(store.path, max_tiles=256)

@@ -47,7 +47,7 @@ from bench.predict_memory_bench import build_quickstart_package  # noqa: E402
 
 def load_without_checks(pkg: Path) -> Any:
     """`load_package` as it was before issue 21 (on the CPU): the config files, the stats, the weights."""
-    from rtscore.data.normalization import load_normalization_stats
+    from rtscore.data.normalization.stats import load_normalization_stats
     from rtscore.inference.numerics import prepare_model
     from rtscore.models import load_model
     from rtscore.package import DEPLOYMENT, MODEL, STATS, WEIGHTS

@@ -157,7 +157,7 @@ def read_windows(pkg: Any, scenes: list[Path]) -> Windows:
     campaign's window stream fills them (row-major per scene, scenes in order; the last batch not padded)."""
     from rasterio.windows import Window
 
-    from rtscore.data.bands import open_checked
+    from rtscore.data.raster.bands import open_checked
     from rtscore.inference.predict import extra_input, gdal_env, window_starts
 
     tile = pkg.tile_size

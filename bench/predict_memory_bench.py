@@ -8,7 +8,7 @@ with TTA none, and the raster contract of 4.77 m EPSG:3857 rasters. Two scenes a
 taller (default 4: 16x the area) whose top-left `--size` x `--size` pixels are R. predict runs at `--stride`
 (default predict's own, half a tile, as users run it; `--stride 128` takes a quarter of the model calls for a
 quicker run: the reads, the fusion band and the writes are the same code either way). Each command runs on each scene
-in a fresh process (`python -m flows.cli`, as `rts` runs it), 3 times; the peak RSS of that child is its own
+in a fresh process (`python -m flows.cli.main`, as `rts` runs it), 3 times; the peak RSS of that child is its own
 (`os.wait4`). Printed: medians and ranges, the ratio big / small per command (target <= 1.5), and whether the
 probabilities are identical on the common windows (the pixels covered only by stride-grid windows lying inside R
 away from its right and bottom border: the same windows, run in whole batches, in both scenes), printing the largest
@@ -59,7 +59,7 @@ def build_bench_package(out: Path, cfg: Any, deployment: dict[str, Any]) -> Path
 
     from rtscore.config.binding import RasterContract
     from rtscore.config.deployment import DeploymentConfig
-    from rtscore.data.normalization import NormalizationStats, write_normalization_stats
+    from rtscore.data.normalization.stats import NormalizationStats, write_normalization_stats
     from rtscore.models import build_model
     from rtscore.package import build_package
     from rtscore.train.result import SeedSummary
@@ -165,7 +165,9 @@ def peak_rss_mib(args: list[str], log: Path) -> tuple[float, float, int]:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     t0 = time.perf_counter()
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=out)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli.main", *args], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return usage.ru_maxrss / 1024.0, time.perf_counter() - t0, proc.returncode

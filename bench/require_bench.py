@@ -65,9 +65,9 @@ def with_extra(tiles: list[RawTile], extra: int) -> list[RawTile]:
 
 
 def write_config_store(path: Path, n: int, unique: int, extra: int) -> None:
-    from rtscore.data.store_format import StoreLayout
+    from rtscore.data.store.format import StoreLayout
+    from rtscore.data.store.writer import base_attrs, write_store
     from rtscore.data.synthetic import plan_tiles, render_tile
-    from rtscore.data.writer import base_attrs, write_store
 
     cfg = GenerationConfig(
         split="train",

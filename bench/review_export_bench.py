@@ -116,7 +116,7 @@ def synthetic_objects(n: int, n_scenes: int, side: int, seed: int = 0) -> list[A
     outer edge (its chip leaves the scene), every 25th by its NoData corner, the rest inside."""
     import shapely
 
-    from rtscore.data.ground import web_mercator_latitude
+    from rtscore.data.raster.ground import web_mercator_latitude
     from rtscore.mapping.polygons import RtsObject, size_bin
 
     rng = np.random.default_rng(seed)

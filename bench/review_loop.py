@@ -272,7 +272,7 @@ def test_pr_auc(run: Path) -> dict[str, dict[str, Any]]:
 
 def rts(*argv: str) -> None:
     """One project command, as a user runs it; a failure stops the loop naming the command."""
-    from flows.cli import main
+    from flows.cli.main import main
 
     rc = main(list(argv))
     if rc != 0:

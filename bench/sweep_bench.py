@@ -1,10 +1,10 @@
 """Sweep overhead: everything but the trainings themselves, against the summed training time (issue 24).
 
-What users run: ``python -m flows.cli sweep configs/sweeps/quickstart.yaml --dir <fresh dir>`` (the quickstart-sized
-sweep: the baseline and 2 loss variants x 2 seeds, then calibrate -> evaluate-test -> package of the chosen variant),
-as a subprocess with its own ``PREFECT_HOME`` (its own Prefect database: no cached task result of one repetition can
-serve the next; ``PREFECT_API_URL`` unset, so the command starts its temporary local server as users' does), each
-repetition in a fresh temporary sweep directory, ``--repeats`` times one after the other.
+What users run: ``python -m flows.cli.main sweep configs/sweeps/quickstart.yaml --dir <fresh dir>`` (the
+quickstart-sized sweep: the baseline and 2 loss variants x 2 seeds, then calibrate -> evaluate-test -> package of the
+chosen variant), as a subprocess with its own ``PREFECT_HOME`` (its own Prefect database: no cached task result of one
+repetition can serve the next; ``PREFECT_API_URL`` unset, so the command starts its temporary local server as users'
+does), each repetition in a fresh temporary sweep directory, ``--repeats`` times one after the other.
 
 Per repetition:
 
@@ -202,7 +202,7 @@ def one_sweep(sweep: Path, work: Path) -> dict[str, Any]:
     with logf.open("wb") as f:
         t0 = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "sweep", str(sweep), "--dir", str(sweep_dir)],
+            [sys.executable, "-m", "flows.cli.main", "sweep", str(sweep), "--dir", str(sweep_dir)],
             cwd=work,
             env=env,
             stdout=f,

@@ -8,7 +8,7 @@ from flows.common import flow_run_scope, load_config, run_namer, run_stage
 from flows.failures import flow
 from flows.params import SPLITS, DataParams, GenerateParams, StageParams, TileParams
 from flows.stage_flow import stage_flow
-from rtscore.data.tiling import TilingManifest
+from rtscore.data.tiling.run import TilingManifest
 from rtscore.stages import ArtifactRef, DataResult, save_resolved_config
 from rtscore.stages.generate import SPEC as GENERATE_DATASET
 from rtscore.stages.normalization import SPEC as NORMALIZATION_STATS

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
+from flows.cli.options import Cli, data_root_location, local_file, local_output, run_location
 from flows.form import FormModel
-from flows.options import Cli, data_root_location, local_file, local_output, run_location
 from rtscore.config import PipelineConfig
 from rtscore.config.overrides import check_override_keys
 from rtscore.mapping import DEFAULT_CHUNK_SIZE

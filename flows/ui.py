@@ -34,9 +34,9 @@ from prefect.artifacts import (
 )
 
 from rtscore.config import PipelineConfig
-from rtscore.data.splits import read_split_result
-from rtscore.data.store_format import read_store_attrs
-from rtscore.data.tiling import TilingManifest
+from rtscore.data.splits.regions import read_split_result
+from rtscore.data.store.format import read_store_attrs
+from rtscore.data.tiling.run import TilingManifest
 from rtscore.evaluation import TestReport
 from rtscore.stages import ArtifactRef, CalibrationResult, TestResult, TrainResult
 from rtscore.stages.render import (

@@ -1,4 +1,4 @@
-"""The tile-scenes task: `rts tile` as a Prefect task, a thin call into `rtscore.data.tiling`.
+"""The tile-scenes task: `rts tile` as a Prefect task, a thin call into `rtscore.data.tiling.run`.
 
 Not a cached run-directory stage: its output is a data root (an input of the pipeline, outside any run), and the
 library resumes a killed run tile by tile itself, so a retry of the flow redoes only unfinished tiles.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from prefect import task
 
 from rtscore.config.tiling import load_tiling_config
-from rtscore.data.tiling import TilingError, TilingManifest, tile_scenes
+from rtscore.data.tiling.run import TilingError, TilingManifest, tile_scenes
 
 
 @task(name="tile-scenes", task_run_name="tile-scenes-{config}")

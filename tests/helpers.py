@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rtscore.data.store_attrs import StoreAttrs
-from rtscore.data.store_format import StoreLayout
+from rtscore.data.store.attrs import StoreAttrs
+from rtscore.data.store.format import StoreLayout
+from rtscore.data.store.writer import base_attrs, write_store
 from rtscore.data.tiles import KIND_CODES, RawTile
-from rtscore.data.writer import base_attrs, write_store
 from tests.conftest import make_tile
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

@@ -39,7 +39,7 @@ def test_project_is_installed_with_the_exact_pins_and_rts_is_on_path() -> None:
     assert "-c constraints.txt" in install and re.search(r"pip install .*\s\.(\s|$)", install)
     assert "rts --help" in install, "the build proves `rts` is on PATH"
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["rts"] == "flows.cli:main"
+    assert scripts["rts"] == "flows.cli.main:main"
     # Every package of the wheel is copied before the install.
     copied_before = set()
     for op, arg in ins:

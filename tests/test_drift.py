@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.bands import RasterContractError
-from rtscore.data.normalization import NormalizationStats, RegionStats
+from rtscore.data.normalization.stats import NormalizationStats, RegionStats
+from rtscore.data.raster.bands import RasterContractError
 from rtscore.inference.drift import DriftReport, drift_report
 from tests.test_predict import TILE, random_rgba, write_package, write_raster
 
@@ -94,7 +94,7 @@ def test_wrong_band_count(package: Path, tmp_path: Path) -> None:
 
 
 def test_drift_command_exit_code(package: Path, tmp_path: Path) -> None:
-    from flows.cli import main
+    from flows.cli.main import main
 
     ok = write_all(tmp_path / "ok", imagery(np.random.default_rng(5), 1))
     bad = write_all(tmp_path / "bad", imagery(np.random.default_rng(6), 1, mean=MEAN + 30.0))
@@ -105,8 +105,8 @@ def test_drift_command_exit_code(package: Path, tmp_path: Path) -> None:
 def test_drift_clips_new_imagery_as_the_model_sees_it(tmp_path: Path) -> None:
     """Issue 11 point 2: with clip_percentiles the training moments are those of clipped values; drift clips the
     new imagery with the same bounds, so the training tiles themselves show no drift at all."""
-    from rtscore.data.normalization_pass import compute_normalization_stats
-    from rtscore.data.store import ZarrTileStore
+    from rtscore.data.normalization.compute import compute_normalization_stats
+    from rtscore.data.store.reader import ZarrTileStore
     from tests.helpers import write_test_store
 
     store = tmp_path / "train.zarr"
@@ -133,7 +133,7 @@ def test_drift_refuses_a_package_that_fails_verify(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
     """Issue 21: drift reads a package only through the checks of `rts package verify`; nothing is written."""
-    from flows.cli import main
+    from flows.cli.main import main
     from tests.test_predict import tamper
 
     pkg = write_package(tmp_path / "pkg")
@@ -209,7 +209,7 @@ def test_per_raster_shifts_name_the_rasters_that_drive_a_block(
 ) -> None:
     """The verdict is the pooled one; each raster's own moments are listed, and those exceeding a limit on a blocked
     channel alone are named in the report (the console gets their count)."""
-    from flows.cli import main
+    from flows.cli.main import main
 
     rng = np.random.default_rng(13)
     d = tmp_path / "in"

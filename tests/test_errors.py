@@ -62,7 +62,7 @@ def _exceptions_of(module_name: str) -> list[type[BaseException]]:
 
 def test_walk_finds_regular_and_namespace_packages() -> None:
     """rtscore.data is a namespace package today and may get an __init__.py: its modules are found either way."""
-    for name in ("rtscore.errors", "rtscore.config.base", "rtscore.data.store", "rtscore.data.synthetic"):
+    for name in ("rtscore.errors", "rtscore.config.base", "rtscore.data.store.reader", "rtscore.data.synthetic"):
         assert name in MODULES
     assert "rtscore.data" in MODULES
 
@@ -92,7 +92,7 @@ def test_value_error_mixins_kept() -> None:
     """Callers and pydantic validators catch these as ValueError: the mixin stays."""
     from rtscore.config.base import ConfigError
     from rtscore.data.errors import DataValidationError
-    from rtscore.data.normalization import NormalizationStatsError
+    from rtscore.data.normalization.stats import NormalizationStatsError
 
     for cls in (ConfigError, NormalizationStatsError, DataValidationError):
         assert issubclass(cls, PipelineError) and issubclass(cls, ValueError)
@@ -120,7 +120,7 @@ def _missing_config_file(tmp: Path) -> None:
 
 
 def _missing_tile_store(tmp: Path) -> None:
-    from rtscore.data.store import ZarrTileStore
+    from rtscore.data.store.reader import ZarrTileStore
 
     ZarrTileStore(tmp / "no_such_store.zarr")
 
@@ -132,14 +132,14 @@ def _missing_checkpoint(tmp: Path) -> None:
 
 
 def _missing_stats(tmp: Path) -> None:
-    from rtscore.data.normalization import load_normalization_stats
+    from rtscore.data.normalization.stats import load_normalization_stats
 
     load_normalization_stats(tmp / "no_such_stats.json")
 
 
 def _no_positive_tile() -> None:
     from rtscore.config.pipeline import CurriculumStage
-    from rtscore.data.sampler import BalancedCurriculumSampler
+    from rtscore.data.loading.sampler import BalancedCurriculumSampler
 
     BalancedCurriculumSampler(
         np.zeros(10, bool),
@@ -159,12 +159,12 @@ CASES: dict[str, tuple[Callable[[Path], None], str, str]] = {
         "trainingg",
     ),
     "missing config file": (_missing_config_file, "rtscore.config.base.ConfigError", "no_such_config.yaml"),
-    "missing tile store": (_missing_tile_store, "rtscore.data.store_format.TileStoreError", "no_such_store.zarr"),
+    "missing tile store": (_missing_tile_store, "rtscore.data.store.format.TileStoreError", "no_such_store.zarr"),
     "missing checkpoint": (_missing_checkpoint, "rtscore.models.CheckpointError", "no_such_checkpoint.pth"),
-    "missing stats": (_missing_stats, "rtscore.data.normalization.NormalizationStatsError", "no_such_stats.json"),
+    "missing stats": (_missing_stats, "rtscore.data.normalization.stats.NormalizationStatsError", "no_such_stats.json"),
     "train split without positives": (
         lambda _: _no_positive_tile(),
-        "rtscore.data.validation.DataValidationError",
+        "rtscore.data.validation.run.DataValidationError",
         "train split",
     ),
 }

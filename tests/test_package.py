@@ -18,11 +18,11 @@ import pytest
 import torch
 import yaml
 
-from flows.cli import main
+from flows.cli.main import main
 from rtscore.config import parse_pipeline_config
 from rtscore.config.binding import RasterContract
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.normalization import NormalizationStats, NormalizationStatsError, write_normalization_stats
+from rtscore.data.normalization.stats import NormalizationStats, NormalizationStatsError, write_normalization_stats
 from rtscore.models import build_model
 from rtscore.package import (
     PACKAGE_FILES,

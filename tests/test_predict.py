@@ -13,8 +13,8 @@ import yaml
 from rtscore.config.binding import RasterContract
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2, ChannelsConfig, ModelConfig
-from rtscore.data.bands import RasterContractError, open_checked
-from rtscore.data.normalization import NormalizationStats, write_normalization_stats
+from rtscore.data.normalization.stats import NormalizationStats, write_normalization_stats
+from rtscore.data.raster.bands import RasterContractError, open_checked
 from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.models import build_model
 from rtscore.package import (
@@ -293,7 +293,7 @@ def test_extra_channels(tmp_path: Path) -> None:
 
 
 def test_predict_command(package: Path, tmp_path: Path) -> None:
-    from flows.cli import main
+    from flows.cli.main import main
 
     d = tmp_path / "in"
     d.mkdir()
@@ -315,13 +315,13 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
     from its GeoTIFFs with window = tile: the input and the probabilities equal the evaluation path's exactly."""
     from rtscore.config import parse_pipeline_config
     from rtscore.config.binding import ExtraChannel
-    from rtscore.data.dataset import build_dataset
     from rtscore.data.geotiff.ingest import ingest_geotiffs
-    from rtscore.data.normalization_pass import compute_normalization_stats
+    from rtscore.data.loading.dataset import build_dataset
+    from rtscore.data.normalization.compute import compute_normalization_stats
     from rtscore.inference.numerics import predict_logits, prepare_model
     from rtscore.inference.predict import DEFAULT_BATCH, load_package
     from rtscore.models import load_model
-    from tests.data.test_geotiff import two_band_root
+    from tests.data.geotiff.test_geotiff import two_band_root
     from tests.helpers import tiny_pipeline_config
 
     root, geo = two_band_root(tmp_path)
@@ -332,7 +332,7 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
         store, extra_channels=[ExtraChannel(name="nbr", band=1)], clip_percentiles=(2, 98)
     )
     assert stats.clip_min is not None and stats.clip_max is not None
-    from rtscore.data.store_format import read_store_attrs
+    from rtscore.data.store.format import read_store_attrs
 
     contract = RasterContract.of_store_attrs(read_store_attrs(store))  # as the package stage records it
     pkg = load_package(write_package(tmp_path / "pkg", extra=extra, stats=stats, raster=contract), device="cpu")
@@ -425,7 +425,7 @@ def test_predict_defaults_to_the_gpu_when_there_is_one(
 ) -> None:
     """`rts predict` and `load_package` ask for device 'auto', which takes CUDA when present (as calibration ran)."""
     import rtscore.inference.predict as predict_mod
-    from flows.cli import main
+    from flows.cli.main import main
     from rtscore.runtime import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -480,7 +480,7 @@ def test_windowed_rolling_fusion_equals_the_whole_raster_fusion(
     """A raster taller than the rolling band (so rows are handed out several times) and not a multiple of the
     tile, with a NoData block that skips windows: the maps equal the whole-raster fusion bit for bit, and no read
     is larger than a window."""
-    from rtscore.data.bands import CheckedRaster
+    from rtscore.data.raster.bands import CheckedRaster
     from rtscore.inference.predict import load_package
     from rtscore.inference.stream import OUT_BLOCK
 
@@ -574,7 +574,7 @@ def tamper(pkg: Path, how: str) -> str:
 
 def predict_cli(package: Path, d: Path, out: Path, *, side: int = TILE) -> int:
     """`rts predict` (the CLI's main, in process) on one raster of ``side`` px written into ``d``."""
-    from flows.cli import main
+    from flows.cli.main import main
 
     d.mkdir(exist_ok=True)
     write_raster(d / "s.tif", random_rgba(np.random.default_rng(0), side, side))

@@ -171,7 +171,7 @@ class RasterContract(StrictModel):
 
     Recorded in a tile store's attributes (``raster_contract``) and in the package's ``model_config.yaml``
     (``raster``); GeoTIFF ingestion, ``predict``, ``drift`` and mapping check each input against it before reading
-    pixels (`rtscore.data.bands.open_checked`). ``crs``/``pixel_size`` None: not known (stores and packages
+    pixels (`rtscore.data.raster.bands.open_checked`). ``crs``/``pixel_size`` None: not known (stores and packages
     written before the contract was recorded, synthetic-only data), so not checked.
     """
 
@@ -191,7 +191,7 @@ class RasterContract(StrictModel):
     )
     nodata_rule: Literal["alpha-or-dataset-mask+extra-nodata"] = Field(
         NODATA_RULE,
-        description="NoData (rtscore.data.bands.valid_mask): alpha 0 (the band the colour interpretation or "
+        description="NoData (rtscore.data.raster.bands.valid_mask): alpha 0 (the band the colour interpretation or "
         "rgb_bands says is alpha), else the raster's internal mask, else its declared nodata on all of R, G, B; a band "
         "not R, G, B or alpha (NIR) never decides. Plus EXTRA pixels equal to the EXTRA raster's declared nodata "
         "(NaN included). Any other non-finite EXTRA value is an error.",

@@ -1,6 +1,6 @@
 """The rule every listing of splits meets (spatial blocking): whole regions go to one split.
 
-One check for splits.yaml, tiling configs and derived splits (`rtscore.data.splits` derives and evaluates them).
+One check for splits.yaml, tiling configs and derived splits (`rtscore.data.splits.regions` derives and evaluates them).
 """
 
 from __future__ import annotations

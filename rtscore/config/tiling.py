@@ -213,7 +213,7 @@ class TilingConfig(StrictModel):
     rgb_bands: RasterBandMap | None = Field(
         None,
         description="Explicit R, G, B (and alpha) bands of the scenes; empty: by their colour interpretation "
-        "(red, green, blue, alpha), or bands 0, 1, 2 of a 3-band scene (rtscore.data.bands.resolve_bands).",
+        "(red, green, blue, alpha), or bands 0, 1, 2 of a 3-band scene (rtscore.data.raster.bands.resolve_bands).",
     )
     polygons: PolygonsConfig = Field(..., description="The RTS polygon inventory.")
     regions: RegionsConfig = Field(..., description="The RegionName of each tile.")

@@ -3,7 +3,7 @@ rule that resume state of another identity is set aside (rtscore.identity.setasi
 
 from rtscore.identity.code import closure_hash, code_closure
 from rtscore.identity.setaside import SET_ASIDE_DIR, set_aside
-from rtscore.identity.sources import SourceError, SourceIdentity, source_identity
+from rtscore.identity.sources import SourceError, SourceIdentity, file_identity, source_identity
 
 __all__ = [
     "SET_ASIDE_DIR",
@@ -11,6 +11,7 @@ __all__ = [
     "SourceIdentity",
     "closure_hash",
     "code_closure",
+    "file_identity",
     "set_aside",
     "source_identity",
 ]

@@ -142,3 +142,18 @@ def source_identity(location: str | Path) -> SourceIdentity:
     """The identity of a local path or a ``gs://`` location (see the module docstring for what it covers)."""
     text = str(location)
     return gs_identity(text) if text.startswith(GS) else local_identity(text)
+
+
+# Files GDAL or OGR read beside an input: a shapefile's parts, a raster's mask and auxiliary metadata.
+SIDECARS = {".shp": (".dbf", ".shx", ".prj", ".cpg")}
+RASTER_SIDECARS = (".msk", ".aux.xml")
+
+
+def file_identity(path: Path) -> str:
+    """The identity of one input file and of the sidecars GDAL reads with it: :func:`source_identity` (name,
+    size, mtime, the content hash of a small non-raster file), never the path that leads to it."""
+    parts = [source_identity(path).digest]
+    beside = [path.with_suffix(ext) for ext in SIDECARS.get(path.suffix.lower(), ())]
+    beside += [path.with_name(path.name + ext) for ext in RASTER_SIDECARS]
+    parts += [f"{p.name}:{source_identity(p).digest}" for p in beside if p.is_file()]
+    return "+".join(parts)

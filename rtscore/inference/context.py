@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from rtscore.data.dataset import TileDataset
-from rtscore.data.store_format import read_store_attrs
+from rtscore.data.loading.dataset import TileDataset
+from rtscore.data.store.format import read_store_attrs
 from rtscore.data.synthetic import CONTEXT_FACTOR, downsample_mean_float, downsample_mean_uint8, downsample_valid
 from rtscore.errors import PipelineError
 

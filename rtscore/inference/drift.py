@@ -10,7 +10,7 @@ normalises with. A channel is a deployment blocker when
 because a model fed inputs normalised with the wrong moments is outside what it was trained and calibrated
 on (guide §4.1, §4.6): its threshold and temperature no longer mean what they did. Every raster (and its EXTRA
 raster: ``EXTRA/<name>`` of a data root, else ``<stem>_extra.tif``) is first checked against the package's raster
-contract, as ``rts predict`` checks it (`rtscore.data.bands.open_checked`: a uint16 scene is refused as "uint16,
+contract, as ``rts predict`` checks it (`rtscore.data.raster.bands.open_checked`: a uint16 scene is refused as "uint16,
 trained on uint8", not reported as a shift of many σ; undeclared NaN in EXTRA is refused, declared NoData is not
 counted). The channels are then read block by block through the package's input binding, with the contract's
 NoData rule, and clipped to the training percentiles when the stats carry them (the package's input transform:
@@ -38,10 +38,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
-from rtscore.data.bands import CheckedRaster, open_checked
-from rtscore.data.input_transform import InputTransform
-from rtscore.data.normalization import NormalizationStats
-from rtscore.data.normalization_pass import RunningMoments
+from rtscore.data.normalization.compute import RunningMoments
+from rtscore.data.normalization.input_transform import InputTransform
+from rtscore.data.normalization.stats import NormalizationStats
+from rtscore.data.raster.bands import CheckedRaster, open_checked
 from rtscore.errors import PipelineError
 from rtscore.inference.predict import (
     LoadedPackage,

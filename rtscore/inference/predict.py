@@ -2,7 +2,7 @@
 
 A package is used only once it passed the checks of ``rts package verify`` that need no forward pass
 (:func:`load_package`). Every input raster (and its EXTRA raster) is then checked against the package's raster
-contract, the one the training rasters met (`rtscore.data.bands.open_checked`: band sources, dtypes, CRS, pixel
+contract, the one the training rasters met (`rtscore.data.raster.bands.open_checked`: band sources, dtypes, CRS, pixel
 size, grid of the EXTRA raster, undeclared NaN/inf in EXTRA); a mismatch is refused naming the file before any
 pixel is read.
 
@@ -12,9 +12,9 @@ stream (:mod:`rtscore.inference.stream`: reading, inference and writing overlapp
 several rasters sharing batches, every model call at one batch shape). Each window is read on its own (never the
 whole raster): its channels through the package's input binding (the EXTRA bands training read,
 `rtscore.config.binding`), its NoData by the contract's rule, and put through the package's input transform
-(`rtscore.data.input_transform.InputTransform`: clipping to the training percentiles, alpha-0 pixels to the channel's
-training mean, ``(x - mean) / std``), exactly as the training and evaluation dataset does. A window that is
-entirely NoData (alpha 0) is skipped: no model call, its pixels are NoData; the log counts them and
+(`rtscore.data.normalization.input_transform.InputTransform`: clipping to the training percentiles, alpha-0 pixels to
+the channel's training mean, ``(x - mean) / std``), exactly as the training and evaluation dataset does. A window that
+is entirely NoData (alpha 0) is skipped: no model call, its pixels are NoData; the log counts them and
 ``<name>_predict.json`` lists them (guide §4.4). Every other window goes through
 :func:`rtscore.inference.numerics.predict_logits` with the package's tta/scales/fusion/precision, on the GPU
 when there is one (``device="auto"``, as calibration ran), is divided by the calibrated temperature and turned
@@ -47,9 +47,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
-from rtscore.data.bands import EXTRA_SUFFIX, RGB_DIR, CheckedRaster, extra_candidates, open_checked
-from rtscore.data.input_transform import InputTransform
-from rtscore.data.normalization import NormalizationStats
+from rtscore.data.normalization.input_transform import InputTransform
+from rtscore.data.normalization.stats import NormalizationStats
+from rtscore.data.raster.bands import EXTRA_SUFFIX, RGB_DIR, CheckedRaster, extra_candidates, open_checked
 from rtscore.errors import PipelineError
 from rtscore.inference.context import needs_context
 from rtscore.inference.numerics import predict_logits, prepare_model
@@ -108,7 +108,7 @@ class LoadedPackage:
 
     @property
     def contract(self) -> RasterContract:
-        """What the training rasters were: inputs are checked against it (`rtscore.data.bands.open_checked`)."""
+        """What the training rasters were: inputs are checked against it (`rtscore.data.raster.bands.open_checked`)."""
         return self.model_config.contract
 
     @property
@@ -255,7 +255,7 @@ def window_starts(length: int, tile: int, stride: int) -> list[int]:
 def extra_path_for(input_tif: Path) -> Path:
     """The EXTRA raster of an RGB raster: ``EXTRA/<name>`` of a data root (the tile layout) when the raster is its
     ``PLANET-RGB/<name>`` and that file exists, else the sibling ``<stem>_extra.tif``
-    (:func:`rtscore.data.bands.extra_candidates`)."""
+    (:func:`rtscore.data.raster.bands.extra_candidates`)."""
     *first, last = extra_candidates(input_tif)
     return next((c for c in first if c.is_file()), last)
 

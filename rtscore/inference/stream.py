@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rtscore.data.bands import CheckedRaster
+from rtscore.data.raster.bands import CheckedRaster
 from rtscore.inference.context import ContextWindows
 
 OUT_BLOCK = 256  # block size of the output GeoTIFFs, and the rows the fusion hands out at a time

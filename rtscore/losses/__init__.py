@@ -79,7 +79,7 @@ def build_loss(cfg: LossConfig, pixel_counts: ClassPixelCounts | None = None) ->
             if pixel_counts is None:
                 raise ValueError(
                     "loss.name class_balanced_ce weighs positives by the train split's pixel counts: pass them "
-                    "(rtscore.data.tile_sources.class_pixel_counts of the training dataset)"
+                    "(rtscore.data.loading.sources.class_pixel_counts of the training dataset)"
                 )
             return ClassBalancedBCELoss.from_counts(pixel_counts, cfg.class_weighting)
         case _:

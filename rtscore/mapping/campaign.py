@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2
-from rtscore.data.bands import EXTRA_SUFFIX, open_checked
+from rtscore.data.raster.bands import EXTRA_SUFFIX, open_checked
 from rtscore.errors import PipelineError
 from rtscore.inference.drift import ChannelDrift, DriftReport, drift_report
 from rtscore.inference.predict import (

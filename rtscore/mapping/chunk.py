@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from rtscore.data.bands import CheckedRaster, open_checked
+from rtscore.data.raster.bands import CheckedRaster, open_checked
 from rtscore.errors import PipelineError
 from rtscore.identity import closure_hash
 from rtscore.inference.predict import (

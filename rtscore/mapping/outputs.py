@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from rtscore.data.bands import RGB_DIR, extra_candidates
-from rtscore.data.ground import ground_pixel_area_m2
+from rtscore.data.raster.bands import RGB_DIR, extra_candidates
+from rtscore.data.raster.ground import ground_pixel_area_m2
 from rtscore.inference.predict import MANIFEST_SUFFIX, PredictManifest
 from rtscore.mapping.campaign_log import CampaignLog
 from rtscore.mapping.polygons import PARTS_SUFFIX, SceneParts, read_parts, scene_parts, write_parts

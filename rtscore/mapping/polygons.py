@@ -14,7 +14,7 @@ nothing was mapped: half a pixel around it leaves the union of the scenes' footp
 border whose neighbour mapped on is therefore not partial once merged.
 
 Areas: projected m² (the CRS's linear unit converted to metres) and ground m², one scale per object at its
-centroid from ``rtscore.data.ground`` (EPSG:3857: ``cos²(φ)``); the size bin uses the evaluation's bin edges.
+centroid from ``rtscore.data.raster.ground`` (EPSG:3857: ``cos²(φ)``); the size bin uses the evaluation's bin edges.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 from scipy import ndimage
 
 from rtscore.config.post_training import EvaluationConfig
-from rtscore.data.ground import ground_pixel_area_m2, projected_crs
+from rtscore.data.raster.ground import ground_pixel_area_m2, projected_crs
 from rtscore.errors import PipelineError
 from rtscore.metrics.objects import EIGHT_CONNECTED, reaches_min_area, size_bin_label
 from rtscore.storage.files import atomic_write_text, os_errors

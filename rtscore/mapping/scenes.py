@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rtscore.data.bands import RGB_DIR, extra_candidates
+from rtscore.data.raster.bands import RGB_DIR, extra_candidates
 from rtscore.errors import PipelineError
 from rtscore.storage.files import os_errors, sha256_file
 from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
@@ -90,8 +90,8 @@ def list_scenes(source: str | Path, *, extra: bool = False) -> list[Scene]:
     ``rts predict`` reads one: the scenes of its ``PLANET-RGB/`` (their EXTRA rasters in ``EXTRA/``).
 
     ``extra`` (the package reads EXTRA bands): each scene's EXTRA raster, where ``rts predict`` looks for it
-    (:func:`rtscore.data.bands.extra_candidates`), is part of its identity too: sha256 of a local file, generation
-    (size, CRC32C) of a gs:// object (one listing per folder outside the input's), or absent.
+    (:func:`rtscore.data.raster.bands.extra_candidates`), is part of its identity too: sha256 of a local file,
+    generation (size, CRC32C) of a gs:// object (one listing per folder outside the input's), or absent.
 
     Raises:
         CampaignError: the input does not exist or lists no scene, a scene id is invalid, or two scenes share an id

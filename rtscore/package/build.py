@@ -16,7 +16,7 @@ from rtscore.config.base import ConfigError, config_hash, load_config
 from rtscore.config.binding import RGB_NAMES, RasterContract
 from rtscore.config.deployment import DeploymentConfig, require_calibrated
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.normalization import load_normalization_stats
+from rtscore.data.normalization.stats import load_normalization_stats
 from rtscore.package.format import (
     DEPLOYMENT,
     METADATA,

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from rtscore.config.base import ConfigError, StrictModel, load_config, parse_config, parse_yaml
 from rtscore.config.deployment import DeploymentConfig, require_calibrated
-from rtscore.data.normalization import NormalizationStats, load_normalization_stats
-from rtscore.data.warp import TrainedOn
+from rtscore.data.normalization.stats import NormalizationStats, load_normalization_stats
+from rtscore.data.raster.warp import TrainedOn
 from rtscore.models import load_model
 from rtscore.package.format import (
     DEPLOYMENT,

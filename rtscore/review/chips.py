@@ -7,8 +7,8 @@ on each side, made square, at least ``min_px`` and at most ``max_px`` pixels a s
 resampled.
 
 The pixels (:func:`read_chip`) are read through the one input contract and NoData rule of inference
-(:func:`rtscore.data.bands.open_checked`, R, G, B only): the PNG (:func:`png_bytes`) is RGBA, RGB the scene's pixels
-exactly, alpha 255 where valid and 0 at NoData (their RGB set to 0); the part of a window outside the scene is
+(:func:`rtscore.data.raster.bands.open_checked`, R, G, B only): the PNG (:func:`png_bytes`) is RGBA, RGB the scene's
+pixels exactly, alpha 255 where valid and 0 at NoData (their RGB set to 0); the part of a window outside the scene is
 NoData. The PNG writer is this module's own (filter Sub on every row, zlib level 6, no timestamp, no text chunk), so
 a chip is the same bytes on every run.
 
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from rtscore.data.bands import CheckedRaster
-from rtscore.data.ground import ground_pixel_area_m2
+from rtscore.data.raster.bands import CheckedRaster
+from rtscore.data.raster.ground import ground_pixel_area_m2
 from rtscore.review.manifest import ChipSettings
 from rtscore.storage.files import os_errors
 
@@ -125,7 +125,7 @@ def read_chip(raster: CheckedRaster, window: ChipWindow) -> np.ndarray:
 
 
 def pixel_ground_m(raster: CheckedRaster, window: ChipWindow) -> float:
-    """Ground metres of one pixel at the chip's centre (rtscore.data.ground: EPSG:3857 scaled by cos φ)."""
+    """Ground metres of one pixel at the chip's centre (rtscore.data.raster.ground: EPSG:3857 scaled by cos φ)."""
     from rasterio.transform import Affine
 
     t = raster.src.transform @ Affine.translation(window.col_off, window.row_off)

@@ -36,9 +36,9 @@ from rtscore.config.binding import InputBinding, RasterContract
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig, load_tiling_config
-from rtscore.data.bands import CheckedRaster, RasterContractError, open_checked
-from rtscore.data.tile_pixels import GridCell
-from rtscore.data.tiling_inventory import RegionOf, read_inventory
+from rtscore.data.raster.bands import CheckedRaster, RasterContractError, open_checked
+from rtscore.data.tiling.inventory import RegionOf, read_inventory
+from rtscore.data.tiling.pixels import GridCell
 from rtscore.errors import PipelineError
 from rtscore.identity.code import closure_hash
 from rtscore.inference.predict import input_contract

@@ -38,8 +38,8 @@ from pydantic import Field
 
 from rtscore.config.base import StrictModel
 from rtscore.config.tiling import TilingConfig, load_tiling_config
-from rtscore.data.tiling import TilingCounts, TilingManifest, fingerprint, tile_scenes
-from rtscore.data.tiling_state import FINGERPRINT, MANIFEST_JSON, STATE_DIR
+from rtscore.data.tiling.run import TilingCounts, TilingManifest, fingerprint, tile_scenes
+from rtscore.data.tiling.state import FINGERPRINT, MANIFEST_JSON, STATE_DIR
 from rtscore.review.manifest import ReviewError
 from rtscore.review.placement import (
     SPLIT_ORDER,

@@ -16,12 +16,12 @@ from pydantic import Field
 from rtscore.config.base import StrictModel
 from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig
-from rtscore.data.blocking import TRAIN, BlockingError, Bounds, check_blocking, data_root_footprints
-from rtscore.data.tile_pixels import GridCell, grid_cells
-from rtscore.data.tiling_inventory import Inventory, RegionOf, read_inventory
-from rtscore.data.tiling_scenes import scene_paths
-from rtscore.data.tiling_state import METADATA_CSV
-from rtscore.data.vector_labels import read_polygons
+from rtscore.data.raster.vector_labels import read_polygons
+from rtscore.data.splits.blocking import TRAIN, BlockingError, Bounds, check_blocking, data_root_footprints
+from rtscore.data.tiling.inventory import Inventory, RegionOf, read_inventory
+from rtscore.data.tiling.pixels import GridCell, grid_cells
+from rtscore.data.tiling.scenes import scene_paths
+from rtscore.data.tiling.state import METADATA_CSV
 from rtscore.review.manifest import ReviewError, ReviewObject
 from rtscore.review.review_inputs import ReviewInputs
 from rtscore.review.verdicts import Verdict
@@ -258,7 +258,7 @@ def check_tile_regions(plan: Plan, cfg: TilingConfig, parent_root: Path) -> None
 def check_footprints(plan: Plan, cfg: TilingConfig, parent_root: Path, verdicts: Path, buffer_m: float) -> None:
     """Spatial blocking by geometry (guide §10.1) before anything is cut: the cells the verdicts add, against the
     parent's tiles and each other, by split; a new train cell within ``buffer_m`` of a val/test tile (or a new
-    val/test cell within it of a train tile) is refused naming both tiles (rtscore.data.blocking)."""
+    val/test cell within it of a train tile) is refused naming both tiles (rtscore.data.splits.blocking)."""
     split_of = region_splits(plan.splits)
     old, _ = data_root_footprints(parent_root, split_of)
     new: dict[str, dict[str, Bounds]] = {}

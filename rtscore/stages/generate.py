@@ -9,10 +9,10 @@ from typing import Any
 
 from rtscore.config.base import config_hash, dump_yaml
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.generate import generate_synthetic, generate_synthetic_context
 from rtscore.data.geotiff.ingest import ingest_geotiffs
 from rtscore.data.geotiff.root_splits import DerivedSplitFiles
-from rtscore.data.store_format import read_store_attrs
+from rtscore.data.store.format import read_store_attrs
+from rtscore.data.synthetic.producer import generate_synthetic, generate_synthetic_context
 from rtscore.stages.spec import ArtifactRef, StageSpec, record, ref_of
 from rtscore.storage import RunDir, RunLayout, StorageError
 

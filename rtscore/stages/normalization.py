@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.normalization import write_normalization_stats
-from rtscore.data.normalization_pass import compute_normalization_stats
+from rtscore.data.normalization.compute import compute_normalization_stats
+from rtscore.data.normalization.stats import write_normalization_stats
 from rtscore.stages.spec import ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout
 

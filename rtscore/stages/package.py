@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rtscore.config.binding import RasterContract
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.store_format import read_store_attrs
+from rtscore.data.store.format import read_store_attrs
 from rtscore.package import PackageError, build_package
 from rtscore.stages.calibrate import read_calibration_summary
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs

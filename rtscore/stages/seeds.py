@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.dataset import build_dataset
-from rtscore.data.loader import val_loader
-from rtscore.data.normalization import load_normalization_stats
+from rtscore.data.loading.dataset import build_dataset
+from rtscore.data.loading.loader import val_loader
+from rtscore.data.normalization.stats import load_normalization_stats
 from rtscore.inference.context import ContextError, ContextPairedDataset, check_context_store
 from rtscore.models import load_model
 from rtscore.runtime import select_device

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.errors import DataValidationError
-from rtscore.data.validation import validate_data as run_checks
+from rtscore.data.validation.run import validate_data as run_checks
 from rtscore.stages.spec import DATA_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout, staged_dir
 

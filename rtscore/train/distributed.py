@@ -4,7 +4,7 @@ seed, their process group, batch norm across ranks, and the collectives the loop
 A seed trained on N ranks takes the same optimizer steps as on one device, up to the order of floating-point sums:
 
 - the global batch (``training.batch_size``) is planned once by the sampler and each rank reads its slice
-  (:class:`rtscore.data.sampler.BalancedCurriculumSampler`);
+  (:class:`rtscore.data.loading.sampler.BalancedCurriculumSampler`);
 - batch norm in training mode normalises with the statistics of the global batch (torch's ``SyncBatchNorm`` on
   CUDA, :class:`CrossRankBatchNorm` on CPU, where torch has none);
 - every loss reduces over the global batch (:func:`rtscore.losses.global_batch`), so the gradients DDP averages

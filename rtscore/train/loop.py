@@ -20,11 +20,11 @@ import torch
 
 from rtscore.config.base import canonical_json, config_hash
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.dataset import build_dataset, build_train_dataset
 from rtscore.data.errors import DataValidationError
-from rtscore.data.loader import train_loader, val_loader
-from rtscore.data.normalization import load_normalization_stats
-from rtscore.data.tile_sources import class_pixel_counts
+from rtscore.data.loading.dataset import build_dataset, build_train_dataset
+from rtscore.data.loading.loader import train_loader, val_loader
+from rtscore.data.loading.sources import class_pixel_counts
+from rtscore.data.normalization.stats import load_normalization_stats
 from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
 from rtscore.losses import ClassBalancedBCELoss, build_loss, global_batch, loss_soft_targets
 from rtscore.metrics import ConfusionCounts, PixelConfusion

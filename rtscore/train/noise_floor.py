@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.dataset import build_dataset
-from rtscore.data.loader import val_loader
-from rtscore.data.normalization import load_normalization_stats
+from rtscore.data.loading.dataset import build_dataset
+from rtscore.data.loading.loader import val_loader
+from rtscore.data.normalization.stats import load_normalization_stats
 from rtscore.metrics import bootstrap_pr_auc, geometric_mean, pr_auc, random_subsample_pr_auc
 from rtscore.models import load_model
 from rtscore.runtime import select_device

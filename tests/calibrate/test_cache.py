@@ -144,8 +144,8 @@ def test_calibration_pairs_each_tile_with_its_context_by_tile_id(
     a context store lacking a tile, or made for another store, is refused."""
     import shutil
 
-    from rtscore.data.dataset import build_dataset
-    from rtscore.data.normalization import load_normalization_stats
+    from rtscore.data.loading.dataset import build_dataset
+    from rtscore.data.normalization.stats import load_normalization_stats
     from rtscore.inference.context import ContextError, ContextPairedDataset, check_context_store
 
     model_run, cache = cached

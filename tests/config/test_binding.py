@@ -70,8 +70,8 @@ def test_one_band_feeds_one_channel() -> None:
 
 def test_store_written_with_another_binding_is_refused_by_the_stats(tmp_path: Path) -> None:
     """A store generated elsewhere (data.skip_generation) with nbr = band 0 cannot feed a config reading band 1."""
-    from rtscore.data.normalization import NormalizationStatsError
-    from rtscore.data.normalization_pass import compute_normalization_stats
+    from rtscore.data.normalization.compute import compute_normalization_stats
+    from rtscore.data.normalization.stats import NormalizationStatsError
     from tests.helpers import write_test_store
 
     store = tmp_path / "train.zarr"
@@ -99,8 +99,8 @@ def test_generation_config_binding_round_trips() -> None:
 
 def test_additional_root_written_with_another_binding_is_refused(tmp_path: Path) -> None:
     """A joined train store (data.additional_roots) must hold the configured channels from the same bands."""
-    from rtscore.data.additional_roots import open_additional_roots
-    from rtscore.data.store_format import TileStoreError
+    from rtscore.data.loading.additional_roots import open_additional_roots
+    from rtscore.data.store.format import TileStoreError
     from tests.helpers import write_test_store
 
     write_test_store(tmp_path / "extra.zarr", 4, extra=2)  # e0 = band 0, e1 = band 1

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from flows.cli import parse
+from flows.cli.main import parse
+from flows.cli.options import ParameterError
 from flows.common import load_config
-from flows.options import ParameterError
 from flows.params import RunParams
 from rtscore.config.base import ConfigError
 from rtscore.config.overrides import apply_overrides, check_override_keys, describe

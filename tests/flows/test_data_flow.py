@@ -96,7 +96,7 @@ def test_tile_scenes_flow_writes_the_layout_and_its_ui_artifact(
 
     from flows.data import tile_scenes
     from flows.params import TileParams
-    from tests.data.test_tiling import base_config, mosaic_scenes
+    from tests.data.tiling.test_run import base_config, mosaic_scenes
 
     mosaic_scenes(tmp_path)
     splits = {"train": ["west"], "val": ["east"]}  # a thin val: a warning the artifact shows

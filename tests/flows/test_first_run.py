@@ -24,8 +24,8 @@ from rasterio.features import rasterize
 from rasterio.transform import from_origin
 from rasterio.warp import transform_geom
 
-from flows.cli import main
-from tests.data.test_tiling import blob
+from flows.cli.main import main
+from tests.data.tiling.test_run import blob
 from tests.flows.configs import tiny_training_config, write_config
 
 UTM = "EPSG:32606"  # UTM 6N: interior Alaska

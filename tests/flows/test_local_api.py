@@ -109,7 +109,7 @@ def test_sigkill_during_the_server_start_up_leaves_no_server_behind(tmp_path: Pa
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
     env.pop("PREFECT_API_URL", None)
-    argv = [sys.executable, "-m", "flows.cli", "data", "--config", str(cfg), "--run", str(tmp_path / "run")]
+    argv = [sys.executable, "-m", "flows.cli.main", "data", "--config", str(cfg), "--run", str(tmp_path / "run")]
     cmd = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     server: Any = None
     try:

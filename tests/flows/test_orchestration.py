@@ -416,7 +416,7 @@ def test_cli_maps_its_flags_onto_the_parameter_models(monkeypatch: pytest.Monkey
     import flows.calibrate
     import flows.pipeline
     import flows.train
-    from flows.cli import main
+    from flows.cli.main import main
 
     def capture(params: Any) -> Any:
         raise _Called(params)

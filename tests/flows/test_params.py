@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from flows.cli import main
+from flows.cli.main import main
 from flows.params import TrainSeedParams
 from rtscore.config import load_pipeline_config, parse_pipeline_config
 from tests.flows.configs import tiny_training_config, write_config

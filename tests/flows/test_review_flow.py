@@ -60,7 +60,7 @@ def test_review_ingest_flow_cuts_the_next_data_root(prefect_harness: None, world
 def test_rts_review_serve_serves_the_page_until_ctrl_c(tmp_path: Path) -> None:
     campaign, package = write_campaign(tmp_path / "campaign", 3, 1, 256)
     run.export(str(campaign), str(package), str(tmp_path / "review"), Selection(), ChipSettings())
-    cmd = [sys.executable, "-m", "flows.cli", "review", "serve", str(tmp_path / "review"), "--port", "0"]
+    cmd = [sys.executable, "-m", "flows.cli.main", "review", "serve", str(tmp_path / "review"), "--port", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
     try:
         assert proc.stdout is not None

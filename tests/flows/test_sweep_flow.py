@@ -24,7 +24,7 @@ SEEDS = (1, 2)
 
 
 def _sweep_cmd(sweep: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", "sweep", str(sweep), "--dir", str(out)]
+    return [sys.executable, "-m", "flows.cli.main", "sweep", str(sweep), "--dir", str(out)]
 
 
 def _env(home: Path) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from flows.ui import derived_split_md
-from rtscore.data.splits import SplitResult
+from rtscore.data.splits.regions import SplitResult
 from rtscore.storage import RunLayout
 
 

@@ -13,7 +13,7 @@ import rasterio
 from rasterio.enums import ColorInterp
 from rasterio.transform import from_origin
 
-from flows.cli import main
+from flows.cli.main import main
 from tests.helpers import write_raster
 from tests.test_predict import TILE, TRANSFORM, random_rgba, write_package
 

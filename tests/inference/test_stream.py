@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rtscore.data.bands import CheckedRaster
+from rtscore.data.raster.bands import CheckedRaster
 from rtscore.inference.predict import (
     DEFAULT_BATCH,
     load_package,

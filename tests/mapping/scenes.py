@@ -21,10 +21,10 @@ from rasterio.transform import Affine
 
 from rtscore.config.binding import RasterContract
 from rtscore.config.generation import GenerationConfig, SyntheticConfig
-from rtscore.data.bands import RGB_DIR
 from rtscore.data.geotiff.root import CRS
 from rtscore.data.geotiff.synth import tile_origin, write_synthetic_geotiffs
-from rtscore.data.normalization import NormalizationStats
+from rtscore.data.normalization.stats import NormalizationStats
+from rtscore.data.raster.bands import RGB_DIR
 from rtscore.data.synthetic import PIXEL_SIZE_M
 from tests.test_predict import write_package
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtscore.data.ground import web_mercator_latitude
+from rtscore.data.raster.ground import web_mercator_latitude
 from rtscore.inference.predict import PredictError, predict_raster
 from rtscore.mapping.campaign import (
     INDEX_FILE,
@@ -197,7 +197,7 @@ def test_package_identity_changes_with_any_file(package: Path, tmp_path: Path) -
 
 
 def test_map_command(package: Path, scenes_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from flows.cli import main
+    from flows.cli.main import main
 
     args = ["map", "--package", str(package), "--input", str(scenes_dir), "--output", str(tmp_path / "m")]
     assert main([*args, "--chunk-size", "3"]) == 1  # one scene failed: the campaign completed, not all mapped
@@ -253,7 +253,7 @@ def test_an_edit_in_the_mapping_code_maps_every_scene_again_and_one_outside_it_n
 
 _KILLED_AFTER = """
 import os, signal, sys
-from flows.cli import main
+from flows.cli.main import main
 from rtscore.mapping.campaign_log import LogWriter
 
 append, after, seen = LogWriter.append, int(sys.argv[1]), []
@@ -287,7 +287,7 @@ def test_a_campaign_killed_with_sigkill_resumes_where_it_stopped_byte_identical(
     assert all_records(out) == [("a", "done"), ("b", "done")]
     before = CampaignLog(out).read()
 
-    from flows.cli import main
+    from flows.cli.main import main
 
     assert main(args) == 1  # the corrupt scene failed; everything else is mapped
     assert new_records(out, before) == [("c", "done"), ("corrupt", "failed"), ("nodata", "skipped-full-nodata")]
@@ -342,7 +342,7 @@ def test_bad_parameters_are_refused_before_the_package_is_loaded_or_anything_wri
     package: Path, scenes_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import rtscore.mapping.campaign as campaign
-    from flows.cli import main
+    from flows.cli.main import main
 
     out = tmp_path / "campaign"
 
@@ -372,7 +372,7 @@ def test_map_refuses_a_package_that_fails_verify(
     scenes_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
     """No drift report, no map, not even the campaign directory: the package is refused first."""
-    from flows.cli import main
+    from flows.cli.main import main
     from tests.test_predict import tamper
 
     pkg = write_package(tmp_path / "pkg")
@@ -385,7 +385,7 @@ def test_map_refuses_a_package_that_fails_verify(
 
 
 def test_a_fallback_threshold_warns_when_mapping_and_is_in_the_summary(tmp_path: Path) -> None:
-    from flows.cli import main
+    from flows.cli.main import main
     from tests.helpers import logged
 
     pkg = write_package(tmp_path / "pkg", threshold_source="max_f1_fallback")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import shapely
 
-from flows.cli import parser
+from flows.cli.main import parser
 from flows.mapping import region
 from flows.params import MapRegionParams
 from rtscore.inference.predict import load_package, predict_raster

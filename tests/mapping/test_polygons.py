@@ -13,7 +13,7 @@ from rasterio.crs import CRS
 from rasterio.features import rasterize
 from rasterio.transform import Affine
 
-from rtscore.data.ground import WEB_MERCATOR_RADIUS_M
+from rtscore.data.raster.ground import WEB_MERCATOR_RADIUS_M
 from rtscore.errors import PipelineError
 from rtscore.inference.stream import MASK_NODATA, PROB_NODATA
 from rtscore.mapping.polygons import (
@@ -328,7 +328,7 @@ def coarse_label(tmp_path: Path) -> tuple[Path, np.ndarray]:
 def evaluated_objects(label_path: Path, min_area_m2: float) -> tuple[list[int], list[float]]:
     """The GT objects evaluation keeps on this tile (perfect predictions): their pixels and ground areas, the
     tile's pixel area from its transform as ingestion computes it."""
-    from rtscore.data.ground import ground_pixel_area_m2
+    from rtscore.data.raster.ground import ground_pixel_area_m2
     from rtscore.metrics import ObjectCounter
 
     with rasterio.open(label_path) as src:

@@ -14,7 +14,7 @@ from rasterio.transform import Affine
 
 from bench.review_export_bench import PIXEL, write_scene
 from rtscore.config.binding import InputBinding, RasterContract
-from rtscore.data.bands import open_checked
+from rtscore.data.raster.bands import open_checked
 from rtscore.review.chips import (
     ChipWindow,
     area_text,

@@ -25,7 +25,7 @@ from rasterio.warp import transform, transform_geom
 
 from rtscore.config.pipeline import load_pipeline_config
 from rtscore.config.tiling import load_tiling_config
-from rtscore.data.tiling import tile_scenes
+from rtscore.data.tiling.run import tile_scenes
 from rtscore.mapping.polygons import RtsObject, write_objects
 from rtscore.review.ingest import IngestResult, ingest_review
 from rtscore.review.manifest import (
@@ -42,7 +42,7 @@ from rtscore.review.verdicts import Verdict, verdicts_geojson
 from rtscore.storage.files import sha256_file
 from rtscore.storage.gcs import make_client
 from tests.conftest import GCS_TEST_BUCKET
-from tests.data.test_tiling import PX, UTM, X0, Y0, blob, metadata, write_gpkg, write_scene
+from tests.data.tiling.test_run import PX, UTM, X0, Y0, blob, metadata, write_gpkg, write_scene
 
 GSD = 6.0
 SIZE = 192  # 1152 m

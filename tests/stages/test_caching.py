@@ -52,7 +52,7 @@ def test_a_code_edit_recomputes_its_stage_and_everything_after_it_and_nothing_be
         return {(n, str(p)): cache_key(n, params.run_dir, cfg, p) for n, p in runs}
 
     cases = {  # edited file -> the stages whose cache keys change, in pipeline order
-        "rtscore/data/normalization.py": ["normalization-stats", "validate-data", *AFTER_TRAINING],
+        "rtscore/data/normalization/stats.py": ["normalization-stats", "validate-data", *AFTER_TRAINING],
         "rtscore/metrics/histograms.py": AFTER_TRAINING,
         "README.md": [],
         "tests/stages/test_caching.py": [],
@@ -80,7 +80,7 @@ def test_a_code_edit_recomputes_its_stage_and_everything_after_it_and_nothing_be
 
 @pytest.mark.slow
 def test_the_package_ships_the_seed_calibration_chose(prefect_harness: None, tmp_path: Path) -> None:
-    from flows.cli import main
+    from flows.cli.main import main
 
     config = write_config(tmp_path / "pipeline.yaml", tiny_training_config([42, 43, 44]))
     run = tmp_path / "run"

@@ -50,7 +50,7 @@ def _calibration() -> CalibrationResult:
 
 
 def test_the_console_text_is_what_rts_printed_before() -> None:
-    """The quickstart's printed lines stay the same (the format of flows/cli.py's printing before issue 22)."""
+    """The quickstart's printed lines stay the same (the format of flows/cli/main.py's printing before issue 22)."""
     results = [_trained(42, 0.61234, 7), _trained(43, 0.5, 12)]
     assert render_training(results) == (
         "seed 42     best val_realistic_pr_auc_geomean 0.6123 (epoch 7) /runs/q/seeds/seed_42\n"

@@ -144,7 +144,7 @@ def _store_sha(run: Path) -> str:
 
 
 KILL_AFTER_FIRST_SHARD = """
-import rtscore.data.writer as writer
+import rtscore.data.store.writer as writer
 real = writer._write_shard
 
 def write_then_die(producer, staging, layout, shard):
@@ -163,7 +163,7 @@ stages.generate_dataset({run!r}, tiny_train_config(), "train")
 def test_a_generation_killed_mid_store_resumes_under_the_same_code_and_is_set_aside_after_an_edit(
     tmp_path: Path, edits: CodeEdits, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rtscore.data.writer as writer
+    import rtscore.data.store.writer as writer
 
     cfg = tiny_train_config()
     ref = tmp_path / "ref"

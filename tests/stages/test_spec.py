@@ -20,14 +20,14 @@ def closure(name: str) -> set[str]:
 def test_the_code_fingerprint_is_the_import_closure_of_the_stage_module() -> None:
     # what each stage really runs is in its closure, found from the imports alone (function-local ones too)
     assert {"rtscore.losses.focal", "rtscore.train.loop", "rtscore.metrics.histograms"} <= closure("train-seed")
-    assert "rtscore.data.normalization" in closure("normalization-stats")
+    assert "rtscore.data.normalization.stats" in closure("normalization-stats")
     assert "rtscore.package.verify" in closure("package")
     assert {"rtscore.calibrate.cache", "rtscore.inference.numerics"} <= closure("logit-cache")
     # ... and nothing it does not import
     assert not any(m.startswith("rtscore.data.synthetic") for m in closure("train-seed")), "dataset -> generator"
     assert not any(m.startswith("rtscore.losses") for m in closure("evaluate-test"))
     assert not any(m.startswith("rtscore.package") for m in closure("logit-cache"))
-    assert "rtscore.data.normalization" not in closure("generate-dataset")
+    assert "rtscore.data.normalization.stats" not in closure("generate-dataset")
     for name in NAMES:
         assert len(code_fingerprint(name)) == 64
     assert code_fingerprint("generate-dataset") != code_fingerprint("train-seed")

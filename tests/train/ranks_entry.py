@@ -36,9 +36,9 @@ def steps(cfg: PipelineConfig, run_dir: str, seed: int, epochs: int) -> dict[str
         return None
     whole = None
     if ranks.distributed:  # the whole pool in this one process, with the same weights
-        from rtscore.data.dataset import build_dataset
-        from rtscore.data.loader import val_loader
-        from rtscore.data.normalization import load_normalization_stats
+        from rtscore.data.loading.dataset import build_dataset
+        from rtscore.data.loading.loader import val_loader
+        from rtscore.data.normalization.stats import load_normalization_stats
         from rtscore.storage import RunLayout
 
         stats = load_normalization_stats(Path(run_dir) / RunLayout.NORMALIZATION_STATS.at(), ["ndvi"])

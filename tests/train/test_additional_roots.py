@@ -11,14 +11,14 @@ import pytest
 
 from rtscore.config.generation import GenerationConfig
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.additional_roots import open_additional_roots, resolve_additional_roots
-from rtscore.data.dataset import build_train_dataset
-from rtscore.data.generate import generate_synthetic
-from rtscore.data.loader import positive_flags, train_loader
-from rtscore.data.normalization import load_normalization_stats
-from rtscore.data.store import ZarrTileStore
-from rtscore.data.store_format import TileStoreError
-from rtscore.data.tile_sources import usable_indices
+from rtscore.data.loading.additional_roots import open_additional_roots, resolve_additional_roots
+from rtscore.data.loading.dataset import build_train_dataset
+from rtscore.data.loading.loader import positive_flags, train_loader
+from rtscore.data.loading.sources import usable_indices
+from rtscore.data.normalization.stats import load_normalization_stats
+from rtscore.data.store.format import TileStoreError
+from rtscore.data.store.reader import ZarrTileStore
+from rtscore.data.synthetic.producer import generate_synthetic
 from tests.helpers import write_test_store
 from tests.train.conftest import tiny_train_config
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rtscore.config.pipeline import LossConfig
-from rtscore.data.store import ZarrTileStore
+from rtscore.data.store.reader import ZarrTileStore
 from rtscore.losses import ClassBalancedBCELoss
 from rtscore.models import load_checkpoint
 from rtscore.runtime import DeviceError

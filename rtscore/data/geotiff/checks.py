@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from rtscore.config.binding import InputBinding, RasterContract
-from rtscore.data.bands import RGB_DIR, RasterContractError, open_checked
 from rtscore.data.geotiff.labels import read_label
 from rtscore.data.geotiff.root import MAX_LISTED, METADATA_CSV, GeotiffError, TileEntry, tile_files
-from rtscore.data.ground import GroundSizeError, ground_pixel_area_m2
+from rtscore.data.raster.bands import RGB_DIR, RasterContractError, open_checked
+from rtscore.data.raster.ground import GroundSizeError, ground_pixel_area_m2
 from rtscore.data.tiles import IGNORE_INDEX
 
 
@@ -35,7 +35,7 @@ def check_tiles(
 ) -> CheckedTiles:
     """Check every file of every tile against ``contract`` before anything is written.
 
-    Each tile: its RGB (+ EXTRA) raster through :func:`~rtscore.data.bands.open_checked` (CRS, bands, dtypes,
+    Each tile: its RGB (+ EXTRA) raster through :func:`~rtscore.data.raster.bands.open_checked` (CRS, bands, dtypes,
     EXTRA on the RGB grid, non-finite EXTRA values), its size, its label (a raster on the RGB grid with values in
     {0, 1, 255}, or polygons reprojected to the tile's CRS), and a positive tile's label must hold RTS pixels.
     Then the pixel sizes: all within ``contract.pixel_size_tolerance`` of the contract's, or (None) of their

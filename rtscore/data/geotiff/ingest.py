@@ -24,11 +24,11 @@ from rtscore.data.geotiff.root import SPLITS_YAML, GeotiffError, TileEntry, read
 from rtscore.data.geotiff.root_splits import DerivedSplitFiles, derive_root_splits, write_derived_split
 from rtscore.data.geotiff.selection import select_tiles
 from rtscore.data.geotiff.staging import stage_data_root
-from rtscore.data.ground import GroundSizeError, projected_crs
-from rtscore.data.splits import SplitResult
-from rtscore.data.store_attrs import StoreAttrs
-from rtscore.data.store_format import StoreLayout
-from rtscore.data.writer import base_attrs, write_store
+from rtscore.data.raster.ground import GroundSizeError, projected_crs
+from rtscore.data.splits.regions import SplitResult
+from rtscore.data.store.attrs import StoreAttrs
+from rtscore.data.store.format import StoreLayout
+from rtscore.data.store.writer import base_attrs, write_store
 from rtscore.identity import SourceError, SourceIdentity, closure_hash, source_identity
 
 _log = logging.getLogger(__name__)

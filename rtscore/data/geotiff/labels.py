@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rtscore.data.bands import CheckedRaster, same_grid
 from rtscore.data.geotiff.root import LABEL_POLYGON_SUFFIXES, TileEntry
+from rtscore.data.raster.bands import CheckedRaster, same_grid
+from rtscore.data.raster.vector_labels import LabelPolygonError, rasterize_labels, read_label_polygons
 from rtscore.data.tiles import LABEL_VALUES
-from rtscore.data.vector_labels import LabelPolygonError, rasterize_labels, read_label_polygons
 
 
 def read_label(path: Path, src: CheckedRaster, e: TileEntry) -> tuple[np.ndarray, str | None]:

@@ -1,4 +1,4 @@
-"""The tiles of a data root read lazily for the store writer (`rtscore.data.writer.write_store`)."""
+"""The tiles of a data root read lazily for the store writer (`rtscore.data.store.writer.write_store`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from rtscore.config.binding import InputBinding, RasterContract
-from rtscore.data.bands import open_checked
 from rtscore.data.geotiff.labels import read_label
 from rtscore.data.geotiff.root import CRS, GeotiffError, TileEntry, tile_files
-from rtscore.data.ground import ground_pixel_area_m2
+from rtscore.data.raster.bands import open_checked
+from rtscore.data.raster.ground import ground_pixel_area_m2
 from rtscore.data.tiles import KIND_CODES, RawTile, pixel_kind, with_nodata_cleared
 
 
 class GeotiffProducer:
-    """Reads the selected tiles of a data root lazily through :func:`~rtscore.data.bands.open_checked` (the
+    """Reads the selected tiles of a data root lazily through :func:`~rtscore.data.raster.bands.open_checked` (the
     contract and NoData rule of predict); picklable (paths and small records only)."""
 
     def __init__(
@@ -38,9 +38,9 @@ class GeotiffProducer:
 
     def read(self, entry: TileEntry) -> tuple[RawTile, int]:
         """One tile as stored and its kind code, both after every NoData rule (the valid mask of
-        :meth:`~rtscore.data.bands.CheckedRaster.read`: alpha or the dataset mask, and the EXTRA raster's declared
-        nodata): NoData pixels hold RGB 0, EXTRA 0 and label 255, and the kind is the pixels' (full NoData without
-        a valid pixel, positive with a valid label-1 pixel, else negative), not metadata.csv's TrainClass."""
+        :meth:`~rtscore.data.raster.bands.CheckedRaster.read`: alpha or the dataset mask, and the EXTRA raster's
+        declared nodata): NoData pixels hold RGB 0, EXTRA 0 and label 255, and the kind is the pixels' (full NoData
+        without a valid pixel, positive with a valid label-1 pixel, else negative), not metadata.csv's TrainClass."""
         files = tile_files(self.root, entry.tile_id, bool(self.binding.extra_bands))
         # Checked already (check_tiles): the EXTRA scan for non-finite values is not repeated.
         with open_checked(self.contract, self.binding, files["rgb"], files.get("extra"), check_finite=False) as src:

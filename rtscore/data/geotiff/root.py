@@ -12,10 +12,10 @@ Layout under a data root::
 Channel rule: the generation config's input binding (``geotiff.extra_channels``: ``{name, band}`` entries, or the
 synthetic channels by position) says which band of the EXTRA file each stored channel is read from
 (`rtscore.config.binding`); the store records that binding, and stats, the package, predict and drift read it.
-Bands not bound are not read. Every raster is read through `rtscore.data.bands.open_checked`, against the raster
+Bands not bound are not read. Every raster is read through `rtscore.data.raster.bands.open_checked`, against the raster
 contract of ``cfg.geotiff`` (bands by colour interpretation or ``rgb_bands``, dtypes, CRS, pixel size): NoData is
-its one rule, the same as at predict (`rtscore.data.bands.valid_mask`; plus EXTRA nodata). Pixels (0, 0, 0) with
-alpha 255 are valid. Each tile's ground pixel area (`rtscore.data.ground`) is stored with it.
+its one rule, the same as at predict (`rtscore.data.raster.bands.valid_mask`; plus EXTRA nodata). Pixels (0, 0, 0) with
+alpha 255 are valid. Each tile's ground pixel area (`rtscore.data.raster.ground`) is stored with it.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rtscore.config.base import ConfigError, parse_yaml
-from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
-from rtscore.data.splits import SplitError, region_splits
-from rtscore.data.store_format import TileStoreError
+from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
+from rtscore.data.splits.regions import SplitError, region_splits
+from rtscore.data.store.format import TileStoreError
 from rtscore.storage import RunLayout
 
 METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"  # a data root's files (docs/geotiff.md#the-tile-layout)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rtscore.config.pipeline import SplitsConfig
 from rtscore.data.geotiff.root import SPLITS_SUMMARY_JSON, SPLITS_YAML, GeotiffError, read_metadata, read_splits
-from rtscore.data.splits import SplitError, SplitResult, derive_splits
+from rtscore.data.splits.regions import SplitError, SplitResult, derive_splits
 from rtscore.storage import atomic_write_text
 
 _log = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ _log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class DerivedSplitFiles:
     """Where a split derived for a root without splits.yaml is written (never into the data root, an input):
-    the split itself and its summary (:class:`~rtscore.data.splits.SplitResult` as JSON)."""
+    the split itself and its summary (:class:`~rtscore.data.splits.regions.SplitResult` as JSON)."""
 
     splits_yaml: Path
     summary_json: Path
@@ -31,7 +31,7 @@ class DerivedSplitFiles:
 
 def derive_root_splits(root: Path, *, rules: SplitsConfig | None = None, seed: int = 0) -> SplitResult | None:
     """None when the root has splits.yaml; else a region-level split derived from metadata.csv with the rules of
-    docs/geotiff.md (`rtscore.data.splits`; thresholds from ``rules``, the pipeline config's `splits` section,
+    docs/geotiff.md (`rtscore.data.splits.regions`; thresholds from ``rules``, the pipeline config's `splits` section,
     defaults when None), each of its warnings logged (``logging.warning``: the console of ``rts``)."""
     if (root / SPLITS_YAML).is_file():
         return None

@@ -15,7 +15,7 @@ from rtscore.data.geotiff.root import (
     tile_files,
 )
 from rtscore.data.geotiff.root_splits import ensure_splits
-from rtscore.data.splits import unassigned_regions
+from rtscore.data.splits.regions import unassigned_regions
 
 
 def select_tiles(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.data.geotiff.root import METADATA_CSV, SPLITS_YAML, GeotiffError, read_metadata, read_splits
+from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.storage import default_cache_dir
 from rtscore.storage.gcs import GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
 

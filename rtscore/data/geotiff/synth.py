@@ -14,9 +14,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.generation import GenerationConfig
-from rtscore.data.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.data.geotiff.root import CRS, METADATA_COLUMNS, METADATA_CSV, SPLITS_YAML, GeotiffError, read_splits
-from rtscore.data.ground import WEB_MERCATOR_RADIUS_M
+from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
+from rtscore.data.raster.ground import WEB_MERCATOR_RADIUS_M
 from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
 
 EARTH_RADIUS_M = WEB_MERCATOR_RADIUS_M

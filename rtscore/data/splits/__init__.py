@@ -1,0 +1,3 @@
+"""Spatial blocking between splits (guide §10.1): regions assigned to splits, and tile footprints kept apart by
+ground distance.
+"""

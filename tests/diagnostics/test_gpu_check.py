@@ -1,0 +1,69 @@
+"""`rts gpu-check`: the batched-dataset notes' GPU validation sequence (generate, profile, train and validate,
+report), small enough to run on CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.cli.main import main
+from rtscore.diagnostics.gpu_check import GpuCheckOptions, _scaled, check_config, training_config
+from rtscore.stages.generate import wants_context
+from tests.helpers import tiny_pipeline_config
+from tests.train.conftest import tiny_train_config
+
+
+def test_the_stores_keep_the_configs_proportions() -> None:
+    assert _scaled(2000, 1980, 20, 4000) == {"n_positive": 2000, "n_negative": 1980, "n_full_nodata": 20}
+    assert _scaled(100, 895, 5, 40) == {"n_positive": 4, "n_negative": 36, "n_full_nodata": 0}
+    assert _scaled(8, 8, 1, 2) == {"n_positive": 1, "n_negative": 1, "n_full_nodata": 0}
+    cfg = check_config(tiny_train_config(), GpuCheckOptions(train_tiles=34, val_tiles=26, workers=1))
+    train, val = cfg.data.generation.train, cfg.data.generation.val
+    assert train is not None and val is not None and train.synthetic is not None and val.synthetic is not None
+    assert (train.synthetic.n_positive, train.synthetic.n_negative, train.synthetic.n_full_nodata) == (16, 16, 2)
+    assert val.synthetic.n_positive + val.synthetic.n_negative + val.synthetic.n_full_nodata == 26
+    assert train.processing.num_workers == 1 and not cfg.mlflow.enabled
+    assert not wants_context(cfg, "val")  # no 0.5x context store: the check trains and validates at 1x
+
+
+def test_the_short_training_runs_both_phases_and_validates_every_epoch() -> None:
+    cfg = training_config(tiny_train_config(), GpuCheckOptions(epochs=3, steps_per_epoch=5), batch_size=8, devices=1)
+    t = cfg.training
+    assert (t.batch_size, t.max_epochs, t.steps_per_epoch, t.val_frequency) == (8, 3, 5, 1)
+    assert cfg.lr_schedule.freeze_backbone_epochs == 1 and cfg.lr_schedule.warmup_epochs == 0
+    assert t.early_stopping.start_epoch > 3
+
+
+@pytest.mark.slow  # ~60 s on 2 busy cores: generation, a profile and two epochs
+def test_gpu_check_runs_the_sequence_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tiny_pipeline_config()
+    data["model"] = {"architecture": "unet", "backbone": "mobilenet_v2", "encoder_weights": None}
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump(data))
+    report = tmp_path / "out" / "check.json"
+    args = ["gpu-check", "--config", str(config), "--dir", str(tmp_path / "run"), "--report", str(report)]
+    args += ["--train-tiles", "10", "--val-tiles", "6", "--workers", "1", "--max-batch", "2", "--profile-steps", "1"]
+    args += ["--epochs", "2", "--steps-per-epoch", "1", "--batch-size", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    for step in ("[1/5] generate train: 10 tiles", "[2/5] generate val: 6 tiles", "[3/5]", "[4/5]", "[5/5]"):
+        assert step in out
+    assert "Largest batch that fits" in out and "| train and validate |" in out
+    r = json.loads(report.read_text())
+    assert r["ok"] and "error" not in r
+    assert [s["step"] for s in r["steps"]] == [
+        "generate train",
+        "generate val",
+        "normalization stats",
+        "profile",
+        "train and validate",
+    ]
+    assert r["profile"]["largest_fitting"] == 2 and r["profile"]["held_gib"]["ema"] > 0
+    train = r["training"]
+    assert train["batch_size"] == 2 and [e["epoch"] for e in train["epochs"]] == [1, 2]
+    assert all(e["val_realistic_pr_auc_geomean"] is not None for e in train["epochs"])  # validated every epoch
+    assert train["train_samples_per_s"] > 0
+    assert not list(report.parent.glob(".*.tmp"))  # written atomically
