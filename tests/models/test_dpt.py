@@ -1,4 +1,4 @@
-"""model.architecture dpt (rtscore/models.py): smp's DPT over a DINOv3 ViT from timm, the guide's §3.2 third
+"""model.architecture dpt (rtscore/models/dpt.py): smp's DPT over a DINOv3 ViT from timm, the guide's §3.2 third
 candidate; built like the other architectures (RGB + EXTRA early fusion, one logit), weights from a tag, a file or
 nothing. Config-load rules: tests/config/test_pipeline.py."""
 
