@@ -9,8 +9,8 @@ resampled.
 The pixels (:func:`read_chip`) are read through the one input contract and NoData rule of inference
 (:func:`rtscore.data.raster.bands.open_checked`, R, G, B only): the PNG (:func:`png_bytes`) is RGBA, RGB the scene's
 pixels exactly, alpha 255 where valid and 0 at NoData (their RGB set to 0); the part of a window outside the scene is
-NoData. The PNG writer is this module's own (filter Sub on every row, zlib level 6, no timestamp, no text chunk), so
-a chip is the same bytes on every run.
+NoData. Pillow writes the PNG at a fixed zlib level with no timestamp, text or other metadata chunk, so a chip is the
+same bytes on every run (with the same Pillow and zlib: the bytes, not the pixels, may change with their versions).
 
 The overlay (:func:`overlay_svg`) draws the PNG pixelated, the object's outline, a label (mean and max
 probability, ground area) and a scale bar of a round ground length (1, 2, 5 x 10^k m) from the ground metres of one
@@ -19,10 +19,9 @@ pixel at the object; every number has a fixed format.
 
 from __future__ import annotations
 
+import io
 import math
-import struct
 import uuid
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from rtscore.data.raster.ground import ground_pixel_area_m2
 from rtscore.review.manifest import ChipSettings
 from rtscore.storage.files import os_errors
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_ZLIB_LEVEL = 6
 OUTLINE_DECIMALS = 2  # chip_outline: hundredths of a pixel
 OUTLINE_COLOUR = "#ff2bd6"
@@ -134,29 +132,19 @@ def pixel_ground_m(raster: CheckedRaster, window: ChipWindow) -> float:
 
 # ------------------------------------------------------------------------------------------------ PNG
 def png_bytes(rgba: np.ndarray) -> bytes:
-    """A PNG of an (h, w, 4) uint8 RGBA array: IHDR, one IDAT (every row filtered Sub, zlib level 6), IEND. No
-    other chunk (no time, no text): the same pixels give the same bytes."""
+    """A PNG of an (h, w, 4) uint8 RGBA array, by Pillow: 8-bit RGBA, zlib level ``PNG_ZLIB_LEVEL``, IHDR, IDATs and
+    IEND only (no time, text or other metadata: the image is made from the array alone and saved with no ``pnginfo``,
+    ``exif`` or ``dpi``), so the same pixels give the same bytes under one Pillow and zlib."""
     if rgba.dtype != np.uint8 or rgba.ndim != 3 or rgba.shape[2] != 4:
         raise ValueError(f"png_bytes takes (h, w, 4) uint8, got {rgba.shape} {rgba.dtype}")
-    h, w, _ = rgba.shape
-    sub = rgba.copy()
-    sub[:, 1:, :] -= rgba[:, :-1, :]  # Sub filter: each byte minus the byte one pixel left (mod 256)
-    raw = np.empty((h, 1 + 4 * w), np.uint8)
-    raw[:, 0] = 1
-    raw[:, 1:] = sub.reshape(h, 4 * w)
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0)
-    return b"".join(
-        [
-            PNG_SIGNATURE,
-            _chunk(b"IHDR", ihdr),
-            _chunk(b"IDAT", zlib.compress(raw.tobytes(), PNG_ZLIB_LEVEL)),
-            _chunk(b"IEND", b""),
-        ]
-    )
+    from PIL import Image
 
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    image = Image.fromarray(np.ascontiguousarray(rgba))
+    if image.mode != "RGBA":  # what Pillow makes of (h, w, 4) uint8; a guard should that ever change
+        raise ValueError(f"png_bytes: Pillow made a {image.mode} image of (h, w, 4) uint8, not RGBA")
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", compress_level=PNG_ZLIB_LEVEL, optimize=False)
+    return buf.getvalue()
 
 
 # ------------------------------------------------------------------------------------------------ SVG

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -14,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from rtscore.review import page as page_mod
 from rtscore.review.manifest import PAGE_DATA_FILE, PAGE_FILE, ReviewError, ReviewHeader, ReviewObject
-from rtscore.review.page import PAGE_HTML, write_page
+from rtscore.review.page import PAGE_HTML, assemble_page, write_page
 from rtscore.review.serve import serve
 from rtscore.review.verdict_file import read_verdicts
 from rtscore.review.verdicts import Verdict, verdicts_geojson
@@ -60,6 +62,32 @@ def test_page_files_deterministic_and_self_contained(make_review: MakeReview) ->
     assert (o["width"], o["height"]) == m.chip_window[2:]
     assert o["geometry"] == m.geometry and o["chip_outline"] == m.chip_outline and o["chip"] == m.chip
     assert o["pixel_ground_m"] == m.pixel_ground_m and o["partial"] == m.partial and o["region"] == m.region
+
+
+def test_page_is_its_static_sources_put_together() -> None:
+    """static/index.html names review.css and review.js (each a plain file); the written page has them inlined
+    verbatim, so it needs nothing beside it but review-data.js and chips/."""
+    static = Path(page_mod.__file__).parent / "static"
+    html, css, js = ((static / n).read_text(encoding="utf-8") for n in ("index.html", "review.css", "review.js"))
+    assert re.findall(r'<script src="([^"]+)"', html) == [PAGE_DATA_FILE, "review.js"]  # the data first
+    assert '<link rel="stylesheet" href="review.css">' in html
+    assert assemble_page() == PAGE_HTML
+    assert PAGE_HTML.count(f"<style>\n{css}</style>\n") == 1 and PAGE_HTML.count(f"<script>\n{js}</script>\n") == 1
+    assert "review.css" not in PAGE_HTML and "review.js" not in PAGE_HTML
+    with pytest.raises(RuntimeError, match='\'<link rel="stylesheet" href="review.css">\' 0 times'):
+        page_mod._inline(html.replace(page_mod.STYLE_LINK, ""), page_mod.STYLE_LINK, "style", css)
+    with pytest.raises(RuntimeError, match="holds '</script'"):
+        page_mod._inline(html, page_mod.SCRIPT_LINK, "script", js + "// </SCRIPT>\n")
+
+
+def test_page_script_parses() -> None:
+    """A syntax check of review.js where Node is installed (the browser tests run it where Chromium is)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node on PATH")
+    js = Path(page_mod.__file__).parent / "static" / "review.js"
+    done = subprocess.run([node, "--check", str(js)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_page_refuses_an_incomplete_manifest_and_keeps_the_old_page(make_review: MakeReview) -> None:
