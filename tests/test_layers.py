@@ -30,7 +30,7 @@ def rtscore_modules() -> dict[str, Path]:
 # The packages bottom to top (docs/architecture.md, "Layers"): a package imports only packages of a lower layer;
 # packages sharing a layer import nothing of each other. `rtscore` is the root package's __init__ (the version).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("rtscore", "errors"),
+    ("rtscore", "errors", "report"),
     ("storage",),
     ("identity",),
     ("config",),
