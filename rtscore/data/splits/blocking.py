@@ -6,10 +6,11 @@ ground itself. Footprints are axis-aligned boxes ``(minx, miny, maxx, maxy)`` in
 one grid, so their bounds are their footprints): a GeoTIFF store's ``meta/bounds``
 (:attr:`rtscore.data.store.reader.TileMetadata.bounds`), or a data root's rasters (:func:`data_root_footprints`).
 
-Distances are ground metres: the projected distance between two boxes times the CRS's linear unit and, in Web
-Mercator (EPSG:3857), ``cos(latitude)`` at the latitude of the middle of the gap between the two boxes (the scale
-rule of `rtscore.data.raster.ground`); other projected CRSs (UTM, polar stereographic, equal-area) count as true to
-scale (UTM: within 0.1 %). Candidate pairs come from a shapely STRtree over the train footprints, never from all pairs.
+Distances are ground metres: the projected distance between two boxes times the CRS's ground scale
+(:class:`rtscore.data.raster.ground.GroundScale`: its linear unit and, in Web Mercator (EPSG:3857), ``cos(latitude)``)
+at the middle of the gap between the two boxes; other projected CRSs (UTM, polar stereographic, equal-area) count as
+true to scale (UTM: within 0.1 %). Candidate pairs come from a shapely STRtree over the train footprints, never from
+all pairs.
 
 The rule (:func:`measure_blocking`, :func:`check_blocking`): a train tile and a val/test tile are too close when
 their areas overlap, or when their ground distance is under ``buffer_m``. With ``buffer_m`` 0 touching tiles (two
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.data.geotiff.root import read_metadata
 from rtscore.data.raster.bands import RGB_DIR
-from rtscore.data.raster.ground import WEB_MERCATOR_EPSG, GroundSizeError, projected_crs, web_mercator_latitude
+from rtscore.data.raster.ground import GroundScale
 from rtscore.data.splits.regions import SplitError
 
 Bounds = tuple[float, float, float, float]  # minx, miny, maxx, maxy in the footprints' CRS
@@ -38,6 +38,7 @@ TRAIN = "train"
 # tiles of one grid whose shared edge differs in the last bits of a float do not overlap.
 OVERLAP_TOLERANCE = 1e-3
 MAX_LISTED = 20  # pairs kept in a report and named in an error
+FOOTPRINT_CRS = "footprint CRS"  # the CRS, as errors name it
 
 
 class BlockingError(SplitError):
@@ -110,30 +111,6 @@ class BlockingReport(BaseModel):
         return "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class _Ground:
-    """Ground metres per projected unit of a CRS: ``factor`` (its linear unit in metres), times ``cos(lat)`` in
-    Web Mercator."""
-
-    factor: float
-    mercator: bool
-
-    @classmethod
-    def of(cls, crs: Any) -> _Ground:
-        parsed = projected_crs(crs, "footprint CRS")
-        try:
-            _, factor = parsed.linear_units_factor
-        except Exception as err:  # rasterio raises CRSError for a CRS without a linear unit
-            raise GroundSizeError(f"footprint CRS {parsed.to_string()}: unknown linear unit ({err})") from None
-        return cls(float(factor), parsed.to_epsg() == WEB_MERCATOR_EPSG)
-
-    def scale(self, y: float) -> float:
-        """Ground metres per projected unit at northing ``y``."""
-        if not self.mercator:
-            return self.factor
-        return self.factor * math.cos(math.radians(web_mercator_latitude(y)))
-
-
 def as_bounds(values: Iterable[Any]) -> Bounds:
     """Four numbers (a row of ``meta/bounds``, a rasterio BoundingBox) as float bounds."""
     minx, miny, maxx, maxy = (float(v) for v in values)
@@ -148,19 +125,19 @@ def _gap(a: Bounds, b: Bounds) -> tuple[float, float, float, float]:
     return max(0.0, -ix), max(0.0, -iy), ix, iy
 
 
-def _pair(ground: _Ground, a: Bounds, b: Bounds) -> tuple[float, bool]:
+def _pair(ground: GroundScale, a: Bounds, b: Bounds) -> tuple[float, bool]:
     """Ground distance (m) and overlap of two footprints. The scale is taken at the middle of the gap between them
     along y (the middle of their shared rows where they overlap in y)."""
     dx, dy, ix, iy = _gap(a, b)
     overlap = ix > OVERLAP_TOLERANCE and iy > OVERLAP_TOLERANCE
     y_mid = (max(a[1], b[1]) + min(a[3], b[3])) / 2.0
-    distance = 0.0 if overlap else math.hypot(dx, dy) * ground.scale(y_mid)
+    distance = 0.0 if overlap else math.hypot(dx, dy) * ground.metres_per_unit(y_mid)
     return distance, overlap
 
 
 def ground_distance_m(a: Bounds, b: Bounds, crs: Any) -> float:
     """Ground distance in metres between two footprints in ``crs`` (0 when they touch or overlap)."""
-    return _pair(_Ground.of(crs), a, b)[0]
+    return _pair(GroundScale.of(crs, FOOTPRINT_CRS), a, b)[0]
 
 
 def _boxes(footprints: Mapping[str, Bounds]) -> tuple[list[str], np.ndarray]:
@@ -172,12 +149,12 @@ def _boxes(footprints: Mapping[str, Bounds]) -> tuple[list[str], np.ndarray]:
     return ids, arr
 
 
-def _min_scale(ground: _Ground, arrays: Iterable[np.ndarray]) -> float:
+def _min_scale(ground: GroundScale, arrays: Iterable[np.ndarray]) -> float:
     """The least ground scale over every footprint (Web Mercator: at the largest |northing|)."""
-    if not ground.mercator:
-        return ground.factor
+    if not ground.web_mercator:
+        return ground.unit_m
     ys = [np.abs(a[:, [1, 3]]).max() for a in arrays if a.size]
-    return ground.scale(float(max(ys))) if ys else ground.factor
+    return ground.metres_per_unit(float(max(ys))) if ys else ground.unit_m
 
 
 def measure_blocking(footprints: Mapping[str, Mapping[str, Bounds]], crs: Any, buffer_m: float = 0.0) -> BlockingReport:
@@ -196,7 +173,7 @@ def measure_blocking(footprints: Mapping[str, Mapping[str, Bounds]], crs: Any, b
         raise BlockingError(f"the blocking buffer must be a ground distance >= 0 m; got {buffer_m!r}")
     from shapely import STRtree, box
 
-    ground = _Ground.of(crs)
+    ground = GroundScale.of(crs, FOOTPRINT_CRS)
     train_ids, train = _boxes(footprints.get(TRAIN, {}))
     others = {s: _boxes(f) for s, f in footprints.items() if s != TRAIN}
     tree = STRtree(box(train[:, 0], train[:, 1], train[:, 2], train[:, 3])) if len(train_ids) else None
