@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rtscore.data.raster.ground import GroundScale
 from rtscore.mapping.polygons import SceneParts
 
 DENSIFY_M = 1000.0  # longest edge, in metres along the footprint, before reprojection
@@ -51,7 +52,6 @@ def equal_area_crs(scenes: Sequence[SceneParts]) -> Any:
 def union_ground_m2(scenes: Sequence[SceneParts]) -> float:
     """Ground m² of the union of the scenes' footprints (module docstring); 0 for no scene."""
     import shapely
-    from rasterio.crs import CRS
     from rasterio.warp import transform
 
     shown = [sc for sc in scenes if not shapely.is_empty(sc.footprint)]
@@ -60,8 +60,8 @@ def union_ground_m2(scenes: Sequence[SceneParts]) -> float:
     dst = equal_area_crs(shown)
     pieces = []
     for sc in shown:
-        _, factor = CRS.from_user_input(sc.crs).linear_units_factor
-        dense = shapely.segmentize(sc.footprint, DENSIFY_M / float(factor))
+        unit_m = GroundScale.of(sc.crs, f"scene {sc.scene_id}").unit_m  # metres per CRS unit
+        dense = shapely.segmentize(sc.footprint, DENSIFY_M / unit_m)
 
         def move(xy: np.ndarray, src: Any = sc.crs) -> np.ndarray:
             xs, ys = transform(src, dst, xy[:, 0], xy[:, 1])

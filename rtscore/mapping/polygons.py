@@ -14,7 +14,8 @@ nothing was mapped: half a pixel around it leaves the union of the scenes' footp
 border whose neighbour mapped on is therefore not partial once merged.
 
 Areas: projected m² (the CRS's linear unit converted to metres) and ground m², one scale per object at its
-centroid from ``rtscore.data.raster.ground`` (EPSG:3857: ``cos²(φ)``); the size bin uses the evaluation's bin edges.
+centroid from :class:`rtscore.data.raster.ground.GroundScale` (EPSG:3857: ``cos²(φ)``); the size bin uses the
+evaluation's bin edges.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from scipy import ndimage
 
 from rtscore.config.post_training import EvaluationConfig
-from rtscore.data.raster.ground import ground_pixel_area_m2, projected_crs
+from rtscore.data.raster.ground import GroundScale, projected_crs
 from rtscore.errors import PipelineError
 from rtscore.metrics.objects import EIGHT_CONNECTED, reaches_min_area, size_bin_label
 from rtscore.storage.files import atomic_write_text, os_errors
@@ -378,11 +379,10 @@ def _rts_object(
     import shapely
 
     c = shapely.centroid(geom)
-    # One projected unit² at the centroid: its m² (linear unit) and ground m² (EPSG:3857: cos²φ), from ground.py.
-    unit = _unit_transform(c.x, c.y)
-    ground_scale = ground_pixel_area_m2(crs, unit, 1, 1, what="campaign CRS")
-    _, factor = crs.linear_units_factor
-    area_m2 = float(geom.area) * float(factor) ** 2
+    # One projected unit² at the centroid: its m² (linear unit) and ground m² (EPSG:3857: cos²φ), from GroundScale.
+    ground = GroundScale.of(crs, "campaign CRS")
+    ground_scale = ground.pixel_area_m2(_unit_transform(c.x, c.y), 1, 1)
+    area_m2 = float(geom.area) * ground.unit_m**2
     ground_area = float(geom.area) * ground_scale
     n_pixels = sum(p.n_pixels for p in parts)
     minx, miny, maxx, maxy = (float(v) for v in geom.bounds)
