@@ -178,11 +178,11 @@ class TrainParams(MultiSeedParams):
         return self
 
     def flow_params(self) -> TrainSeedParams | MultiSeedParams:
-        """The parameters of the flow that trains what was asked."""
-        common = self.model_dump(include=set(RunParams.model_fields))
+        """The parameters of the flow that trains what was asked: every option that flow takes (``parent_run_id``
+        included: the MLflow run the seed's or the multi-seed parent run nests under)."""
         if self.seeds:
-            return MultiSeedParams(**common, seeds=self.seeds, fresh=self.fresh)
-        return TrainSeedParams(**common, seed=self.seed, fresh=self.fresh)
+            return derived(MultiSeedParams, self)
+        return derived(TrainSeedParams, self)
 
 
 class SeedStageParams(StageParams):

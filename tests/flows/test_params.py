@@ -207,3 +207,13 @@ def test_both_fan_outs_settings_are_what_fan_out_reads() -> None:
 def test_every_seeds_field_has_the_one_check(model: type[FormModel], bad: list[int]) -> None:
     with pytest.raises(ValidationError, match="expected a non-empty list of distinct non-negative seeds"):
         model.model_validate({"config": "c", "run_dir": "r", "seeds": bad})
+
+
+def test_rts_train_hands_every_option_to_the_flow_it_runs() -> None:
+    """--parent-run-id (and any option TrainParams shares with the flow it runs) reaches that flow."""
+    given: dict[str, Any] = {"config": "c", "run_dir": "r", "deterministic": False, "overrides": {"a.b": 1}}
+    given |= {"fresh": True, "parent_run_id": "mlflow-run"}
+    single = TrainParams(**given, seed=3).flow_params()
+    assert single == TrainSeedParams(**given, seed=3)
+    multi = TrainParams(**given, seeds=[3, 4]).flow_params()
+    assert multi == MultiSeedParams(**given, seeds=[3, 4])
