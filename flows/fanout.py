@@ -8,8 +8,8 @@ time instead of creating new ones: a completed child is reused, a running one is
 whose earlier run ended Failed, Crashed or Cancelled gets a new run, under the next attempt's key.
 
 While the parent waits, a child that ends **Crashed** (its worker vanished: a pre-empted VM, a killed pod, an
-out-of-memory kill; infrastructure, not code) is re-submitted under the next attempt key, up to
-``DistributedParams.max_attempts`` runs per item in this parent attempt; the new run resumes from what the
+out-of-memory kill; infrastructure, not code) is re-submitted under the next attempt key, up to ``max_attempts``
+runs per item in this parent attempt (:class:`flows.params.FanOutSettings`); the new run resumes from what the
 earlier one recorded in the run root. A child that ends **Failed** (its code raised) or **Cancelled** is not
 re-submitted: the same code on the same inputs would fail again, so the parent fails naming it (after the other
 children finished, whose work a retry then reuses). Every attempt is logged, and the parent flow run gets a
@@ -38,7 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows.common import stage_run_name
 from flows.form import FormModel
-from flows.params import DistributedParams, LogitCacheParams, PipelineParams, SeedStageParams, TrainSeedParams
+from flows.params import (
+    FanOutSettings,
+    LogitCacheParams,
+    PipelineParams,
+    SeedStageParams,
+    TrainSeedParams,
+    derived,
+)
 from flows.ui import artifact_key
 from rtscore.errors import PipelineError
 from rtscore.stages import (
@@ -141,7 +148,7 @@ def _submit(
     child: Child,
     first: int,
     *,
-    dist: DistributedParams,
+    dist: FanOutSettings,
     tags: list[str] | None,
     log: list[Attempt],
 ) -> tuple[int, FlowRun]:
@@ -185,7 +192,7 @@ def fan_out(
     deployment: str,
     parent_flow_run_id: str,
     children: list[Child],
-    dist: DistributedParams,
+    dist: FanOutSettings,
     *,
     tags: list[str] | None = None,
 ) -> dict[str, FlowRun]:
@@ -220,7 +227,7 @@ def fan_out(
 def _wait(
     stage: str,
     pending: dict[str, _Item],
-    dist: DistributedParams,
+    dist: FanOutSettings,
     submit: Callable[[Child, int], tuple[int, FlowRun]],
     log: list[Attempt],
 ) -> tuple[dict[str, _Item], dict[str, _Item]]:
@@ -263,7 +270,7 @@ def _completed(run: FlowRun) -> bool:
     return run.state is not None and run.state.is_completed()
 
 
-def _problem(stage: str, it: _Item, dist: DistributedParams) -> str:
+def _problem(stage: str, it: _Item, dist: FanOutSettings) -> str:
     state = it.run.state
     kind = state.type.value if state is not None else "?"
     text = f"{stage} {it.child.label}: run {it.run.name} ({it.run.id}) ended {kind}"
@@ -288,41 +295,26 @@ def _publish_attempts(stage: str, log: list[Attempt]) -> None:
 
 
 # ------------------------------------------------------------------------------------ the stages' children
-# Paths made absolute: the workers may start in another directory.
+# Each child's parameters are derived from the pipeline's (flows.params.derived: every field they share), the
+# paths made absolute: the workers may start in another directory.
+def _located(params: PipelineParams) -> dict[str, str]:
+    return {"config": absolute(params.config), "run_dir": absolute(params.run_dir)}
+
+
 def train_child(params: PipelineParams, seed: int, parent_mlflow_run: str | None) -> Child:
-    child = TrainSeedParams(
-        config=absolute(params.config),
-        run_dir=absolute(params.run_dir),
-        deterministic=params.deterministic,
-        overrides=params.overrides,
-        seed=seed,
-        fresh=params.refresh,
-        parent_run_id=parent_mlflow_run,
+    child = derived(
+        TrainSeedParams, params, **_located(params), seed=seed, fresh=params.refresh, parent_run_id=parent_mlflow_run
     )
     return Child(str(seed), f"seed {seed}", stage_run_name(TRAIN_SEED_SPEC, child), child)
 
 
 def logit_cache_child(params: PipelineParams, seed: int) -> Child:
-    child = LogitCacheParams(
-        config=absolute(params.config),
-        run_dir=absolute(params.run_dir),
-        deterministic=params.deterministic,
-        overrides=params.overrides,
-        refresh=params.refresh,
-        seed=seed,
-    )
+    child = derived(LogitCacheParams, params, **_located(params), seed=seed)
     return Child(str(seed), f"seed {seed}", stage_run_name(LOGIT_CACHE_SPEC, child), child)
 
 
 def evaluate_test_child(params: PipelineParams, seeds: list[int]) -> Child:
-    child = SeedStageParams(
-        config=absolute(params.config),
-        run_dir=absolute(params.run_dir),
-        deterministic=params.deterministic,
-        overrides=params.overrides,
-        refresh=params.refresh,
-        seeds=seeds,
-    )
+    child = derived(SeedStageParams, params, **_located(params), seeds=seeds)
     return Child(ALL_SEEDS, "seeds " + ", ".join(map(str, seeds)), stage_run_name(EVALUATE_TEST_SPEC, child), child)
 
 

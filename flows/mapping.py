@@ -26,7 +26,7 @@ from flows import ui
 from flows.common import flow_run_scope, run_name, run_namer
 from flows.failures import flow
 from flows.fanout import Child, FanOutError, absolute, fan_out
-from flows.params import MapChunkParams, MapRegionParams
+from flows.params import MapChunkParams, MapRegionParams, derived
 from rtscore.inference.predict import load_package
 from rtscore.mapping.campaign import (
     CampaignPlan,
@@ -103,7 +103,7 @@ def region(params: MapRegionParams, flow_run_id: str | None) -> CampaignResult:
                 params.distributed.deployment,
                 flow_run_id,
                 chunk_children(params, plan),
-                params.distributed.fan_out_params(),
+                params.distributed,
                 tags=["rts-map"],
             )
         except FanOutError as err:  # what the other chunks mapped is summarized first, then the run fails
@@ -120,14 +120,15 @@ def region(params: MapRegionParams, flow_run_id: str | None) -> CampaignResult:
 
 
 def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
-    """One map-chunk run per chunk (paths absolute: the workers may start elsewhere)."""
+    """One map-chunk run per chunk, its parameters derived from the campaign's (every field they share: package,
+    input, output, device; paths absolute: the workers may start elsewhere)."""
+    located = {"package": absolute(params.package), "input": absolute(params.input), "output": absolute(params.output)}
     children = []
     for k, chunk in enumerate(plan.chunks):
-        child = MapChunkParams(
-            package=absolute(params.package),
-            input=absolute(params.input),
-            output=absolute(params.output),
-            device=params.device,
+        child = derived(
+            MapChunkParams,
+            params,
+            **located,
             chunk=k,
             scene_ids=[s.scene_id for s in chunk],
             mapping_identity=plan.identity.digest(),

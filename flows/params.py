@@ -9,9 +9,9 @@ Prefect validates it into the model before the flow starts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from pydantic import Field, JsonValue, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, JsonValue, model_validator
 
 from flows.cli.options import Cli, data_root_location, local_file, local_output, run_location
 from flows.form import FormModel
@@ -32,6 +32,32 @@ def _seeds(v: list[int] | None) -> list[int] | None:
     if v is not None and (not v or len(set(v)) != len(v) or any(s < 0 for s in v)):
         raise ValueError(f"expected a non-empty list of distinct non-negative seeds; got {v}")
     return v
+
+
+# The type and check of every `seeds` field, declared once: each model says whose seeds they are (its description).
+Seeds = Annotated[list[int] | None, AfterValidator(_seeds)]
+TRAIN_SEEDS_HELP = "Seeds to train. Empty: training.seeds of the config."
+
+
+def _dotted_keys(v: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    check_override_keys(v, "")  # the option's name prefixes the message
+    return v
+
+
+# Dotted config keys set over a config file (a run's, a command's): one type, one check, each model its own help.
+Overrides = Annotated[dict[str, JsonValue], AfterValidator(_dotted_keys)]
+
+P = TypeVar("P", bound=BaseModel)
+
+
+def derived(model: type[P], source: BaseModel, **values: Any) -> P:
+    """``model`` (a sub-flow's or a child run's parameters) from ``source`` (the calling flow's): every field of
+    ``model`` that ``source`` has too, as ``source`` has it, and ``values`` (what the sub-flow is given instead or
+    besides). Driven by ``model``'s own fields, so a field added to a model both derive from (``RunParams``,
+    ``StageParams``, ``MapCampaignParams``) reaches every sub-flow without a builder to update."""
+    shared = type(source).model_fields
+    taken = {name: getattr(source, name) for name in model.model_fields if name in shared and name not in values}
+    return model(**taken, **values)
 
 
 def default_run_dir(data: dict[str, Any]) -> str:
@@ -59,18 +85,12 @@ class RunParams(FormModel):
         "deterministic algorithms). Empty: as in the config. Part of every stage's cache key, so pass the "
         "same value when re-running a single stage of a pipeline run.",
     )
-    overrides: dict[str, JsonValue] = Field(
+    overrides: Overrides = Field(
         default_factory=dict,
         description="Dotted config keys set over the config file before it is validated, as a JSON object, e.g. "
         '{"loss.boundary_handling": "ignore"} (a sweep variant\'s overrides). Part of every stage\'s cache key '
         "through the config they yield, so pass the same ones when re-running a single stage of such a run.",
     )
-
-    @field_validator("overrides")
-    @classmethod
-    def _dotted_keys(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        check_override_keys(v, "")  # the option's name prefixes the message
-        return v
 
 
 class StageParams(RunParams):
@@ -130,13 +150,11 @@ class TrainSeedParams(RunParams):
 class MultiSeedParams(RunParams):
     """multi-seed-train: every seed in sequence under one parent MLflow run."""
 
-    seeds: list[int] | None = Field(None, description="Seeds to train. Empty: training.seeds of the config.")
+    seeds: Seeds = Field(None, description=TRAIN_SEEDS_HELP)
     fresh: bool = Field(False, description="Start every seed over instead of resuming.")
     parent_run_id: str | None = Field(
         None, description="MLflow run the multi-seed parent run nests under (set by a sweep: its run per sweep)."
     )
-
-    check_seeds = field_validator("seeds")(_seeds)
 
 
 class TrainParams(MultiSeedParams):
@@ -149,7 +167,7 @@ class TrainParams(MultiSeedParams):
         description="Seed of a single-seed run (train-seed flow); overrides training.seed of the config, which "
         "is the default.",
     )
-    seeds: list[int] | None = Field(
+    seeds: Seeds = Field(
         None, description="Train these seeds in sequence under one parent run (multi-seed-train flow)."
     )
 
@@ -160,29 +178,53 @@ class TrainParams(MultiSeedParams):
         return self
 
     def flow_params(self) -> TrainSeedParams | MultiSeedParams:
-        """The parameters of the flow that trains what was asked."""
-        common = self.model_dump(include=set(RunParams.model_fields))
+        """The parameters of the flow that trains what was asked: every option that flow takes (``parent_run_id``
+        included: the MLflow run the seed's or the multi-seed parent run nests under)."""
         if self.seeds:
-            return MultiSeedParams(**common, seeds=self.seeds, fresh=self.fresh)
-        return TrainSeedParams(**common, seed=self.seed, fresh=self.fresh)
+            return derived(MultiSeedParams, self)
+        return derived(TrainSeedParams, self)
 
 
 class SeedStageParams(StageParams):
     """A stage over the trained seeds (calibrate, evaluate-test, package)."""
 
-    seeds: list[int] | None = Field(
+    seeds: Seeds = Field(
         None,
         description="Trained seeds to use. Empty: calibrate takes every seed trained in the run, evaluate-test "
         "and package the seeds of the last calibration.",
     )
-
-    check_seeds = field_validator("seeds")(_seeds)
 
 
 class LogitCacheParams(StageParams):
     """logit-cache: one seed's Val-Realistic logit statistics (calibration/seed_<n>/logit_cache.zarr)."""
 
     seed: int = Field(..., ge=0, description="Trained seed whose logit cache to build.")
+
+
+# What flows/fanout.py reads of a fan-out's settings, typed, bounded and defaulted once; each fan-out (a pipeline's
+# stages, a campaign's chunks) words the help for its own runs. A setting fan_out comes to read is added to
+# FanOutSettings, and mypy then names every settings model that lacks it.
+MaxAttempts = Annotated[int, Field(ge=1)]
+FanOutTimeout = Annotated[float, Field(gt=0)]
+PollInterval = Annotated[float, Field(gt=0)]
+JobVariables = dict[str, JsonValue]
+MAX_ATTEMPTS = 3
+FAN_OUT_TIMEOUT_S = 7 * 24 * 3600.0
+POLL_INTERVAL_S = 10.0
+
+
+@runtime_checkable
+class FanOutSettings(Protocol):
+    """A fan-out's settings as flows/fanout.py reads them (DistributedParams, MapDistributedParams)."""
+
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def poll_interval_s(self) -> float: ...
+    @property
+    def job_variables(self) -> JobVariables: ...
 
 
 class DistributedParams(FormModel):
@@ -204,21 +246,21 @@ class DistributedParams(FormModel):
         description="Test evaluation: deployment started once over all seeds (prefect.yaml: evaluate-test on "
         "the 'gpu' pool).",
     )
-    max_attempts: int = Field(
-        3,
-        ge=1,
+    max_attempts: MaxAttempts = Field(
+        MAX_ATTEMPTS,
         description="Runs per seed (per stage) when its run crashes, i.e. its worker vanished (a pre-empted or "
         "killed machine): a crashed run is re-submitted until this many ran (a new training run resumes from the "
         "checkpoint recorded in the run directory). A run that failed (its code raised) is not re-submitted.",
     )
-    timeout_s: float = Field(
-        7 * 24 * 3600.0,
-        gt=0,
+    timeout_s: FanOutTimeout = Field(
+        FAN_OUT_TIMEOUT_S,
         description="Wait at most this long (seconds) for all runs of a stage; the pipeline then fails naming "
         "the runs still going (a retry of the pipeline re-attaches to them).",
     )
-    poll_interval_s: float = Field(10.0, gt=0, description="Seconds between checks of the child runs' states.")
-    job_variables: dict[str, JsonValue] = Field(
+    poll_interval_s: PollInterval = Field(
+        POLL_INTERVAL_S, description="Seconds between checks of the child runs' states."
+    )
+    job_variables: JobVariables = Field(
         default_factory=dict,
         description="Job variables for every child run, over the deployment's (e.g. "
         '{"env": {"CUDA_VISIBLE_DEVICES": "1"}} on a process pool, {"accelerator_count": 4} on Vertex AI: with '
@@ -229,7 +271,7 @@ class DistributedParams(FormModel):
 class PipelineParams(DataParams):
     """The full pipeline: data -> multi-seed training -> calibrate -> evaluate-test -> package."""
 
-    seeds: list[int] | None = Field(None, description="Seeds to train. Empty: training.seeds of the config.")
+    seeds: Seeds = Field(None, description=TRAIN_SEEDS_HELP)
     execution: Literal["local", "distributed"] = Field(
         "local",
         description="local: every stage runs inside this flow run. distributed: the GPU stages run as their own "
@@ -240,37 +282,17 @@ class PipelineParams(DataParams):
         default_factory=DistributedParams, description="Fan-out settings (used when execution is distributed)."
     )
 
-    check_seeds = field_validator("seeds")(_seeds)
-
     def data(self) -> DataParams:
-        return DataParams(
-            config=self.config,
-            run_dir=self.run_dir,
-            deterministic=self.deterministic,
-            overrides=self.overrides,
-            refresh=self.refresh,
-            skip_generation=self.skip_generation,
-        )
+        """The data pipeline's parameters: this run's (every DataParams field)."""
+        return derived(DataParams, self)
 
     def stage(self, seeds: list[int]) -> SeedStageParams:
-        return SeedStageParams(
-            config=self.config,
-            run_dir=self.run_dir,
-            deterministic=self.deterministic,
-            overrides=self.overrides,
-            refresh=self.refresh,
-            seeds=seeds,
-        )
+        """A stage over ``seeds`` of this run (calibrate, evaluate-test, package)."""
+        return derived(SeedStageParams, self, seeds=seeds)
 
     def multi_seed(self) -> MultiSeedParams:
-        return MultiSeedParams(
-            config=self.config,
-            run_dir=self.run_dir,
-            deterministic=self.deterministic,
-            overrides=self.overrides,
-            seeds=self.seeds,
-            fresh=self.refresh,
-        )
+        """The training of this run's seeds; ``refresh`` starts them over (``fresh``)."""
+        return derived(MultiSeedParams, self, fresh=self.refresh)
 
 
 # ---------------------------------------------------------------------------------------------- mapping
@@ -321,31 +343,22 @@ class MapDistributedParams(FormModel):
         description="Deployment started once per chunk, as '<flow name>/<deployment name>' (prefect.yaml: "
         "map-chunk on the 'gpu' pool).",
     )
-    max_attempts: int = Field(
-        3,
-        ge=1,
+    max_attempts: MaxAttempts = Field(
+        MAX_ATTEMPTS,
         description="Runs per chunk when its run crashes (its worker vanished): a crashed run is re-submitted "
         "until this many ran; the new run skips the scenes its predecessor logged. A failed run is not re-submitted.",
     )
-    timeout_s: float = Field(
-        7 * 24 * 3600.0,
-        gt=0,
+    timeout_s: FanOutTimeout = Field(
+        FAN_OUT_TIMEOUT_S,
         description="Wait at most this long (seconds) for all chunk runs; the campaign then fails naming the runs "
         "still going (a retry of map-region re-attaches to them).",
     )
-    poll_interval_s: float = Field(10.0, gt=0, description="Seconds between checks of the chunk runs' states.")
-    job_variables: dict[str, JsonValue] = Field(
+    poll_interval_s: PollInterval = Field(
+        POLL_INTERVAL_S, description="Seconds between checks of the chunk runs' states."
+    )
+    job_variables: JobVariables = Field(
         default_factory=dict, description="Job variables for every chunk run, over the deployment's."
     )
-
-    def fan_out_params(self) -> DistributedParams:
-        """The fan-out's settings (flows/fanout.py reads attempts, timeout, poll interval, job variables)."""
-        return DistributedParams(
-            max_attempts=self.max_attempts,
-            timeout_s=self.timeout_s,
-            poll_interval_s=self.poll_interval_s,
-            job_variables=self.job_variables,
-        )
 
 
 class MapParams(MapCampaignParams):

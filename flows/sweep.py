@@ -26,7 +26,7 @@ from flows.calibrate import package
 from flows.common import flow_run_scope, load_config, run_namer, run_stage
 from flows.failures import flow
 from flows.fanout import TRAIN_SEED, Child, fan_out, read_recorded, train_child
-from flows.params import PipelineParams, SweepParams
+from flows.params import PipelineParams, SweepParams, derived
 from flows.pipeline import Distributed, Local
 from flows.train import multi_seed_train
 from rtscore.config.pipeline import PipelineConfig
@@ -87,15 +87,10 @@ def sweep(params: SweepParams) -> SweepReport:
 
 
 def _run_params(plan: SweepPlan, v: PlannedVariant, params: SweepParams) -> PipelineParams:
-    """A variant's pipeline parameters: the base config with its overrides, its run directory."""
-    return PipelineParams(
-        config=plan.base_config,
-        overrides=v.overrides,
-        run_dir=v.run_dir,
-        deterministic=params.deterministic,
-        execution=params.execution,
-        distributed=params.distributed,
-    )
+    """A variant's pipeline parameters: the base config with its overrides, its run directory, and what the sweep
+    sets for every variant (the fields the sweep's parameters share with a pipeline's: deterministic, execution,
+    distributed)."""
+    return derived(PipelineParams, params, config=plan.base_config, overrides=v.overrides, run_dir=v.run_dir)
 
 
 def _data(plan: SweepPlan, v: PlannedVariant, params: SweepParams, cfg: PipelineConfig) -> None:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from flows.cli.options import Cli, data_root_location, local_file, local_output, local_path
 from flows.form import FormModel
-from flows.params import Split
+from flows.params import Overrides, Split
 from rtscore.config.binding import RasterBandMap
-from rtscore.config.overrides import check_override_keys
 from rtscore.config.pipeline import NormalizationConfig
 
 __all__ = [
@@ -238,7 +237,7 @@ class GpuCheckParams(FormModel):
     report: Annotated[str | None, Cli(parse=local_output)] = Field(
         None, description="The JSON report. Empty: gpu_check.json in the run directory."
     )
-    overrides: dict[str, JsonValue] = Field(
+    overrides: Overrides = Field(
         default_factory=dict,
         description='Dotted config keys set over the config file, as a JSON object, e.g. {"model.backbone": '
         '"resnet18"}.',
@@ -260,12 +259,6 @@ class GpuCheckParams(FormModel):
     )
     epochs: int = Field(2, ge=1, description="Epochs of the short training (the backbone unfrozen from epoch 2).")
     steps_per_epoch: int = Field(20, ge=1, description="Training steps per epoch of the short training.")
-
-    @field_validator("overrides")
-    @classmethod
-    def _dotted_keys(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        check_override_keys(v, "")
-        return v
 
 
 class PredictParams(FormModel):

@@ -4,9 +4,11 @@ Each returns the command's exit status."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flows.cli.command_params import (
     DriftParams,
@@ -26,6 +28,9 @@ from flows.cli.command_params import (
 from flows.params import SPLITS, MapParams, ReviewExportParams, ReviewIngestParams, TileParams
 from rtscore.errors import PipelineError
 from rtscore.storage import RunLayout, StorageError, check_writable
+
+if TYPE_CHECKING:
+    from rtscore.diagnostics.gpu_check import GpuCheckOptions
 
 
 def generate(p: GenerateStoreParams) -> int:
@@ -220,26 +225,23 @@ def profile_batch(p: ProfileBatchParams) -> int:
     return 0
 
 
+def gpu_check_options(p: GpuCheckParams) -> GpuCheckOptions:
+    """The library's options of the check, each field of :class:`GpuCheckOptions` taken from the option of the same
+    name: one the command lacks fails here (AttributeError) instead of silently keeping the library's default."""
+    from rtscore.diagnostics.gpu_check import GpuCheckOptions
+
+    return GpuCheckOptions(**{f.name: getattr(p, f.name) for f in dataclasses.fields(GpuCheckOptions)})
+
+
 def gpu_check(p: GpuCheckParams) -> int:
     """`rts gpu-check`: generate, profile, train and validate briefly; each step's figures and a JSON report."""
     from rtscore.config import load_pipeline_config
-    from rtscore.diagnostics.gpu_check import GpuCheckOptions, render_gpu_check, run_gpu_check
+    from rtscore.diagnostics.gpu_check import render_gpu_check, run_gpu_check
 
     cfg = load_pipeline_config(p.config, p.overrides or None)
     report = Path(p.report) if p.report else Path(p.work_dir) / "gpu_check.json"
     check_writable(report)
-    opts = GpuCheckOptions(
-        train_tiles=p.train_tiles,
-        val_tiles=p.val_tiles,
-        devices=p.devices,
-        epochs=p.epochs,
-        steps_per_epoch=p.steps_per_epoch,
-        batch_size=p.batch_size,
-        max_batch=p.max_batch,
-        profile_steps=p.profile_steps,
-        max_memory_gib=p.max_memory_gb,
-        workers=p.workers,
-    )
+    opts = gpu_check_options(p)
     result = run_gpu_check(cfg, p.work_dir, report, opts)
     print(render_gpu_check(result))
     return 0

@@ -40,7 +40,8 @@ class GpuCheckError(PipelineError):
 
 @dataclass(frozen=True)
 class GpuCheckOptions:
-    """The sizes of a check: ``None`` keeps the config's value."""
+    """The sizes of a check: ``None`` keeps the config's value. Named as `rts gpu-check` names its options
+    (flows.cli.command_params.GpuCheckParams), which hands over each of these fields by its name."""
 
     train_tiles: int | None = None  # tiles of the train store (before rotation), the config's proportions
     val_tiles: int | None = None
@@ -50,7 +51,7 @@ class GpuCheckOptions:
     batch_size: int | None = None  # global; None: the configured one if it fits, else the recommended
     max_batch: int = 512  # the profile's per-rank search limit
     profile_steps: int = 2
-    max_memory_gib: float | None = None  # the profile's memory cap (CPU: all ranks together)
+    max_memory_gb: float | None = None  # the profile's memory cap, GiB (CPU: all ranks together)
     workers: int | None = None  # generation worker processes (None: each generation config's)
 
 
@@ -199,7 +200,7 @@ def run_gpu_check(
 
         t0 = time.perf_counter()
         profile = profile_batch_sizes(
-            cfg, devices=n, memory_cap_gib=opts.max_memory_gib, max_batch=opts.max_batch, steps=opts.profile_steps
+            cfg, devices=n, memory_cap_gib=opts.max_memory_gb, max_batch=opts.max_batch, steps=opts.profile_steps
         )
         dt = time.perf_counter() - t0
         batch = _training_batch(profile, opts)

@@ -4,11 +4,14 @@ report), small enough to run on CPU."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import yaml
 
+from flows.cli.command_params import GpuCheckParams
+from flows.cli.commands import gpu_check_options
 from flows.cli.main import main
 from rtscore.diagnostics.gpu_check import GpuCheckOptions, _scaled, check_config, training_config
 from rtscore.stages.generate import wants_context
@@ -35,6 +38,14 @@ def test_the_short_training_runs_both_phases_and_validates_every_epoch() -> None
     assert (t.batch_size, t.max_epochs, t.steps_per_epoch, t.val_frequency) == (8, 3, 5, 1)
     assert cfg.lr_schedule.freeze_backbone_epochs == 1 and cfg.lr_schedule.warmup_epochs == 0
     assert t.early_stopping.start_epoch > 3
+
+
+def test_the_command_hands_every_option_over_by_its_name() -> None:
+    """GpuCheckOptions is named as `rts gpu-check` names its options: the command passes each field by its name."""
+    sizes = {"train_tiles": 34, "val_tiles": 26, "workers": 1, "devices": 2, "max_batch": 8, "profile_steps": 1}
+    sizes |= {"max_memory_gb": 3.5, "batch_size": 4, "epochs": 3, "steps_per_epoch": 5}
+    assert {f.name for f in fields(GpuCheckOptions)} == set(sizes) <= set(GpuCheckParams.model_fields)
+    assert gpu_check_options(GpuCheckParams(config="c.yaml", **sizes)) == GpuCheckOptions(**sizes)
 
 
 @pytest.mark.slow  # ~60 s on 2 busy cores: generation, a profile and two epochs
