@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, Field, JsonValue, model_validator
 
-from flows.cli.options import Cli, data_root_location, local_file, local_output, run_location
+from flows.fields import Cli, data_root_location, local_file, local_output, run_location
 from flows.form import FormModel
 from rtscore.config import PipelineConfig
 from rtscore.config.overrides import check_override_keys

@@ -15,7 +15,7 @@ from rtscore.storage.layout import Entry, RunLayout
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [f for d in ("rtscore", "flows", "tasks") for f in sorted((ROOT / d).rglob("*.py"))]
 BANNED = ("prefect", "flows", "tasks")
-TOP_LEVEL_MODULES = {"__init__.py", "errors.py", "models.py", "runtime.py", "tracking.py"}
+TOP_LEVEL_MODULES = {"__init__.py", "errors.py", "runtime.py", "tracking.py"}
 
 
 def module_name(path: Path) -> str:
@@ -100,6 +100,41 @@ def test_imports_point_down_the_layers_only() -> None:
             if there != here and rank.get(there, -1) >= rank.get(here, -1):
                 offenders.append(f"{f.relative_to(ROOT)}:{line}: {here} -> {there} ({target})")
     assert not offenders, "imports that do not point down the layers:\n" + "\n".join(offenders)
+
+
+# Inside flows/ (docs/architecture.md, "Layers"): the parameter models and shared helpers, then the flows, then the
+# `rts` command-line machinery (flows/cli/), which starts flows; a flow never imports the CLI.
+FLOWS_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("flows", "flows.fields", "flows.form", "flows.failures", "flows.server_watchdog"),
+    ("flows.params",),
+    ("flows.ui", "flows.common"),
+    ("flows.fanout", "flows.stage_flow"),
+    ("flows.data", "flows.train", "flows.calibrate", "flows.review", "flows.mapping"),
+    ("flows.pipeline",),
+    ("flows.sweep",),
+    ("flows.cli",),
+)
+
+
+def flows_part(module: str) -> str:
+    """A flows module's place in FLOWS_LAYERS: ``flows.cli.main`` -> flows.cli, ``flows.ui`` -> flows.ui."""
+    return "flows.cli" if module == "flows.cli" or module.startswith("flows.cli.") else module
+
+
+def test_flows_point_down_their_layers_and_never_import_the_cli() -> None:
+    rank = {m: i for i, layer in enumerate(FLOWS_LAYERS) for m in layer}
+    modules = {flows_part(module_name(f)) for f in SOURCES if f.relative_to(ROOT).parts[0] == "flows"}
+    assert modules - set(rank) == set(), "place each new flows module in FLOWS_LAYERS"
+    offenders = []
+    for f in SOURCES:
+        here = flows_part(module_name(f))
+        if not here.startswith("flows"):
+            continue
+        for line, target in project_imports(f):
+            there = flows_part(target)
+            if there.startswith("flows") and there != here and rank[there] >= rank[here]:
+                offenders.append(f"{f.relative_to(ROOT)}:{line}: {here} -> {there}")
+    assert not offenders, "flows imports that do not point down FLOWS_LAYERS:\n" + "\n".join(offenders)
 
 
 def test_rtscore_source_never_imports_prefect_or_the_orchestration_layer() -> None:

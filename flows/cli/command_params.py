@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from flows.cli.options import Cli, data_root_location, local_file, local_output, local_path
+from flows.fields import Cli, data_root_location, local_file, local_output, local_path
 from flows.form import FormModel
 from flows.params import Overrides, Split
 from rtscore.config.binding import RasterBandMap

@@ -20,17 +20,16 @@ import argparse
 import json
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from flows.fields import Cli
 from rtscore.errors import PipelineError
-from rtscore.storage import StorageError, check_writable
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -39,38 +38,13 @@ __all__ = [
     "Option",
     "ParameterError",
     "add_options",
-    "data_root_location",
-    "local_output",
-    "local_path",
     "options",
     "params_from",
-    "run_location",
 ]
-
-GS_SUPPORT = (
-    "gs:// is taken by --run of rts data, train, run, calibrate, evaluate-test and package build, and by "
-    "--data-root of rts generate --source geotiff, and by --input and --output of rts map"
-)
 
 
 class ParameterError(PipelineError):
     """A command's options break a rule of its parameter model; the message names the option."""
-
-
-@dataclass(frozen=True)
-class Cli:
-    """How a field appears on the command line: ``Annotated[T, Cli(...)]`` in a parameter model.
-
-    ``flag``: the option's name when it is not ``--<field name>`` (e.g. ``--run`` for ``run_dir``);
-    ``positional``: an argument without a flag; ``parse``: the argparse type, a check at parse time whose
-    ``argparse.ArgumentTypeError`` names the option (e.g. a local path that must be writable); ``metavar``:
-    the value's name in the help.
-    """
-
-    flag: str | None = None
-    positional: bool = False
-    parse: Callable[[str], Any] | None = None
-    metavar: str | None = None
 
 
 @dataclass(frozen=True)
@@ -213,42 +187,3 @@ def validated(model: type[M], values: dict[str, Any]) -> M:
             flag = next((flags[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in flags), ".".join(loc))
             problems.append(f"{flag}: {msg}" if flag else msg)  # a rule over several fields names them itself
         raise ParameterError("; ".join(problems)) from None
-
-
-# ------------------------------------------------------------------------------ checks at parse time (argparse types)
-def local_path(value: str) -> str:
-    """A local path: a URI is refused, saying where gs:// is taken (instead of becoming the local path
-    'gs:/bucket/...')."""
-    if "://" in value:
-        raise argparse.ArgumentTypeError(
-            f"{value} is a URI, this option takes a local path ({GS_SUPPORT}); copy it here first, "
-            f"e.g. gcloud storage cp -r {value} ."
-        )
-    return value
-
-
-def local_file(value: str) -> str:
-    """A local input file, made absolute (a flow run resolves it from its own working directory)."""
-    return str(Path(local_path(value)).resolve())
-
-
-def local_output(value: str) -> str:
-    """A local output location, refused at once when it cannot be written."""
-    local_path(value)
-    try:
-        check_writable(value)
-    except StorageError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return value
-
-
-def run_location(value: str) -> str:
-    """A gs:// URI, or a local directory that can be written."""
-    if value.startswith("gs://"):
-        return value
-    return local_output(value)
-
-
-def data_root_location(value: str) -> str:
-    """A gs:// prefix or a local directory."""
-    return value if value.startswith("gs://") else local_path(value)

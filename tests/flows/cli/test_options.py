@@ -9,7 +9,8 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import Field, JsonValue
 
-from flows.cli.options import Cli, ParameterError, add_options, options, params_from
+from flows.cli.options import ParameterError, add_options, options, params_from
+from flows.fields import Cli
 from flows.form import FormModel
 from flows.params import PipelineParams, TrainParams
 
