@@ -58,7 +58,7 @@ _RESUME_FREE = {
 
 
 class CheckpointHooks(Protocol):
-    """What the stage around the loop does with a seed's progress (rtscore.stages.seed_records records it in
+    """What the stage around the loop does with a seed's progress (rtscore.train.records records it in
     the run root, so a pre-empted seed resumes on another worker)."""
 
     def started(self, first_epoch: int) -> None:
