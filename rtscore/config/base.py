@@ -202,3 +202,12 @@ def check_tile_size(v: int) -> int:
     if v % 32:
         raise ValueError(f"must be a multiple of 32 (encoder strides); got {v}")
     return v
+
+
+def reject_removed_key(data: Any, name: str, why: str) -> Any:
+    """The check of a ``mode="before"`` model validator for a key that no longer exists: a config still holding
+    ``name`` is refused with why it went and what to do (``<name>: <why>; delete the key``), where StrictModel
+    alone would say only "extra inputs are not permitted". Returns ``data`` unchanged otherwise."""
+    if isinstance(data, dict) and name in data:
+        raise ValueError(f"{name}: {why}; delete the key")
+    return data
