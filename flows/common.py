@@ -37,8 +37,8 @@ from rtscore.errors import PipelineError
 from rtscore.stages import BY_NAME, ArtifactRef, StageSpec, calibrated_seeds, trained_seeds
 from rtscore.storage import RunDir, StorageError
 from rtscore.storage.gcs import check_access
+from rtscore.tracking import FLOW_RUN_ENV  # set here for a flow run; rtscore reads it (MLflow tags, records)
 
-FLOW_RUN_ENV = "RTS_FLOW_RUN_ID"  # rtscore's MLflow tracker tags runs with it
 LIBRARY_LOGGERS = ("rtscore",)  # loggers whose records go to the Prefect run's logs (the Logs tab)
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 STARTUP_TIMEOUT_S = 180  # Prefect's default (20 s) is too short on a loaded 2-core machine

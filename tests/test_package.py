@@ -26,16 +26,18 @@ from rtscore.data.normalization.stats import NormalizationStats, NormalizationSt
 from rtscore.models import build_model
 from rtscore.package import (
     PACKAGE_FILES,
+    SUMS,
     PackagedModelConfig,
     PackageError,
     PackageInfo,
     RunMetadata,
     build_package,
+    package_sha256,
     pickle_globals,
     verify_package,
     write_sha256sums,
 )
-from rtscore.storage import StorageError
+from rtscore.storage import StorageError, sha256_file
 from rtscore.train.result import SeedSummary, read_seed_summary
 from tests.helpers import alter_weights_tensor, calibrated_deployment, tiny_pipeline_config
 
@@ -184,6 +186,11 @@ def test_sha256sums_is_sha256sum_compatible(built: Path) -> None:
         pytest.skip("sha256sum not installed")
     out = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=built, capture_output=True, text=True, check=True)
     assert out.stdout.count(": OK") == len(PACKAGE_FILES) - 1
+
+
+def test_an_intact_packages_identity_is_the_sha256_of_its_sha256sums(built: Path) -> None:
+    """rtscore.package.format owns both: the SHA256SUMS text the build writes and the identity a campaign records."""
+    assert package_sha256(built) == sha256_file(built / SUMS)
 
 
 def test_the_given_seed_ships(run: Path) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import re
 import types
 import typing
@@ -15,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from rtscore.errors import PipelineError
+from rtscore.identity.digest import digest
 
 SCHEMA_VERSION: Final = 1
 
@@ -183,14 +182,10 @@ def load_config(model: type[M], path: str | Path) -> M:
     return parse_config(model, read_yaml(path), source=str(path))
 
 
-def canonical_json(data: Any) -> str:
-    """JSON with sorted keys and no whitespace: the input of every config hash."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
-
-
 def config_hash(model: BaseModel) -> str:
-    """Stable sha256 of a resolved config (independent of key order and YAML formatting)."""
-    return hashlib.sha256(canonical_json(model.model_dump(mode="json")).encode()).hexdigest()
+    """Stable sha256 of a resolved config (independent of key order and YAML formatting):
+    :func:`rtscore.identity.digest` of its JSON dump."""
+    return digest(model.model_dump(mode="json"))
 
 
 def dump_yaml(model: BaseModel, path: str | Path) -> None:
@@ -207,3 +202,12 @@ def check_tile_size(v: int) -> int:
     if v % 32:
         raise ValueError(f"must be a multiple of 32 (encoder strides); got {v}")
     return v
+
+
+def reject_removed_key(data: Any, name: str, why: str) -> Any:
+    """The check of a ``mode="before"`` model validator for a key that no longer exists: a config still holding
+    ``name`` is refused with why it went and what to do (``<name>: <why>; delete the key``), where StrictModel
+    alone would say only "extra inputs are not permitted". Returns ``data`` unchanged otherwise."""
+    if isinstance(data, dict) and name in data:
+        raise ValueError(f"{name}: {why}; delete the key")
+    return data

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rtscore.config.base import ConfigError, StrictModel
+from rtscore.config.base import ConfigError, StrictModel, reject_removed_key
 
 Precision = Literal["bf16", "fp16", "fp32"]
 TTAMode = Literal["none", "minimal", "standard", "full"]
@@ -74,9 +74,7 @@ class DeploymentConfig(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _removed_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "region_thresholds" in data:
-            raise ValueError(f"region_thresholds: {REGION_THRESHOLDS_REMOVED}; delete the key")
-        return data
+        return reject_removed_key(data, "region_thresholds", REGION_THRESHOLDS_REMOVED)
 
     @field_validator("scales")
     @classmethod

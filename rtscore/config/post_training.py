@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from rtscore.config.base import StrictModel
+from rtscore.config.base import StrictModel, reject_removed_key
 from rtscore.config.deployment import REGION_THRESHOLDS_REMOVED, Fusion, TTAMode
 
 
@@ -86,9 +86,7 @@ class CalibrationConfig(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _removed_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "per_region_thresholds" in data:
-            raise ValueError(f"per_region_thresholds: {REGION_THRESHOLDS_REMOVED}; delete the key")
-        return data
+        return reject_removed_key(data, "per_region_thresholds", REGION_THRESHOLDS_REMOVED)
 
     @field_validator("tta_candidates")
     @classmethod

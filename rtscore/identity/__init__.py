@@ -1,7 +1,9 @@
-"""One identity per input: code (import closures), sources outside the run directory (listings), and the
-rule that resume state of another identity is set aside (rtscore.identity.setaside)."""
+"""One identity per input: code (import closures), sources outside the run directory (listings), the digest of a
+JSON document and the key a resume point carries (rtscore.identity.digest), and the rule that resume state of
+another identity is set aside (rtscore.identity.setaside)."""
 
 from rtscore.identity.code import closure_hash, code_closure
+from rtscore.identity.digest import canonical_json, digest, resume_key
 from rtscore.identity.setaside import SET_ASIDE_DIR, set_aside
 from rtscore.identity.sources import SourceError, SourceIdentity, file_identity, source_identity
 
@@ -9,9 +11,12 @@ __all__ = [
     "SET_ASIDE_DIR",
     "SourceError",
     "SourceIdentity",
+    "canonical_json",
     "closure_hash",
     "code_closure",
+    "digest",
     "file_identity",
+    "resume_key",
     "set_aside",
     "source_identity",
 ]

@@ -28,7 +28,6 @@ mapping code, settings). Records of another identity stay in the log as history 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rtscore.identity import digest
 from rtscore.mapping.scenes import CampaignError, CompanionInput, InputIdentity, Scene
 from rtscore.storage.files import os_errors
 from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
@@ -88,7 +88,7 @@ class MapIdentity(BaseModel):
 
     def digest(self) -> str:
         """One sha256 over the whole identity (compared between a campaign and its chunk runs' workers)."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+        return digest(self.model_dump(mode="json"))
 
     def short(self) -> str:
         """For messages: ``package <12 hex>, code <12 hex>, stride <s>, batch <b>``."""

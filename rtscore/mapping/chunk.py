@@ -16,7 +16,6 @@ summary: :mod:`rtscore.mapping.campaign`) is outside it on purpose, since it doe
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -39,8 +38,7 @@ from rtscore.inference.stream import JobOutcome, RasterJob, gdal_env, run_stream
 from rtscore.mapping.campaign_log import LogWriter, MapIdentity, MapSettings, SceneRecord, plan
 from rtscore.mapping.outputs import CampaignRoot, finish_scene, scene_outputs, staged_input
 from rtscore.mapping.scenes import CampaignError, Scene
-from rtscore.package.format import SUMS
-from rtscore.storage.files import sha256_file
+from rtscore.package.format import package_sha256 as package_identity
 from rtscore.storage.gcs import GS
 
 CODE_MODULE = __name__  # the module whose import closure is the mapping's code identity
@@ -49,16 +47,16 @@ _log = logging.getLogger(__name__)
 
 
 def package_sha256(package_dir: str | Path) -> str:
-    """The package's identity: the sha256 of its ``SHA256SUMS`` as ``rts package build`` writes it (one
-    ``<sha256>  <file>`` line per other file, by name), recomputed from the files' content. A built, intact package
-    gets the sha256 of its ``SHA256SUMS`` file; an edited file changes the identity even when ``SHA256SUMS`` was not
-    regenerated, and a package without ``SHA256SUMS`` has one too."""
+    """The package's identity (:func:`rtscore.package.format.package_sha256`, which owns it), for a directory that
+    must exist.
+
+    Raises:
+        CampaignError: ``package_dir`` is not a directory.
+    """
     pkg = Path(package_dir)
     if not pkg.is_dir():
         raise CampaignError(f"package directory not found: {pkg}")
-    files = sorted(p for p in pkg.iterdir() if p.is_file() and p.name != SUMS and not p.name.startswith("."))
-    text = "".join(f"{sha256_file(p)}  {p.name}\n" for p in files)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return package_identity(pkg)
 
 
 def check_settings(*, stride: int | None = None, batch_size: int = DEFAULT_BATCH) -> None:

@@ -36,6 +36,8 @@ from rtscore.package.format import (
     RunMetadata,
     TrainedWith,
     VerifyReport,
+    package_sha256,
+    sums_text,
 )
 from rtscore.package.verify import (
     ALLOWED_GLOBALS,
@@ -76,8 +78,10 @@ __all__ = [
     "build_package",
     "frozen_requirements",
     "load_weights",
+    "package_sha256",
     "pickle_globals",
     "render_verify_report",
+    "sums_text",
     "verify_package",
     "warn_if_fallback_threshold",
     "write_sha256sums",

@@ -32,6 +32,7 @@ from rtscore.package.format import (
     PackageInfo,
     RunMetadata,
     TrainedWith,
+    sums_text,
 )
 from rtscore.package.verify import audit_package
 from rtscore.storage import sha256_file, staged_dir
@@ -80,7 +81,7 @@ def write_sha256sums(directory: Path) -> list[PackageFile]:
         for p in sorted(directory.iterdir())
         if p.is_file() and p.name != SUMS
     ]
-    (directory / SUMS).write_text("".join(f"{f.sha256}  {f.name}\n" for f in files))
+    (directory / SUMS).write_text(sums_text((f.name, f.sha256) for f in files))
     return files
 
 

@@ -4,6 +4,9 @@ auditing (`rtscore.package.verify`)."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -13,6 +16,7 @@ from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, Raster
 from rtscore.config.deployment import Precision
 from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2, ArchitectureName
 from rtscore.errors import PipelineError
+from rtscore.storage import sha256_file
 from rtscore.train.result import METRIC
 
 WEIGHTS = "weights.pth"
@@ -145,6 +149,24 @@ class PackageInfo(BaseModel):
     path: str = Field(..., description="The published package directory.")
     seed: int = Field(..., description="Shipped seed.")
     files: list[PackageFile] = Field(..., description="Every file of the package (SHA256SUMS last).")
+
+
+# --------------------------------------------------------------------------- SHA256SUMS and the package's identity
+def sums_text(files: Iterable[tuple[str, str]]) -> str:
+    """The text of ``SHA256SUMS`` (``sha256sum -c`` format): one ``<sha256>  <name>`` line per (name, sha256), in
+    the order given. What ``rts package build`` writes and what :func:`package_sha256` hashes: one spelling, so an
+    intact built package's identity is exactly the sha256 of its ``SHA256SUMS`` file."""
+    return "".join(f"{sha256}  {name}\n" for name, sha256 in files)
+
+
+def package_sha256(package_dir: Path) -> str:
+    """The package's identity: the sha256 of its ``SHA256SUMS`` as ``rts package build`` writes it (one
+    ``<sha256>  <file>`` line per other file, by name; hidden files aside), recomputed from the files' content. A
+    built, intact package gets the sha256 of its ``SHA256SUMS`` file; an edited file changes the identity even when
+    ``SHA256SUMS`` was not regenerated, and a package without ``SHA256SUMS`` has one too. What a mapping campaign
+    records a package by (docs/mapping.md, "Package identity")."""
+    files = sorted(p for p in package_dir.iterdir() if p.is_file() and p.name != SUMS and not p.name.startswith("."))
+    return hashlib.sha256(sums_text((p.name, sha256_file(p)) for p in files).encode()).hexdigest()
 
 
 class Check(BaseModel):

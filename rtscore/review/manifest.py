@@ -20,7 +20,6 @@ are renumbered then).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,8 +27,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from rtscore.config.base import StrictModel, canonical_json
+from rtscore.config.base import StrictModel
 from rtscore.errors import PipelineError
+from rtscore.identity import digest
 
 SCHEMA_VERSION: Literal[1] = 1
 HEADER_FILE = "review.json"
@@ -142,7 +142,7 @@ def review_id(campaign: CampaignRef, selection: Selection, object_ids: Sequence[
         "selection": selection.model_dump(mode="json"),
         "object_ids": list(object_ids),
     }
-    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+    return digest(doc)
 
 
 def read_header(path: Path) -> ReviewHeader:

@@ -13,16 +13,15 @@ The code fingerprint is derived, never listed: the import closure of the stage f
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rtscore.config.base import canonical_json
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.identity import source_identity
+from rtscore.identity import digest, source_identity
+from rtscore.identity import resume_key as identity_resume_key
 from rtscore.identity.code import closure_hash, code_closure, imports_of, module_file
 from rtscore.storage import ArtifactEntry, RunDir
 from rtscore.storage.layout import Entry
@@ -105,7 +104,7 @@ class StageSpec:
             by_split = picked.get(section, {}).get(name)
             if isinstance(by_split, dict):
                 picked[section][name] = {str(split): by_split.get(str(split))}
-        return hashlib.sha256(canonical_json(picked).encode()).hexdigest()
+        return digest(picked)
 
     def input_paths(self, params: Mapping[str, Any], *, optional: bool = False) -> list[str]:
         """The run-relative paths of the inputs (or the optional inputs) for these parameter values."""
@@ -165,15 +164,10 @@ def resume_key(
     may change between a run and its resume), the parameters that select the work and every input's identity
     (:func:`input_identities`). Upstream code is not in it: an upstream edit that changes an input changes its
     identity here, and one that reproduces the same bytes leaves the resume point valid. Unlike the cache key it
-    leaves out the run's location, so a run directory copied elsewhere still resumes."""
-    h = hashlib.sha256()
-    h.update(spec.own_code_hash().encode())
-    h.update(config_hash.encode())
-    for p in spec.params:
-        h.update(f"{p}={params.get(p, '')};".encode())
-    for line in input_identities(spec, run, cfg, params):
-        h.update(f"{line};".encode())
-    return h.hexdigest()
+    leaves out the run's location, so a run directory copied elsewhere still resumes. Composed as every resume key
+    is (:func:`rtscore.identity.resume_key` of the stage's module)."""
+    selected = {p: params.get(p, "") for p in spec.params}
+    return identity_resume_key(spec.module, config_hash, selected, input_identities(spec, run, cfg, params))
 
 
 def record(spec: StageSpec, run: RunDir, rel: str, cfg: PipelineConfig) -> ArtifactRef:

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.stages.seed_records import SeedAttempts, SeedRecorder, forget_seed, read_attempts, stage_checkpoint
 from rtscore.stages.spec import (
     TRAINING_CONFIG,
     ArtifactRef,
@@ -20,6 +19,7 @@ from rtscore.stages.spec import (
 from rtscore.storage import RunDir, RunLayout, StorageError
 from rtscore.train.launch import train_on_devices as run_training
 from rtscore.train.loop import resume_hash
+from rtscore.train.records import SeedAttempts, SeedRecorder, forget_seed, read_attempts, stage_checkpoint
 from rtscore.train.result import SeedResult, read_seed_summary
 
 SEED_OUTPUTS = (RunLayout.BEST_WEIGHTS, RunLayout.SEED_METRICS, RunLayout.SEED_SUMMARY, RunLayout.SEED_CURVES)
@@ -47,11 +47,11 @@ def train_seed(
 ) -> TrainResult:
     """Train (or resume) one seed into ``seeds/seed_<seed>/`` and record its artifacts.
 
-    Every resume checkpoint is recorded in the run root as it is written (:mod:`rtscore.stages.seed_records`),
-    so a run on a fresh worker resumes from the newest one recorded, and only when it was written under the same
-    resume key (this stage's code, the config less the settings free on resume, the inputs' sha256): another is
-    set aside and the seed trains from scratch. ``on_epoch_end(epoch, metrics)`` is called
-    after every epoch (e.g. to advance a progress display).
+    Every resume checkpoint is recorded in the run root as it is written (:mod:`rtscore.train.records`, which
+    records through this stage's :func:`record`), so a run on a fresh worker resumes from the newest one recorded,
+    and only when it was written under the same resume key (this stage's code, the config less the settings free
+    on resume, the inputs' sha256): another is set aside and the seed trains from scratch.
+    ``on_epoch_end(epoch, metrics)`` is called after every epoch (e.g. to advance a progress display).
     """
     run = RunDir(run_dir)
     require_inputs(SPEC, run, seed=seed)
@@ -59,7 +59,9 @@ def train_seed(
         forget_seed(run, seed)
     else:
         stage_checkpoint(run, seed)
-    recorder = SeedRecorder(run, SPEC, cfg, seed)
+    recorder = SeedRecorder(
+        run, seed, record=lambda rel: record(SPEC, run, rel, cfg), keep_last_n=cfg.training.checkpoint.keep_last_n
+    )
     key = resume_key(SPEC, run, cfg, {"seed": seed}, config_hash=resume_hash(cfg))
     result = run_training(
         cfg,

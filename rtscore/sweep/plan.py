@@ -9,7 +9,6 @@ differ from the baseline's, and a variant that trains exactly as another does.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,9 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, JsonValue
 
-from rtscore.config.base import ConfigError, canonical_json
+from rtscore.config.base import ConfigError
 from rtscore.config.overrides import describe
 from rtscore.config.pipeline import PipelineConfig, load_pipeline_config
+from rtscore.identity import digest
 from rtscore.stages.registry import planned_key, spec
 from rtscore.stages.spec import StageSpec
 from rtscore.storage import RunDir, SweepLayout
@@ -123,7 +123,7 @@ def comparison_identity(cfg: PipelineConfig, split: str) -> str:
         "splits": data["splits"],
         "metrics": data["metrics"],
     }
-    return hashlib.sha256(canonical_json(picked).encode()).hexdigest()
+    return digest(picked)
 
 
 def _differing_keys(overrides: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:

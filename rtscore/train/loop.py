@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -18,14 +17,15 @@ from typing import Any, Protocol
 
 import torch
 
-from rtscore.config.base import canonical_json, config_hash
+from rtscore.config.base import config_hash
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.errors import DataValidationError
 from rtscore.data.loading.dataset import build_dataset, build_train_dataset
 from rtscore.data.loading.loader import train_loader, val_loader
 from rtscore.data.loading.sources import class_pixel_counts
 from rtscore.data.normalization.stats import load_normalization_stats
-from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
+from rtscore.identity import SET_ASIDE_DIR, digest, set_aside
+from rtscore.identity import resume_key as identity_resume_key
 from rtscore.losses import ClassBalancedBCELoss, build_loss, global_batch, loss_soft_targets
 from rtscore.metrics import ConfusionCounts, PixelConfusion
 from rtscore.models import build_model, decoder_parameters, encoder_parameters
@@ -58,7 +58,7 @@ _RESUME_FREE = {
 
 
 class CheckpointHooks(Protocol):
-    """What the stage around the loop does with a seed's progress (rtscore.stages.seed_records records it in
+    """What the stage around the loop does with a seed's progress (rtscore.train.records records it in
     the run root, so a pre-empted seed resumes on another worker)."""
 
     def started(self, first_epoch: int) -> None:
@@ -394,12 +394,12 @@ def resume_hash(cfg: PipelineConfig) -> str:
         else:
             for k in keys:
                 data.get(section, {}).pop(k, None)
-    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+    return digest(data)
 
 
 def default_resume_key(cfg: PipelineConfig) -> str:
     """The resume identity without a stage around the loop: :func:`resume_hash` and this module's code closure."""
-    return hashlib.sha256(f"{resume_hash(cfg)}\0{closure_hash(__name__)}".encode()).hexdigest()
+    return identity_resume_key(__name__, resume_hash(cfg))
 
 
 def set_aside_seed(seed_dir: Path, seed: int, path: Path, saved: dict[str, Any], key: str) -> None:

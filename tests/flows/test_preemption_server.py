@@ -25,8 +25,8 @@ import pytest
 from rtscore import stages
 from rtscore.config import parse_pipeline_config
 from rtscore.models import load_checkpoint
-from rtscore.stages.seed_records import read_attempts
 from rtscore.storage import CACHE_ENV, RunDir, RunLayout
+from rtscore.train.records import read_attempts
 from tests.conftest import GCS_TEST_BUCKET
 from tests.flows.configs import tiny_training_config, write_config
 from tests.flows.prefect_server import Server, kill_machine, zombie_server

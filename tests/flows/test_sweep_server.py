@@ -24,11 +24,11 @@ from uuid import UUID
 import pytest
 import yaml
 
-from rtscore.stages.seed_records import read_attempts
 from rtscore.storage import CACHE_ENV, RunDir, RunLayout
 from rtscore.sweep.config import load_sweep_config
 from rtscore.sweep.plan import SweepPlan, plan_sweep
 from rtscore.sweep.run import REPORT_JSON
+from rtscore.train.records import read_attempts
 from tests.flows.configs import tiny_training_config, write_config
 from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, kill_machine, wait_final, zombie_server
 

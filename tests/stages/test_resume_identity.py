@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from rtscore import stages
-from rtscore.stages.seed_records import recorded_checkpoints
 from rtscore.storage import RunDir, RunLayout
+from rtscore.train.records import recorded_checkpoints
 from tests.helpers import PROJECT_ROOT, CodeEdits, copy_run, make_data_run
 from tests.train.conftest import tiny_train_config
 

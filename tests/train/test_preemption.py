@@ -11,9 +11,9 @@ import torch
 
 from rtscore import stages
 from rtscore.models import load_checkpoint
-from rtscore.stages.seed_records import read_attempts, recorded_checkpoints
 from rtscore.storage import CACHE_ENV, RunDir, RunLayout, StorageError
 from rtscore.train import checkpoint as ckpt
+from rtscore.train.records import read_attempts, recorded_checkpoints
 from tests.conftest import GCS_TEST_BUCKET
 from tests.helpers import copy_run, flip_byte
 from tests.train.conftest import tiny_train_config
@@ -94,9 +94,9 @@ def test_a_seed_killed_on_one_worker_resumes_on_a_fresh_one_bit_identically(
 def test_a_damaged_recorded_checkpoint_falls_back_to_the_previous_one(
     gs_data_run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rtscore.stages.seed_records import stage_checkpoint
     from rtscore.stages.spec import record
     from rtscore.stages.train import SPEC
+    from rtscore.train.records import stage_checkpoint
 
     cfg = tiny_train_config()
     uri = gs_data_run
@@ -126,9 +126,9 @@ def test_a_damaged_recorded_checkpoint_falls_back_to_the_previous_one(
 
 
 def test_fresh_forgets_what_the_seed_recorded(tmp_path: Path, data_run: Path) -> None:
-    from rtscore.stages.seed_records import forget_seed
     from rtscore.stages.spec import record
     from rtscore.stages.train import SPEC
+    from rtscore.train.records import forget_seed
 
     cfg = tiny_train_config()
     run_dir = copy_run(data_run, tmp_path / "run")

@@ -8,8 +8,6 @@ split beside it once it is out.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,7 @@ from rtscore.data.splits.regions import SplitResult
 from rtscore.data.store.attrs import StoreAttrs
 from rtscore.data.store.format import StoreLayout
 from rtscore.data.store.writer import base_attrs, write_store
-from rtscore.identity import SourceError, SourceIdentity, closure_hash, source_identity
+from rtscore.identity import SourceError, SourceIdentity, digest, resume_key, source_identity
 
 _log = logging.getLogger(__name__)
 
@@ -159,8 +157,7 @@ def _plan_store(
         pixel_size_m=checked.contract.pixel_size,
     )
     fingerprint = {"config": config_hash(cfg), "data_root": str(root.resolve()), "tiles": [e.tile_id for e in entries]}
-    store_hash = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
-    resume = {"store": store_hash, "root": identity.digest, "code": closure_hash(__name__)}
+    store_hash = digest(fingerprint)
     attrs.update(
         {
             "config": cfg.model_dump(mode="json"),
@@ -171,8 +168,7 @@ def _plan_store(
             "shard_tiles": cfg.store.shard_tiles,
         }
     )
-    resume_key = hashlib.sha256(json.dumps(resume, sort_keys=True).encode()).hexdigest()
-    return StorePlan(layout, attrs, resume_key)
+    return StorePlan(layout, attrs, resume_key(__name__, store_hash, identity.digest))
 
 
 def _write_derived(derived: SplitResult, root: Path, to: DerivedSplitFiles) -> None:

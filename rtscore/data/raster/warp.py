@@ -29,7 +29,6 @@ Rules:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -42,7 +41,6 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from rtscore.config.base import canonical_json
 from rtscore.config.binding import ExtraChannel, RasterBandMap, RasterContract, binding_conflicts
 from rtscore.config.tiling import TilingConfig
 from rtscore.data.raster.bands import EXTRA_SUFFIX
@@ -57,7 +55,7 @@ from rtscore.data.tiling.pixels import (
 )
 from rtscore.data.tiling.scenes import check_resampling, check_scenes, scene_paths
 from rtscore.errors import PipelineError
-from rtscore.identity import closure_hash, file_identity
+from rtscore.identity import file_identity, resume_key
 from rtscore.storage import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -174,8 +172,7 @@ def warp_identity(cfg: TilingConfig, scene: Path) -> str:
             source = getattr(band, key)
             if source is not None and source.path is not None:
                 band_doc[key]["path"] = file_identity(Path(source.path))
-    doc = {"code": closure_hash(__name__), "settings": settings, "scene": file_identity(scene)}
-    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+    return resume_key(__name__, settings, file_identity(scene))
 
 
 # --------------------------------------------------------------------------------------------- the run

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -11,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from rtscore.config.base import canonical_json
 from rtscore.data.store.attrs import StoreAttrs
 from rtscore.data.store.format import StoreLayout
 from rtscore.data.store.writer import base_attrs, write_store
 from rtscore.data.tiles import KIND_CODES, RawTile, StoredSample, nominal_pixel_area_m2
 from rtscore.errors import PipelineError
+from rtscore.identity import digest
 from rtscore.storage import fingerprint
 
 NOISY_DIRS = ("noisy_masks", "mad_masks")
@@ -218,7 +217,7 @@ def import_npz(
     attrs.update(
         {
             "config": {"input": str(root), "legacy_metadata": src.info, "shard_tiles": shard_tiles},
-            "config_hash": hashlib.sha256(canonical_json([source_fp, split, shard_tiles]).encode()).hexdigest(),
+            "config_hash": digest([source_fp, split, shard_tiles]),
             "seed": None,
             "shard_tiles": shard_tiles,
         }

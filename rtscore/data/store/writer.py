@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import multiprocessing
 import shutil
@@ -17,7 +16,8 @@ from rtscore.data.store.attrs import StoreAttrs
 from rtscore.data.store.format import FORMAT, FORMAT_VERSION, StoreLayout, TileStoreError
 from rtscore.data.store.shards import ShardWriter, completed_shards, create_staging, finalize, staging_attrs
 from rtscore.data.tiles import PIXEL_SIZE_M, RawTile
-from rtscore.identity import SET_ASIDE_DIR, closure_hash, set_aside
+from rtscore.identity import SET_ASIDE_DIR, set_aside
+from rtscore.identity import resume_key as identity_resume_key
 
 SYNTHETIC_CRS = "EPSG:3857"  # the CRS rts synth-geotiff writes synthetic scenes in
 _log = logging.getLogger(__name__)
@@ -72,9 +72,7 @@ def write_store(
     if output.exists() and not overwrite:
         raise TileStoreError(f"output {output} already exists; pass overwrite (--overwrite) to replace it")
     staging = staging_path(output)
-    fingerprint = (
-        resume_key or hashlib.sha256(f"{store_attrs['config_hash']}\0{closure_hash(__name__)}".encode()).hexdigest()
-    )
+    fingerprint = resume_key or identity_resume_key(__name__, store_attrs["config_hash"])
     store_attrs = {**store_attrs, "format_version": layout.format_version}
     _prepare_staging(staging, output, layout, fingerprint, restart=restart)
     todo = sorted(set(range(layout.n_shards)) - completed_shards(staging))

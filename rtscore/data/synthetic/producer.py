@@ -14,7 +14,7 @@ from rtscore.data.store.format import StoreLayout
 from rtscore.data.store.writer import base_attrs, write_store
 from rtscore.data.synthetic import plan_tiles, render_context, render_tile
 from rtscore.data.tiles import KIND_CODES, RawTile, TilePlan
-from rtscore.identity import closure_hash
+from rtscore.identity import resume_key
 
 
 class SyntheticProducer:
@@ -88,7 +88,6 @@ def _write_synthetic(
     )
     # Staged shards resume only under the same identity: this module's code closure (the scene renderer
     # included) and the store's config hashes.
-    key = hashlib.sha256(f"{closure_hash(__name__)}\0{sorted(hashes.items())}".encode()).hexdigest()
     return write_store(
         producer,
         layout_for(cfg),
@@ -98,7 +97,7 @@ def _write_synthetic(
         overwrite=overwrite,
         restart=restart,
         progress=progress,
-        resume_key=key,
+        resume_key=resume_key(__name__, hashes),
     )
 
 

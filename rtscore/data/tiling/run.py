@@ -36,7 +36,6 @@ Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field, JsonValue
 
-from rtscore.config.base import canonical_json
 from rtscore.config.splits import SplitError
 from rtscore.config.tiling import Lineage, TilingConfig, resolve_paths
 from rtscore.data.splits.regions import derive_splits
@@ -70,7 +68,7 @@ from rtscore.data.tiling.state import (
     prepare_output,
     record_path,
 )
-from rtscore.identity import closure_hash, file_identity
+from rtscore.identity import file_identity, resume_key
 from rtscore.storage import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -173,8 +171,7 @@ def fingerprint(cfg: TilingConfig) -> str:
     after moving the inputs together is the same run. A record or tile written under another identity is
     never resumed (:func:`prepare_output` sets it aside).
     """
-    identity = {"code": closure_hash(__name__), "settings": identity_settings(cfg)}
-    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
+    return resume_key(__name__, identity_settings(cfg))
 
 
 # --------------------------------------------------------------------------------------------- the run

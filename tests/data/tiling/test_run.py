@@ -27,6 +27,7 @@ from rtscore.data.tiling import pixels as tile_pixels
 from rtscore.data.tiling import run as tiling
 from rtscore.data.tiling.run import TilingError, tile_scenes
 from rtscore.data.tiling.state import iter_records
+from rtscore.identity import resume_key
 
 UTM = "EPSG:32606"
 X0, Y0 = 500_000.0, 7_210_000.0  # upper-left corner of scene A, ~65° N 147° W
@@ -1032,12 +1033,7 @@ def test_lineage_is_recorded_and_part_of_the_identity_and_a_plain_config_keeps_i
         "min_valid_fraction",
     }  # fmt: skip
     doc = json.loads(json.dumps(settings))
-    assert (
-        tiling.fingerprint(plain)
-        == tiling.hashlib.sha256(
-            tiling.canonical_json({"code": tiling.closure_hash(tiling.__name__), "settings": doc}).encode()
-        ).hexdigest()
-    )
+    assert tiling.fingerprint(plain) == resume_key(tiling.__name__, doc)  # the code and these settings, nothing else
     lineage = {"version": "tiles+r1", "parent": "tiles", "parent_fingerprint": "ab" * 32, "counts": {"confirmed": 1}}
     with_lineage = config(mosaic, lineage=lineage, output="next")
     assert with_lineage.lineage is not None and with_lineage.lineage.parent == str(mosaic / "tiles")

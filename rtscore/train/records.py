@@ -14,6 +14,10 @@ run root and in the flow run's logs.
 Order of the records at a checkpoint: best weights, metrics, then the checkpoint itself (the commit point),
 then the attempt. A crash between them leaves the previous checkpoint as the newest recorded one; in
 deterministic mode the epochs after it are trained again bit for bit, rewriting the same best weights.
+
+Recording a file in the run manifest is the stage's business (which stage wrote it, the config hash it ran
+under): training sits below the stages, so the train-seed stage hands :class:`SeedRecorder` a callback that
+records one path (:data:`RecordFn`) instead of this module importing the stage.
 """
 
 from __future__ import annotations
@@ -23,17 +27,20 @@ import os
 import shutil
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from rtscore.config.pipeline import PipelineConfig
-from rtscore.stages.spec import StageSpec, record
 from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_json, layout
 from rtscore.tracking import FLOW_RUN_ENV
 
 _log = logging.getLogger(__name__)
+
+# Records one run-relative path in the run manifest as the stage that trains wrote it (for a gs:// run: uploaded
+# first); what it returns is not used.
+RecordFn = Callable[[str], object]
 
 
 class SeedAttempt(BaseModel):
@@ -145,11 +152,12 @@ class SeedRecorder:
     """Records a seed's checkpoints, best weights, metrics and attempts in the run root as training goes.
 
     The training loop calls :meth:`started` once it knows its first epoch and :meth:`checkpoint_saved` after
-    each resume checkpoint; the stage calls :meth:`finished` once the seed's outputs are written.
+    each resume checkpoint; the stage calls :meth:`finished` once the seed's outputs are written. ``record``
+    records a path in the run manifest (the stage's); ``keep_last_n`` is ``training.checkpoint.keep_last_n``.
     """
 
-    def __init__(self, run: RunDir, spec: StageSpec, cfg: PipelineConfig, seed: int) -> None:
-        self.run, self.spec, self.cfg, self.seed = run, spec, cfg, seed
+    def __init__(self, run: RunDir, seed: int, *, record: RecordFn, keep_last_n: int) -> None:
+        self.run, self.seed, self.record, self.keep_last_n = run, seed, record, keep_last_n
         self.attempts = read_attempts(run, seed)
         self.current: SeedAttempt | None = None
 
@@ -177,12 +185,12 @@ class SeedRecorder:
         seed = self.seed
         for entry in (RunLayout.BEST_WEIGHTS, RunLayout.SEED_METRICS):
             if self.run.at(entry, seed=seed).exists():
-                record(self.spec, self.run, entry.at(seed=seed), self.cfg)
-        record(self.spec, self.run, RunLayout.RESUME_EPOCH.at(seed=seed, epoch=epoch), self.cfg)  # the commit
+                self.record(entry.at(seed=seed))
+        self.record(RunLayout.RESUME_EPOCH.at(seed=seed, epoch=epoch))  # the commit
         if self.current is not None:
             self.current.last_epoch = epoch
             self._record_attempts()
-        for _, rel in recorded_checkpoints(self.run, seed)[: -self.cfg.training.checkpoint.keep_last_n]:
+        for _, rel in recorded_checkpoints(self.run, seed)[: -self.keep_last_n]:
             self.run.delete(rel)  # pruned in the root as locally
 
     def set_aside(self) -> None:
@@ -196,7 +204,7 @@ class SeedRecorder:
     def _record_attempts(self) -> None:
         rel = RunLayout.SEED_ATTEMPTS.at(seed=self.seed)
         atomic_write_json(self.run.path(rel), self.attempts.model_dump(mode="json"))
-        record(self.spec, self.run, rel, self.cfg)
+        self.record(rel)
 
 
 def read_attempts(run: RunDir, seed: int) -> SeedAttempts:
