@@ -186,8 +186,8 @@ def _section(c: Command) -> str:
     doc = " ".join((c.params.__doc__ or "").split())
     rows = [f"| `{o.flag}` | {_value(o)} | {_cell(o.field.description or '')} |" for o in options(c.params)]
     model = c.params.__name__
-    where = "command_params.py" if c.params.__module__.endswith("command_params") else "params.py"
-    parts = [title, "", f"{c.help[0].upper()}{c.help[1:]}.", "", f"Parameters: [`{model}`](../flows/{where}). {doc}"]
+    where = c.params.__module__.replace(".", "/") + ".py"  # the model's own module, wherever it lives
+    parts = [title, "", f"{c.help[0].upper()}{c.help[1:]}.", "", f"Parameters: [`{model}`](../{where}). {doc}"]
     if c.name in NOTES:
         parts += ["", NOTES[c.name]]
     parts += ["", "| option | value | meaning |", "| --- | --- | --- |", *rows]
