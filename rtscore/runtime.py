@@ -105,8 +105,11 @@ def forward_logits(
 
 def all_reduce(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` summed over the ranks of the process group, differentiably: each rank's input gets the sum of
-    every rank's gradient of the output (every rank's loss depends on every rank's input through the sum). What
-    global-batch batch norm and losses of one seed on several devices are built on."""
+    every rank's gradient of the output (every rank's loss depends on every rank's input through the sum).
+
+    The one cross-rank sum of a seed on several devices: global-batch batch norm, the losses' region sums and
+    valid-pixel counts (integer tensors: no gradient, the same sum), the step's loss and sample count of the log
+    (:func:`rtscore.train.distributed.sum_across`). The input is left as it is; the sum is a new tensor."""
     out: torch.Tensor = _sum_across().apply(tensor)
     return out
 

@@ -201,8 +201,9 @@ def device_count(value: str) -> int | str:
 Devices = Annotated[int | Literal["auto"] | None, Cli(parse=device_count, metavar="N")]
 DEVICES_HELP = (
     "Devices N the batch is split over (training.batch_size is the global batch, N x the per-rank batch): the "
-    "profile is per rank and adds DDP's gradient buckets when N > 1; auto: every visible GPU. Empty: "
-    "training.devices of the config (1 where it has none)."
+    "profile is per rank and adds DDP's gradient buckets when N > 1; auto: every visible GPU (1 with "
+    "training.device cpu); more GPUs than visible are refused, as training refuses them. Empty: training.devices "
+    "of the config (1 where it has none)."
 )
 MAX_MEMORY_HELP = (
     "Treat a peak above this many GiB as out of memory: per GPU, or on CPU for all ranks together (a CPU rank's "

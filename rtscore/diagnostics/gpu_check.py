@@ -28,7 +28,8 @@ from rtscore.stages.generate import generate_dataset
 from rtscore.stages.normalization import normalization_stats
 from rtscore.stages.train import train_seed
 from rtscore.storage import RunLayout, atomic_write_text
-from rtscore.train.profile import profile_batch_sizes, render_profile, resolve_devices
+from rtscore.train.distributed import resolve_devices
+from rtscore.train.profile import profile_batch_sizes, render_profile
 
 GIB = 2**30
 log = logging.getLogger(__name__)

@@ -106,10 +106,7 @@ def masked_mean(terms: Tensor, valid: Tensor) -> Tensor:
     """Mean of ``terms`` over ``valid`` pixels; 0 (still attached to the graph) when none is valid."""
     total = torch.where(valid, terms, terms.new_zeros(())).sum()
     if (n := _ranks()) > 1:  # the global batch's mean: see global_batch
-        import torch.distributed as dist
-
-        count = valid.sum()
-        dist.all_reduce(count)
+        count = all_reduce(valid.sum())
         return total * n / count.clamp_min(1).to(terms.dtype)
     return total / valid.sum().clamp_min(1).to(terms.dtype)
 
@@ -117,11 +114,7 @@ def masked_mean(terms: Tensor, valid: Tensor) -> Tensor:
 def any_valid(valid: Tensor) -> Tensor:
     """Whether the batch (the global batch within :func:`global_batch`) has a valid pixel, as a bool tensor."""
     if _ranks() > 1:
-        import torch.distributed as dist
-
-        count = valid.sum()
-        dist.all_reduce(count)
-        return count > 0
+        return all_reduce(valid.sum()) > 0
     return valid.any()
 
 

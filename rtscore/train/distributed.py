@@ -59,19 +59,31 @@ class Ranks:
 SINGLE = Ranks()
 
 
-def resolve_devices(cfg: PipelineConfig) -> int:
-    """The number of ranks ``training.devices`` asks for on this machine: ``auto`` is every visible GPU (one
-    without a GPU, or with ``training.device`` cpu); a number of GPUs beyond the visible ones is refused.
+def resolve_devices(cfg: PipelineConfig, devices: int | str | None = None) -> int:
+    """The number of ranks N one seed takes on this machine: the one rule of training (its launcher), the
+    batch-size profile and the GPU check, so a profile is made for the N that training will run.
+
+    The count is ``devices`` when given (the profile's ``--devices``), else ``training.devices``:
+
+    - a number N >= 1: N GPUs when the seed trains on CUDA (``training.device`` not cpu and a GPU visible),
+      refused when this machine shows fewer (naming how many it shows); N CPU processes otherwise;
+    - ``auto``: every visible GPU when the seed trains on CUDA; 1 without a GPU or with ``training.device`` cpu.
+
+    ``training.batch_size`` is the global batch, each rank takes ``batch_size / N`` of it, so it must divide by N
+    (the config refuses a number that does not when it is loaded; ``auto`` and ``devices`` are only known here).
 
     Raises:
-        DeviceError: more CUDA devices than visible, or a global batch that does not divide among them.
+        DeviceError: N below 1, more CUDA devices than visible, or a global batch that does not divide among them.
     """
     t = cfg.training
+    want: Any = t.devices if devices is None else devices
     cuda = t.device != "cpu" and torch.cuda.is_available()
-    if t.devices == "auto":
+    if want == "auto":
         n = torch.cuda.device_count() if cuda else 1
     else:
-        n = int(t.devices)
+        n = int(want)
+        if n < 1:
+            raise DeviceError(f"training.devices must be at least 1 or auto; got {n}")
         if cuda and n > torch.cuda.device_count():
             raise DeviceError(
                 f"training.devices is {n} but this machine has {torch.cuda.device_count()} visible CUDA device(s); "
@@ -80,9 +92,9 @@ def resolve_devices(cfg: PipelineConfig) -> int:
     if t.batch_size % n:
         raise DeviceError(
             f"training.batch_size {t.batch_size} (the global batch) does not divide among training.devices={n} "
-            f"({t.devices!r} on this machine): set a batch size that is a multiple of {n}"
+            f"({want!r} on this machine): set a batch size that is a multiple of {n}"
         )
-    return max(n, 1)
+    return n
 
 
 def rank_device(device: torch.device, ranks: Ranks) -> torch.device:
@@ -122,9 +134,7 @@ def sum_across(value: float | int, device: torch.device) -> float:
     """``value`` summed over the ranks (itself with one rank), in float64."""
     if world_size() == 1:
         return float(value)
-    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item())
+    return float(all_reduce(torch.tensor([float(value)], dtype=torch.float64, device=device)).item())
 
 
 def gather(obj: T) -> list[T]:

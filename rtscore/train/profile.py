@@ -33,6 +33,7 @@ from rtscore.losses import build_loss, loss_soft_targets, uses_soft_targets
 from rtscore.metrics import LogitBins, PixelConfusion, TileHistogramAccumulator
 from rtscore.models import build_model
 from rtscore.runtime import check_precision, forward_logits, select_device
+from rtscore.train.distributed import resolve_devices
 from rtscore.train.ema import EMA
 from rtscore.train.loop import build_optimizer
 
@@ -70,18 +71,6 @@ class Held:
 
     def gib(self) -> dict[str, float]:
         return {k: v / GIB for k, v in asdict(self).items() if k != "trainable_parameters"}
-
-
-def resolve_devices(cfg: PipelineConfig, devices: int | str | None = None) -> int:
-    """The device count N a profile is per rank of: ``devices``, else ``training.devices``; ``auto`` is every
-    visible GPU (1 without one)."""
-    want: Any = devices if devices is not None else cfg.training.devices
-    if want == "auto":
-        return torch.cuda.device_count() or 1
-    n = int(want)
-    if n < 1:
-        raise ProfileError(f"devices must be at least 1; got {n}")
-    return n
 
 
 def per_rank_batch(global_batch: int, devices: int) -> int:

@@ -10,7 +10,9 @@ import torch
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.models import build_model
+from rtscore.runtime import DeviceError
 from rtscore.train import profile
+from rtscore.train.distributed import resolve_devices
 from rtscore.train.ema import EMA
 from rtscore.train.profile import (
     GIB,
@@ -18,7 +20,6 @@ from rtscore.train.profile import (
     held_memory,
     profile_batch_sizes,
     render_profile,
-    resolve_devices,
     try_batch,
 )
 from tests.train.conftest import tiny_train_config
@@ -159,16 +160,23 @@ def test_per_rank_batch_is_the_global_batch_over_the_devices() -> None:
 
 
 def test_a_global_batch_that_does_not_divide_is_refused() -> None:
-    with pytest.raises(ProfileError, match=r"training\.batch_size 4 .*training\.devices 3"):
+    """Refused as training refuses it (rtscore.train.distributed.resolve_devices), before any trial."""
+    with pytest.raises(DeviceError, match=r"training\.batch_size 4 .*training\.devices=3"):
         profile_batch_sizes(tiny_train_config(), devices=3, max_batch=1)
+    with pytest.raises(ProfileError, match=r"training\.batch_size 4 .*training\.devices 3"):
+        profile.per_rank_batch(4, 3)
 
 
 def test_devices_default_to_the_config() -> None:
-    cfg = tiny_train_config()
+    """The profile's N is training's (one rule: rtscore.train.distributed.resolve_devices), ``devices`` over
+    ``training.devices``."""
+    cfg = tiny_train_config()  # training.device cpu
     assert resolve_devices(cfg, 2) == 2
     assert resolve_devices(cfg) == 1  # training.devices defaults to 1
-    assert resolve_devices(cfg, "auto") == (torch.cuda.device_count() or 1)
-    with pytest.raises(ProfileError):
+    assert resolve_devices(cfg, "auto") == 1  # training.device cpu: one rank whatever GPUs this machine has
+    on_gpu = tiny_train_config(device="auto")
+    assert resolve_devices(on_gpu, "auto") == (torch.cuda.device_count() or 1)
+    with pytest.raises(DeviceError):
         resolve_devices(cfg, 0)
 
 

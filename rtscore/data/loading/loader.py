@@ -1,8 +1,10 @@
-"""DataLoaders of training, one builder for every reader: balanced curriculum batches for train (training and
-the data validation that checks what training will see), sequential tiles for validation."""
+"""DataLoaders of training, one builder for every reader (:func:`build_loader`): balanced curriculum batches for
+train (training and the data validation that checks what training will see), sequential tiles for validation,
+and the data validation's plain pass over a split."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -25,24 +27,46 @@ def seed_worker(worker_id: int) -> None:
     random.seed(s)
 
 
-def make_loader(
-    dataset: TileDataset, *, batch_size: int, shuffle: bool, num_workers: int, seed: int = 0, **kwargs: Any
+def build_loader(
+    dataset: Any,
+    *,
+    num_workers: int,
+    batch_size: int | None = None,
+    batch_sampler: Iterable[Any] | None = None,
+    pin_memory: bool = False,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = False,
+    seed: int | None = None,
 ) -> torch.utils.data.DataLoader[Any]:
-    """A DataLoader with seeded workers and a seeded shuffle generator."""
-    import torch
+    """The one DataLoader constructor: every reader's loader is built here, so workers, their seeding and the
+    batch order are set in one place. Batches come either in the dataset's order (``batch_size``) or as a batch
+    sampler plans them (``batch_sampler``); exactly one of the two is given.
 
-    g = torch.Generator()
-    g.manual_seed(seed)
-    return torch.utils.data.DataLoader(
-        dataset,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
-        batch_size=batch_size,
-        shuffle=shuffle,
-        num_workers=num_workers,
-        worker_init_fn=seed_worker,
-        generator=g,
-        persistent_workers=kwargs.pop("persistent_workers", False) and num_workers > 0,
-        **kwargs,
-    )
+    Args:
+        dataset: A map-style dataset (:class:`TileDataset` or one wrapping it).
+        num_workers: Worker processes (0: batches load in this process). With workers, each is seeded by
+            :func:`seed_worker`, prefetches ``prefetch_factor`` batches (None: torch's default) and is kept across
+            epochs when ``persistent_workers``.
+        batch_size: Sequential tiles in batches of this size, the last one partial.
+        batch_sampler: The batches to load, each a list of dataset indices (the balanced curriculum sampler).
+        pin_memory: Pin host memory for the copies to the GPU.
+        prefetch_factor: Batches each worker loads ahead.
+        persistent_workers: Keep the workers alive across epochs.
+        seed: Seed of the loader's own generator, which draws the workers' base seed; None draws it from torch's
+            global RNG, as training seeds it (and so advances that RNG each epoch, as it always has).
+    """
+    if (batch_size is None) == (batch_sampler is None):
+        raise ValueError("build_loader takes either batch_size or batch_sampler")
+    kw: dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory}
+    if batch_sampler is not None:
+        kw["batch_sampler"] = batch_sampler
+    else:
+        kw.update(batch_size=batch_size, shuffle=False)
+    if num_workers > 0:  # torch refuses these without workers
+        kw.update(worker_init_fn=seed_worker, prefetch_factor=prefetch_factor, persistent_workers=persistent_workers)
+    if seed is not None:
+        kw["generator"] = torch.Generator().manual_seed(seed)
+    return torch.utils.data.DataLoader(dataset, **kw)  # any map-style dataset, not only Dataset subclasses
 
 
 def positive_flags(ds: TileDataset) -> np.ndarray:
@@ -53,17 +77,16 @@ def positive_flags(ds: TileDataset) -> np.ndarray:
     return np.array([(ds.source[int(i)].label == 1).any() for i in ds.indices])
 
 
-def _loader_kwargs(cfg: PipelineConfig, device_cuda: bool, num_workers: int | None = None) -> dict[str, Any]:
+def _configured(cfg: PipelineConfig, num_workers: int | None = None) -> dict[str, Any]:
+    """:func:`build_loader`'s settings from ``data.loader``: pinned memory only with a GPU to copy to; a
+    ``num_workers`` override (a reader that takes a few batches) keeps no persistent workers."""
     lc = cfg.data.loader
-    workers = lc.num_workers if num_workers is None else num_workers
-    kw: dict[str, Any] = {"num_workers": workers, "pin_memory": lc.pin_memory and device_cuda}
-    if workers > 0:
-        kw.update(
-            prefetch_factor=lc.prefetch_factor,
-            persistent_workers=lc.persistent_workers and num_workers is None,
-            worker_init_fn=seed_worker,
-        )
-    return kw
+    return {
+        "num_workers": lc.num_workers if num_workers is None else num_workers,
+        "pin_memory": lc.pin_memory and torch.cuda.is_available(),
+        "prefetch_factor": lc.prefetch_factor,
+        "persistent_workers": lc.persistent_workers and num_workers is None,
+    }
 
 
 def train_loader(
@@ -94,12 +117,7 @@ def train_loader(
         rank=rank,
         world_size=world_size,
     )
-    loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
-        ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
-        batch_sampler=sampler,
-        **_loader_kwargs(cfg, torch.cuda.is_available(), num_workers),
-    )
-    return loader, sampler
+    return build_loader(ds, batch_sampler=sampler, **_configured(cfg, num_workers)), sampler
 
 
 def val_loader(cfg: PipelineConfig, ds: TileDataset, *, batch_size: int | None = None) -> Any:
@@ -112,12 +130,7 @@ def val_loader(cfg: PipelineConfig, ds: TileDataset, *, batch_size: int | None =
     """
     if len(ds) == 0:
         raise DataValidationError(_no_usable_tile(ds))
-    return torch.utils.data.DataLoader(
-        ds,  # type: ignore[arg-type]  # torch's stub wants a Dataset subclass; any map-style dataset works
-        batch_size=batch_size or cfg.training.batch_size,
-        shuffle=False,
-        **_loader_kwargs(cfg, torch.cuda.is_available()),
-    )
+    return build_loader(ds, batch_size=batch_size or cfg.training.batch_size, **_configured(cfg))
 
 
 def _no_usable_tile(ds: Any) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.loading.dataset import build_dataset, build_train_dataset
-from rtscore.data.loading.loader import make_loader, positive_flags, train_loader
+from rtscore.data.loading.loader import build_loader, positive_flags, train_loader
 from rtscore.data.loading.sampler import positive_share, realised_ratio
 from rtscore.data.store.reader import ZarrTileStore
 from rtscore.data.tiles import LABEL_VALUES
@@ -96,7 +96,8 @@ def iterate_split(
     if len(ds) == 0:
         out.add("non_empty_split", False, f"split {split} has no usable tiles (store {store})", split)
         return None
-    loader = make_loader(ds, batch_size=kw["batch_size"], shuffle=False, num_workers=kw["num_workers"])
+    # the loader's own generator (seed 0): the workers' seeds do not depend on, nor advance, torch's global RNG
+    loader = build_loader(ds, batch_size=kw["batch_size"], num_workers=kw["num_workers"], seed=0)
     c = cfg.channels.count
     n, s1, s2 = np.zeros(c), np.zeros(c), np.zeros(c)
     ok = True
