@@ -59,14 +59,15 @@ class Ranks:
 SINGLE = Ranks()
 
 
-def resolve_devices(cfg: PipelineConfig, devices: int | str | None = None) -> int:
+def resolve_devices(cfg: PipelineConfig, devices: int | str | None = None, *, this_machine: bool = True) -> int:
     """The number of ranks N one seed takes on this machine: the one rule of training (its launcher), the
     batch-size profile and the GPU check, so a profile is made for the N that training will run.
 
     The count is ``devices`` when given (the profile's ``--devices``), else ``training.devices``:
 
     - a number N >= 1: N GPUs when the seed trains on CUDA (``training.device`` not cpu and a GPU visible),
-      refused when this machine shows fewer (naming how many it shows); N CPU processes otherwise;
+      refused when this machine shows fewer (naming how many it shows) unless ``this_machine`` is False (a batch
+      profile made here, on one GPU, for the ranks of a larger machine); N CPU processes otherwise;
     - ``auto``: every visible GPU when the seed trains on CUDA; 1 without a GPU or with ``training.device`` cpu.
 
     ``training.batch_size`` is the global batch, each rank takes ``batch_size / N`` of it, so it must divide by N
@@ -84,7 +85,7 @@ def resolve_devices(cfg: PipelineConfig, devices: int | str | None = None) -> in
         n = int(want)
         if n < 1:
             raise DeviceError(f"training.devices must be at least 1 or auto; got {n}")
-        if cuda and n > torch.cuda.device_count():
+        if this_machine and cuda and n > torch.cuda.device_count():
             raise DeviceError(
                 f"training.devices is {n} but this machine has {torch.cuda.device_count()} visible CUDA device(s); "
                 "set training.devices to auto or at most that number"

@@ -373,7 +373,7 @@ def profile_batch_sizes(
     global batch (``devices`` x per-rank) that fits. ``devices``: N ranks (default ``training.devices``)."""
     device = device or select_device(cfg)
     check_precision(cfg.training.precision, device)
-    n = resolve_devices(cfg, devices)
+    n = resolve_devices(cfg, devices, this_machine=False)  # a profile may be for a larger machine's ranks
     configured_per_rank = per_rank_batch(cfg.training.batch_size, n)
     model = build_model(cfg.model.model_copy(update={"encoder_weights": None}), cfg.channels).to(device).train()
     if cfg.training.channels_last:
