@@ -260,7 +260,7 @@ def _write_chips(
             _log.info("scene %s: %d chips (%d of %d)", scene.scene_id, len(todo), written_n, len(chosen))
 
 
-def _finish(oroot: CampaignRoot, header: ReviewHeader, order: Sequence[int], extras: Sequence[Extra]) -> list[Path]:
+def _finish(oroot: CampaignRoot, header: ReviewHeader, order: Sequence[int], extras: Sequence[Extra]) -> None:
     """Write the manifest (in the selection's ``order``) and ``review.json`` last, then the extras, and publish.
 
     Last because a manifest and header mark a finished export; the extras read them, and a gs:// output gets every
@@ -273,7 +273,6 @@ def _finish(oroot: CampaignRoot, header: ReviewHeader, order: Sequence[int], ext
     for extra in extras:
         files += extra(out)
     oroot.publish(files)
-    return files
 
 
 # ------------------------------------------------------------------------------------------------ checks

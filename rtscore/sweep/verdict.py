@@ -140,7 +140,7 @@ def _fmt_digits(*values: float) -> int:
 
 
 def _paired_seeds(baseline: Sequence[float], variant: Sequence[float], seeds: Sequence[int]) -> list[int]:
-    """The seeds as ints, once each values pair up: :func:`judge` refuses what it cannot pair or read as a number.
+    """The seeds as ints, once the values pair up with them: :func:`judge` refuses what it cannot pair or read.
 
     Every refusal names what to fix (the seed, or which side's count differs) so the sweep's caller can drop or
     re-run exactly that seed instead of judging on a silently truncated or NaN-poisoned pairing.
