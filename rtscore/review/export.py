@@ -133,6 +133,33 @@ def export_review(
     summary = _read_json(summary_path)
     mapped_with = str((summary.get("mapping_identity") or {}).get("package_sha256", ""))
     pkg = Path(package)
+    this, contract = _package_that_mapped(pkg, mapped_with, croot)
+    selection = _with_threshold(selection, pkg)
+    crs, objects = _read_objects(objects_path)
+    ref = CampaignRef(
+        uri=croot.uri, objects_sha256=sha256_file(objects_path), package_sha256=this, crs_wkt=crs.to_wkt()
+    )
+    tiling, cfg = _tiling(tiling_config)
+    regions, splits = _regions_and_splits(objects, crs, cfg)
+    chosen = select(objects, selection, regions)
+    rid = review_id(ref, selection, [o.object_id for o in chosen])
+    plan = _plan(chosen, crs, _read_index(_fetch(croot, INDEX_FILE)))
+    _precheck_local_scenes(plan, contract)
+    oroot = CampaignRoot(output, cache_dir=cache_dir)
+    done = _prepare_output(oroot.local, rid, overwrite)
+    header = _header(rid, ref, selection, chips, tiling, len(chosen))
+    run = _ChipRun(oroot.local, rid, contract, crs, chips, regions, splits, cache_dir)
+    _write_chips(run, croot, plan, chosen, done)
+    _finish(oroot, header, [o.object_id for o in chosen], extras)
+    return header
+
+
+def _package_that_mapped(pkg: Path, mapped_with: str, croot: CampaignRoot) -> tuple[str, RasterContract]:
+    """The package's identity (``package_sha256``) and input raster contract, once it is the one that mapped.
+
+    A review's chips and ids stand for what that package saw: another package (even a retrained one of the same
+    name) is refused before any object, scene or output is touched, naming both sha256 prefixes.
+    """
     try:
         this = package_sha256(pkg)
     except PipelineError as err:
@@ -146,33 +173,69 @@ def export_review(
         mc = read_model_config(pkg / MODEL)
     except PipelineError as err:
         raise ReviewError(f"package {pkg}: {err}") from None
-    contract = input_contract(mc.contract, None)
-    selection = _with_threshold(selection, pkg)
-    crs, objects = _read_objects(objects_path)
-    ref = CampaignRef(
-        uri=croot.uri, objects_sha256=sha256_file(objects_path), package_sha256=this, crs_wkt=crs.to_wkt()
-    )
-    tiling, cfg = _tiling(tiling_config)
+    return this, input_contract(mc.contract, None)
+
+
+def _regions_and_splits(
+    objects: Sequence[RtsObject], crs: Any, cfg: TilingConfig | None
+) -> tuple[dict[int, str | None], dict[str, str]]:
+    """Each object's region and each region's split under the tiling config; both empty without a config.
+
+    The regions drive the stratified selection and, with the splits, each chip's manifest line, so a reviewer sees
+    whether an object would land in train, val or test.
+    """
     regions = _regions(objects, crs, cfg) if cfg is not None else {}
     splits = region_splits(cfg.splits) if cfg is not None and cfg.splits else {}
-    chosen = select(objects, selection, regions)
-    rid = review_id(ref, selection, [o.object_id for o in chosen])
-    scenes = _read_index(_fetch(croot, INDEX_FILE))
-    plan = _plan(chosen, crs, scenes)
-    _precheck_local_scenes(plan, contract)
-    oroot = CampaignRoot(output, cache_dir=cache_dir)
-    out = oroot.local
-    done = _prepare_output(out, rid, overwrite)
+    return regions, splits
 
-    header = ReviewHeader(
+
+def _header(
+    rid: str, ref: CampaignRef, selection: Selection, chips: ChipSettings, tiling: TilingRef | None, n: int
+) -> ReviewHeader:
+    """The review's ``review.json`` record: what was reviewed, how it was chosen and cut, and the exporting code.
+
+    Built before any chip is written but written last (by :func:`_finish`), so a review directory with a header is a
+    complete one.
+    """
+    return ReviewHeader(
         review_id=rid,
         campaign=ref,
         selection=selection,
         chips=chips,
         tiling=tiling,
-        n_objects=len(chosen),
+        n_objects=n,
         code_sha256=closure_hash(__name__),
     )
+
+
+@dataclass(frozen=True, eq=False)
+class _ChipRun:
+    """What every chip of one export is cut with: the local review directory, the review id, the raster contract,
+    the campaign CRS, the chip settings, the objects' regions and the regions' splits, and the scene cache."""
+
+    out: Path
+    rid: str
+    contract: RasterContract
+    crs: Any
+    chips: ChipSettings
+    regions: Mapping[int, str | None]
+    splits: Mapping[str, str]
+    cache_dir: str | Path | None
+
+
+def _write_chips(
+    run: _ChipRun,
+    croot: CampaignRoot,
+    plan: Mapping[SceneRef, list[RtsObject]],
+    chosen: Sequence[RtsObject],
+    done: set[int],
+) -> None:
+    """Write the chips not ``done`` scene by scene, each chip's manifest line appended to the work file at once.
+
+    One scene is open (or downloaded) at a time, so memory does not grow with the campaign; the work file, headed by
+    the review id, is what lets a re-run of the same review skip the chips already written.
+    """
+    out, rid = run.out, run.rid
     (out / CHIPS_DIR).mkdir(parents=True, exist_ok=True)
     work = out / WORK_FILE
     gs_scenes = _gs_scenes(croot, plan)
@@ -188,20 +251,28 @@ def export_review(
             todo = [o for o in objs if o.object_id not in done]
             if not todo:
                 continue
-            with _open_scene(scene, gs_scenes.get(scene.scene_id), contract, todo, cache_dir) as raster:
+            with _open_scene(scene, gs_scenes.get(scene.scene_id), run.contract, todo, run.cache_dir) as raster:
                 for o in todo:
-                    line = _write_chip(raster, o, scene, crs, chips, regions, splits, out)
+                    line = _write_chip(raster, o, scene, run.crs, run.chips, run.regions, run.splits, out)
                     wf.write(line + "\n")
                     wf.flush()
             written_n += len(todo)
             _log.info("scene %s: %d chips (%d of %d)", scene.scene_id, len(todo), written_n, len(chosen))
-    written = _write_manifest(out, work, [o.object_id for o in chosen])
+
+
+def _finish(oroot: CampaignRoot, header: ReviewHeader, order: Sequence[int], extras: Sequence[Extra]) -> None:
+    """Write the manifest (in the selection's ``order``) and ``review.json`` last, then the extras, and publish.
+
+    Last because a manifest and header mark a finished export; the extras read them, and a gs:// output gets every
+    file, the extras' included, in one publish.
+    """
+    out = oroot.local
+    written = _write_manifest(out, out / WORK_FILE, order)
     atomic_write_text(out / HEADER_FILE, header.model_dump_json(indent=2) + "\n")
     files = [out / MANIFEST_FILE, out / HEADER_FILE, *written]
     for extra in extras:
         files += extra(out)
     oroot.publish(files)
-    return header
 
 
 # ------------------------------------------------------------------------------------------------ checks

@@ -84,8 +84,6 @@ def place_objects(
     src: ReviewInputs, cfg: TilingConfig, cfg_path: Path, *, held_out: HeldOut, new_regions: NewRegions
 ) -> Plan:
     """Each judged object in its cells, regions and split; the held-out and new-region rules applied."""
-    import shapely
-
     if cfg.splits is None:
         raise ReviewError(
             f"{cfg_path}: no `splits`: without them the split is derived per root and could move a region to "
@@ -93,6 +91,30 @@ def place_objects(
         )
     split_of = region_splits(cfg.splits)
     inventory = read_inventory(cfg)
+    placed, cell_regions = _place_on_grid(src, cfg, inventory)
+    judged = [p for p in placed if p.verdict.verdict != "unsure"]
+    _check_in_regions(judged, src, cfg, cfg_path)
+    new_train = _new_train_regions(judged, split_of, src, cfg_path, new_regions)
+    splits = {k: list(v) for k, v in cfg.splits.items()}
+    if new_train:
+        splits["train"] = [*splits.get("train", []), *new_train]
+    held = _held_out_objects(judged, split_of, src, cfg_path, held_out)
+    added = _decide_outcomes(judged, held, split_of, src, cfg, held_out)
+    _check_not_ingested(judged, inventory, src, cfg)
+    focus_scenes, earlier_areas = _focus(cfg, added)
+    return Plan(placed, splits, new_train, added, focus_scenes, earlier_areas, inventory, cell_regions)
+
+
+def _place_on_grid(
+    src: ReviewInputs, cfg: TilingConfig, inventory: Inventory
+) -> tuple[list[PlacedObject], dict[tuple[int, int], str | None]]:
+    """Every judged object (in the verdicts' order) with the grid cells it touches and their regions.
+
+    An unsure object gets its outcome at once and no cells: nothing of it is cut. Each cell's region is asked of
+    ``RegionOf`` once and kept (the second value), so objects sharing a cell agree and ingest reuses the answer.
+    """
+    import shapely
+
     region_of = RegionOf(cfg, inventory)
     ts, px = cfg.grid.tile_size, cfg.grid.pixel_size
     placed: list[PlacedObject] = []
@@ -109,13 +131,27 @@ def place_objects(
             if (c.col, c.row) not in cell_regions:
                 cell_regions[(c.col, c.row)] = region_of(c, inventory.touching(c))
         p.cell_regions = [cell_regions[(c.col, c.row)] for c in p.cells]
-    judged = [p for p in placed if p.verdict.verdict != "unsure"]
+    return placed, cell_regions
+
+
+def _check_in_regions(judged: list[PlacedObject], src: ReviewInputs, cfg: TilingConfig, cfg_path: Path) -> None:
+    """Refuse judged objects in a grid cell whose centre is in no region: such a cell has no split to go to."""
     outside = [p.obj.object_id for p in judged if None in p.cell_regions]
     if outside:
         raise ReviewError(
             f"{src.verdicts_path}: object(s) {outside} lie in grid cells whose centre is in no region of "
             f"{cfg.regions.path} ({cfg_path}): extend the regions"
         )
+
+
+def _new_train_regions(
+    judged: list[PlacedObject], split_of: dict[str, str], src: ReviewInputs, cfg_path: Path, new_regions: NewRegions
+) -> list[str]:
+    """The regions of judged objects that are in no split, put in train (``split_of`` updated) or refused.
+
+    A region new to the config must not slip into a split silently: ``--new-regions train`` says so explicitly,
+    and the round's splits then list it under train (sorted, so the config is the same on a re-run).
+    """
     unknown = {r for p in judged for r in p.cell_regions if r is not None and r not in split_of}
     new_train: list[str] = []
     if unknown:
@@ -127,9 +163,16 @@ def place_objects(
             )
         new_train = sorted(unknown)
         split_of.update({r: "train" for r in new_train})
-    splits = {k: list(v) for k, v in cfg.splits.items()}
-    if new_train:
-        splits["train"] = [*splits.get("train", []), *new_train]
+    return new_train
+
+
+def _held_out_objects(
+    judged: list[PlacedObject], split_of: dict[str, str], src: ReviewInputs, cfg_path: Path, held_out: HeldOut
+) -> list[PlacedObject]:
+    """The judged objects touching a val/test region; refused with ``held_out`` refuse.
+
+    Adding them would change the val/test set between rounds, so it takes an explicit ``--held-out`` choice.
+    """
     held = [p for p in judged if any(split_of[str(r)] in HELD_OUT for r in p.cell_regions)]
     if held and held_out == "refuse":
         which = [f"{p.obj.object_id} ({_names(p, split_of)})" for p in held]
@@ -137,6 +180,22 @@ def place_objects(
             f"{src.verdicts_path}: object(s) {_listed(which)} lie in val/test regions of {cfg_path}: adding them "
             "would change the val/test set; --held-out skip leaves them out, add puts them in their split"
         )
+    return held
+
+
+def _decide_outcomes(
+    judged: list[PlacedObject],
+    held: list[PlacedObject],
+    split_of: dict[str, str],
+    src: ReviewInputs,
+    cfg: TilingConfig,
+    held_out: HeldOut,
+) -> list[str]:
+    """Each judged object's outcome (region, strictest split, uid), and the local scenes the round adds.
+
+    The scenes of included objects must be local files (``rts tile`` reads local scenes); every missing one is named
+    in one error. A scene not yet in the config's scenes is returned once, in the objects' order.
+    """
     every_scene = {p.resolve() for p in scene_paths(cfg.scenes)}
     added: list[str] = []
     missing: list[str] = []
@@ -170,6 +229,12 @@ def place_objects(
             added.append(str(scene))
     if missing:
         raise ReviewError(f"{src.manifest_path}: " + "; ".join(missing))
+    return added
+
+
+def _check_not_ingested(judged: list[PlacedObject], inventory: Inventory, src: ReviewInputs, cfg: TilingConfig) -> None:
+    """Refuse objects whose uid is already in the round's inventory: the same review ingested twice would confirm
+    its polygons twice."""
     known = set(inventory.uids)
     again = [p.obj.object_id for p in judged if p.outcome is not None and p.outcome.uid in known]
     if again:
@@ -177,13 +242,20 @@ def place_objects(
             f"{src.verdicts_path}: object(s) {again} are already confirmed in the round's inventory "
             f"{cfg.polygons.path} (this review was ingested before); judge them unsure or leave them out"
         )
+
+
+def _focus(cfg: TilingConfig, added: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The round's focus scenes (an earlier ingest's, then the added ones) and the earlier focus areas.
+
+    An earlier ingest's scenes stay cut only around its areas, so they carry over; a scene added again is listed once.
+    """
     earlier_scenes: list[str] = []
     earlier_areas: list[dict[str, Any]] = []
     if cfg.focus is not None:  # an earlier ingest's: its scenes stay cut only around its areas
         earlier_scenes = [str(s) for s in scene_paths(cfg.focus.scenes)]
         earlier_areas = read_polygons(cfg.focus.path, cfg.grid.crs)
     focus_scenes = earlier_scenes + [a for a in added if a not in earlier_scenes]
-    return Plan(placed, splits, new_train, added, focus_scenes, earlier_areas, inventory, cell_regions)
+    return focus_scenes, earlier_areas
 
 
 def _grid_geometry(obj: ReviewObject, src: ReviewInputs, grid_crs: str) -> Any:

@@ -139,23 +139,14 @@ def _fmt_digits(*values: float) -> int:
     return min(6, max(3, -math.floor(math.log10(smallest * (1 + 1e-9)))))
 
 
-def judge(
-    baseline: Sequence[float],
-    variant: Sequence[float],
-    seeds: Sequence[int],
-    *,
-    confidence: float = 0.95,
-    margin: float = 0.0,
-    max_seeds: int = 10,
-) -> Judgement:
-    """The verdict of ``variant`` against ``baseline`` (per-seed values, paired by position, for ``seeds``).
+def _paired_seeds(baseline: Sequence[float], variant: Sequence[float], seeds: Sequence[int]) -> list[int]:
+    """The seeds as ints, once the values pair up with them: :func:`judge` refuses what it cannot pair or read.
 
-    Higher values of the metric are better. Raises :class:`VerdictError` (naming the seed) on values that are not
-    finite, on lengths that differ, on a seed listed twice, or on no seed at all.
+    Every refusal names what to fix (the seed, or which side's count differs) so the sweep's caller can drop or
+    re-run exactly that seed instead of judging on a silently truncated or NaN-poisoned pairing.
     """
     import numpy as np
 
-    _check_rule(confidence, margin, max_seeds)
     seeds = [int(x) for x in seeds]
     if not seeds:
         raise VerdictError("cannot judge a variant on no seed: both the baseline and the variant must train one")
@@ -174,40 +165,105 @@ def judge(
                     f"the {side}'s value for seed {seed} is {v!r}, not a finite number: "
                     f"re-run or drop that seed's validation before judging"
                 )
+    return seeds
 
-    d = np.asarray(variant, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
+
+def _judge_one_seed(
+    m: float, seeds: list[int], verdict: VerdictName, k: int, *, confidence: float, margin: float, max_seeds: int
+) -> Judgement:
+    """The judgement on a single paired seed: no spread, so no interval; the reason says how many seeds to train.
+
+    Kept apart from the paired case because one difference has no std: std, interval and resolution stay null and
+    the reason asks for seeds (or says ``max_seeds`` allows none) instead of describing an interval.
+    """
+    pct = f"{100 * confidence:g}%"
+    nd = _fmt_digits(m, margin)
+    if verdict == "undecided":
+        reason = (
+            f"{m:+.{nd}f} on one seed ({seeds[0]}) has no spread to judge it by: "
+            f"train {k} paired seeds (add {k - 1}) for a {pct} paired interval"
+        )
+    else:
+        reason = (
+            f"{m:+.{nd}f} on one seed ({seeds[0]}) has no spread to judge it by and max_seeds={max_seeds} "
+            f"allows no second seed, so no difference can be called beyond seed noise"
+        )
+    return Judgement(
+        seeds=seeds,
+        mean_diff=m,
+        std_diff=None,
+        ci_low=None,
+        ci_high=None,
+        confidence=confidence,
+        margin=margin,
+        verdict=verdict,
+        seeds_to_decide=k if verdict == "undecided" else None,
+        reason=reason,
+    )
+
+
+def _paired_reason(
+    head: str,
+    verdict: VerdictName,
+    *,
+    m: float,
+    s: float,
+    lo: float,
+    hi: float,
+    n: int,
+    k: int,
+    nd: int,
+    margin: float,
+    max_seeds: int,
+    resolvable: float | None,
+) -> str:
+    """The one sentence saying why the paired interval ``head`` got ``verdict``.
+
+    "within noise" has four distinct causes (identical runs, an interval inside the margin, a mean inside the
+    margin, or an effect below the seed budget's resolution ``resolvable``), and the reason names the one that
+    applies so the reader knows whether more seeds could ever help.
+    """
+    mg = f"{margin:.{nd}f}"
+    if verdict == "better":
+        return f"{head} lies above 0 and the mean is beyond the margin {mg}"
+    if verdict == "worse":
+        return f"{head} lies below 0 and the mean is beyond the margin -{mg}"
+    if verdict == "undecided":
+        return (
+            f"{head} straddles 0, but at this spread {k} paired seeds would separate it from 0 "
+            f"(add {k - n} seeds to decide)"
+        )
+    if s == 0.0 and m == 0.0:
+        return f"{head}: the variant equals the baseline on every seed"
+    if -margin < lo and hi < margin:
+        return f"{head} lies within ±{mg}, the margin: no difference that counts"
+    if abs(m) <= margin:
+        return f"{head}: the mean difference is within the margin ±{mg}, so more seeds would not make it count"
+    at = f"{resolvable:.{nd}f}" if resolvable is not None else "unbounded"
+    return (
+        f"{head} straddles 0 and even {max_seeds} seeds would not separate it from 0 at this spread "
+        f"(|mean| would need to exceed {at}): any effect is below what this seed budget can see"
+    )
+
+
+def _judge_paired(
+    d: NDArray[np.float64],
+    seeds: list[int],
+    verdict: VerdictName,
+    k: int,
+    *,
+    confidence: float,
+    margin: float,
+    max_seeds: int,
+) -> Judgement:
+    """The judgement on two or more paired seeds: mean, std, the paired t interval and the budget's resolution.
+
+    The interval and ``resolvable`` are recomputed here (not taken from :func:`verdict_codes`) because the reason
+    and the record show them; the verdict itself comes from the shared rule so both can never disagree.
+    """
     n = d.size
-    codes, to_decide = verdict_codes(d[None, :], confidence=confidence, margin=margin, max_seeds=max_seeds)
-    verdict = VERDICTS[int(codes[0])]
     m = float(d.mean())
     pct = f"{100 * confidence:g}%"
-
-    if n == 1:
-        nd = _fmt_digits(m, margin)
-        if verdict == "undecided":
-            k = int(to_decide[0])
-            reason = (
-                f"{m:+.{nd}f} on one seed ({seeds[0]}) has no spread to judge it by: "
-                f"train {k} paired seeds (add {k - 1}) for a {pct} paired interval"
-            )
-        else:
-            reason = (
-                f"{m:+.{nd}f} on one seed ({seeds[0]}) has no spread to judge it by and max_seeds={max_seeds} "
-                f"allows no second seed, so no difference can be called beyond seed noise"
-            )
-        return Judgement(
-            seeds=seeds,
-            mean_diff=m,
-            std_diff=None,
-            ci_low=None,
-            ci_high=None,
-            confidence=confidence,
-            margin=margin,
-            verdict=verdict,
-            seeds_to_decide=int(to_decide[0]) if verdict == "undecided" else None,
-            reason=reason,
-        )
-
     s = float(d.std(ddof=1))
     f = _half_width_factors(confidence, max(n, max_seeds))
     h = float(f[n]) * s
@@ -215,29 +271,20 @@ def judge(
     resolvable = float(f[max_seeds]) * s if max_seeds >= 2 else None
     nd = _fmt_digits(m, s, margin)
     head = f"{m:+.{nd}f} ± {s:.{nd}f} ({pct} paired interval {lo:+.{nd}f} to {hi:+.{nd}f} over {n} seeds)"
-    mg = f"{margin:.{nd}f}"
-    k = int(to_decide[0])
-    if verdict == "better":
-        reason = f"{head} lies above 0 and the mean is beyond the margin {mg}"
-    elif verdict == "worse":
-        reason = f"{head} lies below 0 and the mean is beyond the margin -{mg}"
-    elif verdict == "undecided":
-        reason = (
-            f"{head} straddles 0, but at this spread {k} paired seeds would separate it from 0 "
-            f"(add {k - n} seeds to decide)"
-        )
-    elif s == 0.0 and m == 0.0:
-        reason = f"{head}: the variant equals the baseline on every seed"
-    elif -margin < lo and hi < margin:
-        reason = f"{head} lies within ±{mg}, the margin: no difference that counts"
-    elif abs(m) <= margin:
-        reason = f"{head}: the mean difference is within the margin ±{mg}, so more seeds would not make it count"
-    else:
-        at = f"{resolvable:.{nd}f}" if resolvable is not None else "unbounded"
-        reason = (
-            f"{head} straddles 0 and even {max_seeds} seeds would not separate it from 0 at this spread "
-            f"(|mean| would need to exceed {at}): any effect is below what this seed budget can see"
-        )
+    reason = _paired_reason(
+        head,
+        verdict,
+        m=m,
+        s=s,
+        lo=lo,
+        hi=hi,
+        n=n,
+        k=k,
+        nd=nd,
+        margin=margin,
+        max_seeds=max_seeds,
+        resolvable=resolvable,
+    )
     return Judgement(
         seeds=seeds,
         mean_diff=m,
@@ -251,6 +298,35 @@ def judge(
         reason=reason,
         resolvable=resolvable,
     )
+
+
+def judge(
+    baseline: Sequence[float],
+    variant: Sequence[float],
+    seeds: Sequence[int],
+    *,
+    confidence: float = 0.95,
+    margin: float = 0.0,
+    max_seeds: int = 10,
+) -> Judgement:
+    """The verdict of ``variant`` against ``baseline`` (per-seed values, paired by position, for ``seeds``).
+
+    Higher values of the metric are better. Raises :class:`VerdictError` (naming the seed) on values that are not
+    finite, on lengths that differ, on a seed listed twice, or on no seed at all.
+    """
+    import numpy as np
+
+    _check_rule(confidence, margin, max_seeds)
+    paired = _paired_seeds(baseline, variant, seeds)
+    d = np.asarray(variant, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
+    codes, to_decide = verdict_codes(d[None, :], confidence=confidence, margin=margin, max_seeds=max_seeds)
+    verdict = VERDICTS[int(codes[0])]
+    k = int(to_decide[0])
+    if d.size == 1:
+        return _judge_one_seed(
+            float(d.mean()), paired, verdict, k, confidence=confidence, margin=margin, max_seeds=max_seeds
+        )
+    return _judge_paired(d, paired, verdict, k, confidence=confidence, margin=margin, max_seeds=max_seeds)
 
 
 def false_positive_rate(confidence: float = 0.95) -> float:
