@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -47,13 +46,14 @@ def test_unknown_backbone_is_a_clear_error() -> None:
         build_model(ModelConfig(architecture="segformer", backbone="resnet18", encoder_weights=None), ChannelsConfig())
 
 
-def test_missing_imagenet_weights_fail_fast_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_imagenet_weights_fail_fast_offline(monkeypatch: pytest.MonkeyPatch, network_calls: list[str]) -> None:
+    """Fast: no connection tried and no hub download asked for (the hub client would retry for ~30 s); the time
+    it takes is a bench figure (bench/fail_fast_bench.py)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
-    t0 = time.perf_counter()
     with pytest.raises(ModelConfigError, match=r"not in the local cache .*model.encoder_weights"):
         build_model(ModelConfig(architecture="unet", backbone="resnet18", encoder_weights="imagenet"), ChannelsConfig())
-    assert time.perf_counter() - t0 < 20
+    assert network_calls == []
 
 
 def test_local_encoder_weights_file_is_loaded_and_extra_channels_patched(tmp_path: Path) -> None:
