@@ -211,7 +211,10 @@ def time_per_chip(campaign: Path, pkg: Path, work: Path, repeats: int) -> dict[s
         n = header.n_objects
         per_chip.append(dt / n)
         log(f"  repeat {r + 1}: {n} chips in {dt:.2f} s = {1000 * dt / n:.2f} ms per chip")
-    sizes = [int(json.loads(line)["chip_window"][2]) for line in (work / "review-0" / "manifest.jsonl").open()]
+    sizes = [
+        int(json.loads(line)["chip_window"][2])
+        for line in (work / "review-0" / "manifest.jsonl").read_text().splitlines()
+    ]
     return {
         "objects": n,
         "ms_per_chip_median": 1000 * statistics.median(per_chip),

@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -133,4 +134,32 @@ def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         return real(path, chunk)
 
     monkeypatch.setattr(files, "sha256_file", counting)
+    return calls
+
+
+@pytest.fixture
+def network_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every name looked up, network connection attempted and hub download asked for, each refused at once (so a
+    test of an offline failure never waits on the network): what "fails fast" means, counted instead of timed."""
+    import socket
+
+    import huggingface_hub
+
+    calls: list[str] = []
+
+    def getaddrinfo(host: object, port: object, *args: object, **kwargs: object) -> list[Any]:
+        calls.append(f"getaddrinfo {host!r}")
+        raise socket.gaierror(socket.EAI_NONAME, f"test: no name lookup ({host!r})")
+
+    def connect(sock: socket.socket, address: object) -> None:
+        calls.append(f"connect {address!r}")
+        raise ConnectionRefusedError(f"test: no network ({address!r})")
+
+    def hf_hub_download(repo_id: str, *args: object, **kwargs: object) -> str:
+        calls.append(f"hf_hub_download {repo_id}")
+        raise ConnectionError(f"test: no download of {repo_id}")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
     return calls

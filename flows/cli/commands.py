@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -359,16 +358,11 @@ def review_ingest(p: ReviewIngestParams) -> int:
 
 
 def review_serve(p: ReviewServeParams) -> int:
-    """`rts review serve`: the review page over http until Ctrl-C."""
-    from rtscore.review.serve import serve
+    """`rts review serve`: the review page over http until Ctrl-C (SIGINT) or SIGTERM, however it was started."""
+    from rtscore.review.serve import serve_until_stopped
 
-    server, url = serve(Path(p.review), host=p.host, port=p.port)  # served from a background thread
-    print(f"serving {p.review} at {url} (Ctrl-C stops)", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-        server.server_close()
+    def announce(url: str) -> None:
+        print(f"serving {p.review} at {url} (Ctrl-C stops)", flush=True)
+
+    serve_until_stopped(Path(p.review), p.host, p.port, on_ready=announce)
     return 0

@@ -1,14 +1,26 @@
 """``rts review serve``: the review directory over a local, read-only HTTP server, for a browser or tool that
-refuses pages opened from ``file://`` (the page itself needs no server)."""
+refuses pages opened from ``file://`` (the page itself needs no server).
+
+``rts review serve`` runs it until SIGINT (Ctrl-C) or SIGTERM (:func:`serve_until_stopped`), however it was started: a
+process started in the background of a non-interactive shell (``rts review serve review/ &`` in a script, a CI job,
+a test run started that way) inherits SIGINT *ignored*, and Python then installs no KeyboardInterrupt for it, so
+Ctrl-C and ``kill -INT`` would not stop it; and SIGTERM's default ends the process without shutting the server
+down. Both handlers are installed explicitly (the cause of the Prefect workers' SIGTERM issue was the same ignored
+SIGINT: docs/cloud.md, "Stopping workers").
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import logging
+import signal
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rtscore.review.manifest import PAGE_FILE, ReviewError
@@ -59,3 +71,51 @@ def serve(review_dir: Path, host: str = "127.0.0.1", port: int = 0) -> tuple[htt
     if ":" in shown:
         shown = f"[{shown}]"
     return server, f"http://{shown}:{bound_port}/{PAGE_FILE}"
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread as SIGINT raises KeyboardInterrupt (a BaseException too: no ``except
+    Exception`` on the way swallows it)."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated(signum)
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM end the block quietly, whatever their dispositions were when this process started (module
+    docstring); the previous handlers are put back after it. Main thread only (``signal.signal``)."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.getsignal(s) for s in stops}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    except (KeyboardInterrupt, _Terminated):
+        pass
+    finally:
+        for s, handler in previous.items():
+            if handler is not None:  # None: a handler not installed from Python, left as it is
+                signal.signal(s, handler)
+
+
+def serve_until_stopped(
+    review_dir: Path, host: str, port: int, on_ready: Callable[[str], object] = lambda url: None
+) -> None:
+    """:func:`serve` until SIGINT or SIGTERM, then shut the server down and close its socket (and return).
+
+    The handlers are installed before the server starts and ``on_ready(url)`` announces it, so a signal sent as soon
+    as the page is announced is never lost. Call it from the main thread.
+
+    Raises:
+        ReviewError: as :func:`serve`.
+    """
+    with _stopped_by_signals():
+        server, url = serve(review_dir, host=host, port=port)  # served from a background thread
+        try:
+            on_ready(url)
+            threading.Event().wait()
+        finally:
+            server.shutdown()
+            server.server_close()

@@ -207,7 +207,7 @@ def nodata_mismatch(warped: Path) -> float:
     with rasterio.open(warped) as f:
         alpha = f.read(4) > 0
         rows, cols = np.mgrid[0 : f.height, 0 : f.width]
-        xs, ys = f.transform * (cols.ravel() + 0.5, rows.ravel() + 0.5)
+        xs, ys = f.transform @ (cols.ravel() + 0.5, rows.ravel() + 0.5)
         ux, uy = transform(f.crs, UTM, list(xs), list(ys))
     c = (np.asarray(ux) - (X0 + SHIFT * GSD)) / GSD
     r = (Y0 - np.asarray(uy)) / GSD

@@ -10,6 +10,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from bench.review_export_bench import write_campaign
 from flows.params import ReviewExportParams, ReviewIngestParams
 from flows.review import review_export, review_ingest
@@ -23,6 +25,7 @@ from rtscore.review.manifest import (
     iter_objects,
     read_header,
 )
+from tests.flows.prefect_server import default_sigint
 from tests.review import test_ingest
 from tests.review.test_ingest import MAIN, verdict_doc, write_verdicts
 
@@ -57,11 +60,50 @@ def test_review_ingest_flow_cuts_the_next_data_root(prefect_harness: None, world
     assert (tmp_path / "tiles-r1" / "review" / "ingest.json").is_file() and result.version == "tiles+r1"
 
 
-def test_rts_review_serve_serves_the_page_until_ctrl_c(tmp_path: Path) -> None:
-    campaign, package = write_campaign(tmp_path / "campaign", 3, 1, 256)
-    run.export(str(campaign), str(package), str(tmp_path / "review"), Selection(), ChipSettings())
-    cmd = [sys.executable, "-m", "flows.cli.main", "review", "serve", str(tmp_path / "review"), "--port", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+def ignore_sigint() -> None:
+    """SIGINT ignored in a process about to exec, as a background job of a non-interactive shell starts
+    (``rts review serve review/ &`` in a script, a CI job, a test run started that way)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.fixture(scope="module")
+def served_review(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("serve")
+    campaign, package = write_campaign(tmp / "campaign", 3, 1, 256)
+    run.export(str(campaign), str(package), str(tmp / "review"), Selection(), ChipSettings())
+    return tmp / "review"
+
+
+def test_the_wrapper_starts_a_process_with_sigint_ignored() -> None:
+    """The premise of the next test's ignored case: the exec'd interpreter starts with SIGINT ignored (Python then
+    installs no KeyboardInterrupt handler), and with it at its default under :func:`default_sigint`."""
+    code = (
+        "import signal; h = signal.getsignal(signal.SIGINT); "
+        "print({signal.SIG_IGN: 'ignored', signal.default_int_handler: 'KeyboardInterrupt'}.get(h, repr(h)))"
+    )
+    for preexec, seen in ((ignore_sigint, "ignored"), (default_sigint, "KeyboardInterrupt")):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=preexec, timeout=60, check=True
+        )
+        assert done.stdout.strip() == seen
+
+
+@pytest.mark.parametrize("started", ["sigint-default", "sigint-ignored"])
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_rts_review_serve_serves_the_page_until_ctrl_c_or_sigterm(
+    served_review: Path, started: str, stop: signal.Signals
+) -> None:
+    """`rts review serve` stops cleanly (exit status 0) on SIGINT and on SIGTERM, also when started with SIGINT
+    ignored (the server installs both handlers itself: rtscore/review/serve.py)."""
+    cmd = [sys.executable, "-m", "flows.cli.main", "review", "serve", str(served_review), "--port", "0"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,  # a Ctrl-C at the terminal running the tests does not reach it
+        preexec_fn=ignore_sigint if started == "sigint-ignored" else default_sigint,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -70,5 +112,9 @@ def test_rts_review_serve_serves_the_page_until_ctrl_c(tmp_path: Path) -> None:
         with urllib.request.urlopen(url[1], timeout=10) as r:
             assert r.status == 200 and r.headers["Content-Type"] == "text/html"
     finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 0
+        proc.send_signal(stop)
+        try:
+            assert proc.wait(timeout=20) == 0
+        finally:
+            proc.kill()  # a no-op once it has stopped
+            proc.wait()

@@ -5,7 +5,6 @@ nothing. Config-load rules: tests/config/test_pipeline.py."""
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -145,10 +144,13 @@ def test_weights_that_do_not_fit_are_refused_naming_the_file(tmp_path: Path) -> 
         build_model(_dpt(weights="lvd", decoder_channels=NARROW), FOUR)
 
 
-def test_a_hub_tag_offline_fails_fast_saying_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_tag_offline_fails_fast_saying_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, network_calls: list[str]
+) -> None:
+    """Fast: no connection tried and no hub download asked for; the time it takes is a bench figure
+    (bench/fail_fast_bench.py)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
-    t0 = time.perf_counter()
     with pytest.raises(
         ModelConfigError,
         match=r"DINOv3 weights lvd1689m for tu-vit_small_patch16_dinov3 \(timm/vit_small_patch16_dinov3\.lvd1689m\) "
@@ -156,7 +158,7 @@ def test_a_hub_tag_offline_fails_fast_saying_what_to_do(monkeypatch: pytest.Monk
         r"weights file, or to null",
     ):
         build_model(_dpt(weights="lvd1689m", decoder_channels=NARROW), FOUR)
-    assert time.perf_counter() - t0 < 20
+    assert network_calls == []
 
 
 def test_a_packaged_dpt_loads_back_with_its_weights(small: Any, tmp_path: Path) -> None:

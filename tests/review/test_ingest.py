@@ -185,7 +185,10 @@ def header(world: Path) -> ReviewHeader:
 
 
 def verdict_doc(world: Path, verdicts: dict[int, str]) -> dict[str, Any]:
-    objects = [ReviewObject.model_validate_json(line) for line in (world / "review" / "manifest.jsonl").open()]
+    objects = [
+        ReviewObject.model_validate_json(line)
+        for line in (world / "review" / "manifest.jsonl").read_text().splitlines()
+    ]
     vs = [Verdict(object_id=k, verdict=v, reviewer="ab", time="2026-12-02T07:09:41Z") for k, v in verdicts.items()]  # type: ignore[arg-type]
     return verdicts_geojson(header(world), objects, vs, reviewer="ab", exported="2026-12-02T07:10:00Z")
 

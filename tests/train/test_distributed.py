@@ -25,13 +25,16 @@ pytestmark = pytest.mark.slow
 
 SEED = 7
 # Two ranks sum a batch's gradients, batch-norm statistics and loss terms in another order than one process. The
-# first steps agree to float32 rounding (|Δloss| ~1e-7); then AdamW turns the rounding of near-zero gradients
-# (biases a batch norm cancels) into full-size ±lr updates, which this tiny model (4 tiles a batch, 2 x 2 deepest
-# features) amplifies. So the reference is the same amplification of another reduction order in one process: the
-# one-device run on 1 thread instead of 2. Measured here over 12 steps: 1 vs 2 threads differ by up to 6e-5 in the
-# loss and end 15 % of their travel apart; 2 ranks vs 1 by 2e-4 and 22 %. The bounds: a few times the reference,
-# and absolute floors in case a machine's kernels give the same sums on any thread count.
-FIRST_STEPS_TOL = 1e-6  # the first two steps: one AdamW step from identical weights
+# first steps agree to float32 rounding on some machines (|Δloss| ~1e-7); then AdamW turns the rounding of near-zero
+# gradients (biases a batch norm cancels) into full-size ±lr updates, which this tiny model (4 tiles a batch, 2 x 2
+# deepest features) amplifies, on other machines from step 2 on. So every bound is relative to the same
+# amplification of another reduction order in one process, measured in the same run: the one-device run on another
+# thread count (1 instead of the default; 2 where the default is 1). Measured over 12 steps on the 2-core project
+# machine: 1 vs 2 threads differ by up to 6e-5 in the loss and end 15 % of their travel apart; 2 ranks vs 1 by 2e-4
+# and 22 %, the first two steps by 7e-8. On another CPU: 1 vs 2 threads by up to 3.9e-4, 2 ranks vs 1 at step 2 by
+# 1.8e-5. The bounds: a few times the reference (a fraction of it for the first steps), and absolute floors in case
+# a machine's kernels give the same sums on any thread count.
+FIRST_X = 0.25  # the first two steps (one AdamW step from identical weights): |Δloss| <= FIRST_X x the reference
 LOSS_TOL, LOSS_X = 1e-3, 10.0  # every step: |Δloss| <= max(LOSS_TOL, LOSS_X x the thread reference)
 DRIFT_TOL, DRIFT_X = 0.4, 3.0  # |w(2 ranks) - w(1)| / |w(1) - w(initial)| <= max(DRIFT_TOL, DRIFT_X x reference)
 
@@ -66,7 +69,8 @@ def test_two_ranks_take_the_one_device_steps_and_merge_the_validation_pool_exact
     start = initial_weights(data_run, tmp_path)
     one = launch_steps(tiny_train_config(devices=1), copy_run(data_run, tmp_path / "one"), epochs=4, n=1)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    ref_threads = 2 if threads == 1 else 1  # another thread count, always: the same one would be no reference
+    torch.set_num_threads(ref_threads)
     try:
         ref = launch_steps(tiny_train_config(devices=1), copy_run(data_run, tmp_path / "ref"), epochs=4, n=1)
     finally:
@@ -77,11 +81,14 @@ def test_two_ranks_take_the_one_device_steps_and_merge_the_validation_pool_exact
     ref_gap = max(abs(a - b) for a, b in zip(one["losses"], ref["losses"], strict=True))
     travel = distance(one["state"], start)
     drift, ref_drift = distance(one["state"], two["state"]) / travel, distance(one["state"], ref["state"]) / travel
+    # A CPU run is deterministic: a reference of exactly 0 means the thread count changed no sum on this machine
+    # (any changed sum is amplified as above), so it measured nothing; the every-step floor stands in for it there.
+    first_steps_bound = FIRST_X * (ref_gap if ref_gap > 0 else LOSS_TOL)
     print(
-        f"2 ranks vs 1: |Δloss| <= {max(gaps):.1e} (first steps {max(gaps[:2]):.1e}), drift {drift:.3f}; "
-        f"1 vs {threads} threads: |Δloss| <= {ref_gap:.1e}, drift {ref_drift:.3f}"
+        f"2 ranks vs 1: |Δloss| <= {max(gaps):.1e} (first steps {max(gaps[:2]):.1e}, bound {first_steps_bound:.1e}), "
+        f"drift {drift:.3f}; {ref_threads} vs {threads} threads: |Δloss| <= {ref_gap:.1e}, drift {ref_drift:.3f}"
     )
-    assert max(gaps[:2]) <= FIRST_STEPS_TOL, gaps
+    assert max(gaps[:2]) <= first_steps_bound, (gaps, ref_gap)
     assert max(gaps) <= max(LOSS_TOL, LOSS_X * ref_gap), gaps
     assert drift <= max(DRIFT_TOL, DRIFT_X * ref_drift), (drift, ref_drift)
     # the ranks' shards of the pool, gathered, are the pool one process collects with the same weights: exactly

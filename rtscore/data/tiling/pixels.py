@@ -124,7 +124,7 @@ def _source_window(src: DatasetReader, cell: GridCell, grid_crs: str) -> Any:
     xs = np.concatenate([x0 + (x1 - x0) * t, np.full(9, x1), x1 - (x1 - x0) * t, np.full(9, x0)])
     ys = np.concatenate([np.full(9, y0), y0 + (y1 - y0) * t, np.full(9, y1), y1 - (y1 - y0) * t])
     sx, sy = transform(grid_crs, src.crs, xs.tolist(), ys.tolist())
-    cols, rows = ~src.transform * (np.asarray(sx), np.asarray(sy))
+    cols, rows = ~src.transform @ (np.asarray(sx), np.asarray(sy))
     if not (np.isfinite(cols).all() and np.isfinite(rows).all()):
         return None
     c0 = max(math.floor(float(np.min(cols))) - MARGIN_PX, 0)

@@ -592,7 +592,7 @@ def test_ndvi_from_scene_bands_and_a_companion_dem_in_another_crs(tmp_path: Path
         from rasterio.warp import transform as warp_points
 
         row, col = np.argwhere(alpha)[len(np.argwhere(alpha)) // 2]
-        cx, cy = t * (col + 0.5, row + 0.5)
+        cx, cy = t @ (col + 0.5, row + 0.5)
         (clon,), _ = warp_points("EPSG:3857", "EPSG:4326", [cx], [cy])
         assert abs(ex[1][row, col] - 1000 * (clon + 148)) < 0.5
     assert nan_seen, "NDVI is NaN (declared nodata) where nir + red is 0"

@@ -48,7 +48,8 @@ def test_good_data_passes_and_writes_report(good_run: Path, tmp_path: Path) -> N
     assert (run / "validation" / "report.md").read_text().startswith("# Data validation: PASSED")
     from PIL import Image
 
-    assert Image.open(run / "validation" / "samples.png").size[0] > 100
+    with Image.open(run / "validation" / "samples.png") as samples:
+        assert samples.size[0] > 100
 
 
 def test_label_value_outside_set_names_tile(good_run: Path, tmp_path: Path) -> None:
