@@ -41,3 +41,4 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/review_export_bench.py
 	$(BIN)/python bench/review_loop.py
 	$(BIN)/python bench/load_verify_bench.py
+	$(BIN)/python bench/fail_fast_bench.py

@@ -312,7 +312,7 @@ class VerifyParams(FormModel):
 
 class ReviewServeParams(FormModel):
     """`rts review serve`: the review page over http on this machine, for a browser or tool that refuses pages
-    opened from the file system (the page itself needs no server). Stops with Ctrl-C."""
+    opened from the file system (the page itself needs no server). Stops with Ctrl-C or SIGTERM."""
 
     review: Annotated[str, Cli(positional=True, parse=local_path)] = Field(
         ..., description="The review directory (rts review export's output, copied here if it is in a bucket)."
