@@ -13,6 +13,7 @@ from flows.failures import flow
 from flows.params import ReviewExportParams, ReviewIngestParams
 from flows.ui import artifact_key
 from rtscore.mapping.outputs import CampaignRoot
+from rtscore.report import md_table
 from rtscore.review.ingest import IngestResult
 from rtscore.review.manifest import MANIFEST_FILE, PAGE_FILE, ChipSettings, ReviewHeader, Selection, iter_objects
 from rtscore.storage import absolute_location
@@ -38,13 +39,12 @@ def review_export(params: ReviewExportParams) -> ReviewHeader:
         root = CampaignRoot(output)
         page = root.uri_of(PAGE_FILE)
         places = Counter((o.region or "-", o.split or "-") for o in iter_objects(root.path(MANIFEST_FILE)))
-        rows = "".join(f"| {region} | {split} | {n} |\n" for (region, split), n in sorted(places.items()))
+        table = md_table(["region", "split", "objects"], [(r, s, n) for (r, s), n in sorted(places.items())])
         md = (
             f"# Review {header.review_id[:12]}\n\n{header.n_objects} objects of {header.campaign.uri} "
             f"(selection `{header.selection.mode}`) in {output}.\n\nOpen `{page}` in a browser (from the file system "
             "or the bucket; no server needed), judge each chip with the keyboard, export the verdicts, then run "
-            "`rts review ingest` (or the review-ingest flow) on the file.\n\n"
-            f"| region | split | objects |\n|---|---|---|\n{rows}"
+            "`rts review ingest` (or the review-ingest flow) on the file.\n\n" + "\n".join(table) + "\n"
         )
         create_markdown_artifact(key=artifact_key("review-export"), markdown=md, description="Review export")
         return header

@@ -33,18 +33,15 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
+from flows.render import NOT_AVAILABLE, render_calibration_markdown, render_training_markdown
+from rtscore import evaluation
 from rtscore.config import PipelineConfig
 from rtscore.data.splits.regions import read_split_result
 from rtscore.data.store.format import read_store_attrs
 from rtscore.data.tiling.run import TilingManifest
-from rtscore.evaluation import TestReport
+from rtscore.evaluation import TestReport, ratio_label, render_test_markdown
+from rtscore.report import md_table
 from rtscore.stages import ArtifactRef, CalibrationResult, TestResult, TrainResult
-from rtscore.stages.render import (
-    NOT_AVAILABLE,
-    render_calibration_markdown,
-    render_test_markdown,
-    render_training_markdown,
-)
 from rtscore.storage import RunDir, RunLayout
 
 GCS_CONSOLE = "https://console.cloud.google.com/storage/browser"
@@ -210,13 +207,22 @@ def publish_summary(
 ) -> None:
     """The stage's markdown summary (what ran, its artifacts, key figures), then an artifact per artifact
     (:func:`publish_links`) when ``run_dir`` is given."""
-    rows = "\n".join(f"| {r.stage} | `{r.path}` | {r.bytes:,} | `{r.sha256[:12]}` |" for r in refs)
-    md = f"# {title}\n\n| stage | artifact | bytes | sha256 |\n|---|---|---|---|\n{rows}\n"
+    table = md_table(
+        ["stage", "artifact", "bytes", "sha256"],
+        [[r.stage, f"`{r.path}`", f"{r.bytes:,}", f"`{r.sha256[:12]}`"] for r in refs],
+    )
+    md = f"# {title}\n\n" + _block(table)
     if extra is not None:
         md += "\n" + extra()
     create_markdown_artifact(key=artifact_key(key), markdown=md, description=title)
     if run_dir:
         publish_links(run_dir, refs)
+
+
+def _block(table: list[str]) -> str:
+    """A table's lines as a block of a summary, newline-ended; a table without rows keeps the blank line after its
+    separator that these summaries have always had."""
+    return "\n".join(table if len(table) > 2 else [*table, ""]) + "\n"
 
 
 def publish_markdown(key: str, md: str, description: str) -> None:
@@ -240,14 +246,14 @@ def publish_tiling(manifest: TilingManifest) -> None:
     """What `rts tile` wrote: tiles per class and region, what was skipped, the polygons tiled, and the run's
     warnings (thin splits, downsampling without `average`, a derivation that fails on the tiles written)."""
     c = manifest.counts
-    rows = "\n".join(f"| {name} | {n} |" for name, n in manifest.regions.items())
+    regions = _block(md_table(["region", "tiles"], list(manifest.regions.items())))
     md = (
         f"# Tiles of {manifest.output}\n\n{c.tiles} tiles ({c.positive} positive, {c.negative} negative; "
         f"{manifest.resumed_tiles} kept from an earlier run) of {c.candidate_tiles} grid cells: "
         f"{c.skipped_no_valid_pixels} without valid pixels, {c.skipped_sparse} under min_valid_fraction, "
         f"{c.skipped_outside_regions} outside the regions.\n\n"
         f"Polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile, "
-        f"{c.polygons_outside_scenes} touching no scene.\n\n| region | tiles |\n|---|---|\n{rows}\n"
+        f"{c.polygons_outside_scenes} touching no scene.\n\n{regions}"
     )
     if manifest.warnings:
         md += "\n## Warnings\n\n" + "".join(f"- {w}\n" for w in manifest.warnings)
@@ -286,17 +292,23 @@ def publish_data_pipeline(run_dir: str, refs: dict[str, ArtifactRef], datasets: 
 
 def _datasets_md(run_dir: str, refs: list[ArtifactRef]) -> str:
     """Key figures of the generated stores (from their attributes)."""
-    lines = ["| split | source | seed | tile size | channels | MB |", "|---|---|---|---|---|---|"]
+    rows = []
     for ref in refs:
         try:
             a = read_store_attrs(RunDir(run_dir).path(ref.path))
         except Exception:  # a summary never fails a stage
             continue
-        lines.append(
-            f"| {a.get('split', ref.path)} | {a.get('source', '?')} | {a.get('seed', '?')} | {a.get('tile_size', '?')} "
-            f"| {', '.join(a.get('channel_names', []))} | {ref.bytes / 1e6:.1f} |"
+        rows.append(
+            [
+                a.get("split", ref.path),
+                a.get("source", "?"),
+                a.get("seed", "?"),
+                a.get("tile_size", "?"),
+                ", ".join(a.get("channel_names", [])),
+                f"{ref.bytes / 1e6:.1f}",
+            ]
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(md_table(["split", "source", "seed", "tile size", "channels", "MB"], rows)) + "\n"
 
 
 def derived_split_md(run_dir: str) -> str:
@@ -387,14 +399,14 @@ def report_tables(report: TestReport) -> tuple[list[dict[str, Any]], list[dict[s
     """(mean ± std per ratio and metric, per-seed metrics per ratio) of a test report; an undefined mean or
     std (NaN) is ``n/a``."""
     aggregate = [
-        {"ratio": _ratio(tag), "metric": metric, "mean": cell(s.mean), "std": cell(s.std), "text": s.text}
+        {"ratio": ratio_label(tag), "metric": metric, "mean": cell(s.mean), "std": cell(s.std), "text": s.text}
         for tag, metrics in report.aggregate.items()
         for metric, s in metrics.items()
     ]
     per_seed = [
         {
             "seed": p.seed,
-            "ratio": _ratio(tag),
+            "ratio": ratio_label(tag),
             "threshold": cell(p.threshold),
             "temperature": cell(p.temperature),
             **{k: cell(v) for k, v in m.items()},
@@ -406,14 +418,10 @@ def report_tables(report: TestReport) -> tuple[list[dict[str, Any]], list[dict[s
 
 
 def results_table(report: TestReport) -> list[dict[str, Any]]:
-    """The guide's results table: a row per metric, a column per ratio, cells ``mean ± std`` over seeds."""
-    tags = list(report.aggregate)
-    metrics = list(report.aggregate[tags[0]]) if tags else []
-    return [{"metric": m, **{_ratio(t): report.aggregate[t][m].text for t in tags}} for m in metrics]
-
-
-def _ratio(tag: str) -> str:
-    return tag.replace("_", ":")
+    """The guide's results table (:func:`rtscore.evaluation.results_table`: a row per metric, a column per ratio,
+    cells ``mean ± std`` over seeds) as a table artifact's rows."""
+    heads, rows = evaluation.results_table(report.aggregate)
+    return [{"metric": label, **dict(zip(heads, cells, strict=True))} for label, *cells in rows]
 
 
 def _seeds_note(report: TestReport) -> str:

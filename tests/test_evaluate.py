@@ -7,6 +7,7 @@ import pytest
 
 from rtscore.config.base import dump_yaml
 from rtscore.config.deployment import DeploymentConfig
+from rtscore.evaluation import render_test_markdown
 from rtscore.evaluation.evaluate import (
     EvaluationError,
     SeedEvaluation,
@@ -17,7 +18,6 @@ from rtscore.evaluation.evaluate import (
     pixel_confusion_at_ratio,
 )
 from rtscore.metrics import LogitBins, ObjectCounter, TileHistograms
-from rtscore.stages.render import render_test_markdown
 from tests.helpers import calibrated_deployment
 
 

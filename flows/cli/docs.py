@@ -12,6 +12,7 @@ from pathlib import Path
 
 from flows.cli.main import COMMANDS, Command
 from flows.cli.options import Option, _kind, _without_none, options
+from rtscore.report import md_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
 Q = "configs/quickstart.yaml"
@@ -178,19 +179,20 @@ def _value(opt: Option) -> str:
 
 
 def _cell(text: str) -> str:
+    """A description as one table cell: whitespace folded, ``|`` escaped, ``<`` kept from reading as HTML."""
     return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
 
 
 def _section(c: Command) -> str:
     title = f"## `rts {c.name}`" + (" (alias " + ", ".join(f"`rts {a}`" for a in c.aliases) + ")" if c.aliases else "")
     doc = " ".join((c.params.__doc__ or "").split())
-    rows = [f"| `{o.flag}` | {_value(o)} | {_cell(o.field.description or '')} |" for o in options(c.params)]
+    rows = [[f"`{o.flag}`", _value(o), _cell(o.field.description or "")] for o in options(c.params)]
     model = c.params.__name__
     where = c.params.__module__.replace(".", "/") + ".py"  # the model's own module, wherever it lives
     parts = [title, "", f"{c.help[0].upper()}{c.help[1:]}.", "", f"Parameters: [`{model}`](../{where}). {doc}"]
     if c.name in NOTES:
         parts += ["", NOTES[c.name]]
-    parts += ["", "| option | value | meaning |", "| --- | --- | --- |", *rows]
+    parts += ["", *md_table(["option", "value", "meaning"], rows)]
     parts += ["", "```bash", *EXAMPLES[c.name], "```", ""]
     return "\n".join(parts)
 

@@ -57,8 +57,8 @@ def data(params: DataParams) -> int:
 
 def train(params: TrainParams) -> int:
     flow_params = _start_flow(params.flow_params(), "train-seed")
+    from flows.render import render_training
     from flows.train import multi_seed_train, train_seed
-    from rtscore.stages.render import render_training
 
     results = multi_seed_train(flow_params) if isinstance(flow_params, MultiSeedParams) else [train_seed(flow_params)]
     print(render_training(results))
@@ -68,7 +68,7 @@ def train(params: TrainParams) -> int:
 def pipeline(params: PipelineParams) -> int:
     params = _start_flow(params, "generate-dataset")
     from flows.pipeline import pipeline as pipeline_flow
-    from rtscore.stages.render import render_calibration, render_training
+    from flows.render import render_calibration, render_training
 
     out = pipeline_flow(params)
     print(render_training(out.training))
@@ -83,7 +83,7 @@ def pipeline(params: PipelineParams) -> int:
 def calibrate(params: SeedStageParams) -> int:
     params = _start_flow(params, "logit-cache")
     from flows.calibrate import calibrate as calibrate_flow
-    from rtscore.stages.render import render_calibration
+    from flows.render import render_calibration
 
     print(render_calibration(calibrate_flow(params)))
     print(f"deployment config: {params.run_dir}/{RunLayout.DEPLOYMENT_CONFIG.at()}")

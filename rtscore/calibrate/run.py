@@ -35,6 +35,7 @@ from rtscore.errors import PipelineError
 from rtscore.inference.context import needs_context
 from rtscore.metrics import ObjectCounter, object_metrics, weighted_hist
 from rtscore.metrics.objects import iou_tag
+from rtscore.report import md_table
 
 
 class CalibrationError(PipelineError):
@@ -418,22 +419,37 @@ def render_report(
         if rows:
             metric = "PR-AUC" if gate == "tta" else "large-RTS PR-AUC"
             side = "precision drop" if gate == "tta" else "FP-rate rise"
-            lines += [f"| {gate} candidate | {metric} | gain | {side} | passes |", "|---|---|---|---|---|"]
-            for r in rows:
-                lines.append(
-                    f"| {r['name']} | {r['metric_mean']:.4f} | {r['gain_mean']:+.2%} | {r['side_mean']:+.2%} | "
-                    f"{'yes' if r['passes'] else 'no'} |"
-                )
+            lines += md_table(
+                [f"{gate} candidate", metric, "gain", side, "passes"],
+                [
+                    [
+                        r["name"],
+                        f"{r['metric_mean']:.4f}",
+                        f"{r['gain_mean']:+.2%}",
+                        f"{r['side_mean']:+.2%}",
+                        "yes" if r["passes"] else "no",
+                    ]
+                    for r in rows
+                ],
+            )
             lines.append("")
-    lines += ["| seed | T | NLL before → after | ECE before → after | threshold | precision | recall |"]
-    lines.append("|---|---|---|---|---|---|---|")
+    seed_rows = []
     for s, r in reports.items():
         t, op = r.temperature, r.operating
         flag = "" if r.threshold_source == "target_precision" else " (**max-F1 fallback**: target not reachable)"
-        lines.append(
-            f"| {s} | {t.T:.3f} | {t.nll_before:.4f} → {t.nll_after:.4f} | {t.ece_before:.4f} → "
-            f"{t.ece_after:.4f} | {op.threshold:.4f}{flag} | {op.precision:.3f} | {op.recall:.3f} |"
+        seed_rows.append(
+            [
+                s,
+                f"{t.T:.3f}",
+                f"{t.nll_before:.4f} → {t.nll_after:.4f}",
+                f"{t.ece_before:.4f} → {t.ece_after:.4f}",
+                f"{op.threshold:.4f}{flag}",
+                f"{op.precision:.3f}",
+                f"{op.recall:.3f}",
+            ]
         )
+    header = ["seed", "T", "NLL before → after", "ECE before → after", "threshold", "precision", "recall"]
+    lines += md_table(header, seed_rows)
     lines += ["", "Thresholds per ratio (calibrated probability, precision, recall):", ""]
     for s, r in reports.items():
         parts = [f"1:{t.ratio} {t.threshold:.4f} (P {t.precision:.3f}, R {t.recall:.3f})" for t in r.thresholds]

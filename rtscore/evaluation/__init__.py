@@ -1,4 +1,5 @@
-"""Test-Realistic evaluation with each seed's frozen deployment config, reported as mean ± std over seeds."""
+"""Test-Realistic evaluation with each seed's frozen deployment config, reported as mean ± std over seeds, and the
+report as text (:mod:`rtscore.evaluation.render`: the one results table, the console's and ``test_report.md``)."""
 
 from rtscore.evaluation.evaluate import (
     EvaluationError,
@@ -13,6 +14,7 @@ from rtscore.evaluation.evaluate import (
     run_test_pass,
     summarize_seed,
 )
+from rtscore.evaluation.render import ratio_label, render_test, render_test_markdown, results_table
 
 __all__ = [
     "EvaluationError",
@@ -24,6 +26,10 @@ __all__ = [
     "fmt",
     "frozen_deployment",
     "mean_std",
+    "ratio_label",
+    "render_test",
+    "render_test_markdown",
+    "results_table",
     "run_test_pass",
     "summarize_seed",
 ]

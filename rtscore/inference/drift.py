@@ -54,6 +54,7 @@ from rtscore.inference.predict import (
 )
 from rtscore.package.format import PackageError
 from rtscore.package.verify import audited_package, warn_if_fallback_threshold
+from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
 
 MAX_MEAN_SHIFT_SIGMA = 0.5
@@ -286,17 +287,38 @@ def render_markdown(report: DriftReport, *, console: bool = False) -> str:
         f"Blocker when |Δmean| > {MAX_MEAN_SHIFT_SIGMA} σ_train or |σ_new/σ_train − 1| > {MAX_STD_RATIO_DEVIATION}, "
         "decided on the valid pixels of all rasters pooled (a dataset-level report, guide §4.1).",
         "",
-        "| channel | train mean | train std | training regions' means | new mean | new std | Δmean / σ_train "
-        "| σ_new / σ_train | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for ch in report.channels:
         verdict = "BLOCKER: " + "; ".join(ch.reasons) if ch.blocker else "ok"
         spread = "n/a" if ch.regions is None else f"{ch.regions.mean_min:.3f} – {ch.regions.mean_max:.3f}"
-        lines.append(
-            f"| {ch.channel} | {ch.train_mean:.3f} | {ch.train_std:.3f} | {spread} | {ch.new_mean:.3f} | "
-            f"{ch.new_std:.3f} | {ch.mean_shift_sigma:+.3f} | {ch.std_ratio:.3f} | {verdict} |"
+        rows.append(
+            [
+                ch.channel,
+                f"{ch.train_mean:.3f}",
+                f"{ch.train_std:.3f}",
+                spread,
+                f"{ch.new_mean:.3f}",
+                f"{ch.new_std:.3f}",
+                f"{ch.mean_shift_sigma:+.3f}",
+                f"{ch.std_ratio:.3f}",
+                verdict,
+            ]
         )
+    lines += md_table(
+        [
+            "channel",
+            "train mean",
+            "train std",
+            "training regions' means",
+            "new mean",
+            "new std",
+            "Δmean / σ_train",
+            "σ_new / σ_train",
+            "verdict",
+        ],
+        rows,
+    )
     verdict = "OK: no drift blocker" if report.ok else f"BLOCKED: drift on {', '.join(report.blockers)}"
     lines += ["", f"**Verdict: {verdict}**"]
     blocked = [ch for ch in report.channels if ch.blocker]
@@ -344,40 +366,30 @@ def _regions_table(report: DriftReport) -> list[str]:
     """Each training region's tiles, pixels and per-channel mean ± std."""
     assert report.training_regions is not None
     names = [ch.channel for ch in report.channels]
-    lines = [
-        "## Training regions",
-        "",
-        "| region | tiles | valid pixels | " + " | ".join(f"{n} mean ± std" for n in names) + " |",
-        "|---|---|---|" + "---|" * len(names),
-    ]
+    rows = []
     for r in report.training_regions:
         cells = [
             f"{ch.regions.means[r.region]:.3f} ± {ch.regions.stds[r.region]:.3f}" if ch.regions is not None else "n/a"
             for ch in report.channels
         ]
-        lines.append(f"| {r.region} | {r.n_tiles:,} | {r.n_pixels:,} | " + " | ".join(cells) + " |")
-    return lines
+        rows.append([r.region, f"{r.n_tiles:,}", f"{r.n_pixels:,}", *cells])
+    header = ["region", "tiles", "valid pixels", *(f"{n} mean ± std" for n in names)]
+    return ["## Training regions", "", *md_table(header, rows)]
 
 
 def _files_table(report: DriftReport) -> list[str]:
     """Each raster's own valid pixels, shifts and the channels it alone exceeds a limit on."""
     names = [ch.channel for ch in report.channels]
-    lines = [
-        "## Rasters",
-        "",
-        "| raster | valid pixels | " + " | ".join(f"{n} Δmean / σ, σ ratio" for n in names) + " | exceeds alone |",
-        "|---|---|" + "---|" * len(names) + "---|",
-    ]
+    rows = []
     for f in report.per_file:
         cells = (
             [f"{d:+.3f}, {r:.3f}" for d, r in zip(f.mean_shift_sigma, f.std_ratio, strict=True)]
             if f.valid_pixels
             else ["no valid pixel"] * len(names)
         )
-        lines.append(
-            f"| `{f.name}` | {f.valid_pixels:,} | " + " | ".join(cells) + f" | {', '.join(f.exceeds) or '–'} |"
-        )
-    return lines
+        rows.append([f"`{f.name}`", f"{f.valid_pixels:,}", *cells, ", ".join(f.exceeds) or "–"])
+    header = ["raster", "valid pixels", *(f"{n} Δmean / σ, σ ratio" for n in names), "exceeds alone"]
+    return ["## Rasters", "", *md_table(header, rows)]
 
 
 def _input_files(input_dir_or_files: str | Path | Sequence[str | Path]) -> list[Path]:

@@ -64,6 +64,7 @@ from rtscore.mapping.outputs import (
 )
 from rtscore.mapping.polygons import keep_min_area, merge_parts, size_bin_key, write_objects
 from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, list_scenes
+from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
 from rtscore.storage.files import os_errors
 
@@ -499,12 +500,15 @@ def render_summary(data: CampaignResult) -> str:
             if data.threshold_source not in (None, "target_precision")
             else []
         ),
-        "| status | scenes |",
-        "|---|---|",
-        f"| done | {data.done} |",
-        f"| skipped-full-nodata | {data.skipped_full_nodata} |",
-        f"| failed | {data.failed} |",
-        f"| pending | {data.pending} |",
+        *md_table(
+            ["status", "scenes"],
+            [
+                ("done", data.done),
+                ("skipped-full-nodata", data.skipped_full_nodata),
+                ("failed", data.failed),
+                ("pending", data.pending),
+            ],
+        ),
         "",
         f"Mapped {data.km2_mapped_ground:,.3f} km² of ground (the union of the done scenes' valid pixels: where "
         f"scenes overlap, counted once); {data.km2_scenes_sum:,.3f} km² scene by scene (overlaps counted once per "
@@ -514,9 +518,7 @@ def render_summary(data: CampaignResult) -> str:
         f"{data.objects} RTS objects ({data.objects_partial} partial); {data.objects_under_min_area} under "
         f"{data.min_object_area_m2:,g} m² (the package's min_object_area_m2) left out.",
         "",
-        "| size bin (ground m²) | objects |",
-        "|---|---|",
-        *(f"| {k} | {v} |" for k, v in data.objects_by_size_bin_m2.items()),
+        *md_table(["size bin (ground m²)", "objects"], list(data.objects_by_size_bin_m2.items())),
     ]
     if data.failures:
         lines += ["", "## Failed scenes", "", *(f"- `{k}`: {v}" for k, v in data.failures.items())]

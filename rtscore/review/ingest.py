@@ -40,6 +40,7 @@ from rtscore.config.base import StrictModel
 from rtscore.config.tiling import TilingConfig, load_tiling_config
 from rtscore.data.tiling.run import TilingCounts, TilingManifest, fingerprint, tile_scenes
 from rtscore.data.tiling.state import FINGERPRINT, MANIFEST_JSON, STATE_DIR
+from rtscore.report import md_table
 from rtscore.review.manifest import ReviewError
 from rtscore.review.placement import (
     SPLIT_ORDER,
@@ -119,14 +120,16 @@ class IngestResult(StrictModel):
 
     def render_markdown(self) -> str:
         """The review-ingest flow's artifact: the new version, its lineage and what each split gained."""
-        rows = "\n".join(
-            f"| {split} | {n.get('confirmed', 0)} | {n.get('false_positives', 0)} |"
+        rows = [
+            [split, n.get("confirmed", 0), n.get("false_positives", 0)]
             for split, n in sorted(self.counts.per_split.items())
-        )
+        ]
+        table = md_table(["split", "confirmed RTS", "hard negatives"], rows)
         return (
             f"# Dataset version {self.version}\n\n{self.summary_line()}\n\nReview {self.review_id[:12]} "
             f"({self.verdicts}, sha256 {self.verdicts_sha256[:12]}), campaign {self.campaign}.\n\n"
-            f"| split | confirmed RTS | hard negatives |\n|---|---|---|\n{rows}\n"
+            + "\n".join(table if rows else [*table, ""])  # no split gained: the blank line it always had
+            + "\n"
         )
 
 

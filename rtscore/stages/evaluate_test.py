@@ -17,12 +17,13 @@ from rtscore.evaluation import (
     SeedTestResult,
     TestReport,
     frozen_deployment,
+    render_test,
+    render_test_markdown,
     run_test_pass,
     summarize_seed,
 )
 from rtscore.inference.context import needs_context
 from rtscore.metrics import weighted_hist
-from rtscore.stages.render import render_test, render_test_markdown
 from rtscore.stages.seeds import context_store, no_context_reason, seed_model_and_loader, trained_seeds
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, recorded, require_inputs
 from rtscore.storage import RunDir, RunLayout, StorageError, atomic_write_json, atomic_write_text
@@ -38,7 +39,7 @@ class TestResult(BaseModel):
 
     @property
     def table(self) -> str:
-        """The console's table (:func:`rtscore.stages.render.render_test`)."""
+        """The console's table (:func:`rtscore.evaluation.render_test`)."""
         return render_test(self.report)
 
 

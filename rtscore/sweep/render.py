@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rtscore.evaluation import results_table
+from rtscore.report import md_table
 from rtscore.storage import os_errors
-from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, VariantReport
+from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, TestFigure, VariantReport
 
 NONE = "—"  # no value: a pending variant, the baseline's difference to itself
 NOT_AVAILABLE = "n/a"  # an undefined value (NaN, infinite)
@@ -39,7 +41,6 @@ COL_VERDICT = "verdict"
 COL_SHARED = "shared stages"
 
 MAX_TEST_FIGURES = 60  # lines of test figures per variant in report.md; the rest is in its test_report.json
-MAX_INLINE_LIST = 10  # a list of more values is shown as its length
 MAX_TICK_LABEL = 32  # characters of a variant's name under the plot (the table has it whole)
 
 _NOISE_MEANINGS = (
@@ -233,23 +234,14 @@ def render_status(report: SweepReport) -> str:
     return head + render_text_table(table_rows(report))
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_table(rows: Sequence[Mapping[str, str]]) -> str:
-    """A GitHub-style markdown table of :func:`table_rows`."""
+    """A GitHub-style markdown table of :func:`table_rows` (cells escaped: overrides are user text)."""
     if not rows:
         return "_No variants._\n"
     cols: list[str] = []
     for row in rows:
         cols += [c for c in row if c not in cols]
-    lines = [
-        "| " + " | ".join(_md_cell(c) for c in cols) + " |",
-        "|" + "|".join("---" for _ in cols) + "|",
-        *("| " + " | ".join(_md_cell(str(row.get(c, ""))) for c in cols) + " |" for row in rows),
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(md_table(cols, [[str(row.get(c, "")) for c in cols] for row in rows], escape=True)) + "\n"
 
 
 # ------------------------------------------------------------------------------------------ report.md
@@ -260,11 +252,11 @@ def _noise_floor_md(nf: NoiseFloor | None, margin: float) -> list[str]:
     lines += [
         f"The baseline's best checkpoint of seed {nf.seed}, validated {nf.repeats} times; std of {nf.metric}:",
         "",
-        "| spread | std | what it measures |",
-        "|---|---|---|",
+        *md_table(
+            ["spread", "std", "what it measures"],
+            [[label, _small(getattr(nf, field)), meaning] for label, field, meaning in _NOISE_MEANINGS],
+        ),
     ]
-    for label, field, meaning in _NOISE_MEANINGS:
-        lines.append(f"| {label} | {_small(getattr(nf, field))} | {meaning} |")
     lines += [
         "",
         f"A difference smaller than the margin ({_num(margin)}) does not count, whatever its interval.",
@@ -273,45 +265,11 @@ def _noise_floor_md(nf: NoiseFloor | None, margin: float) -> list[str]:
     return lines
 
 
-def _figure_text(v: Any) -> str:
-    if v is None:
-        return NONE
-    if isinstance(v, bool | int | str):
-        return str(v)
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            return NOT_AVAILABLE
-        return _num(v) if v == 0 or abs(v) >= 1e-3 else f"{v:.2e}"
-    if isinstance(v, list):
-        if len(v) <= MAX_INLINE_LIST and all(x is None or isinstance(x, bool | int | float | str) for x in v):
-            return ", ".join(_figure_text(x) for x in v) or NONE
-        return f"{len(v)} entries"
-    return str(v)
-
-
-def _is_summary(d: Mapping[str, Any]) -> bool:
-    return isinstance(d.get("mean"), int | float) and not isinstance(d.get("mean"), bool)
-
-
-def _summary_text(d: Mapping[str, Any]) -> str:
-    mean, std = float(d["mean"]), d.get("std")
-    if not isinstance(std, int | float) or not math.isfinite(float(std)):
-        return f"{_num(mean)} (1 seed)" if math.isfinite(mean) else NOT_AVAILABLE
-    return f"{_num(mean)} ± {_num(float(std))}"
-
-
-def test_figures(figures: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, str]]:
-    """(name, value) of a variant's test figures, whatever their shape: nested keys joined by `` / ``, a
-    ``{mean, std, ...}`` mapping as ``mean ± std``, a short list inline, a long one (per-seed rows) by its length."""
-    for key, value in figures.items():
-        name = f"{prefix} / {key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            if _is_summary(value):
-                yield name, _summary_text(value)
-            else:
-                yield from test_figures(value, name)
-        else:
-            yield name, _figure_text(value)
+def _test_figures(tested: Mapping[str, Mapping[str, TestFigure]]) -> list[tuple[str, str]]:
+    """A tested variant's Test-Realistic results table (:func:`rtscore.evaluation.results_table`, the test report's
+    own cells) as a list, ratio by ratio: (``<ratio tag> / <metric>``, ``mean ± std``)."""
+    _, rows = results_table(tested)
+    return [(f"{tag} / {label}", cells[i]) for i, tag in enumerate(tested) for label, *cells in rows]
 
 
 def _test_md(report: SweepReport) -> list[str]:
@@ -327,16 +285,14 @@ def _test_md(report: SweepReport) -> list[str]:
     lines += [f"Test-Realistic was run only for {names}, after the choice was recorded.", ""]
     for name in report.tested:
         lines += [f"### Test-Realistic: `{name}`", ""]
-        tested = {tag: {m: f.model_dump() for m, f in ms.items()} for tag, ms in report.test.get(name, {}).items()}
-        figures = list(test_figures(tested))
+        figures = _test_figures(report.test.get(name, {}))
         if not figures:
             lines += ["_No test figures recorded yet._", ""]
             continue
-        lines += ["| figure | value |", "|---|---|"]
-        lines += [f"| {_md_cell(k)} | {_md_cell(v)} |" for k, v in figures[:MAX_TEST_FIGURES]]
+        rows = figures[:MAX_TEST_FIGURES]
         if len(figures) > MAX_TEST_FIGURES:
-            lines.append(f"| … | {len(figures) - MAX_TEST_FIGURES} more in the variant's evaluation/test_report.json |")
-        lines.append("")
+            rows.append(("…", f"{len(figures) - MAX_TEST_FIGURES} more in the variant's evaluation/test_report.json"))
+        lines += [*md_table(["figure", "value"], rows, escape=True), ""]
     return lines
 
 
@@ -362,7 +318,7 @@ def _variant_md(report: SweepReport, v: VariantReport, baseline: VariantReport |
     cols = ratios(report)
     pair = not v.baseline and baseline is not None and baseline.metric is not None
     head = ["seed", report.metric, *(ratio_column(r) for r in cols), *(["Δ vs baseline"] if pair else [])]
-    lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    rows = []
     values = v.metric.values if v.metric else {}
     for seed in v.seeds:
         cells = [str(seed), _num(values[seed]) if seed in values else NONE]
@@ -373,8 +329,8 @@ def _variant_md(report: SweepReport, v: VariantReport, baseline: VariantReport |
             assert baseline is not None and baseline.metric is not None
             base = baseline.metric.values
             cells.append(_signed(values[seed] - base[seed]) if seed in values and seed in base else NONE)
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+        rows.append(cells)
+    lines += [*md_table(head, rows), ""]
     return lines
 
 

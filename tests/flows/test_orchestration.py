@@ -118,8 +118,8 @@ def test_report_tables_read_the_typed_report_and_show_an_undefined_std_as_such()
 
 
 def test_mean_std_text_of_one_seed_has_no_std() -> None:
+    from flows.render import mean_std_text
     from flows.ui import cell
-    from rtscore.stages.render import mean_std_text
 
     assert mean_std_text([0.61234]) == "0.6123 (1 seed)"
     assert mean_std_text([0.61234, math.nan]) == "0.6123 (1 seed)", "one defined value: no std"

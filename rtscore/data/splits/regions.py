@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from rtscore.config.splits import SplitError, region_splits
+from rtscore.report import md_table
 
 TARGET = {"train": 0.8, "val": 0.1, "test": 0.1}
 
@@ -48,12 +49,11 @@ class SplitResult(BaseModel):
     derived_from: str | None = Field(None, description="The data root whose metadata.csv the split was derived from.")
 
     def summary(self) -> str:
-        lines = ["| split | regions | tiles | share | positive tiles |", "|---|---|---|---|---|"]
-        for s in ("train", "val", "test"):
-            lines.append(
-                f"| {s} | {len(self.splits[s])} | {self.tiles[s]} | {self.shares[s]:.1%} | {self.positives[s]} |"
-            )
-        return "\n".join(lines) + "\n"
+        rows = [
+            [s, len(self.splits[s]), self.tiles[s], f"{self.shares[s]:.1%}", self.positives[s]]
+            for s in ("train", "val", "test")
+        ]
+        return "\n".join(md_table(["split", "regions", "tiles", "share", "positive tiles"], rows)) + "\n"
 
 
 def region_counts(rows: Sequence[Mapping[str, str]]) -> dict[str, RegionCounts]:

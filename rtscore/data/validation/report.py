@@ -13,6 +13,7 @@ from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.splits.blocking import BlockingReport
 from rtscore.data.splits.regions import SplitResult
 from rtscore.data.validation.sample_grid import write_sample_grid
+from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
 from rtscore.storage.layout import SAMPLES, VALIDATION_REPORT_MD_NAME, VALIDATION_REPORT_NAME
 
@@ -96,15 +97,22 @@ class ValidationReport(BaseModel):
     def render_markdown(self) -> str:
         """report.md: the split table, the normalized moments, the training loader, every check, the warnings."""
         lines = [f"# Data validation: {self.status.upper()}", ""]
-        lines += [
-            "| split | tiles | usable | positive | negative | full NoData excluded | prevalence | regions |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for split, s in self.splits.items():
-            lines.append(
-                f"| {split} | {s.n_tiles} | {s.n_usable} | {s.n_positive} | {s.n_negative} | "
-                f"{s.n_full_nodata_excluded} | {s.prevalence:.5f} | {len(s.regions)} |"
-            )
+        lines += md_table(
+            ["split", "tiles", "usable", "positive", "negative", "full NoData excluded", "prevalence", "regions"],
+            [
+                [
+                    split,
+                    s.n_tiles,
+                    s.n_usable,
+                    s.n_positive,
+                    s.n_negative,
+                    s.n_full_nodata_excluded,
+                    f"{s.prevalence:.5f}",
+                    len(s.regions),
+                ]
+                for split, s in self.splits.items()
+            ],
+        )
         if self.blocking is not None:
             lines += ["", *_blocking_lines(self.blocking)]
         norm = self.normalized_train
@@ -121,23 +129,32 @@ class ValidationReport(BaseModel):
                 "",
                 "Training loader (balanced curriculum sampler, first epoch of each stage):",
                 "",
-                "| epoch | neg:pos | realised over the epoch | batches | batch size | positive tiles per batch "
-                "(min, max) | emptied by augmentation |",
-                "|---|---|---|---|---|---|---|",
             ]
+            batches = []
             for r in self.training_batches:
                 lo, hi = r.positive_tiles_per_batch
                 realised = "" if r.realised_neg_per_pos is None else f"1:{r.realised_neg_per_pos:.3f}"
-                lines.append(
-                    f"| {r.epoch} | 1:{r.neg_per_pos:g} | {realised} | {r.batches} | {r.batch_size} | {lo}, {hi} | "
-                    f"{len(r.emptied_by_augmentation)} |"
+                batches.append(
+                    [
+                        r.epoch,
+                        f"1:{r.neg_per_pos:g}",
+                        realised,
+                        r.batches,
+                        r.batch_size,
+                        f"{lo}, {hi}",
+                        len(r.emptied_by_augmentation),
+                    ]
                 )
-        lines += ["", "| check | split | result | detail |", "|---|---|---|---|"]
+            header = ["epoch", "neg:pos", "realised over the epoch", "batches", "batch size"]
+            header += ["positive tiles per batch (min, max)", "emptied by augmentation"]
+            lines += md_table(header, batches)
+        checks = []
         for c in self.checks:
             where = c.split or ""
             if c.tile_id:
                 where += f" / {c.tile_id}"
-            lines.append(f"| {c.name} | {where} | {'pass' if c.passed else 'FAIL'} | {c.detail} |")
+            checks.append([c.name, where, "pass" if c.passed else "FAIL", c.detail])
+        lines += ["", *md_table(["check", "split", "result", "detail"], checks)]
         if self.warnings:
             lines += ["", "Warnings:", *[f"- {w}" for w in self.warnings]]
         if self.derived_split is not None:
@@ -156,16 +173,17 @@ def _blocking_lines(b: BlockingReport) -> list[str]:
         f"Spatial blocking by geometry (tile footprints in {b.crs}; a train tile must keep {b.buffer_m:g} m "
         "of ground from every val/test tile, and never overlap one):",
         "",
-        "| splits | least ground distance | closest train tile | closest tile | pairs too close |",
-        "|---|---|---|---|---|",
     ]
+    rows: list[list[object]] = []
     for d in b.distances:
         c = d.closest
         if c is None:
-            lines.append(f"| train <-> {d.split} | (no tiles) | | | 0 |")
+            rows.append([f"train <-> {d.split}", "(no tiles)", "", "", 0])
             continue
         dist = "overlap" if c.overlap else f"{c.distance_m:.1f} m"
-        lines.append(f"| train <-> {d.split} | {dist} | {c.train_tile} | {c.tile} | {d.n_too_close} |")
+        rows.append([f"train <-> {d.split}", dist, c.train_tile, c.tile, d.n_too_close])
+    header = ["splits", "least ground distance", "closest train tile", "closest tile", "pairs too close"]
+    lines += md_table(header, rows)
     if b.too_close:
         more = f" (first {len(b.too_close)} of {b.n_too_close})" if b.n_too_close > len(b.too_close) else ""
         lines += ["", f"Pairs too close{more}:", *[f"- {p.describe()}" for p in b.too_close]]

@@ -1,20 +1,17 @@
-"""One renderer per result model: the console text `rts` prints (unchanged), and the markdown of the reports
-and of the Prefect artifacts, from the same figures."""
+"""One renderer per result model: the console text `rts` prints (unchanged), and the markdown of the Prefect
+artifacts, from the same figures (the test report's: tests/evaluation/test_render.py)."""
 
 from __future__ import annotations
 
 import math
 
-from rtscore.evaluation import TestReport
-from rtscore.stages import CalibrationResult, CalibrationSummary, SeedCalibration, TrainResult
-from rtscore.stages.render import (
+from flows.render import (
     render_calibration,
     render_calibration_markdown,
-    render_test,
-    render_test_markdown,
     render_training,
     render_training_markdown,
 )
+from rtscore.stages import CalibrationResult, CalibrationSummary, SeedCalibration, TrainResult
 from rtscore.train.result import SeedResult
 from tests.helpers import calibrated_deployment
 
@@ -75,26 +72,3 @@ def test_the_markdown_shows_the_same_figures() -> None:
     assert "- shipped seed **42** (best smoothed validation metric): threshold 0.6123, temperature 1.2345" in cal
     assert "| 42 | 1.234 | 0.6123 | 0.800 | 0.457 | yes |" in cal
     assert "| 43 | 0.900 | 0.2000 | 0.500 | 0.900 | **no**: max-F1 fallback threshold |" in cal
-
-
-def test_the_test_report_renders_its_table_and_its_file() -> None:
-    from rtscore.config.deployment import DeploymentConfig
-    from rtscore.evaluation import SeedTestResult
-
-    names = ("iou_rts", "f1_rts", "pr_auc", "no_skill_pr_auc")
-    seed = SeedTestResult(
-        seed=42,
-        threshold=0.5,
-        temperature=1.0,
-        threshold_source="target_precision",
-        metrics={"1_200": dict.fromkeys(names, 0.5)},
-        recall_by_size=[],
-        n_pos_tiles=1,
-        n_neg_tiles=1,
-    )
-    report = TestReport.from_seeds([seed], DeploymentConfig(threshold=0.5, temperature=1.0), [])
-    table = render_test(report)
-    assert table.splitlines()[0] == "Test-Realistic" + " " * 3 + f"{'1:200':>17}"
-    assert table.splitlines()[1] == f"{'PR-AUC':<17}{'0.500 (1 seed)':>17}"
-    md = render_test_markdown(report)
-    assert md.startswith("# Test-Realistic report (1 seed: 42)\n") and "| PR-AUC | 0.500 (1 seed) |" in md
