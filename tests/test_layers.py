@@ -393,15 +393,21 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
     "rtscore/mapping/chunk.py:run_chunk": (72, "split pending (issue 34): to split by concept"),
     "rtscore/inference/drift.py:drift_report": (71, "split pending (issue 34): to split by concept"),
     "rtscore/data/validation/loader.py:training_batches": (70, "split pending (issue 34): to split by concept"),
+    "rtscore/calibrate/run.py:render_report": (69, "split pending (issue 34): to split by concept"),
     "rtscore/data/synthetic/_scene.py:_place_rts": (
         68,
         "one fixed order of random draws: a reorder changes every synthetic scene",
+    ),
+    "rtscore/data/validation/report.py:ValidationReport.render_markdown": (
+        68,
+        "split pending (issue 34): to split by concept",
     ),
     "rtscore/train/profile.py:try_batch": (68, "split pending (issue 34): to split by concept"),
     "rtscore/calibrate/cache.py:build_logit_cache": (67, "split pending (issue 34): to split by concept"),
     "rtscore/package/build.py:build_package": (64, "split pending (issue 34): to split by concept"),
     "rtscore/data/splits/regions.py:derive_splits": (63, "split pending (issue 34): to split by concept"),
     "rtscore/data/raster/warp.py:_write_rasters": (62, "split pending (issue 34): to split by concept"),
+    "rtscore/inference/drift.py:render_markdown": (62, "split pending (issue 34): to split by concept"),
     "rtscore/sweep/plan.py:plan_sweep": (62, "split pending (issue 34): to split by concept"),
     "rtscore/storage/rundir.py:RunDir.adopt": (61, "split pending (issue 34): to split by concept"),
 }
