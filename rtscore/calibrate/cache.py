@@ -167,38 +167,66 @@ def build_logit_cache(
     tiles = _TileColumns()
     with staged_dir(out) as tmp:
         g = zarr.open_group(str(tmp), mode="w", zarr_format=3)
-        hist = g.create_array(
-            "hist",
-            shape=(len(plan.combos), n_tiles, 3, plan.bins.n_bins),
-            chunks=(1, int(loader.batch_size or 1), 3, plan.bins.n_bins),
-            dtype="uint32",
-            compressors=_blosc(),
-            fill_value=0,
-        )
+        hist = _create_hist(g, plan, n_tiles, int(loader.batch_size or 1))
         dense = _DenseLogits(g.create_group("dense"), len(plan.maps))
-        it = loader
-        if progress:
-            from tqdm import tqdm
-
-            it = tqdm(loader, desc=f"logit cache ({len(plan.transforms)} transforms x {len(plan.scales)} scales)")
+        it = _with_progress(loader, plan) if progress else loader
         with torch.inference_mode():
             for batch in it:
-                row = tiles.n
-                y = batch["label"].numpy().astype(np.uint8)
-                if row + len(y) > n_tiles:
-                    raise CacheError(f"the loader yielded more than the {n_tiles} tiles announced")
-                areas = [float(a) for a in batch["pixel_area_m2"]]  # each tile's ground pixel (large-RTS rule)
-                per_map = plan.logit_maps(run_model, batch, device)
-                hist[:, row : row + len(y)], hot = plan.histograms(per_map, y, areas, batch["tile_id"])
-                keep = np.flatnonzero(hot | (y == 1).reshape(len(y), -1).any(axis=1))
-                if keep.size:
-                    dense.append(row + keep, [per_map[m] for m in plan.maps], keep, y[keep])
-                tiles.add(batch, y, areas)
+                _cache_batch(plan, run_model, device, batch, n_tiles, hist, dense, tiles)
         if tiles.n != n_tiles:
             raise CacheError(f"the loader yielded {tiles.n} tiles, {n_tiles} announced")
         tiles.write(g, n_tiles)
         g.attrs.update({**plan.attrs(cfg, n_tiles, scales_note), **(attrs or {})})
     return out
+
+
+def _create_hist(g: Any, plan: _CachePlan, n_tiles: int, batch_size: int) -> Any:
+    """The cache's ``hist`` array, (combos, tiles, 3, bins) uint32 counts, chunked one combo by one loader batch
+    so that each batch writes whole chunks."""
+    return g.create_array(
+        "hist",
+        shape=(len(plan.combos), n_tiles, 3, plan.bins.n_bins),
+        chunks=(1, batch_size, 3, plan.bins.n_bins),
+        dtype="uint32",
+        compressors=_blosc(),
+        fill_value=0,
+    )
+
+
+def _with_progress(loader: Any, plan: _CachePlan) -> Any:
+    """The loader wrapped in a tqdm bar naming the pass's size (tqdm imported only when a bar is asked for)."""
+    from tqdm import tqdm
+
+    return tqdm(loader, desc=f"logit cache ({len(plan.transforms)} transforms x {len(plan.scales)} scales)")
+
+
+def _cache_batch(
+    plan: _CachePlan,
+    run_model: Any,
+    device: Any,
+    batch: dict[str, Any],
+    n_tiles: int,
+    hist: Any,
+    dense: _DenseLogits,
+    tiles: _TileColumns,
+) -> None:
+    """One loader batch into the cache at the next rows: its histograms for every combo, the dense logits of the
+    tiles worth keeping (hot, or with a positive pixel) and its tiles' columns.
+
+    Raises:
+        CacheError: the loader yields more tiles than announced (checked before anything of the batch is written).
+    """
+    row = tiles.n
+    y = batch["label"].numpy().astype(np.uint8)
+    if row + len(y) > n_tiles:
+        raise CacheError(f"the loader yielded more than the {n_tiles} tiles announced")
+    areas = [float(a) for a in batch["pixel_area_m2"]]  # each tile's ground pixel (large-RTS rule)
+    per_map = plan.logit_maps(run_model, batch, device)
+    hist[:, row : row + len(y)], hot = plan.histograms(per_map, y, areas, batch["tile_id"])
+    keep = np.flatnonzero(hot | (y == 1).reshape(len(y), -1).any(axis=1))
+    if keep.size:
+        dense.append(row + keep, [per_map[m] for m in plan.maps], keep, y[keep])
+    tiles.add(batch, y, areas)
 
 
 def _blosc() -> Any:

@@ -34,7 +34,7 @@ from rtscore.inference.predict import (
     window_model,
     write_manifest,
 )
-from rtscore.inference.stream import JobOutcome, RasterJob, gdal_env, run_stream
+from rtscore.inference.stream import JobOutcome, RasterJob, WindowModel, gdal_env, run_stream
 from rtscore.mapping.campaign_log import LogWriter, MapIdentity, MapSettings, SceneRecord, plan
 from rtscore.mapping.outputs import CampaignRoot, finish_scene, scene_outputs, staged_input
 from rtscore.mapping.scenes import CampaignError, Scene
@@ -140,13 +140,7 @@ def run_chunk(
     """
     pkg = package if isinstance(package, LoadedPackage) else load_package(package)
     ident = identity or mapping_identity(pkg)
-    if pkg.binding.extra_bands:
-        unlisted = [s.scene_id for s in scenes if s.extra is None]
-        if unlisted:
-            raise CampaignError(
-                f"scene(s) {', '.join(unlisted)} listed without their EXTRA raster, which the package reads: list "
-                "them with list_scenes(..., extra=True) so that their identity covers it"
-            )
+    _check_extra_listed(pkg, scenes)
     root = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     model = window_model(pkg, stride=ident.settings.stride, batch_size=ident.settings.batch_size)
     todo = plan(scenes, log.log.read(), ident)
@@ -158,24 +152,7 @@ def run_chunk(
         now = time.perf_counter()
         seconds, clock[0] = now - clock[0], now
         try:
-            if outcome.status == "failed":
-                raise outcome.error or RuntimeError("failed without an error")
-            if outcome.status == "nothing":
-                record = SceneRecord.now(scene, ident, "skipped-full-nodata", seconds=seconds)
-            else:
-                assert outcome.result is not None
-                outs = scene_outputs(root, scene)
-                got = write_manifest(pkg, model, outcome.job, outcome.result, outs.manifest, scene.uri)
-                finish_scene(root, scene, outs)  # all of the scene's files published before its record
-                record = SceneRecord.now(
-                    scene,
-                    ident,
-                    "done",
-                    windows=got.windows - got.skipped_windows,
-                    valid_pixels=got.valid_pixels,
-                    positive_pixels=got.positive_pixels,
-                    seconds=seconds,
-                )
+            record = _finished_record(pkg, model, root, ident, outcome, seconds)
         except Exception as err:  # one scene's failure is its record, not the chunk's end
             reason = _reason(scene, err)
             _log.warning("scene %s failed: %s", scene.scene_id, reason)
@@ -186,6 +163,54 @@ def run_chunk(
 
     run_stream(model, [scene_job(pkg, root, s) for s in todo], on_outcome)
     return records
+
+
+def _check_extra_listed(pkg: LoadedPackage, scenes: Sequence[Scene]) -> None:
+    """Refuse, before anything is mapped, scenes listed without the EXTRA raster that the package reads: their
+    identity in the log would not cover the EXTRA input their outputs depend on.
+
+    Raises:
+        CampaignError: naming the scenes.
+    """
+    if pkg.binding.extra_bands:
+        unlisted = [s.scene_id for s in scenes if s.extra is None]
+        if unlisted:
+            raise CampaignError(
+                f"scene(s) {', '.join(unlisted)} listed without their EXTRA raster, which the package reads: list "
+                "them with list_scenes(..., extra=True) so that their identity covers it"
+            )
+
+
+def _finished_record(
+    pkg: LoadedPackage,
+    model: WindowModel,
+    root: CampaignRoot,
+    ident: MapIdentity,
+    outcome: JobOutcome,
+    seconds: float,
+) -> SceneRecord:
+    """The record of one scene the stream has finished: ``skipped-full-nodata`` for a scene without a valid pixel;
+    otherwise its manifest written and all of its files published (:func:`~rtscore.mapping.outputs.finish_scene`)
+    before its ``done`` record is made, so that a record never names files that are not there. A failed outcome is
+    raised (its error), for the caller to record as ``failed`` like any other failure of the scene."""
+    scene: Scene = outcome.job.key
+    if outcome.status == "failed":
+        raise outcome.error or RuntimeError("failed without an error")
+    if outcome.status == "nothing":
+        return SceneRecord.now(scene, ident, "skipped-full-nodata", seconds=seconds)
+    assert outcome.result is not None
+    outs = scene_outputs(root, scene)
+    got = write_manifest(pkg, model, outcome.job, outcome.result, outs.manifest, scene.uri)
+    finish_scene(root, scene, outs)  # all of the scene's files published before its record
+    return SceneRecord.now(
+        scene,
+        ident,
+        "done",
+        windows=got.windows - got.skipped_windows,
+        valid_pixels=got.valid_pixels,
+        positive_pixels=got.positive_pixels,
+        seconds=seconds,
+    )
 
 
 def scene_job(pkg: LoadedPackage, root: CampaignRoot, scene: Scene) -> RasterJob:

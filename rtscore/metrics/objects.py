@@ -162,9 +162,31 @@ def match_objects(
         raise ValueError(f"min_pixels must be >= 1; got {min_pixels}")
     ignore = t == IGNORE_INDEX
     gt_mask = t == 1
-    p_lab, n_p = ndimage.label(x >= prob_to_logit(threshold), structure=EIGHT_CONNECTED)
-    g_lab, n_g = ndimage.label(gt_mask, structure=EIGHT_CONNECTED)
+    p_lab, n_p, pred_area, g_lab, n_g, gt_area = _kept_objects(
+        x >= prob_to_logit(threshold), gt_mask, ignore, min_pixels
+    )
+    iou = _pair_iou(p_lab, n_p, g_lab, n_g, ~ignore)
+    mean_prob = _mean_probs(x, p_lab, n_p, pred_area)
+    pred_match, gt_matched = _match_at_thresholds(iou, mean_prob, thr, n_g)
+    return TileObjects(
+        iou_thresholds=thr,
+        is_positive_tile=bool(gt_mask.any()),
+        gt_area=gt_area.astype(np.int64),
+        gt_matched=gt_matched,
+        pred_area=pred_area.astype(np.int64),
+        pred_mean_prob=mean_prob,
+        pred_match=pred_match,
+    )
 
+
+def _kept_objects(
+    pred_mask: np.ndarray, gt_mask: np.ndarray, ignore: np.ndarray, min_pixels: int
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int, np.ndarray]:
+    """The objects that take part in matching: both sides' 8-connected components, relabelled 1..K once those under
+    ``min_pixels`` are dropped and, on the prediction side, those more than half on ignore (the label makes no claim
+    there, so they count as neither TP nor FP). Returns (pred labels, P, pred areas, GT labels, G, GT areas)."""
+    p_lab, n_p = ndimage.label(pred_mask, structure=EIGHT_CONNECTED)
+    g_lab, n_g = ndimage.label(gt_mask, structure=EIGHT_CONNECTED)
     p_size = np.bincount(p_lab.ravel(), minlength=n_p + 1)
     p_on_ignore = np.bincount(p_lab[ignore], minlength=n_p + 1)
     keep_p = (p_size >= min_pixels) & (2 * p_on_ignore <= p_size)  # > 50 % on ignore: discarded
@@ -174,33 +196,38 @@ def match_objects(
     keep_g[0] = False
     p_lab, n_p = _compact(p_lab, keep_p)
     g_lab, n_g = _compact(g_lab, keep_g)
+    return p_lab, n_p, p_size[keep_p], g_lab, n_g, g_size[keep_g]
 
-    # Joint label histogram over non-ignore pixels: intersections of every (pred, GT) pair in one bincount.
-    valid = ~ignore
+
+def _pair_iou(p_lab: np.ndarray, n_p: int, g_lab: np.ndarray, n_g: int, valid: np.ndarray) -> np.ndarray:
+    """(P, G) IoU of every (prediction, GT object) pair over the ``valid`` (non-ignore) pixels, like every pixel
+    metric: the intersections of all pairs come from one joint label histogram, not a loop over pairs."""
     joint = np.bincount((p_lab[valid] * (n_g + 1) + g_lab[valid]), minlength=(n_p + 1) * (n_g + 1))
     joint = joint.reshape(n_p + 1, n_g + 1)
     inter = joint[1:, 1:].astype(np.float64)
     union = joint[1:, :].sum(axis=1)[:, None] + joint[:, 1:].sum(axis=0)[None, :] - inter
-    iou = inter / np.maximum(union, 1.0)  # every kept prediction has valid pixels, so union > 0
+    return inter / np.maximum(union, 1.0)  # every kept prediction has valid pixels, so union > 0
 
+
+def _mean_probs(x: np.ndarray, p_lab: np.ndarray, n_p: int, pred_area: np.ndarray) -> np.ndarray:
+    """(P,) mean probability over each kept predicted object (ignore pixels included): the confidence that orders
+    the greedy matching and that the object is reported with."""
     in_pred = p_lab > 0
     prob_sum = np.bincount(p_lab[in_pred], weights=expit(x[in_pred].astype(np.float64)), minlength=n_p + 1)
-    pred_area = p_size[keep_p]
-    mean_prob = prob_sum[1:] / pred_area
+    return prob_sum[1:] / pred_area
+
+
+def _match_at_thresholds(
+    iou: np.ndarray, mean_prob: np.ndarray, thr: tuple[float, ...], n_g: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy matching at each IoU threshold, predictions most confident first (stable order on ties): the
+    (n_thr, P) GT index per prediction and the (n_thr, G) matched flag per GT object."""
     order = np.argsort(-mean_prob, kind="stable")
     pred_match = np.stack([_greedy_match(iou, order, th) for th in thr])
     gt_matched = np.zeros((len(thr), n_g), bool)
     for j in range(len(thr)):
         gt_matched[j, pred_match[j][pred_match[j] >= 0]] = True
-    return TileObjects(
-        iou_thresholds=thr,
-        is_positive_tile=bool(gt_mask.any()),
-        gt_area=g_size[keep_g].astype(np.int64),
-        gt_matched=gt_matched,
-        pred_area=pred_area.astype(np.int64),
-        pred_mean_prob=mean_prob,
-        pred_match=pred_match,
-    )
+    return pred_match, gt_matched
 
 
 @dataclass(frozen=True)

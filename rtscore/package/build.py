@@ -120,6 +120,24 @@ def build_package(
     :func:`verify_package`, without the model load) before it replaces a previous one.
     """
     n = seed.seed
+    _check_inputs(cfg, n, weights, deployment, stats)
+    meta = _run_metadata(cfg, seed, weights)
+    final = out
+    with staged_dir(final) as tmp:
+        files = _write_files(tmp, cfg, contract, meta, weights=weights, deployment=deployment, stats=stats)
+        _audit_staged(tmp, cfg, n, weights)
+    files.append(PackageFile(name=SUMS, sha256=sha256_file(final / SUMS), bytes=(final / SUMS).stat().st_size))
+    return PackageInfo(path=str(final), seed=n, files=files)
+
+
+def _check_inputs(cfg: PipelineConfig, n: int, weights: Path, deployment: Path, stats: Path) -> None:
+    """Refuse, before anything is written, inputs the package could not be right with: missing weights or
+    deployment config, an uncalibrated deployment, one at another precision than training (guide §4.6), or
+    normalization stats that do not bind the configured channels (guide §4.5).
+
+    Raises:
+        PackageError: naming the input and the seed.
+    """
     if not weights.is_file():
         raise PackageError(f"weights of seed {n} not found: {weights} (was the seed's training completed?)")
     if not deployment.is_file():
@@ -135,9 +153,14 @@ def build_package(
         )
     load_normalization_stats(stats, cfg.channels.extra)  # the channel binding by name and band (guide §4.5)
 
+
+def _run_metadata(cfg: PipelineConfig, seed: SeedSummary, weights: Path) -> RunMetadata:
+    """The package's provenance (``metadata.json``): code state, MLflow run, training date (the weights' mtime),
+    the shipped seed's best epoch and metric (None when not finite) and what it was trained with."""
+    n = seed.seed
     git_sha, git_dirty = _git_state()
     best = seed.best_val_realistic_pr_auc_geomean_smoothed
-    meta = RunMetadata(
+    return RunMetadata(
         git_sha=git_sha,
         git_dirty=git_dirty,
         mlflow_run_id=seed.mlflow_run_id,
@@ -148,19 +171,38 @@ def build_package(
         best_metric=best if best is not None and math.isfinite(best) else None,
         trained_with=TrainedWith(precision=cfg.training.precision, seed=n, config_sha=config_hash(cfg)),
     )
-    final = out
-    with staged_dir(final) as tmp:
-        shutil.copyfile(weights, tmp / WEIGHTS)
-        shutil.copyfile(stats, tmp / STATS)
-        shutil.copyfile(deployment, tmp / DEPLOYMENT)
-        (tmp / MODEL).write_text(yaml.safe_dump(_model_config(cfg, contract).model_dump(mode="json"), sort_keys=False))
-        (tmp / METADATA).write_text(meta.model_dump_json(indent=2) + "\n")
-        (tmp / REQUIREMENTS).write_text("\n".join(frozen_requirements()) + "\n")
-        files = write_sha256sums(tmp)
-        allow = cfg.calibration.allow_max_f1_fallback  # the run opted into a fallback threshold
-        failed = [c for c in audit_package(tmp, allow_fallback_threshold=allow) if not c.ok]
-        if failed:
-            lines = "\n".join(f"  {c.name}: {c.detail}" for c in failed)
-            raise PackageError(f"the package built from seed {n}'s {weights} fails its audit:\n{lines}")
-    files.append(PackageFile(name=SUMS, sha256=sha256_file(final / SUMS), bytes=(final / SUMS).stat().st_size))
-    return PackageInfo(path=str(final), seed=n, files=files)
+
+
+def _write_files(
+    tmp: Path,
+    cfg: PipelineConfig,
+    contract: RasterContract,
+    meta: RunMetadata,
+    *,
+    weights: Path,
+    deployment: Path,
+    stats: Path,
+) -> list[PackageFile]:
+    """Every file of the package into the staging directory ``tmp``, the checksums last (they cover the others);
+    returns the files the checksums list."""
+    shutil.copyfile(weights, tmp / WEIGHTS)
+    shutil.copyfile(stats, tmp / STATS)
+    shutil.copyfile(deployment, tmp / DEPLOYMENT)
+    (tmp / MODEL).write_text(yaml.safe_dump(_model_config(cfg, contract).model_dump(mode="json"), sort_keys=False))
+    (tmp / METADATA).write_text(meta.model_dump_json(indent=2) + "\n")
+    (tmp / REQUIREMENTS).write_text("\n".join(frozen_requirements()) + "\n")
+    return write_sha256sums(tmp)
+
+
+def _audit_staged(tmp: Path, cfg: PipelineConfig, n: int, weights: Path) -> None:
+    """Audit the staged package (as :func:`verify_package`, without the model load) so that a package that fails it
+    never replaces a previous one; a fallback threshold passes only when the run opted into it.
+
+    Raises:
+        PackageError: listing every failed check.
+    """
+    allow = cfg.calibration.allow_max_f1_fallback  # the run opted into a fallback threshold
+    failed = [c for c in audit_package(tmp, allow_fallback_threshold=allow) if not c.ok]
+    if failed:
+        lines = "\n".join(f"  {c.name}: {c.detail}" for c in failed)
+        raise PackageError(f"the package built from seed {n}'s {weights} fails its audit:\n{lines}")

@@ -307,13 +307,7 @@ class RunDir:
             StorageError: ``source`` is this run, ``rel`` is not a path inside the run, the source does not
                 record ``rel``, or its copy does not match its record.
         """
-        self._check_adoptable(rel, source)
-        entry = source.entry(rel)
-        if entry is None:
-            raise StorageError(
-                f"cannot adopt {rel} from run {source.uri}: its manifest records no artifact {rel}; "
-                "run the stage that produces it in that run first"
-            )
+        entry = self._source_entry(rel, source)
         existing = self.entry(rel)
         if existing is not None and _same_record(existing, entry) and self._intact(rel, existing):
             return existing
@@ -333,6 +327,23 @@ class RunDir:
         if seen is not None:  # the local copy is the source's verified content: no later verify hashes it
             verified_save(self.root, rel, adopted.sha256, adopted.bytes, adopted.kind, seen)
         return adopted
+
+    def _source_entry(self, rel: str, source: RunDir) -> ArtifactEntry:
+        """What :meth:`adopt` adopts: the source's record of ``rel``, once ``rel`` is an artifact path another run
+        may adopt (:meth:`_check_adoptable`); a source that never produced ``rel`` is refused before anything of
+        this run is touched.
+
+        Raises:
+            StorageError: as :meth:`_check_adoptable`, or the source records no artifact ``rel``.
+        """
+        self._check_adoptable(rel, source)
+        entry = source.entry(rel)
+        if entry is None:
+            raise StorageError(
+                f"cannot adopt {rel} from run {source.uri}: its manifest records no artifact {rel}; "
+                "run the stage that produces it in that run first"
+            )
+        return entry
 
     def _check_adoptable(self, rel: str, source: RunDir) -> None:
         if source.uri == self.uri:

@@ -134,56 +134,13 @@ def _differing_keys(overrides: Mapping[str, Any], baseline: Mapping[str, Any]) -
 def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] | None = None) -> SweepPlan:
     """Every variant's config and stage runs, and who computes each; refuses a sweep that cannot be judged."""
     named = sweep.all_variants()
-    cfgs: dict[str, PipelineConfig] = {}
-    errors: list[str] = []
-    for name, ov in named.items():  # every invalid variant at once, not the first only
-        try:
-            cfgs[name] = variant_config(base, name, ov)
-        except SweepError as err:
-            errors.append(str(err))
-    if errors:
-        raise SweepError("\n".join(errors))
+    cfgs = _variant_configs(base, named)
     baseline = cfgs[sweep.baseline]
     check_metric(sweep.metric, baseline)
     seeds = seeds or sweep.seeds or list(baseline.training.seeds)
-    for name, cfg in cfgs.items():
-        for split in COMPARED_SPLITS:
-            if name != sweep.baseline and comparison_identity(cfg, split) != comparison_identity(baseline, split):
-                differing = _differing_keys(named[name], named[sweep.baseline])
-                keys = [
-                    k
-                    for k in differing
-                    if k.split(".")[0] in ("data", "splits", "metrics") and not k.startswith("data.generation.train")
-                ] or differing
-                raise SweepError(
-                    f"variant {name}: {', '.join(keys)} changes the {split} tiles or how the metrics are computed "
-                    f"against the baseline variant {sweep.baseline}; variants are compared on the same val tiles and "
-                    "tested on the same test tiles (change the train split's data, the channels taken from a store, "
-                    "or anything else)"
-                )
+    _check_same_tiles(cfgs, named, sweep.baseline)
     owners: dict[str, str] = {}  # planned key -> the first variant with it
-    variants: list[PlannedVariant] = []
-    for name, cfg in cfgs.items():
-        run = RunDir(variant_dir(sweep_dir, name))
-        upstream: dict[str, str] = {}
-        stages: list[PlannedStage] = []
-        for stage in (*DATA_STAGES, TRAIN_STAGE):
-            selections = _selections(spec(stage), seeds)
-            for sel in selections:
-                key = planned_key(stage, cfg, sel, run, upstream)
-                planned = PlannedStage(stage=stage, params=sel, key=key, owner=owners.setdefault(key, name))
-                stages.append(planned)
-                upstream[planned.label] = key
-        first_train = next(s for s in stages if s.stage == TRAIN_STAGE)
-        if first_train.owner != name:
-            same = first_train.owner
-            what = describe(named[name]) if named[name] else "no override"
-            raise SweepError(
-                f"variant {name} ({what}) trains exactly as variant {same}: nothing training reads differs, so its "
-                "validation metric would be the same (a calibration or deployment setting is chosen by the "
-                "calibration gates, guide §11, not by a sweep)"
-            )
-        variants.append(PlannedVariant(name=name, overrides=named[name], run_dir=run.uri, stages=stages))
+    variants = [_plan_variant(name, cfg, named, sweep_dir, seeds, owners) for name, cfg in cfgs.items()]
     return SweepPlan(
         name=sweep.name or "sweep",
         base_config=str(base),
@@ -193,6 +150,89 @@ def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] 
         metric=sweep.metric,
         variants=variants,
     )
+
+
+def _variant_configs(base: Path, named: dict[str, dict[str, JsonValue]]) -> dict[str, PipelineConfig]:
+    """Every variant's validated config, by name in the sweep's order; every invalid variant is named at once,
+    not the first only, so that one fix round suffices.
+
+    Raises:
+        SweepError: one line per invalid variant.
+    """
+    cfgs: dict[str, PipelineConfig] = {}
+    errors: list[str] = []
+    for name, ov in named.items():
+        try:
+            cfgs[name] = variant_config(base, name, ov)
+        except SweepError as err:
+            errors.append(str(err))
+    if errors:
+        raise SweepError("\n".join(errors))
+    return cfgs
+
+
+def _check_same_tiles(
+    cfgs: dict[str, PipelineConfig], named: dict[str, dict[str, JsonValue]], baseline_name: str
+) -> None:
+    """Refuse a variant whose val or test tiles, or metric computation, differ from the baseline's: variants are
+    judged against each other on the same tiles, so such a variant could not be compared.
+
+    Raises:
+        SweepError: naming the first such variant, the split, and the override keys most likely responsible.
+    """
+    baseline = cfgs[baseline_name]
+    for name, cfg in cfgs.items():
+        for split in COMPARED_SPLITS:
+            if name != baseline_name and comparison_identity(cfg, split) != comparison_identity(baseline, split):
+                differing = _differing_keys(named[name], named[baseline_name])
+                keys = [
+                    k
+                    for k in differing
+                    if k.split(".")[0] in ("data", "splits", "metrics") and not k.startswith("data.generation.train")
+                ] or differing
+                raise SweepError(
+                    f"variant {name}: {', '.join(keys)} changes the {split} tiles or how the metrics are computed "
+                    f"against the baseline variant {baseline_name}; variants are compared on the same val tiles and "
+                    "tested on the same test tiles (change the train split's data, the channels taken from a store, "
+                    "or anything else)"
+                )
+
+
+def _plan_variant(
+    name: str,
+    cfg: PipelineConfig,
+    named: dict[str, dict[str, JsonValue]],
+    sweep_dir: str,
+    seeds: list[int],
+    owners: dict[str, str],
+) -> PlannedVariant:
+    """One variant's stage runs (data stages, then training per seed), each owned by the first variant that plans
+    its key (``owners``, shared across variants and updated here), so that a shared data stage runs once.
+
+    Raises:
+        SweepError: the variant's training is another variant's (nothing training reads differs), so its
+            validation metric could not differ either.
+    """
+    run = RunDir(variant_dir(sweep_dir, name))
+    upstream: dict[str, str] = {}
+    stages: list[PlannedStage] = []
+    for stage in (*DATA_STAGES, TRAIN_STAGE):
+        selections = _selections(spec(stage), seeds)
+        for sel in selections:
+            key = planned_key(stage, cfg, sel, run, upstream)
+            planned = PlannedStage(stage=stage, params=sel, key=key, owner=owners.setdefault(key, name))
+            stages.append(planned)
+            upstream[planned.label] = key
+    first_train = next(s for s in stages if s.stage == TRAIN_STAGE)
+    if first_train.owner != name:
+        same = first_train.owner
+        what = describe(named[name]) if named[name] else "no override"
+        raise SweepError(
+            f"variant {name} ({what}) trains exactly as variant {same}: nothing training reads differs, so its "
+            "validation metric would be the same (a calibration or deployment setting is chosen by the "
+            "calibration gates, guide §11, not by a sweep)"
+        )
+    return PlannedVariant(name=name, overrides=named[name], run_dir=run.uri, stages=stages)
 
 
 def variant_dir(sweep_dir: str, name: str) -> str:
