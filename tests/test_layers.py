@@ -105,7 +105,7 @@ def test_imports_point_down_the_layers_only() -> None:
 # Inside flows/ (docs/architecture.md, "Layers"): the parameter models and shared helpers, then the flows, then the
 # `rts` command-line machinery (flows/cli/), which starts flows; a flow never imports the CLI.
 FLOWS_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("flows", "flows.fields", "flows.form", "flows.failures", "flows.server_watchdog"),
+    ("flows", "flows.fields", "flows.form", "flows.failures", "flows.render", "flows.server_watchdog"),
     ("flows.params",),
     ("flows.ui", "flows.common"),
     ("flows.fanout", "flows.stage_flow"),
@@ -385,12 +385,10 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
         74,
         "one fixed order of random draws: a reorder changes every synthetic scene",
     ),
-    "rtscore/metrics/objects.py:match_objects": (74, "split pending (issue 34): to split by concept"),
     "rtscore/data/normalization/compute.py:compute_normalization_stats": (
         73,
         "split pending (issue 34): to split by concept",
     ),
-    "rtscore/mapping/chunk.py:run_chunk": (72, "split pending (issue 34): to split by concept"),
     "rtscore/inference/drift.py:drift_report": (71, "split pending (issue 34): to split by concept"),
     "rtscore/data/validation/loader.py:training_batches": (70, "split pending (issue 34): to split by concept"),
     "rtscore/calibrate/run.py:render_report": (69, "split pending (issue 34): to split by concept"),
@@ -403,13 +401,9 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
         "split pending (issue 34): to split by concept",
     ),
     "rtscore/train/profile.py:try_batch": (68, "split pending (issue 34): to split by concept"),
-    "rtscore/calibrate/cache.py:build_logit_cache": (67, "split pending (issue 34): to split by concept"),
-    "rtscore/package/build.py:build_package": (64, "split pending (issue 34): to split by concept"),
     "rtscore/data/splits/regions.py:derive_splits": (63, "split pending (issue 34): to split by concept"),
     "rtscore/data/raster/warp.py:_write_rasters": (62, "split pending (issue 34): to split by concept"),
     "rtscore/inference/drift.py:render_markdown": (62, "split pending (issue 34): to split by concept"),
-    "rtscore/sweep/plan.py:plan_sweep": (62, "split pending (issue 34): to split by concept"),
-    "rtscore/storage/rundir.py:RunDir.adopt": (61, "split pending (issue 34): to split by concept"),
 }
 
 
