@@ -73,12 +73,21 @@ def weights(path: Path) -> dict[str, bytes]:
 
 
 # --------------------------------------------------------------------------------------------- train-seed
+@pytest.fixture(scope="module")
+def trained_run(data_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data run with SEED trained uninterrupted by the current code (EPOCHS epochs): the first training of
+    the edit test and the reference of the kill test, trained once for both (read only; copy it to write)."""
+    run = copy_run(data_run, tmp_path_factory.mktemp("identity-trained") / "run")
+    stages.train_seed(str(run), tiny_train_config(max_epochs=EPOCHS), SEED)
+    return run
+
+
 @pytest.mark.slow
 def test_a_code_edit_in_the_train_closure_retrains_from_scratch_and_sets_the_old_checkpoints_aside(
-    run_copy: Path, edits: CodeEdits, caplog: pytest.LogCaptureFixture
+    trained_run: Path, tmp_path: Path, edits: CodeEdits, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = tiny_train_config(max_epochs=EPOCHS)
-    stages.train_seed(str(run_copy), cfg, SEED)
+    run_copy = copy_run(trained_run, tmp_path / "run")  # SEED trained by the unedited code
     seed_dir = run_copy / RunLayout.SEED_DIR.at(seed=SEED)
     old_best = (seed_dir / "best_deployment.pth").read_bytes()
     old_latest = (seed_dir / "resume_latest.pth").read_bytes()
@@ -109,11 +118,10 @@ def test_a_code_edit_in_the_train_closure_retrains_from_scratch_and_sets_the_old
 
 @pytest.mark.slow
 def test_kill_9_mid_training_then_the_same_code_resumes_bit_identically(
-    run_copy: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    run_copy: Path, trained_run: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = tiny_train_config(max_epochs=EPOCHS)
-    ref = copy_run(run_copy, tmp_path / "ref")
-    stages.train_seed(str(ref), cfg, SEED)
+    ref = trained_run  # the same data, trained uninterrupted
 
     run_killed(
         f"""
