@@ -292,9 +292,10 @@ def _datasets_md(run_dir: str, refs: list[ArtifactRef]) -> str:
             a = read_store_attrs(RunDir(run_dir).path(ref.path))
         except Exception:  # a summary never fails a stage
             continue
+        seed = a.seed if "seed" in a.model_fields_set else "?"  # a GeoTIFF store records none
         lines.append(
-            f"| {a.get('split', ref.path)} | {a.get('source', '?')} | {a.get('seed', '?')} | {a.get('tile_size', '?')} "
-            f"| {', '.join(a.get('channel_names', []))} | {ref.bytes / 1e6:.1f} |"
+            f"| {a.split} | {a.source} | {seed} | {a.tile_size} | {', '.join(a.channel_names)} "
+            f"| {ref.bytes / 1e6:.1f} |"
         )
     return "\n".join(lines) + "\n"
 

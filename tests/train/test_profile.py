@@ -39,11 +39,11 @@ def _model(cfg: PipelineConfig) -> torch.nn.Module:
 def test_profile_batch_finds_the_boundary_under_a_cpu_cap() -> None:
     cfg = tiny_train_config()
     report = profile_batch_sizes(cfg, memory_cap_gib=10.0, max_batch=3, steps=1)
-    assert report["largest_fitting"] == 2 and report["first_failing"] is None
-    assert [t["batch_size"] for t in report["trials"]] == [1, 2]
-    assert report["configured_fits"] is None  # training.batch_size 4: beyond the search limit
+    assert report.largest_fitting == 2 and report.first_failing is None
+    assert [t.batch_size for t in report.trials] == [1, 2]
+    assert report.configured_fits is None  # training.batch_size 4: beyond the search limit
     tight = profile_batch_sizes(cfg, memory_cap_gib=1e-6, max_batch=4, steps=1)
-    assert tight["largest_fitting"] == 0 and tight["first_failing"] == 1 and tight["configured_fits"] is False
+    assert tight.largest_fitting == 0 and tight.first_failing == 1 and tight.configured_fits is False
     md = render_profile(report)
     assert "| 2 | 2 | yes |" in md and "Recommended training.batch_size: **2**" in md
     assert "EMA fp32 copy" in md and "loss focal" in md and "validation forward pass" in md
@@ -57,8 +57,8 @@ def test_the_ema_copy_raises_the_peak() -> None:
             ema={"enabled": enabled}, model={"backbone": "resnet18"}
         )  # 11 M parameters: the EMA's 42 MiB stand out of the RSS noise
         report = profile_batch_sizes(cfg, max_batch=1, steps=1)
-        peaks[enabled] = report["trials"][0]["peak_memory_gib"]
-        held[enabled] = report["held_gib"]["ema"]
+        peaks[enabled] = report.trials[0].peak_memory_gib
+        held[enabled] = report.held_gib.ema
     model = build_model(_cfg(model={"backbone": "resnet18"}).model, tiny_train_config().channels)
     state_bytes = sum(v.numel() * v.element_size() for v in model.state_dict().values())
     assert held[True] == pytest.approx(state_bytes / GIB) and held[False] == 0.0
@@ -138,7 +138,7 @@ def test_compile_is_the_trained_view(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(torch, "compile", compile_)
     report = profile_batch_sizes(_cfg(training={"torch_compile": True}), max_batch=1, steps=1)
-    assert report["torch_compile"] and "torch.compile" in report["included"]
+    assert report.torch_compile and "torch.compile" in report.included
     assert (
         len(views) == 1 and views[0].forwards == 3
     )  # the CPU warm-up trial's step, the trial's warm-up and timed step
@@ -147,13 +147,13 @@ def test_compile_is_the_trained_view(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_per_rank_batch_is_the_global_batch_over_the_devices() -> None:
     cfg = tiny_train_config()  # training.batch_size 4
     report = profile_batch_sizes(cfg, devices=2, max_batch=2, steps=1)
-    assert report["devices"] == 2 and report["configured_per_rank"] == 2
-    assert [(t["batch_size"], t["global_batch"]) for t in report["trials"]] == [(1, 2), (2, 4)]
-    assert report["largest_fitting"] == 2 and report["largest_fitting_global"] == 4
-    assert report["recommended_batch_size"] == 2 * report["recommended_per_rank"]
+    assert report.devices == 2 and report.configured_per_rank == 2
+    assert [(t.batch_size, t.global_batch) for t in report.trials] == [(1, 2), (2, 4)]
+    assert report.largest_fitting == 2 and report.largest_fitting_global == 4
+    assert report.recommended_batch_size == 2 * report.recommended_per_rank
     model = build_model(cfg.model, cfg.channels)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert report["held_gib"]["ddp_buckets"] == pytest.approx(trainable * 4 / GIB)
+    assert report.held_gib.ddp_buckets == pytest.approx(trainable * 4 / GIB)
     assert held_memory(model, cfg, 1).ddp_buckets == 0
     md = render_profile(report)
     assert "**4** global = 2 x 2 per rank" in md and "DDP gradient buckets" in md and "estimate" in md
