@@ -103,7 +103,7 @@ REPORT_DOC: dict[str, Any] = {
         "batch_size": None,
         "max_batch": 8,
         "profile_steps": 1,
-        "max_memory_gib": None,
+        "max_memory_gb": None,
         "workers": 1,
     },
     "device": {
