@@ -298,16 +298,8 @@ def _datasets_md(run_dir: str, refs: list[ArtifactRef]) -> str:
             a = read_store_attrs(RunDir(run_dir).path(ref.path))
         except Exception:  # a summary never fails a stage
             continue
-        rows.append(
-            [
-                a.get("split", ref.path),
-                a.get("source", "?"),
-                a.get("seed", "?"),
-                a.get("tile_size", "?"),
-                ", ".join(a.get("channel_names", [])),
-                f"{ref.bytes / 1e6:.1f}",
-            ]
-        )
+        seed = a.seed if "seed" in a.model_fields_set else "?"  # a GeoTIFF store records none
+        rows.append([a.split, a.source, seed, a.tile_size, ", ".join(a.channel_names), f"{ref.bytes / 1e6:.1f}"])
     return "\n".join(md_table(["split", "source", "seed", "tile size", "channels", "MB"], rows)) + "\n"
 
 

@@ -91,6 +91,12 @@ def _attrs(extra: int = 0, chash: str = "h1", split: str = "train") -> dict:
     return a
 
 
+def store_attrs_doc(**fields: Any) -> dict[str, Any]:
+    """The attribute document of a test store of no tiles (nothing written), ``fields`` replacing its entries."""
+    counts = {"n_tiles": 0, "n_positive": 0, "n_negative": 0, "n_full_nodata": 0, "n_regions": 0, "regions": []}
+    return {**_attrs(), "counts": counts, "prevalence": {"exact": 0.0, "noisy": 0.0}, **fields}
+
+
 def write_test_store(
     path: Path, n: int = 10, *, extra: int = 0, split: str = "train", format_version: int | None = None
 ) -> StoreAttrs:

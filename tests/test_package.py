@@ -23,6 +23,7 @@ from rtscore.config import parse_pipeline_config
 from rtscore.config.binding import RasterContract
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization.stats import NormalizationStats, NormalizationStatsError, write_normalization_stats
+from rtscore.data.store.attrs import StoreAttrs
 from rtscore.models import build_model
 from rtscore.package import (
     PACKAGE_FILES,
@@ -39,7 +40,7 @@ from rtscore.package import (
 )
 from rtscore.storage import StorageError, sha256_file
 from rtscore.train.result import SeedSummary, read_seed_summary
-from tests.helpers import alter_weights_tensor, calibrated_deployment, tiny_pipeline_config
+from tests.helpers import alter_weights_tensor, calibrated_deployment, store_attrs_doc, tiny_pipeline_config
 
 METRICS = {42: 0.31, 43: 0.47}
 CONTRACT = RasterContract(crs="EPSG:3857", pixel_size=4.77)  # what the train store records
@@ -490,7 +491,7 @@ def test_a_package_without_a_contract_loads_as_epsg3857_with_a_warning(
 
 
 def test_the_package_stage_takes_the_contract_from_the_train_store(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The package stage reads `raster_contract` from the train store's attributes (RasterContract.of_store_attrs)."""
+    """The package stage reads `raster_contract` from the train store's attributes (StoreAttrs.contract)."""
     import importlib
 
     stage = importlib.import_module("rtscore.stages.package")  # the package name is shadowed by the stage function
@@ -498,9 +499,9 @@ def test_the_package_stage_takes_the_contract_from_the_train_store(run: Path, mo
     recorded = CONTRACT.model_copy(update={"pixel_size": 9.54})
     attrs_seen: list[Path] = []
 
-    def attrs(path: Path) -> dict[str, Any]:
+    def attrs(path: Path) -> StoreAttrs:
         attrs_seen.append(path)
-        return {"raster_contract": recorded.model_dump(mode="json")}
+        return StoreAttrs.model_validate(store_attrs_doc(raster_contract=recorded.model_dump(mode="json")))
 
     built: dict[str, Any] = {}
     monkeypatch.setattr(stage, "require_inputs", lambda *a, **k: None)

@@ -334,7 +334,7 @@ def test_whole_tile_prediction_is_bit_identical_to_the_evaluation_path(tmp_path:
     assert stats.clip_min is not None and stats.clip_max is not None
     from rtscore.data.store.format import read_store_attrs
 
-    contract = RasterContract.of_store_attrs(read_store_attrs(store))  # as the package stage records it
+    contract = read_store_attrs(store).contract()  # as the package stage records it
     pkg = load_package(write_package(tmp_path / "pkg", extra=extra, stats=stats, raster=contract), device="cpu")
     base = tiny_pipeline_config(tile=TILE, extra=False)
     cfg = parse_pipeline_config({**base, "data": {**base["data"], "generation": {}}, "channels": {"extra": extra}})

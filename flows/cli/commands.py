@@ -162,7 +162,7 @@ def validate(p: ValidateParams) -> int:
     if not stores and (root / "zarr.json").exists():  # a single store
         from rtscore.data.store.format import read_store_attrs
 
-        stores = {read_store_attrs(root)["split"]: root}
+        stores = {read_store_attrs(root).split: root}
         root = root.parent
     stats_name = RunLayout.NORMALIZATION_STATS.at()
     stats = Path(p.stats) if p.stats else root / stats_name

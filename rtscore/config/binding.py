@@ -13,7 +13,7 @@ pixel size, colour interpretation) belong on :class:`BoundBand` too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -90,14 +90,6 @@ class InputBinding(StrictModel):
         """EXTRA channel ``i`` from EXTRA band ``i``: the synthetic scenes' binding (``rts synth-geotiff`` writes
         them in that order), and that of stores written before the binding was recorded."""
         return cls.of_extra([ExtraChannel(name=n, band=i) for i, n in enumerate(extra_names)])
-
-    @classmethod
-    def of_store_attrs(cls, attrs: Mapping[str, Any]) -> InputBinding:
-        """The binding a tile store was written with (``input_binding``), positional when it records none."""
-        doc = attrs.get("input_binding")
-        if doc is not None:
-            return cls.model_validate(doc)
-        return cls.positional([str(n) for n in attrs.get("extra_channel_names", [])])
 
     @property
     def names(self) -> list[str]:
@@ -196,14 +188,3 @@ class RasterContract(StrictModel):
         "not R, G, B or alpha (NIR) never decides. Plus EXTRA pixels equal to the EXTRA raster's declared nodata "
         "(NaN included). Any other non-finite EXTRA value is an error.",
     )
-
-    @classmethod
-    def of_store_attrs(cls, attrs: Mapping[str, Any]) -> RasterContract:
-        """The contract a tile store records (``raster_contract``). A store written before it was recorded: synthetic
-        stores are EPSG:3857 at their ``pixel_size_m`` (as ``rts synth-geotiff`` writes them), GeoTIFF stores were
-        EPSG:3857 (ingestion required it) at a pixel size not recorded (not checked)."""
-        doc = attrs.get("raster_contract")
-        if doc is not None:
-            return cls.model_validate(doc)
-        synthetic = attrs.get("source") == "synthetic" and attrs.get("pixel_size_m") is not None
-        return cls(crs="EPSG:3857", pixel_size=float(attrs["pixel_size_m"]) if synthetic else None)

@@ -20,16 +20,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from rtscore.config.overrides import apply_overrides
 from rtscore.config.pipeline import PipelineConfig, parse_pipeline_config
 from rtscore.data.store.format import read_store_attrs
 from rtscore.errors import PipelineError
+from rtscore.report import md_table
 from rtscore.stages.generate import generate_dataset
 from rtscore.stages.normalization import normalization_stats
 from rtscore.stages.train import train_seed
 from rtscore.storage import RunLayout, atomic_write_text
 from rtscore.train.distributed import resolve_devices
-from rtscore.train.profile import profile_batch_sizes, render_profile
+from rtscore.train.profile import BatchProfile, profile_batch_sizes, render_profile
 
 GIB = 2**30
 log = logging.getLogger(__name__)
@@ -56,27 +59,122 @@ class GpuCheckOptions:
     workers: int | None = None  # generation worker processes (None: each generation config's)
 
 
-def device_info() -> dict[str, Any]:
+class GpuInfo(BaseModel):
+    """One visible GPU."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(..., description="The device's name.")
+    memory_gib: float = Field(..., description="Its total memory, GiB (2 decimals).")
+    capability: str = Field(..., description="Its CUDA compute capability, e.g. 9.0.")
+
+
+class DeviceInfo(BaseModel):
+    """What this machine offers training (the report's ``device``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    torch: str = Field(..., description="torch's version.")
+    cuda: str | None = Field(..., description="The CUDA torch was built with (None: a CPU build).")
+    cuda_available: bool = Field(..., description="Whether CUDA is usable here.")
+    bf16_supported: bool = Field(..., description="Whether the GPU supports bf16.")
+    gpus: list[GpuInfo] = Field(..., description="The visible GPUs.")
+    cpu_cores: int | None = Field(..., description="os.cpu_count().")
+    platform: str = Field(..., description="platform.platform().")
+
+
+class CheckStep(BaseModel):
+    """One step of the check: its name, its time and its figures (each step has its own, named: the figures are
+    the model's extra fields, kept in the order given)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    step: str = Field(..., description="The step's name.")
+    seconds: float = Field(..., description="Its wall time, rounded to 0.01 s.")
+
+    @property
+    def figures(self) -> dict[str, float]:
+        """The step's figures by name (counts, rates, sizes: numbers)."""
+        return dict(self.model_extra or {})
+
+
+_METRIC = "val_realistic_pr_auc_geomean"
+
+
+class EpochFigures(BaseModel):
+    """One epoch of the short training, from the seed's metrics.jsonl (None: the row has no such figure)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epoch: int | None = None
+    train_loss: float | None = None
+    train_samples_per_s: float | None = None
+    train_batches: float | None = None
+    epoch_seconds: float | None = None
+    val_loss: float | None = None
+    val_realistic_pr_auc_geomean: float | None = None  # _METRIC
+
+
+class TrainingFigures(BaseModel):
+    """The short training's figures (the report's ``training``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    batch_size: int = Field(..., description="The global batch trained at.")
+    devices: int = Field(..., description="The ranks trained on.")
+    seed: int = Field(..., description="training.seed.")
+    seconds: float = Field(..., description="Wall time of the train-seed stage.")
+    train_samples_per_s: float = Field(..., description="Images per second of the training steps.")
+    val_seconds: float = Field(..., description="Seconds of a validation pass (an epoch's time less its steps').")
+    peak_memory_gib: float | None = Field(..., description="Peak GPU memory of this process (None: no GPU).")
+    epochs: list[EpochFigures] = Field(..., description="Each epoch's figures.")
+
+
+class GpuCheckReport(BaseModel):
+    """The check's report as it grows: written after each step (:meth:`to_json`), so a step that fails leaves the
+    ones before; ``profile``, ``training`` and ``error`` appear once they are known."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool = Field(False, description="Whether every step ran.")
+    work_dir: str = Field(..., description="Where the stores and the training went.")
+    options: dict[str, Any] = Field(..., description="The check's options (GpuCheckOptions), as given.")
+    device: DeviceInfo = Field(..., description="This machine.")
+    steps: list[CheckStep] = Field(default_factory=list, description="The steps run, in order.")
+    profile: BatchProfile | None = Field(None, description="The batch-size profile (once run).")
+    training: TrainingFigures | None = Field(None, description="The short training's figures (once run).")
+    error: str | None = Field(None, description="The failing step's error.")
+
+    def to_json(self) -> str:
+        """The report file's text: the fields in order, those not known yet left out."""
+        data = self.model_dump()
+        for key in ("profile", "training", "error"):
+            if data[key] is None:
+                del data[key]
+        return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def device_info() -> DeviceInfo:
     """What this machine offers training: torch, CUDA, the GPUs and their memory, the CPU cores."""
     import torch
 
     gpus = [
-        {
-            "name": torch.cuda.get_device_name(i),
-            "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / GIB, 2),
-            "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
-        }
+        GpuInfo(
+            name=torch.cuda.get_device_name(i),
+            memory_gib=round(torch.cuda.get_device_properties(i).total_memory / GIB, 2),
+            capability=".".join(map(str, torch.cuda.get_device_capability(i))),
+        )
         for i in range(torch.cuda.device_count())
     ]
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cuda_available": torch.cuda.is_available(),
-        "bf16_supported": bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported()),
-        "gpus": gpus,
-        "cpu_cores": os.cpu_count(),
-        "platform": platform.platform(),
-    }
+    return DeviceInfo(
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        cuda_available=torch.cuda.is_available(),
+        bf16_supported=bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported()),
+        gpus=gpus,
+        cpu_cores=os.cpu_count(),
+        platform=platform.platform(),
+    )
 
 
 def check_config(cfg: PipelineConfig, opts: GpuCheckOptions) -> PipelineConfig:
@@ -140,14 +238,14 @@ class _Report:
     """The report as it grows, written (atomically) after each step, so a step that fails leaves the ones before."""
 
     path: Path
-    data: dict[str, Any]
+    data: GpuCheckReport
 
     def step(self, name: str, seconds: float, **figures: Any) -> None:
-        self.data["steps"].append({"step": name, "seconds": round(seconds, 2), **figures})
+        self.data.steps.append(CheckStep(step=name, seconds=round(seconds, 2), **figures))
         self.save()
 
     def save(self) -> None:
-        atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+        atomic_write_text(self.path, self.data.to_json())
 
 
 def run_gpu_check(
@@ -157,7 +255,7 @@ def run_gpu_check(
     opts: GpuCheckOptions | None = None,
     *,
     echo: Callable[[str], None] = print,
-) -> dict[str, Any]:
+) -> GpuCheckReport:
     """Generate, normalise, profile, train and validate in ``work_dir``; the report (also written to
     ``report_path`` as JSON after every step; ``ok`` false and ``error`` set when a step fails)."""
 
@@ -167,11 +265,11 @@ def run_gpu_check(
     n = resolve_devices(cfg, opts.devices)
     report = _Report(
         Path(report_path),
-        {"ok": False, "work_dir": str(work), "options": asdict(opts), "device": device_info(), "steps": []},
+        GpuCheckReport(ok=False, work_dir=str(work), options=asdict(opts), device=device_info(), steps=[]),
     )
-    dev = report.data["device"]
-    gpus = ", ".join(f"{g['name']} ({g['memory_gib']} GiB)" for g in dev["gpus"]) or "none"
-    echo(f"GPU check: torch {dev['torch']}, CUDA {dev['cuda']}, GPUs: {gpus}, {dev['cpu_cores']} CPU cores")
+    dev = report.data.device
+    gpus = ", ".join(f"{g.name} ({g.memory_gib} GiB)" for g in dev.gpus) or "none"
+    echo(f"GPU check: torch {dev.torch}, CUDA {dev.cuda}, GPUs: {gpus}, {dev.cpu_cores} CPU cores")
     report.save()
     try:
         for i, split in enumerate(("train", "val"), start=1):
@@ -179,18 +277,18 @@ def run_gpu_check(
             generate_dataset(str(work), cfg, split, progress=False)
             dt = time.perf_counter() - t0
             store = work / RunLayout.DATASET.at(split=split)
-            counts = read_store_attrs(store)["counts"]
+            counts = read_store_attrs(store).counts
             size = _du(store) / 2**20
             echo(
-                f"[{i}/5] generate {split}: {counts['n_tiles']} tiles ({counts['n_positive']} positive) in {dt:.1f} s, "
-                f"{counts['n_tiles'] / dt:.1f} tiles/s, {size:.1f} MiB on disk"
+                f"[{i}/5] generate {split}: {counts.n_tiles} tiles ({counts.n_positive} positive) in {dt:.1f} s, "
+                f"{counts.n_tiles / dt:.1f} tiles/s, {size:.1f} MiB on disk"
             )
             report.step(
                 f"generate {split}",
                 dt,
-                tiles=counts["n_tiles"],
-                positive=counts["n_positive"],
-                tiles_per_s=counts["n_tiles"] / dt,
+                tiles=counts.n_tiles,
+                positive=counts.n_positive,
+                tiles_per_s=counts.n_tiles / dt,
                 store_mib=size,
             )
         t0 = time.perf_counter()
@@ -206,56 +304,53 @@ def run_gpu_check(
         dt = time.perf_counter() - t0
         batch = _training_batch(profile, opts)
         echo(f"[4/5] batch-size profile ({dt:.1f} s):\n" + render_profile(profile))
-        report.data["profile"] = profile
+        report.data.profile = profile
         report.step("profile", dt, training_batch_size=batch, devices=n)
 
-        report.data["training"] = train = _train(work, cfg, opts, batch, n)
-        last = train["epochs"][-1] if train["epochs"] else {}
+        report.data.training = train = _train(work, cfg, opts, batch, n)
+        last = train.epochs[-1].val_realistic_pr_auc_geomean if train.epochs else None
         echo(
-            f"[5/5] training: {len(train['epochs'])} epoch(s) at batch {batch} in {train['seconds']:.1f} s, "
-            f"{train['train_samples_per_s']:.1f} images/s training, validation {train['val_seconds']:.1f} s per "
+            f"[5/5] training: {len(train.epochs)} epoch(s) at batch {batch} in {train.seconds:.1f} s, "
+            f"{train.train_samples_per_s:.1f} images/s training, validation {train.val_seconds:.1f} s per "
             f"pass"
-            + (f"; peak GPU memory {train['peak_memory_gib']:.2f} GiB" if train["peak_memory_gib"] else "")
-            + f"; last {_METRIC} {_fmt(last.get(_METRIC))}"
+            + (f"; peak GPU memory {train.peak_memory_gib:.2f} GiB" if train.peak_memory_gib else "")
+            + f"; last {_METRIC} {_fmt(last)}"
         )
-        report.step("train and validate", train["seconds"], batch_size=batch)
+        report.step("train and validate", train.seconds, batch_size=batch)
     except Exception as err:
-        report.data["error"] = f"{type(err).__name__}: {err}"
+        report.data.error = f"{type(err).__name__}: {err}"
         report.save()
         raise
-    report.data["ok"] = True
+    report.data.ok = True
     report.save()
     echo(f"wrote {report.path}")
     return report.data
-
-
-_METRIC = "val_realistic_pr_auc_geomean"
 
 
 def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def _training_batch(profile: dict[str, Any], opts: GpuCheckOptions) -> int:
+def _training_batch(profile: BatchProfile, opts: GpuCheckOptions) -> int:
     """The global batch of the short training: asked for, else the configured one if it fits, else the
     recommended one."""
     if opts.batch_size is not None:
         return opts.batch_size
-    if profile["configured_fits"] is not False:
-        return int(profile["configured_batch_size"])
-    if profile["recommended_batch_size"] < 1:
+    if profile.configured_fits is not False:
+        return profile.configured_batch_size
+    if profile.recommended_batch_size < 1:
         raise GpuCheckError(
-            f"no batch fits on {profile['device']}: even a per-rank batch of 1 ran out of memory (or above "
+            f"no batch fits on {profile.device}: even a per-rank batch of 1 ran out of memory (or above "
             "--max-memory-gb); use a smaller model or tile size"
         )
     log.warning(
-        f"training.batch_size {profile['configured_batch_size']} does not fit; the check trains at the recommended "
-        f"{profile['recommended_batch_size']}"
+        f"training.batch_size {profile.configured_batch_size} does not fit; the check trains at the recommended "
+        f"{profile.recommended_batch_size}"
     )
-    return int(profile["recommended_batch_size"])
+    return profile.recommended_batch_size
 
 
-def _train(work: Path, cfg: PipelineConfig, opts: GpuCheckOptions, batch: int, devices: int) -> dict[str, Any]:
+def _train(work: Path, cfg: PipelineConfig, opts: GpuCheckOptions, batch: int, devices: int) -> TrainingFigures:
     """The short training through the train-seed stage; its figures from the seed's metrics.jsonl."""
     import torch
 
@@ -269,28 +364,29 @@ def _train(work: Path, cfg: PipelineConfig, opts: GpuCheckOptions, batch: int, d
     seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() / GIB if cuda else None  # this process (rank 0 of a launch: none)
     rows = [json.loads(r) for r in (work / RunLayout.SEED_METRICS.at(seed=seed)).read_text().splitlines() if r]
-    keep = ("epoch", "train_loss", "train_samples_per_s", "train_batches", "epoch_seconds", "val_loss", _METRIC)
-    epochs = [{k: r.get(k) for k in keep} for r in rows]
+    epochs = [EpochFigures(**{k: r.get(k) for k in EpochFigures.model_fields}) for r in rows]
     train_s = [r["train_batches"] * batch / r["train_samples_per_s"] for r in rows if r.get("train_samples_per_s")]
     val_s = [r["epoch_seconds"] - t for r, t in zip(rows, train_s, strict=False)]
-    return {
-        "batch_size": batch,
-        "devices": devices,
-        "seed": seed,
-        "seconds": seconds,
-        "train_samples_per_s": sum(r["train_batches"] * batch for r in rows) / sum(train_s) if train_s else 0.0,
-        "val_seconds": sum(val_s) / len(val_s) if val_s else 0.0,
-        "peak_memory_gib": peak if peak else None,
-        "epochs": epochs,
-    }
+    return TrainingFigures(
+        batch_size=batch,
+        devices=devices,
+        seed=seed,
+        seconds=seconds,
+        train_samples_per_s=sum(r["train_batches"] * batch for r in rows) / sum(train_s) if train_s else 0.0,
+        val_seconds=sum(val_s) / len(val_s) if val_s else 0.0,
+        peak_memory_gib=peak if peak else None,
+        epochs=epochs,
+    )
 
 
-def render_gpu_check(report: dict[str, Any]) -> str:
+def render_gpu_check(report: GpuCheckReport) -> str:
     """The report's steps as a markdown table."""
-    lines = ["| step | seconds | figures |", "|---|---:|---|"]
-    for s in report["steps"]:
-        figures = ", ".join(
-            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in s.items() if k not in ("step", "seconds")
-        )
-        lines.append(f"| {s['step']} | {s['seconds']:.1f} | {figures} |")
-    return "\n".join(lines) + "\n"
+    rows = [
+        [
+            s.step,
+            f"{s.seconds:.1f}",
+            ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in s.figures.items()),
+        ]
+        for s in report.steps
+    ]
+    return "\n".join(md_table(["step", "seconds", "figures"], rows, align=["", "right", ""])) + "\n"

@@ -146,11 +146,11 @@ def _tile_ids(ds: TileDataset) -> list[str]:
 def check_context_store(store: Any, context: Any) -> None:
     """Refuse a context store that was not generated for ``store`` (its ``context_of`` is another config)."""
     attrs, ctx = read_store_attrs(store), read_store_attrs(context)
-    if ctx.get("context_of") != attrs.get("config_hash") or float(ctx.get("scale", 1.0)) != CONTEXT_SCALE:
+    if ctx.context_of != attrs.config_hash or ctx.scale != CONTEXT_SCALE:
         raise ContextError(
             f"{context} is not the 0.5x context store of {store}: it records context_of "
-            f"{str(ctx.get('context_of'))[:12]} and scale {ctx.get('scale')}, the store's config_hash is "
-            f"{str(attrs.get('config_hash'))[:12]}; regenerate the split (rts run / the generate-dataset stage "
+            f"{str(ctx.context_of)[:12]} and scale {ctx.scale}, the store's config_hash is "
+            f"{attrs.config_hash[:12]}; regenerate the split (rts run / the generate-dataset stage "
             "writes both)"
         )
 

@@ -186,6 +186,27 @@ class CampaignResult(CampaignSummary):
     index_file: str = Field(..., description="The footprint index, relative to the output.")
 
 
+class _MappedPackage(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, coerce_numbers_to_str=True)
+
+    package_sha256: str | None = None
+
+
+class MappedWith(BaseModel):
+    """What other modules check in a campaign's ``summary.json``: the package it was mapped with
+    (``mapping_identity.package_sha256`` of :class:`CampaignResult`). Only that is read, the rest of the document
+    ignored, so that a summary written by an older rtscore (or one holding just this field) still answers; a summary
+    naming no package reads as None."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    mapping_identity: _MappedPackage | None = None
+
+    @property
+    def package_sha256(self) -> str | None:
+        return None if self.mapping_identity is None else self.mapping_identity.package_sha256
+
+
 def check_drift(
     pkg: LoadedPackage, scenes: Sequence[Scene], output: str | Path | CampaignRoot, *, allow_drift: bool
 ) -> DriftReport | DriftNotMeasured:

@@ -114,7 +114,7 @@ def build_package(
     atomically).
 
     ``seed`` is the shipped seed's training summary (the calibrate stage decides which seed ships); ``contract``
-    the raster contract of the train store (``RasterContract.of_store_attrs``), recorded as ``raster`` in
+    the raster contract of the train store (``StoreAttrs.contract``), recorded as ``raster`` in
     ``model_config.yaml`` so that predict and drift check their inputs against what training read. Every
     input is checked before anything is written, and the staged package is audited (as by
     :func:`verify_package`, without the model load) before it replaces a previous one.

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from rtscore.config.base import load_config
 from rtscore.config.binding import InputBinding, RasterContract
 from rtscore.config.deployment import DeploymentConfig
@@ -43,7 +45,7 @@ from rtscore.errors import PipelineError
 from rtscore.identity.code import closure_hash
 from rtscore.inference.predict import input_contract
 from rtscore.inference.stream import gdal_env
-from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE, SUMMARY_JSON
+from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE, SUMMARY_JSON, MappedWith
 from rtscore.mapping.campaign_log import latest
 from rtscore.mapping.chunk import package_sha256
 from rtscore.mapping.outputs import CampaignRoot, staged_input
@@ -130,8 +132,7 @@ def export_review(
     """
     croot = CampaignRoot(campaign, cache_dir=cache_dir)
     summary_path, objects_path = _fetch(croot, SUMMARY_JSON), _fetch(croot, OBJECTS_FILE)
-    summary = _read_json(summary_path)
-    mapped_with = str((summary.get("mapping_identity") or {}).get("package_sha256", ""))
+    mapped_with = _mapped_package(summary_path)
     pkg = Path(package)
     this, contract = _package_that_mapped(pkg, mapped_with, croot)
     selection = _with_threshold(selection, pkg)
@@ -286,6 +287,15 @@ def _fetch(root: CampaignRoot, rel: str) -> Path:
             f"campaign {root.uri} has no {rel}; is it the --output of `rts map`, and has a scene been mapped?"
         )
     return path
+
+
+def _mapped_package(summary: Path) -> str:
+    """The package a campaign's summary.json names ('' when none)."""
+    try:
+        package = MappedWith.model_validate(_read_json(summary)).package_sha256
+    except ValidationError as err:
+        raise ReviewError(f"{summary}: not a campaign summary ({err.errors()[0]['msg']})") from None
+    return package or ""
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -4,11 +4,10 @@ review was exported from, mapped by the same package)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from rtscore.mapping.campaign import OBJECTS_FILE, SUMMARY_JSON
+from rtscore.mapping.campaign import OBJECTS_FILE, SUMMARY_JSON, MappedWith
 from rtscore.mapping.outputs import CampaignRoot
 from rtscore.review.manifest import HEADER_FILE, MANIFEST_FILE, ReviewError, ReviewHeader, ReviewObject, iter_objects
 from rtscore.review.manifest import read_header as read_header_file
@@ -87,8 +86,8 @@ def _check_campaign(uri: str, header: ReviewHeader, hname: str) -> None:
     package = None
     if summary is not None:
         try:
-            package = (json.loads(summary.read_text()).get("mapping_identity") or {}).get("package_sha256")
-        except (OSError, ValueError, AttributeError):
+            package = MappedWith.model_validate_json(summary.read_text()).package_sha256
+        except (OSError, ValueError):  # unreadable, not JSON, not a summary: names no package
             package = None
     if package != header.campaign.package_sha256:
         raise ReviewError(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rtscore.config.binding import RasterContract
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.store.format import read_store_attrs
 from rtscore.package import PackageError, build_package
@@ -32,7 +31,7 @@ def package(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -
         )
     require_inputs(SPEC, run, seed=shipped)
     # what the model was trained on (band sources, dtypes, CRS, pixel size): predict and drift check inputs with it
-    contract = RasterContract.of_store_attrs(read_store_attrs(run.at(RunLayout.DATASET, split="train")))
+    contract = read_store_attrs(run.at(RunLayout.DATASET, split="train")).contract()
     rel = RunLayout.PACKAGE.at()
     run.forget(rel)
     build_package(

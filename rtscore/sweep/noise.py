@@ -30,14 +30,14 @@ def noise_floor(plan: SweepPlan, cfg: PipelineConfig, seed: int) -> NoiseFloor:
     for rel in (RunLayout.NORMALIZATION_STATS.at(), RunLayout.DATASET.at(split="val")):
         run.require(rel)
     report = measure_noise_floor(cfg, run.root, seed, repeats=NOISE_REPEATS, draws_per_run=NOISE_DRAWS)
-    g = report["metrics"]["geomean"]
-    first = report["metrics"].get(str(cfg.metrics.ratios[0]), {})
+    g = report.metrics["geomean"]
+    first = report.metrics.get(str(cfg.metrics.ratios[0]))
     floor = NoiseFloor(
         seed=seed,
         repeats=NOISE_REPEATS,
-        reweighted_std=float(g["reweighted_std"]),
-        subsampled_std=float(g["subsampled_std"]),
-        bootstrap_std=first.get("bootstrap_std"),
+        reweighted_std=g.reweighted_std,
+        subsampled_std=g.subsampled_std,
+        bootstrap_std=first.bootstrap_std if first is not None else None,
         metric=f"PR-AUC geomean over 1:{', 1:'.join(map(str, cfg.metrics.ratios))} (bootstrap: at "
         f"1:{cfg.metrics.ratios[0]})",
     )

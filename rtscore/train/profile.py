@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.tiles import ClassPixelCounts
@@ -32,6 +33,7 @@ from rtscore.errors import PipelineError
 from rtscore.losses import build_loss, loss_soft_targets, uses_soft_targets
 from rtscore.metrics import LogitBins, PixelConfusion, TileHistogramAccumulator
 from rtscore.models import build_model
+from rtscore.report import md_table
 from rtscore.runtime import check_precision, forward_logits, select_device
 from rtscore.train.distributed import resolve_devices
 from rtscore.train.ema import EMA
@@ -69,8 +71,56 @@ class Held:
     ddp_buckets: int  # estimate: one fp32 copy of the trainable parameters' gradients (0 for one device)
     trainable_parameters: int = 0
 
-    def gib(self) -> dict[str, float]:
-        return {k: v / GIB for k, v in asdict(self).items() if k != "trainable_parameters"}
+    def gib(self) -> HeldGib:
+        return HeldGib(**{k: v / GIB for k, v in asdict(self).items() if k != "trainable_parameters"})
+
+
+class HeldGib(BaseModel):
+    """:class:`Held` in GiB per rank, as the profile reports it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    parameters: float = Field(..., description="The model's parameters.")
+    gradients: float = Field(..., description="The trainable parameters' gradients.")
+    optimizer: float = Field(..., description="AdamW's exp_avg and exp_avg_sq of every trainable parameter.")
+    ema: float = Field(..., description="The EMA's fp32 copy of the state dict (0: ema.enabled off).")
+    ddp_buckets: float = Field(..., description="DDP's gradient buckets, estimated (0: one device).")
+
+
+class BatchProfile(BaseModel):
+    """What :func:`profile_batch_sizes` found: the run's shape, what each trial holds, every trial and the batch it
+    recommends. The gpu check records it in its JSON report (as these fields, in this order) and
+    :func:`render_profile` renders it; a field, not a string key, is what a reader depends on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    device: str = Field(..., description="The device profiled: cpu, or the GPU's name.")
+    device_memory_gib: float | None = Field(..., description="The GPU's total memory (None on CPU).")
+    devices: int = Field(..., ge=1, description="N ranks the batch is per rank of.")
+    architecture: str = Field(..., description="model.architecture.")
+    backbone: str = Field(..., description="model.backbone.")
+    tile_size: int = Field(..., description="data.tile_size.")
+    channels: int = Field(..., description="The model's input channels.")
+    precision: str = Field(..., description="training.precision.")
+    loss: str = Field(..., description="loss.name.")
+    ema: bool = Field(..., description="ema.enabled.")
+    torch_compile: bool = Field(..., description="training.torch_compile.")
+    memory_cap_gib: float | None = Field(..., description="The memory cap a trial must stay under (None: none).")
+    included: list[str] = Field(..., description="What each trial holds and runs, in words.")
+    held_gib: HeldGib = Field(..., description="What a rank holds whatever the batch.")
+    trainable_parameters: int = Field(..., description="Trainable parameters of the model.")
+    largest_fitting: int = Field(..., description="The largest per-rank batch that fits (0: none).")
+    largest_fitting_global: int = Field(..., description="devices x largest_fitting.")
+    first_failing: int | None = Field(
+        ..., description="The smallest per-rank batch that does not fit (None: none up to the search limit)."
+    )
+    recommended_per_rank: int = Field(..., description="largest_fitting, rounded down to a multiple of 8 from 16 on.")
+    recommended_batch_size: int = Field(..., description="The recommended training.batch_size (global).")
+    fastest_batch_size: int | None = Field(..., description="The per-rank batch with the most images/s.")
+    configured_batch_size: int = Field(..., description="training.batch_size (global).")
+    configured_per_rank: int = Field(..., description="configured_batch_size / devices.")
+    configured_fits: bool | None = Field(..., description="Whether it fits (None: beyond the search limit).")
+    trials: list[Trial] = Field(..., description="Every per-rank batch tried, smallest first.")
 
 
 def per_rank_batch(global_batch: int, devices: int) -> int:
@@ -368,7 +418,7 @@ def profile_batch_sizes(
     memory_cap_gib: float | None = None,
     max_batch: int = 512,
     steps: int = 2,
-) -> dict[str, Any]:
+) -> BatchProfile:
     """Double the per-rank batch until it does not fit, then binary-search the boundary; recommend the largest
     global batch (``devices`` x per-rank) that fits. ``devices``: N ranks (default ``training.devices``)."""
     device = device or select_device(cfg)
@@ -415,88 +465,95 @@ def profile_batch_sizes(
     configured_fits = (
         configured_per_rank <= good if configured_per_rank <= good or bad is not None else None
     )  # None: beyond the search limit, not tried
-    return {
-        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
-        "device_memory_gib": torch.cuda.get_device_properties(device).total_memory / GIB
+    return BatchProfile(
+        device=str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        device_memory_gib=torch.cuda.get_device_properties(device).total_memory / GIB
         if device.type == "cuda"
         else None,
-        "devices": n,
-        "architecture": cfg.model.architecture,
-        "backbone": cfg.model.backbone,
-        "tile_size": cfg.data.tile_size,
-        "channels": cfg.channels.count,
-        "precision": cfg.training.precision,
-        "loss": cfg.loss.name,
-        "ema": cfg.ema.enabled,
-        "torch_compile": cfg.training.torch_compile,
-        "memory_cap_gib": memory_cap_gib,
-        "included": included(cfg, n),
-        "held_gib": held.gib(),
-        "trainable_parameters": held.trainable_parameters,
-        "largest_fitting": good,
-        "largest_fitting_global": good * n,
-        "first_failing": bad,
-        "recommended_per_rank": recommended,
-        "recommended_batch_size": recommended * n,
-        "fastest_batch_size": best_rate.batch_size if best_rate else None,
-        "configured_batch_size": cfg.training.batch_size,
-        "configured_per_rank": configured_per_rank,
-        "configured_fits": configured_fits,
-        "trials": [asdict(trials[k]) for k in sorted(trials)],
-    }
+        devices=n,
+        architecture=cfg.model.architecture,
+        backbone=cfg.model.backbone,
+        tile_size=cfg.data.tile_size,
+        channels=cfg.channels.count,
+        precision=cfg.training.precision,
+        loss=cfg.loss.name,
+        ema=cfg.ema.enabled,
+        torch_compile=cfg.training.torch_compile,
+        memory_cap_gib=memory_cap_gib,
+        included=included(cfg, n),
+        held_gib=held.gib(),
+        trainable_parameters=held.trainable_parameters,
+        largest_fitting=good,
+        largest_fitting_global=good * n,
+        first_failing=bad,
+        recommended_per_rank=recommended,
+        recommended_batch_size=recommended * n,
+        fastest_batch_size=best_rate.batch_size if best_rate else None,
+        configured_batch_size=cfg.training.batch_size,
+        configured_per_rank=configured_per_rank,
+        configured_fits=configured_fits,
+        trials=[trials[k] for k in sorted(trials)],
+    )
 
 
 def _gib(v: float) -> str:
     return "-" if v != v else f"{v:.2f}"  # NaN: not measured
 
 
-def render_profile(report: dict[str, Any]) -> str:
-    n = report["devices"]
+def render_profile(report: BatchProfile) -> str:
+    n = report.devices
     per = f"per rank of {n} devices" if n > 1 else "one device"
     lines = [
-        f"# Batch-size profile: {report['architecture']} / {report['backbone']}, {report['tile_size']} px, "
-        f"{report['channels']} channels, {report['precision']} on {report['device']} ({per})",
+        f"# Batch-size profile: {report.architecture} / {report.backbone}, {report.tile_size} px, "
+        f"{report.channels} channels, {report.precision} on {report.device} ({per})",
         "",
-        "Each trial holds and runs: " + "; ".join(report["included"]) + ".",
+        "Each trial holds and runs: " + "; ".join(report.included) + ".",
         "",
-        "| per-rank batch | global batch | fits | peak GiB (train / validation) | images/s per rank | note |",
-        "|---:|---:|---|---:|---:|---|",
+        *md_table(
+            ["per-rank batch", "global batch", "fits", "peak GiB (train / validation)", "images/s per rank", "note"],
+            [
+                [
+                    t.batch_size,
+                    t.global_batch,
+                    "yes" if t.fits else "no",
+                    f"{_gib(t.peak_memory_gib)} ({_gib(t.train_peak_gib)} / {_gib(t.val_peak_gib)})",
+                    f"{t.images_per_s:.1f}",
+                    t.error,
+                ]
+                for t in report.trials
+            ],
+            align=["right", "right", "", "right", "right", ""],
+        ),
     ]
-    for t in report["trials"]:
-        lines.append(
-            f"| {t['batch_size']} | {t['global_batch']} | {'yes' if t['fits'] else 'no'} | "
-            f"{_gib(t['peak_memory_gib'])} ({_gib(t['train_peak_gib'])} / {_gib(t['val_peak_gib'])}) | "
-            f"{t['images_per_s']:.1f} | {t['error']} |"
-        )
-    h = report["held_gib"]
+    h = report.held_gib
     held = (
-        f"Held whatever the batch, per rank: parameters {h['parameters']:.3f} GiB, gradients {h['gradients']:.3f}, "
-        f"AdamW state {h['optimizer']:.3f}, EMA {h['ema']:.3f}"
+        f"Held whatever the batch, per rank: parameters {h.parameters:.3f} GiB, gradients {h.gradients:.3f}, "
+        f"AdamW state {h.optimizer:.3f}, EMA {h.ema:.3f}"
     )
     if n > 1:
-        held += f", DDP gradient buckets {h['ddp_buckets']:.3f} (estimate from the parameter count)"
+        held += f", DDP gradient buckets {h.ddp_buckets:.3f} (estimate from the parameter count)"
     lines += ["", held + " GiB; the activations come on top."]
-    if report["device_memory_gib"]:
-        lines.append(f"Device memory: {report['device_memory_gib']:.1f} GiB.")
+    if report.device_memory_gib:
+        lines.append(f"Device memory: {report.device_memory_gib:.1f} GiB.")
     limit = (
-        f" (first failing per-rank batch: {report['first_failing']})"
-        if report["first_failing"]
+        f" (first failing per-rank batch: {report.first_failing})"
+        if report.first_failing
         else " (search limit reached)"
     )
     lines += [
-        f"Largest batch that fits: **{report['largest_fitting_global']}** global"
-        + (f" = {n} x {report['largest_fitting']} per rank" if n > 1 else "")
+        f"Largest batch that fits: **{report.largest_fitting_global}** global"
+        + (f" = {n} x {report.largest_fitting} per rank" if n > 1 else "")
         + limit,
-        f"Recommended training.batch_size: **{report['recommended_batch_size']}**"
-        + (f" ({n} x {report['recommended_per_rank']} per rank)" if n > 1 else "")
-        + f"; configured: {report['configured_batch_size']}"
-        + (f" ({report['configured_per_rank']} per rank)" if n > 1 else "")
-        + {True: ", fits", False: ", does NOT fit", None: ", beyond the search limit"}[report["configured_fits"]]
-        + f"; fastest measured per-rank batch: {report['fastest_batch_size']}.",
+        f"Recommended training.batch_size: **{report.recommended_batch_size}**"
+        + (f" ({n} x {report.recommended_per_rank} per rank)" if n > 1 else "")
+        + f"; configured: {report.configured_batch_size}"
+        + (f" ({report.configured_per_rank} per rank)" if n > 1 else "")
+        + {True: ", fits", False: ", does NOT fit", None: ", beyond the search limit"}[report.configured_fits]
+        + f"; fastest measured per-rank batch: {report.fastest_batch_size}.",
     ]
-    if report["memory_cap_gib"] is not None:
+    if report.memory_cap_gib is not None:
         lines.append(
-            f"Memory cap: {report['memory_cap_gib']} GiB per device; on CPU for all {n} rank(s) together (a CPU rank's "
+            f"Memory cap: {report.memory_cap_gib} GiB per device; on CPU for all {n} rank(s) together (a CPU rank's "
             "peak: its RSS growth during a trial plus the model's weights)."
         )
     lines.append("Not counted: the CUDA context, NCCL buffers, DataLoader workers and pinned host memory.")

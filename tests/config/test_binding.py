@@ -9,7 +9,8 @@ import pytest
 from rtscore.config import ConfigError, parse_pipeline_config
 from rtscore.config.binding import ExtraChannel, InputBinding
 from rtscore.config.generation import GenerationConfig
-from tests.helpers import tiny_pipeline_config
+from rtscore.data.store.attrs import StoreAttrs
+from tests.helpers import store_attrs_doc, tiny_pipeline_config
 
 
 def geotiff_pipeline(gen_extra: list[object], channels_extra: list[dict[str, object]]) -> dict[str, object]:
@@ -93,8 +94,10 @@ def test_generation_config_binding_round_trips() -> None:
     )
     binding = gen.input_binding
     assert binding.names == ["R", "G", "B", "nbr", "ndvi"] and binding.extra_bands == [3, 0]
-    assert InputBinding.of_store_attrs({"input_binding": binding.model_dump(mode="json")}) == binding
-    assert InputBinding.of_store_attrs({"extra_channel_names": ["x", "y"]}).bands_by_name() == {"x": 0, "y": 1}
+    recorded = StoreAttrs.model_validate(store_attrs_doc(input_binding=binding.model_dump(mode="json")))
+    assert recorded.binding() == binding
+    unrecorded = StoreAttrs.model_validate(store_attrs_doc(extra_channel_names=["x", "y"]))
+    assert unrecorded.binding().bands_by_name() == {"x": 0, "y": 1}
 
 
 def test_additional_root_written_with_another_binding_is_refused(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -13,10 +14,18 @@ import yaml
 from flows.cli.command_params import GpuCheckParams
 from flows.cli.commands import gpu_check_options
 from flows.cli.main import main
-from rtscore.diagnostics.gpu_check import GpuCheckOptions, _scaled, check_config, training_config
+from rtscore.diagnostics.gpu_check import (
+    GpuCheckOptions,
+    GpuCheckReport,
+    _scaled,
+    check_config,
+    render_gpu_check,
+    training_config,
+)
 from rtscore.stages.generate import wants_context
 from tests.helpers import tiny_pipeline_config
 from tests.train.conftest import tiny_train_config
+from tests.train.test_profile import PROFILE_DOC
 
 
 def test_the_stores_keep_the_configs_proportions() -> None:
@@ -78,3 +87,115 @@ def test_gpu_check_runs_the_sequence_on_cpu(tmp_path: Path, capsys: pytest.Captu
     assert all(e["val_realistic_pr_auc_geomean"] is not None for e in train["epochs"])  # validated every epoch
     assert train["train_samples_per_s"] > 0
     assert not list(report.parent.glob(".*.tmp"))  # written atomically
+
+
+# A failed check's report as the code before GpuCheckReport wrote it (a dict: every step, the profile, the training,
+# the error) and its steps table: the typed report keeps both, byte for byte (issue 34).
+REPORT_DOC: dict[str, Any] = {
+    "ok": False,
+    "work_dir": "/work/check",
+    "options": {
+        "train_tiles": 10,
+        "val_tiles": 6,
+        "devices": None,
+        "epochs": 2,
+        "steps_per_epoch": 1,
+        "batch_size": None,
+        "max_batch": 8,
+        "profile_steps": 1,
+        "max_memory_gb": None,
+        "workers": 1,
+    },
+    "device": {
+        "torch": "2.14.1+cu130",
+        "cuda": "13.0",
+        "cuda_available": True,
+        "bf16_supported": True,
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.19, "capability": "9.0"}],
+        "cpu_cores": 16,
+        "platform": "Linux-x86_64",
+    },
+    "steps": [
+        {
+            "step": "generate train",
+            "seconds": 0.37,
+            "tiles": 10,
+            "positive": 5,
+            "tiles_per_s": 27.027027027027028,
+            "store_mib": 0.19755935668945312,
+        },
+        {
+            "step": "generate val",
+            "seconds": 1.85,
+            "tiles": 6,
+            "positive": 1,
+            "tiles_per_s": 3.243243243243243,
+            "store_mib": 0.13770675659179688,
+        },
+        {"step": "normalization stats", "seconds": 3.33},
+        {"step": "profile", "seconds": 4.81, "training_batch_size": 4, "devices": 1},
+        {"step": "train and validate", "seconds": 6.29, "batch_size": 4},
+    ],
+    "profile": PROFILE_DOC,
+    "training": {
+        "batch_size": 4,
+        "devices": 1,
+        "seed": 42,
+        "seconds": 6.289999999999999,
+        "train_samples_per_s": 13.333333333333332,
+        "val_seconds": 3.9,
+        "peak_memory_gib": 3.25,
+        "epochs": [
+            {
+                "epoch": 1,
+                "train_loss": 0.5,
+                "train_samples_per_s": 10.0,
+                "train_batches": 2.0,
+                "epoch_seconds": 4.0,
+                "val_loss": None,
+                "val_realistic_pr_auc_geomean": 0.1,
+            },
+            {
+                "epoch": 2,
+                "train_loss": 0.25,
+                "train_samples_per_s": 20.0,
+                "train_batches": 2.0,
+                "epoch_seconds": 5.0,
+                "val_loss": 0.2,
+                "val_realistic_pr_auc_geomean": 0.2,
+            },
+        ],
+    },
+    "error": "RuntimeError: no disk",
+}
+
+REPORT_MD = (
+    "| step | seconds | figures |\n"
+    "|---|---:|---|\n"
+    "| generate train | 0.4 | tiles 10, positive 5, tiles_per_s 27, store_mib 0.198 |\n"
+    "| generate val | 1.9 | tiles 6, positive 1, tiles_per_s 3.24, store_mib 0.138 |\n"
+    "| normalization stats | 3.3 |  |\n"
+    "| profile | 4.8 | training_batch_size 4, devices 1 |\n"
+    "| train and validate | 6.3 | batch_size 4 |\n"
+)
+
+
+def test_the_typed_report_keeps_its_json_and_its_table() -> None:
+    report = GpuCheckReport.model_validate(REPORT_DOC)
+    assert report.to_json() == json.dumps(REPORT_DOC, indent=2, default=str) + "\n"  # keys, order, values
+    assert render_gpu_check(report) == REPORT_MD
+    assert report.steps[0].figures == {
+        "tiles": 10,
+        "positive": 5,
+        "tiles_per_s": 27.027027027027028,
+        "store_mib": 0.19755935668945312,
+    }
+
+
+def test_a_report_holds_what_is_known_so_far() -> None:
+    """Written after each step: profile, training and error appear once known, in that order after the steps."""
+    first = {k: REPORT_DOC[k] for k in ("ok", "work_dir", "options", "device")} | {"steps": REPORT_DOC["steps"][:1]}
+    report = GpuCheckReport.model_validate(first)
+    assert report.to_json() == json.dumps(first, indent=2) + "\n"
+    report.error = "RuntimeError: no disk"
+    assert list(json.loads(report.to_json())) == ["ok", "work_dir", "options", "device", "steps", "error"]

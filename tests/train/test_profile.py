@@ -3,6 +3,7 @@ compile, and per rank of N devices with DDP's buckets."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,7 +17,9 @@ from rtscore.train.distributed import resolve_devices
 from rtscore.train.ema import EMA
 from rtscore.train.profile import (
     GIB,
+    BatchProfile,
     ProfileError,
+    Trial,
     held_memory,
     profile_batch_sizes,
     render_profile,
@@ -39,11 +42,11 @@ def _model(cfg: PipelineConfig) -> torch.nn.Module:
 def test_profile_batch_finds_the_boundary_under_a_cpu_cap() -> None:
     cfg = tiny_train_config()
     report = profile_batch_sizes(cfg, memory_cap_gib=10.0, max_batch=3, steps=1)
-    assert report["largest_fitting"] == 2 and report["first_failing"] is None
-    assert [t["batch_size"] for t in report["trials"]] == [1, 2]
-    assert report["configured_fits"] is None  # training.batch_size 4: beyond the search limit
+    assert report.largest_fitting == 2 and report.first_failing is None
+    assert [t.batch_size for t in report.trials] == [1, 2]
+    assert report.configured_fits is None  # training.batch_size 4: beyond the search limit
     tight = profile_batch_sizes(cfg, memory_cap_gib=1e-6, max_batch=4, steps=1)
-    assert tight["largest_fitting"] == 0 and tight["first_failing"] == 1 and tight["configured_fits"] is False
+    assert tight.largest_fitting == 0 and tight.first_failing == 1 and tight.configured_fits is False
     md = render_profile(report)
     assert "| 2 | 2 | yes |" in md and "Recommended training.batch_size: **2**" in md
     assert "EMA fp32 copy" in md and "loss focal" in md and "validation forward pass" in md
@@ -57,8 +60,8 @@ def test_the_ema_copy_raises_the_peak() -> None:
             ema={"enabled": enabled}, model={"backbone": "resnet18"}
         )  # 11 M parameters: the EMA's 42 MiB stand out of the RSS noise
         report = profile_batch_sizes(cfg, max_batch=1, steps=1)
-        peaks[enabled] = report["trials"][0]["peak_memory_gib"]
-        held[enabled] = report["held_gib"]["ema"]
+        peaks[enabled] = report.trials[0].peak_memory_gib
+        held[enabled] = report.held_gib.ema
     model = build_model(_cfg(model={"backbone": "resnet18"}).model, tiny_train_config().channels)
     state_bytes = sum(v.numel() * v.element_size() for v in model.state_dict().values())
     assert held[True] == pytest.approx(state_bytes / GIB) and held[False] == 0.0
@@ -138,7 +141,7 @@ def test_compile_is_the_trained_view(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(torch, "compile", compile_)
     report = profile_batch_sizes(_cfg(training={"torch_compile": True}), max_batch=1, steps=1)
-    assert report["torch_compile"] and "torch.compile" in report["included"]
+    assert report.torch_compile and "torch.compile" in report.included
     assert (
         len(views) == 1 and views[0].forwards == 3
     )  # the CPU warm-up trial's step, the trial's warm-up and timed step
@@ -147,13 +150,13 @@ def test_compile_is_the_trained_view(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_per_rank_batch_is_the_global_batch_over_the_devices() -> None:
     cfg = tiny_train_config()  # training.batch_size 4
     report = profile_batch_sizes(cfg, devices=2, max_batch=2, steps=1)
-    assert report["devices"] == 2 and report["configured_per_rank"] == 2
-    assert [(t["batch_size"], t["global_batch"]) for t in report["trials"]] == [(1, 2), (2, 4)]
-    assert report["largest_fitting"] == 2 and report["largest_fitting_global"] == 4
-    assert report["recommended_batch_size"] == 2 * report["recommended_per_rank"]
+    assert report.devices == 2 and report.configured_per_rank == 2
+    assert [(t.batch_size, t.global_batch) for t in report.trials] == [(1, 2), (2, 4)]
+    assert report.largest_fitting == 2 and report.largest_fitting_global == 4
+    assert report.recommended_batch_size == 2 * report.recommended_per_rank
     model = build_model(cfg.model, cfg.channels)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert report["held_gib"]["ddp_buckets"] == pytest.approx(trainable * 4 / GIB)
+    assert report.held_gib.ddp_buckets == pytest.approx(trainable * 4 / GIB)
     assert held_memory(model, cfg, 1).ddp_buckets == 0
     md = render_profile(report)
     assert "**4** global = 2 x 2 per rank" in md and "DDP gradient buckets" in md and "estimate" in md
@@ -188,3 +191,103 @@ def test_cpu_ranks_share_the_cap() -> None:
     cap = one.peak_memory_gib * 1.5
     two = try_batch(model, cfg, CPU, 1, steps=1, memory_cap_gib=cap, devices=8)
     assert not two.fits and "8 ranks" in two.error
+
+
+# A profile as the code before BatchProfile recorded it (a dict: 2 devices, a GPU, a trial that did not fit) and
+# the markdown it rendered: the typed profile keeps both, byte for byte (issue 34).
+PROFILE_DOC: dict[str, Any] = {
+    "device": "NVIDIA H100 80GB HBM3",
+    "device_memory_gib": 79.19,
+    "devices": 2,
+    "architecture": "unet",
+    "backbone": "mobilenet_v2",
+    "tile_size": 64,
+    "channels": 4,
+    "precision": "fp32",
+    "loss": "focal",
+    "ema": True,
+    "torch_compile": False,
+    "memory_cap_gib": 3.0,
+    "included": ["model (all parameters trainable)", "gradients"],
+    "held_gib": {
+        "parameters": 0.009093556553125381,
+        "gradients": 0.009093556553125381,
+        "optimizer": 0.018187113106250763,
+        "ema": 0.009221930056810379,
+        "ddp_buckets": 0.009093556553125381,
+    },
+    "trainable_parameters": 2441033,
+    "largest_fitting": 5,
+    "largest_fitting_global": 10,
+    "first_failing": 6,
+    "recommended_per_rank": 5,
+    "recommended_batch_size": 10,
+    "fastest_batch_size": 1,
+    "configured_batch_size": 4,
+    "configured_per_rank": 2,
+    "configured_fits": True,
+    "trials": [
+        {
+            "batch_size": 1,
+            "global_batch": 2,
+            "fits": True,
+            "peak_memory_gib": 0.625,
+            "train_peak_gib": 0.3125,
+            "val_peak_gib": 0.625,
+            "images_per_s": 100.123456,
+            "error": "",
+        },
+        {
+            "batch_size": 5,
+            "global_batch": 10,
+            "fits": True,
+            "peak_memory_gib": 1.125,
+            "train_peak_gib": 0.5625,
+            "val_peak_gib": 1.125,
+            "images_per_s": 20.123456,
+            "error": "",
+        },
+        {
+            "batch_size": 6,
+            "global_batch": 12,
+            "fits": False,
+            "peak_memory_gib": float("nan"),
+            "train_peak_gib": 1.5,
+            "val_peak_gib": float("nan"),
+            "images_per_s": 0.0,
+            "error": "out of memory",
+        },
+    ],
+}
+
+PROFILE_MD = (
+    "# Batch-size profile: unet / mobilenet_v2, 64 px, 4 channels, fp32 on NVIDIA H100 80GB"
+    " HBM3 (per rank of 2 devices)\n"
+    "\n"
+    "Each trial holds and runs: model (all parameters trainable); gradients.\n"
+    "\n"
+    "| per-rank batch | global batch | fits | peak GiB (train / validation) | images/s per"
+    " rank | note |\n"
+    "|---:|---:|---|---:|---:|---|\n"
+    "| 1 | 2 | yes | 0.62 (0.31 / 0.62) | 100.1 |  |\n"
+    "| 5 | 10 | yes | 1.12 (0.56 / 1.12) | 20.1 |  |\n"
+    "| 6 | 12 | no | - (1.50 / -) | 0.0 | out of memory |\n"
+    "\n"
+    "Held whatever the batch, per rank: parameters 0.009 GiB, gradients 0.009, AdamW state"
+    " 0.018, EMA 0.009, DDP gradient buckets 0.009 (estimate from the parameter count) GiB;"
+    " the activations come on top.\n"
+    "Device memory: 79.2 GiB.\n"
+    "Largest batch that fits: **10** global = 2 x 5 per rank (first failing per-rank batch: 6)\n"
+    "Recommended training.batch_size: **10** (2 x 5 per rank); configured: 4 (2 per rank),"
+    " fits; fastest measured per-rank batch: 1.\n"
+    "Memory cap: 3.0 GiB per device; on CPU for all 2 rank(s) together (a CPU rank's peak: its"
+    " RSS growth during a trial plus the model's weights).\n"
+    "Not counted: the CUDA context, NCCL buffers, DataLoader workers and pinned host memory.\n"
+)
+
+
+def test_the_typed_profile_keeps_its_json_and_its_markdown() -> None:
+    profile = BatchProfile.model_validate(PROFILE_DOC)
+    assert json.dumps(profile.model_dump(), indent=2) == json.dumps(PROFILE_DOC, indent=2)  # keys, order, values
+    assert all(isinstance(t, Trial) for t in profile.trials)
+    assert render_profile(profile) == PROFILE_MD

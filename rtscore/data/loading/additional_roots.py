@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rtscore.config.binding import InputBinding, binding_conflicts
+from rtscore.config.binding import binding_conflicts
 from rtscore.data.loading.sources import TileSource
 from rtscore.data.store.format import TileStoreError, read_store_attrs
 from rtscore.data.store.reader import ZarrTileStore
@@ -51,21 +51,19 @@ def open_additional_roots(cfg: PipelineConfig, run_dir: str | Path, train_ids: S
             attrs = read_store_attrs(path)
         except TileStoreError as err:
             raise fail(f"not a published tile store ({err})") from None
-        if attrs.get("split") != "train":
-            raise fail(f"the store holds the {attrs.get('split')!r} split; additional roots must be train stores")
-        if int(attrs.get("tile_size", -1)) != cfg.data.tile_size:
-            raise fail(f"the store has {attrs.get('tile_size')} px tiles; data.tile_size is {cfg.data.tile_size}")
-        stored = list(attrs.get("extra_channel_names", []))
+        if attrs.split != "train":
+            raise fail(f"the store holds the {attrs.split!r} split; additional roots must be train stores")
+        if attrs.tile_size != cfg.data.tile_size:
+            raise fail(f"the store has {attrs.tile_size} px tiles; data.tile_size is {cfg.data.tile_size}")
+        stored = list(attrs.extra_channel_names)
         missing = [c for c in extra if c not in stored]
         if missing:
             raise fail(f"the store lacks extra channels {missing} named in channels.extra (it has {stored})")
-        conflicts = binding_conflicts(cfg.channels.extra, InputBinding.of_store_attrs(attrs).bands_by_name())
+        conflicts = binding_conflicts(cfg.channels.extra, attrs.binding().bands_by_name())
         if conflicts:
             raise fail(f"the store was written with other EXTRA bands than channels.extra: {'; '.join(conflicts)}")
-        if cfg.data.mask_type not in attrs.get("mask_types", []):
-            raise fail(
-                f"the store has no {cfg.data.mask_type!r} labels (data.mask_type; it has {attrs.get('mask_types')})"
-            )
+        if cfg.data.mask_type not in attrs.mask_types:
+            raise fail(f"the store has no {cfg.data.mask_type!r} labels (data.mask_type; it has {attrs.mask_types})")
         store = ZarrTileStore(path, mask_type=cfg.data.mask_type, extra_channels=extra)
         ids = [str(t) for t in store.metadata.tile_id]
         clash = next((t for t in ids if t in seen), None)

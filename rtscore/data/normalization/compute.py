@@ -12,12 +12,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from rtscore.config.binding import ExtraChannel, InputBinding, binding_conflicts
 from rtscore.data.normalization.stats import NormalizationStats, NormalizationStatsError, RegionStats
+from rtscore.data.store.attrs import StoreAttrs
 from rtscore.data.store.format import read_array, read_store_attrs, zarr_group
 from rtscore.data.store.reader import iter_pixel_blocks
 
@@ -89,7 +89,7 @@ def _tile_regions(path: Path) -> tuple[list[str], np.ndarray] | None:
 
 
 def store_binding(
-    path: Path, attrs: dict[str, Any], extra_channels: Sequence[str] | Sequence[ExtraChannel] | None
+    path: Path, attrs: StoreAttrs, extra_channels: Sequence[str] | Sequence[ExtraChannel] | None
 ) -> InputBinding:
     """The binding of the channels to read from a store: all it holds, the names given, or (given
     :class:`ExtraChannel` entries, e.g. ``channels.extra``) exactly those name -> band bindings, which the store
@@ -98,7 +98,7 @@ def store_binding(
     Raises:
         NormalizationStatsError: a channel the store lacks, or bound there to another EXTRA band.
     """
-    stored = InputBinding.of_store_attrs(attrs)
+    stored = attrs.binding()
     if extra_channels is None:
         return stored
     declared = [c for c in extra_channels if isinstance(c, ExtraChannel)]
@@ -132,11 +132,11 @@ def compute_normalization_stats(
     """
     path = Path(store)
     attrs = read_store_attrs(path)
-    if attrs["split"] != "train":
+    if attrs.split != "train":
         raise NormalizationStatsError(
-            f"normalization stats must come from the train split only; {path} holds split {attrs['split']!r}"
+            f"normalization stats must come from the train split only; {path} holds split {attrs.split!r}"
         )
-    stored = list(attrs["extra_channel_names"])
+    stored = list(attrs.extra_channel_names)
     binding = store_binding(path, attrs, extra_channels)
     wanted = binding.extra_names
     extra_idx = [stored.index(c) for c in wanted]
@@ -174,7 +174,7 @@ def compute_normalization_stats(
         mean=mean,
         std=std,
         n_tiles_used=first.n_used,
-        dataset_version=str(attrs["dataset_version"]),
+        dataset_version=attrs.dataset_version,
         computed_date=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         clip_min=clip_min,
         clip_max=clip_max,

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import ValidationError
 
+from rtscore.data.store.attrs import StoreAttrs
 from rtscore.errors import PipelineError
 
 if TYPE_CHECKING:
@@ -177,8 +179,9 @@ def read_planes(path: Path) -> list[str]:
     return [str(p) for p in planes]
 
 
-def read_store_attrs(path: Path) -> dict[str, Any]:
-    """The published store's attributes, or a clear error if it is missing or unpublished."""
+def read_store_attrs(path: Path) -> StoreAttrs:
+    """The published store's attributes, typed as recorded (:meth:`StoreAttrs.as_recorded`), or a clear error if it
+    is missing, unpublished, of a later format or not an attribute document this rtscore reads."""
     meta = path / "zarr.json"
     if not meta.is_file():
         partial = path.with_name(f".{path.name}.partial")
@@ -195,4 +198,11 @@ def read_store_attrs(path: Path) -> dict[str, Any]:
         raise TileStoreError(
             f"tile store {path} has format_version {store['format_version']}; this rtscore reads up to {FORMAT_VERSION}"
         )
-    return dict(store)
+    try:
+        return StoreAttrs.as_recorded(store)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(document)'}: {e['msg']}" for e in err.errors())
+        raise TileStoreError(
+            f"tile store {path}: its '{ATTRS_KEY}' attributes are not a store document this rtscore reads "
+            f"({problems}); regenerate the store"
+        ) from None

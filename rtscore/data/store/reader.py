@@ -88,19 +88,19 @@ class ZarrTileStore:
         if mask_type not in MASK_TYPES:
             raise TileStoreError(f"mask_type must be one of {MASK_TYPES}; got {mask_type!r}")
         self.attrs = read_store_attrs(self.path)
-        if mask_type not in self.attrs["mask_types"]:
-            raise TileStoreError(f"store {self.path} has no {mask_type!r} labels (has {self.attrs['mask_types']})")
+        if mask_type not in self.attrs.mask_types:
+            raise TileStoreError(f"store {self.path} has no {mask_type!r} labels (has {self.attrs.mask_types})")
         self.mask_type = mask_type
-        self.tile_size = int(self.attrs["tile_size"])
-        stored_extra = list(self.attrs["extra_channel_names"])
+        self.tile_size = self.attrs.tile_size
+        stored_extra = list(self.attrs.extra_channel_names)
         wanted = stored_extra if extra_channels is None else list(extra_channels)
         missing = [c for c in wanted if c not in stored_extra]
         if missing:
             raise TileStoreError(f"store {self.path} has no extra channels {missing} (has {stored_extra})")
         self._extra_idx = [stored_extra.index(c) for c in wanted]
         self.channel_names: list[str] = ["R", "G", "B", *wanted]
-        self.n_tiles = int(self.attrs["counts"]["n_tiles"])
-        self.format_version = int(self.attrs.get("format_version", 1))
+        self.n_tiles = self.attrs.counts.n_tiles
+        self.format_version = self.attrs.format_version
         self._label_plane = 0
         if self.format_version >= 2:
             planes = read_planes(self.path)
@@ -164,15 +164,15 @@ class ZarrTileStore:
     @property
     def crs(self) -> str | None:
         """The CRS of the store's tiles and footprints (its raster contract's), or None when it records none."""
-        contract = self.attrs.get("raster_contract") or {}
-        return None if contract.get("crs") is None else str(contract["crs"])
+        contract = self.attrs.raster_contract
+        return None if contract is None or contract.crs is None else str(contract.crs)
 
     def _pixel_areas(self, meta: zarr.Group, n: int) -> np.ndarray:
         """Per-tile ground pixel areas; a store written before they were recorded: its nominal pixel size
         (``pixel_size_m``, 4.77 / scale) squared for every tile, as every reader assumed then."""
         if "pixel_area_m2" in meta:
             return read_array(meta, "pixel_area_m2").astype(np.float64)
-        nominal = float(self.attrs.get("pixel_size_m", PIXEL_SIZE_M))
+        nominal = PIXEL_SIZE_M if self.attrs.pixel_size_m is None else self.attrs.pixel_size_m
         return np.full(n, nominal**2, np.float64)
 
     def __getitem__(self, index: int) -> StoredSample:
@@ -228,7 +228,7 @@ def iter_pixel_blocks(
     import zarr
 
     group = zarr.open_group(str(path), mode="r")
-    v2 = int(read_store_attrs(path).get("format_version", 1)) >= 2
+    v2 = read_store_attrs(path).format_version >= 2
     first = zarr_array(group, PIXELS if v2 else "images")
     alpha = None if v2 else zarr_array(group, "alpha")
     extra = zarr_array(group, EXTRA) if extra_idx else None

@@ -8,6 +8,7 @@ import io
 import math
 import os
 import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +80,12 @@ def tile_lonlat(cell: GridCell, crs: str) -> tuple[float, float]:
     return float(xs[0]), float(ys[0])
 
 
-def metadata_csv(records: list[dict[str, Any]]) -> str:
+def metadata_csv(rows: Iterable[Mapping[str, str]]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(METADATA_COLUMNS), lineterminator="\n")
     writer.writeheader()
-    for r in records:
-        writer.writerow({k: r["row"][k] for k in METADATA_COLUMNS})
+    for r in rows:
+        writer.writerow({k: r[k] for k in METADATA_COLUMNS})
     return buf.getvalue()
 
 

@@ -64,9 +64,10 @@ from rtscore.data.tiling.state import (
     MANIFEST_JSON,
     METADATA_CSV,
     SPLITS_YAML,
+    TileRecord,
     complete_record,
     prepare_output,
-    record_path,
+    write_record,
 )
 from rtscore.identity import file_identity, resume_key
 from rtscore.storage import atomic_write_json
@@ -304,7 +305,7 @@ class TiledCells:
     """The records of the tiles written (or kept), the tiles kept from an earlier run, the cells without a valid
     pixel and those with fewer than min_valid_fraction."""
 
-    records: list[dict[str, Any]]
+    records: list[TileRecord]
     resumed: int
     empty: int
     sparse: int = 0
@@ -317,14 +318,14 @@ def _tile_all(root: Path, cfg: TilingConfig, plan: RunPlan, datasets: Datasets) 
     for k, p in enumerate(plan.placed):
         record = complete_record(root, p.cell.tile_id)
         if record is not None:
-            done.resumed += record["status"] == "written"
+            done.resumed += record.status == "written"
         else:
             (root / MANIFEST_JSON).unlink(missing_ok=True)  # "done" again only once this run is done
             record = _tile(root, p.cell, plan.scenes, cfg, datasets, plan.inventory, p.touching, p.region)
-            atomic_write_json(record_path(root, p.cell.tile_id), record)
-        if record["status"] == "written":
+            write_record(root, record)
+        if record.status == "written":
             done.records.append(record)
-        elif record["status"] == "sparse":
+        elif record.status == "sparse":
             done.sparse += 1
         else:
             done.empty += 1
@@ -333,9 +334,9 @@ def _tile_all(root: Path, cfg: TilingConfig, plan: RunPlan, datasets: Datasets) 
     return done
 
 
-def _write_lists(root: Path, cfg: TilingConfig, records: list[dict[str, Any]]) -> None:
+def _write_lists(root: Path, cfg: TilingConfig, records: list[TileRecord]) -> None:
     """metadata.csv from the records, and splits.yaml from the config (none without config splits)."""
-    write_if_changed(root / METADATA_CSV, metadata_csv(records))
+    write_if_changed(root / METADATA_CSV, metadata_csv(r.metadata_row for r in records))
     if cfg.splits is not None:
         import yaml
 
@@ -344,7 +345,7 @@ def _write_lists(root: Path, cfg: TilingConfig, records: list[dict[str, Any]]) -
         (root / SPLITS_YAML).unlink(missing_ok=True)  # one of an earlier run with splits: ingestion derives them
 
 
-def _derivation_warnings(cfg: TilingConfig, records: list[dict[str, Any]]) -> list[str]:
+def _derivation_warnings(cfg: TilingConfig, records: list[TileRecord]) -> list[str]:
     """Without config splits, the derivation ingestion will run, on the tiles written: the plan's check passed on
     estimates (NoData inside a scene can leave fewer tiles and positives), so a failure here is a warning."""
     if cfg.splits is not None:
@@ -352,7 +353,7 @@ def _derivation_warnings(cfg: TilingConfig, records: list[dict[str, Any]]) -> li
     rules = cfg.split_rules
     try:
         derive_splits(
-            [r["row"] for r in records],
+            [r.metadata_row for r in records],
             min_test_positives=rules.min_test_positives,
             min_val_regions=rules.min_val_regions,
         )
@@ -368,9 +369,9 @@ def _manifest(
 ) -> TilingManifest:
     """What the run tiled, how, and what came out."""
     records = done.records
-    regions = Counter(r["row"]["RegionName"] for r in records)
-    labelled = {u for r in records for u in r["uids"]}
-    n_pos = sum(r["row"]["TrainClass"] == "positive" for r in records)
+    regions = Counter(r.metadata_row["RegionName"] for r in records)
+    labelled = {u for r in records for u in r.labelled}
+    n_pos = sum(r.metadata_row["TrainClass"] == "positive" for r in records)
     absolute = resolve_paths(cfg, Path.cwd())  # the manifest says the same whatever the working directory
     config = absolute.model_dump(mode="json")
     for key in OPTIONAL_SECTIONS:  # absent when not given: a config without them records what it did before
@@ -424,14 +425,14 @@ def _tile(
     inventory: Inventory,
     touching: list[int],
     region: str,
-) -> dict[str, Any]:
+) -> TileRecord:
     """Render and write one tile; its record (status written, empty: no valid pixel, or sparse: fewer than
     min_valid_fraction, not written)."""
     px = render_pixels(cell, scenes, cfg, datasets)
     if px is None:
-        return {"tile_id": cell.tile_id, "status": "empty", "files": {}}
+        return TileRecord(tile_id=cell.tile_id, status="empty", files={})
     if not kept(px, cfg):
-        return {"tile_id": cell.tile_id, "status": "sparse", "files": {}, "valid_fraction": float(px.valid.mean())}
+        return TileRecord(tile_id=cell.tile_id, status="sparse", files={}, valid_fraction=float(px.valid.mean()))
     label, uids = tile_labels(cell, inventory, touching, px.valid)
     files = write_tile(root, cell, px, label, cfg)
     lon, lat = tile_lonlat(cell, cfg.grid.crs)
@@ -444,4 +445,4 @@ def _tile(
         "RegionName": region,
         "UIDs": ";".join(uids),
     }
-    return {"tile_id": cell.tile_id, "status": "written", "files": files, "row": row, "uids": uids}
+    return TileRecord(tile_id=cell.tile_id, status="written", files=files, row=row, uids=uids)

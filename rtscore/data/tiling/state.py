@@ -7,37 +7,81 @@ the state of another identity is set aside, never resumed (:func:`prepare_output
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rtscore.data.geotiff.root import METADATA_CSV, SPLITS_YAML
 from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.data.tiling.pixels import TilingError
 from rtscore.identity import SET_ASIDE_DIR, set_aside
-from rtscore.storage import atomic_write_text
+from rtscore.storage import atomic_write_json, atomic_write_text
 
 MANIFEST_JSON = "tiling.json"
 STATE_DIR = ".rts-tile"  # the run's own bookkeeping: its identity and one record per finished tile
 FINGERPRINT = "fingerprint"  # the file in STATE_DIR holding the identity of the run that wrote the records
 
 
+class TileRecord(BaseModel):
+    """A finished grid cell's record (``.rts-tile/tiles/<tile_id>.json``, written after its files): ``written`` (its
+    files with their sizes, its metadata.csv row, the ids of the RTS labelled 1 in it), ``empty`` (no valid pixel)
+    or ``sparse`` (valid pixels under min_valid_fraction: their fraction). A field its status has no use for is None
+    and absent from the file (:func:`write_record`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tile_id: str = Field(..., description="The grid cell's tile id.")
+    status: Literal["written", "empty", "sparse"] = Field(..., description="What became of the cell.")
+    files: dict[str, int] = Field(..., description="Root-relative path -> bytes of each file written.")
+    valid_fraction: float | None = Field(None, description="Valid pixels over all (sparse cells).")
+    row: dict[str, str] | None = Field(None, description="Its metadata.csv row (written tiles).")
+    uids: list[str] | None = Field(None, description="The RTS labelled 1 in it (written tiles).")
+
+    @model_validator(mode="after")
+    def _written_fields(self) -> TileRecord:
+        if (self.status == "written") != (self.row is not None and self.uids is not None):
+            raise ValueError(f"tile {self.tile_id}: a {self.status} record with row {self.row} and uids {self.uids}")
+        return self
+
+    @property
+    def metadata_row(self) -> dict[str, str]:
+        """The metadata.csv row of a written tile."""
+        assert self.row is not None, f"tile {self.tile_id} is {self.status}: it has no metadata.csv row"
+        return self.row
+
+    @property
+    def labelled(self) -> list[str]:
+        """The RTS labelled 1 in a written tile (none in another)."""
+        return self.uids or []
+
+
 def record_path(root: Path, tile_id: str) -> Path:
     return root / STATE_DIR / "tiles" / f"{tile_id}.json"
 
 
-def complete_record(root: Path, tile_id: str) -> dict[str, Any] | None:
-    """The record of a finished tile whose files are all there with their recorded sizes; else None."""
+def write_record(root: Path, record: TileRecord) -> None:
+    """The tile's record, written (atomically) after its files."""
+    atomic_write_json(record_path(root, record.tile_id), record.model_dump(mode="json", exclude_none=True))
+
+
+def _read_record(path: Path) -> TileRecord:
+    return TileRecord.model_validate_json(path.read_text())
+
+
+def complete_record(root: Path, tile_id: str) -> TileRecord | None:
+    """The record of a finished tile whose files are all there with their recorded sizes; else None (an
+    unreadable record too: the tile is made again)."""
     path = record_path(root, tile_id)
     if not path.is_file():
         return None
     try:
-        record: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        record = _read_record(path)
+    except (OSError, ValidationError):
         return None
-    for rel, size in record.get("files", {}).items():
+    for rel, size in record.files.items():
         f = root / rel
         if not f.is_file() or f.stat().st_size != size:
             return None
@@ -92,7 +136,7 @@ def prepare_output(root: Path, fp: str, *, overwrite: bool) -> Path | None:
     return aside
 
 
-def iter_records(root: Path) -> Iterator[dict[str, Any]]:
+def iter_records(root: Path) -> Iterator[TileRecord]:
     """The tile records of a tiling output (finished tiles), for inspection and tests."""
     for p in sorted((root / STATE_DIR / "tiles").glob("*.json")):
-        yield json.loads(p.read_text())
+        yield _read_record(p)

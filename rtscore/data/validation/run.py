@@ -139,10 +139,10 @@ def _check_store(
         n_positive=int((meta.is_positive & ~meta.full_nodata).sum()),  # a partition with the two below
         n_negative=int((~meta.is_positive & ~meta.full_nodata).sum()),
         n_full_nodata_excluded=int(meta.full_nodata.sum()),
-        prevalence=float(attrs["prevalence"][cfg.data.mask_type]),
+        prevalence=float(getattr(attrs.prevalence, cfg.data.mask_type)),
         regions=sorted(set(meta.region.tolist())),
     )
-    out.add("store_split", attrs["split"] == split, f"store {path} holds split {attrs['split']!r}", split)
+    out.add("store_split", attrs.split == split, f"store {path} holds split {attrs.split!r}", split)
     out.add(
         "tile_size",
         store.tile_size == cfg.data.tile_size,

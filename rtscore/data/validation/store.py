@@ -69,12 +69,12 @@ def check_store_records(store: ZarrTileStore, split: str, out: CheckLog) -> bool
         split,
         problems[0][0] if problems else None,
     )
-    counts = store.attrs["counts"]
+    counts = store.attrs.counts  # as recorded: not necessarily a partition (StoreAttrs.as_recorded)
     actual = {name: int((kind == code).sum()) for name, code in KIND_CODES.items()}
-    recorded = {name: int(counts.get(f"n_{name}", -1)) for name in KIND_CODES}
+    recorded = {name: int(getattr(counts, f"n_{name}")) for name in KIND_CODES}
     wrong = [f"n_{k} {recorded[k]} (its tiles: {actual[k]})" for k in KIND_CODES if recorded[k] != actual[k]]
-    if int(counts.get("n_tiles", -1)) != len(ids):
-        wrong.append(f"n_tiles {counts.get('n_tiles')} (the store holds {len(ids)})")
+    if counts.n_tiles != len(ids):
+        wrong.append(f"n_tiles {counts.n_tiles} (the store holds {len(ids)})")
     return (
         out.add(
             "store_counts",

@@ -239,7 +239,7 @@ def test_cli_commands(cfg: GenerationConfig, tmp_path: Path, capsys: pytest.Capt
     assert (tifs / "metadata.csv").is_file()
     args = ["generate", "--source", "geotiff", "--data-root", str(tifs), "--config", str(gen), "--output", str(store)]
     assert main(args) == 0
-    assert "wrote" in capsys.readouterr().out and read_store_attrs(store)["source"] == "geotiff"
+    assert "wrote" in capsys.readouterr().out and read_store_attrs(store).source == "geotiff"
     _bad_label(tifs, _first(tifs))
     shutil.rmtree(store)
     assert main(args) == 2
@@ -441,7 +441,7 @@ def test_extra_band_binding_reaches_store_stats_predict_and_drift(tmp_path: Path
     store = tmp_path / "train.zarr"
     attrs = ingest_geotiffs(geo, root, store)
     assert attrs.channel_names == ["R", "G", "B", "nbr"]
-    assert InputBinding.of_store_attrs(read_store_attrs(store)).bands_by_name() == {"nbr": 1}
+    assert read_store_attrs(store).binding().bands_by_name() == {"nbr": 1}
     band0, band1 = [], []
     tiles = ZarrTileStore(store)
     for sample in (tiles[i] for i in range(len(tiles))):
@@ -709,7 +709,7 @@ def test_case9_pixel_areas_come_from_each_tiles_transform_and_latitude(
         expected = (110.0 * math.cos(math.radians(lat[0]))) ** 2
         assert store.metadata.pixel_area_m2[i] == pytest.approx(expected, rel=1e-9)
         assert store[i].pixel_area_m2 == pytest.approx(expected, rel=1e-9) and 1_000 < expected < 2_000
-    assert read_store_attrs(tmp_path / "store.zarr")["raster_contract"]["pixel_size"] == pytest.approx(110.0)
+    assert read_store_attrs(tmp_path / "store.zarr").contract().pixel_size == pytest.approx(110.0)
 
     pipeline = parse_pipeline_config(tiny_pipeline_config())
     label = np.zeros((64, 64), np.uint8)

@@ -34,7 +34,7 @@ def test_a_sample_is_at_most_two_chunk_reads(
 ) -> None:
     path = tmp_path / "train.zarr"
     write_test_store(path, 8, extra=extra)
-    assert read_store_attrs(path)["format_version"] == FORMAT_VERSION >= 2
+    assert read_store_attrs(path).format_version == FORMAT_VERSION >= 2
     for mask_type in ("exact", "noisy"):
         store = ZarrTileStore(path, mask_type)
         store[0]  # opens the arrays
@@ -55,7 +55,7 @@ def test_format_1_store_reads_the_same_tiles_stats_and_training_batches(tmp_path
     v1, v2 = tmp_path / "v1.zarr", tmp_path / "v2.zarr"
     write_test_store(v1, 13, extra=2, format_version=1)
     write_test_store(v2, 13, extra=2)
-    assert read_store_attrs(v1)["format_version"] == 1 and (v1 / "images").is_dir() and not (v1 / "pixels").exists()
+    assert read_store_attrs(v1).format_version == 1 and (v1 / "images").is_dir() and not (v1 / "pixels").exists()
     assert (v2 / "pixels").is_dir() and not (v2 / "images").exists()
     for mask_type in ("exact", "noisy"):
         old, new = ZarrTileStore(v1, mask_type), ZarrTileStore(v2, mask_type, ["e1"])
@@ -134,5 +134,5 @@ def test_an_interrupted_format_1_generation_is_restarted_in_format_2(tmp_path: P
         write_store(ListProducer(8, fail_at=4), old, out, _attrs())
     assert (staging_path(out) / "images").is_dir()
     write_store(ListProducer(8), _layout(8), out, _attrs())  # same config, new rtscore: format 2
-    assert read_store_attrs(out)["format_version"] == FORMAT_VERSION
+    assert read_store_attrs(out).format_version == FORMAT_VERSION
     assert not (out / "images").exists() and ZarrTileStore(out)[5].tile_id == "t0005"

@@ -80,7 +80,7 @@ def test_staged_generation_of_another_config_is_set_aside_not_mixed_in(tmp_path:
     with pytest.raises(RuntimeError):
         write_store(ListProducer(8, fail_at=4), _layout(8), out, _attrs(chash="old"))
     write_store(ListProducer(8), _layout(8), out, _attrs(chash="new"))  # the old staging is set aside
-    assert read_store_attrs(out)["config_hash"] == "new"
+    assert read_store_attrs(out).config_hash == "new"
     assert not staging_path(out).exists()
     (aside,) = (tmp_path / "set_aside").iterdir()
     assert (aside / staging_path(out).name / "zarr.json").is_file(), "kept for the user, not deleted"

@@ -58,5 +58,5 @@ def test_the_context_store_pairs_with_its_store_by_tile_id(tmp_path: Path) -> No
     store, ctx = ZarrTileStore(tmp_path / "val.zarr"), ZarrTileStore(tmp_path / "context.zarr")
     assert list(ctx.metadata.tile_id) == list(store.metadata.tile_id)
     attrs, ctx_attrs = read_store_attrs(tmp_path / "val.zarr"), read_store_attrs(tmp_path / "context.zarr")
-    assert ctx_attrs["context_of"] == attrs["config_hash"] and ctx_attrs["scale"] == 0.5
-    assert ctx_attrs["pixel_size_m"] == 2 * attrs["pixel_size_m"]
+    assert ctx_attrs.context_of == attrs.config_hash and ctx_attrs.scale == 0.5
+    assert attrs.pixel_size_m is not None and ctx_attrs.pixel_size_m == 2 * attrs.pixel_size_m

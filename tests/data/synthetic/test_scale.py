@@ -11,7 +11,6 @@ import pytest
 
 from rtscore.config.base import ConfigError, parse_config
 from rtscore.config.generation import GenerationConfig
-from rtscore.data.store.attrs import StoreAttrs
 from rtscore.data.store.format import read_store_attrs
 from rtscore.data.store.reader import ZarrTileStore
 from rtscore.data.synthetic import PIXEL_SIZE_M, native_config, plan_tiles, render_tile, render_tile_with_parts
@@ -206,9 +205,9 @@ def test_half_store_attrs_metadata_and_determinism(tmp_path: Path) -> None:
     generate_synthetic(cfg, b, num_workers=2)
     assert tree_digest(a) == tree_digest(b)
     stored = read_store_attrs(a)
-    assert StoreAttrs.model_validate(stored) == attrs
-    assert stored["scale"] == 0.5 and stored["pixel_size_m"] == pytest.approx(2 * PIXEL_SIZE_M)
-    assert stored["tile_size"] == 64 and stored["config"]["scale"] == 0.5
+    assert stored == attrs  # read back typed as written
+    assert stored.scale == 0.5 and stored.pixel_size_m == pytest.approx(2 * PIXEL_SIZE_M)
+    assert stored.tile_size == 64 and stored.config["scale"] == 0.5
     store = ZarrTileStore(a)
     meta = store.metadata
     assert all(str(t).endswith("@0.5x") for t in meta.tile_id)

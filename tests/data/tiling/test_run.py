@@ -350,7 +350,7 @@ def test_a_killed_run_resumes_and_redoes_only_unfinished_tiles(mosaic: Path, mon
     assert not (root / "metadata.csv").exists() and not (root / "tiling.json").exists()
     monkeypatch.setattr(tiling, "_tile", real)
     first = tile_scenes(cfg, root)
-    assert first.resumed_tiles == sum(r["status"] == "written" for r in iter_records(root) if r["tile_id"] in calls)
+    assert first.resumed_tiles == sum(r.status == "written" for r in iter_records(root) if r.tile_id in calls)
     reference = {p.relative_to(root): p.read_bytes() for p in root.rglob("*.tif")}
     csv_before = (root / "metadata.csv").read_text()
 
@@ -423,7 +423,7 @@ def test_another_identity_is_set_aside_and_tiled_afresh_never_mixed(
     assert out.counts.tiles == len(ids) < both.counts.tiles
     for sub in ("PLANET-RGB", "labels"):
         assert {p.stem for p in (root / sub).glob("*.tif")} == ids, "no tile of scene B left from the earlier run"
-    assert {r["tile_id"] for r in iter_records(root)} <= {r["tile_id"] for r in iter_records(folder)}
+    assert {r.tile_id for r in iter_records(root)} <= {r.tile_id for r in iter_records(folder)}
 
     # an input rewritten (the inventory, one polygon fewer): another identity again
     write_gpkg(mosaic / "rts.gpkg", POLYS[:2], ["west", "west"])
@@ -914,10 +914,10 @@ def test_sliver_tiles_under_min_valid_fraction_are_not_written_and_counted(
     c = manifest["counts"]
     assert (c["candidate_tiles"], c["tiles"], c["skipped_sparse"], c["estimated_tiles"]) == (6, 4, 2, 4)
     slivers = {f"c{COL0 + 2}_r{ROW0}", f"c{COL0 + 2}_r{ROW0 - 1}"}
-    assert {r["tile_id"] for r in iter_records(root) if r["status"] == "sparse"} == slivers
+    assert {r.tile_id for r in iter_records(root) if r.status == "sparse"} == slivers
     assert {p.stem for p in (root / "PLANET-RGB").glob("*.tif")} == {r["Tile_id"] for r in metadata(root)}
     assert not slivers & {r["Tile_id"] for r in metadata(root)}
-    assert all(r["valid_fraction"] == 3 / TILE for r in iter_records(root) if r["status"] == "sparse")
+    assert all(r.valid_fraction == 3 / TILE for r in iter_records(root) if r.status == "sparse")
 
     every = tile_scenes(config(tmp_path, min_valid_fraction=0.0), root)  # another identity: set aside, re-cut
     assert every.resumed_tiles == 0 and every.counts.tiles == 6 and every.counts.skipped_sparse == 0
