@@ -93,7 +93,7 @@ def test_gpu_check_runs_the_sequence_on_cpu(tmp_path: Path, capsys: pytest.Captu
 # the error) and its steps table: the typed report keeps both, byte for byte (issue 34).
 REPORT_DOC: dict[str, Any] = {
     "ok": False,
-    "work_dir": "/work/check",
+    "work_dir": "/srv/gpu-check",
     "options": {
         "train_tiles": 10,
         "val_tiles": 6,
