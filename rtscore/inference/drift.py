@@ -276,18 +276,8 @@ def drift_report(
     return report
 
 
-def render_markdown(report: DriftReport, *, console: bool = False) -> str:
-    """`drift_report.md`: one row per channel with the moments, the training regions' range of means, the drift
-    measures and the verdict; what a blocked channel's shift means; then each training region's moments and each
-    raster's own shifts. ``console``: without those two lists (their counts instead; ``rts drift`` prints it)."""
-    lines = [
-        "# Input drift report",
-        "",
-        f"Package `{report.package}`; {len(report.files)} raster(s), {report.valid_pixels:,} valid pixels.",
-        f"Blocker when |Δmean| > {MAX_MEAN_SHIFT_SIGMA} σ_train or |σ_new/σ_train − 1| > {MAX_STD_RATIO_DEVIATION}, "
-        "decided on the valid pixels of all rasters pooled (a dataset-level report, guide §4.1).",
-        "",
-    ]
+def _channels_table(report: DriftReport) -> list[str]:
+    """The report's main table: one row per channel, its moments against training's, the drift measures, the verdict."""
     rows = []
     for ch in report.channels:
         verdict = "BLOCKER: " + "; ".join(ch.reasons) if ch.blocker else "ok"
@@ -305,7 +295,7 @@ def render_markdown(report: DriftReport, *, console: bool = False) -> str:
                 verdict,
             ]
         )
-    lines += md_table(
+    return md_table(
         [
             "channel",
             "train mean",
@@ -319,6 +309,21 @@ def render_markdown(report: DriftReport, *, console: bool = False) -> str:
         ],
         rows,
     )
+
+
+def render_markdown(report: DriftReport, *, console: bool = False) -> str:
+    """`drift_report.md`: one row per channel with the moments, the training regions' range of means, the drift
+    measures and the verdict; what a blocked channel's shift means; then each training region's moments and each
+    raster's own shifts. ``console``: without those two lists (their counts instead; ``rts drift`` prints it)."""
+    lines = [
+        "# Input drift report",
+        "",
+        f"Package `{report.package}`; {len(report.files)} raster(s), {report.valid_pixels:,} valid pixels.",
+        f"Blocker when |Δmean| > {MAX_MEAN_SHIFT_SIGMA} σ_train or |σ_new/σ_train − 1| > {MAX_STD_RATIO_DEVIATION}, "
+        "decided on the valid pixels of all rasters pooled (a dataset-level report, guide §4.1).",
+        "",
+    ]
+    lines += _channels_table(report)
     verdict = "OK: no drift blocker" if report.ok else f"BLOCKED: drift on {', '.join(report.blockers)}"
     lines += ["", f"**Verdict: {verdict}**"]
     blocked = [ch for ch in report.channels if ch.blocker]
