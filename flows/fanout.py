@@ -46,7 +46,7 @@ from flows.params import (
     TrainSeedParams,
     derived,
 )
-from flows.ui import artifact_key
+from flows.ui import artifact_key, in_a_run
 from rtscore.errors import PipelineError
 from rtscore.stages import (
     ArtifactRef,
@@ -282,7 +282,10 @@ def _problem(stage: str, it: _Item, dist: FanOutSettings) -> str:
 
 
 def _publish_attempts(stage: str, log: list[Attempt]) -> None:
-    """The attempts table on the parent flow run; never fails the fan-out (e.g. outside a flow run)."""
+    """The attempts table on the parent flow run (none outside a run: see :func:`flows.ui.in_a_run`); never fails
+    the fan-out."""
+    if not in_a_run():
+        return
     rows = [a.row().model_dump(by_alias=True) for a in sorted(log, key=lambda a: (a.item, a.attempt))]
     try:
         create_table_artifact(

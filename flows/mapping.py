@@ -138,7 +138,10 @@ def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
 
 
 def publish_campaign(summary: CampaignResult) -> None:
-    """The summary as a markdown artifact and the scenes by status as a table; never fails the campaign."""
+    """The summary as a markdown artifact and the scenes by status as a table, in a flow run (the body called
+    directly publishes nothing); never fails the campaign."""
+    if not ui.in_a_run():
+        return
     rows = [
         {"status": status, "scenes": getattr(summary, field)}
         for status, field in (

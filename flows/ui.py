@@ -52,6 +52,15 @@ _IMAGE_REF = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")  # ![alt](target) in mark
 
 
 # ------------------------------------------------------------------------------------------ addresses
+def in_a_run() -> bool:
+    """Whether this code runs inside a Prefect flow or task run. An artifact made outside one belongs to no run (no
+    page of the UI shows it) and Prefect deprecates making it (a FutureWarning): publishers called from plain Python
+    (a flow's body called directly, a test) skip it."""
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
+
+
 def artifact_key(*parts: str) -> str:
     """A valid artifact key from free text: lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")

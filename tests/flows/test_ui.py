@@ -69,3 +69,25 @@ def test_every_card_of_a_gs_run_is_titled_with_its_stage(monkeypatch: pytest.Mon
     ui.publish_links("gs://bucket/r", refs)
     ui.publish_mlflow_link("https://mlflow.example.org", "abc", "seed 1")
     assert [c["key"] for c in cards] == ["calibrate-calibration-seed-1-pr-curves", "package-package", "mlflow-seed-1"]
+
+
+def test_publishers_called_outside_a_run_make_no_artifact_and_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flow's body called from plain Python (as the mapping tests do) published into no run, and Prefect warned
+    that artifacts outside a run are deprecated: the publishers now skip, silently."""
+    import warnings
+    from typing import Any, cast
+
+    import flows.fanout as fanout
+    import flows.mapping as mapping
+    import flows.ui as ui
+
+    made: list[dict[str, Any]] = []
+    monkeypatch.setattr(mapping, "create_markdown_artifact", lambda **kw: made.append(kw))
+    monkeypatch.setattr(ui, "create_table_artifact", lambda **kw: made.append(kw))
+    monkeypatch.setattr(fanout, "create_table_artifact", lambda **kw: made.append(kw))
+    assert not ui.in_a_run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mapping.publish_campaign(cast(Any, None))  # returns before it reads the summary
+        fanout._publish_attempts("map-chunk", [])
+    assert made == []
