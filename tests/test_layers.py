@@ -385,7 +385,6 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
         74,
         "one fixed order of random draws: a reorder changes every synthetic scene",
     ),
-    "rtscore/calibrate/run.py:render_report": (69, "split pending (issue 34): to split by concept"),
     "rtscore/data/synthetic/_scene.py:_place_rts": (
         68,
         "one fixed order of random draws: a reorder changes every synthetic scene",
