@@ -390,7 +390,6 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
         "one fixed order of random draws: a reorder changes every synthetic scene",
     ),
     "rtscore/train/profile.py:try_batch": (68, "split pending (issue 34): to split by concept"),
-    "rtscore/data/raster/warp.py:_write_rasters": (62, "split pending (issue 34): to split by concept"),
 }
 
 
