@@ -385,24 +385,11 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
         74,
         "one fixed order of random draws: a reorder changes every synthetic scene",
     ),
-    "rtscore/data/normalization/compute.py:compute_normalization_stats": (
-        73,
-        "split pending (issue 34): to split by concept",
-    ),
-    "rtscore/inference/drift.py:drift_report": (71, "split pending (issue 34): to split by concept"),
-    "rtscore/data/validation/loader.py:training_batches": (70, "split pending (issue 34): to split by concept"),
-    "rtscore/calibrate/run.py:render_report": (69, "split pending (issue 34): to split by concept"),
     "rtscore/data/synthetic/_scene.py:_place_rts": (
         68,
         "one fixed order of random draws: a reorder changes every synthetic scene",
     ),
-    "rtscore/data/validation/report.py:ValidationReport.render_markdown": (
-        68,
-        "split pending (issue 34): to split by concept",
-    ),
     "rtscore/train/profile.py:try_batch": (68, "split pending (issue 34): to split by concept"),
-    "rtscore/data/splits/regions.py:derive_splits": (63, "split pending (issue 34): to split by concept"),
-    "rtscore/data/raster/warp.py:_write_rasters": (62, "split pending (issue 34): to split by concept"),
 }
 
 

@@ -414,6 +414,20 @@ def render_report(
         f"- **Shipped seed**: {shipped}",
         "",
     ]
+    lines += _gate_tables(gates)
+    lines += _seeds_table(reports)
+    lines += ["", "Thresholds per ratio (calibrated probability, precision, recall):", ""]
+    for s, r in reports.items():
+        parts = [f"1:{t.ratio} {t.threshold:.4f} (P {t.precision:.3f}, R {t.recall:.3f})" for t in r.thresholds]
+        lines.append(f"- seed {s}: " + "; ".join(parts))
+    lines += _canonical_lines(reports)
+    return "\n".join(lines) + "\n"
+
+
+def _gate_tables(gates: dict[str, Any]) -> list[str]:
+    """Each gate's candidates (the TTA gate's, then the scale gate's) with their metric, gain, side cost and
+    verdict; nothing for a gate that measured none (switched off, one candidate)."""
+    lines: list[str] = []
     for gate in ("tta", "scales"):
         rows = gates[gate].get("rows") or []
         if rows:
@@ -433,6 +447,12 @@ def render_report(
                 ],
             )
             lines.append("")
+    return lines
+
+
+def _seeds_table(reports: dict[int, SeedCalibrationReport]) -> list[str]:
+    """One row per seed: its temperature with NLL and ECE before and after, and its operating threshold (flagged
+    when it is the max-F1 fallback) with the precision and recall there."""
     seed_rows = []
     for s, r in reports.items():
         t, op = r.temperature, r.operating
@@ -449,22 +469,24 @@ def render_report(
             ]
         )
     header = ["seed", "T", "NLL before → after", "ECE before → after", "threshold", "precision", "recall"]
-    lines += md_table(header, seed_rows)
-    lines += ["", "Thresholds per ratio (calibrated probability, precision, recall):", ""]
-    for s, r in reports.items():
-        parts = [f"1:{t.ratio} {t.threshold:.4f} (P {t.precision:.3f}, R {t.recall:.3f})" for t in r.thresholds]
-        lines.append(f"- seed {s}: " + "; ".join(parts))
+    return md_table(header, seed_rows)
+
+
+def _canonical_lines(reports: dict[int, SeedCalibrationReport]) -> list[str]:
+    """The seeds' canonical 1x operating points (only when the shipped scales are not [1.0]: none otherwise), which
+    evaluate-test's canonical table runs at."""
     canonical = {s: r.canonical_1x for s, r in reports.items() if r.canonical_1x is not None}
-    if canonical:
-        lines += [
-            "",
-            "Canonical 1x operating point (same TTA, scales [1.0]; evaluate-test's canonical table runs at it):",
-            "",
-        ]
-        for s, c in canonical.items():
-            lines.append(
-                f"- seed {s}: T {c.temperature.T:.3f}, threshold {c.operating.threshold:.4f} "
-                f"(P {c.operating.precision:.3f}, R {c.operating.recall:.3f}, {c.threshold_source}); "
-                f"{c.deployment_config}"
-            )
-    return "\n".join(lines) + "\n"
+    if not canonical:
+        return []
+    lines = [
+        "",
+        "Canonical 1x operating point (same TTA, scales [1.0]; evaluate-test's canonical table runs at it):",
+        "",
+    ]
+    for s, c in canonical.items():
+        lines.append(
+            f"- seed {s}: T {c.temperature.T:.3f}, threshold {c.operating.threshold:.4f} "
+            f"(P {c.operating.precision:.3f}, R {c.operating.recall:.3f}, {c.threshold_source}); "
+            f"{c.deployment_config}"
+        )
+    return lines

@@ -225,33 +225,11 @@ def drift_report(
     labels = [str(f) for f in files] if names is None else [str(n) for n in names]
     if len(labels) != len(files):
         raise DriftError(f"{len(labels)} names for {len(files)} rasters: one name per raster")
-    moments = RunningMoments.empty(len(channel_names))
-    per_file_moments: list[RunningMoments] = []
-    with gdal_env():
-        for f in files:  # every file checked (headers, EXTRA grid, undeclared NaN/inf) before any pixel counts
-            with open_checked(contract, binding, f, extra_input(binding, f, None)):
-                pass
-        for f in files:
-            own = RunningMoments.empty(len(channel_names))
-            _accumulate_file(contract, binding, f, transform, own)
-            moments.merge(own)
-            per_file_moments.append(own)
+    moments, per_file_moments = _imagery_moments(contract, binding, files, transform)
     n_valid = int(moments.n[0])
     if n_valid == 0:
         raise DriftError(f"no valid pixel (by the NoData rule: alpha, mask or RGB nodata) in {len(files)} raster(s)")
-    new_std = moments.std
-    channels = [
-        _channel_drift(
-            name,
-            float(stats.mean[c]),
-            float(stats.std[c]),
-            float(moments.mean[c]),
-            float(new_std[c]),
-            n_valid,
-            _region_spread(stats, c, float(moments.mean[c]), float(new_std[c])),
-        )
-        for c, name in enumerate(channel_names)
-    ]
+    channels = _channels_drift(stats, channel_names, moments, n_valid)
     blockers = [ch.channel for ch in channels if ch.blocker]
     per_file = [_file_drift(label, m, stats, channel_names) for label, m in zip(labels, per_file_moments, strict=True)]
     report = DriftReport(
@@ -274,6 +252,46 @@ def drift_report(
     atomic_write_json(out / REPORT_JSON, report.model_dump(mode="json"))
     atomic_write_text(out / REPORT_MD, render_markdown(report))
     return report
+
+
+def _imagery_moments(
+    contract: RasterContract, binding: InputBinding, files: Sequence[Path], transform: InputTransform
+) -> tuple[RunningMoments, list[RunningMoments]]:
+    """The new imagery's moments, pooled over all rasters and each raster's own (in ``files``' order). Every raster
+    is checked (headers, EXTRA grid, undeclared NaN/inf) before any pixel counts: a bad one fails the report before
+    a long read, not after."""
+    n_channels = len(binding.names)
+    moments = RunningMoments.empty(n_channels)
+    per_file: list[RunningMoments] = []
+    with gdal_env():
+        for f in files:
+            with open_checked(contract, binding, f, extra_input(binding, f, None)):
+                pass
+        for f in files:
+            own = RunningMoments.empty(n_channels)
+            _accumulate_file(contract, binding, f, transform, own)
+            moments.merge(own)
+            per_file.append(own)
+    return moments, per_file
+
+
+def _channels_drift(
+    stats: NormalizationStats, channel_names: Sequence[str], moments: RunningMoments, n_valid: int
+) -> list[ChannelDrift]:
+    """Each channel's pooled drift against the training stats, with where it lies among the training regions'."""
+    new_std = moments.std
+    return [
+        _channel_drift(
+            name,
+            float(stats.mean[c]),
+            float(stats.std[c]),
+            float(moments.mean[c]),
+            float(new_std[c]),
+            n_valid,
+            _region_spread(stats, c, float(moments.mean[c]), float(new_std[c])),
+        )
+        for c, name in enumerate(channel_names)
+    ]
 
 
 def _channels_table(report: DriftReport) -> list[str]:

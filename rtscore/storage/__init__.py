@@ -1,7 +1,9 @@
 """Where a run's artifacts live: the run directory (local or ``gs://``), its layout, manifest and fingerprints.
 
 - :mod:`~rtscore.storage.layout`: :class:`RunLayout`, every path of a run directory, once.
-- :mod:`~rtscore.storage.rundir`: :class:`RunDir`, record / require / fetch / verify artifacts.
+- :mod:`~rtscore.storage.rundir`: :class:`RunDir`, record / require / fetch / verify / adopt artifacts.
+- :mod:`~rtscore.storage.bucket`: a gs:// run's manifest object and artifact objects.
+- :mod:`~rtscore.storage.links`: the hard-linked copies of verified artifacts ``adopt`` makes.
 - :mod:`~rtscore.storage.manifest`: the ``manifest.json`` models.
 - :mod:`~rtscore.storage.files`: sha256 fingerprints of files and trees, atomic writes.
 - :mod:`~rtscore.storage.gcs`: the ``gs://`` backend (google-cloud-storage imported on first use).

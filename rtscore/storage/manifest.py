@@ -37,3 +37,8 @@ class Manifest(BaseModel):
 
     schema_version: int = 1
     artifacts: dict[str, ArtifactEntry] = Field(default_factory=dict)
+
+
+def manifest_json(manifest: Manifest) -> str:
+    """The manifest's JSON: a record's optional ``adopted_from`` only where set (older records are unchanged)."""
+    return manifest.model_dump_json(indent=2, exclude_none=True) + "\n"

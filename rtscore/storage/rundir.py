@@ -3,77 +3,46 @@
 A run directory is a local path or ``gs://bucket/prefix``. Stages always read and write local paths
 (``RunDir.path``); for a gs:// root those lie in a local mirror (``$RTS_CACHE_DIR/gcs/<bucket>/<prefix>``),
 ``record`` uploads an artifact before adding it to the bucket's manifest, and ``require`` stages a verified
-copy of an input into the mirror (see ``rtscore.storage.gcs``).
+copy of an input into the mirror (see ``rtscore.storage.gcs``). The bucket's manifest and objects are handled by
+:mod:`rtscore.storage.bucket`, the hard-linked copies ``adopt`` makes by :mod:`rtscore.storage.links`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import os
 import shutil
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from rtscore.storage.errors import StorageError
-from rtscore.storage.files import (
-    EMPTY_TREE,
-    atomic_write_text,
-    fingerprint,
-    os_errors,
-    publish_dir,
-    staged_dir,
-    tree_digests,
-    tree_fingerprint,
+from rtscore.storage.bucket import (
+    copy_objects,
+    fetch_dir,
+    fetch_file,
+    forget_parsed_manifests,
+    put_objects,
+    read_bucket_manifest,
+    update_bucket_manifest,
 )
-from rtscore.storage.gcs import SHA_KEY, GcsStore, ManifestConflict, RetryPolicy, parse_gs_uri, transfer_workers
+from rtscore.storage.errors import StorageError
+from rtscore.storage.files import EMPTY_TREE, atomic_write_text, fingerprint, tree_digests, tree_fingerprint
+from rtscore.storage.gcs import GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
 from rtscore.storage.layout import VERIFIED_DIR, Entry
-from rtscore.storage.manifest import MANIFEST_NAME, ArtifactEntry, Manifest
+from rtscore.storage.links import file_stats, publish_links, replace_path, same_files_as_verified
+from rtscore.storage.manifest import MANIFEST_NAME, ArtifactEntry, Manifest, manifest_json
 from rtscore.storage.verified import Snapshot, snapshot
-from rtscore.storage.verified import _walk as walk_files
 from rtscore.storage.verified import check as verified_check
 from rtscore.storage.verified import save as verified_save
 
+__all__ = ["CACHE_ENV", "RunDir", "absolute_location", "default_cache_dir", "forget_parsed_manifests"]
+
 CACHE_ENV = "RTS_CACHE_DIR"  # base of the local mirrors of gs:// run directories
-
-
-class _ManifestCache:
-    """The parsed bucket manifests this process has read, by (endpoint, bucket, object) with their
-    generation: a manifest whose generation is unchanged is neither downloaded nor parsed again, and any
-    rewrite of the object (a new generation) is read. Thread-safe; a forked child starts empty."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._parsed: dict[tuple[object, ...], tuple[int, Manifest]] = {}
-
-    def get(self, key: tuple[object, ...]) -> tuple[int, Manifest] | None:
-        with self._lock:
-            return self._parsed.get(key)
-
-    def put(self, key: tuple[object, ...], generation: int, manifest: Manifest) -> None:
-        with self._lock:
-            self._parsed[key] = (generation, manifest)
-
-    def reset(self) -> None:
-        self._lock, self._parsed = threading.Lock(), {}
-
-
-_manifests = _ManifestCache()
-os.register_at_fork(after_in_child=_manifests.reset)
-
-
-def forget_parsed_manifests() -> None:
-    """Forget the bucket manifests this process parsed: the next read downloads them (benchmarks measure a
-    new process's first read this way; correctness never needs it, a rewrite has a new generation)."""
-    _manifests.reset()
 
 
 def default_cache_dir() -> Path:
@@ -84,18 +53,6 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache").expanduser().resolve() / "rts"
 
 
-def _replace(src: Path, dst: Path) -> None:
-    """Move a verified download (file or directory) into place, replacing whatever ``dst`` is."""
-    if src.is_dir():
-        if dst.is_file() or dst.is_symlink():
-            dst.unlink()
-        publish_dir(src, dst)
-        return
-    if dst.is_dir() and not dst.is_symlink():
-        shutil.rmtree(dst)
-    src.replace(dst)
-
-
 def absolute_location(location: str) -> str:
     """A local path made absolute (workers may run in another directory); a URI (gs://...) unchanged."""
     if "://" in location:
@@ -103,49 +60,12 @@ def absolute_location(location: str) -> str:
     return str(Path(location).expanduser().resolve())
 
 
-def _dump(manifest: Manifest) -> str:
-    """The manifest's JSON: a record's optional ``adopted_from`` only where set (older records are unchanged)."""
-    return manifest.model_dump_json(indent=2, exclude_none=True) + "\n"
-
-
 # What an adopted record keeps from its source's record (uri, created and adopted_from are its own).
 _IDENTITY = ("path", "kind", "sha256", "bytes", "stage", "config_hash", "code_hash")
-# Why a hard link cannot be made, where a copy can: another file system, a file system or a policy that
-# refuses links (fs.protected_hardlinks), too many links to one inode.
-_NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
 
 
 def _same_record(a: ArtifactEntry, b: ArtifactEntry) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in _IDENTITY)
-
-
-def _file_stats(path: Path) -> dict[str, tuple[int, int, int]] | None:
-    """(size, mtime, inode) of every regular file of an artifact, by name relative to it ("" for a file);
-    None if it is neither a file nor a directory. Not the change time: linking a file changes it."""
-    try:
-        top = path.stat()
-    except FileNotFoundError:
-        return None
-    if path.is_file():
-        stats = [("", top)]
-    elif path.is_dir():
-        stats = []
-        walk_files(str(path), "", stats)
-    else:
-        return None
-    return {name: (st.st_size, st.st_mtime_ns, st.st_ino) for name, st in stats}
-
-
-def _link_or_copy(src: Path, dst: Path) -> bool:
-    """Hard-link ``src`` as ``dst``, else copy it (with its times); whether it was linked."""
-    try:
-        os.link(src, dst)
-        return True
-    except OSError as err:
-        if err.errno not in _NO_LINK:
-            raise
-    shutil.copy2(src, dst)
-    return False
 
 
 class RunDir:
@@ -222,7 +142,7 @@ class RunDir:
 
     def read_manifest(self) -> Manifest:
         if self.remote:
-            return self._read_remote_manifest()[0]
+            return read_bucket_manifest(self._gcs)[0]
         if not self.manifest_path.exists():
             return Manifest()
         try:
@@ -265,12 +185,12 @@ class RunDir:
                 manifest.artifacts[entry.path] = entry
                 return True
 
-            self._update_manifest(add)
+            update_bucket_manifest(self._gcs, add)
             return
         with self._locked():
             manifest = self.read_manifest()
             manifest.artifacts[entry.path] = entry
-            atomic_write_text(self.manifest_path, _dump(manifest))
+            atomic_write_text(self.manifest_path, manifest_json(manifest))
 
     def adopt(self, rel: str, source: RunDir) -> ArtifactEntry:
         """Make artifact ``rel`` of run ``source``, as its manifest records it, an artifact of this run too.
@@ -398,17 +318,7 @@ class RunDir:
             src_root = cache / "gcs" / bucket / prefix if prefix else cache / "gcs" / bucket
         else:
             return False
-        p = self.path(rel)
-        seen = snapshot(p)
-        mine = _file_stats(p)
-        if seen is None or mine is None or src_root == self.root:
-            return False
-        if not verified_check(src_root, rel, entry.sha256, entry.bytes, entry.kind):
-            return False
-        if _file_stats(src_root / rel) != mine:  # taken before the check: a change in between moves an inode
-            return False
-        verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind, seen)
-        return True
+        return same_files_as_verified(self.root, src_root, rel, entry)
 
     def _link_verified(self, rel: str, source: RunDir) -> tuple[ArtifactEntry, Snapshot | None]:
         """Publish at ``path(rel)`` hard links to (or copies of) the source's verified local copy of ``rel``.
@@ -423,42 +333,21 @@ class RunDir:
         trusted = False
         for _ in range(2):  # a second round only when the source changed (or was linked) while looked at
             entry = source.require(rel) if source.remote else source.verify(rel)
-            before = _file_stats(src)
+            before = file_stats(src)
             if verified_check(source.root, rel, entry.sha256, entry.bytes, entry.kind):
                 trusted = True  # unchanged since before was taken: a change would have moved a ctime
                 break
         assert before is not None  # verify found it
-        linked: set[str] = set()
-
-        def put(name: str, target: Path) -> None:
-            if _link_or_copy(src / name if name else src, target):
-                linked.add(name)
-
-        with os_errors("write", dst):
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if entry.kind == "dir":
-                if dst.is_file() or dst.is_symlink():
-                    dst.unlink()
-                with staged_dir(dst) as staging:
-                    for name in sorted(before):
-                        (staging / name).parent.mkdir(parents=True, exist_ok=True)
-                        put(name, staging / name)
-            else:
-                tmp = dst.with_name(f".{dst.name}.adopt-{uuid.uuid4().hex[:8]}")
-                try:
-                    put("", tmp)
-                    _replace(tmp, dst)
-                finally:
-                    tmp.unlink(missing_ok=True)
+        linked = publish_links(src, dst, entry.kind, before)
         seen = snapshot(dst)
-        after = _file_stats(dst)
+        after = file_stats(dst)
 
         def key(stats: dict[str, tuple[int, int, int]] | None) -> dict[str, tuple[int, ...]]:
             return {n: (v if n in linked else v[:2]) for n, v in (stats or {}).items()}
 
-        if trusted and key(after) == key(before) and key(_file_stats(src)) == key(before):
+        if trusted and key(after) == key(before) and key(file_stats(src)) == key(before):
             seen_src = snapshot(src)  # the links moved the source's change times: record it again, no re-hash
-            if _file_stats(src) == before:
+            if file_stats(src) == before:
                 verified_save(source.root, rel, entry.sha256, entry.bytes, entry.kind, seen_src)
             return entry, seen
         if fingerprint(dst) != (entry.sha256, entry.bytes):
@@ -471,7 +360,11 @@ class RunDir:
     def _put_adopted(self, rel: str, entry: ArtifactEntry, source: RunDir) -> None:
         """Put an adopted artifact's objects in this run's bucket: copied server-side from a gs:// source in
         the same storage when its objects carry the recorded content, else uploaded from the mirror's copy."""
-        if source.remote and source._gcs.endpoint == self._gcs.endpoint and self._copy_objects(rel, entry, source):
+        if (
+            source.remote
+            and source._gcs.endpoint == self._gcs.endpoint
+            and copy_objects(self._gcs, source._gcs, rel, entry)
+        ):
             return
         p = self.path(rel)
         files = tree_digests(p) if entry.kind == "dir" else None
@@ -483,51 +376,15 @@ class RunDir:
             )
         self._upload(rel, entry, files)
 
-    def _copy_objects(self, rel: str, entry: ArtifactEntry, source: RunDir) -> bool:
-        """Copy the source's objects of ``rel`` server-side; False (nothing copied) when their sha256 metadata
-        does not add up to the record (objects written by another tool, or changed since)."""
-
-        def same(blob: Any, sha: str, size: int) -> bool:
-            return blob is not None and (blob.metadata or {}).get(SHA_KEY) == sha and blob.size == size
-
-        def generation(blob: Any) -> int:
-            return int(blob.generation or 0) if blob is not None else 0
-
-        if entry.kind == "file":
-            blob = source._gcs.get(rel)
-            if not same(blob, entry.sha256, entry.bytes):
-                return False
-            have = self._gcs.get(rel)
-            if not same(have, entry.sha256, entry.bytes):
-                self._gcs.copy_object(blob, rel, entry.sha256, generation=generation(have))
-            return True
-        blobs = source._gcs.list_under(rel)
-        listed = [
-            (name, (b.metadata or {}).get(SHA_KEY) or "", int(b.size or 0))
-            for name, b in sorted(blobs.items(), key=lambda nb: PurePosixPath(nb[0]))  # tree_digests' order
-        ]
-        if tree_fingerprint(listed) != (entry.sha256, entry.bytes):
-            return False
-        existing = self._gcs.list_under(rel)
-        self._gcs.copy_many(
-            [
-                (blobs[name], f"{rel}/{name}", sha, generation(existing.get(name)))
-                for name, sha, size in listed
-                if not same(existing.get(name), sha, size)
-            ]
-        )
-        self._gcs.delete([f"{rel}/{name}" for name in existing if name not in blobs])  # left by an older version
-        return True
-
     def forget(self, rel: str) -> None:
         """Drop a record (before an artifact is rewritten, so no stale sha256 outlives it)."""
         if self.remote:
-            self._update_manifest(lambda m: m.artifacts.pop(rel, None) is not None)
+            update_bucket_manifest(self._gcs, lambda m: m.artifacts.pop(rel, None) is not None)
             return
         with self._locked():
             manifest = self.read_manifest()
             if manifest.artifacts.pop(rel, None) is not None:
-                atomic_write_text(self.manifest_path, _dump(manifest))
+                atomic_write_text(self.manifest_path, manifest_json(manifest))
 
     def delete(self, rel: str) -> None:
         """Drop a record, then the artifact itself (a gs:// run: its objects in the bucket and the mirror's copy).
@@ -629,88 +486,13 @@ class RunDir:
             self._store = GcsStore(*self._gs, retry, workers=transfer_workers())
         return self._store
 
-    def _read_remote_manifest(self) -> tuple[Manifest, int]:
-        """The bucket's manifest and its generation (0: none yet); a copy the caller may change.
-
-        One request (the object's generation) when this process already parsed that generation; the
-        content is downloaded and parsed only when it changed (see :class:`_ManifestCache`).
-        """
-
-        store = self._gcs
-        retry = store.retry
-        key = (store.endpoint, store.bucket_name, store.name(MANIFEST_NAME))
-        for attempt in range(retry.conflict_attempts):
-            cached = _manifests.get(key)
-            try:
-                got = store.read_unless(MANIFEST_NAME, known=cached[0] if cached is not None else 0)
-            except ManifestConflict:  # rewritten between stat and download
-                time.sleep(retry.delay(attempt))
-                continue
-            if got is None:
-                return Manifest(), 0
-            data, generation = got
-            if data is None:  # the generation this process parsed
-                assert cached is not None
-                return cached[1].model_copy(deep=True), generation
-            try:
-                manifest = Manifest.model_validate_json(data)
-            except ValueError as err:
-                raise StorageError(f"manifest {store.uri(MANIFEST_NAME)} is corrupt: {err}") from None
-            _manifests.put(key, generation, manifest.model_copy(deep=True))
-            return manifest, generation
-        raise StorageError(f"manifest {store.uri(MANIFEST_NAME)} kept changing while being read")
-
-    def _update_manifest(self, change: Callable[[Manifest], bool]) -> None:
-        """Read-modify-write of the bucket's manifest, conditional on the generation read (0: create only).
-
-        ``change`` edits the manifest in place and says whether anything changed. A 412 (another worker
-        wrote in between) re-reads and re-applies the change.
-        """
-
-        retry = self._gcs.retry
-        for attempt in range(retry.conflict_attempts):
-            manifest, generation = self._read_remote_manifest()
-            if not change(manifest):
-                return
-            data = _dump(manifest).encode()
-            try:
-                self._gcs.write(MANIFEST_NAME, data, if_generation_match=generation, content_type="application/json")
-                return
-            except ManifestConflict:
-                time.sleep(retry.delay(attempt))
-        raise StorageError(
-            f"manifest {self._gcs.uri(MANIFEST_NAME)} kept changing under concurrent writers; "
-            f"gave up after {retry.conflict_attempts} attempts"
-        )
-
     def _upload(self, rel: str, entry: ArtifactEntry, files: list[tuple[str, str, int]] | None) -> None:
-        """Put an artifact's objects in the bucket; objects already holding the same content are skipped."""
-
+        """Put an artifact's objects in the bucket (:func:`~rtscore.storage.bucket.put_objects`), once no record
+        describes objects about to be replaced."""
         old = self.entry(rel)
         if old is not None and (old.sha256, old.kind) != (entry.sha256, entry.kind):
             self.forget(rel)  # no record may describe objects while they are being replaced
-
-        def same(blob: Any, sha: str, size: int) -> bool:
-            return blob is not None and (blob.metadata or {}).get(SHA_KEY) == sha and blob.size == size
-
-        def generation(blob: Any) -> int:  # the upload's precondition: the object as seen, 0 if there is none
-            return int(blob.generation or 0) if blob is not None else 0
-
-        p = self.path(rel)
-        if files is None:
-            blob = self._gcs.get(rel)
-            if not same(blob, entry.sha256, entry.bytes):
-                self._gcs.upload_file(p, rel, entry.sha256, generation=generation(blob))
-            return
-        existing = self._gcs.list_under(rel)
-        todo = [
-            (p / name, f"{rel}/{name}", sha, generation(existing.get(name)))
-            for name, sha, size in files
-            if not same(existing.get(name), sha, size)
-        ]
-        self._gcs.upload_many(todo)
-        names = {name for name, _, _ in files}
-        self._gcs.delete([f"{rel}/{name}" for name in existing if name not in names])  # left by an older version
+        put_objects(self._gcs, rel, self.path(rel), entry, files)
 
     def _materialize(self, rel: str, entry: ArtifactEntry) -> None:
         """Make the local mirror hold a copy of ``rel`` that matches ``entry`` (download, verify, move in)."""
@@ -725,53 +507,13 @@ class RunDir:
             staging = p.with_name(f".{p.name}.download-{uuid.uuid4().hex[:8]}")
             try:
                 if entry.kind == "dir":
-                    self._download_dir(rel, entry, staging)
+                    fetch_dir(self._gcs, rel, entry, staging)
                 else:
-                    self._download_file(rel, entry, staging)
-                _replace(staging, p)
+                    fetch_file(self._gcs, rel, entry, staging)
+                replace_path(staging, p)
                 verified_save(self.root, rel, entry.sha256, entry.bytes, entry.kind)  # verified in staging
             finally:
                 if staging.is_dir():
                     shutil.rmtree(staging, ignore_errors=True)
                 else:
                     staging.unlink(missing_ok=True)
-
-    def _download_file(self, rel: str, entry: ArtifactEntry, dest: Path) -> None:
-        blob = self._gcs.get(rel)
-        if blob is None:
-            raise StorageError(
-                f"object {self._gcs.uri(rel)} is recorded in the manifest but missing from the bucket; "
-                "re-run the stage that produces it"
-            )
-        self._gcs.download_file(blob, rel, dest)
-        sha, size = fingerprint(dest)
-        if (sha, size) != (entry.sha256, entry.bytes):
-            raise StorageError(
-                f"object {self._gcs.uri(rel)} does not match the manifest (sha256 {sha[:12]} vs recorded "
-                f"{entry.sha256[:12]}, {size} vs {entry.bytes} bytes); re-run the stage that produces it"
-            )
-
-    def _download_dir(self, rel: str, entry: ArtifactEntry, dest: Path) -> None:
-
-        blobs = self._gcs.list_under(rel)
-        if not blobs and (entry.sha256, entry.bytes) == EMPTY_TREE:  # an empty directory has no objects
-            dest.mkdir(parents=True)
-            return
-        if not blobs:
-            raise StorageError(
-                f"no objects under {self._gcs.uri(rel)}/ although the manifest records it; "
-                "re-run the stage that produces it"
-            )
-        dest.mkdir(parents=True)
-        self._gcs.download_many([(b, f"{rel}/{name}", dest / name) for name, b in blobs.items()])
-        files = tree_digests(dest)
-        sha, size = tree_fingerprint(files)
-        if (sha, size) == (entry.sha256, entry.bytes):
-            return
-        bad = [name for name, digest, _ in files if (blobs[name].metadata or {}).get(SHA_KEY) != digest]
-        which = ", ".join(self._gcs.uri(f"{rel}/{n}") for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        detail = f"objects not as uploaded: {which}" if bad else f"{len(files)} objects, not the recorded set"
-        raise StorageError(
-            f"{self._gcs.uri(rel)} does not match the manifest (sha256 {sha[:12]} vs recorded "
-            f"{entry.sha256[:12]}, {size} vs {entry.bytes} bytes; {detail}); re-run the stage that produces it"
-        )

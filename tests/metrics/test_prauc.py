@@ -24,7 +24,7 @@ from rtscore.metrics import (
     threshold_for_precision,
     weighted_hist,
 )
-from rtscore.metrics.histograms import _tile_counts_numpy, _tile_counts_torch
+from rtscore.metrics.counts import _tile_counts_numpy, _tile_counts_torch
 
 
 def make_pool(

@@ -138,9 +138,8 @@ def compute_normalization_stats(
         )
     stored = list(attrs.extra_channel_names)
     binding = store_binding(path, attrs, extra_channels)
-    wanted = binding.extra_names
-    extra_idx = [stored.index(c) for c in wanted]
-    names = ["R", "G", "B", *wanted]
+    names = ["R", "G", "B", *binding.extra_names]
+    extra_idx = [stored.index(c) for c in binding.extra_names]
     blocks = _shard_blocks(path, max_tiles, extra_idx)
     if progress:
         from tqdm import tqdm
@@ -148,46 +147,101 @@ def compute_normalization_stats(
         blocks = tqdm(blocks, desc=f"stats {path.name}", unit="shard")
     regions = _tile_regions(path)
     region_names, codes = regions if regions is not None else ([""], np.zeros(0, np.int64))
-    first = _StatsPass.over(path, blocks, len(wanted), codes, len(region_names))
+    scan = _Scan(path, max_tiles, extra_idx, region_names, codes)
+    first = _StatsPass.over(scan, blocks)
     if first.n_used == 0 or first.rgb_hist[0].sum() == 0:
         raise NormalizationStatsError(f"store {path}: no valid (alpha > 0) pixels; the train split is empty")
-    mean, std, clip_min, clip_max = _rgb_moments(first.rgb_hist, clip_percentiles)
-    r_mean, r_std = _region_rgb_moments(first.region_hist, clip_min, clip_max)
-    if wanted:
-        e_mean, e_std = first.extra_mom.mean, first.extra_mom.std
-        re_mean = np.stack([m.mean for m in first.region_extra])
-        re_std = np.stack([m.std for m in first.region_extra])
-        if clip_percentiles is not None:
-            clipped = _extra_clipped(
-                path, max_tiles, extra_idx, first.extra_lo, first.extra_hi, clip_percentiles, codes, len(region_names)
-            )
-            e_mean, e_std, re_mean, re_std = clipped.mean, clipped.std, clipped.region_mean, clipped.region_std
-            clip_min = np.concatenate([clip_min, clipped.lo]) if clip_min is not None else None
-            clip_max = np.concatenate([clip_max, clipped.hi]) if clip_max is not None else None
-        mean, std = np.concatenate([mean, e_mean]), np.concatenate([std, e_std])
-        r_mean, r_std = np.concatenate([r_mean, re_mean], axis=1), np.concatenate([r_std, re_std], axis=1)
-    zero = [names[i] for i in np.flatnonzero(std <= 0)]
+    moments = _channel_moments(first, scan, clip_percentiles)
+    zero = [names[i] for i in np.flatnonzero(moments.std <= 0)]
     if zero:
         raise NormalizationStatsError(f"store {path}: channels {zero} are constant (std 0); cannot normalize")
     return NormalizationStats(
         channel_names=names,
-        mean=mean,
-        std=std,
+        mean=moments.mean,
+        std=moments.std,
         n_tiles_used=first.n_used,
         dataset_version=attrs.dataset_version,
         computed_date=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        clip_min=clip_min,
-        clip_max=clip_max,
+        clip_min=moments.clip_min,
+        clip_max=moments.clip_max,
         source=str(path),
         extra_bands=binding.extra_bands,
-        regions=None
-        if regions is None
-        else [
-            RegionStats(name, int(first.region_used[k]), int(first.region_hist[k, 0].sum()), r_mean[k], r_std[k])
-            for k, name in enumerate(region_names)
-            if first.region_hist[k, 0].sum() > 0  # a region whose tiles hold no valid pixel has no moments
-        ],
+        regions=None if regions is None else _region_stats(first, scan.region_names, moments),
     )
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """What every pass over the store reads: its tiles (the first ``max_tiles``, or all), the EXTRA channels
+    wanted (their indices among the store's), and each tile's region (``codes`` into ``region_names``; no codes:
+    the store records no regions, and every tile is in the one unnamed region)."""
+
+    path: Path
+    max_tiles: int | None
+    extra_idx: list[int]
+    region_names: list[str]
+    codes: np.ndarray
+
+    @property
+    def n_extra(self) -> int:
+        return len(self.extra_idx)
+
+    @property
+    def n_regions(self) -> int:
+        return len(self.region_names)
+
+    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
+        """A fresh pass: (rgb, extra, alpha) for runs of tiles (:func:`_shard_blocks`)."""
+        return _shard_blocks(self.path, self.max_tiles, self.extra_idx)
+
+    def tile_codes(self, offset: int, t: int) -> np.ndarray:
+        """The regions of the ``t`` tiles from ``offset`` on (all 0 when the store records none)."""
+        return self.codes[offset : offset + t] if self.codes.size else np.zeros(t, np.int64)
+
+
+@dataclass
+class _Moments:
+    """Every channel's moments (RGB, then EXTRA): pooled (C,), with the clip bounds (None: not clipped), and each
+    region's (R, C), NaN for a region without a valid pixel."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    clip_min: np.ndarray | None
+    clip_max: np.ndarray | None
+    region_mean: np.ndarray
+    region_std: np.ndarray
+
+
+def _channel_moments(first: _StatsPass, scan: _Scan, clip: tuple[float, float] | None) -> _Moments:
+    """The moments the stats record, from the first pass: RGB from its histograms, EXTRA from its running moments
+    or (clipping) from a second pass's histograms (:func:`_extra_moments`); the regions' clipped to the pooled
+    bounds."""
+    mean, std, clip_min, clip_max = _rgb_moments(first.rgb_hist, clip)
+    r_mean, r_std = _region_rgb_moments(first.region_hist, clip_min, clip_max)
+    if scan.n_extra:
+        e = _extra_moments(first, scan, clip)
+        if e.lo is not None and e.hi is not None:
+            clip_min = np.concatenate([clip_min, e.lo]) if clip_min is not None else None
+            clip_max = np.concatenate([clip_max, e.hi]) if clip_max is not None else None
+        mean, std = np.concatenate([mean, e.mean]), np.concatenate([std, e.std])
+        r_mean, r_std = np.concatenate([r_mean, e.region_mean], axis=1), np.concatenate([r_std, e.region_std], axis=1)
+    return _Moments(mean, std, clip_min, clip_max, r_mean, r_std)
+
+
+def _region_stats(first: _StatsPass, region_names: list[str], moments: _Moments) -> list[RegionStats]:
+    """Each training region's tiles, valid pixels and moments; a region whose tiles hold no valid pixel has no
+    moments, and is left out."""
+    return [
+        RegionStats(
+            name,
+            int(first.region_used[k]),
+            int(first.region_hist[k, 0].sum()),
+            moments.region_mean[k],
+            moments.region_std[k],
+        )
+        for k, name in enumerate(region_names)
+        if first.region_hist[k, 0].sum() > 0
+    ]
 
 
 @dataclass
@@ -212,15 +266,9 @@ class _StatsPass:
         return int(self.region_used.sum())
 
     @classmethod
-    def over(
-        cls,
-        path: Path,
-        blocks: Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]],
-        n_extra: int,
-        codes: np.ndarray,
-        n_regions: int,
-    ) -> _StatsPass:
-        """The pass; ``codes`` holds each tile's region (an index below ``n_regions``; empty: one region)."""
+    def over(cls, scan: _Scan, blocks: Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> _StatsPass:
+        """The pass over ``blocks`` (``scan``'s, perhaps behind a progress bar)."""
+        n_extra, n_regions = scan.n_extra, scan.n_regions
         acc = cls(
             np.zeros((n_regions, 3, 256), np.int64),
             [RunningMoments.empty(n_extra) for _ in range(n_regions)],
@@ -232,7 +280,7 @@ class _StatsPass:
         offset = 0
         for rgb, extra, alpha in blocks:
             t = rgb.shape[0]
-            tile_codes = codes[offset : offset + t] if codes.size else np.zeros(t, np.int64)
+            tile_codes = scan.tile_codes(offset, t)
             offset += t
             valid = alpha > 0
             np.add.at(acc.region_used, tile_codes, valid.reshape(t, -1).any(axis=1))
@@ -245,7 +293,7 @@ class _StatsPass:
                 ev = _valid_pixels(extra, valid)
                 if not np.isfinite(ev).all():
                     raise NormalizationStatsError(
-                        f"store {path}: extra channels hold non-finite values in valid pixels"
+                        f"store {scan.path}: extra channels hold non-finite values in valid pixels"
                     )
                 acc.extra_mom.add(ev)
                 for k in np.unique(tile_codes):
@@ -299,36 +347,38 @@ def _rgb_moments(
 
 
 @dataclass
-class _ExtraClipped:
-    """The EXTRA channels' clipped moments and clip bounds, pooled and (R, E) per region."""
+class _ExtraMoments:
+    """The EXTRA channels' moments, pooled and (R, E) per region, and their clip bounds (None: not clipped)."""
 
     mean: np.ndarray
     std: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
+    lo: np.ndarray | None
+    hi: np.ndarray | None
     region_mean: np.ndarray
     region_std: np.ndarray
 
 
-def _extra_clipped(
-    path: Path,
-    max_tiles: int | None,
-    extra_idx: list[int],
-    lo: np.ndarray,
-    hi: np.ndarray,
-    clip: tuple[float, float],
-    codes: np.ndarray,
-    n_regions: int,
-) -> _ExtraClipped:
-    """Second pass for float bands only when clipping is asked for: histograms over the observed range, per region
-    (the pooled ones their sum)."""
-    n = lo.size
+def _extra_moments(first: _StatsPass, scan: _Scan, clip: tuple[float, float] | None) -> _ExtraMoments:
+    """The EXTRA channels' moments: the first pass's running ones, or when clipping, those of the values clipped to
+    the pooled percentiles, which need the second pass (:func:`_extra_clipped`)."""
+    if clip is not None:
+        return _extra_clipped(scan, first.extra_lo, first.extra_hi, clip)
+    mom = first.extra_mom
+    region_mean = np.stack([m.mean for m in first.region_extra])
+    region_std = np.stack([m.std for m in first.region_extra])
+    return _ExtraMoments(mom.mean, mom.std, None, None, region_mean, region_std)
+
+
+def _extra_clipped(scan: _Scan, lo: np.ndarray, hi: np.ndarray, clip: tuple[float, float]) -> _ExtraMoments:
+    """Second pass for float bands only when clipping is asked for: histograms over the observed range [lo, hi],
+    per region (the pooled ones their sum)."""
+    n, n_regions = lo.size, scan.n_regions
     hist = np.zeros((n_regions, n, EXTRA_HIST_BINS), np.int64)
     width = np.where(hi > lo, hi - lo, 1.0)
     offset = 0
-    for _, extra, alpha in _shard_blocks(path, max_tiles, extra_idx):
+    for _, extra, alpha in scan.blocks():
         t = alpha.shape[0]
-        tile_codes = codes[offset : offset + t] if codes.size else np.zeros(t, np.int64)
+        tile_codes = scan.tile_codes(offset, t)
         offset += t
         if extra is None:
             continue
@@ -350,4 +400,4 @@ def _extra_clipped(
         for k in range(n_regions):
             if hist[k, c].sum():
                 regional[:, k, c] = _hist_moments(hist[k, c], centers, a, b)
-    return _ExtraClipped(out[0], out[1], out[2], out[3], regional[0], regional[1])
+    return _ExtraMoments(out[0], out[1], out[2], out[3], regional[0], regional[1])

@@ -334,30 +334,16 @@ def _write_rasters(
     """Render every cell into tiled GeoTIFFs under temporary names, copy them into COGs and rename those into
     ``finals`` (RGB, then EXTRA); the cells with a valid pixel. With none, nothing is renamed into place."""
     import rasterio
-    import rasterio.shutil
-    from rasterio.enums import ColorInterp
     from rasterio.windows import Window
 
     n = cfg.grid.tile_size
     col0, row0 = origin
-    width = (max(c.col for c in cells) - col0 + 1) * n
-    height = (row0 - min(c.row for c in cells) + 1) * n
-    block = math.gcd(n, COG_BLOCK)  # tile sizes are multiples of 32: every cell is whole blocks
-    base = {"driver": "GTiff", "width": width, "height": height, "crs": cfg.grid.crs, "transform": transform}
-    base |= {"tiled": True, "blockxsize": block, "blockysize": block, "compress": "deflate", "bigtiff": "IF_SAFER"}
     partials = [partial_path(f) for f in finals]
     cogs = [Path(f"{p}.cog") for p in partials]
     valid_cells = 0
     try:
         with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_MB), ExitStack() as stack:
-            rgb = stack.enter_context(rasterio.open(partials[0], "w", count=4, dtype="uint8", **base))
-            rgb.colorinterp = [ColorInterp.red, ColorInterp.green, ColorInterp.blue, ColorInterp.alpha]
-            extra = None
-            if len(finals) > 1:
-                kw = {"count": len(cfg.extra), "dtype": "float32", "nodata": math.nan}
-                extra = stack.enter_context(rasterio.open(partials[1], "w", **kw, **base))
-                for b, e in enumerate(cfg.extra, start=1):
-                    extra.set_band_description(b, e.name)
+            rgb, extra = _open_partials(stack, cfg, partials, _raster_profile(cfg, cells, origin, transform))
             for k, cell in enumerate(cells):
                 window = Window((cell.col - col0) * n, (row0 - cell.row) * n, n, n)
                 rgba, bands = _cell_arrays(render_pixels(cell, [scene], cfg, datasets), n, len(cfg.extra))
@@ -368,19 +354,62 @@ def _write_rasters(
                 if (k + 1) % 100 == 0:
                     log.info("rts warp: %s: %d of %d cells", scene.path.name, k + 1, len(cells))
         if valid_cells:
-            for partial, cog in zip(partials, cogs, strict=True):
-                rasterio.shutil.copy(
-                    partial,
-                    cog,
-                    driver="COG",
-                    compress="deflate",
-                    blocksize=COG_BLOCK,
-                    overview_resampling="average",
-                    bigtiff="IF_SAFER",
-                )
-            for cog, final in zip(cogs, finals, strict=True):
-                os.replace(cog, final)
+            _publish_cogs(partials, cogs, finals)
     finally:
         for t in [*partials, *cogs]:
             t.unlink(missing_ok=True)
     return valid_cells
+
+
+def _raster_profile(
+    cfg: TilingConfig, cells: list[GridCell], origin: tuple[int, int], transform: Any
+) -> dict[str, Any]:
+    """The creation options both temporary GeoTIFFs share: the rectangle of ``cells`` from ``origin`` (first column,
+    top row) on the grid, tiled in blocks that divide a cell (so a cell is written as whole blocks), deflate."""
+    n = cfg.grid.tile_size
+    col0, row0 = origin
+    width = (max(c.col for c in cells) - col0 + 1) * n
+    height = (row0 - min(c.row for c in cells) + 1) * n
+    block = math.gcd(n, COG_BLOCK)  # tile sizes are multiples of 32: every cell is whole blocks
+    base = {"driver": "GTiff", "width": width, "height": height, "crs": cfg.grid.crs, "transform": transform}
+    base |= {"tiled": True, "blockxsize": block, "blockysize": block, "compress": "deflate", "bigtiff": "IF_SAFER"}
+    return base
+
+
+def _open_partials(
+    stack: ExitStack, cfg: TilingConfig, partials: list[Path], profile: dict[str, Any]
+) -> tuple[Any, Any]:
+    """The temporary GeoTIFFs opened for writing, closed with ``stack``: R, G, B, alpha uint8 with their colour
+    interpretation, and (with a second path) the EXTRA bands, float32, named in the config's order, nodata NaN
+    (None without)."""
+    import rasterio
+    from rasterio.enums import ColorInterp
+
+    rgb = stack.enter_context(rasterio.open(partials[0], "w", count=4, dtype="uint8", **profile))
+    rgb.colorinterp = [ColorInterp.red, ColorInterp.green, ColorInterp.blue, ColorInterp.alpha]
+    extra = None
+    if len(partials) > 1:
+        kw = {"count": len(cfg.extra), "dtype": "float32", "nodata": math.nan}
+        extra = stack.enter_context(rasterio.open(partials[1], "w", **kw, **profile))
+        for b, e in enumerate(cfg.extra, start=1):
+            extra.set_band_description(b, e.name)
+    return rgb, extra
+
+
+def _publish_cogs(partials: list[Path], cogs: list[Path], finals: list[Path]) -> None:
+    """Copy each complete temporary GeoTIFF block by block into a COG beside it, then rename the COGs into place:
+    only once every copy succeeded, so a failed copy leaves no final raster without its companion."""
+    import rasterio.shutil
+
+    for partial, cog in zip(partials, cogs, strict=True):
+        rasterio.shutil.copy(
+            partial,
+            cog,
+            driver="COG",
+            compress="deflate",
+            blocksize=COG_BLOCK,
+            overview_resampling="average",
+            bigtiff="IF_SAFER",
+        )
+    for cog, final in zip(cogs, finals, strict=True):
+        os.replace(cog, final)

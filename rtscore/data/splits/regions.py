@@ -144,25 +144,17 @@ def derive_splits(
     last_error = "no attempt"
     for _ in range(tries):
         order = [regions[i] for i in rng.permutation(len(regions))]
-        test: list[str] = []
-        val: list[str] = []
-        pos = 0
-        k = 0
-        while k < len(order) and pos < min_test_positives:
-            test.append(order[k])
-            pos += counts[order[k]].positives
-            k += 1
-        val_tiles = 0
-        while k < len(order) - 1 and (len(val) < min_val_regions or val_tiles < TARGET["val"] * total):
-            if len(val) >= min_val_regions and val_tiles + counts[order[k]].tiles > (TARGET["val"] + tolerance) * total:
-                break
-            val.append(order[k])
-            val_tiles += counts[order[k]].tiles
-            k += 1
-        train = order[k:]
+        splits = _fill_in_order(
+            order,
+            counts,
+            total,
+            min_test_positives=min_test_positives,
+            min_val_regions=min_val_regions,
+            tolerance=tolerance,
+        )
         try:
             result = evaluate_split(
-                {"train": train, "val": val, "test": test},
+                splits,
                 counts,
                 min_test_positives=min_test_positives,
                 min_val_regions=min_val_regions,
@@ -172,12 +164,49 @@ def derive_splits(
         except SplitError as err:
             last_error = str(err)
             continue
-        cost = sum(abs(result.shares[s] - TARGET[s]) for s in TARGET) + (1.0 if result.warnings else 0.0)
+        cost = _cost(result)
         if best is None or cost < best[0]:
             best = (cost, result)
     if best is None:
         raise SplitError(f"no region-level split satisfies the rules after {tries} orders; e.g.: {last_error}")
     return best[1]
+
+
+def _fill_in_order(
+    order: Sequence[str],
+    counts: Mapping[str, RegionCounts],
+    total: int,
+    *,
+    min_test_positives: int,
+    min_val_regions: int,
+    tolerance: float,
+) -> dict[str, list[str]]:
+    """One order of the regions filled greedily, the candidate split the search scores: test takes regions until it
+    holds ``min_test_positives`` positive tiles, then val until it spans ``min_val_regions`` regions and about its
+    share of the ``total`` tiles (past that, never beyond its share plus ``tolerance``, and leaving train at least
+    one region), train the rest."""
+    test: list[str] = []
+    val: list[str] = []
+    pos = 0
+    k = 0
+    while k < len(order) and pos < min_test_positives:
+        test.append(order[k])
+        pos += counts[order[k]].positives
+        k += 1
+    val_tiles = 0
+    while k < len(order) - 1 and (len(val) < min_val_regions or val_tiles < TARGET["val"] * total):
+        if len(val) >= min_val_regions and val_tiles + counts[order[k]].tiles > (TARGET["val"] + tolerance) * total:
+            break
+        val.append(order[k])
+        val_tiles += counts[order[k]].tiles
+        k += 1
+    return {"train": list(order[k:]), "val": val, "test": test}
+
+
+def _cost(result: SplitResult) -> float:
+    """How far a valid split is from the target: its shares' distance from 80/10/10, plus 1 when a rule is met only
+    with a warning (so a split without one always wins)."""
+    return sum(abs(result.shares[s] - TARGET[s]) for s in TARGET) + (1.0 if result.warnings else 0.0)
 
 
 def val_positives_warning(n: int, floor: int) -> str:

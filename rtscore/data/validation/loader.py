@@ -4,15 +4,16 @@ training builds it (guide §10.1: iterate the DataLoader)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
-from rtscore.data.loading.dataset import build_dataset, build_train_dataset
+from rtscore.data.loading.dataset import TileDataset, build_dataset, build_train_dataset
 from rtscore.data.loading.loader import build_loader, positive_flags, train_loader
-from rtscore.data.loading.sampler import positive_share, realised_ratio
+from rtscore.data.loading.sampler import BalancedCurriculumSampler, positive_share, realised_ratio
 from rtscore.data.store.reader import ZarrTileStore
 from rtscore.data.tiles import LABEL_VALUES
 from rtscore.data.validation.report import CheckLog, SamplerStage, SplitSummary
@@ -149,53 +150,100 @@ def training_batches(
     except PipelineError as err:  # e.g. an additional root that is missing or does not match
         out.add("training_batches", False, f"cannot build the training loader: {err}", "train")
         return []
-    flags = positive_flags(ds)
-    positive_sources = {int(i) for i in ds.indices[flags]}
+    training = _TrainingLoader.of(ds, loader, sampler)
     rows: list[SamplerStage] = []
-    stored_full = stored_full_nodata(ds.source)
     for epoch in (stage.start_epoch for stage in cfg.sampling.curriculum_schedule):
-        plan = sampler.batches(epoch)
-        n_pos = [int(sum(flags[position] for position, _ in batch)) for batch in plan]
-        ratio = sampler.ratio(epoch)
-        rows.append(
-            SamplerStage(
-                epoch=epoch,
-                neg_per_pos=ratio,
-                batches=len(plan),
-                batch_size=cfg.training.batch_size,
-                positive_tiles_per_batch=(min(n_pos, default=0), max(n_pos, default=0)),
-                realised_neg_per_pos=realised_ratio(plan, flags) if cfg.sampling.balanced else None,
-            )
-        )
-        empty = [k for k, n in enumerate(n_pos) if n == 0]
-        per_batch = cfg.training.batch_size * positive_share(cfg.sampling.positive_fraction, ratio)
-        if cfg.sampling.balanced and empty and per_batch >= 1:
-            detail = f"epoch {epoch} (1:{ratio:g}): batch {empty[0]} of {len(plan)} holds no positive tile"
-            out.add("training_batches", False, detail, "train")
+        row, n_pos = training.stage(cfg, epoch)
+        rows.append(row)
+        if not _plan_holds_positives(cfg, row, n_pos, out):
             return rows
-        if cfg.sampling.balanced and empty:  # an exact ratio under one positive a batch leaves some without one
-            out.warnings.append(
-                f"training loader, epoch {epoch} (1:{ratio:g}): {per_batch:.2f} positive tiles a batch at "
-                f"training.batch_size {cfg.training.batch_size}, so {len(empty)} of {len(plan)} batches hold none "
-                "(the ratio over the epoch is exact); a larger batch gives every batch a positive (guide §7.2)"
-            )
-        sampler.set_epoch(epoch)
-        try:
-            batch = next(iter(loader))
-        except PipelineError as err:  # the loader's per-sample check (a bad tile of an additional root, say)
-            out.add("training_batches", False, f"epoch {epoch}: {err}", "train")
+        checked = training.first_batch(cfg, epoch, out)
+        if checked is None:
             return rows
-        emptied: list[str] = []
-        if not check_batch(batch, "train", cfg.channels.count, cfg.data.tile_size, out, stored_full, emptied):
-            return rows
+        batch, emptied = checked
         if emptied:
             rows[-1] = rows[-1].model_copy(update={"emptied_by_augmentation": emptied})
             out.warnings.append(emptied_warning(epoch, emptied, len(batch["tile_id"])))
-        loaded = sum(int(i) in positive_sources for i in batch["index"])
-        if loaded != n_pos[0]:
-            detail = f"epoch {epoch}: the loader's first batch holds {loaded} positive tiles, its plan {n_pos[0]}"
-            out.add("training_batches", False, detail, "train")
+        if not training.holds_planned_positives(batch, epoch, n_pos[0], out):
             return rows
     shown = "; ".join(f"epoch {r.epoch} 1:{r.neg_per_pos:g} {list(r.positive_tiles_per_batch)}" for r in rows)
     out.add("training_batches", True, f"training loader, positive tiles per batch: {shown}", "train")
     return rows
+
+
+@dataclass(frozen=True)
+class _TrainingLoader:
+    """The training DataLoader and its batch sampler as training builds them, with what the checks know of the
+    tiles they draw: which are positive by dataset position (how a batch plan names them) and by source index (how
+    a loaded batch does), and which are full NoData as stored."""
+
+    loader: Any
+    sampler: BalancedCurriculumSampler
+    flags: np.ndarray
+    positive_sources: set[int]
+    stored_full: Callable[[int], bool]
+
+    @classmethod
+    def of(cls, ds: TileDataset, loader: Any, sampler: BalancedCurriculumSampler) -> _TrainingLoader:
+        flags = positive_flags(ds)
+        positive_sources = {int(i) for i in ds.indices[flags]}
+        return cls(loader, sampler, flags, positive_sources, stored_full_nodata(ds.source))
+
+    def stage(self, cfg: PipelineConfig, epoch: int) -> tuple[SamplerStage, list[int]]:
+        """The epoch's batch plan (tile indices only, no pixels) as the report's row, and the positive tiles of
+        each of its batches."""
+        plan = self.sampler.batches(epoch)
+        n_pos = [int(sum(self.flags[position] for position, _ in batch)) for batch in plan]
+        row = SamplerStage(
+            epoch=epoch,
+            neg_per_pos=self.sampler.ratio(epoch),
+            batches=len(plan),
+            batch_size=cfg.training.batch_size,
+            positive_tiles_per_batch=(min(n_pos, default=0), max(n_pos, default=0)),
+            realised_neg_per_pos=realised_ratio(plan, self.flags) if cfg.sampling.balanced else None,
+        )
+        return row, n_pos
+
+    def first_batch(self, cfg: PipelineConfig, epoch: int, out: CheckLog) -> tuple[Mapping[str, Any], list[str]] | None:
+        """The epoch's first batch, loaded and checked like every other batch (:func:`check_batch`), and the tiles
+        whose sample augmentation emptied; None when it failed to load or a check failed."""
+        self.sampler.set_epoch(epoch)
+        try:
+            batch = next(iter(self.loader))
+        except PipelineError as err:  # the loader's per-sample check (a bad tile of an additional root, say)
+            out.add("training_batches", False, f"epoch {epoch}: {err}", "train")
+            return None
+        emptied: list[str] = []
+        if not check_batch(batch, "train", cfg.channels.count, cfg.data.tile_size, out, self.stored_full, emptied):
+            return None
+        return batch, emptied
+
+    def holds_planned_positives(self, batch: Mapping[str, Any], epoch: int, planned: int, out: CheckLog) -> bool:
+        """Whether the loaded batch holds the positive tiles its plan gave it: the loader draws what the sampler
+        planned (a failed check when not)."""
+        loaded = sum(int(i) in self.positive_sources for i in batch["index"])
+        if loaded != planned:
+            detail = f"epoch {epoch}: the loader's first batch holds {loaded} positive tiles, its plan {planned}"
+            out.add("training_batches", False, detail, "train")
+            return False
+        return True
+
+
+def _plan_holds_positives(cfg: PipelineConfig, row: SamplerStage, n_pos: list[int], out: CheckLog) -> bool:
+    """Whether a balanced epoch's plan gives every batch a positive tile (guide §7.2), which fails the check
+    (False) when the ratio asks for at least one a batch; under one a batch, an exact ratio leaves some batches
+    without one, which is only warned about."""
+    epoch, ratio = row.epoch, row.neg_per_pos
+    empty = [k for k, n in enumerate(n_pos) if n == 0]
+    per_batch = cfg.training.batch_size * positive_share(cfg.sampling.positive_fraction, ratio)
+    if cfg.sampling.balanced and empty and per_batch >= 1:
+        detail = f"epoch {epoch} (1:{ratio:g}): batch {empty[0]} of {row.batches} holds no positive tile"
+        out.add("training_batches", False, detail, "train")
+        return False
+    if cfg.sampling.balanced and empty:  # an exact ratio under one positive a batch leaves some without one
+        out.warnings.append(
+            f"training loader, epoch {epoch} (1:{ratio:g}): {per_batch:.2f} positive tiles a batch at "
+            f"training.batch_size {cfg.training.batch_size}, so {len(empty)} of {row.batches} batches hold none "
+            "(the ratio over the epoch is exact); a larger batch gives every batch a positive (guide §7.2)"
+        )
+    return True

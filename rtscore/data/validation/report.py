@@ -97,22 +97,7 @@ class ValidationReport(BaseModel):
     def render_markdown(self) -> str:
         """report.md: the split table, the normalized moments, the training loader, every check, the warnings."""
         lines = [f"# Data validation: {self.status.upper()}", ""]
-        lines += md_table(
-            ["split", "tiles", "usable", "positive", "negative", "full NoData excluded", "prevalence", "regions"],
-            [
-                [
-                    split,
-                    s.n_tiles,
-                    s.n_usable,
-                    s.n_positive,
-                    s.n_negative,
-                    s.n_full_nodata_excluded,
-                    f"{s.prevalence:.5f}",
-                    len(s.regions),
-                ]
-                for split, s in self.splits.items()
-            ],
-        )
+        lines += _splits_table(self.splits)
         if self.blocking is not None:
             lines += ["", *_blocking_lines(self.blocking)]
         norm = self.normalized_train
@@ -125,36 +110,8 @@ class ValidationReport(BaseModel):
                 ),
             ]
         if self.training_batches:
-            lines += [
-                "",
-                "Training loader (balanced curriculum sampler, first epoch of each stage):",
-                "",
-            ]
-            batches = []
-            for r in self.training_batches:
-                lo, hi = r.positive_tiles_per_batch
-                realised = "" if r.realised_neg_per_pos is None else f"1:{r.realised_neg_per_pos:.3f}"
-                batches.append(
-                    [
-                        r.epoch,
-                        f"1:{r.neg_per_pos:g}",
-                        realised,
-                        r.batches,
-                        r.batch_size,
-                        f"{lo}, {hi}",
-                        len(r.emptied_by_augmentation),
-                    ]
-                )
-            header = ["epoch", "neg:pos", "realised over the epoch", "batches", "batch size"]
-            header += ["positive tiles per batch (min, max)", "emptied by augmentation"]
-            lines += md_table(header, batches)
-        checks = []
-        for c in self.checks:
-            where = c.split or ""
-            if c.tile_id:
-                where += f" / {c.tile_id}"
-            checks.append([c.name, where, "pass" if c.passed else "FAIL", c.detail])
-        lines += ["", *md_table(["check", "split", "result", "detail"], checks)]
+            lines += ["", *_training_loader_lines(self.training_batches)]
+        lines += ["", *_checks_table(self.checks)]
         if self.warnings:
             lines += ["", "Warnings:", *[f"- {w}" for w in self.warnings]]
         if self.derived_split is not None:
@@ -162,6 +119,61 @@ class ValidationReport(BaseModel):
             lines += ["", f"Split derived from {derived.derived_from} (no splits.yaml there):", "", derived.summary()]
         lines += ["", f"![samples]({SAMPLES})", ""]
         return "\n".join(lines)
+
+
+def _splits_table(splits: Mapping[str, SplitSummary]) -> list[str]:
+    """report.md's first table: what each split's store holds (tiles, usable, positive, negative, excluded) and
+    its prevalence and regions."""
+    return md_table(
+        ["split", "tiles", "usable", "positive", "negative", "full NoData excluded", "prevalence", "regions"],
+        [
+            [
+                split,
+                s.n_tiles,
+                s.n_usable,
+                s.n_positive,
+                s.n_negative,
+                s.n_full_nodata_excluded,
+                f"{s.prevalence:.5f}",
+                len(s.regions),
+            ]
+            for split, s in splits.items()
+        ],
+    )
+
+
+def _training_loader_lines(stages: list[SamplerStage]) -> list[str]:
+    """report.md's training loader: a row per curriculum stage's first epoch, its ratio asked and realised, its
+    plan's positive tiles per batch and the samples augmentation emptied."""
+    batches = []
+    for r in stages:
+        lo, hi = r.positive_tiles_per_batch
+        realised = "" if r.realised_neg_per_pos is None else f"1:{r.realised_neg_per_pos:.3f}"
+        batches.append(
+            [
+                r.epoch,
+                f"1:{r.neg_per_pos:g}",
+                realised,
+                r.batches,
+                r.batch_size,
+                f"{lo}, {hi}",
+                len(r.emptied_by_augmentation),
+            ]
+        )
+    header = ["epoch", "neg:pos", "realised over the epoch", "batches", "batch size"]
+    header += ["positive tiles per batch (min, max)", "emptied by augmentation"]
+    return ["Training loader (balanced curriculum sampler, first epoch of each stage):", "", *md_table(header, batches)]
+
+
+def _checks_table(checks: list[Check]) -> list[str]:
+    """report.md's checks, in the order they ran: where each failed (split / tile) and its detail."""
+    rows = []
+    for c in checks:
+        where = c.split or ""
+        if c.tile_id:
+            where += f" / {c.tile_id}"
+        rows.append([c.name, where, "pass" if c.passed else "FAIL", c.detail])
+    return md_table(["check", "split", "result", "detail"], rows)
 
 
 def _blocking_lines(b: BlockingReport) -> list[str]:
