@@ -398,7 +398,6 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
         68,
         "split pending (issue 34): to split by concept",
     ),
-    "rtscore/train/profile.py:try_batch": (68, "split pending (issue 34): to split by concept"),
     "rtscore/data/splits/regions.py:derive_splits": (63, "split pending (issue 34): to split by concept"),
     "rtscore/data/raster/warp.py:_write_rasters": (62, "split pending (issue 34): to split by concept"),
 }

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -369,21 +369,20 @@ def try_batch(
         model.zero_grad(set_to_none=True)
         del st
         _release_freed_memory(device)
-    peak = max(train_peak, val_peak)
+    ran = Trial(batch, batch * devices, True, max(train_peak, val_peak), train_peak, val_peak, rate)
+    return _under_cap(ran, device, devices, memory_cap_gib)
+
+
+def _under_cap(trial: Trial, device: torch.device, devices: int, memory_cap_gib: float | None) -> Trial:
+    """A trial that ran without running out of memory, judged against ``memory_cap_gib``: over it, it does not fit
+    either. Its own step because it is the rule of what fitting means, apart from measuring: on CPU the ``devices``
+    ranks share this machine's memory, so their peaks count together; a GPU rank has its own device."""
+    peak = trial.peak_memory_gib
     shared = device.type == "cpu" and devices > 1  # CPU ranks share this machine's memory
     if memory_cap_gib is not None and (peak * devices if shared else peak) > memory_cap_gib:
         ranks = f"{devices} ranks x {peak:.2f}" if shared else f"{peak:.2f}"
-        return Trial(
-            batch,
-            batch * devices,
-            False,
-            peak,
-            train_peak,
-            val_peak,
-            rate,
-            f"peak {ranks} GiB above the cap {memory_cap_gib:.2f} GiB",
-        )
-    return Trial(batch, batch * devices, True, peak, train_peak, val_peak, rate)
+        return replace(trial, fits=False, error=f"peak {ranks} GiB above the cap {memory_cap_gib:.2f} GiB")
+    return trial
 
 
 def _sync(device: torch.device) -> None:
