@@ -375,12 +375,6 @@ def test_cli_help_imports_nothing_heavy() -> None:
 # marked "split pending" is backlog, not an allowance: it is to be split by concept.
 MAX_FUNCTION_LINES = 60
 LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
-    "rtscore/review/ingest.py:ingest_review": (87, "split pending (issue 34): to split by concept"),
-    "rtscore/sweep/render.py:plot_report": (87, "split pending (issue 34): to split by concept"),
-    "rtscore/train/profile.py:profile_batch_sizes": (84, "split pending (issue 34): to split by concept"),
-    "rtscore/diagnostics/gpu_check.py:run_gpu_check": (77, "split pending (issue 34): to split by concept"),
-    "rtscore/mapping/campaign.py:write_campaign_outputs": (77, "split pending (issue 34): to split by concept"),
-    "rtscore/data/geotiff/ingest.py:ingest_geotiffs": (74, "split pending (issue 34): to split by concept"),
     "rtscore/data/synthetic/_rts.py:_rts_geometry": (
         74,
         "one fixed order of random draws: a reorder changes every synthetic scene",
@@ -389,7 +383,6 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
         68,
         "one fixed order of random draws: a reorder changes every synthetic scene",
     ),
-    "rtscore/train/profile.py:try_batch": (68, "split pending (issue 34): to split by concept"),
 }
 
 

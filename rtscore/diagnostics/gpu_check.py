@@ -272,25 +272,7 @@ def run_gpu_check(
     echo(f"GPU check: torch {dev.torch}, CUDA {dev.cuda}, GPUs: {gpus}, {dev.cpu_cores} CPU cores")
     report.save()
     try:
-        for i, split in enumerate(("train", "val"), start=1):
-            t0 = time.perf_counter()
-            generate_dataset(str(work), cfg, split, progress=False)
-            dt = time.perf_counter() - t0
-            store = work / RunLayout.DATASET.at(split=split)
-            counts = read_store_attrs(store).counts
-            size = _du(store) / 2**20
-            echo(
-                f"[{i}/5] generate {split}: {counts.n_tiles} tiles ({counts.n_positive} positive) in {dt:.1f} s, "
-                f"{counts.n_tiles / dt:.1f} tiles/s, {size:.1f} MiB on disk"
-            )
-            report.step(
-                f"generate {split}",
-                dt,
-                tiles=counts.n_tiles,
-                positive=counts.n_positive,
-                tiles_per_s=counts.n_tiles / dt,
-                store_mib=size,
-            )
+        _generate_stores(work, cfg, report, echo)
         t0 = time.perf_counter()
         normalization_stats(str(work), cfg)
         dt = time.perf_counter() - t0
@@ -308,14 +290,7 @@ def run_gpu_check(
         report.step("profile", dt, training_batch_size=batch, devices=n)
 
         report.data.training = train = _train(work, cfg, opts, batch, n)
-        last = train.epochs[-1].val_realistic_pr_auc_geomean if train.epochs else None
-        echo(
-            f"[5/5] training: {len(train.epochs)} epoch(s) at batch {batch} in {train.seconds:.1f} s, "
-            f"{train.train_samples_per_s:.1f} images/s training, validation {train.val_seconds:.1f} s per "
-            f"pass"
-            + (f"; peak GPU memory {train.peak_memory_gib:.2f} GiB" if train.peak_memory_gib else "")
-            + f"; last {_METRIC} {_fmt(last)}"
-        )
+        echo(_training_line(train))
         report.step("train and validate", train.seconds, batch_size=batch)
     except Exception as err:
         report.data.error = f"{type(err).__name__}: {err}"
@@ -325,6 +300,45 @@ def run_gpu_check(
     report.save()
     echo(f"wrote {report.path}")
     return report.data
+
+
+def _generate_stores(work: Path, cfg: PipelineConfig, report: _Report, echo: Callable[[str], None]) -> None:
+    """Steps 1 and 2: the train store, then the val store, through the generate stage; each timed, with its tiles,
+    positives, rate and size on disk echoed and recorded. Its own step: the one step the check runs per split, and
+    the only one that measures a store rather than training."""
+    for i, split in enumerate(("train", "val"), start=1):
+        t0 = time.perf_counter()
+        generate_dataset(str(work), cfg, split, progress=False)
+        dt = time.perf_counter() - t0
+        store = work / RunLayout.DATASET.at(split=split)
+        counts = read_store_attrs(store).counts
+        size = _du(store) / 2**20
+        echo(
+            f"[{i}/5] generate {split}: {counts.n_tiles} tiles ({counts.n_positive} positive) in {dt:.1f} s, "
+            f"{counts.n_tiles / dt:.1f} tiles/s, {size:.1f} MiB on disk"
+        )
+        report.step(
+            f"generate {split}",
+            dt,
+            tiles=counts.n_tiles,
+            positive=counts.n_positive,
+            tiles_per_s=counts.n_tiles / dt,
+            store_mib=size,
+        )
+
+
+def _training_line(train: TrainingFigures) -> str:
+    """What step 5 echoes of the short training: epochs, batch, time, images/s, a validation pass's time, the peak
+    GPU memory (when there is a GPU) and the last epoch's deciding metric. Its own step: the one figure-to-words
+    summary of the training (the report records the figures themselves)."""
+    last = train.epochs[-1].val_realistic_pr_auc_geomean if train.epochs else None
+    return (
+        f"[5/5] training: {len(train.epochs)} epoch(s) at batch {train.batch_size} in {train.seconds:.1f} s, "
+        f"{train.train_samples_per_s:.1f} images/s training, validation {train.val_seconds:.1f} s per "
+        f"pass"
+        + (f"; peak GPU memory {train.peak_memory_gib:.2f} GiB" if train.peak_memory_gib else "")
+        + f"; last {_METRIC} {_fmt(last)}"
+    )
 
 
 def _fmt(v: Any) -> str:

@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from rtscore.mapping.campaign_log import (
     CampaignLog,
     CampaignSummary,
     MapIdentity,
+    SceneRecord,
     is_current,
     latest,
     other_identity,
@@ -62,7 +63,7 @@ from rtscore.mapping.outputs import (
     scene_outputs,
     staged_input,
 )
-from rtscore.mapping.polygons import keep_min_area, merge_parts, size_bin_key, write_objects
+from rtscore.mapping.polygons import RtsObject, SceneParts, keep_min_area, merge_parts, size_bin_key, write_objects
 from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, list_scenes
 from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
@@ -437,37 +438,14 @@ def write_campaign_outputs(
     ``identity``. ``threshold_source`` is the package's (recorded in the summary; a max-F1 fallback is called out in
     summary.md); ``min_object_area_m2`` the package's (objects under it are counted, not written:
     :func:`~rtscore.mapping.polygons.keep_min_area`)."""
-    from rasterio.warp import transform_geom
-    from shapely.geometry import mapping
-
     out = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     records = log.read()
     summary = summarize(scenes, records, identity, threshold_source=threshold_source)
     last = latest(records)
     done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
     done = [s for s in done if is_current(last[s.scene_id], s, identity)]
-    parts, features, ground_m2 = [], [], 0.0
-    for s in done:
-        o = scene_outputs(out, s)
-        sp, pixel_m2 = read_scene_parts(out, s)
-        parts.append(sp)
-        ground_m2 += last[s.scene_id].valid_pixels * pixel_m2
-        rel = {k: out.rel(getattr(o, k)) for k in ("prob", "mask", "manifest", "parts")}
-        features.append(
-            {
-                "type": "Feature",
-                "geometry": transform_geom(sp.crs, "EPSG:4326", mapping(sp.footprint)),
-                "properties": {"scene_id": s.scene_id, "uri": s.uri, **rel},
-            }
-        )
-    objects: list[Any] = []
-    under_min_area = 0
-    if parts:
-        crs, objects = merge_parts(parts)
-        objects, under_min_area = keep_min_area(objects, min_object_area_m2)
-        out.publish([write_objects(out.path(OBJECTS_FILE), objects, crs)])
-    else:
-        out.delete(OBJECTS_FILE)  # no done scene: no objects layer (not a stale one)
+    parts, features, ground_m2 = _done_scene_parts(out, done, last)
+    objects, under_min_area = _write_objects_layer(out, parts, min_object_area_m2)
     atomic_write_text(out.path(INDEX_FILE), json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
     seconds = sum(last[s.scene_id].seconds for s in done)
     km2 = ground_m2 / 1e6  # scene by scene
@@ -495,6 +473,51 @@ def write_campaign_outputs(
     atomic_write_text(out.path(SUMMARY_MD), render_summary(result))
     out.publish([out.path(INDEX_FILE), out.path(SUMMARY_JSON), out.path(SUMMARY_MD)])
     return result
+
+
+def _done_scene_parts(
+    out: CampaignRoot, done: Sequence[Scene], last: Mapping[str, SceneRecord]
+) -> tuple[list[SceneParts], list[dict[str, Any]], float]:
+    """Each done scene's parts file (downloaded for a gs:// output), its footprint as a feature of index.geojson
+    (EPSG:4326, with the scene's id, URI and output files relative to the campaign) and its ground mapped (its valid
+    pixels' area, summed over the scenes). Its own step: the one pass over the done scenes' files; everything the
+    campaign's files hold is drawn from what it returns, no raster read."""
+    from rasterio.warp import transform_geom
+    from shapely.geometry import mapping
+
+    parts, features, ground_m2 = [], [], 0.0
+    for s in done:
+        o = scene_outputs(out, s)
+        sp, pixel_m2 = read_scene_parts(out, s)
+        parts.append(sp)
+        ground_m2 += last[s.scene_id].valid_pixels * pixel_m2
+        rel = {k: out.rel(getattr(o, k)) for k in ("prob", "mask", "manifest", "parts")}
+        features.append(
+            {
+                "type": "Feature",
+                "geometry": transform_geom(sp.crs, "EPSG:4326", mapping(sp.footprint)),
+                "properties": {"scene_id": s.scene_id, "uri": s.uri, **rel},
+            }
+        )
+    return parts, features, ground_m2
+
+
+def _write_objects_layer(
+    out: CampaignRoot, parts: Sequence[SceneParts], min_object_area_m2: float
+) -> tuple[list[RtsObject], int]:
+    """objects.gpkg: the done scenes' parts merged into objects (one across a scene seam), those under the package's
+    minimum area counted and left out, written and published; with no done scene the layer is deleted, not left
+    stale. Its own step: the campaign's one objects layer and the rule of what it holds. Returns the objects written
+    and how many were under the minimum area."""
+    objects: list[RtsObject] = []
+    under_min_area = 0
+    if parts:
+        crs, objects = merge_parts(parts)
+        objects, under_min_area = keep_min_area(objects, min_object_area_m2)
+        out.publish([write_objects(out.path(OBJECTS_FILE), objects, crs)])
+    else:
+        out.delete(OBJECTS_FILE)  # no done scene: no objects layer (not a stale one)
+    return objects, under_min_area
 
 
 def render_summary(data: CampaignResult) -> str:

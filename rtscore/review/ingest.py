@@ -52,7 +52,7 @@ from rtscore.review.placement import (
     check_tile_regions,
     place_objects,
 )
-from rtscore.review.review_inputs import read_review
+from rtscore.review.review_inputs import ReviewInputs, read_review
 from rtscore.review.round_files import (
     AREAS_FILE,
     INGEST_JSON,
@@ -169,36 +169,8 @@ def ingest_review(
     pipeline = pipeline_doc(Path(pipeline_config), out) if pipeline_config is not None else None
     name = _version(parent, version)
     counts = _counts(plan)
-    created = not out.exists()
+    verdict_name, tile_yaml, manifest = _write_version(out, _Round(src, cfg, parent, plan), name, counts, pipeline)
     review_dir = out / REVIEW_DIR
-    try:
-        review_dir.mkdir(parents=True, exist_ok=True)
-        verdict_name = copy_verdicts(src.verdicts_path, review_dir)
-        write_inventory(review_dir / INVENTORY_FILE, plan, cfg, src.header.review_id)
-        write_areas(review_dir / AREAS_FILE, plan, cfg.grid.crs, src.header.review_id)
-        lineage = {
-            "version": name,
-            "parent": str(parent.root),
-            "parent_fingerprint": parent.fingerprint,
-            "review": {
-                "review_id": src.header.review_id,
-                "verdicts": verdict_name,
-                "verdicts_sha256": src.verdicts_sha256,
-            },
-            "counts": {k: v for k, v in counts.model_dump().items() if isinstance(v, int)},
-        }
-        tile_yaml = review_dir / TILE_YAML
-        atomic_write_text(tile_yaml, next_tiling_config(cfg, plan, lineage))
-        if pipeline is not None:
-            atomic_write_text(review_dir / PIPELINE_YAML, pipeline)
-        new_cfg = load_tiling_config(tile_yaml)
-        state = out / STATE_DIR / FINGERPRINT
-        if not state.exists():  # the root holds review/ now: mark it rts tile's (a fresh root: nothing to set aside)
-            atomic_write_text(state, fingerprint(new_cfg) + "\n")
-        manifest = tile_scenes(new_cfg, out)
-    except BaseException:
-        _undo(out, created)
-        raise
     result = IngestResult(
         version=name,
         output=str(out),
@@ -220,6 +192,59 @@ def ingest_review(
     )
     atomic_write_json(review_dir / INGEST_JSON, result.model_dump(mode="json"))
     return result
+
+
+@dataclass
+class _Round:
+    """What step 1 checked, nothing written yet: the review read, the round's tiling config, its parent root and
+    where each judged object goes. Writing the version takes them together: every file it writes derives from them."""
+
+    src: ReviewInputs
+    cfg: TilingConfig
+    parent: Parent
+    plan: Plan
+
+
+def _write_version(
+    out: Path, rnd: _Round, name: str, counts: IngestCounts, pipeline: str | None
+) -> tuple[str, Path, TilingManifest]:
+    """Step 2, all or nothing: the next round's inputs under ``<out>/review/`` (the verdict file copied, the
+    inventory, the areas, ``tile.yaml`` with the version's lineage, ``pipeline.yaml``), then ``rts tile`` cutting
+    ``out`` from them. Its own step because a failure anywhere in it is undone as a whole (:func:`_undo`): a refused
+    ingest leaves no half-written root, one that stopped while tiling resumes. Returns the copied verdict file's name,
+    ``tile.yaml`` and what tiling made."""
+    created = not out.exists()
+    review_dir = out / REVIEW_DIR
+    src, cfg, plan = rnd.src, rnd.cfg, rnd.plan
+    try:
+        review_dir.mkdir(parents=True, exist_ok=True)
+        verdict_name = copy_verdicts(src.verdicts_path, review_dir)
+        write_inventory(review_dir / INVENTORY_FILE, plan, cfg, src.header.review_id)
+        write_areas(review_dir / AREAS_FILE, plan, cfg.grid.crs, src.header.review_id)
+        lineage = {
+            "version": name,
+            "parent": str(rnd.parent.root),
+            "parent_fingerprint": rnd.parent.fingerprint,
+            "review": {
+                "review_id": src.header.review_id,
+                "verdicts": verdict_name,
+                "verdicts_sha256": src.verdicts_sha256,
+            },
+            "counts": {k: v for k, v in counts.model_dump().items() if isinstance(v, int)},
+        }
+        tile_yaml = review_dir / TILE_YAML
+        atomic_write_text(tile_yaml, next_tiling_config(cfg, plan, lineage))
+        if pipeline is not None:
+            atomic_write_text(review_dir / PIPELINE_YAML, pipeline)
+        new_cfg = load_tiling_config(tile_yaml)
+        state = out / STATE_DIR / FINGERPRINT
+        if not state.exists():  # the root holds review/ now: mark it rts tile's (a fresh root: nothing to set aside)
+            atomic_write_text(state, fingerprint(new_cfg) + "\n")
+        manifest = tile_scenes(new_cfg, out)
+    except BaseException:
+        _undo(out, created)
+        raise
+    return verdict_name, tile_yaml, manifest
 
 
 @dataclass

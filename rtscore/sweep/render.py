@@ -19,12 +19,15 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtscore.evaluation import results_table
 from rtscore.report import md_table
 from rtscore.storage import os_errors
 from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, TestFigure, VariantReport
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 NONE = "—"  # no value: a pending variant, the baseline's difference to itself
 NOT_AVAILABLE = "n/a"  # an undefined value (NaN, infinite)
@@ -397,14 +400,29 @@ def plot_report(report: SweepReport, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     variants = report.variants
-    n = len(variants)
     values = [_finite(v.metric.values) if v.metric else {} for v in variants]
-    seeds = sorted({s for vals in values for s in vals})
-    style = {s: (plt.get_cmap("tab10")(i % 10), _MARKERS[(i // 10 + i) % len(_MARKERS)]) for i, s in enumerate(seeds)}
-    offset = {s: (i - (len(seeds) - 1) / 2) * min(0.06, 0.4 / max(len(seeds), 1)) for i, s in enumerate(seeds)}
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(variants) + 2.5), 5.0))
+    _draw_baseline_band(ax, report)
+    _draw_seeds(ax, values)
+    _draw_means(ax, report, values)
+    _draw_verdicts(ax, report, values)
+    _label_axes(ax, report)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp.png")
+    with os_errors("write", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fig.savefig(tmp, dpi=100, format="png")
+            tmp.replace(path)
+        finally:
+            plt.close(fig)
+            tmp.unlink(missing_ok=True)
 
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * n + 2.5), 5.0))
-    baseline = next((v for v in variants if v.baseline and v.metric is not None), None)
+
+def _draw_baseline_band(ax: Axes, report: SweepReport) -> None:
+    """The reference every variant is judged against: the baseline's mean as a dashed line in a band ± the noise
+    floor margin (a difference inside the band is noise). Nothing while the baseline has no finite mean."""
+    baseline = next((v for v in report.variants if v.baseline and v.metric is not None), None)
     if baseline is not None and baseline.metric is not None and math.isfinite(baseline.metric.mean):
         mean = baseline.metric.mean
         ax.axhspan(
@@ -415,10 +433,21 @@ def plot_report(report: SweepReport, path: Path) -> None:
             label="baseline ± noise floor margin",
         )
         ax.axhline(mean, color="tab:grey", lw=1.2, ls="--", label="baseline mean")
+
+
+def _draw_seeds(ax: Axes, values: list[dict[int, float]]) -> None:
+    """Each seed's values, a point per variant at a small offset of its own, one colour and marker per seed in
+    every variant and a thin line joining a seed's points of neighbouring variants: a reader follows one seed
+    across the variants (the paired comparison the verdicts rest on), which the mean hides."""
+    import matplotlib.pyplot as plt
+
+    seeds = sorted({s for vals in values for s in vals})
+    style = {s: (plt.get_cmap("tab10")(i % 10), _MARKERS[(i // 10 + i) % len(_MARKERS)]) for i, s in enumerate(seeds)}
+    offset = {s: (i - (len(seeds) - 1) / 2) * min(0.06, 0.4 / max(len(seeds), 1)) for i, s in enumerate(seeds)}
     for s in seeds:
         at = [i for i, vals in enumerate(values) if s in vals]
         colour, marker = style[s]
-        for i in range(n - 1):  # join a seed's points of neighbouring variants (never across a pending one)
+        for i in range(len(values) - 1):  # join a seed's points of neighbouring variants (never across a pending one)
             if s in values[i] and s in values[i + 1]:
                 xs, ys = (i + offset[s], i + 1 + offset[s]), (values[i][s], values[i + 1][s])
                 ax.plot(xs, ys, color=colour, lw=0.6, alpha=0.35, zorder=1)
@@ -431,7 +460,12 @@ def plot_report(report: SweepReport, path: Path) -> None:
             zorder=3,
             label=f"seed {s}",
         )
-    for i, (v, vals) in enumerate(zip(variants, values, strict=True)):
+
+
+def _draw_means(ax: Axes, report: SweepReport, values: list[dict[int, float]]) -> None:
+    """Each variant's mean ± std as a black error bar beside its seeds' points (the legend names it once, at the
+    first variant with values); a variant without values has none."""
+    for i, (v, vals) in enumerate(zip(report.variants, values, strict=True)):
         if not vals or v.metric is None:
             continue
         std = v.metric.std if v.metric.std is not None and math.isfinite(v.metric.std) else None
@@ -447,13 +481,24 @@ def plot_report(report: SweepReport, path: Path) -> None:
             zorder=4,
             label="mean ± std" if i == next(k for k, x in enumerate(values) if x) else None,
         )
+
+
+def _draw_verdicts(ax: Axes, report: SweepReport, values: list[dict[int, float]]) -> None:
+    """What the sweep concluded, above each variant (its verdict, or ``pending``), and ``pending`` across the plot
+    where a variant has no values yet: the plot then says why its column is empty."""
     top = ax.get_xaxis_transform()  # x in data, y in axes fraction
-    for i, (v, vals) in enumerate(zip(variants, values, strict=True)):
+    for i, (v, vals) in enumerate(zip(report.variants, values, strict=True)):
         text = verdict_text(v) if vals else PENDING
         ax.text(i, 1.01, text.replace(": ", ":\n"), transform=top, ha="center", va="bottom", fontsize=8)
         if not vals:
             ax.text(i, 0.5, PENDING, transform=top, ha="center", va="center", fontsize=9, color="tab:grey")
-    labels = [_clip(variant_label(v), MAX_TICK_LABEL) for v in variants]
+
+
+def _label_axes(ax: Axes, report: SweepReport) -> None:
+    """The variants' names under their columns (clipped to MAX_TICK_LABEL, turned when many or long), the
+    metric's name, the title and the legend beside the plot (where it hides no point)."""
+    n = len(report.variants)
+    labels = [_clip(variant_label(v), MAX_TICK_LABEL) for v in report.variants]
     rotate = n > 4 or max((len(x) for x in labels), default=0) > 12
     ax.set_xticks(range(n))
     ax.set_xticklabels(labels, rotation=30 if rotate else 0, ha="right" if rotate else "center", fontsize=8)
@@ -463,13 +508,3 @@ def plot_report(report: SweepReport, path: Path) -> None:
     ax.set_title(f"sweep {report.name} ({report.status}): {report.metric} per variant", pad=30, fontsize=10)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp.png")
-    with os_errors("write", path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fig.savefig(tmp, dpi=100, format="png")
-            tmp.replace(path)
-        finally:
-            plt.close(fig)
-            tmp.unlink(missing_ok=True)

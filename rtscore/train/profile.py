@@ -20,8 +20,9 @@ import gc
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -369,21 +370,20 @@ def try_batch(
         model.zero_grad(set_to_none=True)
         del st
         _release_freed_memory(device)
-    peak = max(train_peak, val_peak)
+    ran = Trial(batch, batch * devices, True, max(train_peak, val_peak), train_peak, val_peak, rate)
+    return _under_cap(ran, device, devices, memory_cap_gib)
+
+
+def _under_cap(trial: Trial, device: torch.device, devices: int, memory_cap_gib: float | None) -> Trial:
+    """A trial that ran without running out of memory, judged against ``memory_cap_gib``: over it, it does not fit
+    either. Its own step because it is the rule of what fitting means, apart from measuring: on CPU the ``devices``
+    ranks share this machine's memory, so their peaks count together; a GPU rank has its own device."""
+    peak = trial.peak_memory_gib
     shared = device.type == "cpu" and devices > 1  # CPU ranks share this machine's memory
     if memory_cap_gib is not None and (peak * devices if shared else peak) > memory_cap_gib:
         ranks = f"{devices} ranks x {peak:.2f}" if shared else f"{peak:.2f}"
-        return Trial(
-            batch,
-            batch * devices,
-            False,
-            peak,
-            train_peak,
-            val_peak,
-            rate,
-            f"peak {ranks} GiB above the cap {memory_cap_gib:.2f} GiB",
-        )
-    return Trial(batch, batch * devices, True, peak, train_peak, val_peak, rate)
+        return replace(trial, fits=False, error=f"peak {ranks} GiB above the cap {memory_cap_gib:.2f} GiB")
+    return trial
 
 
 def _sync(device: torch.device) -> None:
@@ -410,21 +410,23 @@ def _stand_in_counts(cfg: PipelineConfig) -> Any:
     return ClassPixelCounts(background=99, rts=1)
 
 
-def profile_batch_sizes(
-    cfg: PipelineConfig,
-    *,
-    device: torch.device | None = None,
-    devices: int | str | None = None,
-    memory_cap_gib: float | None = None,
-    max_batch: int = 512,
-    steps: int = 2,
-) -> BatchProfile:
-    """Double the per-rank batch until it does not fit, then binary-search the boundary; recommend the largest
-    global batch (``devices`` x per-rank) that fits. ``devices``: N ranks (default ``training.devices``)."""
-    device = device or select_device(cfg)
-    check_precision(cfg.training.precision, device)
-    n = resolve_devices(cfg, devices, this_machine=False)  # a profile may be for a larger machine's ranks
-    configured_per_rank = per_rank_batch(cfg.training.batch_size, n)
+@dataclass
+class _Search:
+    """What the search found: what a rank holds whatever the batch, every trial by per-rank batch, the boundary."""
+
+    held: Held
+    trials: dict[int, Trial]
+    largest_fitting: int  # 0: none fits
+    first_failing: int | None  # None: every batch up to the search limit fits
+
+
+def _search(
+    cfg: PipelineConfig, device: torch.device, n: int, memory_cap_gib: float | None, max_batch: int, steps: int
+) -> _Search:
+    """Build what every trial shares, as a training run holds it (the model, without downloading pretrained weights:
+    their values change nothing of what it holds; channels_last; the compiled view the steps go through; the
+    configured loss), then run the trials :func:`_boundary` asks for. Its own step: the measuring, apart from the
+    report and the recommendation drawn from it."""
     model = build_model(cfg.model.model_copy(update={"encoder_weights": None}), cfg.channels).to(device).train()
     if cfg.training.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -449,19 +451,47 @@ def profile_batch_sizes(
 
     if device.type == "cpu":  # a first step's one-off allocations (thread pools, kernels) stay out of the trials
         try_batch(model, cfg, device, 1, steps=0, memory_cap_gib=None, train_model=train_model, loss_fn=loss_fn)
+    good, bad = _boundary(run, max_batch)
+    return _Search(held, trials, good, bad)
+
+
+def _boundary(fits: Callable[[int], bool], max_batch: int) -> tuple[int, int | None]:
+    """(the largest batch that fits, the smallest that does not; None: none up to ``max_batch``): double the batch
+    from 1 until it does not fit or passes ``max_batch``, then bisect between the last that fitted and the first that
+    did not. Its own step: the order of the trials (each costs a training run's memory and steps) is this rule's."""
     good, bad, b = 0, None, 1
-    while b <= max_batch and run(b):
+    while b <= max_batch and fits(b):
         good, b = b, b * 2
     if b <= max_batch:
         bad = b
     while bad is not None and bad - good > 1:
         mid = (good + bad) // 2
-        if run(mid):
+        if fits(mid):
             good = mid
         else:
             bad = mid
+    return good, bad
+
+
+def profile_batch_sizes(
+    cfg: PipelineConfig,
+    *,
+    device: torch.device | None = None,
+    devices: int | str | None = None,
+    memory_cap_gib: float | None = None,
+    max_batch: int = 512,
+    steps: int = 2,
+) -> BatchProfile:
+    """Double the per-rank batch until it does not fit, then binary-search the boundary; recommend the largest
+    global batch (``devices`` x per-rank) that fits. ``devices``: N ranks (default ``training.devices``)."""
+    device = device or select_device(cfg)
+    check_precision(cfg.training.precision, device)
+    n = resolve_devices(cfg, devices, this_machine=False)  # a profile may be for a larger machine's ranks
+    configured_per_rank = per_rank_batch(cfg.training.batch_size, n)
+    found = _search(cfg, device, n, memory_cap_gib, max_batch, steps)
+    good, bad = found.largest_fitting, found.first_failing
     recommended = good - good % 8 if good >= 16 else good
-    best_rate = max((t for t in trials.values() if t.fits), key=lambda t: t.images_per_s, default=None)
+    best_rate = max((t for t in found.trials.values() if t.fits), key=lambda t: t.images_per_s, default=None)
     configured_fits = (
         configured_per_rank <= good if configured_per_rank <= good or bad is not None else None
     )  # None: beyond the search limit, not tried
@@ -481,8 +511,8 @@ def profile_batch_sizes(
         torch_compile=cfg.training.torch_compile,
         memory_cap_gib=memory_cap_gib,
         included=included(cfg, n),
-        held_gib=held.gib(),
-        trainable_parameters=held.trainable_parameters,
+        held_gib=found.held.gib(),
+        trainable_parameters=found.held.trainable_parameters,
         largest_fitting=good,
         largest_fitting_global=good * n,
         first_failing=bad,
@@ -492,7 +522,7 @@ def profile_batch_sizes(
         configured_batch_size=cfg.training.batch_size,
         configured_per_rank=configured_per_rank,
         configured_fits=configured_fits,
-        trials=[trials[k] for k in sorted(trials)],
+        trials=[found.trials[k] for k in sorted(found.trials)],
     )
 
 

@@ -73,23 +73,10 @@ def ingest_geotiffs(
         tiles (positive + negative + full NoData), each tile judged on its pixels after every NoData rule.
     """
     root, identity = _open_root(data_root, cfg.split)
-    source = cfg.geotiff or GeotiffSourceConfig(data_root=str(root))
-    try:
-        projected_crs(source.crs, "geotiff.crs")
-    except GroundSizeError as err:
-        raise GeotiffError(str(err)) from None
-    binding = cfg.input_binding
-    derived = derive_root_splits(root, rules=split_rules)
-    splits = read_splits(root) if derived is None else derived.splits
-    entries = select_tiles(root, cfg.split, with_extra=bool(binding.extra_names), splits=splits)
-    checked = check_tiles(root, entries, cfg.tile_size, binding, source.contract())
-    plan = _plan_store(cfg, root, identity, entries, checked)
-    batch = cfg.geotiff.batch_size if cfg.geotiff else cfg.synthetic.generation_batch_size if cfg.synthetic else 16
-    producer = GeotiffProducer(
-        root, entries, binding, batch, contract=checked.contract, pixel_area_m2=checked.pixel_area_m2
-    )
+    tiles = _split_tiles(cfg, root, split_rules)
+    plan = _plan_store(cfg, root, identity, tiles.entries, tiles.checked)
     published = write_store(
-        producer,
+        _producer(cfg, root, tiles),
         plan.layout,
         Path(output),
         plan.attrs,
@@ -103,8 +90,7 @@ def ingest_geotiffs(
         f"ingested split {cfg.split} of {root} into {output}: {published.counts.partition()} (after every NoData "
         "rule: a tile's kind is its stored pixels', not metadata.csv's TrainClass)"
     )
-    if derived is not None:  # once the store is out: a refused ingestion leaves nothing behind
-        _write_derived(derived, root, derived_splits or DerivedSplitFiles.beside(Path(output)))
+    _write_derived(tiles.derived, root, derived_splits or DerivedSplitFiles.beside(Path(output)))  # once it is out
     return published
 
 
@@ -119,6 +105,43 @@ def _open_root(data_root: str | Path, split: str) -> tuple[Path, SourceIdentity]
         raise GeotiffError(f"data root {data_root}: {err}") from None
     root = stage_data_root(str(data_root), split) if str(data_root).startswith("gs://") else Path(data_root)
     return root, identity
+
+
+@dataclass(frozen=True)
+class SplitTiles:
+    """The tiles of a split, every file checked: what its store will hold, known before any store is staged."""
+
+    entries: list[TileEntry]
+    checked: CheckedTiles
+    derived: SplitResult | None  # the split derived for a root without splits.yaml (None: the root's splits.yaml)
+
+
+def _split_tiles(cfg: GenerationConfig, root: Path, split_rules: SplitsConfig | None) -> SplitTiles:
+    """The tiles of ``cfg.split`` (the rows of metadata.csv whose RegionName is one of its regions, in file order;
+    the regions from splits.yaml, or from a split derived for a root without one) and every file checked against the
+    raster contract of ``cfg.geotiff`` (its CRS a projected one: a tile's ground size is measured in it). Its own
+    step: everything in the root's content that can refuse the ingestion, done before a store is staged."""
+    source = cfg.geotiff or GeotiffSourceConfig(data_root=str(root))
+    try:
+        projected_crs(source.crs, "geotiff.crs")
+    except GroundSizeError as err:
+        raise GeotiffError(str(err)) from None
+    binding = cfg.input_binding
+    derived = derive_root_splits(root, rules=split_rules)
+    splits = read_splits(root) if derived is None else derived.splits
+    entries = select_tiles(root, cfg.split, with_extra=bool(binding.extra_names), splits=splits)
+    return SplitTiles(entries, check_tiles(root, entries, cfg.tile_size, binding, source.contract()), derived)
+
+
+def _producer(cfg: GenerationConfig, root: Path, tiles: SplitTiles) -> GeotiffProducer:
+    """What renders the checked tiles for the store's writer: each read through the input binding under the checked
+    contract, with its ground pixel area, in batches of ``geotiff.batch_size`` (else the synthetic config's
+    generation batch, else 16). Its own step: the reading side of the store, apart from its layout and attributes."""
+    batch = cfg.geotiff.batch_size if cfg.geotiff else cfg.synthetic.generation_batch_size if cfg.synthetic else 16
+    checked = tiles.checked
+    return GeotiffProducer(
+        root, tiles.entries, cfg.input_binding, batch, contract=checked.contract, pixel_area_m2=checked.pixel_area_m2
+    )
 
 
 @dataclass(frozen=True)
@@ -171,7 +194,11 @@ def _plan_store(
     return StorePlan(layout, attrs, resume_key(__name__, store_hash, identity.digest))
 
 
-def _write_derived(derived: SplitResult, root: Path, to: DerivedSplitFiles) -> None:
-    """The split derived for a root without splits.yaml, beside the output (never into the root, an input)."""
+def _write_derived(derived: SplitResult | None, root: Path, to: DerivedSplitFiles) -> None:
+    """The split derived for a root without splits.yaml, beside the output (never into the root, an input); a root
+    with one has none (``derived`` None: nothing written). Written once the store is out, so that a refused
+    ingestion leaves nothing behind."""
+    if derived is None:
+        return
     write_derived_split(derived, to)
     _log.info(f"{root} has no {SPLITS_YAML}: the split derived for it is in {to.splits_yaml} ({to.summary_json})")
