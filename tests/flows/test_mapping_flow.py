@@ -103,6 +103,7 @@ def test_distributed_map_region_fans_out_one_chunk_run_each_and_resubmits_a_cras
     published: list[tuple[str, Any]] = []
     monkeypatch.setattr(mapping, "create_markdown_artifact", lambda **kw: published.append((kw["key"], kw)))
     monkeypatch.setattr(mapping.ui, "publish_table", lambda key, rows, description: published.append((key, rows)))
+    monkeypatch.setattr(mapping.ui, "in_a_run", lambda: True)  # the flow's body, called as in its run
     crashed = idempotency_key("p", "map-chunk", 1)
     fake = ChunkWorkers({crashed: ["running", "crashed"]})
     fake.install(monkeypatch)

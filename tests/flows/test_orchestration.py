@@ -238,6 +238,7 @@ class FakePrefect:
         monkeypatch.setattr(fanout, "run_deployment", self.run_deployment)
         monkeypatch.setattr(orchestration, "get_client", lambda **_: self.client())
         monkeypatch.setattr(fanout, "create_table_artifact", lambda **kw: self.tables.append(kw))
+        monkeypatch.setattr(fanout, "in_a_run", lambda: True)  # the parent flow's body, called as in its run
 
     def _run(self, key: str) -> Any:
         return SimpleNamespace(id=key, name=self.names.get(key, key), state=_state(self.runs[key][0]))
