@@ -61,7 +61,7 @@ def test_the_ema_copy_raises_the_peak() -> None:
         cfg = _cfg(
             ema={"enabled": enabled}, model={"backbone": "resnet18"}
         )  # 11 M parameters: the EMA's 42 MiB stand out of the RSS noise
-        report = profile_batch_sizes(cfg, max_batch=1, steps=1)
+        report = profile_batch_sizes(cfg, max_batch=1, steps=0)  # the copy is held from before the warm-up step
         peaks[enabled] = report.trials[0].peak_memory_gib
         held[enabled] = report.held_gib.ema
     model = build_model(_cfg(model={"backbone": "resnet18"}).model, tiny_train_config().channels)
