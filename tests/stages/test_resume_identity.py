@@ -169,13 +169,12 @@ stages.generate_dataset({run!r}, tiny_train_config(), "train")
 
 @pytest.mark.slow
 def test_a_generation_killed_mid_store_resumes_under_the_same_code_and_is_set_aside_after_an_edit(
-    tmp_path: Path, edits: CodeEdits, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    data_run: Path, tmp_path: Path, edits: CodeEdits, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import rtscore.data.store.writer as writer
 
     cfg = tiny_train_config()
-    ref = tmp_path / "ref"
-    stages.generate_dataset(str(ref), cfg, "train")
+    ref = data_run  # its train split: generated uninterrupted by the same code under the same config (read only)
 
     produced: list[int] = []
     real = writer._write_shard
@@ -209,13 +208,15 @@ def test_a_generation_killed_mid_store_resumes_under_the_same_code_and_is_set_as
 
 # ------------------------------------------------------------------------------------------- logit-cache
 @pytest.fixture(scope="module")
-def calib_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Data stages done and untrained (seeded) weights for one seed: a logit cache needs no training."""
+def calib_run(data_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Data stages done and untrained (seeded) weights for one seed: a logit cache needs no training. The data
+    stages are the module's (calib_config differs from tiny_train_config only in calibration.large_rts_bbox_m,
+    which no data stage reads)."""
     from tests.calibrate.conftest import calib_config
     from tests.helpers import fake_trained_seed
 
     cfg = calib_config()
-    run = make_data_run(tmp_path_factory.mktemp("calib") / "run", cfg)
+    run = copy_run(data_run, tmp_path_factory.mktemp("calib") / "run")
     fake_trained_seed(run, cfg, SEED)
     return run
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,16 @@ def distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return float(sum(((a[k].double() - b[k].double()) ** 2).sum() for k in keys) ** 0.5)
 
 
+@pytest.fixture(scope="module")
+def start(data_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """The seed's initial weights (the setup built, no step taken): what a model's travel is measured from."""
+    run = copy_run(data_run, tmp_path_factory.mktemp("zero") / "run")
+    return launch_steps(tiny_train_config(devices=1), run, epochs=0, n=1)["state"]
+
+
 def test_two_ranks_take_the_one_device_steps_and_merge_the_validation_pool_exactly(
-    data_run: Path, tmp_path: Path
+    data_run: Path, start: dict[str, torch.Tensor], tmp_path: Path
 ) -> None:
-    start = initial_weights(data_run, tmp_path)
     one = launch_steps(tiny_train_config(devices=1), copy_run(data_run, tmp_path / "one"), epochs=4, n=1)
     threads = torch.get_num_threads()
     ref_threads = 2 if threads == 1 else 1  # another thread count, always: the same one would be no reference
@@ -114,55 +121,74 @@ def final_weights(run: Path) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(data_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The seed trained on two ranks without interruption. Read only."""
     run = copy_run(data_run, tmp_path_factory.mktemp("ranks") / "run")
     result = train_stage(str(run), two_rank_config(), SEED)
     assert result.result.epochs_run == 4 and result.attempts is not None
     return run
 
 
-def test_two_runs_of_a_seed_on_two_ranks_are_bit_identical(uninterrupted: Path, data_run: Path, tmp_path: Path) -> None:
-    again = copy_run(data_run, tmp_path / "again")
-    train_stage(str(again), two_rank_config(), SEED)
-    a, b = final_weights(uninterrupted), final_weights(again)
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    best = f"seeds/seed_{SEED}/best_deployment.pth"
-    assert (uninterrupted / best).read_bytes() == (again / best).read_bytes()
+@dataclass(frozen=True)
+class KilledRun:
+    """A seed that a rank's SIGKILL ended: its run, the error it ended in, the pid killed."""
+
+    run: Path
+    message: str
+    pid: int
+
+
+@pytest.fixture(scope="module")
+def killed(data_run: Path, tmp_path_factory: pytest.TempPathFactory) -> KilledRun:
+    """The seed trained from scratch on two ranks as ``uninterrupted`` was, a rank SIGKILLed in epoch 4 (epoch 3's
+    checkpoint recorded): the second run of the seed on two ranks, and where the resumes start. Read only: copy it
+    to resume."""
+    run = copy_run(data_run, tmp_path_factory.mktemp("killed") / "run")
+    pids: list[int] = []
+
+    def kill_a_rank(epoch: int, row: dict[str, float]) -> None:
+        if epoch == 3 and not pids:  # epoch 3's checkpoint is recorded; the ranks are in epoch 4 now
+            pid = last_rank_pid()
+            os.kill(pid, signal.SIGKILL)
+            pids.append(pid)
+
+    with pytest.raises(TrainingError) as info:
+        train_stage(str(run), two_rank_config(), SEED, on_epoch_end=kill_a_rank)
+    return KilledRun(run, str(info.value), pids[0])
+
+
+def checkpoint_weights(run: Path, epoch: int) -> dict[str, torch.Tensor]:
+    path = run / f"seeds/seed_{SEED}/resume_epoch_{epoch:04d}.pth"
+    return torch.load(path, map_location="cpu", weights_only=True)["live_state_dict"]
+
+
+def test_two_runs_of_a_seed_on_two_ranks_are_bit_identical(uninterrupted: Path, killed: KilledRun) -> None:
+    """Two runs from scratch: the killed one's last checkpoint (epoch 3) is the uninterrupted one's; the rest of the
+    run, resumed from it, is too (test_a_rank_killed_..., with the best weights byte for byte)."""
+    a, b = checkpoint_weights(uninterrupted, 3), checkpoint_weights(killed.run, 3)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     rows = (uninterrupted / f"seeds/seed_{SEED}/metrics.jsonl").read_text().splitlines()
     assert len(rows) == 4 and '"curriculum_neg_per_pos": 2.0' in rows[-1]  # rank 0 alone wrote, once per epoch
 
 
 def test_a_rank_killed_mid_epoch_ends_the_seed_in_one_line_and_it_resumes_on_two_ranks_or_one(
-    uninterrupted: Path, data_run: Path, tmp_path: Path
+    uninterrupted: Path, killed: KilledRun, start: dict[str, torch.Tensor], tmp_path: Path
 ) -> None:
-    run = copy_run(data_run, tmp_path / "killed")
-    killed: list[int] = []
-
-    def kill_a_rank(epoch: int, row: dict[str, float]) -> None:
-        if epoch == 2 and not killed:  # epoch 2's checkpoint is recorded; the ranks are in epoch 3 now
-            pid = last_rank_pid()
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-
-    with pytest.raises(TrainingError) as info:
-        train_stage(str(run), two_rank_config(), SEED, on_epoch_end=kill_a_rank)
-    message = str(info.value)
-    assert "\n" not in message and re.search(rf"rank [01] \(pid {killed[0]}\) failed: killed by SIGKILL", message)
-    assert "checkpoint of epoch 2 is kept" in message
-    as_one = copy_run(run, tmp_path / "as_one")
+    message = killed.message
+    assert "\n" not in message and re.search(rf"rank [01] \(pid {killed.pid}\) failed: killed by SIGKILL", message)
+    assert "checkpoint of epoch 3 is kept" in message
+    run = copy_run(killed.run, tmp_path / "killed")
+    as_one = copy_run(killed.run, tmp_path / "as_one")
 
     again = train_stage(str(run), two_rank_config(), SEED)  # 2 -> 2
-    assert again.attempts is not None and [a.resumed_from_epoch for a in again.attempts.attempts] == [0, 2]
+    assert again.attempts is not None and [a.resumed_from_epoch for a in again.attempts.attempts] == [0, 3]
     a, b = final_weights(uninterrupted), final_weights(run)
     assert all(torch.equal(a[k], b[k]) for k in a)  # deterministic: the resumed run is the uninterrupted one
+    best = f"seeds/seed_{SEED}/best_deployment.pth"
+    assert (uninterrupted / best).read_bytes() == (run / best).read_bytes()
 
     train_stage(str(as_one), tiny_train_config(devices=1), SEED)  # 2 -> 1: nothing in a checkpoint depends on N
-    moved = distance(a, initial_weights(data_run, tmp_path))
+    moved = distance(a, start)
     assert distance(a, final_weights(as_one)) / moved <= DRIFT_TOL  # as far as a one-device run (test above)
-
-
-def initial_weights(data_run: Path, tmp_path: Path) -> dict[str, torch.Tensor]:
-    out = launch_steps(tiny_train_config(devices=1), copy_run(data_run, tmp_path / "zero"), epochs=0, n=1)
-    return out["state"]
 
 
 def test_the_global_batch_must_divide_among_the_devices() -> None:

@@ -15,7 +15,8 @@ from rtscore.runtime import DeviceError
 from rtscore.storage import RunLayout
 from rtscore.train import checkpoint as ckpt
 from rtscore.train.loop import RunState, TrainingError, build_setup, train_seed
-from tests.train.conftest import tiny_train_config
+from tests.helpers import copy_run
+from tests.train.conftest import REF_EPOCHS, REF_SEED, TrainedRun, tiny_train_config
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -29,11 +30,25 @@ def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) ->
         assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), k
 
 
+def _kill_after_epoch_2(epoch: int, row: dict) -> None:
+    if epoch == 2:
+        raise KeyboardInterrupt("simulated kill")
+
+
+@pytest.fixture(scope="module")
+def killed_run(data_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data run with seed 7 trained from scratch as the reference run was (``trained_run``) and killed after
+    epoch 2, its checkpoint written: where every resume test starts, killed once. Read only: copy it to resume."""
+    run = copy_run(data_run, tmp_path_factory.mktemp("killed") / "run")
+    with pytest.raises(KeyboardInterrupt):
+        train_seed(tiny_train_config(max_epochs=REF_EPOCHS), run, REF_SEED, on_epoch_end=_kill_after_epoch_2)
+    return run
+
+
 @pytest.mark.slow
-def test_trains_writes_outputs_and_same_seed_gives_same_weights(run_copy: Path, tmp_path: Path) -> None:
-    cfg = tiny_train_config()
-    r1 = train_seed(cfg, run_copy, 42)
-    seed_dir = Path(r1.seed_dir)
+def test_trains_writes_outputs_and_same_seed_gives_same_weights(trained_run: TrainedRun, killed_run: Path) -> None:
+    seed_dir = trained_run.seed_dir  # seed 7 trained uninterrupted for 3 epochs
+    assert Path(trained_run.result.seed_dir) == seed_dir
     for name in (
         "best_deployment.pth",
         "resume_latest.pth",
@@ -44,13 +59,13 @@ def test_trains_writes_outputs_and_same_seed_gives_same_weights(run_copy: Path, 
     ):
         assert (seed_dir / name).exists(), name
     assert sorted(p.name for p in seed_dir.glob("resume_epoch_*.pth")) == [
+        "resume_epoch_0002.pth",
         "resume_epoch_0003.pth",
-        "resume_epoch_0004.pth",
     ]
     rows = [json.loads(x) for x in (seed_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in rows] == [1, 2, 3, 4]
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
     assert rows[0]["lr_encoder"] == 0.0 and rows[1]["lr_encoder"] > 0  # frozen, then unfrozen
-    assert rows[0]["curriculum_neg_per_pos"] == 1 and rows[3]["curriculum_neg_per_pos"] == 2
+    assert rows[0]["curriculum_neg_per_pos"] == 1 and rows[2]["curriculum_neg_per_pos"] == 2
     assert {
         "val_realistic_pr_auc_geomean",
         "val_balanced_pr_auc",
@@ -63,34 +78,24 @@ def test_trains_writes_outputs_and_same_seed_gives_same_weights(run_copy: Path, 
     assert all(isinstance(v, torch.Tensor) for v in best.values()) and "encoder.features.0.0.weight" in best
     summary = json.loads((seed_dir / "run_summary.json").read_text())
     assert "flags" in summary["overfitting"]
-    # Same seed, fresh start: bit-identical weights.
-    other = tmp_path / "again"
-    import shutil
-
-    shutil.copytree(run_copy, other, ignore=shutil.ignore_patterns("seeds"))
-    train_seed(cfg, other, 42)
-    _assert_identical(_weights(seed_dir / "resume_latest.pth"), _weights(other / "seeds/seed_42/resume_latest.pth"))
+    # Same seed, fresh start: bit-identical weights. The killed run trained epochs 1-2 from scratch in another
+    # directory; its epoch-2 checkpoint is the reference's (test_kill_and_resume_is_bit_identical: and so is
+    # everything after it).
+    again = load_checkpoint(killed_run / f"seeds/seed_{REF_SEED}/resume_latest.pth")
+    first = load_checkpoint(seed_dir / "resume_epoch_0002.pth")
+    assert again["epoch"] == first["epoch"] == 2
+    _assert_identical(first["live_state_dict"], again["live_state_dict"])
+    _assert_identical(first["ema_state_dict"], again["ema_state_dict"])
 
 
 @pytest.mark.slow
-def test_kill_and_resume_is_bit_identical(run_copy: Path, tmp_path: Path) -> None:
-    import shutil
-
-    cfg = tiny_train_config()
-    ref = tmp_path / "ref"
-    shutil.copytree(run_copy, ref)
-    train_seed(cfg, ref, 7)
-
-    def kill(epoch: int, row: dict) -> None:
-        if epoch == 2:
-            raise KeyboardInterrupt("simulated kill")
-
-    with pytest.raises(KeyboardInterrupt):
-        train_seed(cfg, run_copy, 7, on_epoch_end=kill)
-    assert load_checkpoint(run_copy / "seeds/seed_7/resume_latest.pth")["epoch"] == 2
-    result = train_seed(cfg, run_copy, 7)  # the same command again resumes
-    assert result.epochs_run == 4
-    a, b = run_copy / "seeds/seed_7", ref / "seeds/seed_7"
+def test_kill_and_resume_is_bit_identical(trained_run: TrainedRun, killed_run: Path, tmp_path: Path) -> None:
+    cfg = tiny_train_config(max_epochs=REF_EPOCHS)
+    run = copy_run(killed_run, tmp_path / "run")  # killed after epoch 2 (KeyboardInterrupt)
+    assert load_checkpoint(run / "seeds/seed_7/resume_latest.pth")["epoch"] == 2
+    result = train_seed(cfg, run, REF_SEED)  # the same command again resumes
+    assert result.epochs_run == 3
+    a, b = run / "seeds/seed_7", trained_run.seed_dir
     _assert_identical(_weights(a / "resume_latest.pth"), _weights(b / "resume_latest.pth"))
     _assert_identical(load_checkpoint(a / "best_deployment.pth"), load_checkpoint(b / "best_deployment.pth"))
     assert (
@@ -98,20 +103,19 @@ def test_kill_and_resume_is_bit_identical(run_copy: Path, tmp_path: Path) -> Non
         == load_checkpoint(b / "best_deployment.pth").keys()
     )
     rows = [json.loads(x)["epoch"] for x in (a / "metrics.jsonl").read_text().splitlines()]
-    assert rows == [1, 2, 3, 4]
+    assert rows == [1, 2, 3]
 
 
 @pytest.mark.slow
 def test_a_checkpoint_of_another_config_is_set_aside_and_the_seed_trains_from_scratch(
-    run_copy: Path, caplog: pytest.LogCaptureFixture
+    trained_run: TrainedRun, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = tiny_train_config(max_epochs=3)
-    train_seed(cfg, run_copy, 1)
-    seed_dir = run_copy / "seeds/seed_1"
+    run_copy = copy_run(trained_run.run, tmp_path / "run")  # seed 7 trained by tiny_train_config(max_epochs=3)
+    seed_dir = run_copy / "seeds/seed_7"
     old_best = (seed_dir / "best_deployment.pth").read_bytes()
     changed = tiny_train_config(max_epochs=3, batch_size=2)
     with caplog.at_level("WARNING"):
-        result = train_seed(changed, run_copy, 1)
+        result = train_seed(changed, run_copy, REF_SEED)
     assert result.epochs_run >= 1
     rows = [json.loads(x)["epoch"] for x in (seed_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[0] == 1, "trained from scratch, not resumed"
@@ -121,7 +125,7 @@ def test_a_checkpoint_of_another_config_is_set_aside_and_the_seed_trains_from_sc
     assert any("set aside in" in r.getMessage() and str(aside) in r.getMessage() for r in caplog.records)
     # Early-stopping settings may change on resume (they come from the config): that one resumes.
     relaxed = tiny_train_config(max_epochs=3, batch_size=2, early_stopping={"patience": 9})
-    train_seed(relaxed, run_copy, 1)
+    train_seed(relaxed, run_copy, REF_SEED)
     assert len(list((seed_dir / "set_aside").iterdir())) == 1
 
 
@@ -181,21 +185,13 @@ def test_run_state_saves_the_dict_earlier_versions_wrote_and_reads_theirs() -> N
 
 
 @pytest.mark.slow
-def test_resume_from_a_checkpoint_with_the_old_dict_state(run_copy: Path, tmp_path: Path) -> None:
-    import shutil
-
-    cfg = tiny_train_config(max_epochs=3)
-    ref = tmp_path / "ref"
-    shutil.copytree(run_copy, ref)
-    expected = train_seed(cfg, ref, 11)
-
-    def kill(epoch: int, row: dict) -> None:
-        if epoch == 2:
-            raise KeyboardInterrupt("simulated kill")
-
-    with pytest.raises(KeyboardInterrupt):
-        train_seed(cfg, run_copy, 11, on_epoch_end=kill)
-    latest = run_copy / "seeds/seed_11/resume_latest.pth"
+def test_resume_from_a_checkpoint_with_the_old_dict_state(
+    trained_run: TrainedRun, killed_run: Path, tmp_path: Path
+) -> None:
+    cfg = tiny_train_config(max_epochs=REF_EPOCHS)
+    expected = trained_run.result  # seed 7 trained uninterrupted
+    run_copy = copy_run(killed_run, tmp_path / "run")  # killed after epoch 2
+    latest = run_copy / "seeds/seed_7/resume_latest.pth"
     state = load_checkpoint(latest)
     saved = state["extra"]
     # Rewrite it as the untyped dict the loop used to mutate (same keys, insertion order of the old code).
@@ -206,9 +202,9 @@ def test_resume_from_a_checkpoint_with_the_old_dict_state(run_copy: Path, tmp_pa
         "best_metric": float(saved["best_metric"]),
     }
     ckpt.save_atomic(state, latest)
-    result = train_seed(cfg, run_copy, 11)
+    result = train_seed(cfg, run_copy, REF_SEED)
     assert result.model_dump(exclude={"seed_dir"}) == expected.model_dump(exclude={"seed_dir"})
-    a, b = run_copy / "seeds/seed_11", ref / "seeds/seed_11"
+    a, b = run_copy / "seeds/seed_7", trained_run.seed_dir
     _assert_identical(load_checkpoint(a / "best_deployment.pth"), load_checkpoint(b / "best_deployment.pth"))
     _assert_identical(_weights(a / "resume_latest.pth"), _weights(b / "resume_latest.pth"))
     assert load_checkpoint(a / "resume_latest.pth")["extra"] == load_checkpoint(b / "resume_latest.pth")["extra"]
@@ -233,20 +229,14 @@ def test_class_balanced_weight_comes_from_the_train_split_counts(data_run: Path)
 
 
 @pytest.mark.slow
-def test_truncated_resume_latest_resumes_from_the_last_intact_epoch(run_copy: Path) -> None:
+def test_truncated_resume_latest_resumes_from_the_last_intact_epoch(killed_run: Path, tmp_path: Path) -> None:
     """Issue 11.15: `rts train` again after a truncated resume_latest.pth continues from resume_epoch_NNNN.pth."""
-    cfg = tiny_train_config(max_epochs=3)
-
-    def kill(epoch: int, row: dict) -> None:
-        if epoch == 2:
-            raise KeyboardInterrupt("simulated kill")
-
-    with pytest.raises(KeyboardInterrupt):
-        train_seed(cfg, run_copy, 5, on_epoch_end=kill)
-    seed_dir = run_copy / "seeds/seed_5"
+    cfg = tiny_train_config(max_epochs=REF_EPOCHS)
+    run_copy = copy_run(killed_run, tmp_path / "run")  # killed after epoch 2
+    seed_dir = run_copy / "seeds/seed_7"
     latest = seed_dir / "resume_latest.pth"
     latest.write_bytes(latest.read_bytes()[:100])
-    result = train_seed(cfg, run_copy, 5)
+    result = train_seed(cfg, run_copy, REF_SEED)
     assert result.epochs_run == 3
     assert [json.loads(x)["epoch"] for x in (seed_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert load_checkpoint(latest)["epoch"] == 3

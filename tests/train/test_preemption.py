@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from rtscore.storage import CACHE_ENV, RunDir, RunLayout, StorageError
 from rtscore.train import checkpoint as ckpt
 from rtscore.train.records import read_attempts, recorded_checkpoints
 from tests.conftest import GCS_TEST_BUCKET
-from tests.helpers import copy_run, flip_byte
+from tests.helpers import CodeEdits, copy_run, flip_byte
 from tests.train.conftest import tiny_train_config
 
 
@@ -35,33 +36,97 @@ def _tensors(path: Path) -> dict[str, bytes]:
     return {k: v.numpy().tobytes() for k, v in load_checkpoint(path).items()}
 
 
-@pytest.fixture
-def gs_data_run(gcs_emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A gs:// run whose data stages ran on a CPU "worker" (its own mirror)."""
-    monkeypatch.setenv("RTS_GCS_WORKERS", "4")
-    monkeypatch.setenv("RTS_GCS_RETRY_INITIAL_S", "0.01")
-    uri = f"gs://{GCS_TEST_BUCKET}/{uuid.uuid4().hex[:12]}/run"
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cpu-worker"))
-    cfg = tiny_train_config()
-    stages.save_resolved_config(uri, cfg)
-    for split in ("train", "val", "test"):
-        stages.generate_dataset(uri, cfg, split)
-    stages.normalization_stats(uri, cfg)
+def _gcs_env(mp: pytest.MonkeyPatch, cache: Path) -> None:
+    """The gs:// settings of every test here, the local mirror in ``cache`` (a worker's disk)."""
+    mp.setenv("RTS_GCS_WORKERS", "4")
+    mp.setenv("RTS_GCS_RETRY_INITIAL_S", "0.01")
+    mp.setenv(CACHE_ENV, str(cache))
+
+
+def _new_run_uri() -> str:
+    return f"gs://{GCS_TEST_BUCKET}/{uuid.uuid4().hex[:12]}/run"
+
+
+def copy_gs_run(src: str, dst: str) -> str:
+    """A private copy of the gs:// run ``src`` at ``dst`` in the same bucket (``copy_run`` for a bucket): every
+    object copied server-side with its metadata (the sha256 a record is checked against), the manifest's URIs
+    pointing at the copy. Nothing local: a worker's mirror of ``dst`` starts empty."""
+    from rtscore.storage.gcs import parse_gs_uri, shared_client
+    from rtscore.storage.manifest import MANIFEST_NAME
+
+    bucket_name, src_prefix = parse_gs_uri(src)
+    dst_bucket, dst_prefix = parse_gs_uri(dst)
+    assert dst_bucket == bucket_name and src_prefix and dst_prefix
+    client = shared_client()
+    bucket = client.bucket(bucket_name)
+    for blob in client.list_blobs(bucket_name, prefix=f"{src_prefix}/"):
+        rel = blob.name[len(src_prefix) + 1 :]
+        target = bucket.blob(f"{dst_prefix}/{rel}")
+        if rel == MANIFEST_NAME:
+            manifest = blob.download_as_bytes().replace(f"{src}/".encode(), f"{dst}/".encode())
+            target.upload_from_string(manifest, content_type=blob.content_type)
+            continue
+        target.metadata = blob.metadata
+        token: str | None = None
+        while True:
+            token, _, _ = target.rewrite(blob, token=token)
+            if token is None:
+                break
+    return dst
+
+
+@pytest.fixture(scope="module")
+def gs_data(gcs_emulator: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A gs:// run whose data stages ran on a CPU "worker" (its own mirror), once for the module. Read only: a test
+    trains in a copy of it (``gs_data_run``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        _gcs_env(mp, tmp_path_factory.mktemp("cpu-worker"))
+        uri = _new_run_uri()
+        cfg = tiny_train_config()
+        stages.save_resolved_config(uri, cfg)
+        for split in ("train", "val", "test"):
+            stages.generate_dataset(uri, cfg, split)
+        stages.normalization_stats(uri, cfg)
     return uri
+
+
+@pytest.fixture
+def gs_data_run(gs_data: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A private copy of the module's gs:// data run, the tests' gs:// settings set."""
+    _gcs_env(monkeypatch, tmp_path / "cpu-worker")
+    return copy_gs_run(gs_data, _new_run_uri())
+
+
+@pytest.fixture(scope="module")
+def gs_killed(gs_data: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A copy of the gs:// data run where seed 7 (``tiny_train_config()``: 4 epochs, a checkpoint every epoch,
+    keep_last_n 2) was killed on one worker after epoch 3, every checkpoint recorded as it was written: where the
+    tests of a retry on a fresh worker start, killed once. Read only: a test resumes in a copy (``copy_gs_run``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        _gcs_env(mp, tmp_path_factory.mktemp("gpu-a"))
+        uri = copy_gs_run(gs_data, _new_run_uri())
+        with pytest.raises(Killed):
+            stages.train_seed(uri, tiny_train_config(), 7, on_epoch_end=_kill_after(3))
+    return uri
+
+
+@pytest.fixture
+def edits(monkeypatch: pytest.MonkeyPatch) -> Iterator[CodeEdits]:
+    """Simulated code edits, undone after the test with no stage fingerprint of the edited code kept."""
+    yield CodeEdits(monkeypatch)
+    stages.code_fingerprint.cache_clear()
 
 
 @pytest.mark.slow
 def test_a_seed_killed_on_one_worker_resumes_on_a_fresh_one_bit_identically(
-    gs_data_run: str, data_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    gs_killed: str, data_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = tiny_train_config()  # 4 epochs, a checkpoint every epoch, keep_last_n 2
-    uri = gs_data_run
     reference = copy_run(data_run, tmp_path / "reference")  # the same data, trained without interruption
     stages.train_seed(str(reference), cfg, 7)
 
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-a"))
-    with pytest.raises(Killed):
-        stages.train_seed(uri, cfg, 7, on_epoch_end=_kill_after(3))
+    _gcs_env(monkeypatch, tmp_path / "gpu-a")
+    uri = copy_gs_run(gs_killed, _new_run_uri())  # seed 7 killed on a worker after epoch 3
     run = RunDir(uri)
     assert [e for e, _ in recorded_checkpoints(run, 7)] == [2, 3]  # recorded as written, pruned to keep_last_n
     manifest = run.read_manifest().artifacts
@@ -145,21 +210,21 @@ def test_fresh_forgets_what_the_seed_recorded(tmp_path: Path, data_run: Path) ->
 
 @pytest.mark.slow
 def test_a_checkpoint_recorded_by_other_code_is_set_aside_on_a_fresh_worker_not_resumed(
-    gs_data_run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    gs_killed: str,
+    edits: CodeEdits,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Issue 21 on a gs:// run: the retry lands on a fresh worker that runs edited code. The recorded checkpoint
     is staged, found to be of another identity, set aside in the worker's mirror, and its records leave the
     manifest and the bucket; the seed trains from scratch and only the new checkpoints are recorded."""
-    from tests.helpers import CodeEdits
-
     cfg = tiny_train_config()
-    uri = gs_data_run
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-a"))
-    with pytest.raises(Killed):
-        stages.train_seed(uri, cfg, 7, on_epoch_end=_kill_after(3))
+    _gcs_env(monkeypatch, tmp_path / "gpu-a")
+    uri = copy_gs_run(gs_killed, _new_run_uri())  # seed 7 killed on a worker after epoch 3
     assert [e for e, _ in recorded_checkpoints(RunDir(uri), 7)] == [2, 3]
 
-    CodeEdits(monkeypatch).edit("rtscore/losses/focal.py")
+    edits.edit("rtscore/losses/focal.py")
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "gpu-b"))
     epochs: list[int] = []
     with caplog.at_level("WARNING", logger="rtscore"):

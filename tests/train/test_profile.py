@@ -41,11 +41,13 @@ def _model(cfg: PipelineConfig) -> torch.nn.Module:
 
 def test_profile_batch_finds_the_boundary_under_a_cpu_cap() -> None:
     cfg = tiny_train_config()
-    report = profile_batch_sizes(cfg, memory_cap_gib=10.0, max_batch=3, steps=1)
+    # steps=0: each trial its warm-up step and validation pass, no timed step (the boundary does not depend on them;
+    # the timed steps: test_a_trial_takes_the_training_step_of_the_loop, test_compile_is_the_trained_view)
+    report = profile_batch_sizes(cfg, memory_cap_gib=10.0, max_batch=3, steps=0)
     assert report.largest_fitting == 2 and report.first_failing is None
     assert [t.batch_size for t in report.trials] == [1, 2]
     assert report.configured_fits is None  # training.batch_size 4: beyond the search limit
-    tight = profile_batch_sizes(cfg, memory_cap_gib=1e-6, max_batch=4, steps=1)
+    tight = profile_batch_sizes(cfg, memory_cap_gib=1e-6, max_batch=4, steps=0)
     assert tight.largest_fitting == 0 and tight.first_failing == 1 and tight.configured_fits is False
     md = render_profile(report)
     assert "| 2 | 2 | yes |" in md and "Recommended training.batch_size: **2**" in md
@@ -59,7 +61,7 @@ def test_the_ema_copy_raises_the_peak() -> None:
         cfg = _cfg(
             ema={"enabled": enabled}, model={"backbone": "resnet18"}
         )  # 11 M parameters: the EMA's 42 MiB stand out of the RSS noise
-        report = profile_batch_sizes(cfg, max_batch=1, steps=1)
+        report = profile_batch_sizes(cfg, max_batch=1, steps=0)  # the copy is held from before the warm-up step
         peaks[enabled] = report.trials[0].peak_memory_gib
         held[enabled] = report.held_gib.ema
     model = build_model(_cfg(model={"backbone": "resnet18"}).model, tiny_train_config().channels)
@@ -118,8 +120,8 @@ def test_no_ema_no_swap() -> None:
     cfg = _cfg(ema={"enabled": False})
     model = _model(cfg)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    assert try_batch(model, cfg, CPU, 1, steps=1, memory_cap_gib=None).fits
-    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the steps trained it
+    assert try_batch(model, cfg, CPU, 1, steps=0, memory_cap_gib=None).fits
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the warm-up step trained it
 
 
 def test_compile_is_the_trained_view(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,7 +151,7 @@ def test_compile_is_the_trained_view(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_per_rank_batch_is_the_global_batch_over_the_devices() -> None:
     cfg = tiny_train_config()  # training.batch_size 4
-    report = profile_batch_sizes(cfg, devices=2, max_batch=2, steps=1)
+    report = profile_batch_sizes(cfg, devices=2, max_batch=2, steps=0)  # no timed step: the batches are the point
     assert report.devices == 2 and report.configured_per_rank == 2
     assert [(t.batch_size, t.global_batch) for t in report.trials] == [(1, 2), (2, 4)]
     assert report.largest_fitting == 2 and report.largest_fitting_global == 4
@@ -187,9 +189,9 @@ def test_cpu_ranks_share_the_cap() -> None:
     """On CPU, N ranks share the machine's memory: N x the per-rank peak counts against the cap."""
     cfg = tiny_train_config()
     model = _model(cfg)
-    one = try_batch(model, cfg, CPU, 1, steps=1, memory_cap_gib=None)
+    one = try_batch(model, cfg, CPU, 1, steps=0, memory_cap_gib=None)  # the warm-up step and the validation pass
     cap = one.peak_memory_gib * 1.5
-    two = try_batch(model, cfg, CPU, 1, steps=1, memory_cap_gib=cap, devices=8)
+    two = try_batch(model, cfg, CPU, 1, steps=0, memory_cap_gib=cap, devices=8)
     assert not two.fits and "8 ranks" in two.error
 
 
