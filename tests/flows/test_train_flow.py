@@ -8,11 +8,12 @@ import pytest
 import yaml
 
 from tests.flows.configs import tiny_training_config, write_config
+from tests.helpers import quick_training
 
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    return write_config(tmp_path / "pipeline.yaml", tiny_training_config([1, 2]))
+    return write_config(tmp_path / "pipeline.yaml", quick_training(tiny_training_config([1, 2])))
 
 
 @pytest.mark.slow
