@@ -15,7 +15,7 @@ import pytest
 from rtscore.config import load_pipeline_config
 from rtscore.stages import STAGES, cache_key, code_fingerprint
 from tests.flows.configs import tiny_training_config, write_config
-from tests.helpers import CodeEdits, executed_stages, fake_trained_seed, make_data_run
+from tests.helpers import CodeEdits, executed_stages, fake_trained_seed, make_data_run, quick_training
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [s.name for s in STAGES]
@@ -35,7 +35,7 @@ def test_a_code_edit_recomputes_its_stage_and_everything_after_it_and_nothing_be
     from flows.params import PipelineParams
     from flows.pipeline import pipeline
 
-    config = write_config(tmp_path / "pipeline.yaml", tiny_training_config([1]))
+    config = write_config(tmp_path / "pipeline.yaml", quick_training(tiny_training_config([1])))
     params = PipelineParams(config=str(config), run_dir=str(tmp_path / "run"))
     pipeline(params)
     seen = executed_stages(monkeypatch)
@@ -57,6 +57,7 @@ def test_a_code_edit_recomputes_its_stage_and_everything_after_it_and_nothing_be
         "README.md": [],
         "tests/stages/test_caching.py": [],
         "rtscore/package/verify.py": ["package"],
+        "rtscore/calibrate/temperature.py": AFTER_TRAINING[1:],
         "rtscore/losses/focal.py": AFTER_TRAINING,
     }
     clean = keys()
@@ -67,8 +68,10 @@ def test_a_code_edit_recomputes_its_stage_and_everything_after_it_and_nothing_be
         edits.undo(rel)
         assert keys() == clean
 
-    # ... and those keys are what the pipeline runs on: three of the edits, run for real.
-    for rel in ("README.md", "rtscore/package/verify.py", "rtscore/losses/focal.py"):
+    # ... and those keys are what the pipeline runs on: three of the edits, run for real (a logit-cache edit re-runs
+    # from there, the training before it kept; that an edit of the train closure retrains from scratch is
+    # tests/stages/test_resume_identity.py's, on the train-seed stage itself).
+    for rel in ("README.md", "rtscore/package/verify.py", "rtscore/calibrate/temperature.py"):
         edits.edit(rel)
         seen.clear()
         pipeline(params)
@@ -83,7 +86,7 @@ def test_the_package_ships_the_seed_calibration_chose(prefect_harness: None, tmp
     from flows.cli.main import main
     from rtscore.config import parse_pipeline_config
 
-    data = tiny_training_config([42, 43, 44])
+    data = quick_training(tiny_training_config([42, 43, 44]))
     config = write_config(tmp_path / "pipeline.yaml", data)
     cfg = parse_pipeline_config(data)
     # Three recorded seeds, as `rts run` leaves them: which seed ships is decided from their records, whatever the
