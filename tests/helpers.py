@@ -149,6 +149,18 @@ def tiny_pipeline_config(tile: int = 64, extra: bool = True) -> dict[str, Any]:
     }
 
 
+def quick_training(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a pipeline config as YAML data, changed in place and returned) trained for one epoch of one step and
+    calibrated over one candidate (no TTA, scale 1.0): for flow tests whose assertions hold whatever the model learnt
+    and whichever candidates calibration weighed. What epochs and candidates do is tests/train's and tests/calibrate's;
+    the whole pipeline with tests/flows/configs.py's training and the default candidates is
+    tests/flows/test_server_integration.py's, the stages after training with those candidates test_single_seed.py's."""
+    data["training"].update({"max_epochs": 1, "steps_per_epoch": 1})
+    data["lr_schedule"] = {"freeze_backbone_epochs": 0, "warmup_epochs": 0}
+    data.setdefault("calibration", {}).update({"tta_candidates": ["none"], "scale_candidates": [1.0]})
+    return data
+
+
 def make_data_run(run: Path, cfg: Any) -> Path:
     """Run the data stages (generate every split, normalization stats) into ``run``."""
     from rtscore import stages

@@ -27,6 +27,7 @@ from rasterio.warp import transform_geom
 from flows.cli.main import main
 from tests.data.tiling.test_run import blob
 from tests.flows.configs import tiny_training_config, write_config
+from tests.helpers import quick_training
 
 UTM = "EPSG:32606"  # UTM 6N: interior Alaska
 X0, Y0 = 420_000.0, 7_330_000.0  # upper-left corner of scene A, ~66° N 148.8° W
@@ -137,10 +138,9 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     assert counts["skipped_sparse"] > 0, "the slivers along the scenes' edges are not cut (min_valid_fraction)"
     assert counts["tiles"] == counts["positive"] + counts["negative"] and counts["negative"] > 0
 
-    pipeline = tiny_training_config([1])
+    pipeline = quick_training(tiny_training_config([1]))
     pipeline["data"]["tile_size"] = TILE
     pipeline["data"]["generation"] = {s: generation(s) for s in ("train", "val", "test")}
-    pipeline["calibration"]["tta_candidates"] = ["none"]
     write_config(tmp_path / "pipeline.yaml", pipeline)
     run = tmp_path / "run"
     assert main(["run", "--config", str(tmp_path / "pipeline.yaml"), "--run", str(run)]) == 0

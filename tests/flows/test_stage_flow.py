@@ -9,7 +9,7 @@ import pytest
 
 from flows.params import GenerateParams, LogitCacheParams, SeedStageParams, StageParams, TrainSeedParams
 from tests.flows.configs import tiny_training_config, write_config
-from tests.helpers import make_data_run
+from tests.helpers import make_data_run, quick_training
 
 
 def test_every_stage_flow_is_built_from_its_spec() -> None:
@@ -66,7 +66,7 @@ def test_train_seed_recomputes_a_seed_whose_recorded_weights_were_lost(prefect_h
     from rtscore.config import parse_pipeline_config
     from rtscore.storage import RunLayout
 
-    data = tiny_training_config([3])
+    data = quick_training(tiny_training_config([3]))
     config = write_config(tmp_path / "pipeline.yaml", data)
     run = make_data_run(tmp_path / "run", parse_pipeline_config(data))
     params = TrainSeedParams(config=str(config), run_dir=str(run), seed=3)

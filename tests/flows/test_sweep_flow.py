@@ -1,6 +1,9 @@
 """A 3-variant x 2-seed sweep end to end on CPU (`rts sweep`, local execution), killed with SIGKILL mid-way and run
 again: the stages the variants share are computed once (their records in each variant's manifest are adopted from the
-baseline's), no variant x seed is trained twice, the report has every verdict, and a third run changes nothing."""
+baseline's), no variant x seed is trained twice, the report has every verdict, and a third run changes nothing.
+
+Each run talks to the session's Prefect server (``prefect_harness``, named by PREFECT_API_URL) rather than starting a
+temporary one of its own: a command killed with its temporary server is tests/flows/test_local_api.py's."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import pytest
 import yaml
 
 from tests.flows.configs import tiny_training_config, write_config
+from tests.helpers import quick_training
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("baseline", "gamma1", "ignore")
@@ -28,8 +32,13 @@ def _sweep_cmd(sweep: Path, out: Path) -> list[str]:
 
 
 def _env(home: Path) -> dict[str, str]:
+    """The commands' environment: their own Prefect home (its result storage holds the stage caches of the three
+    runs), the session's Prefect server."""
+    from prefect.settings import PREFECT_API_URL
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(ROOT))
+    env.update(PREFECT_API_URL=str(PREFECT_API_URL.value()))
     return env
 
 
@@ -56,8 +65,8 @@ def _trained(out: Path) -> set[tuple[str, int]]:
 
 
 @pytest.mark.slow
-def test_sweep_shares_stages_survives_kill_and_reports(tmp_path: Path) -> None:
-    base = write_config(tmp_path / "base.yaml", tiny_training_config(list(SEEDS)))
+def test_sweep_shares_stages_survives_kill_and_reports(prefect_harness: None, tmp_path: Path) -> None:
+    base = write_config(tmp_path / "base.yaml", quick_training(tiny_training_config(list(SEEDS))))
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(
         yaml.safe_dump(
@@ -71,7 +80,7 @@ def test_sweep_shares_stages_survives_kill_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = _env(tmp_path / "prefect-home")
 
-    # First run, killed (the whole process group: the command, its Prefect server) once gamma1 has a trained seed.
+    # First run, killed (the whole process group: the command and anything it started) once gamma1 has a trained seed.
     proc = subprocess.Popen(
         _sweep_cmd(sweep, out),
         cwd=ROOT,

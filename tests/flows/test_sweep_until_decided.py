@@ -14,6 +14,7 @@ import yaml
 from rtscore.sweep import run as sweep_run
 from rtscore.sweep.verdict import Judgement, judge
 from tests.flows.configs import tiny_training_config, write_config
+from tests.helpers import quick_training
 
 
 @pytest.mark.slow
@@ -34,7 +35,7 @@ def test_until_decided_adds_the_seeds_the_rule_asks_for(
         return real.model_copy(update={"verdict": "within noise", "seeds_to_decide": None})
 
     monkeypatch.setattr(sweep_run, "judge", undecided_below_three)
-    base = write_config(tmp_path / "base.yaml", tiny_training_config([1, 2]))
+    base = write_config(tmp_path / "base.yaml", quick_training(tiny_training_config([1, 2])))
     file = tmp_path / "sweep.yaml"
     file.write_text(
         yaml.safe_dump(

@@ -1,23 +1,45 @@
+"""The pipeline flow end to end on CPU (`rts run`'s path): seeds trained under one parent MLflow run, calibration, the
+test report and the package; then its caching, against that real run directory: a finished pipeline re-runs nothing,
+a decision setting re-runs calibration and what follows, and a code edit re-runs the stage whose import closure it
+touches and every stage after it, nothing before it (docs/architecture.md's table); an edit outside every closure
+re-runs nothing."""
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 
+from rtscore.stages import STAGES, cache_key, code_fingerprint
 from tests.flows.configs import tiny_training_config, write_config
+from tests.helpers import CodeEdits, executed_stages, quick_training
+
+if TYPE_CHECKING:
+    from flows.params import PipelineParams
+
+NAMES = [s.name for s in STAGES]
+AFTER_TRAINING = ["train-seed", "logit-cache", "calibrate", "evaluate-test", "package"]
 
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    return write_config(tmp_path / "pipeline.yaml", tiny_training_config([1, 2]))
+    return write_config(tmp_path / "pipeline.yaml", quick_training(tiny_training_config([1, 2])))
+
+
+@pytest.fixture
+def edits(monkeypatch: pytest.MonkeyPatch) -> Iterator[CodeEdits]:
+    yield CodeEdits(monkeypatch)
+    code_fingerprint.cache_clear()
 
 
 @pytest.mark.slow
 def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
-    prefect_harness: None, config_file: Path, tmp_path: Path
+    prefect_harness: None, config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edits: CodeEdits
 ) -> None:
     from flows.params import PipelineParams
     from flows.pipeline import pipeline
@@ -78,8 +100,10 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
         run / "package/SHA256SUMS",
     ]
     before = [p.stat().st_mtime_ns for p in watched]
+    seen = executed_stages(monkeypatch)
     again = pipeline(PipelineParams(config=str(config_file), run_dir=str(run)))
     assert [p.stat().st_mtime_ns for p in watched] == before, "every finished stage is cached"
+    assert [s for s in seen if s in NAMES] == [], "a completed pipeline re-runs nothing"
     assert [r.result.best_metric for r in again.training] == [r.result.best_metric for r in results]
 
     # A decision setting changes: calibration and what follows re-run; training and the logit caches do not.
@@ -89,6 +113,57 @@ def test_full_pipeline_trains_seeds_under_one_parent_run_and_caches(
     pipeline(PipelineParams(config=str(config_file), run_dir=str(run)))
     after = [p.stat().st_mtime_ns for p in watched]
     assert after[:2] == before[:2] and all(a != b for a, b in zip(after[2:], before[2:], strict=True))
+
+    _code_edits_rerun_their_stage_and_everything_after_it(
+        PipelineParams(config=str(config_file), run_dir=str(run)), edits, seen
+    )
+
+
+def _code_edits_rerun_their_stage_and_everything_after_it(
+    params: PipelineParams, edits: CodeEdits, seen: list[str]
+) -> None:
+    """On the finished pipeline run of ``params``: the cache keys of its stage runs after each (simulated) edit, and
+    three of the edits run for real (``seen``: the stages recorded from then on)."""
+    from flows.pipeline import pipeline
+    from rtscore.config import load_pipeline_config
+
+    cfg = load_pipeline_config(params.config)
+    runs = [("generate-dataset", {"split": s}) for s in ("train", "val", "test")]
+    runs += [("normalization-stats", {}), ("validate-data", {})]
+    runs += [(n, {"seed": s}) for n in ("train-seed", "logit-cache") for s in (1, 2)]
+    runs += [(n, {"seeds": [1, 2]}) for n in NAMES[-3:]]
+
+    def keys() -> dict[tuple[str, str], str]:
+        return {(n, str(p)): cache_key(n, params.run_dir, cfg, p) for n, p in runs}
+
+    cases = {  # edited file -> the stages whose cache keys change, in pipeline order
+        "rtscore/data/normalization/stats.py": ["normalization-stats", "validate-data", *AFTER_TRAINING],
+        "rtscore/metrics/histograms.py": AFTER_TRAINING,
+        "README.md": [],
+        "tests/flows/test_train_flow.py": [],
+        "rtscore/package/verify.py": ["package"],
+        "rtscore/calibrate/temperature.py": AFTER_TRAINING[1:],
+        "rtscore/losses/focal.py": AFTER_TRAINING,
+    }
+    clean = keys()
+    for rel, expected in cases.items():
+        edits.edit(rel)
+        changed = {name for (name, p), k in keys().items() if clean[(name, p)] != k}
+        assert sorted(changed, key=NAMES.index) == expected, rel
+        edits.undo(rel)
+        assert keys() == clean
+
+    # ... and those keys are what the pipeline runs on: three of the edits, run for real (a logit-cache edit re-runs
+    # from there, the training before it kept; that an edit of the train closure retrains from scratch is
+    # tests/stages/test_resume_identity.py's, on the train-seed stage itself).
+    for rel in ("README.md", "rtscore/package/verify.py", "rtscore/calibrate/temperature.py"):
+        edits.edit(rel)
+        seen.clear()
+        pipeline(params)
+        assert sorted({s for s in seen if s in NAMES}, key=NAMES.index) == cases[rel], rel
+        seen.clear()
+        pipeline(params)
+        assert [s for s in seen if s in NAMES] == [], f"{rel}: the second run is served from the cache"
 
 
 def _flow_run_names() -> list[str]:

@@ -249,16 +249,16 @@ def test_a_scene_is_recorded_done_only_after_all_its_files_are_published(
 
 @pytest.mark.slow
 def test_the_server_tests_campaign_with_a_gs_output_through_the_map_region_flow(gs_root: str, tmp_path: Path) -> None:
-    """The campaign of tests/flows/test_mapping_server.py (14 synth-geotiff mosaics, one full NoData, one corrupt,
-    4 chunks) through the map-region flow's body (execution local) into a gs:// output: every valid scene done once,
-    its published COGs byte-identical to rts predict's on the same scene; the NoData scene skipped, the corrupt one
-    failed naming its file; the campaign files in the bucket."""
+    """A campaign like tests/flows/test_mapping_server.py's (synth-geotiff mosaics, one full NoData, one corrupt, 4
+    chunks), at 8 scenes of 2 a chunk, through the map-region flow's body (execution local) into a gs:// output: every
+    valid scene done once, its published COGs byte-identical to rts predict's on the same scene; the NoData scene
+    skipped, the corrupt one failed naming its file; the campaign files in the bucket."""
     tiles = synth_tiles(tmp_path / "tiles")
-    scenes = write_scene_set(tmp_path / "scenes", tiles, n_valid=12)
+    scenes = write_scene_set(tmp_path / "scenes", tiles, n_valid=6, nodata_at=3, corrupt_at=6)
     package = write_scene_package(tmp_path / "package", tiles)
     out = f"{gs_root}/campaign"
     summary = region(
-        MapRegionParams(package=str(package), input=str(scenes.root), output=out, chunk_size=4, device="cpu"), None
+        MapRegionParams(package=str(package), input=str(scenes.root), output=out, chunk_size=2, device="cpu"), None
     )
     records = CampaignLog(out).read()
     assert sorted(r.scene_id for r in records if r.status == "done") == sorted(scenes.valid)
@@ -267,7 +267,7 @@ def test_the_server_tests_campaign_with_a_gs_output_through_the_map_region_flow(
     )
     failed = next(r for r in records if r.status == "failed")
     assert f"{scenes.corrupt}.tif" in (failed.reason or "")
-    assert len({r.scene_id for r in records}) == len(records) == 14
+    assert len({r.scene_id for r in records}) == len(records) == 8
     assert len({name for name, _ in CampaignLog(out).files()}) == 4  # one log object per chunk
     root, by_id = CampaignRoot(out), {s.scene_id: s for s in list_scenes(scenes.root)}
     for name in scenes.valid:
@@ -275,6 +275,6 @@ def test_the_server_tests_campaign_with_a_gs_output_through_the_map_region_flow(
         got = scene_outputs(root, by_id[name])
         assert download(root.uri_of(root.rel(got.prob))) == ref.prob.read_bytes(), name
         assert download(root.uri_of(root.rel(got.mask))) == ref.mask.read_bytes(), name
-    assert (summary.done, summary.skipped_full_nodata, summary.failed) == (12, 1, 1)
+    assert (summary.done, summary.skipped_full_nodata, summary.failed) == (6, 1, 1)
     for name in (OBJECTS_FILE, INDEX_FILE, SUMMARY_JSON, SUMMARY_MD):
         assert download(root.uri_of(name)) is not None, name

@@ -1,81 +1,19 @@
-"""Caching correct by construction, against a real run directory and the real pipeline flow.
+"""The shipped seed is decided once, by calibration.
 
-An edit to a module in a stage's import closure re-runs that stage and every stage after it, and nothing
-before it; an edit outside every closure re-runs nothing. The shipped seed is decided once, by calibration.
+That an edit to a module in a stage's import closure re-runs that stage and every stage after it, and nothing before
+it (an edit outside every closure nothing), is checked against the real pipeline flow's run directory by
+tests/flows/test_train_flow.py, on the run it trains once for all of its caching checks.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rtscore.config import load_pipeline_config
-from rtscore.stages import STAGES, cache_key, code_fingerprint
 from tests.flows.configs import tiny_training_config, write_config
-from tests.helpers import CodeEdits, executed_stages, fake_trained_seed, make_data_run
-
-ROOT = Path(__file__).resolve().parents[2]
-NAMES = [s.name for s in STAGES]
-AFTER_TRAINING = ["train-seed", "logit-cache", "calibrate", "evaluate-test", "package"]
-
-
-@pytest.fixture
-def edits(monkeypatch: pytest.MonkeyPatch) -> Iterator[CodeEdits]:
-    yield CodeEdits(monkeypatch)
-    code_fingerprint.cache_clear()
-
-
-@pytest.mark.slow
-def test_a_code_edit_recomputes_its_stage_and_everything_after_it_and_nothing_before(
-    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edits: CodeEdits
-) -> None:
-    from flows.params import PipelineParams
-    from flows.pipeline import pipeline
-
-    config = write_config(tmp_path / "pipeline.yaml", tiny_training_config([1]))
-    params = PipelineParams(config=str(config), run_dir=str(tmp_path / "run"))
-    pipeline(params)
-    seen = executed_stages(monkeypatch)
-    pipeline(params)
-    assert [s for s in seen if s in NAMES] == [], "a completed pipeline re-runs nothing"
-
-    # The keys of every stage run of this pipeline, computed from the real run directory after each edit.
-    cfg = load_pipeline_config(config)
-    runs = [("generate-dataset", {"split": s}) for s in ("train", "val", "test")]
-    runs += [("normalization-stats", {}), ("validate-data", {}), ("train-seed", {"seed": 1})]
-    runs += [("logit-cache", {"seed": 1}), *((n, {"seeds": [1]}) for n in NAMES[-3:])]
-
-    def keys() -> dict[tuple[str, str], str]:
-        return {(n, str(p)): cache_key(n, params.run_dir, cfg, p) for n, p in runs}
-
-    cases = {  # edited file -> the stages whose cache keys change, in pipeline order
-        "rtscore/data/normalization/stats.py": ["normalization-stats", "validate-data", *AFTER_TRAINING],
-        "rtscore/metrics/histograms.py": AFTER_TRAINING,
-        "README.md": [],
-        "tests/stages/test_caching.py": [],
-        "rtscore/package/verify.py": ["package"],
-        "rtscore/losses/focal.py": AFTER_TRAINING,
-    }
-    clean = keys()
-    for rel, expected in cases.items():
-        edits.edit(rel)
-        changed = {name for (name, p), k in keys().items() if clean[(name, p)] != k}
-        assert sorted(changed, key=NAMES.index) == expected, rel
-        edits.undo(rel)
-        assert keys() == clean
-
-    # ... and those keys are what the pipeline runs on: three of the edits, run for real.
-    for rel in ("README.md", "rtscore/package/verify.py", "rtscore/losses/focal.py"):
-        edits.edit(rel)
-        seen.clear()
-        pipeline(params)
-        assert sorted({s for s in seen if s in NAMES}, key=NAMES.index) == cases[rel], rel
-        seen.clear()
-        pipeline(params)
-        assert [s for s in seen if s in NAMES] == [], f"{rel}: the second run is served from the cache"
+from tests.helpers import fake_trained_seed, make_data_run, quick_training
 
 
 @pytest.mark.slow
@@ -83,7 +21,7 @@ def test_the_package_ships_the_seed_calibration_chose(prefect_harness: None, tmp
     from flows.cli.main import main
     from rtscore.config import parse_pipeline_config
 
-    data = tiny_training_config([42, 43, 44])
+    data = quick_training(tiny_training_config([42, 43, 44]))
     config = write_config(tmp_path / "pipeline.yaml", data)
     cfg = parse_pipeline_config(data)
     # Three recorded seeds, as `rts run` leaves them: which seed ships is decided from their records, whatever the
