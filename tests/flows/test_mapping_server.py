@@ -29,7 +29,7 @@ from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE, SUMMARY_JSON, SUM
 from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
 from rtscore.mapping.scenes import list_scenes
 from rtscore.storage import CACHE_ENV
-from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, kill_machine, wait_final, zombie_server
+from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, borrow, kill_machine, wait_final
 from tests.mapping.scenes import SceneSet, synth_tiles, write_scene_package, write_scene_set
 
 CHUNK = 4  # 14 scenes: 4 chunks, the last one of 2
@@ -38,9 +38,9 @@ MAP_CHUNK_KEY = "rts-pipeline/{parent}/map-chunk/"  # flows.fanout.idempotency_k
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with the zombie automation; the workers are started by the test."""
-    with zombie_server(tmp_path_factory.mktemp("mapping-server")) as srv:
+def server(prefect_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The session's server, with the zombie automation; the workers are started by the test."""
+    with borrow(prefect_server, tmp_path_factory.mktemp("mapping-server") / "logs") as srv:
         yield srv
 
 

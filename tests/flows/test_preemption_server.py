@@ -29,7 +29,7 @@ from rtscore.storage import CACHE_ENV, RunDir, RunLayout
 from rtscore.train.records import read_attempts
 from tests.conftest import GCS_TEST_BUCKET
 from tests.flows.configs import tiny_training_config, write_config
-from tests.flows.prefect_server import Server, kill_machine, zombie_server
+from tests.flows.prefect_server import Server, borrow, kill_machine
 from tests.helpers import make_data_run
 
 SEED = 5
@@ -45,10 +45,12 @@ def _config() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, gcs_emulator: str) -> Iterator[Server]:
-    """A server with the zombie automation; workers are started by the test (they reach the emulator)."""
-    with zombie_server(
-        tmp_path_factory.mktemp("preemption-server"),
+def server(prefect_server: Server, tmp_path_factory: pytest.TempPathFactory, gcs_emulator: str) -> Iterator[Server]:
+    """The session's server, with the zombie automation; workers are started by the test (they reach the
+    emulator)."""
+    with borrow(
+        prefect_server,
+        tmp_path_factory.mktemp("preemption-server") / "logs",
         STORAGE_EMULATOR_HOST=gcs_emulator,
         RTS_GCS_WORKERS="4",  # the emulator serves one request at a time
         RTS_GCS_RETRY_INITIAL_S="0.01",
