@@ -136,6 +136,11 @@ def server_env(home: str, url: str, **env_extra: str) -> dict[str, str]:
     """The environment of a server (its PREFECT_HOME and API URL) and of everything started against it: this
     process's environment as it is now, without its PREFECT_ settings, plus the server's settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    # torch's OpenMP threads wait for each other by spinning: on two cores shared by the test process, the server
+    # and two or three flow-run processes, a spinning thread holds the core its partner needs, and a training step
+    # of these tiny models takes seconds instead of a fraction of one. Waiting passively changes nothing computed
+    # (the work is split among the same threads the same way), only who gets the core meanwhile.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.update(
         PREFECT_HOME=home,
         PREFECT_API_URL=url,
