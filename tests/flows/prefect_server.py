@@ -88,15 +88,17 @@ class Server:
         in sessions of their own: a worker's SIGTERM leaves them running)."""
         import psutil
 
+        # Only the processes still running: the pid (and group id) of one that ended (kill_machine) may be
+        # another process's by now.
+        running = [proc for proc in self.procs if proc.poll() is None]
         children: list[psutil.Process] = []
-        for proc in self.procs:
-            if proc.poll() is None:  # not one killed already (kill_machine): its pid may be another's by now
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    children += psutil.Process(proc.pid).children(recursive=True)
-        for proc in reversed(self.procs):
+        for proc in running:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                children += psutil.Process(proc.pid).children(recursive=True)
+        for proc in reversed(running):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.procs):
+        for proc in reversed(running):
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
