@@ -1,6 +1,12 @@
 """A real Prefect server for the tests of the production path: `prefect server start` in a subprocess with its
 own PREFECT_HOME, the README's process pools (`cpu-process`, and `gpu` standing in for the GPU pool),
-`prefect deploy --all` from prefect.yaml, and workers started as the README does."""
+`prefect deploy --all` from prefect.yaml, and workers started as the README does.
+
+The server tests share one such server per test process (tests/flows/conftest.py: ``prefect_server``, with the
+zombie automation of the README's server set-up): starting it and deploying costs ~20 s, once instead of once per
+module. Each module borrows it (:func:`borrow`) with its own workers and environment; on return its workers are
+stopped and any flow run not final is cancelled, so nothing a module left behind can reach the next module's
+workers (the pools and deployments are the same for all)."""
 
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ class Server:
     env: dict[str, str]
     logs: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    server_log: Path | None = None  # the shared server's own log, where its logs are not under ``logs``
 
     @contextlib.contextmanager
     def client(self) -> Iterator[Any]:
@@ -50,7 +57,8 @@ class Server:
 
     def log_tail(self, n: int = 60) -> str:
         out = []
-        for log in sorted(self.logs.glob("*.log")):
+        shared = [self.server_log] if self.server_log is not None else []
+        for log in [*shared, *sorted(self.logs.glob("*.log"))]:
             lines = log.read_text(errors="replace").splitlines()[-n:]
             out.append(f"----- {log.name} (last {len(lines)} lines)\n" + "\n".join(lines))
         return "\n".join(out)
@@ -76,17 +84,32 @@ class Server:
         return done.stdout
 
     def stop(self) -> None:
-        """Stop what this fixture started: each process group (a worker's flow-run subprocesses included)."""
-        for proc in reversed(self.procs):
+        """Stop what this fixture started: each process group, and the flow-run processes of a worker (they run
+        in sessions of their own: a worker's SIGTERM leaves them running)."""
+        import psutil
+
+        # Only the processes still running: the pid (and group id) of one that ended (kill_machine) may be
+        # another process's by now.
+        running = [proc for proc in self.procs if proc.poll() is None]
+        children: list[psutil.Process] = []
+        for proc in running:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                children += psutil.Process(proc.pid).children(recursive=True)
+        for proc in reversed(running):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.procs):
+        for proc in reversed(running):
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        psutil.wait_procs(children, timeout=10)
+        self.procs.clear()
 
 
 def default_sigint() -> None:
@@ -111,15 +134,18 @@ def wait_healthy(server: Server, proc: subprocess.Popen[bytes], timeout: float =
     raise AssertionError(f"prefect server not healthy after {timeout} s:\n{server.log_tail()}")
 
 
-def start_server(base: Path, **env_extra: str) -> Server:
-    """`prefect server start` under ``base``, pools `cpu-process` and `gpu`, `prefect deploy --all` (no workers:
-    the caller starts them with :meth:`Server.start`). Stop it with :meth:`Server.stop`."""
-    (base / "logs").mkdir(parents=True, exist_ok=True)
-    port = free_port()
+def server_env(home: str, url: str, **env_extra: str) -> dict[str, str]:
+    """The environment of a server (its PREFECT_HOME and API URL) and of everything started against it: this
+    process's environment as it is now, without its PREFECT_ settings, plus the server's settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    # torch's OpenMP threads wait for each other by spinning: on two cores shared by the test process, the server
+    # and two or three flow-run processes, a spinning thread holds the core its partner needs, and a training step
+    # of these tiny models takes seconds instead of a fraction of one. Waiting passively changes nothing computed
+    # (the work is split among the same threads the same way), only who gets the core meanwhile.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.update(
-        PREFECT_HOME=str(base / "home"),
-        PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+        PREFECT_HOME=home,
+        PREFECT_API_URL=url,
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         # No scheduled runs of final-multiseed while the test runs (its cron is weekly anyway).
         PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false",
@@ -128,6 +154,17 @@ def start_server(base: Path, **env_extra: str) -> Server:
         RTS_PROJECT_DIR=str(ROOT),  # the pull step's working directory (prefect.yaml)
         **env_extra,
     )
+    return env
+
+
+def start_server(base: Path, *, zombie_automation: bool = False, **env_extra: str) -> Server:
+    """`prefect server start` under ``base``, pools `cpu-process` and `gpu`, `prefect deploy --all` (no workers:
+    the caller starts them with :meth:`Server.start`), and with ``zombie_automation`` the zombie automation of the
+    README's server set-up (deployments/zombie_automation.py, ``--within`` :data:`ZOMBIE_AFTER_S`): a run whose
+    heartbeats stop is marked Crashed. Stop it with :meth:`Server.stop`."""
+    (base / "logs").mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = server_env(str(base / "home"), f"http://127.0.0.1:{port}/api", **env_extra)
     srv = Server(url=env["PREFECT_API_URL"], env=env, logs=base / "logs")
     try:
         proc = srv.start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port))
@@ -135,6 +172,16 @@ def start_server(base: Path, **env_extra: str) -> Server:
         srv.cli("work-pool", "create", "cpu-process", "--type", "process")
         srv.cli("work-pool", "create", "gpu", "--type", "process")  # stands in for the GPU pool
         srv.cli("--no-prompt", "deploy", "--all")
+        if zombie_automation:
+            done = subprocess.run(
+                [sys.executable, "deployments/zombie_automation.py", "--within", str(ZOMBIE_AFTER_S)],
+                env=srv.env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
     except BaseException:
         srv.stop()
         raise
@@ -142,24 +189,34 @@ def start_server(base: Path, **env_extra: str) -> Server:
 
 
 @contextlib.contextmanager
-def zombie_server(base: Path, **env_extra: str) -> Iterator[Server]:
-    """:func:`start_server` with the zombie automation of the README's server set-up
-    (deployments/zombie_automation.py, ``--within`` :data:`ZOMBIE_AFTER_S`): a run whose heartbeats stop is marked
-    Crashed. Stopped on exit."""
-    srv = start_server(base, **env_extra)
+def borrow(shared: Server, logs: Path, **env_extra: str) -> Iterator[Server]:
+    """The shared server for one module: its workers (started with :meth:`Server.start`) log under ``logs`` and
+    get this process's environment as it is now plus ``env_extra`` (as a server of the module's own would give
+    them). On exit they are stopped, and every flow run not final is cancelled: a run the module left behind (a
+    test that failed half-way) can never be picked up by the next module's workers."""
+    logs.mkdir(parents=True, exist_ok=True)
+    env = server_env(shared.env["PREFECT_HOME"], shared.url, **env_extra)
+    srv = Server(url=shared.url, env=env, logs=logs, server_log=shared.logs / "server.log")
     try:
-        done = subprocess.run(
-            [sys.executable, "deployments/zombie_automation.py", "--within", str(ZOMBIE_AFTER_S)],
-            env=srv.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
         yield srv
     finally:
         srv.stop()
+        cancel_unfinished(srv)
+
+
+def cancel_unfinished(srv: Server) -> None:
+    """Cancel every flow run of the server that is not final (Scheduled, Pending, Running, Paused...)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Cancelled
+
+    final = [StateType.COMPLETED, StateType.FAILED, StateType.CANCELLED, StateType.CRASHED]
+    with srv.client() as client:
+        unfinished = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(not_any_=final)))
+        )
+        for run in unfinished:
+            client.set_flow_run_state(run.id, Cancelled(message="left behind by a test module"), force=True)
 
 
 def wait_final(srv: Server, flow_run_id: UUID, timeout: float = RUN_TIMEOUT_S) -> Any:
@@ -171,6 +228,15 @@ def wait_final(srv: Server, flow_run_id: UUID, timeout: float = RUN_TIMEOUT_S) -
                 return run
             time.sleep(1.0)
     raise AssertionError(f"flow run {flow_run_id} not finished after {timeout} s:\n{srv.log_tail()}")
+
+
+def all_flow_runs(client: Any) -> list[Any]:
+    """Every flow run of the server, page by page (the API hands out at most 200 at a time; the session's server
+    holds the runs of every module that used it)."""
+    runs: list[Any] = []
+    while page := client.read_flow_runs(limit=200, offset=len(runs)):
+        runs += page
+    return runs
 
 
 def tree(client: Any, root: UUID) -> list[Any]:

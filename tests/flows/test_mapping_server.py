@@ -1,7 +1,7 @@
 """A mapping campaign survives losing a chunk's worker (issue 14): a real Prefect server, a cpu and two gpu workers.
 
 The campaign input holds 14 scenes (mosaics of `rts synth-geotiff` tiles; one without a valid pixel, one corrupt
-file), mapped by a `map-region` deployment run with `execution: distributed` in 4 chunks (4, 4, 4 and 2 scenes).
+file), mapped by a `map-region` deployment run with `execution: distributed` in 3 chunks (5, 5 and 4 scenes).
 Gpu worker A (`--limit 1`, its own RTS_CACHE_DIR) takes the first map-chunk run; once that
 chunk's log file holds some of its scenes but not all, worker A and its flow-run process are killed with SIGKILL (a
 pre-empted VM). The run's heartbeats stop, the zombie automation (deployments/zombie_automation.py) marks it
@@ -29,18 +29,18 @@ from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE, SUMMARY_JSON, SUM
 from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
 from rtscore.mapping.scenes import list_scenes
 from rtscore.storage import CACHE_ENV
-from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, kill_machine, wait_final, zombie_server
+from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, borrow, kill_machine, wait_final
 from tests.mapping.scenes import SceneSet, synth_tiles, write_scene_package, write_scene_set
 
-CHUNK = 4  # 14 scenes: 4 chunks, the last one of 2
+CHUNK = 5  # 14 scenes: 3 chunks, the last one of 4 (each chunk's run is a process start: no more than needed)
 LARGE = ("s01",)  # chunk 0's second scene is a 4x4-tile mosaic: once s00 is logged, seconds to kill the chunk mid-way
 MAP_CHUNK_KEY = "rts-pipeline/{parent}/map-chunk/"  # flows.fanout.idempotency_key's prefix for this stage
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with the zombie automation; the workers are started by the test."""
-    with zombie_server(tmp_path_factory.mktemp("mapping-server")) as srv:
+def server(prefect_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The session's server, with the zombie automation; the workers are started by the test."""
+    with borrow(prefect_server, tmp_path_factory.mktemp("mapping-server") / "logs") as srv:
         yield srv
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -29,8 +31,7 @@ from rtscore.storage import CACHE_ENV, RunDir, RunLayout
 from rtscore.train.records import read_attempts
 from tests.conftest import GCS_TEST_BUCKET
 from tests.flows.configs import tiny_training_config, write_config
-from tests.flows.prefect_server import Server, kill_machine, zombie_server
-from tests.helpers import make_data_run
+from tests.flows.prefect_server import ROOT, Server, borrow, kill_machine
 
 SEED = 5
 EPOCHS = 8
@@ -45,10 +46,12 @@ def _config() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, gcs_emulator: str) -> Iterator[Server]:
-    """A server with the zombie automation; workers are started by the test (they reach the emulator)."""
-    with zombie_server(
-        tmp_path_factory.mktemp("preemption-server"),
+def server(prefect_server: Server, tmp_path_factory: pytest.TempPathFactory, gcs_emulator: str) -> Iterator[Server]:
+    """The session's server, with the zombie automation; workers are started by the test (they reach the
+    emulator)."""
+    with borrow(
+        prefect_server,
+        tmp_path_factory.mktemp("preemption-server") / "logs",
         STORAGE_EMULATOR_HOST=gcs_emulator,
         RTS_GCS_WORKERS="4",  # the emulator serves one request at a time
         RTS_GCS_RETRY_INITIAL_S="0.01",
@@ -69,20 +72,17 @@ def test_a_seed_whose_worker_is_killed_resumes_on_a_fresh_worker_bit_identically
     config = write_config(tmp_path / "pipeline.yaml", data)
     cfg = parse_pipeline_config(data)
     uri = f"gs://{GCS_TEST_BUCKET}/{uuid.uuid4().hex[:12]}/run"
+    cache_a, cache_b = tmp_path / "gpu-a-cache", tmp_path / "gpu-b-cache"
+    worker = ["worker", "start", "--pool", "gpu", "--limit", "1"]
+    server.env[CACHE_ENV] = str(cache_a)
+    worker_a = server.start("worker-gpu-a", *worker)  # starts up while the data stages run (no run for it yet)
+
     monkeypatch.setenv("RTS_GCS_WORKERS", "4")
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cpu-worker"))
     stages.save_resolved_config(uri, cfg)
     for split in ("train", "val", "test"):
         stages.generate_dataset(uri, cfg, split)
     stages.normalization_stats(uri, cfg)
-
-    reference = make_data_run(tmp_path / "reference", cfg)  # the same data, trained without interruption
-    stages.train_seed(str(reference), cfg, SEED)
-
-    cache_a, cache_b = tmp_path / "gpu-a-cache", tmp_path / "gpu-b-cache"
-    worker = ["worker", "start", "--pool", "gpu", "--limit", "1"]
-    server.env[CACHE_ENV] = str(cache_a)
-    worker_a = server.start("worker-gpu-a", *worker)
 
     params = PipelineParams(
         config=str(config),
@@ -117,9 +117,12 @@ def test_a_seed_whose_worker_is_killed_resumes_on_a_fresh_worker_bit_identically
     assert not cache_b.exists()
     server.env[CACHE_ENV] = str(cache_b)  # the retry lands on a worker with an empty local mirror
     server.start("worker-gpu-b", *worker)
+    reference = tmp_path / "reference"  # the same data, trained without interruption
+    trained = _train_uninterrupted(config, reference, tmp_path / "reference.log")
     thread.join(timeout=900)
     assert not thread.is_alive(), f"the fan-out did not finish:\n{server.log_tail()}"
     assert "error" not in outcome, f"{outcome.get('error')}\n{server.log_tail()}"
+    assert trained.wait(timeout=900) == 0, (tmp_path / "reference.log").read_text()
 
     # Two runs of the seed: the first Crashed by the zombie automation, the second resumed and Completed.
     with server.client() as client:
@@ -155,6 +158,38 @@ def test_a_seed_whose_worker_is_killed_resumes_on_a_fresh_worker_bit_identically
     a, b = load_checkpoint(best), load_checkpoint(ref)
     assert a.keys() == b.keys()
     assert all(a[k].numpy().tobytes() == b[k].numpy().tobytes() for k in a), "not bit-identical"
+
+
+UNINTERRUPTED = """
+import sys
+from pathlib import Path
+
+import yaml
+
+from rtscore import stages
+from rtscore.config import parse_pipeline_config
+from tests.helpers import make_data_run
+
+config, run, seed = sys.argv[1:]
+cfg = parse_pipeline_config(yaml.safe_load(Path(config).read_text()))
+stages.train_seed(str(make_data_run(Path(run), cfg)), cfg, int(seed))
+"""
+
+
+def _train_uninterrupted(config: Path, run: Path, log: Path) -> subprocess.Popen[bytes]:
+    """The data stages and the seed's training into the local ``run``, in a process of its own, started now: it
+    trains while the zombie automation waits out the killed run. Its torch threads wait passively, as the flow
+    runs' do (prefect_server.server_env): it shares two cores with the server, a worker and the test."""
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-c", UNINTERRUPTED, str(config), str(run), str(SEED)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _bucket_file(uri: str, rel: str, tmp_path: Path) -> Path:

@@ -16,8 +16,9 @@ through the API as the UI's Retry button does. Then:
 - the same config run with ``execution: local`` into a second run directory gives the same package, test
   report and calibration (only the run's own metadata differs: MLflow run id and dates).
 
-The server, pools and workers are subprocesses with their own PREFECT_HOME and PREFECT_API_URL; the test
-process talks to the server inside ``temporary_settings``, so the session's in-process test harness
+The server, pools and workers are subprocesses with their own PREFECT_HOME and PREFECT_API_URL (the server is
+the one the server tests of this test process share, tests/flows/conftest.py; the workers are this module's); the
+test process talks to the server inside ``temporary_settings``, so the session's in-process test harness
 (conftest.prefect_harness) is left alone. The commands are the README's ("Three ways to run").
 """
 
@@ -39,21 +40,19 @@ from rtscore.package.format import METADATA, STATS, SUMS
 from rtscore.stages import STAGES
 from rtscore.storage import RunLayout
 from tests.flows.configs import tiny_training_config, write_config
-from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, start_server, tree, wait_final
+from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, borrow, tree, wait_final
 
 STAGE_TASKS = tuple(s.name for s in STAGES)  # the cached stage tasks, first to last
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """`prefect server start`, two process pools, `prefect deploy --all`, a worker per pool."""
-    srv = start_server(tmp_path_factory.mktemp("prefect-server"))
-    try:
+def server(prefect_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The session's server (`prefect server start`, two process pools, `prefect deploy --all`), a worker per
+    pool."""
+    with borrow(prefect_server, tmp_path_factory.mktemp("integration-workers") / "logs") as srv:
         srv.start("worker-cpu", "worker", "start", "--pool", "cpu-process")
         srv.start("worker-gpu", "worker", "start", "--pool", "gpu", "--limit", "1")
         yield srv
-    finally:
-        srv.stop()
 
 
 def _stage_task_runs(srv: Server, root: UUID) -> dict[str, tuple[str, str]]:
@@ -224,7 +223,12 @@ def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_r
 ) -> None:
     """train-seed and logit-cache once per seed, evaluate-test once: flow runs of their deployments on the gpu
     pool, children of the pipeline run, each under its idempotency key, also after the pipeline's retry."""
-    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        DeploymentFilter,
+        DeploymentFilterId,
+    )
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -245,7 +249,9 @@ def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_r
             assert {r.parameters["params"]["run_dir"] for r in mine} == {str(scenario.run_dir)}, name
             # A child of the pipeline run: run_deployment links it to a task run of the parent.
             assert all(client.read_task_run(r.parent_task_run_id).flow_run_id == scenario.flow_run.id for r in mine)
-        attempts = client.read_artifacts()
+        attempts = client.read_artifacts(  # the server's other modules' artifacts left out
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[scenario.flow_run.id]))
+        )
     assert sorted(r.parameters["params"]["seed"] for r in children["train-seed/train-seed"]) == [1, 2]
     assert sorted(r.parameters["params"]["seed"] for r in children["logit-cache/logit-cache"]) == [1, 2]
     (test_run,) = children["evaluate-test/evaluate-test"]

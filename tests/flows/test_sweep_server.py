@@ -30,7 +30,7 @@ from rtscore.sweep.plan import SweepPlan, plan_sweep
 from rtscore.sweep.run import REPORT_JSON
 from rtscore.train.records import read_attempts
 from tests.flows.configs import tiny_training_config, write_config
-from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, kill_machine, wait_final, zombie_server
+from tests.flows.prefect_server import RUN_TIMEOUT_S, Server, all_flow_runs, borrow, kill_machine, wait_final
 
 SEEDS = [1, 2]
 EPOCHS = 4  # a checkpoint every epoch: the kill lands after one and before the last
@@ -39,9 +39,9 @@ CHILD_KEY = "rts-pipeline/{parent}/"  # flows.fanout.idempotency_key's prefix of
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with the zombie automation; the workers are started by the test."""
-    with zombie_server(tmp_path_factory.mktemp("sweep-server")) as srv:
+def server(prefect_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The session's server, with the zombie automation; the workers are started by the test."""
+    with borrow(prefect_server, tmp_path_factory.mktemp("sweep-server") / "logs") as srv:
         yield srv
 
 
@@ -65,7 +65,7 @@ def _children(srv: Server, parent: UUID) -> dict[str, Any]:
             stage: client.read_deployment_by_name(f"{stage}/{stage}").id
             for stage in ("train-seed", "logit-cache", "evaluate-test")
         }
-        mine = [r for r in client.read_flow_runs(limit=200) if (r.idempotency_key or "").startswith(prefix)]
+        mine = [r for r in all_flow_runs(client) if (r.idempotency_key or "").startswith(prefix)]
         parents = {r.id: client.read_task_run(r.parent_task_run_id).flow_run_id for r in mine}
     runs = {r.idempotency_key.removeprefix(prefix): r for r in mine}
     for key, r in runs.items():
