@@ -30,7 +30,9 @@ def test_a_quick_run_launches_both_set_ups_and_prints_the_ratio(
     import sys
 
     out = tmp_path / "ddp.json"
-    monkeypatch.setattr(sys, "argv", ["ddp_bench.py", "--quick", "--json", str(out), "--workdir", str(tmp_path / "w")])
+    # the smallest set-up the script allows: --quick sizes (one round, one timed epoch) of one global batch per epoch
+    argv = ["ddp_bench.py", "--quick", "--steps", "1", "--json", str(out), "--workdir", str(tmp_path / "w")]
+    monkeypatch.setattr(sys, "argv", argv)
     assert main() == 0
     summary = json.loads(out.read_text())
     assert summary["settings"]["config"] == "quickstart.yaml" and summary["settings"]["channels"] == 4

@@ -10,6 +10,7 @@ import pytest
 from bench.review_export_bench import run
 
 
+@pytest.mark.slow  # a bench smoke run: a campaign mapped, chips timed, two exports in fresh processes for their RSS
 def test_bench_times_chips_and_measures_the_exports_peak_rss(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

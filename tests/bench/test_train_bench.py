@@ -57,8 +57,11 @@ def test_spread_is_median_and_range() -> None:
 
 
 def _run_quick(*extra: str) -> dict:
+    """The script as a user runs it, on the smallest set-up it allows: --quick sizes, one step per timed epoch
+    (``--cpu-steps 1``; the quick default is 2), one round (the quick default)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, str(ROOT / "bench" / "train_bench.py"), "--quick", "--sections", "cpu", *extra]
+    cmd = [sys.executable, str(ROOT / "bench" / "train_bench.py"), "--quick", "--sections", "cpu", "--cpu-steps", "1"]
+    cmd += extra
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert "(d) the CPU path" in out and "fastest numerically sound setting" in out
     return json.loads(out.strip().splitlines()[-1])["cpu_path"]
@@ -78,6 +81,7 @@ def _check(d: dict, names: set[str]) -> None:
     assert set(v["per_frequency"]) == {"2", "3", "4"}
 
 
+@pytest.mark.slow  # a bench smoke run: ~30 s on 2 busy cores (data, six training set-ups, a real epoch twice)
 def test_quick_run_without_compile_measures_every_eager_variant() -> None:
     d = _run_quick("--no-compile")
     _check(d, {"default", "default_repeat", "nchw", "t1_w1", "t2_w1"})

@@ -19,11 +19,17 @@ def calib_config(**calibration: object) -> PipelineConfig:
 
 @pytest.fixture(scope="session")
 def model_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run with the data stages done and untrained (seeded) EMA weights for SEEDS: no training needed."""
+    """A run with the data stages done, untrained (seeded) EMA weights for SEEDS (no training needed) and each
+    seed's logit cache of calib_config(): built once per worker and only read by the tests (one that writes takes a
+    copy_run), so the cache tests, the streaming tests and the calibrated run share one pass per seed."""
+    from rtscore import stages
+
     cfg = calib_config()
     run = make_data_run(tmp_path_factory.mktemp("calib") / "run", cfg)
     for seed in SEEDS:
         fake_trained_seed(run, cfg, seed)
+    for seed in SEEDS:
+        stages.logit_cache(str(run), cfg, seed)
     return run
 
 

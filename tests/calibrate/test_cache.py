@@ -43,9 +43,8 @@ def _full_logits(run: Path, cfg, seed: int, combo: Combo) -> tuple[np.ndarray, n
 
 @pytest.fixture(scope="module")
 def cached(model_run: Path) -> tuple[Path, LogitCache]:
-    cfg = calib_config()
-    ref = stages.logit_cache(str(model_run), cfg, 1)
-    return model_run, LogitCache(model_run / ref.path)
+    """Seed 1's logit cache, as the logit-cache stage wrote it into the shared run (tests/calibrate/conftest.py)."""
+    return model_run, LogitCache(model_run / "calibration/seed_1/logit_cache.zarr")
 
 
 @pytest.mark.parametrize(

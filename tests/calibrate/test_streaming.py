@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import zarr
 
-from rtscore import stages
 from rtscore.calibrate import cache as cache_module
 from rtscore.calibrate.cache import Combo, LogitCache
 from rtscore.calibrate.decisions import thresholds_at_ratios
@@ -18,16 +17,12 @@ from rtscore.calibrate.run import calibrate_seed, run_gates
 from rtscore.calibrate.temperature import fit_temperature
 from rtscore.config.deployment import DeploymentConfig
 from tests.calibrate.conftest import SEEDS, calib_config
-from tests.helpers import copy_run
 
 
 @pytest.fixture(scope="module")
-def caches(model_run: Path, tmp_path_factory: pytest.TempPathFactory) -> list[LogitCache]:
-    run = copy_run(model_run, tmp_path_factory.mktemp("streaming") / "run")
-    cfg = calib_config()
-    for s in SEEDS:
-        stages.logit_cache(str(run), cfg, s)
-    return [LogitCache(run / f"calibration/seed_{s}/logit_cache.zarr") for s in SEEDS]
+def caches(model_run: Path) -> list[LogitCache]:
+    """Each seed's logit cache in the shared run (read-only: the decisions write only under tmp_path)."""
+    return [LogitCache(model_run / f"calibration/seed_{s}/logit_cache.zarr") for s in SEEDS]
 
 
 def _decide(caches: list[LogitCache], tmp_path: Path) -> str:

@@ -98,8 +98,16 @@ def _vit_state(backbone: str) -> dict[str, torch.Tensor]:
     return timm.create_model(backbone.removeprefix("tu-"), pretrained=False).state_dict()
 
 
-def test_local_weights_load_with_the_rgb_patch_embedding_adapted_to_extra_channels(tmp_path: Path) -> None:
-    src = _vit_state(SMALL)
+@pytest.fixture(scope="module")
+def small_vit_state() -> dict[str, torch.Tensor]:
+    """A seeded ViT-S state dict in timm's naming, the local weights file of the loading tests (only read)."""
+    return _vit_state(SMALL)
+
+
+def test_local_weights_load_with_the_rgb_patch_embedding_adapted_to_extra_channels(
+    small_vit_state: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    src = small_vit_state
     path = tmp_path / "dinov3_small.pth"
     torch.save(src, path)
     m: Any = build_model(_dpt(weights=str(path), decoder_channels=NARROW), FOUR)
@@ -112,10 +120,10 @@ def test_local_weights_load_with_the_rgb_patch_embedding_adapted_to_extra_channe
     torch.testing.assert_close(vit.reg_token, src["reg_token"])
 
 
-def test_metas_original_checkpoint_naming_loads(tmp_path: Path) -> None:
+def test_metas_original_checkpoint_naming_loads(small_vit_state: dict[str, torch.Tensor], tmp_path: Path) -> None:
     """A DINOv3 .pth as Meta publishes it (storage_tokens, ls1.gamma, a mask token) goes through timm's own
     conversion."""
-    src = _vit_state(SMALL)
+    src = small_vit_state
     meta = {
         k.replace("reg_token", "storage_tokens").replace("gamma_1", "ls1.gamma").replace("gamma_2", "ls2.gamma"): v
         for k, v in src.items()
@@ -177,19 +185,24 @@ def test_a_packaged_dpt_loads_back_with_its_weights(small: Any, tmp_path: Path) 
         assert torch.equal(model.state_dict()[k], v), k
 
 
-@pytest.mark.slow  # ~20 s on an idle 2-core host: three tiny splits generated, 4 epochs of 3 steps
+@pytest.mark.slow  # ~12 s on an idle 2-core host: two tiny splits generated, 3 epochs of 2 steps
 def test_a_dpt_trains_through_the_training_stage_and_loads_back(tmp_path: Path) -> None:
+    """The fewest epochs the schedule allows (frozen backbone, warm-up, one cosine epoch), each validated and
+    checkpointed; training reads the train and val stores and the statistics only, so no test split is made."""
+    from rtscore import stages
     from rtscore.config import parse_pipeline_config
     from rtscore.stages.train import train_seed
-    from tests.helpers import make_data_run
     from tests.train.conftest import tiny_train_config
 
-    data = tiny_train_config().model_dump(mode="json")
+    data = tiny_train_config(max_epochs=3, steps_per_epoch=2).model_dump(mode="json")
     data["model"] = _dpt(decoder_channels=NARROW, head_prior=0.01).model_dump(mode="json")
     cfg = parse_pipeline_config(data)
-    run = make_data_run(tmp_path / "run", cfg)
+    run = tmp_path / "run"
+    for split in ("train", "val"):
+        stages.generate_dataset(str(run), cfg, split)
+    stages.normalization_stats(str(run), cfg)
     result = train_seed(str(run), cfg, 42).result
-    assert result.epochs_run == 4 and math.isfinite(result.best_metric)
+    assert result.epochs_run == 3 and math.isfinite(result.best_metric)
     model = load_model(Path(result.seed_dir) / "best_deployment.pth", cfg, "cpu")
     with torch.no_grad():
         assert model(torch.randn(1, 4, 64, 64)).shape == (1, 1, 64, 64)

@@ -5,6 +5,7 @@ head prior, the encoder / decoder parameter groups."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,8 +28,15 @@ def test_architectures_emit_one_logit_at_input_resolution(arch: str, backbone: s
     assert not any(isinstance(mod, torch.nn.Sigmoid) for mod in m.modules())
 
 
-def test_encoder_and_decoder_groups_partition_parameters() -> None:
-    m = build_model(ModelConfig(architecture="unet", backbone="resnet18", encoder_weights=None), ChannelsConfig())
+@pytest.fixture(scope="module")
+def resnet18_unet() -> Any:  # Any: the tests reach into the encoder's submodules
+    """An RGB Unet / resnet18 without pretrained weights (only read: its parameters, or its encoder saved as a
+    weights file)."""
+    return build_model(ModelConfig(architecture="unet", backbone="resnet18", encoder_weights=None), ChannelsConfig())
+
+
+def test_encoder_and_decoder_groups_partition_parameters(resnet18_unet: Any) -> None:
+    m = resnet18_unet
     enc, dec = encoder_parameters(m), decoder_parameters(m)
     assert len(enc) + len(dec) == len(list(m.parameters())) and {id(p) for p in enc}.isdisjoint({id(p) for p in dec})
 
@@ -40,8 +48,8 @@ def test_unknown_backbone_is_a_clear_error() -> None:
         build_model(ModelConfig(architecture="segformer", backbone="resnet18", encoder_weights=None), ChannelsConfig())
 
 
-def test_local_encoder_weights_file_is_loaded_and_extra_channels_patched(tmp_path: Path) -> None:
-    src = build_model(ModelConfig(architecture="unet", backbone="resnet18", encoder_weights=None), ChannelsConfig())
+def test_local_encoder_weights_file_is_loaded_and_extra_channels_patched(resnet18_unet: Any, tmp_path: Path) -> None:
+    src = resnet18_unet
     path = tmp_path / "enc.pth"
     torch.save(src.encoder.state_dict(), path)
     m = build_model(ModelConfig(architecture="unet", backbone="resnet18", encoder_weights=str(path)), FOUR)
@@ -53,8 +61,8 @@ def test_local_encoder_weights_file_is_loaded_and_extra_channels_patched(tmp_pat
     torch.testing.assert_close(m.encoder.layer1[0].conv1.weight, src.encoder.layer1[0].conv1.weight)
 
 
-def test_weights_of_another_encoder_are_refused(tmp_path: Path) -> None:
-    other = build_model(ModelConfig(architecture="unet", backbone="resnet18", encoder_weights=None), ChannelsConfig())
+def test_weights_of_another_encoder_are_refused(resnet18_unet: Any, tmp_path: Path) -> None:
+    other = resnet18_unet
     path = tmp_path / "enc.pth"
     torch.save(other.encoder.state_dict(), path)
     with pytest.raises(ModelConfigError, match="do not fit efficientnet-b0"):
