@@ -94,11 +94,13 @@ def test_import_npz_command(tmp_path: Path) -> None:
 
 
 def test_rts_entry_point_help() -> None:
+    """The console script and ``python -m flows.cli`` (what scripts and the fail-fast bench call) both answer."""
     exe = Path(sys.executable).parent / "rts"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flows.cli.main"]
-    out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("generate", "stats", "validate", "data", "import-npz"):
-        assert command in out
+    commands = [[sys.executable, "-m", "flows.cli"]] + ([[str(exe)]] if exe.exists() else [])
+    for cmd in commands:
+        out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, check=True).stdout
+        for command in ("generate", "stats", "validate", "data", "import-npz"):
+            assert command in out, cmd
 
 
 def test_after_training_commands_are_wired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
