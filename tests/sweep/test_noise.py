@@ -75,8 +75,7 @@ def _measure(calls: list[dict[str, Any]]) -> Any:
                 "geomean": _row(0.001, None),
             },
             configured_min_delta=0.005,
-            ratio=first,
-        )
+        )  # its ratio: the first of metrics
 
     return measure
 
@@ -88,12 +87,13 @@ def test_the_sweeps_floor_is_the_guides_at_the_first_ratio_over_five_validations
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(noise, "measure_noise_floor", _measure(calls))
     floor = noise.noise_floor(plan, cfg, 1)
-    first = cfg.metrics.ratios[0]
+    # the guide's std is 0 under re-weighting; the margin is not: 2 x the subsampled std at the first ratio (not the
+    # geomean's 0.001)
+    assert floor.reweighted_std == 0.0 and margin_of(sweep, floor) == pytest.approx(0.008)
     assert calls == [{"seed": 1, "repeats": 5, "draws_per_run": noise.NOISE_DRAWS}], "the guide's 5 validations"
+    first = cfg.metrics.ratios[0]
     assert floor.repeats == 5 and floor.ratio == first and floor.metric.startswith(f"PR-AUC at 1:{first}")
-    assert (floor.reweighted_std, floor.subsampled_std, floor.bootstrap_std) == (0.0, 0.004, 0.03)
-    # the guide's std is 0 under re-weighting; the margin is not: 2 x the subsampled std at the first ratio
-    assert margin_of(sweep, floor) == pytest.approx(0.008)
+    assert (floor.subsampled_std, floor.bootstrap_std) == (0.004, 0.03)
     assert noise.noise_floor(plan, cfg, 1) == floor and len(calls) == 1, "kept for the same checkpoint"
 
 

@@ -95,7 +95,7 @@ def test_the_headline_is_the_guides_std_of_pr_auc_at_the_first_ratio_over_five_v
     """Guide §10.1 as such: std of PR-AUC at 1:200 over 5 validations, min_delta = 2 x std (not the geomean's std,
     not 3 validations), said to be ~0 by construction under re-weighting, the subsampling std at 1:200 beside it."""
     at_200 = {**NOISE_DOC["metrics"]["200"], "reweighted_std": 3e-7, "suggested_min_delta_reweighted": 6e-7}
-    doc = {**NOISE_DOC, "repeats": 5, "ratio": 200, "metrics": {**NOISE_DOC["metrics"], "200": at_200}}
+    doc = {**NOISE_DOC, "repeats": 5, "metrics": {**NOISE_DOC["metrics"], "200": at_200}}  # ratio: the first
     lines = render_noise_floor(NoiseFloorReport.model_validate(doc)).splitlines()
     head = lines[3]
     assert head.startswith("Guide §10.1: std of PR-AUC at 1:200 (metrics.ratios[0]) over 5 validations of this")
