@@ -95,13 +95,10 @@ def measure_noise_floor(
     cfg: PipelineConfig, run_dir: str | Path, seed: int, *, repeats: int = 5, draws_per_run: int = 4
 ) -> NoiseFloorReport:
     """Validation ``repeats`` times (the guide: 5) on ``best_deployment.pth`` (no augmentation); PR-AUC spread
-    both ways, at every ratio of ``metrics.ratios`` and their geomean; the guide's definition is at the first.
-
-    Random subsampling (the guide's original method) draws a new negative subset per validation, so its
-    spread is what early stopping saw; the expected-value re-weighting is fixed given the model's outputs,
-    so its spread is only numerical non-determinism. The tile bootstrap shows the sampling uncertainty of
-    the validation pool itself, which no min_delta can remove.
-    """
+    both ways at every ratio of ``metrics.ratios`` (the guide's definition: the first) and their geomean.
+    Random subsampling (the guide's original method) draws a new negative subset per validation, so its spread
+    is what early stopping saw; the expected-value re-weighting is fixed given the model's outputs, so its spread
+    is only numerical non-determinism. The tile bootstrap shows the sampling uncertainty of the validation pool."""
     run = Path(run_dir)
     weights = run / RunLayout.BEST_WEIGHTS.at(seed=seed)
     device = select_device(cfg)
