@@ -171,8 +171,9 @@ class ImportNpzParams(FormModel):
 
 
 class NoiseFloorParams(FormModel):
-    """`rts noise-floor`: repeated validation of one seed's best checkpoint, re-weighting compared with random
-    negative subsets; suggests early_stopping.min_delta."""
+    """`rts noise-floor`: guide §10.1 on one seed's best checkpoint: the std of PR-AUC at metrics.ratios[0] (1:200)
+    over repeated validations and min_delta = 2 x std, ~0 by construction under exact re-weighting, so beside it the
+    std under random negative subsets (the sweep's margin) and the tile-bootstrap std."""
 
     config: LocalPath = Field(..., description="Pipeline config YAML.")
     run_dir: Annotated[str, Cli(flag="--run", parse=local_path)] = Field(
@@ -181,7 +182,7 @@ class NoiseFloorParams(FormModel):
     seed: int | None = Field(
         None, ge=0, description="Which seed's best checkpoint. Empty: training.seed of the config."
     )
-    repeats: int = Field(5, ge=1, description="Validation passes on the same checkpoint.")
+    repeats: int = Field(5, ge=1, description="Validation passes on the same checkpoint (guide §10.1: 5).")
     draws: int = Field(4, ge=1, description="Random negative subsets per pass (the old method).")
 
 

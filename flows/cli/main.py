@@ -103,7 +103,7 @@ COMMANDS: tuple[Command, ...] = (
         "noise-floor",
         NoiseFloorParams,
         lib.noise_floor,
-        "repeat validation on a seed's best checkpoint; suggest min_delta",
+        "guide §10.1 noise floor of a seed's best checkpoint: std of PR-AUC at 1:200 over repeated validations",
     ),
     Command(
         "profile-batch",

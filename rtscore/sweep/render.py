@@ -50,18 +50,27 @@ _NOISE_MEANINGS = (
     (
         "re-weighted std",
         "reweighted_std",
-        "repeated validations of one checkpoint, exact prevalence re-weighting: numerical non-determinism only",
+        "the guide's §10.1 std: repeated validations of one checkpoint, exact prevalence re-weighting, numerical "
+        "non-determinism only (~0 by construction, so it cannot set the margin)",
     ),
     (
         "subsampled std",
         "subsampled_std",
-        "a random negative subset per validation (the guide's method): the spread early stopping saw",
+        "a random negative subset per validation (the guide's method): the spread early stopping saw there; the "
+        "margin is 2 x this std",
     ),
     (
         "bootstrap std",
         "bootstrap_std",
         "tile bootstrap of the validation pool: the sampling uncertainty of the validation set itself",
     ),
+)
+# How a seed's value is read (rtscore.sweep.run.seed_row), said in report.md and docs/experiments.md.
+SEED_VALUE = (
+    "the raw value its validation recorded at the epoch of its best checkpoint (best_deployment.pth); early stopping "
+    "picks that epoch at the peak of the moving average over training.early_stopping.smoothing_window validations "
+    "(guide §9.1: 3), but the sweep compares the unsmoothed value of the checkpoint it would calibrate, test and "
+    "deploy"
 )
 
 
@@ -248,10 +257,11 @@ def markdown_table(rows: Sequence[Mapping[str, str]]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ report.md
-def _noise_floor_md(nf: NoiseFloor | None, margin: float) -> list[str]:
+def _noise_floor_md(nf: NoiseFloor | None, margin: float, basis: str) -> list[str]:
     lines = ["## Baseline noise floor (guide §10.1)", ""]
+    said = f"Margin {_num(margin)}" + (f": {basis}." if basis else ".")
     if nf is None:
-        return [*lines, "Not measured for this sweep.", ""]
+        return [*lines, "Not measured for this sweep.", "", said, ""]
     lines += [
         f"The baseline's best checkpoint of seed {nf.seed}, validated {nf.repeats} times; std of {nf.metric}:",
         "",
@@ -262,7 +272,7 @@ def _noise_floor_md(nf: NoiseFloor | None, margin: float) -> list[str]:
     ]
     lines += [
         "",
-        f"A difference smaller than the margin ({_num(margin)}) does not count, whatever its interval.",
+        f"{said} A difference smaller than the margin does not count, whatever its interval.",
         "",
     ]
     return lines
@@ -350,7 +360,8 @@ def render_markdown(report: SweepReport, *, plot: str | None = None) -> str:
         f"- Sweep directory: `{report.sweep_dir}`",
         f"- Deciding metric: `{report.metric}` (validation)",
         f"- Paired interval confidence: {report.confidence:.0%}",
-        f"- Margin: {_num(report.margin)} (the smallest difference that counts)",
+        f"- Margin: {_num(report.margin)} (the smallest difference that counts; {report.margin_basis or 'see below'})",
+        f"- A seed's value: {SEED_VALUE}",
         f"- Baseline: `{baseline.name}`" if baseline else "- Baseline: none",
         "",
         "## Variants",
@@ -363,7 +374,7 @@ def render_markdown(report: SweepReport, *, plot: str | None = None) -> str:
     ]
     if plot:
         lines += [f"![{report.metric} per variant, baseline ± noise floor margin]({plot})", ""]
-    lines += _noise_floor_md(report.noise_floor, report.margin)
+    lines += _noise_floor_md(report.noise_floor, report.margin, report.margin_basis)
     lines += ["## Choice", ""]
     if report.chosen:
         lines.append(f"Chosen: **`{report.chosen}`**." + (f" {report.choice}" if report.choice else ""))

@@ -50,14 +50,25 @@ class VariantReport(BaseModel):
 
 
 class NoiseFloor(BaseModel):
-    """The baseline's validation noise floor (guide §10.1), for the deciding metric where measured."""
+    """The baseline's validation noise floor (guide §10.1): PR-AUC at 1:``ratio`` over repeated validations of one
+    checkpoint. The guide's std (``reweighted_std`` here) is ~0 by construction under this project's exact
+    re-weighting; the margin comes from ``subsampled_std``, which is not (:func:`rtscore.sweep.run.margin_of`)."""
 
     seed: int = Field(..., description="The baseline seed whose best checkpoint was validated repeatedly.")
-    repeats: int = Field(..., description="Validations of that checkpoint.")
-    reweighted_std: float = Field(..., description="Std over repeated validations, exact re-weighting (the metric).")
-    subsampled_std: float = Field(..., description="Std with a random negative subset per validation (the guide's).")
-    bootstrap_std: float | None = Field(..., description="Tile-bootstrap std of the validation pool (geomean: null).")
-    metric: str = Field(..., description="What the stds are of (the geomean of PR-AUC over the ratios).")
+    repeats: int = Field(..., description="Validations of that checkpoint (the guide: 5).")
+    ratio: int | None = Field(
+        None,
+        description="The prevalence 1:N the stds are at: metrics.ratios[0], the guide's 1:200 (null: a floor "
+        "measured before issue 35, on the geomean; metric says).",
+    )
+    reweighted_std: float = Field(
+        ..., description="Std with the exact re-weighting (the metric): the guide's definition, ~0 by construction."
+    )
+    subsampled_std: float = Field(
+        ..., description="Std with a random negative subset per validation (the guide's method): the margin's basis."
+    )
+    bootstrap_std: float | None = Field(..., description="Tile-bootstrap std of the validation pool at 1:ratio.")
+    metric: str = Field(..., description="What the stds are of.")
 
 
 class SweepReport(BaseModel):
@@ -70,6 +81,7 @@ class SweepReport(BaseModel):
     metric: str = Field(..., description="The deciding validation metric.")
     confidence: float = Field(..., description="Confidence of the paired intervals.")
     margin: float = Field(..., description="Smallest difference that counts (see the verdict rule).")
+    margin_basis: str = Field("", description="Where the margin comes from, in one phrase (margin_of).")
     status: Literal["running", "finished"] = Field(..., description="Whether every variant × seed has trained.")
     variants: list[VariantReport] = Field(..., description="Baseline first, then the sweep file's order.")
     noise_floor: NoiseFloor | None = Field(None, description="The baseline's validation noise floor (§10.1).")
@@ -82,7 +94,7 @@ class SweepReport(BaseModel):
         default_factory=dict,
         description="Per tested variant, per prevalence ratio tag ('1_200'), per metric: its Test-Realistic figure.",
     )
-    notes: list[str] = Field(default_factory=list, description="Conditions the guide names, met or not (§3.3).")
+    notes: list[str] = Field(default_factory=list, description="What the reader must know to read the figures.")
 
     def variant(self, name: str) -> VariantReport:
         return next(v for v in self.variants if v.name == name)

@@ -12,14 +12,13 @@ import json
 import logging
 import math
 import statistics
-from pathlib import Path
 
 from rtscore.errors import PipelineError
 from rtscore.stages.registry import spec
 from rtscore.stages.spec import recorded
 from rtscore.storage import RunDir, RunLayout, StorageError, SweepLayout, atomic_write_text
 from rtscore.sweep.config import SweepConfig
-from rtscore.sweep.plan import LOWER_IS_BETTER, PLAN_NAME, SweepPlan, plan_json, variant_config
+from rtscore.sweep.plan import LOWER_IS_BETTER, PLAN_NAME, SweepPlan, plan_json
 from rtscore.sweep.render import plot_report, render_markdown
 from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, VariantReport
 from rtscore.sweep.verdict import Judgement, judge
@@ -126,13 +125,42 @@ def collect_variant(plan: SweepPlan, name: str, ratios: list[int], seeds: list[i
 
 # ----------------------------------------------------------------------------------------------- the margin
 def margin_of(sweep_cfg: SweepConfig, floor: NoiseFloor | None) -> float:
-    """The smallest difference that counts: the sweep's ``margin``, else 2 x the guide's noise floor (the std of the
-    geomean over validations of one checkpoint with random negative subsets, §10.1), else 0."""
+    """The smallest difference that counts: the sweep's ``margin``, else twice the baseline's noise floor under the
+    guide's random negative subsampling (guide §10.1's ``min_delta = 2 x std``, the std of PR-AUC at the first ratio,
+    1:200, over validations of one checkpoint), else 0. Not the std of the exact re-weighted metric: that one is ~0 by
+    construction (the same checkpoint gives the same expected value), so it could not make any difference not count."""
     if sweep_cfg.margin is not None:
         return sweep_cfg.margin
     if floor is None or not math.isfinite(floor.subsampled_std):
         return 0.0
     return 2.0 * floor.subsampled_std
+
+
+def margin_basis(sweep_cfg: SweepConfig, floor: NoiseFloor | None) -> str:
+    """Where :func:`margin_of` took the margin from, in one phrase (the report states it)."""
+    if sweep_cfg.margin is not None:
+        return "margin: of the sweep file"
+    if floor is None:
+        return "0: the baseline's noise floor is not measured yet"
+    if not math.isfinite(floor.subsampled_std):
+        return "0: the baseline's noise floor under random subsampling is not finite"
+    at = floor.metric if floor.ratio is None else f"PR-AUC at 1:{floor.ratio}"
+    return (
+        f"2 x the std of {at} over {floor.repeats} validations of the best checkpoint of baseline seed {floor.seed}, "
+        "each with a random negative subset (guide §10.1's min_delta = 2 x std, on the guide's subsampled "
+        "validation; the exact re-weighted metric's std is ~0 by construction)"
+    )
+
+
+def floor_notes(sweep_cfg: SweepConfig, floor: NoiseFloor | None) -> list[str]:
+    """A measured floor that leaves the margin at 0: the validation pool too small for random subsets to differ."""
+    if sweep_cfg.margin is not None or floor is None or floor.subsampled_std != 0.0:
+        return []
+    return [
+        "the baseline's noise floor under random subsampling is 0 (every random negative subset of the validation "
+        "pool is the same: too few negative tiles, or no positive tile), so the margin is 0: every difference the "
+        "paired interval separates from 0 counts; set margin: in the sweep file to require more"
+    ]
 
 
 # ----------------------------------------------------------------------------------------------- the report
@@ -167,13 +195,14 @@ def build_report(
         metric=plan.metric,
         confidence=sweep_cfg.confidence,
         margin=margin,
+        margin_basis=margin_basis(sweep_cfg, floor),
         status="finished" if finished else "running",
         variants=variants,
         noise_floor=floor,
     )
     if finished:
         report.chosen, report.choice = choose(report)
-    report.notes = late_fusion_notes(plan, report)
+    report.notes = floor_notes(sweep_cfg, floor)
     return report
 
 
@@ -210,35 +239,6 @@ def choose(report: SweepReport) -> tuple[str, str]:
     )
 
 
-def late_fusion_notes(plan: SweepPlan, report: SweepReport) -> list[str]:
-    """Guide §3.3 makes late fusion conditional: when early fusion of an auxiliary channel underperforms RGB. Said
-    for each variant whose channels are RGB plus EXTRA channels, against an RGB-only variant of the sweep."""
-    base = Path(plan.base_config)
-    extra = {v.name: [c.name for c in variant_config(base, v.name, v.overrides).channels.extra] for v in plan.variants}
-    rgb = [n for n, chans in extra.items() if not chans]
-    if not rgb:
-        return []
-    ref = rgb[0]
-    notes: list[str] = []
-    for v in report.variants:
-        if not extra[v.name] or v.judgement is None:
-            continue
-        if ref != plan.baseline:
-            continue  # judged against the baseline only: the condition needs the RGB variant as the baseline
-        chans = "+".join(extra[v.name])
-        if v.judgement.verdict == "worse":
-            notes.append(
-                f"late fusion (guide §3.3): its condition is met — early fusion of {chans} ({v.name}) underperforms "
-                f"RGB ({ref}); try {chans} through a late-fusion branch"
-            )
-        else:
-            notes.append(
-                f"late fusion (guide §3.3): its condition is not met for {chans} ({v.name}: {v.judgement.verdict} "
-                f"against RGB {ref})"
-            )
-    return notes
-
-
 def write_report(report: SweepReport) -> None:
     """``report.json``, ``report.png`` and ``report.md`` in the sweep directory (recorded; the JSON last)."""
     sweep = RunDir(report.sweep_dir)
@@ -266,7 +266,8 @@ __all__ = [
     "build_report",
     "choose",
     "collect_variant",
-    "late_fusion_notes",
+    "floor_notes",
+    "margin_basis",
     "margin_of",
     "read_report",
     "record_in_sweep",

@@ -104,8 +104,15 @@ def make_report(*, tested: bool = True) -> SweepReport:
         margin=0.005,
         status="finished",
         variants=variants,
+        margin_basis="2 x the std of PR-AUC at 1:200 over 5 validations, each with a random negative subset",
         noise_floor=NoiseFloor(
-            seed=1, repeats=5, reweighted_std=2e-7, subsampled_std=0.0042, bootstrap_std=None, metric=METRIC
+            seed=1,
+            repeats=5,
+            ratio=200,
+            reweighted_std=2e-7,
+            subsampled_std=0.0042,
+            bootstrap_std=None,
+            metric="PR-AUC at 1:200 (metrics.ratios[0])",
         ),
         chosen="ignore",
         choice="The best mean of the variants called better than the baseline.",
@@ -120,7 +127,7 @@ def make_report(*, tested: bool = True) -> SweepReport:
         }
         if tested
         else {},
-        notes=["Late fusion condition (guide §3.3) not met: no auxiliary channel underperforms RGB."],
+        notes=["the baseline's noise floor under random subsampling is 0, so the margin is 0"],
     )
 
 
@@ -213,7 +220,8 @@ def test_markdown_sections_numbers_and_test_statement() -> None:
         "- Base config: `configs/baseline.yaml`",
         f"- Deciding metric: `{METRIC}` (validation)",
         "- Paired interval confidence: 95%",
-        "- Margin: 0.005",
+        "- Margin: 0.005 (the smallest difference that counts; 2 x the std of PR-AUC at 1:200 over 5 validations,",
+        "- A seed's value: the raw value its validation recorded at the epoch of its best checkpoint",
         "## Variants",
         "| variant | verdict | deciding metric | Δ vs baseline | paired interval | seeds done | PR-AUC 1:50 |",
         "| ignore | better |",
@@ -225,6 +233,7 @@ def test_markdown_sections_numbers_and_test_statement() -> None:
         "| re-weighted std | 2.0e-07 |",
         "| subsampled std | 0.0042 |",
         "| bootstrap std | n/a |",
+        "Margin 0.005: 2 x the std of PR-AUC at 1:200 over 5 validations, each with a random negative subset. A",
         "## Choice",
         "Chosen: **`ignore`**. The best mean of the variants called better than the baseline.",
         "**The choice used validation metrics only**",
@@ -232,7 +241,7 @@ def test_markdown_sections_numbers_and_test_statement() -> None:
         "| 1:200 / pr_auc | 0.651 ± 0.012 |",
         "| 1:200 / iou_rts | 0.432 ± 0.010 |",
         "## Notes",
-        "- Late fusion condition (guide §3.3) not met",
+        "- the baseline's noise floor under random subsampling is 0",
         "## Variant details",
         "### `none` (baseline)",
         "- Run directory: `/sweeps/s/wider`",

@@ -1,6 +1,7 @@
 """A sweep's report from what its variants' seeds recorded: per-seed values at each seed's best epoch, verdicts against
 the baseline over the seeds both trained (a lower-is-better metric judged the other way round), the choice (the best
-mean among the variants judged better, else the baseline), the margin, and guide §3.3's late-fusion condition."""
+mean among the variants judged better, else the baseline), the margin and where it comes from, and no late-fusion
+recommendation (the project has no late-fusion model)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from rtscore.errors import PipelineError
 from rtscore.storage import RunDir, RunLayout, StorageError
 from rtscore.sweep.config import SweepConfig
 from rtscore.sweep.plan import SweepPlan, plan_sweep
+from rtscore.sweep.render import render_markdown
 from rtscore.sweep.report import NoiseFloor
-from rtscore.sweep.run import build_report, choose, late_fusion_notes, margin_of, seed_row
+from rtscore.sweep.run import build_report, choose, margin_basis, margin_of, seed_row
 from tests.flows.configs import tiny_training_config, write_config
 
 GEOMEAN = "val_realistic_pr_auc_geomean"
@@ -209,8 +211,15 @@ def test_a_variant_is_judged_on_the_seeds_both_trained(base: Path, tmp_path: Pat
 
 # ----------------------------------------------------------------------------------------------- the margin
 def _floor(subsampled: float) -> NoiseFloor:
+    """A floor as measured under exact re-weighting: the guide's std (re-weighted) 0, the subsampled one not."""
     return NoiseFloor(
-        seed=1, repeats=3, reweighted_std=0.0, subsampled_std=subsampled, bootstrap_std=0.02, metric="geomean"
+        seed=1,
+        repeats=5,
+        ratio=200,
+        reweighted_std=0.0,
+        subsampled_std=subsampled,
+        bootstrap_std=0.02,
+        metric="PR-AUC at 1:200 (metrics.ratios[0])",
     )
 
 
@@ -239,8 +248,41 @@ def test_a_difference_within_the_margin_is_within_noise(base: Path, tmp_path: Pa
     assert j is not None and j.verdict == "better"
 
 
+def test_the_margin_is_not_zero_where_the_guides_reweighted_std_is_and_the_report_says_whence(
+    base: Path, tmp_path: Path
+) -> None:
+    """Re-weighted std 0 (the guide's §10.1 std under exact re-weighting): the margin is 2 x the subsampled std at
+    1:200, and report.json / report.md name that quantity."""
+    sweep = parse_config(SweepConfig, {"base": str(base), "variants": {"up": {"loss.focal_gamma": 1.0}}})
+    plan = _plan(base, tmp_path, sweep)
+    write_variant(plan, "baseline", BASE)
+    write_variant(plan, "up", _shift(0.05))
+    report = build_report(plan, sweep, [200], _floor(0.004), finished=True)
+    assert report.noise_floor is not None and report.noise_floor.reweighted_std == 0.0
+    assert report.margin > 0.0 and report.margin == pytest.approx(0.008)
+    assert report.margin_basis.startswith("2 x the std of PR-AUC at 1:200 over 5 validations of the best checkpoint")
+    assert "random negative subset" in report.margin_basis and "~0 by construction" in report.margin_basis
+    md = render_markdown(report)
+    assert f"Margin 0.008: {report.margin_basis}." in md and "A seed's value: the raw value" in md
+    assert report.notes == []
+    given = parse_config(SweepConfig, {"base": str(base), "variants": {"a": {}}, "margin": 0.03})
+    assert margin_basis(given, _floor(0.004)) == "margin: of the sweep file"
+    assert margin_basis(sweep, None).startswith("0: ")
+
+
+def test_a_floor_of_zero_under_subsampling_is_said(base: Path, tmp_path: Path) -> None:
+    sweep = parse_config(SweepConfig, {"base": str(base), "variants": {"up": {"loss.focal_gamma": 1.0}}})
+    plan = _plan(base, tmp_path, sweep)
+    write_variant(plan, "baseline", BASE)
+    write_variant(plan, "up", _shift(0.05))
+    report = build_report(plan, sweep, [200], _floor(0.0), finished=True)
+    assert report.margin == 0.0 and len(report.notes) == 1 and "margin is 0" in report.notes[0]
+
+
 # ----------------------------------------------------------------------------------------------- late fusion (§3.3)
-def _rgb_sweep(base: Path, tmp_path: Path) -> tuple[SweepConfig, SweepPlan]:
+def test_the_report_does_not_recommend_late_fusion(base: Path, tmp_path: Path) -> None:
+    """Guide §3.3 tries late fusion only if early fusion underperforms, but the project has no late-fusion model: an
+    RGB baseline with an early-fused channel judged worse gets no late-fusion next step in the report."""
     sweep = _sweep(
         base,
         {
@@ -249,35 +291,12 @@ def _rgb_sweep(base: Path, tmp_path: Path) -> tuple[SweepConfig, SweepPlan]:
             "slope": {"channels.extra": [{"name": "slope", "band": 1}]},
         },
     )
-    return sweep, _plan(base, tmp_path, sweep)
-
-
-def test_late_fusion_is_named_when_an_extra_channel_underperforms_rgb(base: Path, tmp_path: Path) -> None:
-    sweep, plan = _rgb_sweep(base, tmp_path)
+    plan = _plan(base, tmp_path, sweep)
     write_variant(plan, "baseline", BASE)
     write_variant(plan, "ndvi", _shift(-0.05))
     write_variant(plan, "slope", _shift(0.05))
     report = build_report(plan, sweep, [200], None, finished=True)
-    assert report.notes == late_fusion_notes(plan, report)
-    met = [n for n in report.notes if "(ndvi)" in n]
-    not_met = [n for n in report.notes if "(slope:" in n]
-    assert len(report.notes) == 2 and len(met) == 1 and len(not_met) == 1
-    assert "condition is met" in met[0] and "early fusion of ndvi" in met[0] and "RGB (baseline)" in met[0]
-    assert "condition is not met for slope" in not_met[0] and "better against RGB baseline" in not_met[0]
-
-
-def test_no_late_fusion_note_without_an_rgb_baseline(base: Path, tmp_path: Path) -> None:
-    """The base takes ndvi and slope: no RGB-only variant to hold early fusion against."""
-    sweep = _sweep(base, {"ndvi": {"channels.extra": [{"name": "ndvi", "band": 0}]}})
-    plan = _plan(base, tmp_path, sweep)
-    write_variant(plan, "baseline", BASE)
-    write_variant(plan, "ndvi", _shift(-0.05))
-    assert build_report(plan, sweep, [200], None, finished=True).notes == []
-
-
-def test_no_late_fusion_note_for_a_variant_not_judged_yet(base: Path, tmp_path: Path) -> None:
-    sweep, plan = _rgb_sweep(base, tmp_path)
-    write_variant(plan, "baseline", BASE)
-    write_variant(plan, "ndvi", _shift(-0.05))
-    notes = build_report(plan, sweep, [200], None, finished=False).notes
-    assert len(notes) == 1 and "(ndvi)" in notes[0], "slope has no seed yet: nothing said of it"
+    j = report.variant("ndvi").judgement
+    assert j is not None and j.verdict == "worse", "the case §3.3 names"
+    said = " ".join([*report.notes, report.choice, render_markdown(report)]).lower()
+    assert "late fusion" not in said and "late-fusion" not in said
