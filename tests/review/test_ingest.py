@@ -439,6 +439,7 @@ def test_a_new_val_tile_overlapping_a_test_tile_is_refused_naming_both(world: Pa
         polygons={"path": str(world / "rts.gpkg"), "id_column": "UID"},
         regions={"path": str(world / "regions.gpkg"), "name_column": "name"},
         splits={**SPLITS, "val": ["south"]},
+        split_rules={**doc.get("split_rules", {}), "min_val_regions": 1},  # south alone in val: the rules accept it
         output=str(tmp_path / "tiles"),
     )
     (tmp_path / "tile.yaml").write_text(yaml.safe_dump(doc))
