@@ -107,9 +107,10 @@ def _where_of(cfg: PipelineConfig, run_dir: str | Path) -> list[str]:
 
 def check_held_out(cfg: PipelineConfig, roots: Mapping[str, ZarrTileStore], held_out: Mapping[str, str | Path]) -> None:
     """Spatial blocking of additional roots (name -> opened store, train data) against ``held_out`` (split -> its
-    store): no region of a val/test store, then (where every store records footprints) no tile overlapping a
-    val/test tile or within ``splits.min_distance_m`` of ground of one (`rtscore.data.splits.blocking`; only the
-    pairs with a root: train<->val/test and val<->test are data validation's).
+    store): no region of a val/test store, then (each root that records footprints, when the val/test stores do) no
+    tile overlapping a val/test tile or within ``splits.min_distance_m`` of ground of one
+    (`rtscore.data.splits.blocking`; only the pairs with a root: train<->val/test and val<->test are data
+    validation's).
 
     Raises:
         BlockingError: naming the root, the split and the shared regions, or the pairs of tiles too close.
@@ -128,12 +129,17 @@ def check_held_out(cfg: PipelineConfig, roots: Mapping[str, ZarrTileStore], held
     every = {**roots, **stores}
     footprints = {n: store_footprints(s.metadata.tile_id, s.metadata.bounds, s.crs) for n, s in every.items()}
     found = {n: f for n, f in footprints.items() if f is not None}
-    crs = next((c for _, c in found.values() if c is not None), None)
-    if len(found) < len(footprints) or crs is None:
-        bare = sorted(set(footprints) - set(found))
-        _log.info(f"additional roots not checked on the ground: {bare or 'no store'} record(s) no footprints/CRS")
+    crs = next((found[s][1] for s in stores if s in found), None)
+    if crs is None or any(s not in found for s in stores):
+        return  # val/test without footprints (synthetic): nothing to measure on the ground (validate-data says so)
+    measured = [n for n in roots if n in found]
+    bare = [n for n in roots if n not in found]
+    if bare:
+        _log.warning(f"{', '.join(bare)}: no tile footprints, so kept from val/test by region only, not on the ground")
+    if not measured:
         return
-    report = measure_sources(found, crs, cfg.splits.min_distance_m, split_of=dict.fromkeys(roots, TRAIN), fresh=roots)
+    buffer = cfg.splits.min_distance_m
+    report = measure_sources(found, crs, buffer, split_of=dict.fromkeys(measured, TRAIN), fresh=measured)
     problem = blocking_problem(report)
     if problem is not None:
         raise BlockingError(f"data.additional_roots break spatial blocking: {problem}")

@@ -284,7 +284,8 @@ def _check_geography(
     found = {s: f for s, f in footprints.items() if f is not None}
     lacking = [s for s in footprints if s not in found and s not in split_of]
     train = found.get(TRAIN)
-    if not [s for s in found if s not in split_of]:
+    splits_found = [s for s in found if s not in split_of]
+    if not splits_found:
         return _not_measured(NO_FOOTPRINTS, buffer_m, out)
     if lacking:
         note = (
@@ -292,7 +293,7 @@ def _check_geography(
             "were recorded): ground distances are not measured; regenerate them to measure"
         )
         return _not_measured(note, buffer_m, out)
-    if train is None or len(found) - len(split_of) < 2:
+    if train is None or len(splits_found) < 2:
         return _not_measured("fewer than two splits' stores to compare", buffer_m, out)
     crs = train[1]
     if crs is None:
