@@ -484,7 +484,8 @@ class ReviewIngestParams(FormModel):
         0.0,
         ge=0,
         description="Ground metres every new train tile keeps from the val/test tiles (and every new val/test tile "
-        "from train): the pipeline's splits.min_distance_m. 0: they may touch, never overlap.",
+        "from train): the pipeline's splits.min_distance_m. 0: they may touch, never overlap. No new tile overlaps a "
+        "tile of another split in any case, val and test included.",
     )
 
 

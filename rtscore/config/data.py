@@ -74,7 +74,11 @@ class DataConfig(StrictModel):
     exclude_full_nodata: bool = Field(True, description="Skip tiles that are entirely NoData (guide §4.4).")
     skip_generation: bool = Field(False, description="Use existing stores in the run directory; do not generate.")
     additional_roots: list[str] = Field(
-        default_factory=list, description="Extra train stores (e.g. a 0.5x context-expanded store) joined to train."
+        default_factory=list,
+        description="Extra train stores (e.g. a 0.5x context-expanded store) joined to train. They are train data to "
+        "spatial blocking: none may hold a region of the val or test store, nor (where the stores record footprints) "
+        "a tile overlapping a val or test tile or within splits.min_distance_m of one; validate-data and training "
+        "refuse it naming the root and the tiles.",
     )
     loader: LoaderConfig = Field(default_factory=LoaderConfig, description="DataLoader settings.")
 
@@ -139,10 +143,12 @@ class SplitsConfig(StrictModel):
         0.0,
         ge=0,
         allow_inf_nan=False,
-        description="Ground metres every train tile must keep from every val and test tile (spatial blocking by "
-        "geometry, guide §10.1), measured between the tiles' footprints (GeoTIFF stores record them). 0: footprints "
-        "may touch (adjacent regions on one grid) but not overlap. validate-data fails a train tile closer than "
-        "this, naming both tiles; stores without footprints (synthetic) are checked by region and tile id only.",
+        description="Ground metres every tile of train data (the train store and each data.additional_roots store) "
+        "must keep from every val and test tile (spatial blocking by geometry, guide §10.1), measured between the "
+        "tiles' footprints (GeoTIFF stores record them). 0: footprints may touch (adjacent regions on one grid) but "
+        "not overlap. Val and test tiles may touch each other whatever this is, never overlap. validate-data fails a "
+        "pair closer than this, naming both tiles; stores without footprints (synthetic) are checked by region and "
+        "tile id only.",
     )
 
     @model_validator(mode="after")

@@ -148,7 +148,8 @@ def ingest_review(
 ) -> IngestResult:
     """A review's verdicts -> the next dataset version under ``output`` (module docstring). ``min_distance_m``: the
     ground distance every new train tile keeps from the val/test tiles, and every new val/test tile from the train
-    tiles (the pipeline's ``splits.min_distance_m``; 0: they may touch, never overlap).
+    tiles (the pipeline's ``splits.min_distance_m``; 0: they may touch, never overlap); no new tile overlaps a tile of
+    another split either, val and test included.
 
     Raises:
         ReviewError: verdicts of another review or campaign, objects not in the manifest, a campaign mapped again

@@ -17,7 +17,7 @@ from rtscore.config.base import StrictModel
 from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig
 from rtscore.data.raster.vector_labels import read_polygons
-from rtscore.data.splits.blocking import TRAIN, BlockingError, Bounds, check_blocking, data_root_footprints
+from rtscore.data.splits.blocking import BlockingError, Bounds, check_blocking, data_root_footprints
 from rtscore.data.tiling.inventory import Inventory, RegionOf, read_inventory
 from rtscore.data.tiling.pixels import GridCell, grid_cells
 from rtscore.data.tiling.scenes import scene_paths
@@ -329,8 +329,9 @@ def check_tile_regions(plan: Plan, cfg: TilingConfig, parent_root: Path) -> None
 
 def check_footprints(plan: Plan, cfg: TilingConfig, parent_root: Path, verdicts: Path, buffer_m: float) -> None:
     """Spatial blocking by geometry (guide §10.1) before anything is cut: the cells the verdicts add, against the
-    parent's tiles and each other, by split; a new train cell within ``buffer_m`` of a val/test tile (or a new
-    val/test cell within it of a train tile) is refused naming both tiles (rtscore.data.splits.blocking)."""
+    parent's tiles and each other, every pair of splits (train<->val, train<->test, val<->test); two tiles of
+    different splits that overlap, or a train tile and a val/test tile within ``buffer_m`` of ground, with a new
+    one among them, are refused naming both tiles (rtscore.data.splits.blocking)."""
     split_of = region_splits(plan.splits)
     old, _ = data_root_footprints(parent_root, split_of)
     new: dict[str, dict[str, Bounds]] = {}
@@ -339,13 +340,10 @@ def check_footprints(plan: Plan, cfg: TilingConfig, parent_root: Path, verdicts:
             continue
         for c, region in zip(p.cells, p.cell_regions, strict=True):
             new.setdefault(split_of[str(region)], {})[c.tile_id] = c.bounds
-    every = {s: {**old.get(s, {}), **new.get(s, {})} for s in {*old, *new}}
+    added = {f"{s} (new)": s for s in new}
+    footprints = {**old, **{f"{s} (new)": tiles for s, tiles in new.items()}}
     try:
-        for footprints in (
-            {TRAIN: new.get(TRAIN, {}), **{s: every[s] for s in every if s != TRAIN}},  # new train vs all val/test
-            {TRAIN: every.get(TRAIN, {}), **{s: new[s] for s in new if s != TRAIN}},  # new val/test vs all train
-        ):
-            check_blocking(footprints, cfg.grid.crs, buffer_m)
+        check_blocking(footprints, cfg.grid.crs, buffer_m, split_of=added, fresh=added)
     except BlockingError as err:
         raise ReviewError(f"{verdicts}: the tiles these verdicts add break spatial blocking: {err}") from None
 

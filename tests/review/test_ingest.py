@@ -428,6 +428,36 @@ def test_regions_from_a_column_carry_into_the_inventory_and_a_split_moving_polyg
     assert row["RegionName"] == result.objects[0].region and row["TrainClass"] == "positive"
 
 
+def test_a_new_val_tile_overlapping_a_test_tile_is_refused_naming_both(world: Path, tmp_path: Path) -> None:
+    """Spatial blocking pairs every two splits, val<->test included (issue 35: only train<->val/test were checked):
+    with south a val region, object 5's new val cell on the ground of a parent test tile is refused naming both."""
+    from rasterio.transform import Affine
+
+    doc = yaml.safe_load((world / "tile.yaml").read_text())
+    doc.update(
+        scenes=[str(world / "scenes" / "a.tif")],
+        polygons={"path": str(world / "rts.gpkg"), "id_column": "UID"},
+        regions={"path": str(world / "regions.gpkg"), "name_column": "name"},
+        splits={**SPLITS, "val": ["south"]},
+        split_rules={**doc.get("split_rules", {}), "min_val_regions": 1},  # south alone in val: the rules accept it
+        output=str(tmp_path / "tiles"),
+    )
+    (tmp_path / "tile.yaml").write_text(yaml.safe_dump(doc))
+    shutil.copytree(world / "tiles", tmp_path / "tiles")
+    test_tile = next(r["Tile_id"] for r in metadata(tmp_path / "tiles") if r["RegionName"] == "east")
+    col, row = (int(v) for v in re.findall(r"-?\d+", cell_id(OBJECTS[5])))
+    with rasterio.open(tmp_path / "tiles" / "PLANET-RGB" / f"{test_tile}.tif", "r+") as f:  # 8 px east of the cell
+        f.transform = Affine(PX, 0.0, col * SPAN + 8 * PX, 0.0, -PX, (row + 1) * SPAN)
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, {5: "rts"}))
+    out = tmp_path / "out"
+    with pytest.raises(ReviewError) as err:
+        ingest_review(str(world / "review"), verdicts, str(tmp_path / "tile.yaml"), str(out), held_out="add")
+    text = str(err.value)
+    assert "the tiles these verdicts add break spatial blocking" in text and "(val (new)<->test 1)" in text, text
+    assert f"val (new) tile {cell_id(OBJECTS[5])} overlaps test tile {test_tile}" in text, text
+    assert not out.exists(), "nothing written on refusal"
+
+
 def test_a_review_and_campaign_in_a_bucket_are_ingested_like_local_ones(
     world: Path, tmp_path: Path, gcs_emulator: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

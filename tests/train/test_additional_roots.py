@@ -23,8 +23,15 @@ from tests.helpers import write_test_store
 from tests.train.conftest import tiny_train_config
 
 
-def half_store(path: Path, *, extra: list[str] | None = None, split: str = "train", seed: int = 5) -> Path:
-    """A small 0.5x synthetic store matching the tiny train config (64 px tiles, ndvi)."""
+def half_store(
+    path: Path,
+    *,
+    extra: list[str] | None = None,
+    split: str = "train",
+    seed: int = 5,
+    regions: tuple[str, ...] = ("ta", "tb"),
+) -> Path:
+    """A small 0.5x synthetic store matching the tiny train config (64 px tiles, ndvi; the train regions)."""
     cfg = GenerationConfig(
         split=split,
         seed=seed,
@@ -34,7 +41,7 @@ def half_store(path: Path, *, extra: list[str] | None = None, split: str = "trai
             "n_positive": 4,
             "n_negative": 4,
             "n_full_nodata": 1,
-            "regions": ["ta", "tb"],
+            "regions": list(regions),
             "extra_channels": ["ndvi"] if extra is None else extra,
             "generation_batch_size": 4,
         },
@@ -136,6 +143,22 @@ def test_bad_additional_store_is_refused_naming_key_and_path(
     assert "data.additional_roots[1]" in msg and entry in msg and problem in msg
     path = resolve_additional_roots(cfg, data_run)[1]
     assert str(path) in msg
+
+
+@pytest.mark.parametrize("region", ["va", "sa"])
+def test_an_additional_store_of_a_val_or_test_region_is_refused(data_run: Path, tmp_path: Path, region: str) -> None:
+    """An additional root is train data: a region of the val (va) or test (sa) store in it breaks spatial blocking,
+    refused naming the root, the region and the split before any training step (issue 35: never checked)."""
+    from rtscore.data.splits.blocking import BlockingError
+
+    root = half_store(tmp_path / "leak.zarr", regions=("ta", region))
+    cfg = with_roots(tiny_train_config(), [str(root)])
+    split = "val" if region == "va" else "test"
+    with pytest.raises(BlockingError) as info:
+        build_train_dataset(cfg, data_run, stats_of(data_run))
+    msg = str(info.value)
+    assert f"data.additional_roots[0] ({root}): region(s) ['{region}']" in msg
+    assert f"in the {split} split ({data_run / 'datasets' / f'{split}.zarr'})" in msg
 
 
 def test_same_store_listed_twice_is_refused(data_run: Path, half_run: Path) -> None:

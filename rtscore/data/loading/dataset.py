@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from rtscore.data.loading.additional_roots import open_additional_roots
+from rtscore.data.loading.additional_roots import held_out_stores, open_additional_roots
 from rtscore.data.loading.sources import ConcatSource, TileSource, open_source, usable_indices, where_stored
 from rtscore.data.loading.transforms import SamplePipeline
 from rtscore.data.normalization.stats import NormalizationStats, NormalizationStatsError
@@ -189,7 +189,8 @@ def build_train_dataset(
 
     Without additional roots this is ``build_dataset(cfg, <run>/datasets/train.zarr, stats, train=True)``.
     Normalization ``stats`` are the train store's; the additional stores are checked by
-    :func:`open_additional_roots` before anything trains. ``train_store`` replaces the run's train store (data
+    :func:`open_additional_roots` before anything trains, spatial blocking against the run's val and test stores
+    included. ``train_store`` replaces the run's train store (data
     validation of a store outside a run directory); additional roots still resolve against ``run_dir``.
     """
     store = Path(run_dir) / RunLayout.DATASET.at(split="train") if train_store is None else Path(train_store)
@@ -198,5 +199,5 @@ def build_train_dataset(
         return build_dataset(cfg, train, stats, train=True, seed=seed)
     meta = getattr(train, "metadata", None)
     ids = [] if meta is None else [str(t) for t in meta.tile_id]
-    extra = open_additional_roots(cfg, run_dir, ids)
+    extra = open_additional_roots(cfg, run_dir, ids, held_out_stores(run_dir))
     return build_dataset(cfg, ConcatSource([train, *extra]), stats, train=True, seed=seed)

@@ -84,7 +84,8 @@ class ValidationReport(BaseModel):
     splits: dict[str, SplitSummary]
     blocking: BlockingReport | None = Field(
         None,
-        description="Spatial blocking by geometry: the least ground distance train<->val and train<->test, the "
+        description="Spatial blocking by geometry: the least ground distance and pairs flagged of every pair of splits "
+        "(train<->val, train<->test, val<->test, each additional root<->val and <->test), the "
         "closest tile pairs and the pairs too close (splits.min_distance_m); not measured for stores without tile "
         "footprints (synthetic). None in reports of earlier versions.",
     )
@@ -177,24 +178,26 @@ def _checks_table(checks: list[Check]) -> list[str]:
 
 
 def _blocking_lines(b: BlockingReport) -> list[str]:
-    """report.md's spatial blocking by geometry: a line per other split (least ground distance, closest pair), and
-    the pairs too close."""
+    """report.md's spatial blocking by geometry: a line per pair kind (least ground distance, closest pair, pairs
+    flagged), and the pairs too close."""
     if not b.measured:
         return [f"Spatial blocking by geometry: not measured: {b.note}."]
+    roots = [s for s, split in b.sources.items() if split == "train" and s != "train"]
+    train_data = "a train tile" + (f" (or a tile of {', '.join(roots)})" if roots else "")
     lines = [
-        f"Spatial blocking by geometry (tile footprints in {b.crs}; a train tile must keep {b.buffer_m:g} m "
-        "of ground from every val/test tile, and never overlap one):",
+        f"Spatial blocking by geometry (tile footprints in {b.crs}; no two tiles of different splits may overlap, "
+        f"and {train_data} must keep {b.buffer_m:g} m of ground from every val/test tile):",
         "",
     ]
     rows: list[list[object]] = []
     for d in b.distances:
         c = d.closest
         if c is None:
-            rows.append([f"train <-> {d.split}", "(no tiles)", "", "", 0])
+            rows.append([d.kind.replace("<->", " <-> "), "(no tiles)", "", "", 0])
             continue
         dist = "overlap" if c.overlap else f"{c.distance_m:.1f} m"
-        rows.append([f"train <-> {d.split}", dist, c.train_tile, c.tile, d.n_too_close])
-    header = ["splits", "least ground distance", "closest train tile", "closest tile", "pairs too close"]
+        rows.append([d.kind.replace("<->", " <-> "), dist, c.tile_a, c.tile_b, d.n_too_close])
+    header = ["pair", "least ground distance", "closest tile (first)", "closest tile (second)", "pairs flagged"]
     lines += md_table(header, rows)
     if b.too_close:
         more = f" (first {len(b.too_close)} of {b.n_too_close})" if b.n_too_close > len(b.too_close) else ""

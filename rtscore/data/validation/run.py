@@ -1,8 +1,9 @@
 """Pre-training data validation through the real DataLoader (guide §10.1): report.json, report.md, sample grid.
 
 The steps, in order: each split's store against the config, then through its plain DataLoader
-(`rtscore.data.validation.loader`); spatial blocking between splits (region names and tile ids, then the tiles'
-footprints on the ground: `rtscore.data.splits.blocking`); the normalized train moments; the training
+(`rtscore.data.validation.loader`); spatial blocking between splits and of each ``data.additional_roots`` store
+(train data) against val and test (region names and tile ids, then the tiles' footprints on the ground, every pair of
+splits: `rtscore.data.splits.blocking`); the normalized train moments; the training
 loader as training builds it; the warnings; then the report (`rtscore.data.validation.report`), written whether
 the checks passed or not.
 """
@@ -18,18 +19,20 @@ import numpy as np
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.errors import DataValidationError
+from rtscore.data.loading.additional_roots import open_additional_roots
 from rtscore.data.normalization.stats import NormalizationStats, load_normalization_stats
 from rtscore.data.raster.ground import GroundSizeError
 from rtscore.data.splits.blocking import (
+    TRAIN,
     BlockingError,
     BlockingReport,
-    Bounds,
-    as_bounds,
+    SourceFootprints,
     blocking_problem,
-    measure_blocking,
-    reproject_footprints,
+    measure_sources,
+    store_footprints,
 )
 from rtscore.data.splits.regions import SplitResult, read_split_result, val_positives_warning
+from rtscore.data.store.format import TileStoreError
 from rtscore.data.store.reader import ZarrTileStore
 from rtscore.data.validation.loader import iterate_split, training_batches
 from rtscore.data.validation.report import (
@@ -47,7 +50,6 @@ from rtscore.storage.layout import RunLayout
 NORM_TOLERANCE = 0.05
 _log = logging.getLogger(__name__)
 Moments = tuple[np.ndarray, np.ndarray, np.ndarray]  # per channel: valid pixels, sum, sum of squares
-Footprints = tuple[dict[str, Bounds], str | None]  # a store's tile id -> bounds, and their CRS
 NO_FOOTPRINTS = (
     "the stores carry no tile footprints (synthetic stores, or stores written before footprints were recorded): "
     "spatial blocking is checked by region names and tile ids only"
@@ -75,9 +77,9 @@ def validate_data(
     out = CheckLog()
     stats = load_normalization_stats(stats_path, [c.name for c in cfg.channels.extra])
     loader = {"batch_size": batch_size, "num_workers": num_workers, "max_batches": max_batches, "progress": progress}
-    summaries, moments, blocking = _check_splits(cfg, stores, stats, out, loader)
-    norm = _check_normalization(cfg, moments.get("train"), stats, out, _partial_pass(summaries, max_batches))
     run = run_dir if run_dir is not None else _run_dir_of(stores["train"]) if "train" in stores else None
+    summaries, moments, blocking = _check_splits(cfg, stores, stats, out, loader, run)
+    norm = _check_normalization(cfg, moments.get("train"), stats, out, _partial_pass(summaries, max_batches))
     training: list[SamplerStage] = []
     if "train" in stores and not out.failed:
         assert run is not None
@@ -106,16 +108,21 @@ def validate_data(
 
 
 def _check_splits(
-    cfg: PipelineConfig, stores: Mapping[str, Path], stats: NormalizationStats, out: CheckLog, loader: dict[str, Any]
+    cfg: PipelineConfig,
+    stores: Mapping[str, Path],
+    stats: NormalizationStats,
+    out: CheckLog,
+    loader: dict[str, Any],
+    run: Path | None,
 ) -> tuple[dict[str, SplitSummary], dict[str, Moments | None], BlockingReport]:
-    """Each split's store against the config, then through its DataLoader; then spatial blocking between them.
-    Returns the per-split summaries, the moments of each split's normalized valid pixels and the blocking by
-    geometry."""
+    """Each split's store against the config, then through its DataLoader; then spatial blocking between them and
+    of the ``data.additional_roots`` stores (resolved against ``run``) against val and test. Returns the per-split
+    summaries, the moments of each split's normalized valid pixels and the blocking by geometry."""
     summaries: dict[str, SplitSummary] = {}
     moments: dict[str, Moments | None] = {}
     regions: dict[str, set[str]] = {}
     tile_ids: dict[str, set[str]] = {}
-    footprints: dict[str, Footprints | None] = {}
+    footprints: dict[str, SourceFootprints | None] = {}
     for split in SPLITS:
         if split not in stores:
             out.add("split_present", False, f"no store for split {split}", split)
@@ -123,13 +130,32 @@ def _check_splits(
         summaries[split], tile_ids[split], footprints[split] = _check_store(cfg, split, stores[split], out)
         regions[split] = set(summaries[split].regions)
         moments[split] = iterate_split(cfg, split, stores[split], stats, out, summaries[split], **loader)
-    _check_blocking(regions, tile_ids, out)
-    return summaries, moments, _check_geography(footprints, cfg.splits.min_distance_m, out)
+    roots = _additional_roots(cfg, run, tile_ids.get(TRAIN, set()))
+    for name, store in roots.items():
+        regions[name] = set(store.metadata.region.tolist())
+        footprints[name] = store_footprints(store.metadata.tile_id, store.metadata.bounds, store.crs)
+    split_of = dict.fromkeys(roots, TRAIN)
+    _check_blocking(regions, tile_ids, split_of, out)
+    return summaries, moments, _check_geography(footprints, split_of, cfg.splits.min_distance_m, out)
+
+
+def _additional_roots(cfg: PipelineConfig, run: Path | None, train_ids: set[str]) -> dict[str, ZarrTileStore]:
+    """The ``data.additional_roots`` stores by their key (``data.additional_roots[i]``), opened and checked as
+    training opens them; none when there are none, or no run to resolve them against; none either when one is
+    refused (missing, another tile size, ...): the training loader check (``training_batches``) fails on it, naming
+    it."""
+    if not cfg.data.additional_roots or run is None:
+        return {}
+    try:
+        sources = open_additional_roots(cfg, run, sorted(train_ids))
+    except TileStoreError:
+        return {}
+    return {f"data.additional_roots[{i}]": s for i, s in enumerate(sources) if isinstance(s, ZarrTileStore)}
 
 
 def _check_store(
     cfg: PipelineConfig, split: str, path: Path, out: CheckLog
-) -> tuple[SplitSummary, set[str], Footprints | None]:
+) -> tuple[SplitSummary, set[str], SourceFootprints | None]:
     """One split's store: its split, tile size, channels, positives (train), regions (val, ``splits.<split>``).
     Returns its summary, its tile ids and its footprints (None: the store records none)."""
     store = ZarrTileStore(path, cfg.data.mask_type, [c.name for c in cfg.channels.extra])
@@ -175,11 +201,7 @@ def _check_store(
     if configured is not None:
         stray = sorted(set(sm.regions) - set(configured))
         out.add("configured_regions", not stray, f"regions {stray} not in splits.{split}" if stray else "ok", split)
-    footprints = None
-    if meta.bounds is not None:
-        bounds = {str(t): as_bounds(b) for t, b in zip(meta.tile_id, meta.bounds, strict=True)}
-        footprints = (bounds, store.crs)
-    return sm, set(meta.tile_id.tolist()), footprints
+    return sm, set(meta.tile_id.tolist()), store_footprints(meta.tile_id, meta.bounds, store.crs)
 
 
 def _partial_pass(summaries: Mapping[str, SplitSummary], max_batches: int | None) -> tuple[int, int] | None:
@@ -229,30 +251,41 @@ def _run_dir_of(train_store: Path) -> Path:
     return Path(train_store).resolve().parents[depth - 1]
 
 
-def _check_blocking(regions: dict[str, set[str]], tile_ids: dict[str, set[str]], out: CheckLog) -> None:
-    """No region and no tile id in two splits (spatial blocking)."""
+def _check_blocking(
+    regions: dict[str, set[str]], tile_ids: dict[str, set[str]], split_of: Mapping[str, str], out: CheckLog
+) -> None:
+    """No region and no tile id in two splits, and no region of an additional root (``split_of``: its split, train)
+    in val or test (spatial blocking)."""
     names = list(regions)
     ok = True
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
+            if split_of.get(a, a) == split_of.get(b, b):
+                continue  # train and an additional root: both train data (shared ids: open_additional_roots)
             shared = sorted(regions[a] & regions[b])
             if shared:
                 ok = out.add("spatial_blocking", False, f"region(s) {shared[:5]} in both {a} and {b}", a)
-            dup = sorted(tile_ids[a] & tile_ids[b])
+            dup = sorted(tile_ids.get(a, set()) & tile_ids.get(b, set()))
             if dup:
                 ok = out.add("tile_id_overlap", False, f"{len(dup)} tile id(s) in both {a} and {b}", a, dup[0])
     if ok:
-        out.add("spatial_blocking", True, "no region and no tile id in two splits")
+        roots = " and of the additional roots against val/test" if split_of else ""
+        out.add("spatial_blocking", True, f"no region and no tile id in two splits{roots}")
 
 
-def _check_geography(footprints: Mapping[str, Footprints | None], buffer_m: float, out: CheckLog) -> BlockingReport:
-    """No train tile overlaps a val or test tile, or lies within ``buffer_m`` ground metres of one
-    (``splits.min_distance_m``), judged on the stores' tile footprints (`rtscore.data.splits.blocking`); the report's
-    minimum train<->val and train<->test distances. Stores without footprints (synthetic) are not measured."""
+def _check_geography(
+    footprints: Mapping[str, SourceFootprints | None], split_of: Mapping[str, str], buffer_m: float, out: CheckLog
+) -> BlockingReport:
+    """No two tiles of different splits overlap (train<->val, train<->test, val<->test, each additional root<->val
+    and <->test), and no tile of train data lies within ``buffer_m`` ground metres (``splits.min_distance_m``) of a
+    val or test tile, judged on the stores' tile footprints (`rtscore.data.splits.blocking`); the report's least
+    distance and pairs flagged per pair kind. Stores without footprints (synthetic) are not measured: the splits'
+    not at all, an additional root's not against val/test (a warning names it)."""
     found = {s: f for s, f in footprints.items() if f is not None}
-    lacking = [s for s in footprints if s not in found]
-    train = found.get("train")
-    if not found:
+    lacking = [s for s in footprints if s not in found and s not in split_of]
+    train = found.get(TRAIN)
+    splits_found = [s for s in found if s not in split_of]
+    if not splits_found:
         return _not_measured(NO_FOOTPRINTS, buffer_m, out)
     if lacking:
         note = (
@@ -260,17 +293,19 @@ def _check_geography(footprints: Mapping[str, Footprints | None], buffer_m: floa
             "were recorded): ground distances are not measured; regenerate them to measure"
         )
         return _not_measured(note, buffer_m, out)
-    if train is None or len(found) < 2:
+    if train is None or len(splits_found) < 2:
         return _not_measured("fewer than two splits' stores to compare", buffer_m, out)
-    train_fp, crs = train
+    crs = train[1]
     if crs is None:
         return _not_measured("the train store records no CRS", buffer_m, out)
-    by_split = {"train": train_fp}
+    bare = [s for s in split_of if s not in found]
+    if bare:
+        out.warnings.append(
+            f"{', '.join(bare)} carr{'ies' if len(bare) == 1 else 'y'} no tile footprints: checked against val and "
+            "test by region names only, not on the ground"
+        )
     try:
-        for split, (fp, split_crs) in found.items():
-            if split != "train":
-                by_split[split] = reproject_footprints(fp, split_crs or crs, crs)
-        report = measure_blocking(by_split, crs, buffer_m)
+        report = measure_sources(found, crs, buffer_m, split_of={s: TRAIN for s in split_of if s in found})
     except (BlockingError, GroundSizeError) as err:
         out.add("geographic_blocking", False, str(err))
         return BlockingReport.not_measured(str(err), buffer_m)
@@ -279,7 +314,7 @@ def _check_geography(footprints: Mapping[str, Footprints | None], buffer_m: floa
         out.add("geographic_blocking", True, report.summary())
     else:
         first = report.too_close[0]
-        out.add("geographic_blocking", False, problem, first.split, first.tile)
+        out.add("geographic_blocking", False, problem, first.source_b, first.tile_b)
     return report
 
 

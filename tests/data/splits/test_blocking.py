@@ -108,16 +108,74 @@ def test_minimum_distances_and_pairs_within_the_buffer_match_all_pairs() -> None
 
     fp = {"train": tiles("t", 300, Y70), "val": tiles("v", 40, Y70 + 18_000), "test": tiles("s", 40, Y70 - 15_000)}
     buffer = 1500.0
+    fp["test"]["s_on_val"] = next(iter(fp["val"].values()))  # one test tile on a val tile's ground
     report = measure_blocking(fp, "EPSG:3857", buffer)
-    for split, d in zip(("val", "test"), report.distances, strict=True):
-        pairs = {
-            (t, o): ground_distance_m(fp["train"][t], fp[split][o], "EPSG:3857")
-            for t, o in itertools.product(fp["train"], fp[split])
-        }
-        assert d.split == split and d.min_distance_m == pytest.approx(min(pairs.values()), rel=1e-3)
-        assert d.n_too_close == sum(v < buffer for v in pairs.values()) > 0
+    kinds = [("train", "val", buffer), ("train", "test", buffer), ("val", "test", 0.0)]  # no buffer between val, test
+    assert [d.kind for d in report.distances] == ["train<->val", "train<->test", "val<->test"]
+    for (a, b, buf), d in zip(kinds, report.distances, strict=True):
+        pairs = {(t, o): ground_distance_m(fp[a][t], fp[b][o], "EPSG:3857") for t, o in itertools.product(fp[a], fp[b])}
+        assert (d.source_a, d.source_b, d.buffer_m) == (a, b, buf)
+        assert d.min_distance_m == pytest.approx(min(pairs.values()), rel=1e-3)
+        assert d.n_too_close == sum(v < buf or (t, o) == ("v0", "s_on_val") for (t, o), v in pairs.items()) > 0
     assert report.n_too_close == sum(d.n_too_close for d in report.distances)
     assert len(report.too_close) == 20 and report.too_close[0].distance_m == 0.0  # capped, closest first
+
+
+def test_overlapping_val_and_test_tiles_are_refused_naming_both() -> None:
+    """val<->test is a pair of splits too: an overlap between them is refused and counted, though neither touches
+    train; the buffer (splits.min_distance_m) is train data's, so adjacent val and test tiles pass any buffer."""
+    train = {"t0": _box(0, 0)}
+    val = {"v0": _box(10_000, 0), "v1": _box(20_000, 0)}
+    adjacent = {"s0": _box(11_000, 0)}  # shares v0's east edge
+    report = check_blocking({"train": train, "val": val, "test": adjacent}, "EPSG:32606", buffer_m=500.0)
+    vt = report.distances[2]
+    assert (vt.kind, vt.buffer_m, vt.min_distance_m, vt.n_too_close) == ("val<->test", 0.0, 0.0, 0)
+    overlapping = {"s0": _box(11_000, 0), "s1": _box(20_400, 300)}
+    with pytest.raises(BlockingError) as info:
+        check_blocking({"train": train, "val": val, "test": overlapping}, "EPSG:32606", buffer_m=500.0)
+    msg = str(info.value)
+    assert "1 pair(s) of tiles of different splits overlap" in msg and "(val<->test 1)" in msg
+    assert "val tile v1 overlaps test tile s1" in msg
+    report = measure_blocking({"train": train, "val": val, "test": overlapping}, "EPSG:32606")
+    assert [(d.kind, d.n_too_close) for d in report.distances] == [
+        ("train<->val", 0),
+        ("train<->test", 0),
+        ("val<->test", 1),
+    ]
+    assert report.n_too_close == 1 and "val<->test overlap (val v1, test s1)" in report.summary()
+
+
+def test_an_additional_root_is_train_data_against_val_and_test() -> None:
+    """A source that ``split_of`` makes train (an additional root) is paired with val and test (with the buffer),
+    never with train; ``fresh`` limits the pairs to those with a fresh source."""
+    root = "data.additional_roots[0]"
+    fp = {
+        "train": {"t0": _box(0, 0)},
+        "val": {"v0": _box(10_000, 0)},
+        "test": {"s0": _box(-10_000, 0)},
+        root: {"x0": _box(0, 500), "x1": _box(10_300, 0)},  # x0 overlaps train (allowed), x1 overlaps val
+    }
+    split_of = {root: "train"}
+    report = measure_blocking(fp, "EPSG:32606", 100.0, split_of=split_of)
+    assert report.sources == {"train": "train", "val": "val", "test": "test", root: "train"}
+    kinds = {d.kind: d.n_too_close for d in report.distances}
+    assert kinds == {
+        "train<->val": 0,
+        "train<->test": 0,
+        f"{root}<->val": 1,
+        f"{root}<->test": 0,
+        "val<->test": 0,
+    }
+    with pytest.raises(BlockingError, match=r"data\.additional_roots\[0\] tile x1 overlaps val tile v0"):
+        check_blocking(fp, "EPSG:32606", split_of=split_of)
+    # Within the buffer but apart: 1000 m between x2 and the test tile s0, a buffer of 1500 m flags it.
+    fp[root] = {"x2": _box(-12_000, 0)}
+    with pytest.raises(
+        BlockingError, match=r"within 1500 m .*additional_roots\[0\] tile x2 is 1000\.0 m \(ground\) from test tile s0"
+    ):
+        check_blocking(fp, "EPSG:32606", 1500.0, split_of=split_of)
+    only_root = measure_blocking(fp, "EPSG:32606", 1500.0, split_of=split_of, fresh=[root])
+    assert [d.kind for d in only_root.distances] == [f"{root}<->val", f"{root}<->test"]
 
 
 def test_empty_splits_and_bad_inputs() -> None:

@@ -362,14 +362,19 @@ def test_geotiff_stores_report_the_least_ground_distance_between_splits(
     # The synthetic grid: train on row 0, val from row 200, test from row 400 (one row each here).
     val_top = ZarrTileStore(run / "datasets" / "val.zarr").metadata.bounds[0][3]  # type: ignore[index]
     test_top = ZarrTileStore(run / "datasets" / "test.zarr").metadata.bounds[0][3]  # type: ignore[index]
-    val, test = blocking["distances"]
-    assert val["split"] == "val" and val["min_distance_m"] == pytest.approx(_ground(199, val_top), rel=1e-9)
-    assert test["split"] == "test" and test["min_distance_m"] == pytest.approx(_ground(399, test_top), rel=1e-9)
-    assert val["closest"]["train_tile"].startswith("train_") and val["closest"]["tile"].startswith("val_")
+    val, test, val_test = blocking["distances"]
+    assert (val["source_a"], val["source_b"]) == ("train", "val")
+    assert val["min_distance_m"] == pytest.approx(_ground(199, val_top), rel=1e-9)
+    assert (test["source_a"], test["source_b"]) == ("train", "test")
+    assert test["min_distance_m"] == pytest.approx(_ground(399, test_top), rel=1e-9)
+    assert (val_test["source_a"], val_test["source_b"], val_test["n_too_close"]) == ("val", "test", 0)
+    assert val_test["min_distance_m"] > 0 and blocking["n_too_close"] == 0
+    assert val["closest"]["tile_a"].startswith("train_") and val["closest"]["tile_b"].startswith("val_")
     passed = [c for c in report["checks"] if c["name"] == "geographic_blocking"]
-    assert passed[0]["passed"] and "train<->val 1" in passed[0]["detail"]
+    assert passed[0]["passed"] and "train<->val 1" in passed[0]["detail"] and "val<->test " in passed[0]["detail"]
     md = (run / "validation" / "report.md").read_text()
-    assert f"| train <-> val | {val['min_distance_m']:.1f} m | {val['closest']['train_tile']} |" in md
+    assert f"| train <-> val | {val['min_distance_m']:.1f} m | {val['closest']['tile_a']} |" in md
+    assert f"| val <-> test | {val_test['min_distance_m']:.1f} m | {val_test['closest']['tile_a']} |" in md
     # splits.min_distance_m beyond the val distance (~10 km of ground) fails, naming the closest pair.
     far = cfg.model_copy(update={"splits": cfg.splits.model_copy(update={"min_distance_m": 20_000.0})})
     with pytest.raises(
@@ -378,34 +383,40 @@ def test_geotiff_stores_report_the_least_ground_distance_between_splits(
         stages.validate_data(str(copy_run(geotiff_run[0], tmp_path / "far")), far)
 
 
-def _test_tile_onto_train(root: Path) -> None:
-    """Move test tile test_000000 (every file of it) 8 px east of train tile train_000001: it overlaps that tile
-    (24 px) and train_000002 (8 px)."""
+def _move_tile(root: Path, tile: str, onto: str) -> None:
+    """Move ``tile`` (every file of it) 8 px east of tile ``onto``: it overlaps that tile (24 px) and the one east
+    of it (8 px)."""
     import rasterio
     from rasterio.transform import Affine
 
-    with rasterio.open(root / "PLANET-RGB" / "train_000001.tif") as f:
+    with rasterio.open(root / "PLANET-RGB" / f"{onto}.tif") as f:
         t = f.transform
-    for path in root.glob("*/test_000000.tif"):
+    for path in root.glob(f"*/{tile}.tif"):
         with rasterio.open(path, "r+") as f:
             f.transform = Affine(t.a, 0.0, t.c + 8 * t.a, 0.0, t.e, t.f)
+
+
+def _test_tile_onto_train(root: Path) -> None:
+    _move_tile(root, "test_000000", "train_000001")
 
 
 def test_a_test_tile_overlapping_a_train_tile_fails_validation_naming_both(tmp_path: Path) -> None:
     run, cfg = _geotiff_run(tmp_path, _test_tile_onto_train)
     with pytest.raises(
         DataValidationError,
-        match=r"'geographic_blocking' failed in split test at tile test_000000: 2 pair\(s\) of a train tile and a "
-        r"val/test tile overlap: train tile train_000001 overlaps test tile test_000000; train tile train_000002",
+        match=r"'geographic_blocking' failed in split test at tile test_000000: 2 pair\(s\) of tiles of different "
+        r"splits overlap \(train<->test 2\): train tile train_000001 overlaps test tile test_000000; train tile "
+        r"train_000002",
     ):
         stages.validate_data(str(run), cfg)
     report = json.loads((run / "validation" / "report.json").read_text())
     test = report["blocking"]["distances"][1]
     assert report["status"] == "failed" and test["min_distance_m"] == 0.0 and test["n_too_close"] == 2
     assert test["closest"] == {
-        "train_tile": "train_000001",
-        "split": "test",
-        "tile": "test_000000",
+        "source_a": "train",
+        "tile_a": "train_000001",
+        "source_b": "test",
+        "tile_b": "test_000000",
         "distance_m": 0.0,
         "overlap": True,
     }
@@ -415,6 +426,87 @@ def test_a_test_tile_overlapping_a_train_tile_fails_validation_naming_both(tmp_p
     # The region and tile-id checks still pass: the regions differ, only the ground is shared.
     checks = {c["name"]: c["passed"] for c in report["checks"]}
     assert checks["spatial_blocking"] and not checks["geographic_blocking"]
+
+
+def test_a_test_tile_overlapping_a_val_tile_fails_validation_naming_both(tmp_path: Path) -> None:
+    """val<->test is measured too (issue 35: an overlapping pair passed, 0 pairs flagged): neither tile is train."""
+    run, cfg = _geotiff_run(tmp_path, lambda root: _move_tile(root, "test_000000", "val_000001"))
+    with pytest.raises(
+        DataValidationError,
+        match=r"'geographic_blocking' failed in split test at tile test_000000: 2 pair\(s\) of tiles of different "
+        r"splits overlap \(val<->test 2\): val tile val_000001 overlaps test tile test_000000; val tile val_000002 "
+        r"overlaps test tile test_000000",
+    ):
+        stages.validate_data(str(run), cfg)
+    report = json.loads((run / "validation" / "report.json").read_text())
+    flagged = {f"{d['source_a']}<->{d['source_b']}": d["n_too_close"] for d in report["blocking"]["distances"]}
+    assert flagged == {"train<->val": 0, "train<->test": 0, "val<->test": 2} and report["blocking"]["n_too_close"] == 2
+    md = (run / "validation" / "report.md").read_text()
+    assert "| val <-> test | overlap | val_000001 | test_000000 | 2 |" in md
+
+
+def _extra_root_onto(run: Path, split: str, tile: int = 0) -> Path:
+    """A copy of the run's train store as ``datasets/extra.zarr`` (an additional root of its own tile ids,
+    ``extra_*``) whose tile extra_000000 lies 8 px east of ``split``'s tile ``tile``: it overlaps that tile (24 px)
+    and the one east of it (8 px)."""
+    import shutil
+
+    import zarr
+
+    from rtscore.data.store.reader import ZarrTileStore
+
+    dst = run / "datasets" / "extra.zarr"
+    shutil.copytree(run / "datasets" / "train.zarr", dst)
+    meta = zarr.open_group(str(dst / "meta"), mode="r+")
+    ids = np.asarray(meta["tile_id"][:])
+    meta["tile_id"][:] = np.array([str(t).replace("train_", "extra_") for t in ids], dtype=ids.dtype)
+    target = ZarrTileStore(run / "datasets" / f"{split}.zarr").metadata.bounds[tile]  # type: ignore[index]
+    bounds = np.asarray(meta["bounds"][:])
+    bounds[0] = target + np.array([8, 0, 8, 0]) * 4.77
+    meta["bounds"][:] = bounds
+    return dst
+
+
+def _with_roots(cfg: PipelineConfig, roots: list[str]) -> PipelineConfig:
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"additional_roots": roots})})
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_an_additional_root_on_val_or_test_ground_fails_validation_and_training(
+    geotiff_run: tuple[Path, PipelineConfig], tmp_path: Path, split: str
+) -> None:
+    """data.additional_roots are train data: a root tile overlapping a val or test tile fails validation naming the
+    root and both tiles, and training refuses the root before any step (issue 35: they were never measured)."""
+    from rtscore.data.loading.dataset import build_train_dataset
+    from rtscore.data.normalization.stats import load_normalization_stats
+    from rtscore.data.splits.blocking import BlockingError
+
+    run = copy_run(geotiff_run[0], tmp_path / "run")
+    extra = _extra_root_onto(run, split)
+    cfg = _with_roots(geotiff_run[1], ["datasets/extra.zarr"])
+    with pytest.raises(
+        DataValidationError,
+        match=rf"'geographic_blocking' failed in split {split} at tile {split}_000000: .*"
+        rf"\(data\.additional_roots\[0\]<->{split} 2\): data\.additional_roots\[0\] tile extra_000000 overlaps "
+        rf"{split} tile {split}_000000; data\.additional_roots\[0\] tile extra_000000 overlaps {split} tile "
+        rf"{split}_000001",
+    ):
+        stages.validate_data(str(run), cfg)
+    report = json.loads((run / "validation" / "report.json").read_text())
+    flagged = {f"{d['source_a']}<->{d['source_b']}": d["n_too_close"] for d in report["blocking"]["distances"]}
+    assert flagged == {
+        "train<->val": 0,
+        "train<->test": 0,
+        "data.additional_roots[0]<->val": 2 * (split == "val"),
+        "data.additional_roots[0]<->test": 2 * (split == "test"),
+        "val<->test": 0,
+    }
+    assert report["blocking"]["sources"]["data.additional_roots[0]"] == "train"
+    stats = load_normalization_stats(run / "normalization_stats.json", ["ndvi"])
+    with pytest.raises(BlockingError) as info:
+        build_train_dataset(cfg, run, stats)
+    msg = str(info.value)
+    assert f"data.additional_roots[0] ({extra}) tile extra_000000 overlaps {split} tile {split}_000000" in msg
 
 
 def test_stores_without_footprints_validate_and_say_so(
