@@ -4,9 +4,11 @@
 # pip packages (nvidia-*-cu13, pinned in constraints.txt), so the base image needs only a matching
 # Python: the host's NVIDIA driver (>= 580 for CUDA 13.0) is mounted into the container by the NVIDIA
 # container toolkit (`docker run --gpus all`, the GKE/Vertex AI GPU node images), as the NVIDIA_* variables
-# below request. Build and push (see deployments/README.md):
+# below request. Build and push from the checkout (see docs/cloud.md, "The worker image"):
 #
-#   docker build -t REGION-docker.pkg.dev/PROJECT/rts/rts-pipeline:$(git rev-parse --short HEAD) .
+#   docker build --build-arg GIT_SHA=$(git rev-parse HEAD) \
+#       --build-arg GIT_DIRTY=$(git diff --quiet HEAD && echo false || echo true) \
+#       -t REGION-docker.pkg.dev/PROJECT/rts/rts-pipeline:$(git rev-parse --short HEAD) .
 #   docker push REGION-docker.pkg.dev/PROJECT/rts/rts-pipeline:$(git rev-parse --short HEAD)
 #
 # The base image is pinned to an exact release; pin its digest too where your registry policy asks for it
@@ -42,6 +44,17 @@ RUN useradd --create-home --uid 1000 rts \
     && mkdir -p /var/cache/rts /opt/rts/artifacts \
     && chown -R rts:rts /var/cache/rts /opt/rts/artifacts
 USER rts
+
+# The commit the image is built from (guide §4.3 run_metadata.json git_sha, §10.1 "Git commit hash recorded"):
+# .dockerignore keeps .git out of the image, so the build passes it. Packages and MLflow runs record RTS_GIT_SHA
+# (and RTS_GIT_DIRTY) with git_source 'image' (rtscore/identity/commit.py); built without --build-arg GIT_SHA
+# they record 'unknown', never a guessed commit. Last, so a new commit rebuilds no earlier layer. The check
+# fails the build on a malformed value (a short sha) and prints what runs will record.
+ARG GIT_SHA=""
+ARG GIT_DIRTY=""
+ENV RTS_GIT_SHA=${GIT_SHA} \
+    RTS_GIT_DIRTY=${GIT_DIRTY}
+RUN python -m rtscore.identity.commit
 
 # No ENTRYPOINT: Prefect workers run their own command in the container (`prefect flow-run execute`),
 # which an ENTRYPOINT would swallow. `docker run IMAGE` prints the rts help; `docker run IMAGE rts run ...` works.

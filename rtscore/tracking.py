@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rtscore.config.pipeline import MLflowConfig
+from rtscore.identity.commit import code_commit
 
 
 def default_tracking_uri(run_dir: Path) -> str:
@@ -21,10 +22,24 @@ def default_tracking_uri(run_dir: Path) -> str:
 FLOW_RUN_ENV = "RTS_FLOW_RUN_ID"
 
 
+# MLflow's own tag for the source commit (its UI shows it); set only when a commit is known.
+GIT_COMMIT_TAG = "mlflow.source.git.commit"
+
+
 def run_context_tags() -> dict[str, str]:
-    """Tags linking an MLflow run to what started it: the Prefect flow run, when there is one."""
-    flow_run = os.environ.get(FLOW_RUN_ENV)
-    return {"prefect.flow_run_id": flow_run} if flow_run else {}
+    """Tags linking an MLflow run to what started it: the Prefect flow run, when there is one, and the code's
+    commit (:func:`~rtscore.identity.commit.code_commit`, as ``run_metadata.json`` records it): ``rts.git_source``
+    always (``checkout``, ``image`` or ``none``), the commit and ``rts.git_dirty`` when known."""
+    tags: dict[str, str] = {}
+    if flow_run := os.environ.get(FLOW_RUN_ENV):
+        tags["prefect.flow_run_id"] = flow_run
+    commit = code_commit()
+    tags["rts.git_source"] = commit.source
+    if commit.known:
+        tags[GIT_COMMIT_TAG] = commit.sha
+    if commit.dirty is not None:
+        tags["rts.git_dirty"] = str(commit.dirty).lower()
+    return tags
 
 
 class Tracker:

@@ -77,3 +77,27 @@ def test_image_fixes_the_python_hash_seed_of_the_guide() -> None:
     environment must carry it (a run-time os.environ assignment cannot reach the running interpreter)."""
     env = " ".join(arg for op, arg in _instructions() if op == "ENV")
     assert "PYTHONHASHSEED=42" in env.split()
+
+
+def test_the_image_records_the_commit_it_was_built_from() -> None:
+    """Guide §4.3 git_sha, §10.1: the image holds no .git (.dockerignore), so the commit comes in as a build argument
+    and is exported under the name the resolver reads (rtscore/identity/commit.py); its default claims none, and
+    every documented build command passes it."""
+    assert ".git" in (ROOT / ".dockerignore").read_text().split()
+    ins = _instructions()
+    args = dict(shlex.split(arg)[0].partition("=")[::2] for op, arg in ins if op == "ARG")
+    assert args.get("GIT_SHA") == "" and args.get("GIT_DIRTY") == "", "no default: a build without it claims none"
+    env = {k: v for op, arg in ins if op == "ENV" for k, _, v in (w.partition("=") for w in shlex.split(arg))}
+    assert env.get("RTS_GIT_SHA") == "${GIT_SHA}", "exported for runs: an ARG alone is gone after the build"
+    from rtscore.identity.commit import GIT_DIRTY_ENV, GIT_SHA_ENV  # the names the resolver reads
+
+    assert env[GIT_SHA_ENV] == "${GIT_SHA}" and env[GIT_DIRTY_ENV] == "${GIT_DIRTY}"
+    order = [op for op, _ in ins]
+    arg_at = next(i for i, (op, arg) in enumerate(ins) if op == "ARG" and arg.startswith("GIT_SHA"))
+    assert arg_at > order.index("RUN"), "after the dependency install: a new commit rebuilds no earlier layer"
+    check = next(arg for op, arg in ins[arg_at:] if op == "RUN")
+    assert check == "python -m rtscore.identity.commit", "the build checks the value and prints what runs record"
+    build = "--build-arg GIT_SHA=$(git rev-parse HEAD)"
+    for doc in ("Dockerfile", "docs/cloud.md"):
+        commands = re.findall(r"^[#\s]*(docker build\s.*)$", (ROOT / doc).read_text(), re.MULTILINE)
+        assert commands and all(c.startswith(f"docker build {build}") for c in commands), f"{doc}: {commands}"

@@ -32,6 +32,7 @@ from rtscore.package import (
     PackageError,
     PackageInfo,
     RunMetadata,
+    audit_package,
     build_package,
     package_sha256,
     pickle_globals,
@@ -180,6 +181,40 @@ def test_build_and_verify(built: Path) -> None:
     names = [c.name for c in report.checks]
     assert names[-2:] == ["load", "forward"] and "weights.pth pickle" in names
     assert "(1, 1, 64, 64)" in checks(report)["forward"].detail
+
+
+@pytest.mark.parametrize("image_sha", ["0123456789abcdef0123456789abcdef01234567", None])
+def test_a_package_built_without_a_checkout_records_the_images_commit_and_never_guesses_one(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, image_sha: str | None
+) -> None:
+    """A worker of the image (no .git in it, guide §4.3 git_sha, §10.1): the commit is the image's build argument
+    (Dockerfile ARG GIT_SHA -> RTS_GIT_SHA); an image built without it records 'unknown'."""
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "no-git"))  # git finds no repository, as in the image
+    if image_sha is None:
+        monkeypatch.delenv("RTS_GIT_SHA", raising=False)
+    else:
+        monkeypatch.setenv("RTS_GIT_SHA", image_sha)
+        monkeypatch.setenv("RTS_GIT_DIRTY", "false")
+    build(run, package_config())
+    meta = RunMetadata.model_validate_json((run / "package" / "run_metadata.json").read_text())
+    assert meta.git_sha == (image_sha or "unknown")
+    if image_sha is None:
+        assert (meta.git_sha, meta.git_dirty, meta.git_source) == ("unknown", None, "none")
+    else:
+        assert (meta.git_sha, meta.git_dirty, meta.git_source) == (image_sha, False, "image")
+    audit = next(c for c in audit_package(run / "package") if c.name == "run_metadata.json")
+    assert audit.ok and f"git {meta.git_sha[:12]} ({meta.git_source})" in audit.detail
+
+
+def test_run_metadata_refuses_a_commit_that_contradicts_its_source(built: Path) -> None:
+    """A package written before git_source reads as before; a recorded source must agree with git_sha."""
+    doc = json.loads((built / "run_metadata.json").read_text())
+    old = {k: v for k, v in doc.items() if k != "git_source"}
+    assert RunMetadata.model_validate(old).git_source is None
+    with pytest.raises(ValueError, match="git_source is 'none' but git_sha is"):
+        RunMetadata.model_validate({**old, "git_sha": "0" * 40, "git_source": "none"})
+    with pytest.raises(ValueError, match="git_source is 'image' but git_sha is 'unknown'"):
+        RunMetadata.model_validate({**old, "git_sha": "unknown", "git_source": "image"})
 
 
 def test_sha256sums_is_sha256sum_compatible(built: Path) -> None:

@@ -7,6 +7,9 @@ import pytest
 from rtscore.config.pipeline import MLflowConfig
 from rtscore.tracking import Tracker, default_tracking_uri, flatten
 
+IMAGE_SHA = "fedcba9876543210fedcba9876543210fedcba98"
+GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tag: its UI shows the commit
+
 
 def test_flatten() -> None:
     assert flatten("", {"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
@@ -125,3 +128,27 @@ def test_runs_go_to_a_tracking_server_tagged_with_the_flow_run(tmp_path: Path, m
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("image_sha", [IMAGE_SHA, None])
+def test_every_run_records_the_commit_it_ran_from_without_a_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, image_sha: str | None
+) -> None:
+    """An image worker (no .git, guide §10.1): training's and the multi-seed parent's runs carry the image's commit
+    (``mlflow.source.git.commit``, as run_metadata.json records it); without the build argument, no commit tag."""
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "no-git"))  # git finds no repository, as in the image
+    if image_sha is None:
+        monkeypatch.delenv("RTS_GIT_SHA", raising=False)
+    else:
+        monkeypatch.setenv("RTS_GIT_SHA", image_sha)
+        monkeypatch.setenv("RTS_GIT_DIRTY", "true")
+    tracker = Tracker(MLflowConfig(experiment_name="t"), tmp_path / "run")
+    parent = tracker.start_run("multi-seed")
+    child = tracker.start_run("seed_42", parent, {"rts.seed": "42"})
+    for run_id in (parent, child):
+        tags = tracker.client.get_run(run_id).data.tags
+        if image_sha is None:
+            assert GIT_COMMIT_TAG not in tags and tags["rts.git_source"] == "none" and "rts.git_dirty" not in tags
+        else:
+            assert tags[GIT_COMMIT_TAG] == image_sha and tags["rts.git_source"] == "image"
+            assert tags["rts.git_dirty"] == "true"

@@ -214,6 +214,26 @@ class PipelineConfig(StrictModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def check_half_scale_input(self) -> PipelineConfig:
+        """Shipping 0.5x (guide §8.3: each tile's 2x field of view, downsampled) needs the val and test tiles' 0.5x
+        input, which only the synthetic source writes (its context stores): a GeoTIFF val or test split is refused
+        here, when the config loads, instead of at the logit cache after training. The scale gate itself may stay
+        on: it reports the 0.5x candidate as not evaluated."""
+        cal, dep = self.calibration, self.deployment
+        asks = [f"deployment.scales is {dep.scales}"] if any(s != 1.0 for s in dep.scales) else []
+        asks += ["calibration.allow_multiscale_deployment is true"] if cal.allow_multiscale_deployment else []
+        geotiff = [s for s, gen in self.data.generation.items() if s in ("val", "test") and gen.source == "geotiff"]
+        if asks and geotiff:
+            splits = " and ".join(f"data.generation.{s}" for s in geotiff)
+            raise ValueError(
+                f"{' and '.join(asks)}, but {splits} read a GeoTIFF data root: the 0.5x input (each tile's 2x field "
+                "of view, downsampled; guide §8.3) is built only for the synthetic source, so calibration and the "
+                "test report could not measure a multi-scale deployment. hint: set deployment.scales: [1.0] and "
+                "calibration.allow_multiscale_deployment: false (the scale gate then reports 0.5x as not evaluated)"
+            )
+        return self
+
 
 def load_pipeline_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> PipelineConfig:
     """Load a pipeline config, resolving generation-config paths relative to the file.

@@ -239,8 +239,8 @@ class TestReport(ReportModel):
     per_seed: list[SeedTestResult] = Field(..., description="Each seed's metrics.")
     multiscale: TestReport | None = Field(
         None,
-        description="Beside the canonical 1x result: the shipped deployment config's when its scales are not [1.0] "
-        "(its 0.5x input from the test tiles' context store); null when the deployment is 1x.",
+        description="Beside the canonical 1x result, not instead of it: the shipped deployment config's when its "
+        "scales are not [1.0] (its 0.5x input from the test tiles' context store); null when the deployment is 1x.",
     )
 
     @classmethod

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-import re
 import shutil
-import subprocess
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -17,6 +15,7 @@ from rtscore.config.binding import RGB_NAMES, RasterContract
 from rtscore.config.deployment import DeploymentConfig, require_calibrated
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.normalization.stats import load_normalization_stats
+from rtscore.identity.commit import code_commit
 from rtscore.package.format import (
     DEPLOYMENT,
     METADATA,
@@ -43,25 +42,6 @@ from rtscore.train.result import SeedSummary
 def _utc(ts: float | None = None) -> str:
     dt = datetime.now(UTC) if ts is None else datetime.fromtimestamp(ts, UTC)
     return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _git_state() -> tuple[str, bool | None]:
-    """(HEAD sha, dirty) of the checkout rtscore runs from; ('unknown', None) outside a git checkout."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "unknown", None
-    return (sha, bool(status.strip())) if re.fullmatch(r"[0-9a-f]{40,64}", sha) else ("unknown", None)
 
 
 def frozen_requirements() -> list[str]:
@@ -155,14 +135,16 @@ def _check_inputs(cfg: PipelineConfig, n: int, weights: Path, deployment: Path, 
 
 
 def _run_metadata(cfg: PipelineConfig, seed: SeedSummary, weights: Path) -> RunMetadata:
-    """The package's provenance (``metadata.json``): code state, MLflow run, training date (the weights' mtime),
-    the shipped seed's best epoch and metric (None when not finite) and what it was trained with."""
+    """The package's provenance (``run_metadata.json``): code commit (:func:`code_commit`), MLflow run, training
+    date (the weights' mtime), the shipped seed's best epoch and metric (None when not finite) and what it was
+    trained with."""
     n = seed.seed
-    git_sha, git_dirty = _git_state()
+    commit = code_commit()
     best = seed.best_val_realistic_pr_auc_geomean_smoothed
     return RunMetadata(
-        git_sha=git_sha,
-        git_dirty=git_dirty,
+        git_sha=commit.sha,
+        git_dirty=commit.dirty,
+        git_source=commit.source,
         mlflow_run_id=seed.mlflow_run_id,
         training_date=_utc(weights.stat().st_mtime),
         package_date=_utc(),

@@ -16,6 +16,7 @@ from rtscore.config.binding import RGB_NAMES, ExtraChannel, InputBinding, Raster
 from rtscore.config.deployment import Precision
 from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2, ArchitectureName
 from rtscore.errors import PipelineError
+from rtscore.identity.commit import UNKNOWN_COMMIT, CommitSource
 from rtscore.storage import sha256_file
 from rtscore.train.result import METRIC
 
@@ -125,8 +126,16 @@ class TrainedWith(StrictModel):
 class RunMetadata(StrictModel):
     """`run_metadata.json`: where the weights come from."""
 
-    git_sha: str = Field(..., description="Commit of the project checkout that built the package, or 'unknown'.")
+    git_sha: str = Field(
+        ..., description="Commit of the code that built the package (see git_source), or 'unknown' (git_source none)."
+    )
     git_dirty: bool | None = Field(None, description="Uncommitted changes to tracked files (null: unknown).")
+    git_source: CommitSource | None = Field(
+        None,
+        description="Where git_sha comes from: 'checkout' (git of the project checkout), 'image' (RTS_GIT_SHA, the "
+        "worker image's build argument GIT_SHA), 'none' (neither: git_sha is 'unknown'); null in packages built "
+        "before it was recorded.",
+    )
     mlflow_run_id: str | None = Field(None, description="MLflow run of the shipped seed.")
     training_date: str = Field(..., description="UTC time the shipped weights were written (ISO 8601).")
     package_date: str = Field(..., description="UTC time the package was built (ISO 8601).")
@@ -135,6 +144,15 @@ class RunMetadata(StrictModel):
     best_metric: float | None = Field(..., description="Best smoothed validation metric of the seed.")
     best_metric_name: str = Field(METRIC, description="Name of best_metric.")
     trained_with: TrainedWith = Field(..., description="Training settings the weights depend on.")
+
+    @model_validator(mode="after")
+    def _commit_matches_its_source(self) -> RunMetadata:
+        """A recorded source names a commit, and 'none' claims none (guide §10.1: never a guessed commit)."""
+        if self.git_source == "none" and self.git_sha != UNKNOWN_COMMIT:
+            raise ValueError(f"git_source is 'none' but git_sha is {self.git_sha!r}; expected {UNKNOWN_COMMIT!r}")
+        if self.git_source in ("checkout", "image") and self.git_sha == UNKNOWN_COMMIT:
+            raise ValueError(f"git_source is {self.git_source!r} but git_sha is {UNKNOWN_COMMIT!r}")
+        return self
 
 
 class PackageFile(BaseModel):

@@ -378,7 +378,8 @@ def run_audit(path: str | Path, *, allow_fallback_threshold: bool = False) -> Au
 
     def meta_fn() -> tuple[str, RunMetadata]:
         m = _load_json_model(RunMetadata, pkg / METADATA)
-        return f"seed {m.seed}, epoch {m.epoch}, git {m.git_sha[:12]}, trained {m.training_date}", m
+        source = f" ({m.git_source})" if m.git_source else ""
+        return f"seed {m.seed}, epoch {m.epoch}, git {m.git_sha[:12]}{source}, trained {m.training_date}", m
 
     c, meta = _check(METADATA, meta_fn)
     checks.append(c)

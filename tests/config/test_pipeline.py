@@ -3,11 +3,15 @@ path, and sampling keys that could not act refused."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rtscore.config import ConfigError, parse_pipeline_config
+from rtscore.config.pipeline import load_pipeline_config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _refused(data: dict[str, Any], pattern: str) -> None:
@@ -131,3 +135,26 @@ def test_a_dpt_config_loads() -> None:
 def test_dpt_rules_are_checked_when_the_config_loads(data: dict[str, Any], pattern: str) -> None:
     """Before: the model failed at its first forward (a 48-px tile) or at build (an unknown backbone)."""
     _refused(data, pattern)
+
+
+@pytest.mark.parametrize(
+    ("override", "asks"),
+    [
+        ({"deployment.scales": [1.0, 0.5]}, r"deployment.scales is \[1.0, 0.5\]"),
+        ({"calibration.allow_multiscale_deployment": True}, "calibration.allow_multiscale_deployment is true"),
+    ],
+)
+def test_shipping_half_scale_from_a_geotiff_root_is_refused_when_the_config_loads(
+    override: dict[str, Any], asks: str
+) -> None:
+    """Guide §8.3: the 0.5x input is each tile's 2x field of view, which only the synthetic source builds (its
+    context stores); a GeoTIFF run asking to ship 0.5x fails at load, not at the logit cache after training."""
+    path = ROOT / "configs" / "quickstart_geotiff.yaml"
+    cfg = load_pipeline_config(path)
+    assert 0.5 in cfg.calibration.scale_candidates and cfg.calibration.scale_gate  # the gate may stay on
+    with pytest.raises(ConfigError, match=asks + r".*data.generation.val and data.generation.test read a GeoTIFF"):
+        load_pipeline_config(path, override)
+    synthetic = load_pipeline_config(
+        ROOT / "configs" / "baseline.yaml", {**override, "calibration.scale_candidates": [1.0, 0.5]}
+    )
+    assert synthetic.deployment.scales == override.get("deployment.scales", [1.0])

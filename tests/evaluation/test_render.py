@@ -37,3 +37,29 @@ def test_the_results_table_is_one_row_per_metric_and_one_column_per_ratio_of_the
         ["PR-AUC", "0.810 ± 0.014"],
     ]
     assert results_table({}) == ([], [])
+
+
+def test_a_multiscale_table_says_it_is_beside_the_canonical_1x_result_not_instead_of_it() -> None:
+    """Guide §4.6: evaluate_test's number is the 1x one; a shipped multi-scale deployment's table (a declared
+    deviation: the guide evaluates it later, in the inference pipeline) says so in the report itself."""
+    names = ("iou_rts", "f1_rts", "pr_auc", "no_skill_pr_auc")
+    seed = SeedTestResult(
+        seed=42,
+        threshold=0.5,
+        temperature=1.0,
+        threshold_source="target_precision",
+        metrics={"1_200": dict.fromkeys(names, 0.5)},
+        recall_by_size=[],
+        n_pos_tiles=1,
+        n_neg_tiles=1,
+    )
+    one = TestReport.from_seeds([seed], DeploymentConfig(threshold=0.5, temperature=1.0), [])
+    shipped = DeploymentConfig(threshold=0.5, temperature=1.0, scales=[1.0, 0.5], fusion="max")
+    report = one.model_copy(update={"multiscale": TestReport.from_seeds([seed], shipped, [])})
+    md = render_test_markdown(report)
+    canonical, _, beside = md.partition("# Multi-scale deployment")
+    assert "Canonical 1x result" in canonical and "beside this result, not instead of it" in canonical
+    assert "not instead of it: the 1x table stays the Test-Realistic result" in beside
+    assert "not in evaluate_test (§4.6)" in beside
+    assert "beside the canonical 1x table above, not instead of it:" in render_test(report)
+    assert "not instead of" not in render_test_markdown(one) + render_test(one)  # a 1x deployment: one table
