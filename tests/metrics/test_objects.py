@@ -117,10 +117,10 @@ def test_a_speck_counts_as_an_object_by_default() -> None:
     target[2:5, 2:5] = 1
     logits[30:33, 30:33] = HIGH
     m = MetricsConfig()
-    assert m.min_object_area_m2 is None and m.object_matching == "guide"
     counter = ObjectCounter(m.object_iou_thresholds, threshold=0.5, min_object_area_m2=m.min_object_area_m2)
     tile = counter.add_tile(logits, target, pixel_area_m2=4.77**2)
     assert counts(tile) == [(0, 1, 1)] * 3 and tile.gt_area.tolist() == [9]
+    assert m.min_object_area_m2 is None
     opted_in = ObjectCounter(m.object_iou_thresholds, min_object_area_m2=350.0)  # the rule before, now opt-in
     assert counts(opted_in.add_tile(logits, target, pixel_area_m2=4.77**2)) == [(0, 0, 0)] * 3
 
