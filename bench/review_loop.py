@@ -206,7 +206,9 @@ def build_world(root: Path, *, seeds: list[int], epochs: int) -> World:
 
 def pipeline_config(seeds: list[int], epochs: int) -> dict[str, Any]:
     """configs/quickstart_geotiff.yaml on the loop's data root: 64 px tiles, NDVI as the EXTRA channel, the given
-    seeds and epochs, and the default minimum object area (350 m²: under one 30 m pixel)."""
+    seeds and epochs, the default object metrics (guide §6.2: every connected component, no minimum area) and
+    quickstart_geotiff's package.min_object_area_m2 for the map (43 m²: under one 30 m pixel, so every object is
+    written)."""
     cfg = yaml.safe_load((ROOT / "configs" / "quickstart_geotiff.yaml").read_text())
     geotiff = {"data_root": "tiles", "extra_channels": [{"name": "ndvi", "band": 0}]}
     cfg["data"]["tile_size"] = TILE

@@ -591,13 +591,14 @@ def test_the_load_audit_runs_once_per_package_until_a_file_changes(pkg: Path, mo
     assert len(audits) == 3
 
 
-def test_the_package_records_the_minimum_object_area_the_run_evaluated_with(run: Path, pkg: Path) -> None:
-    """Issue 23 (4): `rts map` applies the run's metrics.min_object_area_m2; a package built before maps at the
-    default, and verify says so."""
+def test_the_package_records_the_smallest_object_rts_map_writes(run: Path, pkg: Path) -> None:
+    """Issue 23 (4): `rts map` applies the run's package.min_object_area_m2 (issue 35: its own key, not the opt-in
+    evaluation filter metrics.min_object_area_m2); a package built before maps at the default, and verify says so."""
     from rtscore.inference.predict import load_package
 
     cfg = package_config()
-    cfg.metrics.min_object_area_m2 = 90_000.0
+    cfg.metrics.min_object_area_m2 = 1.0  # evaluation's filter: not what the package records
+    cfg.package.min_object_area_m2 = 90_000.0
     built = Path(build(run, cfg).path)
     model = PackagedModelConfig.model_validate(yaml.safe_load((built / "model_config.yaml").read_text()))
     assert model.min_object_area_m2 == 90_000.0

@@ -225,8 +225,7 @@ def _val_objects(
 ) -> dict[str, Any]:
     """Object P/R/F1 on the validation pool at the operating threshold, from the full-resolution part (read one
     kept tile at a time; the only per-tile reading of calibration)."""
-    m = cfg.metrics
-    counter = ObjectCounter(m.object_iou_thresholds, threshold=threshold, min_object_area_m2=m.min_object_area_m2)
+    counter = ObjectCounter.for_metrics(cfg.metrics, threshold)
     kept = np.zeros(cache.n_tiles, bool)
     areas = cache.pixel_area_m2
     for row, z, label in cache.dense_tiles(combo):
@@ -242,7 +241,7 @@ def _val_objects(
         "exact": raw_threshold >= float(cache.attrs["object_prob_floor"]),
         "tiles_at_full_resolution": int(kept.sum()),
     }
-    for r in m.ratios:
+    for r in cfg.metrics.ratios:
         for thr, s in object_metrics(counter, r).items():
             out[f"object_precision_{iou_tag(thr)}_1_{r}"] = s.precision
             out[f"object_recall_{iou_tag(thr)}_1_{r}"] = s.recall

@@ -3,16 +3,19 @@ taken at, object matching and its minimum ground area, and the logit histograms'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from rtscore.config.base import StrictModel
 
-# Default of metrics.min_object_area_m2 (and of packages that record none): 16 px at the synthetic 4.77 m ground
-# pixel are 364 m²; 350 m² converts to those same 16 px there (ceil(350 / 22.75) = 16), so synthetic runs keep their
-# results, and is a sixth of the smallest RTS the guide describes (~50 m across, ~2,000 m²): speckle goes, no RTS.
+# Default of package.min_object_area_m2 (the smallest object `rts map` writes) and of packages that record none: 16 px
+# at the synthetic 4.77 m ground pixel are 364 m²; 350 m² converts to those same 16 px there (ceil(350 / 22.75) = 16),
+# and is a sixth of the smallest RTS the guide describes (~50 m across, ~2,000 m²): speckle goes, no RTS. Evaluation
+# applies no such filter unless metrics.min_object_area_m2 is set (guide §6.2: every connected component counts).
 DEFAULT_MIN_OBJECT_AREA_M2 = 350.0
+# metrics.object_matching (rtscore.metrics.objects.match_objects): "guide", guide §6.2 step 4, or "best_unmatched".
+ObjectMatching = Literal["guide", "best_unmatched"]
 
 
 def min_blob_size_renamed(px: Any) -> str:
@@ -22,8 +25,8 @@ def min_blob_size_renamed(px: Any) -> str:
         "min_blob_size_px was replaced by min_object_area_m2: object sizes are ground areas, the same at every pixel "
         "size and in `rts map` (a size in pixels dropped every object under 1.4 km² at 300 m). Write "
         f"metrics.min_object_area_m2 in m²: {n:g} px x the ground area of one pixel of your tiles ({n:g} px at 4.77 m "
-        f"= {n * 4.77**2:,.0f} m², at 300 m = {n * 300.0**2:,.0f} m²; default {DEFAULT_MIN_OBJECT_AREA_M2:g} m², 16 px "
-        "at 4.77 m), and delete min_blob_size_px"
+        f"= {n * 4.77**2:,.0f} m², at 300 m = {n * 300.0**2:,.0f} m²; default null: every connected component counts, "
+        "guide §6.2), and delete min_blob_size_px; the smallest object `rts map` writes is package.min_object_area_m2"
     )
 
 
@@ -39,14 +42,24 @@ class MetricsConfig(StrictModel):
         default_factory=lambda: [0.1, 0.3, 0.5],
         description="IoU thresholds for object matching (distinct, in (0, 1]; guide §6.2: 0.1, 0.3, 0.5).",
     )
-    min_object_area_m2: float = Field(
-        DEFAULT_MIN_OBJECT_AREA_M2,
+    object_matching: ObjectMatching = Field(
+        "guide",
+        description="Greedy 1-to-1 object matching, predictions by mean probability (highest first). 'guide' (guide "
+        "§6.2 step 4): each prediction is matched to its highest-IoU ground-truth object, only if that IoU reaches "
+        "the threshold and that object is unmatched; otherwise it is a false positive. 'best_unmatched' (the rule "
+        "before issue 35, not the guide's): each prediction takes its highest-IoU ground-truth object among the "
+        "still unmatched ones, so a second prediction on a matched object can match a neighbour instead of "
+        "counting as a false positive.",
+    )
+    min_object_area_m2: float | None = Field(
+        None,
         ge=0.0,
         allow_inf_nan=False,
-        description="Objects (connected components, predicted and ground truth) under this ground area are dropped, in "
-        "evaluation (per tile: at least 1 px, the tile's own pixel area from its transform) and in `rts map` (each "
-        "object's ground area; the package records the value). 350 m²: 16 px at the synthetic 4.77 m pixel, a sixth "
-        "of the smallest RTS (~50 m across, ~2,000 m²); 1 px at 300 m. 0 keeps every component.",
+        description="Opt-in size filter of the object metrics (validation, calibration, test evaluation and its "
+        "recall by area): objects (connected components, predicted and ground truth) under this ground area are "
+        "dropped, per tile at least 1 px of the tile's own pixel area from its transform. Null or 0 (default, the "
+        "guide's rule, §6.2): every connected component is an object. Not the smallest object `rts map` writes: "
+        "that is package.min_object_area_m2.",
     )
     pr_bins: int = Field(
         2048,

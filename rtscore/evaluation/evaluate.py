@@ -77,7 +77,7 @@ def run_test_pass(
     assert dep.threshold is not None and dep.temperature is not None
     m = cfg.metrics
     acc = TileHistogramAccumulator(LogitBins(core_bins=m.pr_bins))
-    objects = ObjectCounter(m.object_iou_thresholds, threshold=dep.threshold, min_object_area_m2=m.min_object_area_m2)
+    objects = ObjectCounter.for_metrics(m, dep.threshold)
     run_model = prepare_model(model, dep.torch_compile)
     device = next(model.parameters()).device
     confusion: list[np.ndarray] = []

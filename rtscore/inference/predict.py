@@ -113,7 +113,7 @@ class LoadedPackage:
 
     @property
     def min_object_area_m2(self) -> float:
-        """The smallest object `rts map` writes (ground m²): the package's ``metrics.min_object_area_m2``, the
+        """The smallest object `rts map` writes (ground m²): the package's ``package.min_object_area_m2``, the
         default for a package built before it was recorded (:func:`warn_if_no_min_object_area`)."""
         return self.model_config.effective_min_object_area_m2
 
@@ -234,8 +234,7 @@ def warn_if_no_min_object_area(pkg: LoadedPackage) -> None:
     if pkg.model_config.min_object_area_m2 is None:
         log.warning(
             "package %s: %s records no min_object_area_m2 (built before it was recorded): objects under the default "
-            "%g m² are left out of the map, whatever the run evaluated with; rebuild the package to map with its "
-            "own metrics.min_object_area_m2",
+            "%g m² are left out of the map; rebuild the package to map with the run's package.min_object_area_m2",
             pkg.path,
             MODEL,
             pkg.min_object_area_m2,

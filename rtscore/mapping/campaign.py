@@ -173,7 +173,7 @@ class CampaignResult(CampaignSummary):
     objects_under_min_area: int = Field(
         ..., ge=0, description="Merged objects under min_object_area_m2: not written to the objects layer."
     )
-    min_object_area_m2: float = Field(..., ge=0, description="The package's metrics.min_object_area_m2 (ground m²).")
+    min_object_area_m2: float = Field(..., ge=0, description="The package's package.min_object_area_m2 (ground m²).")
     objects_partial: int = Field(..., ge=0, description="Objects cut by a scene's edge.")
     objects_by_size_bin_m2: dict[str, int] = Field(..., description="Objects by ground size bin (m²).")
     windows_per_second: float | None = Field(..., description="Windows per second of scene time (None: no time).")

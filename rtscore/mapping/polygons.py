@@ -441,9 +441,10 @@ def current_size_bin(label: str) -> str:
 
 
 def keep_min_area(objects: Sequence[RtsObject], min_area_m2: float) -> tuple[list[RtsObject], int]:
-    """The objects whose ground area reaches ``min_area_m2`` (``metrics.min_object_area_m2``, recorded in the
-    package), renumbered 1.. in their order, and how many were left out: the rule evaluation applies to every tile's
-    objects (:func:`~rtscore.metrics.objects.reaches_min_area`), so a mapped object is an evaluated one."""
+    """The objects whose ground area reaches ``min_area_m2`` (``package.min_object_area_m2``, recorded in the
+    package), renumbered 1.. in their order, and how many were left out. A mapping rule (specks are not written),
+    separate from evaluation, which counts every component (guide §6.2) unless ``metrics.min_object_area_m2`` is set;
+    set to one value, both apply the one size test (:func:`~rtscore.metrics.objects.reaches_min_area`)."""
     kept = [o for o in objects if reaches_min_area(o.ground_area_m2, min_area_m2)]
     return [replace(o, object_id=k) for k, o in enumerate(kept, start=1)], len(objects) - len(kept)
 

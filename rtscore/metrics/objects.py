@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 from scipy import ndimage
 from scipy.special import expit
 
+from rtscore.config.metrics import MetricsConfig, ObjectMatching
 from rtscore.data.tiles import IGNORE_INDEX
 from rtscore.metrics.histograms import ArrayLike, as_tile_batch, to_numpy
 from rtscore.metrics.pixel import prob_to_logit
@@ -20,17 +22,24 @@ from rtscore.metrics.prevalence import negative_weight, ratio_pools
 # Both sides use the same structure so GT and predictions are segmented alike.
 EIGHT_CONNECTED = np.ones((3, 3), dtype=bool)
 DEFAULT_IOU_THRESHOLDS = (0.1, 0.3, 0.5)
-# The object-size rule is a ground area (metrics.min_object_area_m2); an object reaches it when its area is at least
-# the minimum less this relative slack, so that 16 px of 22.75 m² and a polygon of the same 16 px agree on 364 m²
-# whatever the last bit of their floating-point products.
+# metrics.object_matching. "guide" (guide §6.2, step 4): each prediction, most confident first, is matched to ITS
+# highest-IoU GT object only if that IoU reaches the threshold and that object is still unmatched; otherwise it is an
+# FP (a later prediction on an already matched GT object is an FP even when it overlaps another, free GT object).
+# "best_unmatched" (the rule before issue 35): each prediction takes its best-IoU GT object among those still unmatched.
+OBJECT_MATCHINGS: tuple[ObjectMatching, ...] = get_args(ObjectMatching)
+# An object-size rule is a ground area (evaluation's opt-in metrics.min_object_area_m2; package.min_object_area_m2,
+# the smallest object `rts map` writes); an object reaches it when its area is at least the minimum less this
+# relative slack, so that 16 px of 22.75 m² and a polygon of the same 16 px agree on 364 m² whatever the last bit of
+# their floating-point products.
 AREA_RTOL = 1e-9
 # An upper bin edge at or above this (m²: 100,000 km², larger than any RTS) closes no bin: the last bin is open.
 OPEN_BIN_EDGE_M2 = 1e11
 
 
 def reaches_min_area(area_m2: float, min_area_m2: float) -> bool:
-    """Whether an object of ``area_m2`` ground m² is kept under ``metrics.min_object_area_m2``: the one size rule
-    of evaluation (in pixels of each tile, :func:`min_object_pixels`) and mapping (each object's ground area)."""
+    """Whether an object of ``area_m2`` ground m² is kept under a minimum of ``min_area_m2``: the one size test of
+    evaluation's opt-in ``metrics.min_object_area_m2`` (in pixels of each tile, :func:`min_object_pixels`) and of
+    mapping's ``package.min_object_area_m2`` (each mapped object's ground area)."""
     return bool(area_m2 >= min_area_m2 * (1.0 - AREA_RTOL))
 
 
@@ -112,14 +121,29 @@ def _compact(labels: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, int]:
     return new[labels], k
 
 
-def _greedy_match(iou: np.ndarray, order: np.ndarray, thr: float) -> np.ndarray:
-    """(P,) GT index per prediction (-1: none); predictions in `order` take their best-IoU unmatched GT."""
+def _check_matching(matching: str) -> ObjectMatching:
+    if matching not in OBJECT_MATCHINGS:
+        raise ValueError(f"metrics.object_matching must be one of {list(OBJECT_MATCHINGS)}; got {matching!r}")
+    return matching
+
+
+def _greedy_match(iou: np.ndarray, order: np.ndarray, thr: float, matching: ObjectMatching) -> np.ndarray:
+    """(P,) GT index per prediction (-1: none), predictions taken in ``order``.
+
+    ``"guide"`` (guide §6.2): a prediction matches its highest-IoU GT object if that IoU >= ``thr`` and the object is
+    unmatched; when several GT objects tie for its highest IoU, the first unmatched of them (lowest label).
+    ``"best_unmatched"``: a prediction takes the highest-IoU GT object among the unmatched ones, if >= ``thr``.
+    """
     match = np.full(iou.shape[0], -1, np.int64)
     if iou.shape[1] == 0:
         return match
     free = np.ones(iou.shape[1], bool)
     for p in order:
-        cand = np.where(free, iou[p], -1.0)
+        if matching == "guide":
+            best = iou[p].max()
+            cand = np.where(free & (iou[p] == best), iou[p], -1.0)
+        else:
+            cand = np.where(free, iou[p], -1.0)
         g = int(np.argmax(cand))  # ties: lowest GT label, deterministic
         if cand[g] >= thr:
             match[p] = g
@@ -134,27 +158,34 @@ def match_objects(
     threshold: float = 0.5,
     iou_thresholds: Sequence[float] = DEFAULT_IOU_THRESHOLDS,
     min_pixels: int = 1,
+    matching: ObjectMatching = "guide",
 ) -> TileObjects:
     """Greedy 1-to-1 object matching on one tile at every IoU threshold in one pass (guide §6.2).
 
     Predicted objects are the 8-connected components of `sigmoid(logits) >= threshold` (compared as
-    `logits >= logit(threshold)`, the pixel metrics' rule); GT objects those of `target == 1`. Components under
-    `min_pixels` pixels are dropped on both sides (the tile's :func:`min_object_pixels`). A predicted component
+    `logits >= logit(threshold)`, the pixel metrics' rule); GT objects those of `target == 1`. Every component is
+    an object (the guide's rule) unless ``min_pixels`` > 1, which drops smaller ones on both sides (the opt-in
+    ``metrics.min_object_area_m2``, converted per tile by :func:`min_object_pixels`). A predicted component
     with more than half of its pixels on ignore (255) is discarded, not counted as FP: it sits where the label
-    makes no claim. IoU is taken over non-ignore pixels, like every pixel metric. Predictions, by mean probability
-    (highest first), each take their highest-IoU still-unmatched GT object if that IoU >= the threshold. So one
-    prediction over two GT objects matches the better one (the other is FN), and of two predictions on one GT
-    object only the more confident matches (the other is FP).
+    makes no claim. IoU is taken over non-ignore pixels, like every pixel metric. Predictions are taken by mean
+    probability, highest first. Under ``matching="guide"`` (guide §6.2 step 4) each is matched to its highest-IoU
+    GT object only if that IoU >= the threshold and that object is unmatched, else it is an FP: one prediction over
+    two GT objects matches the better one (the other is FN), and of several predictions whose best GT object is the
+    same only the most confident matches (the others are FP, even where they overlap another, free GT object).
+    Under ``"best_unmatched"`` each takes its highest-IoU still-unmatched GT object if that IoU >= the threshold.
 
     Args:
         logits: (H,W) logits. For averaged probabilities (TTA), pass their logits (e.g. `scipy.special.logit`).
         target: (H,W) labels in {0, 1, 255}.
         threshold: Probability threshold in (0, 1); the guide's in-training reference is 0.5.
         iou_thresholds: Matching thresholds in (0, 1].
-        min_pixels: Smallest component kept, in pixels of this tile: ``metrics.min_object_area_m2`` converted with
-            the tile's ground pixel area (:func:`min_object_pixels`, as :meth:`ObjectCounter.add_tile` does).
+        min_pixels: Smallest component kept, in pixels of this tile (1: every component, the guide's rule);
+            ``metrics.min_object_area_m2`` converted with the tile's ground pixel area (:func:`min_object_pixels`,
+            as :meth:`ObjectCounter.add_tile` does).
+        matching: ``metrics.object_matching``: ``"guide"`` or ``"best_unmatched"``.
     """
     thr = _check_iou_thresholds(iou_thresholds)
+    how = _check_matching(matching)
     x, t = to_numpy(logits), to_numpy(target)
     if x.ndim != 2 or x.shape != t.shape:
         raise ValueError(f"logits and target must both be (H,W) of one shape; got {x.shape} and {t.shape}")
@@ -167,7 +198,7 @@ def match_objects(
     )
     iou = _pair_iou(p_lab, n_p, g_lab, n_g, ~ignore)
     mean_prob = _mean_probs(x, p_lab, n_p, pred_area)
-    pred_match, gt_matched = _match_at_thresholds(iou, mean_prob, thr, n_g)
+    pred_match, gt_matched = _match_at_thresholds(iou, mean_prob, thr, n_g, how)
     return TileObjects(
         iou_thresholds=thr,
         is_positive_tile=bool(gt_mask.any()),
@@ -218,12 +249,12 @@ def _mean_probs(x: np.ndarray, p_lab: np.ndarray, n_p: int, pred_area: np.ndarra
 
 
 def _match_at_thresholds(
-    iou: np.ndarray, mean_prob: np.ndarray, thr: tuple[float, ...], n_g: int
+    iou: np.ndarray, mean_prob: np.ndarray, thr: tuple[float, ...], n_g: int, matching: ObjectMatching
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedy matching at each IoU threshold, predictions most confident first (stable order on ties): the
     (n_thr, P) GT index per prediction and the (n_thr, G) matched flag per GT object."""
     order = np.argsort(-mean_prob, kind="stable")
-    pred_match = np.stack([_greedy_match(iou, order, th) for th in thr])
+    pred_match = np.stack([_greedy_match(iou, order, th, matching) for th in thr])
     gt_matched = np.zeros((len(thr), n_g), bool)
     for j in range(len(thr)):
         gt_matched[j, pred_match[j][pred_match[j] >= 0]] = True
@@ -262,9 +293,11 @@ class ObjectCounter:
     The prevalence weight is applied at reduction (`object_metrics`), so one validation pass serves every
     ratio: at 1:N, FP on negative tiles count `negative_weight(N, n_pos, n_neg)` times, as in the pixel metrics.
 
-    ``min_object_area_m2`` (``metrics.min_object_area_m2``) is the ground area under which objects are dropped on
-    both sides; :meth:`add_tile` converts it per tile with the tile's own pixel area (:func:`min_object_pixels`).
-    0 keeps every component.
+    ``matching`` (``metrics.object_matching``) is the greedy rule of :func:`match_objects`, the guide's by default.
+    ``min_object_area_m2`` (``metrics.min_object_area_m2``) is an opt-in ground area under which objects are dropped
+    on both sides; :meth:`add_tile` converts it per tile with the tile's own pixel area (:func:`min_object_pixels`).
+    None or 0 (the default) keeps every component, as the guide counts them. Every user of the object metrics
+    (validation, calibration, test evaluation and its recall by area) counts through this class, so through one rule.
     """
 
     def __init__(
@@ -272,14 +305,28 @@ class ObjectCounter:
         iou_thresholds: Sequence[float] = DEFAULT_IOU_THRESHOLDS,
         *,
         threshold: float = 0.5,
-        min_object_area_m2: float = 0.0,
+        min_object_area_m2: float | None = None,
+        matching: ObjectMatching = "guide",
     ) -> None:
         self.iou_thresholds = _check_iou_thresholds(iou_thresholds)
         prob_to_logit(threshold)  # validate early
-        min_object_pixels(min_object_area_m2, 1.0)  # validate early
+        area = 0.0 if min_object_area_m2 is None else float(min_object_area_m2)
+        min_object_pixels(area, 1.0)  # validate early
         self.threshold = threshold
-        self.min_object_area_m2 = float(min_object_area_m2)
+        self.min_object_area_m2 = area
+        self.matching = _check_matching(matching)
         self.reset()
+
+    @classmethod
+    def for_metrics(cls, metrics: MetricsConfig, threshold: float) -> ObjectCounter:
+        """A counter at ``threshold`` under a config's ``metrics`` section (its IoU thresholds, object matching
+        and minimum object area): the one way validation, calibration and evaluation build theirs."""
+        return cls(
+            metrics.object_iou_thresholds,
+            threshold=threshold,
+            min_object_area_m2=metrics.min_object_area_m2,
+            matching=metrics.object_matching,
+        )
 
     def reset(self) -> None:
         """Forget every tile."""
@@ -297,8 +344,12 @@ class ObjectCounter:
     def merge(self, other: ObjectCounter) -> None:
         """Add every tile ``other`` counted (a shard of the same pool, counted at the same settings), after this
         counter's own tiles."""
-        if other.iou_thresholds != self.iou_thresholds or other.threshold != self.threshold:
-            raise ValueError("object counters of other IoU thresholds or probability threshold cannot be merged")
+        mine = (self.iou_thresholds, self.threshold, self.min_object_area_m2, self.matching)
+        if (other.iou_thresholds, other.threshold, other.min_object_area_m2, other.matching) != mine:
+            raise ValueError(
+                "object counters of other IoU thresholds, probability threshold, minimum object area or matching "
+                "rule cannot be merged"
+            )
         self.tp += other.tp
         self.fn += other.fn
         self.fp_pos_tiles += other.fp_pos_tiles
@@ -329,14 +380,16 @@ class ObjectCounter:
         self._gt_matched.append(tile.gt_matched)
 
     def add_tile(self, logits: ArrayLike, target: ArrayLike, pixel_area_m2: float) -> TileObjects:
-        """Match one (H,W) tile at the counter's threshold, objects under ``min_object_area_m2`` dropped in pixels
-        of this tile's ground area ``pixel_area_m2`` (:func:`min_object_pixels`), and add it; returns the match."""
+        """Match one (H,W) tile at the counter's threshold under its matching rule, objects under
+        ``min_object_area_m2`` (if set) dropped in pixels of this tile's ground area ``pixel_area_m2``
+        (:func:`min_object_pixels`), and add it; returns the match."""
         tile = match_objects(
             logits,
             target,
             threshold=self.threshold,
             iou_thresholds=self.iou_thresholds,
             min_pixels=min_object_pixels(self.min_object_area_m2, float(pixel_area_m2)),
+            matching=self.matching,
         )
         self.add(tile, pixel_area_m2=pixel_area_m2)
         return tile

@@ -75,7 +75,7 @@ def _model_config(cfg: PipelineConfig, contract: RasterContract) -> PackagedMode
         tile_size=cfg.data.tile_size,
         nodata_handling=cfg.data.nodata_handling,
         raster=contract,
-        min_object_area_m2=cfg.metrics.min_object_area_m2,
+        min_object_area_m2=cfg.package.min_object_area_m2,
     )
 
 

@@ -90,8 +90,8 @@ class PackagedModelConfig(StrictModel):
         None,
         ge=0.0,
         allow_inf_nan=False,
-        description="Snapshot of metrics.min_object_area_m2: `rts map` writes no object under this ground area, the "
-        "rule evaluation measured the model with. Null: a package built before it was recorded, mapped at the "
+        description="Snapshot of package.min_object_area_m2: `rts map` writes no object under this ground area. "
+        "Null: a package built before it was recorded, mapped at the "
         f"default {DEFAULT_MIN_OBJECT_AREA_M2:g} m² (with a warning).",
     )
 

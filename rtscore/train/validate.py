@@ -47,9 +47,7 @@ def collect(
     """Run the model once over the pool at the training precision; keep per-tile histograms and object counts."""
     m = cfg.metrics
     acc = TileHistogramAccumulator(LogitBins(core_bins=m.pr_bins))
-    objects = ObjectCounter(
-        m.object_iou_thresholds, threshold=m.reporting_threshold, min_object_area_m2=m.min_object_area_m2
-    )
+    objects = ObjectCounter.for_metrics(m, m.reporting_threshold)
     was_training = model.training
     model.eval()
     loss_sum, n = 0.0, 0

@@ -42,6 +42,8 @@ GUIDE: list[tuple[str, Any, str]] = [
     # §6 metrics
     ("metrics.reporting_threshold", 0.5, "§6.2"),
     ("metrics.object_iou_thresholds", [0.1, 0.3, 0.5], "§6.2"),
+    ("metrics.object_matching", "guide", "§6.2 step 4"),
+    ("metrics.min_object_area_m2", None, "§6.2 each connected component"),
     ("metrics.ratios", [200, 500, 1000], "§10.3"),
     # §7 class imbalance
     ("sampling.balanced", True, "§7.2, §9.1"),

@@ -84,9 +84,21 @@ def test_min_blob_size_px_is_refused_naming_the_ground_area_key_and_the_conversi
     assert "extra" not in msg.lower()  # not pydantic's bare "extra inputs are not permitted"
     m = parse_pipeline_config({"metrics": {"min_object_area_m2": 90_000}}).metrics  # a YAML integer is an area too
     assert m.min_object_area_m2 == 90_000.0
-    assert parse_pipeline_config({}).metrics.min_object_area_m2 == 350.0
     _refused({"metrics": {"min_object_area_m2": -1.0}}, r"metrics\.min_object_area_m2")
     _refused({"metrics": {"min_object_area_m2": float("inf")}}, r"metrics\.min_object_area_m2")
+
+
+def test_object_metrics_follow_the_guide_by_default_and_the_old_rules_are_opt_in() -> None:
+    """Issue 35 (4): guide §6.2 counts every connected component and matches each prediction to its own best GT
+    object; the size filter and the best-still-unmatched matching are opt-in. `rts map`'s speck filter is its own
+    key (package.min_object_area_m2), still 350 m² by default."""
+    cfg = parse_pipeline_config({})
+    assert (cfg.metrics.min_object_area_m2, cfg.metrics.object_matching) == (None, "guide")
+    assert cfg.package.min_object_area_m2 == 350.0
+    old = parse_pipeline_config({"metrics": {"min_object_area_m2": 350.0, "object_matching": "best_unmatched"}})
+    assert (old.metrics.min_object_area_m2, old.metrics.object_matching) == (350.0, "best_unmatched")
+    _refused({"metrics": {"object_matching": "hungarian"}}, r"metrics\.object_matching")
+    _refused({"package": {"min_object_area_m2": -1.0}}, r"package\.min_object_area_m2")
 
 
 def _dpt(model: dict[str, Any] | None = None, tile: int = 64) -> dict[str, Any]:

@@ -405,8 +405,8 @@ def test_a_fallback_threshold_warns_when_mapping_and_is_in_the_summary(tmp_path:
 def test_objects_under_the_packages_minimum_area_are_counted_not_written(
     tmp_path: Path, warnings_seen: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 23 (4): `rts map` applies the package's metrics.min_object_area_m2 (the rule evaluation measured the
-    model with) to the merged objects' ground areas; those under it are counted in the summary, not written. A
+    """Issue 23 (4): `rts map` applies the package's min_object_area_m2 (the run's package.min_object_area_m2) to the
+    merged objects' ground areas; those under it are counted in the summary, not written. A
     package built before the value was recorded maps at the default, with one warning."""
     d = tmp_path / "in"
     d.mkdir()

@@ -340,24 +340,25 @@ def evaluated_objects(label_path: Path, min_area_m2: float) -> tuple[list[int], 
 
 
 def test_objects_at_a_coarse_pixel_are_kept_when_over_the_ground_area(tmp_path: Path) -> None:
-    """Issue 23 (4): at 300 m, 16 px (the old rule) is 1.44 km², so recall by area saw 1 of 5 RTS; the default
-    350 m² is one pixel there: all five are evaluated, and fall in their ground-area bins."""
-    from rtscore.config.pipeline import MetricsConfig
-    from rtscore.config.post_training import EvaluationConfig
+    """Issue 23 (4): at 300 m, 16 px (the old rule) is 1.44 km², so recall by area saw 1 of 5 RTS; 350 m² (the
+    map's default minimum, and evaluation's before issue 35) is one pixel there: all five are evaluated, and fall in
+    their ground-area bins, and all five are mapped."""
+    from rtscore.config.post_training import EvaluationConfig, PackageConfig
     from rtscore.evaluation.evaluate import size_bins
     from rtscore.metrics import ObjectCounter
 
     path, label = coarse_label(tmp_path)
-    px, m2 = evaluated_objects(path, MetricsConfig().min_object_area_m2)
+    px, m2 = evaluated_objects(path, 350.0)
     assert px == [1, 2, 4, 9, 16] and m2 == [90_000.0, 180_000.0, 360_000.0, 810_000.0, 1_440_000.0]
-    counter = ObjectCounter(min_object_area_m2=MetricsConfig().min_object_area_m2)
+    assert evaluated_objects(path, 0.0) == (px, m2)  # the guide's rule (the default): every component
+    counter = ObjectCounter(min_object_area_m2=350.0)
     counter.add_tile(np.where(label == 1, 5.0, -5.0), label, COARSE_PX**2)
     bins = {b.label: (b.n_objects, b.recall) for b in size_bins(counter, EvaluationConfig().size_bins_m2)}
     assert bins["50000+"] == (5, 1.0) and bins["0-2000"][0] == 0
     # mapped at the same pixel: five objects, none left out
     mask, prob = write_scene(tmp_path, "S", label == 1, np.full(label.shape, 0.9), *_coarse_grid())
     _, objects = merge_parts([scene_parts(mask, prob, "S")])
-    kept, dropped = keep_min_area(objects, MetricsConfig().min_object_area_m2)
+    kept, dropped = keep_min_area(objects, PackageConfig().min_object_area_m2)
     assert (len(kept), dropped) == (5, 0)
     assert sorted(o.ground_area_m2 for o in kept) == pytest.approx(m2, rel=1e-9)
 
@@ -368,9 +369,10 @@ def _coarse_grid() -> tuple[Affine, str]:
 
 @pytest.mark.parametrize("min_area_m2", [180_000.0, 200_000.0, 810_000.0, 2_000_000.0])
 def test_mapping_drops_the_objects_evaluation_drops(tmp_path: Path, min_area_m2: float) -> None:
-    """Issue 23 (4): one rule, one value: the mask of the same RTS at the same 300 m pixel keeps in the objects layer
-    exactly the objects evaluation keeps (by ground area; an area equal to the minimum is kept on both sides), the
-    others are counted, and the kept ones are numbered 1.. by area."""
+    """Issue 23 (4): one size test: at one value (package.min_object_area_m2 for the map, the opt-in
+    metrics.min_object_area_m2 for evaluation) the mask of the same RTS at the same 300 m pixel keeps in the objects
+    layer exactly the objects evaluation keeps (by ground area; an area equal to the minimum is kept on both sides),
+    the others are counted, and the kept ones are numbered 1.. by area."""
     path, label = coarse_label(tmp_path)
     px, m2 = evaluated_objects(path, min_area_m2)
     mask, prob = write_scene(tmp_path, "S", label == 1, np.full(label.shape, 0.9), *_coarse_grid())

@@ -65,6 +65,66 @@ def test_merge_one_prediction_over_two_gts() -> None:
     assert tile.gt_matched.tolist() == [[True, False]] * 3
 
 
+def two_predictions_whose_best_gt_is_one() -> tuple[np.ndarray, np.ndarray]:
+    """Issue 35 (4): predictions A (more confident) and B both have GT0 as their highest-IoU object and overlap GT1
+    too. IoU A/GT0 100/260 = 0.385, A/GT1 50/210 = 0.238; B/GT0 80/248 = 0.323, B/GT1 40/188 = 0.213."""
+    logits, target = canvas()
+    target[10:20, 10:30] = 1  # GT0: 200 px
+    target[10:20, 32:42] = 1  # GT1: 100 px, two columns apart
+    logits[10:15, 10:42] = HIGH  # A: 160 px, mean p 0.98
+    logits[16:20, 10:42] = 2.0  # B: 128 px (row 15 apart), mean p 0.88
+    return logits, target
+
+
+def test_guide_matching_counts_a_second_prediction_on_a_matched_gt_as_fp() -> None:
+    """Guide §6.2 step 4: B's highest-IoU GT object (GT0) is already A's, so B is an FP and GT1 an FN, although B
+    overlaps the free GT1 above IoU 0.1. The rule before issue 35 (`best_unmatched`) gave B to GT1: two TP."""
+    logits, target = two_predictions_whose_best_gt_is_one()
+    guide = match_objects(logits, target, iou_thresholds=[0.1, 0.3, 0.5])
+    assert counts(guide) == [(1, 1, 1), (1, 1, 1), (0, 2, 2)]
+    a = int(np.argmax(guide.pred_mean_prob))
+    assert guide.pred_match[0].tolist() == [0 if i == a else -1 for i in range(2)]
+    assert guide.gt_matched[0].tolist() == [True, False]
+    old = match_objects(logits, target, iou_thresholds=[0.1, 0.3, 0.5], matching="best_unmatched")
+    assert counts(old) == [(2, 0, 0), (1, 1, 1), (0, 2, 2)]
+    assert old.gt_matched[0].tolist() == [True, True]
+    with pytest.raises(ValueError, match="object_matching"):
+        match_objects(logits, target, matching="hungarian")  # type: ignore[arg-type]
+
+
+def test_the_issue_example_through_the_counter_and_the_config() -> None:
+    """The issue's A/B example at IoU 0.1: 1 TP, 1 FP, 1 FN under the default config, 2 TP under best_unmatched."""
+    from rtscore.config.pipeline import MetricsConfig
+
+    logits, target = two_predictions_whose_best_gt_is_one()
+    guide = MetricsConfig(object_iou_thresholds=[0.1])
+    old = MetricsConfig(object_iou_thresholds=[0.1], object_matching="best_unmatched")
+    for m, expected in ((guide, (1.0, 1.0, 1.0)), (old, (2.0, 0.0, 0.0))):
+        counter = ObjectCounter.for_metrics(m, 0.5)
+        counter.add_tile(logits, target, pixel_area_m2=4.77**2)
+        s = object_metrics(counter)[0.1]
+        assert (s.tp, s.fp, s.fn) == expected, m.object_matching
+    with pytest.raises(ValueError, match="cannot be merged"):
+        counter.merge(ObjectCounter([0.1]))  # the guide's rule: not the best_unmatched counter's
+
+
+def test_a_speck_counts_as_an_object_by_default() -> None:
+    """Issue 35 (4): guide §6.2 counts every connected component. A 9 px speck of 4.77 m pixels (205 m², under the
+    350 m² that evaluation dropped by default before) is a GT object (here an FN) and a predicted one (an FP)."""
+    from rtscore.config.pipeline import MetricsConfig
+
+    logits, target = canvas()
+    target[2:5, 2:5] = 1
+    logits[30:33, 30:33] = HIGH
+    m = MetricsConfig()
+    counter = ObjectCounter(m.object_iou_thresholds, threshold=0.5, min_object_area_m2=m.min_object_area_m2)
+    tile = counter.add_tile(logits, target, pixel_area_m2=4.77**2)
+    assert counts(tile) == [(0, 1, 1)] * 3 and tile.gt_area.tolist() == [9]
+    assert m.min_object_area_m2 is None
+    opted_in = ObjectCounter(m.object_iou_thresholds, min_object_area_m2=350.0)  # the rule before, now opt-in
+    assert counts(opted_in.add_tile(logits, target, pixel_area_m2=4.77**2)) == [(0, 0, 0)] * 3
+
+
 def test_small_blobs_dropped_on_both_sides() -> None:
     logits, target = canvas()
     target[2:5, 2:5] = 1  # 9 px GT: dropped, not an FN
