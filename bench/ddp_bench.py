@@ -3,13 +3,14 @@
 CPU (the default): ``configs/quickstart.yaml`` as users run it (UNet / MobileNetV2, 128 px, RGB + NDVI, batch 16,
 fp32, its loader), **2 ranks x 1 thread** (gloo) against **1 rank x 2 threads**, each started by torch's elastic
 launcher as training starts them, the two set-ups alternated round by round. A round: a warm-up epoch, then
-``--epochs`` timed epochs of ``--steps`` global batches (the real ``train_one_epoch``: loader, augmentation,
+``--epochs`` timed epochs of ``--steps`` steps of the same effective batch on both set-ups (N ranks of
+``training.batch_size / N`` each, batch_size being per device; the real ``train_one_epoch``: loader, augmentation,
 balanced sampler, loss, clipping, EMA; with 2 ranks also DDP's gradient all-reduce, global-batch batch norm and
 loss), then one validation pass over the val pool (sharded and gathered with 2 ranks).
 
-GPU (``--device cuda``): ``configs/baseline.yaml`` (UNet++ / EfficientNet-B5, 512 px, bf16, batch 32 global),
-**1 GPU vs every visible GPU**; the scaling efficiency is img/s on N / (N x img/s on 1). ``bench/gpu_check.py``
-runs this section on a lent GPU machine.
+GPU (``--device cuda``): ``configs/baseline.yaml`` (UNet++ / EfficientNet-B5, 512 px, bf16, effective batch 32:
+32 / N per GPU), **1 GPU vs every visible GPU**; the scaling efficiency is img/s on N / (N x img/s on 1).
+``bench/gpu_check.py`` runs this section on a lent GPU machine.
 
 Figures: medians over rounds with the [min-max] range, and the ratio of the medians (N ranks / 1 rank).
 
@@ -102,7 +103,7 @@ def rank_round(cfg: Any, run: str, threads: int, epochs: int) -> dict[str, Any] 
             sync()
             if i:  # the first epoch warms up (allocations, DDP's buckets, loader)
                 out["epoch_s"].append(time.perf_counter() - t)
-                out["samples"].append(row["train_batches"] * cfg.training.batch_size)
+                out["samples"].append(row["train_batches"] * cfg.training.effective_batch_size(ranks.world_size))
         sync()
         t = time.perf_counter()
         merge_pools(ddp.gather(collect(s.model, s.val_loader, cfg, s.device)))
@@ -118,7 +119,11 @@ def launch_round(cfg: Any, run: Path, n: int, threads: int, epochs: int) -> dict
 
     from rtscore.train.launch import launch_config
 
-    cfg_n = cfg.model_copy(update={"training": cfg.training.model_copy(update={"devices": n})})
+    # the same effective batch on n ranks as on one (training.batch_size is per device): the same work, split
+    b = cfg.training.batch_size
+    if b % n:
+        raise SystemExit(f"the bench compares one effective batch: batch_size {b} does not split over {n} ranks")
+    cfg_n = cfg.model_copy(update={"training": cfg.training.model_copy(update={"devices": n, "batch_size": b // n})})
     result = elastic_launch(launch_config(n, f"bench-{uuid.uuid4().hex[:8]}"), rank_round)(
         cfg_n, str(run), threads, epochs
     )[0]

@@ -201,10 +201,10 @@ def device_count(value: str) -> int | str:
 
 Devices = Annotated[int | Literal["auto"] | None, Cli(parse=device_count, metavar="N")]
 DEVICES_HELP = (
-    "Devices N the batch is split over (training.batch_size is the global batch, N x the per-rank batch): the "
-    "profile is per rank and adds DDP's gradient buckets when N > 1; auto: every visible GPU (1 with "
-    "training.device cpu); more GPUs than visible are refused, as training refuses them. Empty: training.devices "
-    "of the config (1 where it has none)."
+    "Devices N, each holding training.batch_size (per device; a step's effective batch is N x it): the profile "
+    "is per device and adds DDP's gradient buckets when N > 1; auto: every visible GPU (1 with training.device "
+    "cpu); more GPUs than visible are refused, as training refuses them. Empty: training.devices of the config "
+    "(1 where it has none)."
 )
 MAX_MEMORY_HELP = (
     "Treat a peak above this many GiB as out of memory: per GPU, or on CPU for all ranks together (a CPU rank's "
@@ -215,12 +215,12 @@ MAX_MEMORY_HELP = (
 class ProfileBatchParams(FormModel):
     """`rts profile-batch`: the largest batch size that fits what training holds (model, gradients, AdamW,
     EMA, the configured loss, a validation pass) for the configured model, tile size and precision on this device,
-    per rank of N devices."""
+    per device of N."""
 
     config: LocalPath = Field(..., description="Pipeline config YAML (model, tile size, precision, loss, EMA).")
     devices: Devices = Field(None, description=DEVICES_HELP)
     max_memory_gb: float | None = Field(None, gt=0, description=MAX_MEMORY_HELP)
-    max_batch: int = Field(512, ge=1, description="Stop the search at this per-rank batch size.")
+    max_batch: int = Field(512, ge=1, description="Stop the search at this batch size per device.")
     steps: int = Field(2, ge=1, description="Timed training steps per batch size.")
     output: Annotated[str | None, Cli(parse=local_output)] = Field(
         None, description="Also write the markdown report here."
@@ -250,14 +250,14 @@ class GpuCheckParams(FormModel):
     val_tiles: int | None = Field(None, ge=2, description="Tiles of the val store. Empty: the config's.")
     workers: int | None = Field(None, ge=1, description="Generation worker processes. Empty: the configs'.")
     devices: Devices = Field(None, description=DEVICES_HELP)
-    max_batch: int = Field(512, ge=1, description="The profile's per-rank search limit.")
+    max_batch: int = Field(512, ge=1, description="The profile's search limit (batch per device).")
     profile_steps: int = Field(2, ge=1, description="Timed training steps per batch size of the profile.")
     max_memory_gb: float | None = Field(None, gt=0, description=MAX_MEMORY_HELP)
     batch_size: int | None = Field(
         None,
         ge=1,
-        description="Global batch of the short training. Empty: training.batch_size if the profile finds it fits, "
-        "else the recommended one.",
+        description="Batch per device of the short training (training.batch_size). Empty: training.batch_size if "
+        "the profile finds it fits, else the recommended one.",
     )
     epochs: int = Field(2, ge=1, description="Epochs of the short training (the backbone unfrozen from epoch 2).")
     steps_per_epoch: int = Field(20, ge=1, description="Training steps per epoch of the short training.")

@@ -132,9 +132,9 @@ NOTES: dict[str, str] = {
     "([faults.md](faults.md)).",
     "profile-batch": "Each trial holds and runs what training does: the model, its gradients, AdamW, the EMA copy "
     "and its update, the configured loss, clipping, `torch.compile` when on, and a validation forward pass with "
-    "the EMA swapped in. The batch searched is the per-rank batch; with `--devices N` the report gives the global "
-    "batch (`training.batch_size`, N x per rank) and adds DDP's gradient buckets per rank, an estimate from the "
-    "parameter count.",
+    "the EMA swapped in. The batch searched is the batch per device, `training.batch_size` (guide §9.1: per "
+    "GPU); with `--devices N` the report gives each batch's effective batch (N x it, one optimizer step) and adds "
+    "DDP's gradient buckets per device, an estimate from the parameter count.",
     "gpu-check": "Five steps, each printed with its figures as it ends: generate the train and the val store, "
     "their normalization stats, `rts profile-batch`'s profile, a short training of `training.seed` (the backbone "
     "unfrozen from epoch 2, a validation pass every epoch) at the configured batch, or at the recommended one "

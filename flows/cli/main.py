@@ -109,7 +109,7 @@ COMMANDS: tuple[Command, ...] = (
         "profile-batch",
         ProfileBatchParams,
         lib.profile_batch,
-        "largest batch that fits what training holds on this device, per rank of N devices",
+        "largest training.batch_size (per device) that fits what training holds on this device",
     ),
     Command(
         "gpu-check",

@@ -131,12 +131,15 @@ class TrainingConfig(StrictModel):
     devices: int | Literal["auto"] = Field(
         1,
         description="Ranks one seed trains on (torch DDP, launched by torch's elastic agent): 1; N GPUs (N CPU "
-        "processes with device cpu); auto = every visible GPU (1 without). batch_size stays the global batch: "
-        "each rank takes batch_size / N, so one step sees the same batch as on one device.",
+        "processes with device cpu); auto = every visible GPU (1 without). Each rank takes training.batch_size "
+        "tiles a step, so one optimizer step sees batch_size x N tiles (the guide's effective batch, §9.1).",
     )
     precision: Precision = Field("bf16", description="Autocast precision; must equal deployment.precision.")
     batch_size: int = Field(
-        32, ge=1, description="Global (effective) batch size of one optimizer step, over every device of the seed."
+        32,
+        ge=1,
+        description="Tiles per device (per rank) per optimizer step (guide §9.1: 32 per GPU); the effective batch of "
+        "a step is batch_size x the ranks of training.devices.",
     )
     max_epochs: int = Field(300, ge=1, description="Upper bound on epochs.")
     steps_per_epoch: int | None = Field(
@@ -161,16 +164,17 @@ class TrainingConfig(StrictModel):
             raise ValueError(f"expected a non-empty list of distinct non-negative seeds; got {v}")
         return v
 
-    @model_validator(mode="after")
-    def _devices_divide_the_batch(self) -> TrainingConfig:
-        if isinstance(self.devices, int) and self.devices < 1:
-            raise ValueError(f"training.devices must be >= 1 or auto; got {self.devices}")
-        if isinstance(self.devices, int) and self.batch_size % self.devices:
-            raise ValueError(
-                f"training.batch_size {self.batch_size} (the global batch) does not divide among "
-                f"training.devices={self.devices}: each rank takes batch_size / devices tiles"
-            )
-        return self
+    @field_validator("devices")
+    @classmethod
+    def _at_least_one_device(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"training.devices must be >= 1 or auto; got {v}")
+        return v
+
+    def effective_batch_size(self, ranks: int) -> int:
+        """Tiles of one optimizer step on ``ranks`` ranks: ``batch_size`` per rank, ``batch_size x ranks`` in all
+        (guide §9.1's effective batch)."""
+        return self.batch_size * ranks
 
 
 class OptimizerConfig(StrictModel):

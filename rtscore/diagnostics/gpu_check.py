@@ -49,11 +49,11 @@ class GpuCheckOptions:
 
     train_tiles: int | None = None  # tiles of the train store (before rotation), the config's proportions
     val_tiles: int | None = None
-    devices: int | str | None = None  # N ranks the profile is per rank of (default training.devices)
+    devices: int | str | None = None  # N ranks, each with the batch profiled (default training.devices)
     epochs: int = 2
     steps_per_epoch: int | None = 20  # None: the curriculum's whole epoch (the command always gives one)
-    batch_size: int | None = None  # global; None: the configured one if it fits, else the recommended
-    max_batch: int = 512  # the profile's per-rank search limit
+    batch_size: int | None = None  # per device; None: the configured one if it fits, else the recommended
+    max_batch: int = 512  # the profile's search limit (per device)
     profile_steps: int = 2
     max_memory_gb: float | None = None  # the profile's memory cap, GiB (CPU: all ranks together)
     workers: int | None = None  # generation worker processes (None: each generation config's)
@@ -120,8 +120,9 @@ class TrainingFigures(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    batch_size: int = Field(..., description="The global batch trained at.")
+    batch_size: int = Field(..., description="The training.batch_size trained at (per device).")
     devices: int = Field(..., description="The ranks trained on.")
+    effective_batch_size: int = Field(..., description="batch_size x devices: the tiles of one optimizer step.")
     seed: int = Field(..., description="training.seed.")
     seconds: float = Field(..., description="Wall time of the train-seed stage.")
     train_samples_per_s: float = Field(..., description="Images per second of the training steps.")
@@ -333,7 +334,9 @@ def _training_line(train: TrainingFigures) -> str:
     summary of the training (the report records the figures themselves)."""
     last = train.epochs[-1].val_realistic_pr_auc_geomean if train.epochs else None
     return (
-        f"[5/5] training: {len(train.epochs)} epoch(s) at batch {train.batch_size} in {train.seconds:.1f} s, "
+        f"[5/5] training: {len(train.epochs)} epoch(s) at batch {train.batch_size}"
+        + (f" per device (effective {train.effective_batch_size})" if train.devices > 1 else "")
+        + f" in {train.seconds:.1f} s, "
         f"{train.train_samples_per_s:.1f} images/s training, validation {train.val_seconds:.1f} s per "
         f"pass"
         + (f"; peak GPU memory {train.peak_memory_gib:.2f} GiB" if train.peak_memory_gib else "")
@@ -346,7 +349,7 @@ def _fmt(v: Any) -> str:
 
 
 def _training_batch(profile: BatchProfile, opts: GpuCheckOptions) -> int:
-    """The global batch of the short training: asked for, else the configured one if it fits, else the
+    """The batch per device of the short training: asked for, else the configured one if it fits, else the
     recommended one."""
     if opts.batch_size is not None:
         return opts.batch_size
@@ -354,7 +357,7 @@ def _training_batch(profile: BatchProfile, opts: GpuCheckOptions) -> int:
         return profile.configured_batch_size
     if profile.recommended_batch_size < 1:
         raise GpuCheckError(
-            f"no batch fits on {profile.device}: even a per-rank batch of 1 ran out of memory (or above "
+            f"no batch fits on {profile.device}: even a batch of 1 per device ran out of memory (or above "
             "--max-memory-gb); use a smaller model or tile size"
         )
     log.warning(
@@ -379,14 +382,16 @@ def _train(work: Path, cfg: PipelineConfig, opts: GpuCheckOptions, batch: int, d
     peak = torch.cuda.max_memory_allocated() / GIB if cuda else None  # this process (rank 0 of a launch: none)
     rows = [json.loads(r) for r in (work / RunLayout.SEED_METRICS.at(seed=seed)).read_text().splitlines() if r]
     epochs = [EpochFigures(**{k: r.get(k) for k in EpochFigures.model_fields}) for r in rows]
-    train_s = [r["train_batches"] * batch / r["train_samples_per_s"] for r in rows if r.get("train_samples_per_s")]
+    step = tcfg.training.effective_batch_size(devices)  # train_samples_per_s counts every rank's tiles
+    train_s = [r["train_batches"] * step / r["train_samples_per_s"] for r in rows if r.get("train_samples_per_s")]
     val_s = [r["epoch_seconds"] - t for r, t in zip(rows, train_s, strict=False)]
     return TrainingFigures(
         batch_size=batch,
         devices=devices,
+        effective_batch_size=step,
         seed=seed,
         seconds=seconds,
-        train_samples_per_s=sum(r["train_batches"] * batch for r in rows) / sum(train_s) if train_s else 0.0,
+        train_samples_per_s=sum(r["train_batches"] * step for r in rows) / sum(train_s) if train_s else 0.0,
         val_seconds=sum(val_s) / len(val_s) if val_s else 0.0,
         peak_memory_gib=peak if peak else None,
         epochs=epochs,

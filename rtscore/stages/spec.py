@@ -37,12 +37,21 @@ class ArtifactRef(BaseModel):
     stage: str = Field(..., description="Producing stage.")
 
 
-# Settings that choose how a stage runs, not what it computes: no stage's key holds them. One seed on N devices
-# takes the one-device steps up to the order of float sums (rtscore.train.distributed) and resumes on any N.
-EXECUTION_SETTINGS = ("training.devices",)
 # Settings of a data check alone: the stage that checks (``checks``: validate-data) keys on them, no other stage
 # does (a stricter geographic buffer re-runs the check, not the datasets, stats or training).
 CHECK_SETTINGS = ("splits.min_distance_m",)
+
+
+def fold_devices_into_batch(training: dict[str, Any]) -> None:
+    """A stage's picked ``training`` settings keyed by what a step computes: one seed on N devices takes the steps
+    of one device at ``batch_size`` x N (rtscore.train.distributed), so a number of devices is folded into the
+    batch (2 x 16 keys as 1 x 32; one device keys as before there were devices). ``auto`` stays in the key as
+    ``auto``: the machine decides its N, and the resume key holds the resolved one (rtscore.stages.train)."""
+    devices = training.pop("devices", None)
+    if devices == "auto":
+        training["devices"] = devices
+    elif devices is not None and "batch_size" in training:
+        training["batch_size"] *= int(devices)
 
 
 @dataclass(frozen=True)
@@ -95,9 +104,10 @@ class StageSpec:
                 picked.setdefault(section, {})[name] = data[section][name]
             else:
                 picked[section] = data[section]
-        for key in (*self.config_ignores, *EXECUTION_SETTINGS, *(() if self.checks else CHECK_SETTINGS)):
+        for key in (*self.config_ignores, *(() if self.checks else CHECK_SETTINGS)):
             section, _, name = key.partition(".")
             picked.get(section, {}).pop(name, None)
+        fold_devices_into_batch(picked.get("training", {}))
         split = (params or {}).get("split")
         for key in self.per_split if split is not None else ():
             section, _, name = key.partition(".")

@@ -17,6 +17,7 @@ from rtscore.stages.spec import (
     resume_key,
 )
 from rtscore.storage import RunDir, RunLayout, StorageError
+from rtscore.train.distributed import resolve_devices
 from rtscore.train.launch import train_on_devices as run_training
 from rtscore.train.loop import resume_hash
 from rtscore.train.records import SeedAttempts, SeedRecorder, forget_seed, read_attempts, stage_checkpoint
@@ -50,7 +51,8 @@ def train_seed(
     Every resume checkpoint is recorded in the run root as it is written (:mod:`rtscore.train.records`, which
     records through this stage's :func:`record`), so a run on a fresh worker resumes from the newest one recorded,
     and only when it was written under the same resume key (this stage's code, the config less the settings free
-    on resume, the inputs' sha256): another is set aside and the seed trains from scratch.
+    on resume with training.batch_size taken as the effective batch on this machine's ranks, the inputs' sha256):
+    another is set aside and the seed trains from scratch.
     ``on_epoch_end(epoch, metrics)`` is called after every epoch (e.g. to advance a progress display).
     """
     run = RunDir(run_dir)
@@ -62,7 +64,8 @@ def train_seed(
     recorder = SeedRecorder(
         run, seed, record=lambda rel: record(SPEC, run, rel, cfg), keep_last_n=cfg.training.checkpoint.keep_last_n
     )
-    key = resume_key(SPEC, run, cfg, {"seed": seed}, config_hash=resume_hash(cfg))
+    ranks = resolve_devices(cfg)  # where the seed trains: its effective batch keys the resume point
+    key = resume_key(SPEC, run, cfg, {"seed": seed}, config_hash=resume_hash(cfg, ranks))
     result = run_training(
         cfg,
         run.root,

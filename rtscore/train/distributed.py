@@ -1,14 +1,16 @@
 """One seed on several devices (guide §9.1: "DDP ... code structured to allow DDP addition later"): the ranks of a
 seed, their process group, batch norm across ranks, and the collectives the loop needs.
 
-A seed trained on N ranks takes the same optimizer steps as on one device, up to the order of floating-point sums:
+Each of N ranks trains ``training.batch_size`` tiles a step (the guide's per-GPU batch, §9.1), so one optimizer step
+sees the effective batch of ``batch_size x N`` tiles. A seed on N ranks at ``batch_size`` b takes the steps of one
+device at ``batch_size`` N x b, up to the order of floating-point sums:
 
-- the global batch (``training.batch_size``) is planned once by the sampler and each rank reads its slice
-  (:class:`rtscore.data.loading.sampler.BalancedCurriculumSampler`);
-- batch norm in training mode normalises with the statistics of the global batch (torch's ``SyncBatchNorm`` on
+- the effective batch is planned once by the sampler, as one device would plan it, and each rank reads its slice
+  of ``batch_size`` tiles (:class:`rtscore.data.loading.sampler.BalancedCurriculumSampler`);
+- batch norm in training mode normalises with the statistics of the effective batch (torch's ``SyncBatchNorm`` on
   CUDA, :class:`CrossRankBatchNorm` on CPU, where torch has none);
-- every loss reduces over the global batch (:func:`rtscore.losses.global_batch`), so the gradients DDP averages
-  are those of the one-device loss;
+- every loss reduces over the effective batch (:func:`rtscore.losses.global_batch`), so the gradients DDP averages
+  are those of the one-device loss at that batch;
 - validation shards the pool and gathers the per-tile histograms, which merge exactly.
 """
 
@@ -70,30 +72,24 @@ def resolve_devices(cfg: PipelineConfig, devices: int | str | None = None, *, th
       profile made here, on one GPU, for the ranks of a larger machine); N CPU processes otherwise;
     - ``auto``: every visible GPU when the seed trains on CUDA; 1 without a GPU or with ``training.device`` cpu.
 
-    ``training.batch_size`` is the global batch, each rank takes ``batch_size / N`` of it, so it must divide by N
-    (the config refuses a number that does not when it is loaded; ``auto`` and ``devices`` are only known here).
+    Any N works: ``training.batch_size`` is per rank, so every rank takes that many tiles a step and the effective
+    batch is ``batch_size x N`` (:meth:`~rtscore.config.training.TrainingConfig.effective_batch_size`).
 
     Raises:
-        DeviceError: N below 1, more CUDA devices than visible, or a global batch that does not divide among them.
+        DeviceError: N below 1, or more CUDA devices than this machine shows.
     """
     t = cfg.training
     want: Any = t.devices if devices is None else devices
     cuda = t.device != "cpu" and torch.cuda.is_available()
     if want == "auto":
-        n = torch.cuda.device_count() if cuda else 1
-    else:
-        n = int(want)
-        if n < 1:
-            raise DeviceError(f"training.devices must be at least 1 or auto; got {n}")
-        if this_machine and cuda and n > torch.cuda.device_count():
-            raise DeviceError(
-                f"training.devices is {n} but this machine has {torch.cuda.device_count()} visible CUDA device(s); "
-                "set training.devices to auto or at most that number"
-            )
-    if t.batch_size % n:
+        return torch.cuda.device_count() if cuda else 1
+    n = int(want)
+    if n < 1:
+        raise DeviceError(f"training.devices must be at least 1 or auto; got {n}")
+    if this_machine and cuda and n > torch.cuda.device_count():
         raise DeviceError(
-            f"training.batch_size {t.batch_size} (the global batch) does not divide among training.devices={n} "
-            f"({want!r} on this machine): set a batch size that is a multiple of {n}"
+            f"training.devices is {n} but this machine has {torch.cuda.device_count()} visible CUDA device(s); "
+            "set training.devices to auto or at most that number"
         )
     return n
 

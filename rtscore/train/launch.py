@@ -54,10 +54,11 @@ def train_on_devices(
     process for one, else one process per device under torch's elastic agent.
 
     Raises:
-        DeviceError: more devices than this machine has, or a global batch that does not divide among them.
+        DeviceError: more devices than this machine has.
         TrainingError: a rank failed (its rank, and what it raised or the signal that ended it).
     """
     n = ddp.resolve_devices(cfg)
+    _log.log(logging.WARNING if n > 1 else logging.INFO, batch_line(cfg, seed, n))
     if n == 1:
         return train_seed(
             cfg,
@@ -97,7 +98,6 @@ def _launch(
     # handlers off the main thread; the seed fails with one line naming the rank and the cause (its traceback at
     # DEBUG), and each rank dies with this process (_die_with_parent), so the warning's orphans cannot happen.
     agent_log.setLevel(logging.CRITICAL)
-    _log.info(f"seed {seed}: training on {n} {_kind(cfg)} ranks (global batch {cfg.training.batch_size})")
     outcome: dict[str, Any] = {}
     try:
         with multiprocessing.get_context("spawn").Manager() as manager:
@@ -147,6 +147,18 @@ def launch_config(n: int, run_id: str) -> Any:
         monitor_interval=0.5,
         start_method="spawn",
     )
+
+
+def batch_line(cfg: PipelineConfig, seed: int, n: int) -> str:
+    """The seed's batch in one line, logged as it starts (a warning on several ranks): per device and effective
+    (guide §9.1). ``training.batch_size`` was the global batch until issue 35; a config written then for N > 1
+    devices now trains N times its batch, and this line says so before the first step."""
+    b = cfg.training.batch_size
+    ranks = f"{n} {_kind(cfg)} ranks" if n > 1 else "one device"
+    line = f"seed {seed}: {ranks}, training.batch_size {b} per device: effective batch {b * n} per optimizer step"
+    if n > 1:
+        line += f" (= {b} x {n}, guide §9.1; the learning rates are as configured, not scaled with the batch)"
+    return line
 
 
 def _kind(cfg: PipelineConfig) -> str:

@@ -45,6 +45,8 @@ from rtscore.train.schedule import EpochLR, lr_at
 from rtscore.train.validate import collect, merge_pools, summarize
 
 # Settings that may change between a run and its resume (guide lesson: early stopping comes from the config).
+# training.devices among them: the resume hash keys the effective batch instead (resume_hash), so a seed resumes on
+# another device count only where batch_size x ranks is the same.
 _RESUME_FREE = {
     "training": {"early_stopping", "checkpoint", "device", "devices", "val_frequency"},
     "data": {"loader"},
@@ -97,7 +99,7 @@ def train_seed(
     and this module's code closure). One of another identity is set aside with the seed's best weights and
     metrics (``set_aside/`` in the seed directory, named in one warning) and the seed trains from scratch."""
     run = Path(run_dir)
-    key = resume_key or default_resume_key(cfg)
+    key = resume_key or default_resume_key(cfg, ranks.world_size)
     s = build_setup(cfg, run, seed, ranks)
     stopper = EarlyStopping(cfg.training.early_stopping)
     if ranks.main:
@@ -155,8 +157,8 @@ def resume_point(
 
 def start_tracking(tracker: Tracker, s: Setup, seed: int, state: RunState, parent_run_id: str | None) -> str | None:
     """The seed's MLflow run (the resumed one when this tracking store has it, else the open run of this seed under
-    the same parent, else a new one, recorded in ``state``), with the config, the seed and the hash seed as
-    parameters."""
+    the same parent, else a new one, recorded in ``state``), with the config, the seed, the hash seed, the ranks and
+    the effective batch as parameters."""
     cfg = s.cfg
     known = state.mlflow_run_id if tracker.has_run(state.mlflow_run_id) else None  # another worker's store: new run
     if known is None and parent_run_id:  # an attempt killed before its first checkpoint left its run open: continue it
@@ -166,7 +168,7 @@ def start_tracking(tracker: Tracker, s: Setup, seed: int, state: RunState, paren
     )
     state.mlflow_run_id = run_id
     hash_seed = check_hash_seed(cfg.training.deterministic)
-    params = {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed}
+    params = {**flatten("", cfg.model_dump(mode="json", exclude={"data"})), "seed": seed, **batch_params(cfg, s.ranks)}
     tracker.log_params(run_id, {**params, "python_hash_seed": hash_seed or "random"})
     if isinstance(s.loss_fn, ClassBalancedBCELoss):
         tracker.log_params(run_id, {"loss.class_balanced_pos_weight": s.loss_fn.pos_weight})
@@ -346,7 +348,7 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int, ranks: Ranks = SI
         ema=EMA(model, cfg.ema.decay, cfg.ema.warmup),
         loss_fn=build_loss(cfg.loss, counts),
         train_loader=loader,
-        val_loader=val_loader(cfg, val_shard(val_ds, ranks), batch_size=cfg.training.batch_size // ranks.world_size),
+        val_loader=val_loader(cfg, val_shard(val_ds, ranks)),  # training.batch_size tiles a batch on every rank
         sampler=sampler,
         seed_dir=run_dir / RunLayout.SEED_DIR.at(seed=seed),
         ranks=ranks,
@@ -385,9 +387,13 @@ def val_shard(ds: Any, ranks: Ranks) -> Any:
     return torch.utils.data.Subset(ds, range(lo, hi))
 
 
-def resume_hash(cfg: PipelineConfig) -> str:
-    """Hash of the settings a resumed run must share with the run that wrote the checkpoint."""
+def resume_hash(cfg: PipelineConfig, ranks: int = 1) -> str:
+    """Hash of the settings a resumed run on ``ranks`` ranks must share with the run that wrote the checkpoint. The
+    batch is keyed as the effective batch (``training.batch_size`` x ``ranks``): what a step and the sampler's plan
+    depend on, so a seed resumes on another device count at the same effective batch (8 x 4 as 1 x 32), never at
+    another. One rank hashes the config as it is."""
     data = cfg.model_dump(mode="json")
+    data["training"]["batch_size"] = cfg.training.effective_batch_size(ranks)
     for section, keys in _RESUME_FREE.items():
         if keys is None:
             data.pop(section, None)
@@ -397,9 +403,16 @@ def resume_hash(cfg: PipelineConfig) -> str:
     return digest(data)
 
 
-def default_resume_key(cfg: PipelineConfig) -> str:
+def default_resume_key(cfg: PipelineConfig, ranks: int = 1) -> str:
     """The resume identity without a stage around the loop: :func:`resume_hash` and this module's code closure."""
-    return identity_resume_key(__name__, resume_hash(cfg))
+    return identity_resume_key(__name__, resume_hash(cfg, ranks))
+
+
+def batch_params(cfg: PipelineConfig, ranks: Ranks) -> dict[str, int]:
+    """The batch as the seed trains it, for MLflow beside the config's ``training.batch_size`` (per device): the
+    ranks and the effective batch of one optimizer step (guide §9.1)."""
+    n = ranks.world_size
+    return {"ranks": n, "effective_batch_size": cfg.training.effective_batch_size(n)}
 
 
 def set_aside_seed(seed_dir: Path, seed: int, path: Path, saved: dict[str, Any], key: str) -> None:
@@ -413,7 +426,7 @@ def set_aside_seed(seed_dir: Path, seed: int, path: Path, saved: dict[str, Any],
         what=f"seed {seed}: the checkpoint {path.name} (epoch {saved.get('epoch')}) and the weights beside it",
         why=f"were written by other code, config or inputs (resume key {str(saved.get('resume_hash'))[:12]} vs "
         f"{key[:12]}); only training.early_stopping/checkpoint/device/val_frequency, data.loader, mlflow and "
-        "deployment may change on resume",
+        "deployment may change on resume, and training.devices where batch_size x devices stays the same",
     )
 
 

@@ -1,4 +1,4 @@
-"""Batch-size profiler: the largest batch that fits on this device what training really holds, per rank.
+"""Batch-size profiler: the largest batch that fits on this device what training really holds, per device.
 
 Each trial builds what a training run holds and takes the steps it takes, as :func:`rtscore.train.loop.train_one_epoch`
 and :func:`rtscore.train.loop.run_epoch` do: the model (all of it trainable: the phase after the backbone is
@@ -8,8 +8,8 @@ configured loss and its soft boundary targets, the GradScaler (fp16), gradient c
 one validation forward pass with the EMA weights swapped in (eval, inference mode, the per-tile histograms), the
 gradients of the last step still held, as they are when an epoch ends. For ``devices`` N > 1 each trial also
 holds what DDP adds per rank: its gradient buckets, one fp32 copy of the trainable parameters' gradients (an
-estimate from the parameter count). The batch searched is the per-rank batch; the global batch (``training.batch_size``)
-is N times it.
+estimate from the parameter count). The batch searched is ``training.batch_size`` itself, the batch of one device
+(guide §9.1: per GPU); the effective batch of a step on N devices is N times it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.tiles import ClassPixelCounts
-from rtscore.errors import PipelineError
 from rtscore.losses import build_loss, loss_soft_targets, uses_soft_targets
 from rtscore.metrics import LogitBins, PixelConfusion, TileHistogramAccumulator
 from rtscore.models import build_model
@@ -43,21 +42,17 @@ from rtscore.train.loop import build_optimizer
 GIB = 2**30
 
 
-class ProfileError(PipelineError):
-    """The profile cannot run as asked (a global batch that does not divide over the devices)."""
-
-
 @dataclass
 class Trial:
-    """One per-rank batch size tried: peaks per rank, the training steps' throughput per rank."""
+    """One batch size per device tried: peaks per device, the training steps' throughput per device."""
 
-    batch_size: int  # per rank
-    global_batch: int  # devices x batch_size
+    batch_size: int  # per device (rank): a training.batch_size
+    effective_batch: int  # devices x batch_size: the tiles of one optimizer step
     fits: bool
     peak_memory_gib: float  # the larger of the two below
     train_peak_gib: float = float("nan")  # training steps (forward, loss, backward, clip, step, EMA update)
     val_peak_gib: float = float("nan")  # the validation forward pass, EMA swapped in, gradients still held
-    images_per_s: float = 0.0  # per rank, training steps only
+    images_per_s: float = 0.0  # per device, training steps only
     error: str = ""
 
 
@@ -97,7 +92,7 @@ class BatchProfile(BaseModel):
 
     device: str = Field(..., description="The device profiled: cpu, or the GPU's name.")
     device_memory_gib: float | None = Field(..., description="The GPU's total memory (None on CPU).")
-    devices: int = Field(..., ge=1, description="N ranks the batch is per rank of.")
+    devices: int = Field(..., ge=1, description="N ranks (devices), each holding the batch profiled.")
     architecture: str = Field(..., description="model.architecture.")
     backbone: str = Field(..., description="model.backbone.")
     tile_size: int = Field(..., description="data.tile_size.")
@@ -110,35 +105,20 @@ class BatchProfile(BaseModel):
     included: list[str] = Field(..., description="What each trial holds and runs, in words.")
     held_gib: HeldGib = Field(..., description="What a rank holds whatever the batch.")
     trainable_parameters: int = Field(..., description="Trainable parameters of the model.")
-    largest_fitting: int = Field(..., description="The largest per-rank batch that fits (0: none).")
-    largest_fitting_global: int = Field(..., description="devices x largest_fitting.")
+    largest_fitting: int = Field(..., description="The largest batch per device that fits (0: none).")
+    largest_fitting_effective: int = Field(..., description="devices x largest_fitting: its effective batch.")
     first_failing: int | None = Field(
-        ..., description="The smallest per-rank batch that does not fit (None: none up to the search limit)."
+        ..., description="The smallest batch per device that does not fit (None: none up to the search limit)."
     )
-    recommended_per_rank: int = Field(..., description="largest_fitting, rounded down to a multiple of 8 from 16 on.")
-    recommended_batch_size: int = Field(..., description="The recommended training.batch_size (global).")
-    fastest_batch_size: int | None = Field(..., description="The per-rank batch with the most images/s.")
-    configured_batch_size: int = Field(..., description="training.batch_size (global).")
-    configured_per_rank: int = Field(..., description="configured_batch_size / devices.")
+    recommended_batch_size: int = Field(
+        ...,
+        description="The recommended training.batch_size (per device): largest_fitting, rounded down to a "
+        "multiple of 8 from 16 on.",
+    )
+    fastest_batch_size: int | None = Field(..., description="The batch per device with the most images/s.")
+    configured_batch_size: int = Field(..., description="training.batch_size (per device).")
     configured_fits: bool | None = Field(..., description="Whether it fits (None: beyond the search limit).")
-    trials: list[Trial] = Field(..., description="Every per-rank batch tried, smallest first.")
-
-
-def per_rank_batch(global_batch: int, devices: int) -> int:
-    """``global_batch / devices``; refused when it does not divide (training refuses it the same way)."""
-    if global_batch % devices:
-        raise ProfileError(
-            f"training.batch_size {global_batch} (the global batch) does not divide over training.devices "
-            f"{devices}; set training.batch_size to a multiple of {devices} (e.g. "
-            f"{max(devices, global_batch - global_batch % devices)}) or profile for another device count (--devices)"
-        )
-    return global_batch // devices
-
-
-def validation_batch(global_batch: int, devices: int) -> int:
-    """The batch of a validation forward pass per rank: each rank validates its shard of the pool in batches of
-    its training share, ``training.batch_size / devices`` (rtscore.train.loop.build_setup)."""
-    return global_batch // devices
+    trials: list[Trial] = Field(..., description="Every batch per device tried, smallest first.")
 
 
 def held_memory(model: torch.nn.Module, cfg: PipelineConfig, devices: int) -> Held:
@@ -171,7 +151,7 @@ def included(cfg: PipelineConfig, devices: int) -> list[str]:
     if cfg.training.torch_compile:
         parts.append("torch.compile")
     parts.append(
-        "one validation forward pass at the global batch (the validation loader's training.batch_size)"
+        "one validation forward pass at the batch (the validation loader's training.batch_size, per device)"
         + (" with the EMA weights swapped in" if cfg.ema.enabled else "")
         + ", the last step's gradients still held"
     )
@@ -330,11 +310,12 @@ def try_batch(
     loss_fn: torch.nn.Module | None = None,
     val_batch: int | None = None,
 ) -> Trial:
-    """One warm-up and ``steps`` timed training steps at the per-rank ``batch``, then one validation forward
-    pass; OOM (or, on CPU, ``devices`` ranks' peaks above ``memory_cap_gib``) means it does not fit."""
+    """One warm-up and ``steps`` timed training steps at ``batch`` per device, then one validation forward pass
+    (at ``val_batch``, default ``batch``: each rank validates in batches of training.batch_size); OOM (or, on CPU,
+    ``devices`` ranks' peaks above ``memory_cap_gib``) means it does not fit."""
     train_model = model if train_model is None else train_model
     loss_fn = loss_fn if loss_fn is not None else build_loss(cfg.loss, _stand_in_counts(cfg))
-    val_n = val_batch if val_batch is not None else validation_batch(batch * devices, devices)
+    val_n = val_batch if val_batch is not None else batch
     held = held_memory(model, cfg, devices)
     model.train()
     _release_freed_memory(device)
@@ -412,7 +393,7 @@ def _stand_in_counts(cfg: PipelineConfig) -> Any:
 
 @dataclass
 class _Search:
-    """What the search found: what a rank holds whatever the batch, every trial by per-rank batch, the boundary."""
+    """What the search found: what a rank holds whatever the batch, every trial by batch per device, the boundary."""
 
     held: Held
     trials: dict[int, Trial]
@@ -482,19 +463,18 @@ def profile_batch_sizes(
     max_batch: int = 512,
     steps: int = 2,
 ) -> BatchProfile:
-    """Double the per-rank batch until it does not fit, then binary-search the boundary; recommend the largest
-    global batch (``devices`` x per-rank) that fits. ``devices``: N ranks (default ``training.devices``)."""
+    """Double the batch per device until it does not fit, then binary-search the boundary; recommend the largest
+    ``training.batch_size`` (per device) that fits. ``devices``: N ranks (default ``training.devices``), each
+    holding that batch and, with N > 1, DDP's buckets; a step's effective batch is N times it."""
     device = device or select_device(cfg)
     check_precision(cfg.training.precision, device)
     n = resolve_devices(cfg, devices, this_machine=False)  # a profile may be for a larger machine's ranks
-    configured_per_rank = per_rank_batch(cfg.training.batch_size, n)
+    configured = cfg.training.batch_size
     found = _search(cfg, device, n, memory_cap_gib, max_batch, steps)
     good, bad = found.largest_fitting, found.first_failing
     recommended = good - good % 8 if good >= 16 else good
     best_rate = max((t for t in found.trials.values() if t.fits), key=lambda t: t.images_per_s, default=None)
-    configured_fits = (
-        configured_per_rank <= good if configured_per_rank <= good or bad is not None else None
-    )  # None: beyond the search limit, not tried
+    configured_fits = configured <= good if configured <= good or bad is not None else None  # None: not tried
     return BatchProfile(
         device=str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         device_memory_gib=torch.cuda.get_device_properties(device).total_memory / GIB
@@ -514,13 +494,11 @@ def profile_batch_sizes(
         held_gib=found.held.gib(),
         trainable_parameters=found.held.trainable_parameters,
         largest_fitting=good,
-        largest_fitting_global=good * n,
+        largest_fitting_effective=good * n,
         first_failing=bad,
-        recommended_per_rank=recommended,
-        recommended_batch_size=recommended * n,
+        recommended_batch_size=recommended,
         fastest_batch_size=best_rate.batch_size if best_rate else None,
-        configured_batch_size=cfg.training.batch_size,
-        configured_per_rank=configured_per_rank,
+        configured_batch_size=configured,
         configured_fits=configured_fits,
         trials=[found.trials[k] for k in sorted(found.trials)],
     )
@@ -540,11 +518,11 @@ def render_profile(report: BatchProfile) -> str:
         "Each trial holds and runs: " + "; ".join(report.included) + ".",
         "",
         *md_table(
-            ["per-rank batch", "global batch", "fits", "peak GiB (train / validation)", "images/s per rank", "note"],
+            ["batch/device", "effective batch", "fits", "peak GiB (train / validation)", "images/s/device", "note"],
             [
                 [
                     t.batch_size,
-                    t.global_batch,
+                    t.effective_batch,
                     "yes" if t.fits else "no",
                     f"{_gib(t.peak_memory_gib)} ({_gib(t.train_peak_gib)} / {_gib(t.val_peak_gib)})",
                     f"{t.images_per_s:.1f}",
@@ -566,20 +544,20 @@ def render_profile(report: BatchProfile) -> str:
     if report.device_memory_gib:
         lines.append(f"Device memory: {report.device_memory_gib:.1f} GiB.")
     limit = (
-        f" (first failing per-rank batch: {report.first_failing})"
+        f" (first failing batch per device: {report.first_failing})"
         if report.first_failing
         else " (search limit reached)"
     )
     lines += [
-        f"Largest batch that fits: **{report.largest_fitting_global}** global"
-        + (f" = {n} x {report.largest_fitting} per rank" if n > 1 else "")
+        f"Largest batch that fits: **{report.largest_fitting}** per device"
+        + (f" (effective batch {report.largest_fitting_effective} on {n} devices)" if n > 1 else "")
         + limit,
-        f"Recommended training.batch_size: **{report.recommended_batch_size}**"
-        + (f" ({n} x {report.recommended_per_rank} per rank)" if n > 1 else "")
+        f"Recommended training.batch_size (per device): **{report.recommended_batch_size}**"
+        + (f" (effective {report.recommended_batch_size * n})" if n > 1 else "")
         + f"; configured: {report.configured_batch_size}"
-        + (f" ({report.configured_per_rank} per rank)" if n > 1 else "")
+        + (f" (effective {report.configured_batch_size * n})" if n > 1 else "")
         + {True: ", fits", False: ", does NOT fit", None: ", beyond the search limit"}[report.configured_fits]
-        + f"; fastest measured per-rank batch: {report.fastest_batch_size}.",
+        + f"; fastest measured batch per device: {report.fastest_batch_size}.",
     ]
     if report.memory_cap_gib is not None:
         lines.append(

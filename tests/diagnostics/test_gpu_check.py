@@ -83,7 +83,7 @@ def test_gpu_check_runs_the_sequence_on_cpu(tmp_path: Path, capsys: pytest.Captu
     ]
     assert r["profile"]["largest_fitting"] == 2 and r["profile"]["held_gib"]["ema"] > 0
     train = r["training"]
-    assert train["batch_size"] == 2 and [e["epoch"] for e in train["epochs"]] == [1, 2]
+    assert train["batch_size"] == train["effective_batch_size"] == 2 and [e["epoch"] for e in train["epochs"]] == [1, 2]
     assert all(e["val_realistic_pr_auc_geomean"] is not None for e in train["epochs"])  # validated every epoch
     assert train["train_samples_per_s"] > 0
     assert not list(report.parent.glob(".*.tmp"))  # written atomically
@@ -140,6 +140,7 @@ REPORT_DOC: dict[str, Any] = {
     "training": {
         "batch_size": 4,
         "devices": 1,
+        "effective_batch_size": 4,
         "seed": 42,
         "seconds": 6.289999999999999,
         "train_samples_per_s": 13.333333333333332,

@@ -69,6 +69,22 @@ def test_stage_config_hash_follows_the_sections_a_stage_reads() -> None:
     assert changed(buffer) == {"validate-data"}
 
 
+def test_devices_key_the_stages_by_the_effective_batch() -> None:
+    """training.batch_size is per device: N devices of b are the work of one device of N x b (the same key), N of b
+    another than one of b; auto is keyed as auto (the machine decides N; the resume key holds the resolved one)."""
+    cfg = tiny_train_config()  # 1 device x 4
+    epochs = cfg.model_copy(update={"training": cfg.training.model_copy(update={"max_epochs": 9})})
+
+    def changed(other) -> set[str]:  # type: ignore[no-untyped-def]
+        return {s.name for s in STAGES if s.config_hash(cfg) != s.config_hash(other)}
+
+    training = changed(epochs)  # the stages that read the training loop's settings
+    # 2 x 2: training's effective 4, as 1 x 4; the data check plans one device's batches, of batch_size (2 now)
+    assert changed(tiny_train_config(devices=2, batch_size=2)) == {"validate-data"}
+    assert changed(tiny_train_config(devices=2)) == training  # 2 x 4: effective 8
+    assert changed(tiny_train_config(devices="auto")) == training
+
+
 def test_inputs_expand_per_seed_and_split() -> None:
     entries = (RunLayout.DATASET.bind(split="val"), RunLayout.BEST_WEIGHTS)
     assert expand(entries, {"seeds": [1, 2]}) == [

@@ -10,15 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from rtscore.config.pipeline import PipelineConfig
+from rtscore.data.loading.sampler import BalancedCurriculumSampler
 from rtscore.runtime import DeviceError
 from rtscore.stages.train import train_seed as train_stage
 from rtscore.train.distributed import resolve_devices
 from rtscore.train.errors import TrainingError
-from rtscore.train.launch import launch_config
+from rtscore.train.launch import batch_line, launch_config
 from tests.helpers import copy_run
 from tests.train.conftest import tiny_train_config
 
@@ -40,8 +42,13 @@ LOSS_TOL, LOSS_X = 1e-3, 10.0  # every step: |Δloss| <= max(LOSS_TOL, LOSS_X x 
 DRIFT_TOL, DRIFT_X = 0.4, 3.0  # |w(2 ranks) - w(1)| / |w(1) - w(initial)| <= max(DRIFT_TOL, DRIFT_X x reference)
 
 
+ONE_DEVICE_BATCH = 4  # tiny_train_config's training.batch_size: the effective batch every comparison here keeps
+
+
 def two_rank_config(devices: int = 2, **training: Any) -> PipelineConfig:
-    return tiny_train_config(devices=devices, **training)
+    """``devices`` ranks of ``4 / devices`` tiles each (training.batch_size is per device): the one-device run's
+    effective batch of 4, which the comparisons below need."""
+    return tiny_train_config(devices=devices, batch_size=ONE_DEVICE_BATCH // devices, **training)
 
 
 def launch_steps(cfg: PipelineConfig, run: Path, epochs: int, n: int) -> dict[str, Any]:
@@ -83,7 +90,7 @@ def test_two_ranks_take_the_one_device_steps_and_merge_the_validation_pool_exact
     finally:
         torch.set_num_threads(threads)
     two = launch_steps(two_rank_config(), copy_run(data_run, tmp_path / "two"), epochs=4, n=2)
-    assert len(one["losses"]) == len(two["losses"]) == 12  # 4 epochs x 3 global batches of 4
+    assert len(one["losses"]) == len(two["losses"]) == 12  # 4 epochs x 3 effective batches of 4 (1 x 4, 2 x 2)
     gaps = [abs(a - b) for a, b in zip(one["losses"], two["losses"], strict=True)]
     ref_gap = max(abs(a - b) for a, b in zip(one["losses"], ref["losses"], strict=True))
     travel = distance(one["state"], start)
@@ -186,16 +193,34 @@ def test_a_rank_killed_mid_epoch_ends_the_seed_in_one_line_and_it_resumes_on_two
     best = f"seeds/seed_{SEED}/best_deployment.pth"
     assert (uninterrupted / best).read_bytes() == (run / best).read_bytes()
 
-    train_stage(str(as_one), tiny_train_config(devices=1), SEED)  # 2 -> 1: nothing in a checkpoint depends on N
+    # 2 x 2 -> 1 x 4: the same effective batch resumes (the resume key holds batch_size x N, not N)
+    train_stage(str(as_one), tiny_train_config(devices=1), SEED)
+    assert "set_aside" not in {p.name for p in (as_one / f"seeds/seed_{SEED}").iterdir()}
     moved = distance(a, start)
     assert distance(a, final_weights(as_one)) / moved <= DRIFT_TOL  # as far as a one-device run (test above)
 
 
-def test_the_global_batch_must_divide_among_the_devices() -> None:
-    with pytest.raises(ValueError, match="training.batch_size 4 .* does not divide among training.devices=3"):
-        tiny_train_config(devices=3)
-    cfg = tiny_train_config(devices="auto")
-    assert resolve_devices(cfg) == 1  # no GPU: one rank
+def test_devices_auto_on_three_gpus_gives_three_ranks_of_batch_size_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """training.batch_size is per device (guide §9.1): any device count runs, each rank with batch_size tiles. On
+    main, batch_size was the global batch and a batch of 4 over 3 devices was refused (at load for a number, by
+    resolve_devices for auto)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    cfg = tiny_train_config(device="cuda", devices="auto")  # batch_size 4
+    n = resolve_devices(cfg)
+    assert n == 3 and cfg.training.effective_batch_size(n) == 12
+    assert resolve_devices(tiny_train_config(device="cuda", devices=3)) == 3  # a number loads and resolves too
+    flags = np.zeros(60, bool)
+    flags[:20] = True
+    kw = {"positive_fraction": 0.5, "schedule": cfg.sampling.curriculum_schedule, "seed": SEED}
+    ranks = [BalancedCurriculumSampler(flags, batch_size=4, rank=r, world_size=n, **kw) for r in range(n)]  # type: ignore[arg-type]
+    assert all(len(b) == 4 for r in ranks for b in r)  # every GPU full: batch_size tiles a step
+    with pytest.raises(DeviceError, match="this machine has 3 visible CUDA device"):
+        resolve_devices(tiny_train_config(device="cuda", devices=4))
+
+
+def test_devices_resolve_without_a_gpu() -> None:
+    assert resolve_devices(tiny_train_config(devices="auto")) == 1  # training.device cpu: one rank
     cuda = tiny_train_config(devices=2).model_copy(deep=True)
     cuda.training.device = "cuda"
     if not torch.cuda.is_available():
@@ -204,3 +229,18 @@ def test_the_global_batch_must_divide_among_the_devices() -> None:
         cuda.training.devices = torch.cuda.device_count() + 1
         with pytest.raises(DeviceError, match="visible CUDA device"):
             resolve_devices(cuda)
+    with pytest.raises(ValueError, match="training.devices must be >= 1 or auto; got 0"):
+        tiny_train_config(devices=0)
+
+
+def test_the_batch_line_gives_the_batch_per_device_and_the_effective_batch() -> None:
+    """A config written when batch_size was the global batch trains N times it on N devices: said before the first
+    step (a warning with N > 1, rtscore.train.launch.train_on_devices)."""
+    cfg = tiny_train_config(device="cuda", batch_size=32)
+    assert batch_line(cfg, 42, 8) == (
+        "seed 42: 8 device ranks, training.batch_size 32 per device: effective batch 256 per optimizer step "
+        "(= 32 x 8, guide §9.1; the learning rates are as configured, not scaled with the batch)"
+    )
+    assert batch_line(cfg, 42, 1) == (
+        "seed 42: one device, training.batch_size 32 per device: effective batch 32 per optimizer step"
+    )

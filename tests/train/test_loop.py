@@ -14,7 +14,8 @@ from rtscore.models import load_checkpoint
 from rtscore.runtime import DeviceError
 from rtscore.storage import RunLayout
 from rtscore.train import checkpoint as ckpt
-from rtscore.train.loop import RunState, TrainingError, build_setup, train_seed
+from rtscore.train.distributed import Ranks
+from rtscore.train.loop import RunState, TrainingError, batch_params, build_setup, resume_hash, train_seed
 from tests.helpers import copy_run
 from tests.train.conftest import REF_EPOCHS, REF_SEED, TrainedRun, tiny_train_config
 
@@ -259,3 +260,14 @@ def test_an_all_nodata_val_split_stops_training_before_the_first_step_naming_the
     with pytest.raises(DataValidationError, match=rf"store {val}: no usable tile to evaluate: all its 5 tiles .*"):
         train_seed(cfg, run_copy, 3)
     assert not list((run_copy / RunLayout.SEED_DIR.at(seed=3)).glob("*.pth"))
+
+
+def test_the_resume_hash_and_the_tracked_params_hold_the_effective_batch() -> None:
+    """training.batch_size is per device: a checkpoint resumes on another device count only at the same effective
+    batch (2 x 2 as 1 x 4), and one device hashes the config as it is (its resume key unchanged by issue 35)."""
+    one, two = tiny_train_config(), tiny_train_config(devices=2, batch_size=2)  # effective 4 both
+    assert resume_hash(two, 2) == resume_hash(one, 1) == resume_hash(one)
+    assert resume_hash(two, 1) != resume_hash(one)  # 2 tiles a step on one device: another run
+    assert resume_hash(tiny_train_config(devices=2), 2) != resume_hash(one)  # 2 x 4: effective 8
+    assert batch_params(two, Ranks(0, 2, 0)) == {"ranks": 2, "effective_batch_size": 4}
+    assert batch_params(one, Ranks()) == {"ranks": 1, "effective_batch_size": 4}

@@ -18,7 +18,6 @@ from rtscore.train.ema import EMA
 from rtscore.train.profile import (
     GIB,
     BatchProfile,
-    ProfileError,
     Trial,
     held_memory,
     profile_batch_sizes,
@@ -50,7 +49,7 @@ def test_profile_batch_finds_the_boundary_under_a_cpu_cap() -> None:
     tight = profile_batch_sizes(cfg, memory_cap_gib=1e-6, max_batch=4, steps=0)
     assert tight.largest_fitting == 0 and tight.first_failing == 1 and tight.configured_fits is False
     md = render_profile(report)
-    assert "| 2 | 2 | yes |" in md and "Recommended training.batch_size: **2**" in md
+    assert "| 2 | 2 | yes |" in md and "Recommended training.batch_size (per device): **2**" in md
     assert "EMA fp32 copy" in md and "loss focal" in md and "validation forward pass" in md
 
 
@@ -149,27 +148,27 @@ def test_compile_is_the_trained_view(monkeypatch: pytest.MonkeyPatch) -> None:
     )  # the CPU warm-up trial's step, the trial's warm-up and timed step
 
 
-def test_per_rank_batch_is_the_global_batch_over_the_devices() -> None:
-    cfg = tiny_train_config()  # training.batch_size 4
+def test_the_batch_profiled_is_per_device_and_the_effective_batch_is_n_times_it() -> None:
+    cfg = tiny_train_config()  # training.batch_size 4, per device
     report = profile_batch_sizes(cfg, devices=2, max_batch=2, steps=0)  # no timed step: the batches are the point
-    assert report.devices == 2 and report.configured_per_rank == 2
-    assert [(t.batch_size, t.global_batch) for t in report.trials] == [(1, 2), (2, 4)]
-    assert report.largest_fitting == 2 and report.largest_fitting_global == 4
-    assert report.recommended_batch_size == 2 * report.recommended_per_rank
+    assert report.devices == 2 and report.configured_batch_size == 4
+    assert [(t.batch_size, t.effective_batch) for t in report.trials] == [(1, 2), (2, 4)]
+    assert report.largest_fitting == 2 and report.largest_fitting_effective == 4
+    assert report.recommended_batch_size == 2 and report.configured_fits is None  # 4: beyond the search limit
     model = build_model(cfg.model, cfg.channels)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert report.held_gib.ddp_buckets == pytest.approx(trainable * 4 / GIB)
     assert held_memory(model, cfg, 1).ddp_buckets == 0
     md = render_profile(report)
-    assert "**4** global = 2 x 2 per rank" in md and "DDP gradient buckets" in md and "estimate" in md
+    assert "**2** per device (effective batch 4 on 2 devices)" in md and "DDP gradient buckets" in md
+    assert "configured: 4 (effective 8)" in md and "estimate" in md
 
 
-def test_a_global_batch_that_does_not_divide_is_refused() -> None:
-    """Refused as training refuses it (rtscore.train.distributed.resolve_devices), before any trial."""
-    with pytest.raises(DeviceError, match=r"training\.batch_size 4 .*training\.devices=3"):
-        profile_batch_sizes(tiny_train_config(), devices=3, max_batch=1)
-    with pytest.raises(ProfileError, match=r"training\.batch_size 4 .*training\.devices 3"):
-        profile.per_rank_batch(4, 3)
+def test_any_device_count_is_profiled() -> None:
+    """3 devices with batch_size 4: each holds 4 (main refused 4 / 3), with the profile's validation pass at the
+    batch of the trial, as each rank validates in batches of training.batch_size."""
+    report = profile_batch_sizes(tiny_train_config(), devices=3, max_batch=1, steps=0)
+    assert report.devices == 3 and [(t.batch_size, t.effective_batch) for t in report.trials] == [(1, 3)]
 
 
 def test_devices_default_to_the_config() -> None:
@@ -195,8 +194,8 @@ def test_cpu_ranks_share_the_cap() -> None:
     assert not two.fits and "8 ranks" in two.error
 
 
-# A profile as the code before BatchProfile recorded it (a dict: 2 devices, a GPU, a trial that did not fit) and
-# the markdown it rendered: the typed profile keeps both, byte for byte (issue 34).
+# A profile as the gpu check records it (2 devices, a GPU, a trial that did not fit) and the markdown it renders:
+# the typed profile keeps both, byte for byte (issue 34; the batch per device and the effective batch since issue 35).
 PROFILE_DOC: dict[str, Any] = {
     "device": "NVIDIA H100 80GB HBM3",
     "device_memory_gib": 79.19,
@@ -220,18 +219,16 @@ PROFILE_DOC: dict[str, Any] = {
     },
     "trainable_parameters": 2441033,
     "largest_fitting": 5,
-    "largest_fitting_global": 10,
+    "largest_fitting_effective": 10,
     "first_failing": 6,
-    "recommended_per_rank": 5,
-    "recommended_batch_size": 10,
+    "recommended_batch_size": 5,
     "fastest_batch_size": 1,
     "configured_batch_size": 4,
-    "configured_per_rank": 2,
     "configured_fits": True,
     "trials": [
         {
             "batch_size": 1,
-            "global_batch": 2,
+            "effective_batch": 2,
             "fits": True,
             "peak_memory_gib": 0.625,
             "train_peak_gib": 0.3125,
@@ -241,7 +238,7 @@ PROFILE_DOC: dict[str, Any] = {
         },
         {
             "batch_size": 5,
-            "global_batch": 10,
+            "effective_batch": 10,
             "fits": True,
             "peak_memory_gib": 1.125,
             "train_peak_gib": 0.5625,
@@ -251,7 +248,7 @@ PROFILE_DOC: dict[str, Any] = {
         },
         {
             "batch_size": 6,
-            "global_batch": 12,
+            "effective_batch": 12,
             "fits": False,
             "peak_memory_gib": float("nan"),
             "train_peak_gib": 1.5,
@@ -268,8 +265,8 @@ PROFILE_MD = (
     "\n"
     "Each trial holds and runs: model (all parameters trainable); gradients.\n"
     "\n"
-    "| per-rank batch | global batch | fits | peak GiB (train / validation) | images/s per"
-    " rank | note |\n"
+    "| batch/device | effective batch | fits | peak GiB (train / validation) | images/s/device"
+    " | note |\n"
     "|---:|---:|---|---:|---:|---|\n"
     "| 1 | 2 | yes | 0.62 (0.31 / 0.62) | 100.1 |  |\n"
     "| 5 | 10 | yes | 1.12 (0.56 / 1.12) | 20.1 |  |\n"
@@ -279,9 +276,10 @@ PROFILE_MD = (
     " 0.018, EMA 0.009, DDP gradient buckets 0.009 (estimate from the parameter count) GiB;"
     " the activations come on top.\n"
     "Device memory: 79.2 GiB.\n"
-    "Largest batch that fits: **10** global = 2 x 5 per rank (first failing per-rank batch: 6)\n"
-    "Recommended training.batch_size: **10** (2 x 5 per rank); configured: 4 (2 per rank),"
-    " fits; fastest measured per-rank batch: 1.\n"
+    "Largest batch that fits: **5** per device (effective batch 10 on 2 devices) (first failing batch per"
+    " device: 6)\n"
+    "Recommended training.batch_size (per device): **5** (effective 10); configured: 4 (effective 8),"
+    " fits; fastest measured batch per device: 1.\n"
     "Memory cap: 3.0 GiB per device; on CPU for all 2 rank(s) together (a CPU rank's peak: its"
     " RSS growth during a trial plus the model's weights).\n"
     "Not counted: the CUDA context, NCCL buffers, DataLoader workers and pinned host memory.\n"

@@ -98,8 +98,9 @@ def train_loader(
     rank: int = 0,
     world_size: int = 1,
 ) -> tuple[Any, BalancedCurriculumSampler]:
-    """The training DataLoader and its batch sampler: balanced curriculum batches of ``ds`` (guide §7); with
-    ``world_size`` ranks, rank ``rank``'s slice of each global batch of ``training.batch_size``.
+    """The training DataLoader and its batch sampler: balanced curriculum batches of ``ds`` (guide §7) of
+    ``training.batch_size`` tiles; with ``world_size`` N ranks, rank ``rank``'s slice of ``training.batch_size``
+    tiles of each effective batch of ``training.batch_size x N``.
 
     ``num_workers`` overrides ``data.loader.num_workers`` (and then keeps no persistent workers) for a reader
     that takes a few batches, such as data validation; which tiles a batch holds and how each is augmented
@@ -122,7 +123,8 @@ def train_loader(
 
 def val_loader(cfg: PipelineConfig, ds: TileDataset, *, batch_size: int | None = None) -> Any:
     """Sequential tiles of an evaluated split (validation during training, calibration, test), in batches of
-    ``batch_size`` (default ``training.batch_size``; a rank of a seed on several devices: its share).
+    ``batch_size`` (default ``training.batch_size``, per device: each rank of a seed on several devices validates
+    its shard of the pool in batches of it).
 
     Raises:
         DataValidationError: the split has no usable tile (all full NoData, say): its metrics would be undefined,

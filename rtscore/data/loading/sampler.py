@@ -77,9 +77,15 @@ class BalancedCurriculumSampler:
     or sent in one smaller last batch with negatives in the epoch's proportion (False). Without balancing the
     same holds for the tiles left over by the shuffle. With ``steps_per_epoch`` set, every batch is whole.
 
-    With ``world_size`` ranks (one seed on several devices) the plan is the global batches, the same as on one
-    device; rank ``rank`` reads its contiguous slice of ``batch_size / world_size`` tiles of each. A smaller last
-    batch (``drop_last`` False) is cut to a multiple of ``world_size`` (at most ``world_size - 1`` tiles fewer).
+    With ``world_size`` N ranks (one seed on several devices), ``batch_size`` is each rank's (guide §9.1: per
+    GPU) and the plan is of effective batches of ``batch_size x N`` tiles (:attr:`effective_batch`), exactly as one
+    device plans its batches at ``batch_size`` N x b; rank ``rank`` reads its contiguous slice of ``batch_size``
+    tiles of each. The positive share, the curriculum's ratio and the carried remainder hold for the effective
+    batch; a rank's slice holds whatever the shuffled effective batch puts there (on average its share), which
+    changes nothing of the step: batch norm and every loss reduce over the effective batch
+    (:mod:`rtscore.train.distributed`). An epoch takes each positive once whatever N is, so it has about 1/N the
+    steps of one device at ``batch_size`` (each of N times the tiles); ``steps_per_epoch`` counts these steps. A
+    smaller last batch (``drop_last`` False) is cut to a multiple of N (at most N - 1 tiles fewer).
     """
 
     def __init__(
@@ -103,10 +109,11 @@ class BalancedCurriculumSampler:
             raise DataValidationError("balanced sampling needs at least one positive tile in the train split")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
-        if not 0 <= rank < world_size or batch_size % world_size:
-            raise ValueError(f"rank {rank} of {world_size}: the batch size {batch_size} must divide among the ranks")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not one of the {world_size} ranks (0 to {world_size - 1})")
         self.n = flags.size
         self.batch_size = batch_size
+        self.effective_batch = batch_size * world_size  # what one optimizer step sees, every rank's slice together
         self.positive_fraction = positive_fraction
         self.schedule = list(schedule)
         self.seed = seed
@@ -128,19 +135,19 @@ class BalancedCurriculumSampler:
         return np.random.default_rng([self.seed, epoch, 0x5A4D])
 
     def batches(self, epoch: int) -> list[list[tuple[int, int]]]:
-        """The epoch's global batches (every rank's tiles), the same for any number of ranks."""
+        """The epoch's effective batches (every rank's slice), the batches of one device at their size."""
         rng = self._rng(epoch)
         rest: np.ndarray | None = None  # the smaller last batch (drop_last False)
         if not self.balanced:
             order = rng.permutation(self.n)
             if self.steps_per_epoch:
-                order = np.resize(order, self.steps_per_epoch * self.batch_size)
-            n_whole = order.size // self.batch_size
-            whole = order[: n_whole * self.batch_size].reshape(n_whole, self.batch_size)
+                order = np.resize(order, self.steps_per_epoch * self.effective_batch)
+            n_whole = order.size // self.effective_batch
+            whole = order[: n_whole * self.effective_batch].reshape(n_whole, self.effective_batch)
             if not self.drop_last and order.size > whole.size:
                 rest = order[whole.size :]
         else:
-            b = self.batch_size
+            b = self.effective_batch
             q = positives_per_batch(b, self.positive_fraction, curriculum_ratio(self.schedule, epoch))
             if self.neg.size == 0:
                 q = Fraction(b)
@@ -165,7 +172,8 @@ class BalancedCurriculumSampler:
         return out
 
     def shard(self, batch: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """This rank's contiguous slice of a global batch (empty when the batch has fewer tiles than ranks)."""
+        """This rank's contiguous slice of an effective batch: ``batch_size`` tiles of a whole one (a smaller last
+        one: its share; empty when it has fewer tiles than ranks)."""
         per_rank = len(batch) // self.world_size
         return batch[self.rank * per_rank : (self.rank + 1) * per_rank]
 

@@ -171,12 +171,17 @@ GUIDE_STAGES = [1, 11, 31, 51, 101]  # 1:1, 1:5, 1:10, 1:15, 1:20
 def test_every_curriculum_stage_realises_its_ratio_over_an_epoch(batch_size: int, world_size: int) -> None:
     """Issue 25: at batch 32 the 1:20 stage trained at 1:15 (round(32/21) = 2 positives a batch). Now the epoch's
     positives are its tiles x 1/(1 + ratio) rounded down once: the ratio is exact where the epoch's tile count
-    allows and otherwise within one tile, for the tiles the ranks read together as for one device."""
+    allows and otherwise within one tile, for the tiles the ranks read together (each batch_size / world_size
+    tiles a step: an effective batch of batch_size) as for one device."""
     flags = np.zeros(3000, bool)
     flags[np.random.default_rng(2).choice(flags.size, 150, replace=False)] = True
-    kw = {"batch_size": batch_size, "positive_fraction": 0.5, "schedule": GUIDE, "seed": 11}
-    one = BalancedCurriculumSampler(flags, **kw)  # type: ignore[arg-type]
-    ranks = [BalancedCurriculumSampler(flags, rank=r, world_size=world_size, **kw) for r in range(world_size)]  # type: ignore[arg-type]
+    kw = {"positive_fraction": 0.5, "schedule": GUIDE, "seed": 11}
+    one = BalancedCurriculumSampler(flags, batch_size=batch_size, **kw)  # type: ignore[arg-type]
+    per_rank = batch_size // world_size
+    ranks = [
+        BalancedCurriculumSampler(flags, batch_size=per_rank, rank=r, world_size=world_size, **kw)  # type: ignore[arg-type]
+        for r in range(world_size)
+    ]
     for epoch in GUIDE_STAGES:
         ratio = curriculum_ratio(GUIDE, epoch)
         for r in ranks:
@@ -231,17 +236,24 @@ def test_a_plan_whose_ratio_divides_the_batch_is_unchanged_by_the_fix(
     assert digest == PINNED[(batch_size, epoch, drop_last)]
 
 
-def test_a_rank_reads_its_slice_and_the_batch_must_divide_among_ranks() -> None:
+def test_n_ranks_read_slices_of_batch_size_that_cover_the_effective_batch() -> None:
+    """batch_size is per rank (guide §9.1: per GPU): 3 ranks of 4 read the one-device batches of 12, each rank its
+    contiguous 4, together every tile of each exactly once (before issue 35 batch_size was the global batch and 3
+    ranks of a batch of 4 were refused)."""
     flags = np.zeros(220, bool)
     flags[:30] = True
-    kw = {"batch_size": 8, "positive_fraction": 0.5, "schedule": GUIDE, "seed": 1}
-    one = BalancedCurriculumSampler(flags, **kw).batches(1)  # type: ignore[arg-type]
-    second = BalancedCurriculumSampler(flags, rank=1, world_size=2, **kw)  # type: ignore[arg-type]
-    assert list(second) == [b[4:] for b in one] and len(second) == len(one)
-    with pytest.raises(ValueError, match="batch size 8 must divide among the ranks"):
-        BalancedCurriculumSampler(flags, rank=0, world_size=3, **kw)  # type: ignore[arg-type]
-    whole = len(one)  # 30 positives at 1:1, batch 8: 7 whole batches and a last batch of 2 + 2 (drop_last False)
-    kept = BalancedCurriculumSampler(flags, rank=0, world_size=4, drop_last=False, **kw)  # type: ignore[arg-type]
-    assert [len(b) for b in kept] == [2] * whole + [1]
-    cut = BalancedCurriculumSampler(flags, rank=7, world_size=8, drop_last=False, **kw)  # type: ignore[arg-type]
-    assert [len(b) for b in cut] == [1] * whole  # 4 tiles for 8 ranks: the last batch is cut away
+    kw = {"positive_fraction": 0.5, "schedule": GUIDE, "seed": 1}
+    one = BalancedCurriculumSampler(flags, batch_size=12, **kw).batches(1)  # type: ignore[arg-type]
+    ranks = [BalancedCurriculumSampler(flags, batch_size=4, rank=r, world_size=3, **kw) for r in range(3)]  # type: ignore[arg-type]
+    slices = [list(r) for r in ranks]
+    # an epoch takes each positive once: 5 steps of 3 x 4 tiles (6 positives each), a third of one device's at 4
+    assert len(one) == 5 and len(BalancedCurriculumSampler(flags, batch_size=4, **kw).batches(1)) == 15  # type: ignore[arg-type]
+    assert all(r.effective_batch == 12 and len(r) == len(one) for r in ranks)
+    assert all(len(b) == 4 for sl in slices for b in sl)
+    for k, batch in enumerate(one):
+        assert [t for sl in slices for t in sl[k]] == batch  # in rank order: the effective batch, tile for tile
+    # drop_last False: 30 positives at 4 a batch of 8 give 7 whole batches and a last one of 2 + 2 tiles
+    kept = BalancedCurriculumSampler(flags, batch_size=2, rank=0, world_size=4, drop_last=False, **kw)  # type: ignore[arg-type]
+    assert kept.effective_batch == 8 and [len(b) for b in kept] == [2] * 7 + [1]
+    cut = BalancedCurriculumSampler(flags, batch_size=1, rank=7, world_size=8, drop_last=False, **kw)  # type: ignore[arg-type]
+    assert [len(b) for b in cut] == [1] * 7  # 4 tiles for 8 ranks: the last batch is cut away
