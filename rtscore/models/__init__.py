@@ -16,6 +16,7 @@ from rtscore.models.factory import (
     decoder_parameters,
     encoder_parameters,
     known_encoders,
+    unused_parameters,
 )
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "known_encoders",
     "load_checkpoint",
     "load_model",
+    "unused_parameters",
 ]

@@ -114,3 +114,30 @@ def encoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 def decoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     enc = {id(p) for p in encoder_parameters(model)}
     return [p for p in model.parameters() if id(p) not in enc]
+
+
+def unused_parameters(cfg: ModelConfig, channels: ChannelsConfig, tile_size: int) -> list[str]:
+    """Names of the parameters of :func:`build_model`'s model that a training step never reaches: smp's EfficientNet
+    encoders (``efficientnet-b*``, ``timm-efficientnet-*``) keep the ImageNet classifier's head conv and batch norm,
+    which their forward skips. DDP must be told of them (it waits for their gradients otherwise).
+
+    Found by one training forward and backward of the model built on the meta device (no memory, no weights read;
+    torch's CPU random state restored), on one RGB tile of ``tile_size`` (extra channels widen the first conv alone,
+    which every step uses; smp widens it off the meta device). A model that cannot be built there (mit_b*
+    reads a tensor while it is built) is taken to use every parameter, as those the factory builds do; should one
+    not, DDP's own error names the parameters at the second step.
+    """
+    import logging
+
+    import torch
+
+    meta_cfg = cfg.model_copy(update={"encoder_weights": None})
+    rgb = channels.model_copy(update={"extra": []})
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            model = build_model(meta_cfg, rgb).train()
+            model(torch.empty(1, rgb.count, tile_size, tile_size)).sum().backward()
+    except (RuntimeError, NotImplementedError) as err:  # an operation the meta device does not implement
+        logging.getLogger(__name__).debug(f"unused parameters of {cfg.backbone} not probed: {err}")
+        return []
+    return [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]

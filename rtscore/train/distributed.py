@@ -11,6 +11,8 @@ device at ``batch_size`` N x b, up to the order of floating-point sums:
   CUDA, :class:`CrossRankBatchNorm` on CPU, where torch has none);
 - every loss reduces over the effective batch (:func:`rtscore.losses.global_batch`), so the gradients DDP averages
   are those of the one-device loss at that batch;
+- dropout, drop-path and drop-connect draw the effective batch's masks on every rank and keep their rows
+  (:mod:`rtscore.train.stochastic`; a stochastic layer it does not know is refused at the start);
 - validation shards the pool and gathers the per-tile histograms, which merge exactly.
 """
 
@@ -211,6 +213,14 @@ def _to_cross_rank(module: nn.Module) -> nn.Module:
     for name, child in module.named_children():
         out.add_module(name, _to_cross_rank(child))
     return out
+
+
+def skip_unused(model: nn.Module, names: list[str]) -> None:
+    """Every DDP wrap of ``model`` leaves out the parameters ``names``, which no training step reaches
+    (:func:`rtscore.models.factory.unused_parameters`): DDP would wait for their gradients at the next step."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
 
 
 def data_parallel(model: nn.Module, device: torch.device) -> nn.Module:

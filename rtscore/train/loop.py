@@ -28,13 +28,20 @@ from rtscore.identity import SET_ASIDE_DIR, digest, set_aside
 from rtscore.identity import resume_key as identity_resume_key
 from rtscore.losses import ClassBalancedBCELoss, build_loss, global_batch, loss_soft_targets
 from rtscore.metrics import ConfusionCounts, PixelConfusion
-from rtscore.models import build_model, decoder_parameters, encoder_parameters
+from rtscore.models import build_model, decoder_parameters, encoder_parameters, unused_parameters
 from rtscore.runtime import check_precision, forward_logits, select_device
 from rtscore.storage import RunLayout, layout
 from rtscore.tracking import Tracker, flatten
 from rtscore.train import checkpoint as ckpt
 from rtscore.train import distributed as ddp
-from rtscore.train.determinism import check_hash_seed, rng_state, seed_everything, set_rng_state
+from rtscore.train.determinism import (
+    check_hash_seed,
+    rank_rng_state,
+    rng_checkpoint,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 from rtscore.train.distributed import SINGLE, Ranks
 from rtscore.train.early_stopping import Decision, EarlyStopping
 from rtscore.train.ema import EMA
@@ -42,6 +49,7 @@ from rtscore.train.errors import TrainingError
 from rtscore.train.report import write_seed_outputs
 from rtscore.train.result import METRIC, SeedResult
 from rtscore.train.schedule import EpochLR, lr_at
+from rtscore.train.stochastic import make_rank_consistent
 from rtscore.train.validate import collect, merge_pools, summarize
 
 # Settings that may change between a run and its resume (guide lesson: early stopping comes from the config).
@@ -331,8 +339,9 @@ def build_setup(cfg: PipelineConfig, run_dir: Path, seed: int, ranks: Ranks = SI
     # Class-balanced CE: the weight comes from the train split's pixel counts, once (guide §5.4), not per batch.
     counts = class_pixel_counts(train_ds.source, train_ds.indices) if cfg.loss.name == "class_balanced_ce" else None
     model = build_model(cfg.model, cfg.channels).to(device)
-    if ranks.distributed:
-        model = ddp.convert_batchnorm(model, device)
+    if ranks.distributed:  # global-batch batch norm; dropout / drop-path masks drawn as one device draws them
+        model = make_rank_consistent(ddp.convert_batchnorm(model, device), ranks.rank, ranks.world_size)
+        ddp.skip_unused(model, unused_parameters(cfg.model, cfg.channels, cfg.data.tile_size))
     if cfg.training.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(model, cfg, cfg.lr_schedule.frozen_lr)
@@ -438,7 +447,7 @@ def restore(s: Setup, saved: dict[str, Any], stopper: EarlyStopping, path: Path)
     if s.scaler is not None and saved["scaler_state_dict"]:
         s.scaler.load_state_dict(saved["scaler_state_dict"])
     stopper.load_state_dict(saved["early_stopping"])
-    set_rng_state(saved["rng_states"])
+    set_rng_state(rank_rng_state(saved, s.ranks.rank, s.ranks.world_size), s.device)  # each rank its own
     return int(saved["epoch"])
 
 
@@ -556,7 +565,7 @@ def resume_state(s: Setup, epoch: int, stopper: EarlyStopping, state: RunState, 
         "scaler_state_dict": s.scaler.state_dict() if s.scaler is not None else {},
         "epoch": epoch,
         "sampler": {"epoch": epoch + 1, "skip_batches": 0},
-        "rng_states": rng_state(),
+        **rng_checkpoint(ddp.gather(rng_state(s.device))),  # every rank's states (a collective: all ranks call)
         "early_stopping": stopper.state_dict(),
         "resume_hash": key,
         "extra": state.to_checkpoint(),

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.train import distributed as ddp
@@ -15,11 +16,14 @@ from rtscore.train.validate import collect, merge_pools
 
 
 def steps(cfg: PipelineConfig, run_dir: str, seed: int, epochs: int) -> dict[str, Any] | None:
-    """Train ``epochs`` epochs as the loop does; rank 0 returns every step's loss (the global batch's), the final
-    weights, and the validation pool both sharded-and-merged and collected whole in one process."""
+    """Train ``epochs`` epochs as the loop does; rank 0 returns every step's loss (the global batch's), the logits
+    of the first training step's global batch (every rank's rows, gathered), the final weights, and the validation
+    pool both sharded-and-merged and collected whole in one process."""
     ranks = ddp.Ranks.from_env()
     s = build_setup(cfg, Path(run_dir), seed, ranks)
     losses: list[float] = []
+    first: list[torch.Tensor] = []
+    hook = s.model.register_forward_hook(lambda m, _i, out: first.append(out.detach().cpu()) if m.training else None)
     try:
         for epoch in range(1, epochs + 1):
             lr = lr_at(epoch, cfg.lr_schedule, cfg.training.max_epochs)
@@ -27,8 +31,10 @@ def steps(cfg: PipelineConfig, run_dir: str, seed: int, epochs: int) -> dict[str
             set_train_mode(s, lr.frozen)
             s.sampler.set_epoch(epoch)
             train_one_epoch(s, epoch, on_step=lambda _n, loss: losses.append(loss))
+        hook.remove()
         if epochs == 0:  # the initial weights only
             return {"losses": [], "state": {k: v.detach().cpu().clone() for k, v in s.model.state_dict().items()}}
+        first_logits = torch.cat(ddp.gather(first[0]))
         merged = merge_pools(ddp.gather(collect(s.model, s.val_loader, cfg, s.device)))
     finally:
         ddp.destroy_process_group()
@@ -46,6 +52,7 @@ def steps(cfg: PipelineConfig, run_dir: str, seed: int, epochs: int) -> dict[str
         whole = _pool(collect(s.model, val_loader(cfg, ds), cfg, s.device))
     return {
         "losses": losses,
+        "first_logits": first_logits,
         "state": {k: v.detach().cpu().clone() for k, v in s.model.state_dict().items()},
         "merged": _pool(merged),
         "whole": whole,
