@@ -150,8 +150,9 @@ def test_the_factory_s_stochastic_models_are_made_rank_consistent(
 
 
 def drop_connect_config(devices: int) -> PipelineConfig:
-    """The tiny seed of tests/train with an efficientnet-b0 (drop-connect 0.2) trained from the first epoch on."""
-    data = tiny_train_config(devices=devices).model_dump(mode="json")
+    """The tiny seed of tests/train with an efficientnet-b0 (drop-connect 0.2) trained from the first epoch on, on
+    ``devices`` ranks of ``4 / devices`` tiles each (training.batch_size is per device): one effective batch of 4."""
+    data = tiny_train_config(devices=devices, batch_size=4 // devices).model_dump(mode="json")
     data["model"].update(backbone="efficientnet-b0")
     data["lr_schedule"].update(freeze_backbone_epochs=0, warmup_epochs=0)
     return parse_pipeline_config(data)
