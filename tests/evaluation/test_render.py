@@ -6,9 +6,10 @@ from rtscore.config.deployment import DeploymentConfig
 from rtscore.evaluation import SeedTestResult, TestReport, render_test, render_test_markdown
 
 
-def test_the_test_report_renders_its_table_and_its_file() -> None:
+def one_seed() -> SeedTestResult:
+    """Seed 42 at 1:200, every metric 0.5, on one positive and one negative tile."""
     names = ("iou_rts", "f1_rts", "pr_auc", "no_skill_pr_auc")
-    seed = SeedTestResult(
+    return SeedTestResult(
         seed=42,
         threshold=0.5,
         temperature=1.0,
@@ -18,6 +19,10 @@ def test_the_test_report_renders_its_table_and_its_file() -> None:
         n_pos_tiles=1,
         n_neg_tiles=1,
     )
+
+
+def test_the_test_report_renders_its_table_and_its_file() -> None:
+    seed = one_seed()
     report = TestReport.from_seeds([seed], DeploymentConfig(threshold=0.5, temperature=1.0), [])
     table = render_test(report)
     assert table.splitlines()[0] == "Test-Realistic" + " " * 3 + f"{'1:200':>17}"
@@ -42,17 +47,7 @@ def test_the_results_table_is_one_row_per_metric_and_one_column_per_ratio_of_the
 def test_a_multiscale_table_says_it_is_beside_the_canonical_1x_result_not_instead_of_it() -> None:
     """Guide §4.6: evaluate_test's number is the 1x one; a shipped multi-scale deployment's table (a declared
     deviation: the guide evaluates it later, in the inference pipeline) says so in the report itself."""
-    names = ("iou_rts", "f1_rts", "pr_auc", "no_skill_pr_auc")
-    seed = SeedTestResult(
-        seed=42,
-        threshold=0.5,
-        temperature=1.0,
-        threshold_source="target_precision",
-        metrics={"1_200": dict.fromkeys(names, 0.5)},
-        recall_by_size=[],
-        n_pos_tiles=1,
-        n_neg_tiles=1,
-    )
+    seed = one_seed()
     one = TestReport.from_seeds([seed], DeploymentConfig(threshold=0.5, temperature=1.0), [])
     shipped = DeploymentConfig(threshold=0.5, temperature=1.0, scales=[1.0, 0.5], fusion="max")
     report = one.model_copy(update={"multiscale": TestReport.from_seeds([seed], shipped, [])})
