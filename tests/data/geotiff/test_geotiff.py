@@ -17,9 +17,10 @@ from rtscore.config.generation import GenerationConfig
 from rtscore.config.pipeline import SplitsConfig
 from rtscore.data.geotiff.ingest import ingest_geotiffs
 from rtscore.data.geotiff.producer import GeotiffProducer
-from rtscore.data.geotiff.root import GeotiffError
+from rtscore.data.geotiff.root import METADATA_COLUMNS, OPTIONAL_METADATA_COLUMNS, GeotiffError
 from rtscore.data.geotiff.selection import select_tiles
 from rtscore.data.geotiff.synth import write_synthetic_geotiffs
+from rtscore.data.inventory.object_pixels import parse_object_pixels, split_ids
 from rtscore.data.store.format import read_store_attrs
 from rtscore.data.store.reader import ZarrTileStore
 from rtscore.data.store.writer import staging_path
@@ -87,7 +88,7 @@ def test_round_trip_matches_synthetic_store(cfg: GenerationConfig, root: Path, t
 
 def test_files_are_georeferenced_and_described(cfg: GenerationConfig, root: Path) -> None:
     rows = _rows(root)
-    assert list(rows[0]) == ["Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs"]
+    assert list(rows[0]) == [*METADATA_COLUMNS, *OPTIONAL_METADATA_COLUMNS]
     assert {r["TrainClass"] for r in rows} == {"positive", "negative"} and len(rows) == 6
     assert yaml.safe_load((root / "splits.yaml").read_text()) == {"train": ["alpha tundra", "beta tundra"]}
     origins = set()
@@ -108,7 +109,11 @@ def test_files_are_georeferenced_and_described(cfg: GenerationConfig, root: Path
             assert f.count == 2 and f.dtypes == ("float32", "float32") and f.transform == transform
             assert f.descriptions == ("ndvi", "slope")
         with rasterio.open(root / "labels" / f"{r['Tile_id']}.tif") as f:
-            assert f.count == 1 and set(np.unique(f.read(1))) <= {0, 1, 255}
+            label = f.read(1)
+            assert f.count == 1 and set(np.unique(label)) <= {0, 1, 255}
+        pixels = parse_object_pixels(r["ObjectPixels"])  # one pixel of each RTS's label-1 area, an id each
+        assert [p.uid for p in pixels] == split_ids(r["UIDs"]) and all(label[p.row, p.col] == 1 for p in pixels)
+        assert r["NegativeUIDs"] == ""  # a synthetic scene has no mapped Negative polygons
         if r["TrainClass"] == "negative" and not alpha.any():
             assert r["UIDs"] == ""
     assert len(origins) == 6  # one grid cell per tile
