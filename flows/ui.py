@@ -432,12 +432,23 @@ def _seeds_note(report: TestReport) -> str:
 
 
 def publish_test_report(run_dir: str, result: TestResult) -> None:
+    """The test report's tables (mean ± std per ratio and metric, per seed, per region and latitude band: the
+    rows of test_report.md's) and its markdown summary."""
     report = result.report
     aggregate, per_seed = report_tables(report)
     publish_table(
         "test-report-aggregate", aggregate, f"Test-Realistic: mean ± std per ratio and metric ({_seeds_note(report)})"
     )
     publish_table("test-report-per-seed", per_seed, "Test-Realistic: per seed and ratio")
+    for table in (report.by_region, report.by_latitude):
+        if table is not None and table.groups:
+            heads, rows = evaluation.group_table(table)
+            publish_table(
+                f"test-report-by-{table.by}",
+                [dict(zip(heads, r, strict=True)) for r in rows],
+                f"Test-Realistic per {evaluation.GROUP_HEADINGS[table.by]}: mean ± std over seeds "
+                f"({_seeds_note(report)})",
+            )
     publish_summary(
         "test-report",
         "Test-Realistic, mean ± std over seeds",

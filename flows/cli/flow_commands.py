@@ -76,6 +76,7 @@ def pipeline(params: PipelineParams) -> int:
     print()
     print(out.test.table)
     print(f"\ntest report: {params.run_dir}/{RunLayout.TEST_REPORT_MD.at()}")
+    print(f"test objects (found by which seeds): {params.run_dir}/{RunLayout.TEST_OBJECTS.at()}")
     print(f"deployment package: {out.package.uri}")
     return 0
 
@@ -96,6 +97,7 @@ def evaluate_test(params: SeedStageParams) -> int:
 
     print(evaluate_test_flow(params).table)
     print(f"\ntest report: {params.run_dir}/{RunLayout.TEST_REPORT_MD.at()}")
+    print(f"test objects (found by which seeds): {params.run_dir}/{RunLayout.TEST_OBJECTS.at()}")
     return 0
 
 

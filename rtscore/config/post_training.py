@@ -118,12 +118,34 @@ class EvaluationConfig(StrictModel):
         default_factory=lambda: [0.0, 2_000.0, 10_000.0, 50_000.0, 1.0e12],
         description="Edges of the RTS area bins (m²) for object recall by size (at least 2, increasing, >= 0).",
     )
+    latitude_bands: list[float] = Field(
+        default_factory=lambda: [60.0, 64.0, 68.0, 72.0, 74.0],
+        description="Edges of the latitude bands (degrees north) of the test report's per-band table (guide §8.3, "
+        "Phase 3): [60, 64, 68, 72, 74] gives 60-64, 64-68, 68-72 and 72-74 °N, each band from its lower edge up "
+        "to its upper (the last one's included); test tiles outside every band are counted in an 'outside bands' "
+        "row. At least 2 strictly increasing edges in [-90, 90].",
+    )
+    min_group_positive_tiles: int = Field(
+        5,
+        ge=1,
+        description="Positive test tiles a region or latitude band needs before its PR-AUC and object recall are "
+        "reported; a group with fewer is listed with its counts and marked not measured. 5: on fewer positive "
+        "tiles one tile's slumps decide the group's figures (one missed tile of 4 moves its object recall by a "
+        "quarter or more), too little to tell one group from another.",
+    )
 
     @field_validator("size_bins_m2")
     @classmethod
     def _edges(cls, v: list[float]) -> list[float]:
         if len(v) < 2 or v[0] < 0.0 or any(b <= a for a, b in pairwise(v)):
             raise ValueError(f"expected at least 2 strictly increasing non-negative edges; got {v}")
+        return v
+
+    @field_validator("latitude_bands")
+    @classmethod
+    def _bands(cls, v: list[float]) -> list[float]:
+        if len(v) < 2 or v[0] < -90.0 or v[-1] > 90.0 or any(b <= a for a, b in pairwise(v)):
+            raise ValueError(f"expected at least 2 strictly increasing edges in [-90, 90] degrees north; got {v}")
         return v
 
 

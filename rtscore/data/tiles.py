@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Literal
@@ -10,6 +11,7 @@ from typing import Literal
 import numpy as np
 
 from rtscore.config.binding import PIXEL_SIZE_M
+from rtscore.data.inventory.object_pixels import rotated_object_pixels
 
 IGNORE_INDEX = 255
 LABEL_VALUES = (0, 1, IGNORE_INDEX)
@@ -49,6 +51,20 @@ class TilePlan:
         return np.random.default_rng([self.seed, self.index, zlib.crc32(self.tile_id.encode("utf-8"))])
 
 
+@dataclass(frozen=True)
+class TileInventory:
+    """What a tile's inventory says of it (a GeoTIFF root's metadata.csv, docs/store-format.md#inventory-identity):
+    the ``;``-joined ids of its RTS (``UIDs``) and of the mapped Negative (background) polygons with a pixel in it
+    (``NegativeUIDs``), the ``;``-joined ``<uid>@<row>,<col>`` pixels naming each RTS's label-1 area
+    (``ObjectPixels``, :mod:`rtscore.data.inventory.object_pixels`), and the latitude of its centre (°N; NaN:
+    unknown). The texts are stored as read; empty where the root has no such column."""
+
+    uids: str = ""
+    negative_uids: str = ""
+    object_pixels: str = ""
+    latitude: float = math.nan
+
+
 @dataclass
 class RawTile:
     """One tile as stored: uint8 RGB, alpha, labels in {0, 1, 255}, optional float32 extra bands, and the ground
@@ -68,6 +84,8 @@ class RawTile:
     pixel_area_m2: float = field(kw_only=True)
     # (minx, miny, maxx, maxy) of the tile in its CRS (GeoTIFF tiles); None: no geography (synthetic, legacy npz)
     bounds: tuple[float, float, float, float] | None = field(default=None, kw_only=True)
+    # the inventory's ids and latitude of the tile (GeoTIFF tiles); None: no inventory (synthetic, legacy npz)
+    inventory: TileInventory | None = field(default=None, kw_only=True)
 
     @property
     def size(self) -> int:
@@ -98,7 +116,15 @@ class RawTile:
             meta=dict(self.meta),
             pixel_area_m2=self.pixel_area_m2,
             bounds=self.bounds,  # a rotated tile covers the same ground
+            inventory=self._rotated_inventory(k),
         )
+
+    def _rotated_inventory(self, k: int) -> TileInventory | None:
+        """The inventory of the tile rotated by ``k`` quarter turns: the same ids, its object pixels turned."""
+        if self.inventory is None or not self.inventory.object_pixels:
+            return self.inventory
+        turned = rotated_object_pixels(self.inventory.object_pixels, k, self.size)
+        return dataclasses.replace(self.inventory, object_pixels=turned)
 
 
 def with_nodata_cleared(tile: RawTile) -> RawTile:

@@ -3,6 +3,9 @@ report as text (:mod:`rtscore.evaluation.render`: the one results table, the con
 
 from rtscore.evaluation.evaluate import (
     EvaluationError,
+    GroupFigures,
+    GroupResult,
+    GroupTable,
     MetricSummary,
     SeedEvaluation,
     SeedTestResult,
@@ -14,10 +17,21 @@ from rtscore.evaluation.evaluate import (
     run_test_pass,
     summarize_seed,
 )
-from rtscore.evaluation.render import ratio_label, render_test, render_test_markdown, results_table
+from rtscore.evaluation.render import (
+    GROUP_HEADINGS,
+    group_table,
+    ratio_label,
+    render_test,
+    render_test_markdown,
+    results_table,
+)
 
 __all__ = [
+    "GROUP_HEADINGS",
     "EvaluationError",
+    "GroupFigures",
+    "GroupResult",
+    "GroupTable",
     "MetricSummary",
     "SeedEvaluation",
     "SeedTestResult",
@@ -25,6 +39,7 @@ __all__ = [
     "TestReport",
     "fmt",
     "frozen_deployment",
+    "group_table",
     "mean_std",
     "ratio_label",
     "render_test",

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -38,6 +38,8 @@ from rtscore.metrics import (
 )
 from rtscore.metrics.objects import iou_tag
 from rtscore.metrics.pixel import prob_to_logit
+
+REPORT_IOU = 0.3  # object recall beside the main table (by area, group, object) is at IoU 0.3 when it is matched
 
 
 class EvaluationError(PipelineError):
@@ -66,12 +68,29 @@ class SeedEvaluation:
     objects: ObjectCounter
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     recall_by_size: list[SizeBin] = field(default_factory=list)
+    tile_ids: list[str] = field(default_factory=list)  # the tiles in the order ``objects`` counted them
+    # per tile with inventory object pixels: the GT object (0-based in the tile, -1: none) holding each of them
+    point_gt: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class TilePoints(Protocol):
+    """Pixels of a tile to name its GT objects by (``rtscore.evaluation.groups.TestTiles``)."""
+
+    def points(self, tile_id: str) -> np.ndarray | None: ...
 
 
 def run_test_pass(
-    model: Any, loader: Any, cfg: PipelineConfig, dep: DeploymentConfig, *, progress: bool = False
+    model: Any,
+    loader: Any,
+    cfg: PipelineConfig,
+    dep: DeploymentConfig,
+    *,
+    progress: bool = False,
+    tiles: TilePoints | None = None,
 ) -> SeedEvaluation:
-    """One pass over the test loader with the frozen deployment numerics."""
+    """One pass over the test loader with the frozen deployment numerics; with ``tiles``, the GT object holding
+    each of a tile's inventory pixels too (``SeedEvaluation.point_gt``, by the components the objects are
+    matched as)."""
     import torch
 
     assert dep.threshold is not None and dep.temperature is not None
@@ -81,6 +100,8 @@ def run_test_pass(
     run_model = prepare_model(model, dep.torch_compile)
     device = next(model.parameters()).device
     confusion: list[np.ndarray] = []
+    tile_ids: list[str] = []
+    point_gt: dict[str, np.ndarray] = {}
     it = loader
     if progress:
         from tqdm import tqdm
@@ -109,9 +130,14 @@ def run_test_pass(
                 tp, fp = int((called & pos).sum()), int((called & neg).sum())
                 confusion.append(np.array([tp, fp, int(pos.sum()) - tp, int(neg.sum()) - fp], np.int64))
                 # each tile's own ground pixel: the minimum object area in its pixels, and the size bins
-                objects.add_tile(z_np[i], y[i], float(batch["pixel_area_m2"][i]))
+                tid = str(batch["tile_id"][i])
+                points = None if tiles is None else tiles.points(tid)
+                matched = objects.add_tile(z_np[i], y[i], float(batch["pixel_area_m2"][i]), points)
+                tile_ids.append(tid)
+                if points is not None:
+                    point_gt[tid] = matched.point_gt
     hist = acc.result()
-    return SeedEvaluation(hist, np.stack(confusion), hist.is_positive, objects)
+    return SeedEvaluation(hist, np.stack(confusion), hist.is_positive, objects, tile_ids=tile_ids, point_gt=point_gt)
 
 
 def pixel_confusion_at_ratio(ev: SeedEvaluation, ratio: float) -> ConfusionCounts:
@@ -145,11 +171,17 @@ def summarize_seed(ev: SeedEvaluation, cfg: PipelineConfig) -> SeedEvaluation:
     return ev
 
 
+def report_iou(iou_thresholds: Sequence[float]) -> float:
+    """The IoU threshold of the report's object recall beside other figures (by area, region, latitude band,
+    the per-object table): 0.3 when it is matched, else the first threshold."""
+    return REPORT_IOU if REPORT_IOU in iou_thresholds else float(iou_thresholds[0])
+
+
 def size_bins(objects: ObjectCounter, edges_m2: Sequence[float]) -> list[SizeBin]:
     """Object recall per RTS ground-area bin (m²) at IoU 0.3 (else the first threshold matched): each object's
     area is its pixels times its own tile's ground pixel area, never an assumed pixel size."""
     edges = np.asarray(edges_m2, np.float64)
-    iou = 0.3 if 0.3 in objects.iou_thresholds else objects.iou_thresholds[0]
+    iou = report_iou(objects.iou_thresholds)
     n, recall = recall_by_area(objects, edges, iou)
     return [
         SizeBin(area_m2_from=float(lo), area_m2_to=float(hi), n_objects=int(k), recall=float(rc), iou=iou)
@@ -206,6 +238,46 @@ class SizeBin(ReportModel):
         return size_bin_label(self.area_m2_from, self.area_m2_to)
 
 
+GroupBy = Literal["region", "latitude"]
+
+
+class GroupFigures(ReportModel):
+    """One seed's figures on one region or latitude band of the test tiles (``rtscore.evaluation.groups``)."""
+
+    by: GroupBy = Field(..., description="What the tiles are grouped by.")
+    name: str = Field(..., description="The region, or the band (60-64 °N, outside bands, latitude unknown).")
+    n_tiles: int = Field(..., description="Test tiles of the group.")
+    n_positive_tiles: int = Field(..., description="Of them, tiles with an RTS.")
+    n_negative_tiles: int = Field(..., description="Of them, tiles without.")
+    n_objects: int = Field(..., description="Ground-truth objects of the group's tiles.")
+    pr_auc: float = Field(..., description="PR-AUC at the first ratio, negatives re-weighted within the group.")
+    object_recall: float = Field(..., description="Object recall at the report's IoU (nan without objects).")
+
+
+class GroupResult(ReportModel):
+    """A region or latitude band over seeds: its counts, and its figures when it has enough positive tiles."""
+
+    name: str = Field(..., description="The region, or the band (60-64 °N, outside bands, latitude unknown).")
+    n_tiles: int = Field(..., description="Test tiles of the group.")
+    n_positive_tiles: int = Field(..., description="Of them, tiles with an RTS.")
+    n_objects: int = Field(..., description="Ground-truth objects of the group's tiles.")
+    measured: bool = Field(..., description="Whether its figures are reported (enough positive and any negative tile).")
+    reason: str | None = Field(None, description="Why it is not measured (null when it is).")
+    pr_auc: MetricSummary | None = Field(None, description="PR-AUC over seeds (null when not measured).")
+    object_recall: MetricSummary | None = Field(None, description="Object recall over seeds (null when not measured).")
+
+
+class GroupTable(ReportModel):
+    """The test tiles per region or per latitude band (guide §8.3, Phase 3), from each seed's per-tile results."""
+
+    by: GroupBy = Field(..., description="What the tiles are grouped by.")
+    ratio: str = Field(..., description="Ratio tag of the PR-AUC column (metrics.ratios[0], e.g. 1_200).")
+    iou: float = Field(..., description="IoU threshold of the object recall column.")
+    min_positive_tiles: int = Field(..., description="evaluation.min_group_positive_tiles when it was made.")
+    groups: list[GroupResult] = Field(..., description="Regions sorted; bands in order, then outside, unknown.")
+    note: str | None = Field(None, description="Why the table has no rows (a store without latitudes).")
+
+
 class SeedTestResult(ReportModel):
     """One seed on Test-Realistic with its frozen deployment config."""
 
@@ -219,6 +291,10 @@ class SeedTestResult(ReportModel):
     recall_by_size: list[SizeBin] = Field(..., description="Object recall by RTS area.")
     n_pos_tiles: int = Field(..., description="Test tiles with an RTS.")
     n_neg_tiles: int = Field(..., description="Test tiles without.")
+    groups: list[GroupFigures] = Field(
+        default_factory=list,
+        description="The seed's figures per region and latitude band (empty in reports written before them).",
+    )
 
 
 class TestReport(ReportModel):
@@ -241,6 +317,14 @@ class TestReport(ReportModel):
         None,
         description="Beside the canonical 1x result, not instead of it: the shipped deployment config's when its "
         "scales are not [1.0] (its 0.5x input from the test tiles' context store); null when the deployment is 1x.",
+    )
+    by_region: GroupTable | None = Field(
+        None, description="The canonical result per region (null: a report written before it, or the multi-scale one)."
+    )
+    by_latitude: GroupTable | None = Field(
+        None,
+        description="The canonical result per latitude band (no rows and a note when the test store records no "
+        "latitudes; null: a report written before it, or the multi-scale one).",
     )
 
     @classmethod

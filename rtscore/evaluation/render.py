@@ -12,11 +12,13 @@ Pure: no Prefect, no file access.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
 from typing import Protocol
 
-from rtscore.evaluation.evaluate import TestReport, fmt, mean_std
+from rtscore.evaluation.evaluate import GroupTable, TestReport, fmt, mean_std
 from rtscore.metrics.objects import iou_tag
 from rtscore.report import md_table
+from rtscore.storage import RunLayout
 
 # Rows of the test report, in the guide's order (§13.2), with their display names.
 PIXEL_ROWS = (("iou_rts", "IoU_RTS"), ("f1_rts", "F1_RTS"), ("pr_auc", "PR-AUC"))
@@ -33,6 +35,7 @@ CONSOLE_OBJECT_ROWS = (
     ("object_f1_iou30", "Object F1 @0.3"),
 )
 CONSOLE_WIDTH = 17  # characters of a console column
+OBJECT_TABLE = PurePosixPath(RunLayout.TEST_OBJECTS.at()).name  # test_objects.csv, beside test_report.md
 
 
 class Summary(Protocol):
@@ -96,6 +99,7 @@ def render_test_markdown(report: TestReport) -> str:
     if report.multiscale is not None:
         canonical += " The multi-scale deployment's tables at the end are beside this result, not instead of it."
     lines = [f"# Test-Realistic report ({seeds})", "", canonical, "", *_test_body(report, "##")]
+    lines += _groups_body(report, "##")
     if report.multiscale is not None:
         ms = report.multiscale
         lines += [
@@ -157,4 +161,59 @@ def _test_body(report: TestReport, h: str) -> list[str]:
         "",
         *md_table(["area (m²)", "GT objects", "recall"], size_rows),
     ]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ regions, bands
+GROUP_HEADINGS = {"region": "region", "latitude": "latitude band"}
+
+
+def group_table(table: GroupTable) -> tuple[list[str], list[list[str]]]:
+    """A region or latitude-band table (headings, one row per group: its name, tiles, positive tiles, GT objects,
+    then PR-AUC and object recall as ``mean ± std`` over seeds, or ``not measured: <why>``): the rows
+    ``test_report.md`` shows and the Prefect UI's table artifacts hold."""
+    heads = [
+        GROUP_HEADINGS[table.by],
+        "tiles",
+        "positive tiles",
+        "GT objects",
+        f"PR-AUC {ratio_label(table.ratio)}",
+        f"object recall @IoU {table.iou:g}",
+    ]
+    rows = []
+    for g in table.groups:
+        counts = [g.name, str(g.n_tiles), str(g.n_positive_tiles), str(g.n_objects)]
+        if g.measured and g.pr_auc is not None and g.object_recall is not None:
+            rows.append([*counts, g.pr_auc.text, g.object_recall.text])
+        else:
+            rows.append([*counts, f"not measured: {g.reason}", ""])
+    return heads, rows
+
+
+def _groups_body(report: TestReport, h: str) -> list[str]:
+    """``test_report.md``'s tables per region and per latitude band (guide §8.3, Phase 3) and where the
+    per-object table is; nothing for a report written before them."""
+    lines: list[str] = []
+    for table, title in ((report.by_region, "Per region"), (report.by_latitude, "Per latitude band")):
+        if table is None:
+            continue
+        lines += ["", f"{h} {title} (mean ± std over seeds)", ""]
+        if table.note is not None:
+            lines.append(f"Not made: {table.note}.")
+            continue
+        ratio = ratio_label(table.ratio)
+        lines += [
+            f"Each group's PR-AUC at {ratio} re-weights its own negative tiles to {ratio}, as the overall figure "
+            f"does over every tile; object recall at IoU {table.iou:g}. A group with fewer than "
+            f"{table.min_positive_tiles} positive tiles (evaluation.min_group_positive_tiles) or without a "
+            "negative tile is listed with its counts, not measured.",
+            "",
+            *md_table(*group_table(table)),
+        ]
+    if report.by_region is not None:
+        lines += [
+            "",
+            f"Every ground-truth object of the test tiles, the inventory ids it holds and the seeds that found it: "
+            f"`{OBJECT_TABLE}` beside this report.",
+        ]
     return lines

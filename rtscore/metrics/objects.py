@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import get_args
 
 import numpy as np
@@ -80,6 +80,8 @@ class TileObjects:
         pred_area: (P,) pixel area of each kept predicted object.
         pred_mean_prob: (P,) mean probability over each predicted object.
         pred_match: (n_thr, P) index of the GT object each prediction matched, -1 if none.
+        point_gt: (N,) index of the kept GT object holding each of the ``points`` given to :func:`match_objects`
+            (-1: on no kept GT object); empty when none were given.
     """
 
     iou_thresholds: tuple[float, ...]
@@ -89,6 +91,7 @@ class TileObjects:
     pred_area: np.ndarray
     pred_mean_prob: np.ndarray
     pred_match: np.ndarray
+    point_gt: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def tp(self) -> np.ndarray:
@@ -159,6 +162,7 @@ def match_objects(
     iou_thresholds: Sequence[float] = DEFAULT_IOU_THRESHOLDS,
     min_pixels: int = 1,
     matching: ObjectMatching = "guide",
+    points: np.ndarray | None = None,
 ) -> TileObjects:
     """Greedy 1-to-1 object matching on one tile at every IoU threshold in one pass (guide §6.2).
 
@@ -183,6 +187,7 @@ def match_objects(
             ``metrics.min_object_area_m2`` converted with the tile's ground pixel area (:func:`min_object_pixels`,
             as :meth:`ObjectCounter.add_tile` does).
         matching: ``metrics.object_matching``: ``"guide"`` or ``"best_unmatched"``.
+        points: (N, 2) pixels (row, col) naming GT objects (``ObjectPixels``): ``TileObjects.point_gt``.
     """
     thr = _check_iou_thresholds(iou_thresholds)
     how = _check_matching(matching)
@@ -207,7 +212,20 @@ def match_objects(
         pred_area=pred_area.astype(np.int64),
         pred_mean_prob=mean_prob,
         pred_match=pred_match,
+        point_gt=_objects_at(g_lab, points),
     )
+
+
+def _objects_at(g_lab: np.ndarray, points: np.ndarray | None) -> np.ndarray:
+    """(N,) kept GT object (0-based) at each (row, col) of ``points``; -1 on none or outside the tile."""
+    if points is None:
+        return np.zeros(0, np.int64)
+    pts = np.asarray(points, np.int64).reshape(-1, 2)
+    h, w = g_lab.shape
+    inside = (pts[:, 0] >= 0) & (pts[:, 0] < h) & (pts[:, 1] >= 0) & (pts[:, 1] < w)
+    out = np.full(pts.shape[0], -1, np.int64)
+    out[inside] = g_lab[pts[inside, 0], pts[inside, 1]] - 1
+    return out
 
 
 def _kept_objects(
@@ -379,10 +397,13 @@ class ObjectCounter:
         self._gt_area_m2.append(tile.gt_area.astype(np.float64) * area)
         self._gt_matched.append(tile.gt_matched)
 
-    def add_tile(self, logits: ArrayLike, target: ArrayLike, pixel_area_m2: float) -> TileObjects:
+    def add_tile(
+        self, logits: ArrayLike, target: ArrayLike, pixel_area_m2: float, points: np.ndarray | None = None
+    ) -> TileObjects:
         """Match one (H,W) tile at the counter's threshold under its matching rule, objects under
         ``min_object_area_m2`` (if set) dropped in pixels of this tile's ground area ``pixel_area_m2``
-        (:func:`min_object_pixels`), and add it; returns the match."""
+        (:func:`min_object_pixels`), and add it; returns the match (with the GT object at each of ``points``,
+        :func:`match_objects`)."""
         tile = match_objects(
             logits,
             target,
@@ -390,6 +411,7 @@ class ObjectCounter:
             iou_thresholds=self.iou_thresholds,
             min_pixels=min_object_pixels(self.min_object_area_m2, float(pixel_area_m2)),
             matching=self.matching,
+            points=points,
         )
         self.add(tile, pixel_area_m2=pixel_area_m2)
         return tile
@@ -412,6 +434,17 @@ class ObjectCounter:
         if not self._gt_area:
             return np.zeros(0, np.int64), np.zeros((k, 0), bool)
         return np.concatenate(self._gt_area), np.concatenate(self._gt_matched, axis=1)
+
+    @property
+    def n_tiles(self) -> int:
+        """Tiles added, in the order :meth:`gt_tile_index` numbers them."""
+        return len(self._gt_area)
+
+    def gt_tile_index(self) -> np.ndarray:
+        """(G,) the tile of every GT object of :meth:`gt_objects`: its position in the order tiles were added
+        (merged counters: this counter's tiles first). A tile's objects are consecutive, in label order."""
+        sizes = [a.size for a in self._gt_area]
+        return np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
 
     def gt_objects_m2(self) -> tuple[np.ndarray, np.ndarray]:
         """Every GT object seen: (G,) ground areas in m² (each from its tile's pixel area) and (n_thr, G) matched

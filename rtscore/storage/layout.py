@@ -141,6 +141,7 @@ class RunLayout:
 
     TEST_REPORT = Entry("evaluation/test_report.json")
     TEST_REPORT_MD = Entry("evaluation/test_report.md")
+    TEST_OBJECTS = Entry("evaluation/test_objects.csv")  # one row per ground-truth object of the test tiles
     TEST_PR_CURVES = Entry("evaluation/pr_curves_1_{ratio}.png")
 
     PACKAGE = Entry("package")

@@ -244,3 +244,11 @@ def test_evaluate_test_reports_the_canonical_1x_table_and_the_multiscale_one_bes
     assert table.index("Test-Realistic") < table.index("Multi-scale deployment (tta none, scales [1.0, 0.5]")
     md = (run / "evaluation/test_report.md").read_text()
     assert "Canonical 1x result" in md and "# Multi-scale deployment" in md
+    # issue 36: the canonical result per region (a synthetic store has no latitudes: one line) and per object
+    assert rep.by_region is not None and rep.by_latitude is not None and rep.multiscale.by_region is None
+    assert sum(g.n_tiles for g in rep.by_region.groups) == rep.per_seed[0].n_pos_tiles + rep.per_seed[0].n_neg_tiles
+    assert rep.by_latitude.groups == [] and "Not made: the test store records no tile latitudes" in md
+    objects = (run / "evaluation/test_objects.csv").read_text().splitlines()
+    seeds = ",".join(f"found_seed_{s}" for s in SEEDS)
+    assert objects[0] == f"tile_id,region,latitude,uids,area_m2,{seeds},found_seeds" and len(objects) > 1
+    assert "evaluation/test_objects.csv" in {a.path for a in result.artifacts} and "test_objects.csv" in md

@@ -91,3 +91,27 @@ def test_publishers_called_outside_a_run_make_no_artifact_and_no_warning(monkeyp
         mapping.publish_campaign(cast(Any, None))  # returns before it reads the summary
         fanout._publish_attempts("map-chunk", [])
     assert made == []
+
+
+def test_the_test_report_artifact_holds_the_region_and_band_tables_of_test_report_md(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 36 (8): the per-region and per-band tables in the Prefect UI, the rows test_report.md shows."""
+    from typing import Any
+
+    import flows.ui as ui
+    from rtscore.evaluation import group_table
+    from rtscore.stages import TestResult
+    from tests.evaluation.conftest import two_region_passes
+    from tests.evaluation.test_groups import report_of
+
+    report = report_of(two_region_passes())
+    tables: dict[str, list[dict[str, Any]]] = {}
+    monkeypatch.setattr(ui, "publish_table", lambda key, rows, description: tables.setdefault(key, rows))
+    monkeypatch.setattr(ui, "publish_summary", lambda *a, **kw: None)
+    ui.publish_test_report("run", TestResult(report=report))
+    assert report.by_region is not None and report.by_latitude is not None
+    for key, table in (("test-report-by-region", report.by_region), ("test-report-by-latitude", report.by_latitude)):
+        heads, rows = group_table(table)
+        assert tables[key] == [dict(zip(heads, r, strict=True)) for r in rows]
+    assert tables["test-report-by-region"][0]["object recall @IoU 0.3"] == "0.929 ± 0.101"

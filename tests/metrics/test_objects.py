@@ -254,3 +254,23 @@ def test_size_bin_labels_are_readable() -> None:
     assert size_bin_label(50_000.0, 1e12) == "50000+"  # was "50000-1e+12"
     assert size_bin_label(1e6, 1e7) == "1000000-10000000"  # no exponent form
     assert size_bin_label(0.5, 2.5) == "0.5-2.5"
+
+
+def test_pixels_name_the_gt_objects_that_hold_them_and_the_counter_knows_each_objects_tile() -> None:
+    """Issue 36 (6): an inventory's ObjectPixels name GT objects by the components the metrics match."""
+    logits, target = canvas()
+    target[2:6, 2:6] = 1  # object 0 (raster order)
+    target[30:40, 30:40] = 1  # object 1
+    target[20, 20] = 1  # a 1 px speck: dropped under min_pixels 4
+    points = np.array([[31, 35], [3, 3], [2, 5], [10, 10], [20, 20], [SIZE, 0]])
+    tile = match_objects(logits, target, points=points)
+    assert tile.point_gt.tolist() == [2, 0, 0, -1, 1, -1]  # objects in raster order: the speck is the second
+    kept = match_objects(logits, target, points=points, min_pixels=4)
+    assert kept.point_gt.tolist() == [1, 0, 0, -1, -1, -1] and kept.gt_area.tolist() == [16, 100]
+    assert match_objects(logits, target).point_gt.size == 0
+    counter = ObjectCounter()
+    counter.add_tile(logits, target, 1.0, points)
+    empty = canvas()
+    counter.add_tile(*empty, 1.0)
+    counter.add_tile(logits, target, 1.0)
+    assert counter.n_tiles == 3 and counter.gt_tile_index().tolist() == [0, 0, 0, 2, 2, 2]

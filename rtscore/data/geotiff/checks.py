@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,9 +11,12 @@ import numpy as np
 from rtscore.config.binding import InputBinding, RasterContract
 from rtscore.data.geotiff.labels import read_label
 from rtscore.data.geotiff.root import MAX_LISTED, METADATA_CSV, GeotiffError, TileEntry, tile_files
+from rtscore.data.inventory.object_pixels import parse_object_pixels
 from rtscore.data.raster.bands import RGB_DIR, RasterContractError, open_checked
 from rtscore.data.raster.ground import GroundSizeError, ground_pixel_area_m2
 from rtscore.data.tiles import IGNORE_INDEX
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class CheckedTiles:
 class _TileFacts:
     pixel_size: tuple[float, float]  # |a|, |e| in CRS units
     pixel_area_m2: float
+    off_label: list[str]  # ObjectPixels entries not on an RTS pixel of the label
 
 
 def check_tiles(
@@ -56,6 +61,7 @@ def check_tiles(
             break
     if not problems:
         contract, problems = _agreed_pixel_size(root, facts, contract, bool(binding.extra_bands))
+        _warn_off_label(facts)
     if problems:
         raise GeotiffError(f"{len(problems)} problem(s) in {root}:\n  " + "\n  ".join(problems[:MAX_LISTED]))
     return CheckedTiles(contract, {t: f.pixel_area_m2 for t, f in facts.items()})
@@ -77,11 +83,43 @@ def _check_tile(
             where = f"tile {e.tile_id} ({files['labels']})"
             if e.positive and not np.isin(label, (1, IGNORE_INDEX)).any():
                 return [_empty_positive(where)]
+            outside, off_label = _object_pixels_on_label(e, label)
+            if outside:
+                return [f"{where}: {outside}"]
             t = src.src.transform
             area = ground_pixel_area_m2(src.src.crs, t, src.height, src.width, str(files["rgb"]))
-            return _TileFacts((abs(t.a), abs(t.e)), area)
+            return _TileFacts((abs(t.a), abs(t.e)), area, off_label)
     except (RasterContractError, GroundSizeError) as err:
         return [f"tile {e.tile_id}: {err}"]
+
+
+def _object_pixels_on_label(e: TileEntry, label: np.ndarray) -> tuple[str | None, list[str]]:
+    """The tile's ``ObjectPixels`` entries against its label: the first outside the tile, as a problem (None when
+    each is inside), and those not on an RTS (label 1) pixel, which name no ground-truth object (a label redrawn
+    after metadata.csv was written: a warning, :func:`_warn_off_label`). Their syntax was checked on selection."""
+    h, w = label.shape
+    off = []
+    for p in parse_object_pixels(e.inventory.object_pixels):
+        if not (0 <= p.row < h and 0 <= p.col < w):
+            return (
+                f"{METADATA_CSV} ObjectPixels entry {str(p)!r}: pixel ({p.row}, {p.col}) is outside the {h}x{w} tile",
+                [],
+            )
+        if label[p.row, p.col] != 1:
+            off.append(str(p))
+    return None, off
+
+
+def _warn_off_label(facts: dict[str, _TileFacts]) -> None:
+    """One warning for every ``ObjectPixels`` entry not on an RTS pixel of its tile's label."""
+    off = {t: f.off_label for t, f in facts.items() if f.off_label}
+    if off:
+        first = ", ".join(f"{t}: {e[0]!r}" for t, e in list(off.items())[:3])
+        _log.warning(
+            f"{sum(map(len, off.values()))} {METADATA_CSV} ObjectPixels entries of {len(off)} tile(s) are not on an "
+            f"RTS (label 1) pixel of their tile's label (first: {first}): those ids name no ground-truth object in "
+            "evaluation's per-object table; was the label redrawn after metadata.csv was written?"
+        )
 
 
 def _empty_positive(where: str) -> str:

@@ -49,11 +49,11 @@ def ingest_geotiffs(
     Tiles: the rows of metadata.csv whose RegionName is a region of ``cfg.split`` in splits.yaml, in file order.
     Every file is checked against the raster contract of ``cfg.geotiff`` (:func:`check_tiles`) before any store
     is staged; the store is published atomically by :func:`write_store` and records the contract
-    (``raster_contract``, with the data's pixel size), each tile's ground pixel area (``meta/pixel_area_m2``) and
-    its footprint (``meta/bounds``: minx, miny, maxx, maxy in the contract's CRS).
-    The store holds the exact labels only (no noisy variant). ``cfg`` gives the split, tile size, scale, the input
-    binding (which EXTRA band each stored channel is read from; recorded in the store as ``input_binding``), the
-    raster contract (``geotiff``), store layout and workers.
+    (``raster_contract``, with the data's pixel size), each tile's ground pixel area (``meta/pixel_area_m2``),
+    footprint (``meta/bounds``: minx, miny, maxx, maxy in the contract's CRS), and inventory ids and latitude from
+    metadata.csv (``meta/uids``, ``negative_uids``, ``object_pixels``, ``latitude``); exact labels only. ``cfg``
+    gives the split, tile size, scale, the input binding (which EXTRA band each stored channel is read from;
+    recorded in the store as ``input_binding``), the raster contract (``geotiff``), store layout and workers.
 
     Args:
         cfg: Generation config (its ``synthetic`` counts and regions are not used).
@@ -168,6 +168,7 @@ def _plan_store(
         clevel=cfg.store.clevel,
         write_noisy=False,
         write_bounds=True,  # meta/bounds: each tile's footprint, for spatial blocking by geometry
+        write_inventory=True,  # meta/uids, negative_uids, object_pixels, latitude: from metadata.csv
     )
     attrs = base_attrs(
         split=cfg.split,

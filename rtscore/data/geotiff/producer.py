@@ -65,6 +65,7 @@ class GeotiffProducer:
             source_index=entry.row,
             pixel_area_m2=area,
             bounds=(float(left), float(bottom), float(right), float(top)),
+            inventory=entry.inventory,
         )
         tile = with_nodata_cleared(tile)
         return tile, KIND_CODES[pixel_kind(tile.alpha, tile.label_exact)]

@@ -21,19 +21,21 @@ alpha 255 are valid. Each tile's ground pixel area (`rtscore.data.raster.ground`
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtscore.config.base import ConfigError, parse_yaml
 from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.data.splits.regions import SplitError, region_splits
 from rtscore.data.store.format import TileStoreError
+from rtscore.data.tiles import TileInventory
 from rtscore.storage import RunLayout
 
 METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"  # a data root's files (docs/geotiff.md#the-tile-layout)
 SPLITS_SUMMARY_JSON = Path(RunLayout.DERIVED_SPLITS_SUMMARY.at()).name  # beside a store, as in a run's datasets/
 LABEL_POLYGON_SUFFIXES = (".geojson", ".gpkg", ".fgb", ".shp")  # labels/<id>.<suffix>, when there is no .tif
 METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
+OPTIONAL_METADATA_COLUMNS = ("NegativeUIDs", "ObjectPixels")
 CRS = "EPSG:3857"
 MAX_LISTED = 20  # problems listed in one error
 
@@ -51,6 +53,8 @@ class TileEntry:
     positive: bool
     n_uids: int
     row: int  # 0-based data row in metadata.csv (stored as source_index)
+    # its ids and latitude from metadata.csv (selection.tile_inventory), stored with the tile
+    inventory: TileInventory = field(default_factory=TileInventory)
 
 
 def read_splits(root: Path) -> dict[str, list[str]]:
@@ -76,7 +80,8 @@ def parse_splits(path: Path) -> dict[str, list[str]]:
 
 
 def read_metadata(root: Path) -> list[dict[str, str]]:
-    """The rows of metadata.csv, checked for the required columns and unique tile ids."""
+    """The rows of metadata.csv, checked for the required columns and unique tile ids; the optional columns
+    (``OPTIONAL_METADATA_COLUMNS``) read as empty where the file has none."""
     path = root / METADATA_CSV
     if not path.is_file():
         raise GeotiffError(f"{path} not found (the data root needs metadata.csv)")
@@ -86,6 +91,9 @@ def read_metadata(root: Path) -> list[dict[str, str]]:
         if missing:
             raise GeotiffError(f"{path}: missing columns {missing}; expected {list(METADATA_COLUMNS)}")
         rows = [{k: (v or "").strip() for k, v in r.items() if k is not None} for r in reader]
+    for r in rows:  # a root without the optional columns reads as if they were empty
+        for c in OPTIONAL_METADATA_COLUMNS:
+            r.setdefault(c, "")
     ids = [r["Tile_id"] for r in rows]
     dupes = sorted({t for t in ids if ids.count(t) > 1})
     if dupes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rtscore.config.pipeline import SplitsConfig
@@ -15,7 +16,9 @@ from rtscore.data.geotiff.root import (
     tile_files,
 )
 from rtscore.data.geotiff.root_splits import ensure_splits
+from rtscore.data.inventory.object_pixels import ObjectPixelsError, parse_object_pixels, split_ids
 from rtscore.data.splits.regions import unassigned_regions
+from rtscore.data.tiles import TileInventory
 
 
 def select_tiles(
@@ -46,17 +49,50 @@ def select_tiles(
         more = f" (and {len(missing) - MAX_LISTED} more)" if len(missing) > MAX_LISTED else ""
         raise GeotiffError(f"{len(missing)} tile files of {METADATA_CSV} are missing: {missing[:MAX_LISTED]}{more}")
     regions = set(splits[split])
+    selected = [(i, r) for i, r in enumerate(rows) if r["RegionName"] in regions]
+    inventories = [tile_inventory(r) for _, r in selected]
+    problems = [p for p in inventories if isinstance(p, str)]
+    if problems:
+        raise GeotiffError(
+            f"{root / METADATA_CSV}: {len(problems)} tile(s) with a bad inventory column:\n  "
+            + "\n  ".join(problems[:MAX_LISTED])
+        )
     entries = [
         TileEntry(
             tile_id=r["Tile_id"],
             region=r["RegionName"],
             positive=r["TrainClass"] == "positive",
-            n_uids=len([u for u in r["UIDs"].split(";") if u.strip()]),
+            n_uids=len(split_ids(r["UIDs"])),
             row=i,
+            inventory=inv,
         )
-        for i, r in enumerate(rows)
-        if r["RegionName"] in regions
+        for (i, r), inv in zip(selected, inventories, strict=True)
+        if isinstance(inv, TileInventory)
     ]
     if not entries:
         raise GeotiffError(f"no tile of {root / METADATA_CSV} is in a region of split {split!r}: {sorted(regions)}")
     return entries
+
+
+def tile_inventory(row: dict[str, str]) -> TileInventory | str:
+    """The inventory ids and latitude of one metadata.csv row, or the problem naming its tile and column:
+    ``centroid_lat`` a number of degrees in [-90, 90] (empty: unknown, NaN), ``ObjectPixels`` entries
+    ``<uid>@<row>,<col>`` each naming an id of the row's ``UIDs``. The id lists are kept as written."""
+    tile = row["Tile_id"]
+    text = row["centroid_lat"]
+    try:
+        latitude = float(text) if text else math.nan
+    except ValueError:
+        return f"tile {tile}: centroid_lat {text!r} is not a number (degrees north, or empty when unknown)"
+    if not (math.isnan(latitude) or -90.0 <= latitude <= 90.0):
+        return f"tile {tile}: centroid_lat {text!r} is not a latitude in [-90, 90] degrees"
+    try:
+        pixels = parse_object_pixels(row["ObjectPixels"])
+    except ObjectPixelsError as err:
+        return f"tile {tile}: ObjectPixels {err}"
+    strays = sorted({p.uid for p in pixels} - set(split_ids(row["UIDs"])))
+    if strays:
+        return f"tile {tile}: ObjectPixels names {strays}, which are not in its UIDs ({row['UIDs']!r})"
+    return TileInventory(
+        uids=row["UIDs"], negative_uids=row["NegativeUIDs"], object_pixels=row["ObjectPixels"], latitude=latitude
+    )

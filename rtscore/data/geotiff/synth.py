@@ -14,7 +14,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.generation import GenerationConfig
-from rtscore.data.geotiff.root import CRS, METADATA_COLUMNS, METADATA_CSV, SPLITS_YAML, GeotiffError, read_splits
+from rtscore.data.geotiff.root import (
+    CRS,
+    METADATA_COLUMNS,
+    METADATA_CSV,
+    OPTIONAL_METADATA_COLUMNS,
+    SPLITS_YAML,
+    GeotiffError,
+    read_splits,
+)
+from rtscore.data.inventory.object_pixels import ObjectPixel, format_object_pixels, join_ids
 from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.data.raster.ground import WEB_MERCATOR_RADIUS_M
 from rtscore.data.synthetic import PIXEL_SIZE_M, plan_tiles, render_tile
@@ -94,7 +103,7 @@ def write_synthetic_geotiffs(
     for c in cfgs:
         rows += _write_split(c, staging, counts)
     with open(staging / METADATA_CSV, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(METADATA_COLUMNS))
+        writer = csv.DictWriter(fh, fieldnames=[*METADATA_COLUMNS, *OPTIONAL_METADATA_COLUMNS])
         writer.writeheader()
         writer.writerows(rows)
     _write_yaml(staging / SPLITS_YAML, {c.split: list(c.synthetic_settings.regions) for c in cfgs})
@@ -155,10 +164,26 @@ def _write_split(cfg: GenerationConfig, staging: Path, counts: dict[str, int]) -
                 "centroid_lon": f"{lon:.6f}",
                 "TrainClass": "positive" if positive else "negative",
                 "RegionName": plan.region,
-                "UIDs": ";".join(f"{plan.tile_id}-rts{k}" for k in range(tile.n_objects)) if positive else "",
+                **_object_ids(plan.tile_id, tile.label_exact),
             }
         )
     return rows
+
+
+def _object_ids(tile_id: str, label: np.ndarray) -> dict[str, str]:
+    """A synthetic tile's inventory columns: an id per RTS of its label (``<tile>-rts<k>``, one per 8-connected
+    component of label 1, in raster order), the first pixel of each as its ``ObjectPixels`` entry, no mapped
+    Negative polygons (a synthetic scene has none)."""
+    from scipy import ndimage
+
+    components, _ = ndimage.label(label == 1, structure=np.ones((3, 3), bool))
+    _, first = np.unique(components.ravel(), return_index=True)  # the first pixel of each label, 0 included
+    pixels = [ObjectPixel(f"{tile_id}-rts{k}", *divmod(int(i), label.shape[1])) for k, i in enumerate(first[1:])]
+    return {
+        "UIDs": join_ids(p.uid for p in pixels),
+        "NegativeUIDs": "",
+        "ObjectPixels": format_object_pixels(pixels),
+    }
 
 
 def _write_yaml(path: Path, data: dict[str, Any]) -> None:

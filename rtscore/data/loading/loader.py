@@ -77,6 +77,15 @@ def positive_flags(ds: TileDataset) -> np.ndarray:
     return np.array([(ds.source[int(i)].label == 1).any() for i in ds.indices])
 
 
+def mapped_negative_flags(ds: TileDataset) -> np.ndarray | None:
+    """Per dataset position: does the tile hold a mapped Negative polygon of the inventory
+    (``TileMetadata.mapped_negative``); None when its source records none."""
+    meta = getattr(ds.source, "metadata", None)
+    if meta is None or getattr(meta, "negative_uids", None) is None:
+        return None
+    return np.asarray(meta.mapped_negative)[ds.indices]
+
+
 def _configured(cfg: PipelineConfig, num_workers: int | None = None) -> dict[str, Any]:
     """:func:`build_loader`'s settings from ``data.loader``: pinned memory only with a GPU to copy to; a
     ``num_workers`` override (a reader that takes a few batches) keeps no persistent workers."""
@@ -117,6 +126,7 @@ def train_loader(
         drop_last=cfg.data.loader.drop_last,
         rank=rank,
         world_size=world_size,
+        mapped_negative=mapped_negative_flags(ds),
     )
     return build_loader(ds, batch_sampler=sampler, **_configured(cfg, num_workers)), sampler
 

@@ -86,6 +86,11 @@ class BalancedCurriculumSampler:
     (:mod:`rtscore.train.distributed`). An epoch takes each positive once whatever N is, so it has about 1/N the
     steps of one device at ``batch_size`` (each of N times the tiles); ``steps_per_epoch`` counts these steps. A
     smaller last batch (``drop_last`` False) is cut to a multiple of N (at most N - 1 tiles fewer).
+
+    ``mapped_negative`` (per dataset position: the tile holds a mapped Negative polygon of the inventory,
+    ``TileMetadata.mapped_negative``) splits the negative pool into :attr:`mapped_neg`, the inventory's hard
+    negatives, and :attr:`plain_neg`, for whoever wants to see or weight them. The draw does not use it: every
+    negative tile is drawn alike, so the batches are the same with or without it.
     """
 
     def __init__(
@@ -101,10 +106,16 @@ class BalancedCurriculumSampler:
         drop_last: bool = True,
         rank: int = 0,
         world_size: int = 1,
+        mapped_negative: np.ndarray | None = None,
     ) -> None:
         flags = np.asarray(is_positive, bool)
         self.pos = np.flatnonzero(flags)
         self.neg = np.flatnonzero(~flags)
+        mapped = np.zeros(flags.size, bool) if mapped_negative is None else np.asarray(mapped_negative, bool)
+        if mapped.shape != flags.shape:
+            raise ValueError(f"mapped_negative has {mapped.size} flags for {flags.size} tiles")
+        self.mapped_neg = self.neg[mapped[self.neg]]  # negatives holding a mapped Negative polygon (hard negatives)
+        self.plain_neg = self.neg[~mapped[self.neg]]
         if balanced and self.pos.size == 0:
             raise DataValidationError("balanced sampling needs at least one positive tile in the train split")
         if batch_size < 1:

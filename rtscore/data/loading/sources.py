@@ -88,7 +88,12 @@ def concat_metadata(metas: Sequence[TileMetadata]) -> TileMetadata:
         "pixel_area_m2",
     )
     joined = {f: np.concatenate([np.asarray(getattr(m, f)) for m in metas]) for f in fields}
-    return TileMetadata(**joined, tile_size=sizes[0])
+    meta = TileMetadata(**joined, tile_size=sizes[0])
+    # the optional arrays are joined where every source records them (else None: not known for every tile)
+    for f in ("bounds", "uids", "negative_uids", "object_pixels", "latitude"):
+        parts = [getattr(m, f) for m in metas]
+        setattr(meta, f, None if any(p is None for p in parts) else np.concatenate(parts))
+    return meta
 
 
 def usable_indices(source: TileSource, exclude_full_nodata: bool = True) -> np.ndarray:

@@ -58,6 +58,18 @@ META_FIELDS: dict[str, Any] = {
 # and from stores written before it was recorded, which still read (the format version is unchanged: an added
 # optional array that older readers ignore).
 BOUNDS = "bounds"
+# Optional per-tile inventory identity (docs/store-format.md#inventory-identity), written by GeoTIFF ingestion from
+# metadata.csv (StoreLayout.write_inventory): the tile's RTS ids (UIDs), the ids of the mapped Negative polygons with
+# a pixel in it (NegativeUIDs), one pixel of each RTS's label-1 area (ObjectPixels, `<uid>@<row>,<col>`), all
+# ';'-joined, and its centre's latitude (centroid_lat, °N; NaN: unknown). Absent from stores without an inventory
+# (synthetic, legacy npz, context stores) and from stores written before it was recorded, which still read (the
+# format version is unchanged, as for BOUNDS).
+INVENTORY_FIELDS: dict[str, Any] = {
+    "uids": "str",
+    "negative_uids": "str",
+    "object_pixels": "str",
+    "latitude": np.float64,
+}
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,7 @@ class StoreLayout:
     clevel: int = 3
     write_noisy: bool = True
     write_bounds: bool = False  # meta/bounds: each tile's footprint in the store's CRS (GeoTIFF tiles)
+    write_inventory: bool = False  # meta/ INVENTORY_FIELDS: each tile's inventory ids and latitude (GeoTIFF tiles)
     format_version: int = FORMAT_VERSION  # 1 writes the old layout (tests and bench/data_bench.py compare them)
 
     def __post_init__(self) -> None:

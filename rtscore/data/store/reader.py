@@ -17,6 +17,7 @@ import numpy as np
 from rtscore.data.store.format import (
     BOUNDS,
     EXTRA,
+    INVENTORY_FIELDS,
     MASK_TYPES,
     PIXELS,
     TileStoreError,
@@ -55,6 +56,14 @@ class TileMetadata:
     # float64 (n, 4) minx, miny, maxx, maxy per tile in the store's CRS (``ZarrTileStore.crs``); None: the store
     # has no footprints (synthetic, legacy npz, or written before they were recorded)
     bounds: np.ndarray | None = None
+    # The tiles' inventory identity (docs/store-format.md#inventory-identity), each None where the store records none
+    # (synthetic, legacy npz, context stores, GeoTIFF stores written before it was recorded): ';'-joined RTS ids,
+    # ';'-joined ids of mapped Negative polygons with a pixel in the tile, ObjectPixels text (object arrays of str),
+    # and the latitude of the tile's centre (float64 °N, NaN: unknown).
+    uids: np.ndarray | None = None
+    negative_uids: np.ndarray | None = None
+    object_pixels: np.ndarray | None = None
+    latitude: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.kind.size)
@@ -62,6 +71,32 @@ class TileMetadata:
     @property
     def full_nodata(self) -> np.ndarray:
         return self.n_nodata_px >= self.tile_size * self.tile_size
+
+    @property
+    def records_negatives(self) -> bool:
+        """Whether the store records which tiles hold a mapped Negative polygon (``negative_uids``)."""
+        return self.negative_uids is not None
+
+    @property
+    def mapped_negative(self) -> np.ndarray:
+        """(n,) bool: the tile holds a pixel of a mapped Negative (background) polygon of the inventory, a hard
+        negative (guide §7); all False where the store records none (:attr:`records_negatives`)."""
+        if self.negative_uids is None:
+            return np.zeros(len(self), bool)
+        return np.array([bool(str(v).strip()) for v in self.negative_uids], bool)
+
+
+def _inventory_arrays(meta: zarr.Group) -> dict[str, np.ndarray | None]:
+    """The store's optional inventory arrays (``INVENTORY_FIELDS``): str as object arrays, latitude as float64;
+    None for each one the store does not hold."""
+    out: dict[str, np.ndarray | None] = {}
+    for name, dtype in INVENTORY_FIELDS.items():
+        if name not in meta:
+            out[name] = None
+        else:
+            values = read_array(meta, name)
+            out[name] = values.astype(object) if dtype == "str" else values.astype(np.float64)
+    return out
 
 
 def _retry(fn: Callable[[], Any], what: str) -> Any:
@@ -158,6 +193,7 @@ class ZarrTileStore:
                 pixel_area_m2=self._pixel_areas(meta, len(n_pos)),
                 tile_size=self.tile_size,
                 bounds=read_array(meta, BOUNDS).astype(np.float64) if BOUNDS in meta else None,
+                **_inventory_arrays(meta),
             )
         return self._meta
 

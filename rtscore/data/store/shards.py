@@ -18,6 +18,7 @@ from rtscore.data.store.format import (
     ATTRS_KEY,
     BOUNDS,
     EXTRA,
+    INVENTORY_FIELDS,
     META_FIELDS,
     PIXELS,
     PROGRESS_DIR,
@@ -28,7 +29,15 @@ from rtscore.data.store.format import (
     zarr_array,
     zarr_group,
 )
-from rtscore.data.tiles import IGNORE_INDEX, KIND_CODES, LABEL_VALUES, RawTile, pixel_kind, with_nodata_cleared
+from rtscore.data.tiles import (
+    IGNORE_INDEX,
+    KIND_CODES,
+    LABEL_VALUES,
+    RawTile,
+    TileInventory,
+    pixel_kind,
+    with_nodata_cleared,
+)
 from rtscore.storage import publish_dir
 
 if TYPE_CHECKING:
@@ -94,7 +103,8 @@ def create_staging(path: Path, layout: StoreLayout, staging_attrs: dict[str, Any
     if layout.extra_channel_names:
         pixels(EXTRA, len(layout.extra_channel_names), np.float32, 0.0)
     meta = group.require_group("meta")
-    for name, dtype in META_FIELDS.items():
+    fields = {**META_FIELDS, **(INVENTORY_FIELDS if layout.write_inventory else {})}
+    for name, dtype in fields.items():
         dt = np.dtypes.StringDType() if dtype == "str" else dtype
         # One metadata chunk per shard so that shard owners never share a chunk.
         meta.create_array(name, shape=(n,), chunks=(s,), dtype=dt, compressors=_meta_compressors(dtype))
@@ -153,6 +163,16 @@ def check_tile(tile: RawTile, layout: StoreLayout) -> None:
     area = tile.pixel_area_m2
     if not (isinstance(area, float | int) and math.isfinite(area) and area > 0):
         raise TileStoreError(f"tile {tile.tile_id}: pixel_area_m2 must be a positive ground area (m²); got {area!r}")
+    if layout.write_inventory:
+        inv = tile.inventory
+        if inv is None:
+            raise TileStoreError(
+                f"tile {tile.tile_id}: the store records each tile's inventory ids; this tile has none"
+            )
+        if not (math.isnan(inv.latitude) or -90.0 <= inv.latitude <= 90.0):
+            raise TileStoreError(
+                f"tile {tile.tile_id}: latitude must be in [-90, 90] °N (NaN: unknown); got {inv.latitude}"
+            )
     if layout.write_bounds:
         b = tile.bounds
         if b is None or len(b) != 4 or not all(math.isfinite(v) for v in b) or not (b[0] < b[2] and b[1] < b[3]):
@@ -188,6 +208,7 @@ class ShardWriter:
         self.extra = np.zeros((n, e, h, h), np.float32) if e else None
         self.meta: list[dict[str, Any]] = []
         self.bounds: list[tuple[float, float, float, float]] = []
+        self.inventory: list[TileInventory] = []
 
     @property
     def full(self) -> bool:
@@ -217,6 +238,9 @@ class ShardWriter:
             if self.layout.write_bounds:
                 assert tile.bounds is not None  # check_tile requires it when the store keeps footprints
                 self.bounds.append(tile.bounds)
+            if self.layout.write_inventory:
+                assert tile.inventory is not None  # check_tile requires it when the store keeps inventories
+                self.inventory.append(tile.inventory)
 
     def write(self) -> dict[str, Any]:
         """Write every array's slice of this shard, then the shard's completion marker (last)."""
@@ -243,6 +267,10 @@ class ShardWriter:
             zarr_array(meta, name)[sl] = arr
         if self.layout.write_bounds:
             zarr_array(meta, BOUNDS)[sl] = np.asarray(self.bounds, np.float64).reshape(-1, 4)
+        if self.layout.write_inventory:
+            for name, dtype in INVENTORY_FIELDS.items():
+                values = [getattr(inv, name) for inv in self.inventory]
+                zarr_array(meta, name)[sl] = np.array(values, np.dtypes.StringDType() if dtype == "str" else dtype)
         summary = {"shard": self.shard, "start": self.start, "stop": self.stop}
         marker = self.path / PROGRESS_DIR / f"shard_{self.shard:06d}.json"
         tmp = marker.with_suffix(".tmp")

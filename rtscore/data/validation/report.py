@@ -40,6 +40,12 @@ class SplitSummary(BaseModel):
     n_full_nodata_excluded: int = 0
     prevalence: float = 0.0
     regions: list[str] = Field(default_factory=list)
+    n_mapped_negative: int | None = Field(
+        None,
+        description="Usable tiles holding a pixel of a mapped Negative (background) polygon of the inventory, the "
+        "guide's hard negatives (a positive tile can hold one too); None: the store records no inventory ids "
+        "(synthetic, or ingested before they were recorded), and reports of earlier versions.",
+    )
     batches_checked: int = 0
     tiles_checked: int = 0
 
@@ -123,10 +129,20 @@ class ValidationReport(BaseModel):
 
 
 def _splits_table(splits: Mapping[str, SplitSummary]) -> list[str]:
-    """report.md's first table: what each split's store holds (tiles, usable, positive, negative, excluded) and
-    its prevalence and regions."""
+    """report.md's first table: what each split's store holds (tiles, usable, positive, negative, excluded, those
+    with a mapped Negative polygon of the inventory) and its prevalence and regions."""
     return md_table(
-        ["split", "tiles", "usable", "positive", "negative", "full NoData excluded", "prevalence", "regions"],
+        [
+            "split",
+            "tiles",
+            "usable",
+            "positive",
+            "negative",
+            "full NoData excluded",
+            "with mapped negatives",
+            "prevalence",
+            "regions",
+        ],
         [
             [
                 split,
@@ -135,6 +151,7 @@ def _splits_table(splits: Mapping[str, SplitSummary]) -> list[str]:
                 s.n_positive,
                 s.n_negative,
                 s.n_full_nodata_excluded,
+                "not recorded" if s.n_mapped_negative is None else s.n_mapped_negative,
                 f"{s.prevalence:.5f}",
                 len(s.regions),
             ]

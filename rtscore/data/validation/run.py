@@ -167,6 +167,7 @@ def _check_store(
         n_full_nodata_excluded=int(meta.full_nodata.sum()),
         prevalence=float(getattr(attrs.prevalence, cfg.data.mask_type)),
         regions=sorted(set(meta.region.tolist())),
+        n_mapped_negative=int((meta.mapped_negative & ~meta.full_nodata).sum()) if meta.records_negatives else None,
     )
     out.add("store_split", attrs.split == split, f"store {path} holds split {attrs.split!r}", split)
     out.add(

@@ -17,9 +17,10 @@ from rtscore.config.generation import GenerationConfig
 from rtscore.config.pipeline import SplitsConfig
 from rtscore.data.geotiff.ingest import ingest_geotiffs
 from rtscore.data.geotiff.producer import GeotiffProducer
-from rtscore.data.geotiff.root import GeotiffError
+from rtscore.data.geotiff.root import METADATA_COLUMNS, OPTIONAL_METADATA_COLUMNS, GeotiffError
 from rtscore.data.geotiff.selection import select_tiles
 from rtscore.data.geotiff.synth import write_synthetic_geotiffs
+from rtscore.data.inventory.object_pixels import parse_object_pixels, split_ids
 from rtscore.data.store.format import read_store_attrs
 from rtscore.data.store.reader import ZarrTileStore
 from rtscore.data.store.writer import staging_path
@@ -87,7 +88,7 @@ def test_round_trip_matches_synthetic_store(cfg: GenerationConfig, root: Path, t
 
 def test_files_are_georeferenced_and_described(cfg: GenerationConfig, root: Path) -> None:
     rows = _rows(root)
-    assert list(rows[0]) == ["Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs"]
+    assert list(rows[0]) == [*METADATA_COLUMNS, *OPTIONAL_METADATA_COLUMNS]
     assert {r["TrainClass"] for r in rows} == {"positive", "negative"} and len(rows) == 6
     assert yaml.safe_load((root / "splits.yaml").read_text()) == {"train": ["alpha tundra", "beta tundra"]}
     origins = set()
@@ -108,7 +109,11 @@ def test_files_are_georeferenced_and_described(cfg: GenerationConfig, root: Path
             assert f.count == 2 and f.dtypes == ("float32", "float32") and f.transform == transform
             assert f.descriptions == ("ndvi", "slope")
         with rasterio.open(root / "labels" / f"{r['Tile_id']}.tif") as f:
-            assert f.count == 1 and set(np.unique(f.read(1))) <= {0, 1, 255}
+            label = f.read(1)
+            assert f.count == 1 and set(np.unique(label)) <= {0, 1, 255}
+        pixels = parse_object_pixels(r["ObjectPixels"])  # one pixel of each RTS's label-1 area, an id each
+        assert [p.uid for p in pixels] == split_ids(r["UIDs"]) and all(label[p.row, p.col] == 1 for p in pixels)
+        assert r["NegativeUIDs"] == ""  # a synthetic scene has no mapped Negative polygons
         if r["TrainClass"] == "negative" and not alpha.any():
             assert r["UIDs"] == ""
     assert len(origins) == 6  # one grid cell per tile
@@ -221,6 +226,77 @@ def test_bad_inputs_are_clear_errors_and_write_nothing(
     if names_file != "splits.yaml":
         assert f"{tid}.tif" in text
     assert not out.exists() and not staging_path(out).exists()
+
+
+def _write_rows(root: Path, rows: list[dict[str, str]], columns: list[str] | None = None) -> None:
+    with open(root / "metadata.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns or list(rows[0]), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_ingestion_stores_each_tiles_inventory_ids_and_latitude_from_metadata_csv(
+    cfg: GenerationConfig, root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 36 (2, 6): UIDs, NegativeUIDs, ObjectPixels and centroid_lat ride into the store's per-tile metadata."""
+    rows = _rows(root)
+    negative = next(r for r in rows if r["TrainClass"] == "negative")
+    negative["NegativeUIDs"] = "neg-1;neg-2"
+    rows[0]["centroid_lat"] = ""  # unknown
+    named = next(r for r in rows if r["UIDs"])
+    with rasterio.open(root / "labels" / f"{named['Tile_id']}.tif") as f:
+        off = np.argwhere(f.read(1) != 1)[0]
+    named["ObjectPixels"] = f"{split_ids(named['UIDs'])[0]}@{off[0]},{off[1]}"  # a label redrawn since, say
+    _write_rows(root, rows)
+    with caplog.at_level("WARNING"):
+        ingest_geotiffs(cfg, root, tmp_path / "geo.zarr", num_workers=1)
+    assert "1 metadata.csv ObjectPixels entries of 1 tile(s) are not on an RTS (label 1) pixel" in caplog.text
+    assert named["Tile_id"] in caplog.text
+    meta = ZarrTileStore(tmp_path / "geo.zarr").metadata
+    assert meta.uids is not None and meta.negative_uids is not None and meta.object_pixels is not None
+    assert meta.latitude is not None
+    by_id = {r["Tile_id"]: r for r in rows}
+    for i, tid in enumerate(meta.tile_id):
+        row = by_id[tid]
+        assert (meta.uids[i], meta.negative_uids[i], meta.object_pixels[i]) == (
+            row["UIDs"],
+            row["NegativeUIDs"],
+            row["ObjectPixels"],
+        )
+        assert meta.latitude[i] == float(row["centroid_lat"]) if row["centroid_lat"] else np.isnan(meta.latitude[i])
+    assert any(meta.object_pixels) and meta.mapped_negative.tolist() == [t == negative["Tile_id"] for t in meta.tile_id]
+    # a root without the optional columns reads as if they were empty
+    _write_rows(root, rows, [c for c in rows[0] if c not in OPTIONAL_METADATA_COLUMNS])
+    entries = select_tiles(root, "train", with_extra=True)
+    assert {(e.inventory.negative_uids, e.inventory.object_pixels) for e in entries} == {("", "")}
+    assert entries[1].inventory.uids == rows[1]["UIDs"]
+
+
+def test_a_bad_inventory_entry_is_refused_naming_the_tile_and_the_column(root: Path) -> None:
+    rows = _rows(root)
+    tid = rows[2]["Tile_id"]
+    for column, value, message in (
+        ("ObjectPixels", "x@1", r"ObjectPixels entry 'x@1' is not <uid>@<row>,<col>"),
+        ("ObjectPixels", "stranger@1,1", r"ObjectPixels names \['stranger'\], which are not in its UIDs"),
+        ("centroid_lat", "north", r"centroid_lat 'north' is not a number"),
+        ("centroid_lat", "95.2", r"centroid_lat '95.2' is not a latitude in \[-90, 90\]"),
+    ):
+        _write_rows(root, [{**r, column: value} if r["Tile_id"] == tid else r for r in rows])
+        where = rf"metadata.csv: 1 tile\(s\) with a bad inventory column:\n  tile {tid}: "
+        with pytest.raises(GeotiffError, match=where + message):
+            select_tiles(root, "train", with_extra=True)
+
+
+def test_an_object_pixel_outside_its_tile_is_refused_before_any_store(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    rows = _rows(root)
+    row = next(r for r in rows if r["UIDs"])
+    row["ObjectPixels"] = f"{split_ids(row['UIDs'])[0]}@3,64"  # column 64 of a 64 px tile
+    _write_rows(root, rows)
+    with pytest.raises(GeotiffError, match=r"ObjectPixels entry '.*@3,64': pixel \(3, 64\) is outside the 64x64 tile"):
+        ingest_geotiffs(cfg, root, tmp_path / "geo.zarr", num_workers=1)
+    assert not (tmp_path / "geo.zarr").exists()
 
 
 def test_ingest_takes_only_the_split_regions(cfg: GenerationConfig, root: Path, tmp_path: Path) -> None:

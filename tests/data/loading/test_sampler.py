@@ -257,3 +257,18 @@ def test_n_ranks_read_slices_of_batch_size_that_cover_the_effective_batch() -> N
     assert kept.effective_batch == 8 and [len(b) for b in kept] == [2] * 7 + [1]
     cut = BalancedCurriculumSampler(flags, batch_size=1, rank=7, world_size=8, drop_last=False, **kw)  # type: ignore[arg-type]
     assert [len(b) for b in cut] == [1] * 7  # 4 tiles for 8 ranks: the last batch is cut away
+
+
+def test_the_negative_pool_tells_mapped_negatives_apart_and_draws_as_without_them() -> None:
+    """Issue 36 (2): tiles holding a mapped Negative polygon are visible in the pool; the draw is unchanged."""
+    plain = _sampler()
+    mapped = np.zeros(220, bool)
+    mapped[plain.neg[::7]] = True
+    mapped[plain.pos[0]] = True  # a positive tile with a mapped Negative polygon is still a positive
+    s = _sampler(mapped_negative=mapped)
+    assert s.mapped_neg.tolist() == plain.neg[::7].tolist()
+    assert sorted([*s.mapped_neg, *s.plain_neg]) == plain.neg.tolist()
+    assert plain.mapped_neg.size == 0 and plain.plain_neg.tolist() == plain.neg.tolist()
+    assert s.batches(11) == plain.batches(11)
+    with pytest.raises(ValueError, match="3 flags for 220 tiles"):
+        _sampler(mapped_negative=np.zeros(3, bool))

@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from rtscore.data.loading.sources import ConcatSource
 from rtscore.data.store.format import TileStoreError, read_store_attrs
 from rtscore.data.store.reader import ZarrTileStore
 from rtscore.data.store.writer import staging_path, write_store
-from rtscore.data.tiles import RawTile
+from rtscore.data.tiles import RawTile, TileInventory
 from tests.conftest import make_tile
 from tests.helpers import SIZE, ListProducer, _attrs, _layout
 
@@ -105,6 +108,49 @@ class BadLabelProducer(ListProducer):
                 if t.source_index == 6:
                     t.label_exact[0, 0] = 7
             yield tiles, codes
+
+
+class InventoryProducer(ListProducer):
+    """ListProducer's tiles with an inventory: ids, a mapped Negative polygon on every third tile, latitudes
+    (tile 5's unknown)."""
+
+    def batches(self, start: int, stop: int) -> Iterator[tuple[list[RawTile], list[int]]]:
+        for tiles, codes in super().batches(start, stop):
+            for t in tiles:
+                i = t.source_index
+                t.inventory = TileInventory(
+                    uids=f"u{i}" if i % 2 == 0 else "",
+                    negative_uids=f"n{i};m{i}" if i % 3 == 0 else "",
+                    object_pixels=f"u{i}@1,2" if i % 2 == 0 else "",
+                    latitude=math.nan if i == 5 else 60.0 + i,
+                )
+            yield tiles, codes
+
+
+def test_the_inventory_ids_and_latitudes_round_trip_and_a_store_without_them_reads(tmp_path: Path) -> None:
+    """Issue 36: meta/uids, negative_uids, object_pixels, latitude are optional per-tile arrays."""
+    layout = dataclasses.replace(_layout(6), write_inventory=True)
+    write_store(InventoryProducer(6), layout, tmp_path / "inv.zarr", _attrs())
+    meta = ZarrTileStore(tmp_path / "inv.zarr").metadata
+    assert meta.uids is not None and meta.negative_uids is not None and meta.object_pixels is not None
+    assert meta.uids.tolist() == ["u0", "", "u2", "", "u4", ""]
+    assert meta.negative_uids.tolist() == ["n0;m0", "", "", "n3;m3", "", ""]
+    assert meta.object_pixels.tolist()[:3] == ["u0@1,2", "", "u2@1,2"]
+    assert meta.latitude is not None and meta.latitude.dtype == np.float64
+    np.testing.assert_array_equal(meta.latitude, [60.0, 61.0, 62.0, 63.0, 64.0, np.nan])
+    assert meta.records_negatives and meta.mapped_negative.tolist() == [True, False, False, True, False, False]
+    # without the arrays (synthetic, legacy, written before them): None, and no tile has a mapped negative
+    write_store(InventoryProducer(6), _layout(6), tmp_path / "bare.zarr", _attrs())
+    bare = ZarrTileStore(tmp_path / "bare.zarr").metadata
+    assert (bare.uids, bare.negative_uids, bare.object_pixels, bare.latitude) == (None, None, None, None)
+    assert not bare.records_negatives and not bare.mapped_negative.any() and len(bare) == 6
+    # joined sources: the arrays where every source has them
+    both = ConcatSource([ZarrTileStore(tmp_path / "inv.zarr"), ZarrTileStore(tmp_path / "inv.zarr")]).metadata
+    assert both is not None and both.latitude is not None and both.latitude.size == 12
+    mixed = ConcatSource([ZarrTileStore(tmp_path / "inv.zarr"), ZarrTileStore(tmp_path / "bare.zarr")]).metadata
+    assert mixed is not None and mixed.uids is None and mixed.latitude is None and len(mixed) == 12
+    with pytest.raises(TileStoreError, match=r"tile t0000: the store records each tile's inventory ids; this"):
+        write_store(ListProducer(4), dataclasses.replace(_layout(4), write_inventory=True), tmp_path / "x", _attrs())
 
 
 def test_label_values_outside_set_name_the_tile(tmp_path: Path) -> None:

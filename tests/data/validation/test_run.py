@@ -40,6 +40,7 @@ def test_good_data_passes_and_writes_report(good_run: Path, tmp_path: Path) -> N
     report = json.loads((run / "validation" / "report.json").read_text())
     assert report["status"] == "passed" and ref.path == "validation"
     assert report["splits"]["train"]["n_full_nodata_excluded"] == 1
+    assert report["splits"]["train"]["n_mapped_negative"] is None  # a synthetic store records no inventory
     assert report["splits"]["val"]["tiles_checked"] == report["splits"]["val"]["n_usable"] == 12
     norm = report["normalized_train"]
     assert np.allclose(norm["mean"], 0, atol=0.05) and np.allclose(norm["std"], 1, atol=0.05)
@@ -344,9 +345,25 @@ def _ground(rows_between: int, y_top_of_lower: float) -> float:
     return rows_between * SPAN * math.cos(2 * math.atan(math.exp(y / 6378137.0)) - math.pi / 2)
 
 
+def _mapped_negatives(root: Path) -> None:
+    """Mapped Negative polygons (metadata.csv's NegativeUIDs) on two positive test tiles and one train tile."""
+    import csv
+
+    with open(root / "metadata.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    test = [r for r in rows if r["Tile_id"].startswith("test_") and r["TrainClass"] == "positive"][:2]
+    train = [r for r in rows if r["Tile_id"].startswith("train_") and r["TrainClass"] == "positive"][:1]
+    for r in test + train:
+        r["NegativeUIDs"] = f"neg-{r['Tile_id']}"
+    with open(root / "metadata.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 @pytest.fixture(scope="module")
 def geotiff_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PipelineConfig]:
-    return _geotiff_run(tmp_path_factory.mktemp("geo"))
+    return _geotiff_run(tmp_path_factory.mktemp("geo"), _mapped_negatives)
 
 
 def test_geotiff_stores_report_the_least_ground_distance_between_splits(
@@ -359,6 +376,8 @@ def test_geotiff_stores_report_the_least_ground_distance_between_splits(
     report = json.loads((run / "validation" / "report.json").read_text())
     blocking = report["blocking"]
     assert report["status"] == "passed" and blocking["measured"] and blocking["crs"] == "EPSG:3857"
+    # issue 36 (2): tiles with a mapped Negative polygon of the inventory, counted per split
+    assert [report["splits"][s]["n_mapped_negative"] for s in SPLITS] == [1, 0, 2]
     # The synthetic grid: train on row 0, val from row 200, test from row 400 (one row each here).
     val_top = ZarrTileStore(run / "datasets" / "val.zarr").metadata.bounds[0][3]  # type: ignore[index]
     test_top = ZarrTileStore(run / "datasets" / "test.zarr").metadata.bounds[0][3]  # type: ignore[index]
@@ -373,6 +392,7 @@ def test_geotiff_stores_report_the_least_ground_distance_between_splits(
     passed = [c for c in report["checks"] if c["name"] == "geographic_blocking"]
     assert passed[0]["passed"] and "train<->val 1" in passed[0]["detail"] and "val<->test " in passed[0]["detail"]
     md = (run / "validation" / "report.md").read_text()
+    assert "| full NoData excluded | with mapped negatives |" in md
     assert f"| train <-> val | {val['min_distance_m']:.1f} m | {val['closest']['tile_a']} |" in md
     assert f"| val <-> test | {val_test['min_distance_m']:.1f} m | {val_test['closest']['tile_a']} |" in md
     # splits.min_distance_m beyond the val distance (~10 km of ground) fails, naming the closest pair.
