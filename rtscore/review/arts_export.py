@@ -226,11 +226,12 @@ def export_arts(
         _fill(f, crs, regions[f.obj.object_id], scenes, settings)
     _check_unique(chosen)
     out = Path(output)
-    rel_path, overlapping = None, 0
-    if prior_features is not None:
+    pairs = _relate(chosen, *prior_features) if prior_features is not None else None
+    write_contribution(out, [(f.props, f.geom) for f in chosen])
+    rel_path = None
+    if pairs is not None:  # after the contribution: never a relationships file for a contribution not written
         rel_path = out.with_name(out.stem + RELATIONSHIPS_SUFFIX)
-        overlapping = _relate(chosen, *prior_features, rel_path)
-    write_contribution(out, [f.props | {"__geometry__": f.geom} for f in chosen])
+        _write_csv(rel_path, pairs)
     classes = Counter(f.train_class for f in chosen)
     return ArtsExportResult(
         output=str(out),
@@ -240,7 +241,7 @@ def export_arts(
         unreviewed=sum(1 for f in chosen if f.obj.object_id not in judged.verdicts),
         left_out=left_out,
         relationships=None if rel_path is None else str(rel_path),
-        overlapping=overlapping,
+        overlapping=sum(1 for f in chosen if f.props["UnknownRelationship"]),
     )
 
 
@@ -524,14 +525,13 @@ def read_prior(path: Path) -> tuple[list[str], list[Any]]:
     return uids, geoms
 
 
-def _relate(features: Sequence[_Feature], uids: Sequence[str], geoms: Sequence[Any], csv_path: Path) -> int:
+def _relate(features: Sequence[_Feature], uids: Sequence[str], geoms: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Each feature's overlaps with the prior file's features (``uids``, ``geoms`` in EPSG:3413) into its
-    UnknownRelationship (largest overlap first) and the relationships CSV; returns how many features overlap one."""
+    UnknownRelationship (largest overlap first); the rows of the relationships CSV."""
     import shapely
 
     tree = shapely.STRtree(geoms)
     rows: list[tuple[Any, ...]] = []
-    overlapping = 0
     for f in features:
         pairs = []
         for i in tree.query(f.geom, predicate="intersects").tolist():
@@ -540,13 +540,11 @@ def _relate(features: Sequence[_Feature], uids: Sequence[str], geoms: Sequence[A
                 pairs.append((shared, uids[i], i))
         pairs.sort(key=lambda p: (-p[0], p[1]))
         if pairs:
-            overlapping += 1
             f.props["UnknownRelationship"] = ",".join(u for _, u, _ in pairs)
         for shared, uid, i in pairs:
             prior_area = equal_area_m2(geoms[i], ARTS_CRS)
             rows.append((f.props["UID"], f.obj.object_id, uid, _m2(shared), _m2(f.area_m2), _m2(prior_area), ""))
-    _write_csv(csv_path, rows)
-    return overlapping
+    return rows
 
 
 def _m2(v: float) -> str:
@@ -562,27 +560,20 @@ def _write_csv(path: Path, rows: Iterable[tuple[Any, ...]]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ writing
-def contribution_text(features: Sequence[Mapping[str, Any]], name: str) -> str:
-    """The GeoJSON text of a contribution: ARTS's ``crs`` member, one feature a line, properties in field order
-    (the geometry under the key ``__geometry__`` of each mapping, a shapely geometry in EPSG:3413)."""
+def contribution_text(features: Sequence[tuple[Mapping[str, Any], Any]], name: str) -> str:
+    """The GeoJSON text of a contribution of (properties, shapely geometry in EPSG:3413) pairs: ARTS's ``crs``
+    member, one feature a line, properties in the order given."""
     from shapely.geometry import mapping
 
     head = {"type": "FeatureCollection", "name": name, "crs": {"type": "name", "properties": {"name": ARTS_CRS_URN}}}
     lines = [
-        json.dumps(
-            {
-                "type": "Feature",
-                "properties": {k: v for k, v in f.items() if k != "__geometry__"},
-                "geometry": mapping(f["__geometry__"]),
-            },
-            allow_nan=False,
-        )
-        for f in features
+        json.dumps({"type": "Feature", "properties": dict(props), "geometry": mapping(geom)}, allow_nan=False)
+        for props, geom in features
     ]
     return json.dumps(head)[:-1] + ', "features": [\n' + ",\n".join(lines) + "\n]}\n"
 
 
-def write_contribution(path: Path, features: Sequence[Mapping[str, Any]]) -> None:
+def write_contribution(path: Path, features: Sequence[tuple[Mapping[str, Any], Any]]) -> None:
     """Write the contribution under a temporary name beside ``path``, check it with the ARTS check, then rename it
     into place: a file that breaks a rule never replaces anything (it would be a bug here: raised, listing them)."""
     tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.partial.geojson")
