@@ -17,8 +17,11 @@ from flows.form import FormModel
 from flows.params import Overrides, Split
 from rtscore.config.binding import RasterBandMap
 from rtscore.config.pipeline import NormalizationConfig
+from rtscore.data.inventory.arts import DateError, parse_date, parse_date_range
 
 __all__ = [
+    "ArtsCheckParams",
+    "ArtsExportParams",
     "DriftParams",
     "GenerateStoreParams",
     "GpuCheckParams",
@@ -320,3 +323,80 @@ class ReviewServeParams(FormModel):
     )
     host: str = Field("127.0.0.1", description="Address to listen on (this machine only by default).")
     port: int = Field(8765, ge=0, le=65535, description="Port (0: any free port).")
+
+
+def parse_base_map_date(value: str) -> str:
+    """An ARTS BaseMapDate: ``YYYY-MM-DD`` or two such dates separated by a comma (checked strictly, as the ARTS
+    check reads it)."""
+    try:
+        return parse_date_range(value, strict=True).text()
+    except DateError as err:
+        raise argparse.ArgumentTypeError(f"{err}; expected YYYY-MM-DD or YYYY-MM-DD,YYYY-MM-DD") from None
+
+
+def parse_arts_date(value: str) -> str:
+    """One ``YYYY-MM-DD`` date (checked strictly)."""
+    try:
+        return parse_date(value, strict=True).isoformat()
+    except DateError as err:
+        raise argparse.ArgumentTypeError(f"{err}; expected YYYY-MM-DD") from None
+
+
+class ArtsCheckParams(FormModel):
+    """`rts arts check`: every rule of the ARTS format a file breaks (required fields, types and ranges, dates,
+    class and label-type values, the centroid against the geometry, the UID recomputed, unique UIDs, relationship
+    UIDs, geometry and CRS), listed at once, one line each naming the feature, the field, what is wrong and what is
+    expected; exit status 2 on any problem, 0 with a one-line summary otherwise."""
+
+    file: Annotated[str, Cli(positional=True, parse=local_file)] = Field(
+        ..., description="The ARTS file: GeoJSON, or a shapefile (full or abbreviated field names)."
+    )
+
+
+class ArtsExportParams(FormModel):
+    """`rts arts export`: a campaign's objects as an ARTS contribution GeoJSON in EPSG:3413, every required field
+    filled; with --verdicts, rts -> Positive, not_rts -> Negative, unsure left out; unreviewed objects only with
+    --include-unreviewed. With --prior, the prior features each new one overlaps are proposed in
+    UnknownRelationship and <output stem>_relationships.csv, for a person to sort. The file is checked with the
+    ARTS check before it is renamed into place."""
+
+    campaign: LocalPath = Field(
+        ..., description="The campaign's output (rts map --output): objects.gpkg, index.geojson."
+    )
+    output: LocalOutput = Field(..., description="The contribution file to write (.geojson).")
+    creator: str = Field(..., min_length=1, description="CreatorLab of every feature: the lab contributing.")
+    source: str = Field(
+        ..., min_length=1, description="BaseMapSource of every feature: the imagery's sensor, e.g. PlanetScope."
+    )
+    region: str | None = Field(
+        None,
+        min_length=1,
+        description="RegionName of every feature. Empty: the objects layer's RegionName or region column, else the "
+        "review's region of each object (--review).",
+    )
+    verdicts: Annotated[str | None, Cli(parse=local_path)] = Field(
+        None, description="The review's verdict file (the review page's GeoJSON or a Label Studio JSON export)."
+    )
+    review: Annotated[str | None, Cli(parse=local_path)] = Field(
+        None,
+        description="The review directory the verdicts belong to: checked against them; gives each object's region "
+        "and the inventory ids it overlaps (into Notes).",
+    )
+    include_unreviewed: bool = Field(
+        False, description="Export the objects without a verdict too, as Positive, Notes saying they are unreviewed."
+    )
+    scene_list: Annotated[str | None, Cli(parse=local_path)] = Field(
+        None, description="The scene list CSV the campaign mapped: its date column gives the scenes' dates."
+    )
+    base_map_date: Annotated[str | None, Cli(parse=parse_base_map_date, metavar="DATE[,DATE]")] = Field(
+        None, description="BaseMapDate of every feature. Empty: the dates of each object's scenes."
+    )
+    resolution: float | None = Field(
+        None, gt=0, description="BaseMapResolution (m) of every feature. Empty: the ground pixel size of the scenes."
+    )
+    contribution_date: Annotated[str | None, Cli(parse=parse_arts_date, metavar="YYYY-MM-DD")] = Field(
+        None, description="ContributionDate (a fixed one makes the file reproducible). Empty: today."
+    )
+    prior: Annotated[str | None, Cli(parse=local_path)] = Field(
+        None, description="A prior ARTS file (the main file): overlaps proposed in UnknownRelationship and a CSV."
+    )

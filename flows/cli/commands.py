@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flows.cli.command_params import (
+    ArtsCheckParams,
+    ArtsExportParams,
     DriftParams,
     GenerateStoreParams,
     GpuCheckParams,
@@ -365,4 +367,37 @@ def review_serve(p: ReviewServeParams) -> int:
         print(f"serving {p.review} at {url} (Ctrl-C stops)", flush=True)
 
     serve_until_stopped(Path(p.review), p.host, p.port, on_ready=announce)
+    return 0
+
+
+def arts_check(p: ArtsCheckParams) -> int:
+    """`rts arts check`: every problem of an ARTS file, one line each; 2 when there is any."""
+    from rtscore.data.inventory.check import check_arts
+
+    result = check_arts(p.file)
+    for problem in result.problems:
+        print(problem.line())
+    print(result.summary())
+    return 0 if result.ok else 2
+
+
+def arts_export(p: ArtsExportParams) -> int:
+    """`rts arts export`: a campaign's objects (and a review's verdicts) as an ARTS contribution."""
+    import datetime as dt
+
+    from rtscore.review.arts_export import ContributionSettings, export_arts
+
+    settings = ContributionSettings(
+        creator=p.creator,
+        source=p.source,
+        region=p.region,
+        base_map_date=p.base_map_date,
+        resolution=p.resolution,
+        contribution_date=dt.date.fromisoformat(p.contribution_date) if p.contribution_date else dt.date.today(),
+        include_unreviewed=p.include_unreviewed,
+    )
+    r = export_arts(
+        p.campaign, p.output, settings, verdicts=p.verdicts, review=p.review, prior=p.prior, scene_list=p.scene_list
+    )
+    print(r.summary_line())
     return 0

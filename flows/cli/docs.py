@@ -82,6 +82,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "--output tiles-r2 --held-out skip --pipeline-config pipeline.yaml",
     ),
     "review serve": ("rts review serve review/", "rts review serve review/ --port 0"),
+    "arts check": ("rts arts check contribution.geojson", "rts arts check ARTS_main_dataset.shp"),
+    "arts export": (
+        "rts arts export --campaign campaign/ --output contribution.geojson --creator 'Permafrost Lab' "
+        "--source PlanetScope --review review/ --verdicts verdicts.geojson",
+        "rts arts export --campaign campaign/ --output contribution.geojson --creator 'Permafrost Lab' "
+        "--source PlanetScope --region 'Banks Island' --include-unreviewed --scene-list scenes.csv "
+        "--prior ARTS_main_dataset.geojson --contribution-date 2026-03-01",
+    ),
 }
 
 INTRO = """\
@@ -93,7 +101,8 @@ An option not given leaves the field to the model's default; a value the model r
 option (exit 2) before any work.
 
 Library commands (`tile`, `warp`, `generate`, `synth-geotiff`, `stats`, `validate`, `import-npz`, `noise-floor`,
-`profile-batch`, `gpu-check`, `predict`, `drift`, `map`, `package verify`) call `rtscore` directly. Pipeline
+`profile-batch`, `gpu-check`, `predict`, `drift`, `map`, `package verify`, `arts check`, `arts export`) call
+`rtscore` directly. Pipeline
 commands (`data`, `train`, `run`, `calibrate`, `evaluate-test`, `package build`) run the Prefect flows: against a
 temporary local API started inside the process, or against a server when `PREFECT_API_URL` is set. Each of them
 takes `--deterministic` / `--no-deterministic`, part of every stage's cache key: give the same value when
@@ -101,8 +110,8 @@ re-running one stage of a run.
 
 Exit status: 0 on success; 2 with a one-line message for an error you can act on (a bad config, a missing stage
 output, refused numerics); 130 on Ctrl-C (re-run the same command to resume); `rts package verify` returns 1
-when a check fails, `rts drift` 1 on a deployment blocker and `rts map` 1 when scenes failed. Anything else is a
-bug and prints its traceback.
+when a check fails, `rts drift` 1 on a deployment blocker, `rts map` 1 when scenes failed and `rts arts check` 2
+when the file breaks a rule of the ARTS format. Anything else is a bug and prints its traceback.
 """
 
 NOTES: dict[str, str] = {
@@ -151,6 +160,9 @@ NOTES: dict[str, str] = {
     "flow runs the same.",
     "review ingest": "Checks every verdict, object, campaign and region before anything is written, then cuts the "
     "next data root with `rts tile` and records its lineage ([review.md](review.md)).",
+    "arts check": "The rules and what each line means: [arts.md](arts.md#arts-check).",
+    "arts export": "Where each field comes from, the area and centroid rules and the relationships file: "
+    "[arts.md](arts.md#arts-export).",
 }
 
 

@@ -21,6 +21,8 @@ from typing import Any
 from flows.cli import commands as lib
 from flows.cli import flow_commands as flows
 from flows.cli.command_params import (
+    ArtsCheckParams,
+    ArtsExportParams,
     DriftParams,
     GenerateStoreParams,
     GpuCheckParams,
@@ -159,6 +161,18 @@ COMMANDS: tuple[Command, ...] = (
         "verdicts -> the next dataset version: confirmed RTS in the inventory, false positives as hard negatives",
     ),
     Command("review serve", ReviewServeParams, lib.review_serve, "serve a review page over http on this machine"),
+    Command(
+        "arts check",
+        ArtsCheckParams,
+        lib.arts_check,
+        "validate an ARTS file against the format's rules, every problem listed at once (exit 2 on any)",
+    ),
+    Command(
+        "arts export",
+        ArtsExportParams,
+        lib.arts_export,
+        "a campaign's objects and a review's verdicts as an ARTS contribution file (EPSG:3413, every field filled)",
+    ),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 

@@ -9,6 +9,7 @@ generation.
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import re
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rtscore.data.raster.bands import RGB_DIR, extra_candidates
+from rtscore.data.raster.scene_date import SceneDateError, parse_scene_date
 from rtscore.errors import PipelineError
 from rtscore.storage.files import os_errors, sha256_file
 from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 SCENE_SUFFIXES = (".tif", ".tiff")  # what a directory or gs:// prefix input lists as scenes
 CSV_PATH_COLUMNS = ("path", "uri")  # a scene list CSV names its scenes in exactly one of these
 CSV_ID_COLUMN = "scene_id"
+CSV_DATE_COLUMN = "date"  # optional: the scene's acquisition date, read by rts arts export (docs/arts.md)
 _SCENE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
@@ -135,16 +138,8 @@ def read_scene_csv(source: str, *, extra: bool = False) -> list[Scene]:
     Raises:
         CampaignError: naming the file, the row (line number) and the column of a bad cell.
     """
-    text = _read_text(source)
-    reader = csv.DictReader(io.StringIO(text))
-    columns = [c.strip() for c in reader.fieldnames or []]
-    named = [c for c in CSV_PATH_COLUMNS if c in columns]
-    if len(named) != 1:
-        raise CampaignError(
-            f"scene list {source}: expected exactly one of the columns {' / '.join(CSV_PATH_COLUMNS)} "
-            f"(and optionally {CSV_ID_COLUMN}); found columns {columns}"
-        )
-    path_col = named[0]
+    reader = csv.DictReader(io.StringIO(_read_text(source)))
+    path_col = _path_column(source, reader)
     scenes = []
     hashes = _Hashes()
     for row in reader:
@@ -172,6 +167,42 @@ def read_scene_csv(source: str, *, extra: bool = False) -> list[Scene]:
     if not scenes:
         raise CampaignError(f"scene list {source}: no rows")
     return _unique(scenes)
+
+
+def _path_column(source: str, reader: csv.DictReader[str]) -> str:
+    """The one column of a scene list naming its scenes (``path`` or ``uri``)."""
+    columns = [c.strip() for c in reader.fieldnames or []]
+    named = [c for c in CSV_PATH_COLUMNS if c in columns]
+    if len(named) != 1:
+        raise CampaignError(
+            f"scene list {source}: expected exactly one of the columns {' / '.join(CSV_PATH_COLUMNS)} "
+            f"(and optionally {CSV_ID_COLUMN}, {CSV_DATE_COLUMN}); found columns {columns}"
+        )
+    return named[0]
+
+
+def read_scene_dates(source: str) -> dict[str, dt.date]:
+    """The acquisition dates a scene list CSV gives in its optional ``date`` column (``YYYY-MM-DD``; an ISO date-time
+    reads as its date), by scene id as :func:`read_scene_csv` names the scenes; rows with an empty date are left out.
+    No scene is opened or hashed.
+
+    Raises:
+        CampaignError: naming the file, the row (line number) and the column of a cell that is not a date.
+    """
+    reader = csv.DictReader(io.StringIO(_read_text(source)))
+    path_col = _path_column(source, reader)
+    dates: dict[str, dt.date] = {}
+    for row in reader:
+        cells = {(k or "").strip(): (v or "").strip() for k, v in row.items() if k is not None}
+        text = cells.get(CSV_DATE_COLUMN, "")
+        if not text:
+            continue
+        scene_id = cells.get(CSV_ID_COLUMN) or _stem(PurePosixPath(cells.get(path_col, "")).name)
+        try:
+            dates[scene_id] = parse_scene_date(text, f"scene list {source}, row {reader.line_num}, column 'date'")
+        except SceneDateError as err:
+            raise CampaignError(str(err)) from None
+    return dates
 
 
 def chunk_scenes(scenes: Sequence[Scene], size: int) -> list[list[Scene]]:

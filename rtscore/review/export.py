@@ -39,7 +39,7 @@ from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig, load_tiling_config
 from rtscore.data.raster.bands import CheckedRaster, RasterContractError, open_checked
-from rtscore.data.tiling.inventory import RegionOf, read_inventory
+from rtscore.data.tiling.inventory import Inventory, RegionOf, read_inventory
 from rtscore.data.tiling.pixels import GridCell
 from rtscore.errors import PipelineError
 from rtscore.identity.code import closure_hash
@@ -141,15 +141,16 @@ def export_review(
         uri=croot.uri, objects_sha256=sha256_file(objects_path), package_sha256=this, crs_wkt=crs.to_wkt()
     )
     tiling, cfg = _tiling(tiling_config)
-    regions, splits = _regions_and_splits(objects, crs, cfg)
+    regions, splits, inventory = _regions_and_splits(objects, crs, cfg)
     chosen = select(objects, selection, regions)
+    uids = None if cfg is None or inventory is None else inventory_overlaps(chosen, crs, cfg.grid.crs, inventory)
     rid = review_id(ref, selection, [o.object_id for o in chosen])
-    plan = _plan(chosen, crs, _read_index(_fetch(croot, INDEX_FILE)))
+    plan = _plan(chosen, crs, read_index(_fetch(croot, INDEX_FILE)))
     _precheck_local_scenes(plan, contract)
     oroot = CampaignRoot(output, cache_dir=cache_dir)
     done = _prepare_output(oroot.local, rid, overwrite)
     header = _header(rid, ref, selection, chips, tiling, len(chosen))
-    run = _ChipRun(oroot.local, rid, contract, crs, chips, regions, splits, cache_dir)
+    run = _ChipRun(oroot.local, rid, contract, crs, chips, regions, splits, uids, cache_dir)
     _write_chips(run, croot, plan, chosen, done)
     _finish(oroot, header, [o.object_id for o in chosen], extras)
     return header
@@ -179,15 +180,16 @@ def _package_that_mapped(pkg: Path, mapped_with: str, croot: CampaignRoot) -> tu
 
 def _regions_and_splits(
     objects: Sequence[RtsObject], crs: Any, cfg: TilingConfig | None
-) -> tuple[dict[int, str | None], dict[str, str]]:
-    """Each object's region and each region's split under the tiling config; both empty without a config.
+) -> tuple[dict[int, str | None], dict[str, str], Inventory | None]:
+    """Each object's region and each region's split under the tiling config, and the config's inventory; empty and
+    None without a config.
 
     The regions drive the stratified selection and, with the splits, each chip's manifest line, so a reviewer sees
     whether an object would land in train, val or test.
     """
-    regions = _regions(objects, crs, cfg) if cfg is not None else {}
+    regions, inventory = _regions(objects, crs, cfg) if cfg is not None else ({}, None)
     splits = region_splits(cfg.splits) if cfg is not None and cfg.splits else {}
-    return regions, splits
+    return regions, splits, inventory
 
 
 def _header(
@@ -212,7 +214,8 @@ def _header(
 @dataclass(frozen=True, eq=False)
 class _ChipRun:
     """What every chip of one export is cut with: the local review directory, the review id, the raster contract,
-    the campaign CRS, the chip settings, the objects' regions and the regions' splits, and the scene cache."""
+    the campaign CRS, the chip settings, the objects' regions, the regions' splits and the inventory polygons each
+    object overlaps, and the scene cache."""
 
     out: Path
     rid: str
@@ -221,6 +224,7 @@ class _ChipRun:
     chips: ChipSettings
     regions: Mapping[int, str | None]
     splits: Mapping[str, str]
+    inventory_uids: Mapping[int, list[str]] | None  # None: no tiling config
     cache_dir: str | Path | None
 
 
@@ -254,7 +258,8 @@ def _write_chips(
                 continue
             with _open_scene(scene, gs_scenes.get(scene.scene_id), run.contract, todo, run.cache_dir) as raster:
                 for o in todo:
-                    line = _write_chip(raster, o, scene, run.crs, run.chips, run.regions, run.splits, out)
+                    uids = None if run.inventory_uids is None else run.inventory_uids.get(o.object_id, [])
+                    line = _write_chip(raster, o, scene, run.crs, run.chips, (run.regions, run.splits, uids), out)
                     wf.write(line + "\n")
                     wf.flush()
             written_n += len(todo)
@@ -342,12 +347,15 @@ def _tiling(path: str | None) -> tuple[TilingRef | None, TilingConfig | None]:
     return TilingRef(path=str(path), sha256=sha256_file(Path(path)), splits=cfg.splits), cfg
 
 
-def _regions(objects: Sequence[RtsObject], crs: Any, cfg: TilingConfig) -> dict[int, str | None]:
-    """Object id -> the region of the tiling grid cell holding its centroid (None: outside every region)."""
+def _regions(
+    objects: Sequence[RtsObject], crs: Any, cfg: TilingConfig
+) -> tuple[dict[int, str | None], Inventory | None]:
+    """Object id -> the region of the tiling grid cell holding its centroid (None: outside every region); the
+    config's inventory (None: no object, none read)."""
     from rasterio.warp import transform as warp
 
     if not objects:
-        return {}
+        return {}, None
     try:
         inventory = read_inventory(cfg)
         region_of = RegionOf(cfg, inventory)
@@ -360,10 +368,28 @@ def _regions(objects: Sequence[RtsObject], crs: Any, cfg: TilingConfig) -> dict[
     for o, x, y in zip(objects, xs, ys, strict=True):
         cell = GridCell(math.floor(x / span), math.floor(y / span), cfg.grid.tile_size, cfg.grid.pixel_size)
         out[o.object_id] = region_of(cell, inventory.touching(cell))
+    return out, inventory
+
+
+def inventory_overlaps(
+    objects: Sequence[RtsObject], crs: Any, grid_crs: Any, inventory: Inventory
+) -> dict[int, list[str]]:
+    """Object id -> the ids of the inventory polygons (on the grid CRS) it overlaps: a shared area, not only a
+    touching border; in inventory order."""
+    import shapely
+    from rasterio.warp import transform_geom
+    from shapely.geometry import mapping, shape
+
+    out: dict[int, list[str]] = {}
+    for o in objects:
+        g = shape(transform_geom(crs, grid_crs, mapping(o.geometry)))
+        hits = sorted(int(i) for i in inventory.tree.query(g, predicate="intersects"))
+        out[o.object_id] = [inventory.uids[i] for i in hits if not shapely.touches(g, inventory.geoms[i])]
     return out
 
 
-def _read_index(path: Path) -> dict[str, SceneRef]:
+def read_index(path: Path) -> dict[str, SceneRef]:
+    """The scenes of a campaign's index.geojson by id: each done scene's URI and footprint (EPSG:4326)."""
     from shapely.geometry import shape
 
     data = _read_json(path)
@@ -527,11 +553,11 @@ def _write_chip(
     scene: SceneRef,
     crs: Any,
     settings: ChipSettings,
-    regions: Mapping[int, str | None],
-    splits: Mapping[str, str],
+    placed: tuple[Mapping[int, str | None], Mapping[str, str], list[str] | None],
     out: Path,
 ) -> str:
-    """Write one object's chip and overlay; its work line (the manifest record and the overlay's sha256)."""
+    """Write one object's chip and overlay; its work line (the manifest record and the overlay's sha256).
+    ``placed``: the objects' regions, the regions' splits, the inventory ids this object overlaps."""
     from rasterio.errors import RasterioError
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
@@ -549,6 +575,7 @@ def _write_chip(
     chip_rel, svg_rel = f"{CHIPS_DIR}/{o.object_id}.png", f"{CHIPS_DIR}/{o.object_id}.svg"
     write_atomic(out / chip_rel, png)
     write_atomic(out / svg_rel, svg.encode())
+    regions, splits, uids = placed
     region = regions.get(o.object_id)
     obj = ReviewObject(
         object_id=o.object_id,
@@ -556,6 +583,7 @@ def _write_chip(
         scene_uri=scene.uri,
         region=region,
         split=splits.get(region) if region is not None else None,
+        inventory_uids=uids,
         prob_mean=min(max(o.prob_mean, 0.0), 1.0),
         prob_max=min(max(o.prob_max, 0.0), 1.0),
         ground_area_m2=o.ground_area_m2,

@@ -71,6 +71,7 @@ def _facts(obj: ReviewObject) -> str:
         f"scene {obj.scene_id}",
         f"region {obj.region or '-'}",
         f"split {obj.split or '-'}",
+        *([f"inventory {', '.join(obj.inventory_uids)}"] if obj.inventory_uids else []),
         f"prob mean {obj.prob_mean:.3f} max {obj.prob_max:.3f}",
         f"ground area {obj.ground_area_m2:,.0f} m²",
         f"size bin {obj.size_bin or '-'}",

@@ -104,6 +104,11 @@ class ReviewObject(StrictModel):
     scene_uri: str = Field(..., description="That scene's raster, as the campaign mapped it.")
     region: str | None = Field(None, description="The region of the grid cell holding the object's centroid.")
     split: str | None = Field(None, description="The split of that region (None: no tiling config or no split).")
+    inventory_uids: list[str] | None = Field(
+        None,
+        description="The ids of the tiling config's inventory polygons the object overlaps (a shared area, not only "
+        "a touching border), in inventory order; None: exported without a tiling config, or before this field.",
+    )
     prob_mean: float = Field(..., ge=0, le=1)
     prob_max: float = Field(..., ge=0, le=1)
     ground_area_m2: float = Field(..., ge=0)
@@ -128,8 +133,8 @@ def object_facts(obj: ReviewObject) -> dict[str, Any]:
     return obj.model_dump(
         mode="json",
         include={
-            "object_id", "scene_id", "region", "split", "prob_mean", "prob_max", "ground_area_m2", "size_bin",
-            "partial", "pixel_ground_m",
+            "object_id", "scene_id", "region", "split", "inventory_uids", "prob_mean", "prob_max", "ground_area_m2",
+            "size_bin", "partial", "pixel_ground_m",
         },
     )  # fmt: skip
 

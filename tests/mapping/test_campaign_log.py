@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -23,7 +24,15 @@ from rtscore.mapping.campaign_log import (
     plan,
     summarize,
 )
-from rtscore.mapping.scenes import CampaignError, CompanionInput, InputIdentity, Scene, chunk_scenes, list_scenes
+from rtscore.mapping.scenes import (
+    CampaignError,
+    CompanionInput,
+    InputIdentity,
+    Scene,
+    chunk_scenes,
+    list_scenes,
+    read_scene_dates,
+)
 from rtscore.storage.gcs import RetryPolicy, make_client
 from tests.conftest import GCS_TEST_BUCKET
 
@@ -84,13 +93,18 @@ def test_a_scene_list_csv_resolves_relative_paths_against_its_folder(tmp_path: P
     write_scene(tmp_path / "lists" / "tiles" / "x.tif", b"x")
     other = write_scene(tmp_path / "elsewhere" / "y.tif", b"y")
     csv = tmp_path / "lists" / "scenes.csv"
-    csv.write_text(f"path,scene_id\ntiles/x.tif,\n{other},yukon-7\n")
+    csv.write_text(f"path,scene_id,date\ntiles/x.tif,,2021-07-14\n{other},yukon-7,\n")
     scenes = list_scenes(csv)
     assert [(s.scene_id, s.uri) for s in scenes] == [
         ("x", str(tmp_path / "lists" / "tiles" / "x.tif")),
         ("yukon-7", str(other)),
     ]
     assert scenes[0].identity.sha256 == hashlib.sha256(b"x").hexdigest()
+    # The optional date column (rts arts export's base-map dates), by scene id; an empty cell: no date.
+    assert read_scene_dates(str(csv)) == {"x": dt.date(2021, 7, 14)}
+    csv.write_text("path,date\ntiles/x.tif,14.07.2021\n")
+    with pytest.raises(CampaignError, match=r"scenes.csv, row 2, column 'date': '14.07.2021' is not a date"):
+        read_scene_dates(str(csv))
 
 
 def test_a_gs_prefix_lists_its_objects_with_generation_and_size(gs_root: str) -> None:

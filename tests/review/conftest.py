@@ -105,6 +105,7 @@ def write_review(
                 scene_uri=f"gs://rts-scenes/scene-{k % 3}.tif",
                 region=None if k % 7 == 6 else f"r{k % 4}",
                 split=None if k % 7 == 6 else ("train", "val", "test", "train")[k % 4],
+                inventory_uids=[f"inv-{oid}"] if k % 2 else [],
                 prob_mean=round(0.3 + 0.025 * k, 3),
                 prob_max=round(min(1.0, 0.5 + 0.02 * k), 3),
                 ground_area_m2=1500.0 + 700.0 * k,

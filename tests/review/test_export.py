@@ -203,8 +203,14 @@ def test_regions_and_splits_come_from_the_tiling_grid_cell_of_the_centroid(
     span = 128 * PIXEL
     border = math.floor((ORIGIN_X + SIDE * PIXEL) / span) * span  # a grid line near the scenes' shared edge
     west, east = shapely.box(ORIGIN_X - 1e4, 1e7, border, 1.2e7), shapely.box(border, 1e7, ORIGIN_X + 1e4, 1.2e7)
-    names = np.array(["west", "east"], dtype=object)
-    for name, geoms in (("regions.gpkg", [west, east]), ("rts.gpkg", [shapely.box(0, 0, 1, 1)])):
+    names = np.array(["west", "east", "far"], dtype=object)
+    _, objects = read_objects(c / "objects.gpkg")
+    overlapping = shapely.buffer(objects[2].geometry, PIXEL)  # object 3 and any close neighbour
+    top = max(objects[3].geometry.exterior.coords if objects[3].geometry.geom_type == "Polygon" else
+              objects[3].geometry.geoms[0].exterior.coords, key=lambda xy: xy[1])  # fmt: skip
+    touching = shapely.Polygon([top, (top[0] - PIXEL, top[1] + 5 * PIXEL), (top[0] + PIXEL, top[1] + 5 * PIXEL)])
+    inventory = [shapely.box(0, 0, 1, 1), overlapping, touching]  # rts-0, rts-1, rts-2 (no id column)
+    for name, geoms in (("regions.gpkg", [west, east]), ("rts.gpkg", inventory)):
         pyogrio.raw.write(
             tmp_path / name,
             geometry=np.array([shapely.to_wkb(g) for g in geoms], dtype=object),
@@ -226,8 +232,12 @@ def test_regions_and_splits_come_from_the_tiling_grid_cell_of_the_centroid(
         str(c), str(pkg), str(tmp_path / "r"), Selection(), tiling_config=str(tmp_path / "tile.yaml")
     )
     assert header.tiling is not None and header.tiling.splits == cfg["splits"]
-    _, objects = read_objects(c / "objects.gpkg")
     centroid_x = {o.object_id: o.geometry.centroid.x for o in objects}
+    by_id = {o.object_id: o.geometry for o in objects}
     for o in iter_objects(tmp_path / "r" / MANIFEST_FILE):
         want = "west" if centroid_x[o.object_id] < border else "east"
         assert (o.region, o.split) == (want, "train" if want == "west" else "test")
+        # the inventory polygons it overlaps: a shared area, not a touching vertex
+        overlaps = shapely.intersection(by_id[o.object_id], overlapping).area > 0
+        assert o.inventory_uids == (["rts-1"] if overlaps else []), o.object_id
+        assert shapely.touches(by_id[o.object_id], touching) == (o.object_id == 4)

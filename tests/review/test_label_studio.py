@@ -58,6 +58,8 @@ def test_tasks_json(make_review: MakeReview) -> None:
     )
     assert (d["ground_area_m2"], d["size_bin"], d["partial"]) == (o.ground_area_m2, o.size_bin, o.partial)
     assert f"object {o.object_id}" in d["facts"]
+    assert d["inventory_uids"] == o.inventory_uids == [f"inv-{o.object_id}"]
+    assert f"inventory inv-{o.object_id}" in d["facts"]
     [pred] = t["predictions"]
     assert pred["score"] == o.prob_mean
     [r] = pred["result"]

@@ -62,6 +62,7 @@ def test_page_files_deterministic_and_self_contained(make_review: MakeReview) ->
     assert (o["width"], o["height"]) == m.chip_window[2:]
     assert o["geometry"] == m.geometry and o["chip_outline"] == m.chip_outline and o["chip"] == m.chip
     assert o["pixel_ground_m"] == m.pixel_ground_m and o["partial"] == m.partial and o["region"] == m.region
+    assert o["inventory_uids"] == m.inventory_uids == [f"inv-{m.object_id}"]
 
 
 def test_page_is_its_static_sources_put_together() -> None:
@@ -210,6 +211,10 @@ def test_review_20_chips_with_the_keyboard_reload_export(
         ]
         assert page.eval_on_selector("#chip img", "e => getComputedStyle(e).imageRendering") == "pixelated"
         assert page.locator("#chip svg path").count() == 2 and "m²" in (page.text_content("#chip svg") or "")
+        facts = page.eval_on_selector_all(
+            "#facts-table tr", "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent])"
+        )
+        assert dict(facts)["inventory"] == (", ".join(o.inventory_uids or []) or "none overlapped")
         page.screenshot(path="/tmp/review-page-single.png")
 
         page.reload()  # verdicts kept in the browser

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 ARTS_CRS = "EPSG:3413"  # ARTS geometry: NSIDC Sea Ice Polar Stereographic North
+ARTS_CRS_URN = "urn:ogc:def:crs:EPSG::3413"  # the GeoJSON crs member ARTS's files carry
 CENTROID_CRS = "EPSG:4326"  # CentroidLat / CentroidLon
 CENTROID_DECIMALS = 5
+EQUAL_AREA_CRS = "EPSG:6931"  # WGS 84 / NSIDC EASE-Grid 2.0 North (Lambert azimuthal equal-area): Area in m²
 
 REQUIRED_FIELDS = (
     "CentroidLat",
@@ -108,6 +110,40 @@ def round_centroid(value: float) -> float:
     return round(float(value), CENTROID_DECIMALS)
 
 
+def reproject(geom: Any, src: Any, dst: Any) -> Any:
+    """A shapely geometry's vertices moved from CRS ``src`` to ``dst`` (anything rasterio's ``CRS.from_user_input``
+    takes; EPSG:4326 as lon, lat), edges not densified: ARTS's own tools move vertices the same way, and over the
+    few metres between a slump outline's vertices the two projections' straight lines differ by far less than a
+    millimetre."""
+    import numpy as np
+    import shapely
+    from rasterio.crs import CRS
+    from rasterio.warp import transform
+
+    s, d = CRS.from_user_input(src), CRS.from_user_input(dst)
+    if s == d:
+        return geom
+
+    def move(xy: np.ndarray) -> np.ndarray:
+        xs, ys = transform(s, d, xy[:, 0], xy[:, 1])
+        return np.column_stack([xs, ys])
+
+    return shapely.transform(geom, move)
+
+
+def centroid_lat_lon(geom: Any, crs: Any) -> tuple[float, float]:
+    """(CentroidLat, CentroidLon) of a geometry in ``crs`` as ARTS computes them: the geometry moved to EPSG:4326,
+    the centroid of that lon/lat geometry, each coordinate rounded to :data:`CENTROID_DECIMALS` decimals."""
+    c = reproject(geom, crs, CENTROID_CRS).centroid
+    return round_centroid(c.y), round_centroid(c.x)
+
+
+def equal_area_m2(geom: Any, crs: Any) -> float:
+    """A geometry's area in m² on the ground: measured in :data:`EQUAL_AREA_CRS`, which keeps areas over the whole
+    northern hemisphere (ARTS's ``Area``)."""
+    return float(reproject(geom, crs, EQUAL_AREA_CRS).area)
+
+
 def resolution_text(value: Any) -> str:
     """BaseMapResolution as it enters the UID: ``3`` for 3 or 3.0, ``0.5`` for 0.5."""
     x = float(value)
@@ -131,6 +167,14 @@ def uid_seed(fields: Mapping[str, Any]) -> str:
 def arts_uid(fields: Mapping[str, Any]) -> str:
     """A feature's ARTS UID: ``uuid5(NAMESPACE_DNS, uid_seed(fields))`` (module docstring)."""
     return str(uuid.uuid5(uuid.NAMESPACE_DNS, uid_seed(fields)))
+
+
+def is_uid(text: Any) -> bool:
+    """Whether ``text`` is a UID as ARTS writes one: a UUID in its canonical lower-case 8-4-4-4-12 form."""
+    try:
+        return isinstance(text, str) and str(uuid.UUID(text)) == text
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@
     $("obj-title").textContent = "Object " + o.object_id + "  (" + (cur + 1) + " of " + OBJS.length + ")";
     const rows = [
       ["object id", o.object_id], ["scene", o.scene_id], ["region", o.region ?? "–"], ["split", o.split ?? "–"],
+      ["inventory", o.inventory_uids == null ? "–" : (o.inventory_uids.join(", ") || "none overlapped")],
       ["prob mean", fmt(o.prob_mean, 3)], ["prob max", fmt(o.prob_max, 3)], ["ground area", area(o.ground_area_m2)],
       ["size bin", o.size_bin ?? "–"], ["partial", o.partial ? "yes (cut by the scene edge)" : "no"],
       ["pixel", fmt(o.pixel_ground_m, 2) + " m · zoom " + z + "×"], ["campaign", H.campaign.uri],
