@@ -146,19 +146,12 @@ def read_inventory_file(
     schema = schema_of(p, fields, polygons, region_column)
     arts_file = not missing_required(fields)  # an ARTS file, whatever the schema reads of it: EPSG:3413 by default
     raw = read_polygons(p, crs, default_crs=ARTS_CRS if arts_file else None, keep_empty=True)
-    features = _typed(p, schema, raw)
-    log.info(
-        "%s: %s: %d features: %s", p, schema.describe(), len(features), InventoryRead(p, schema, features).counts()
-    )
-    repaired = [f for f in features if f.repaired]
-    if repaired:
-        log.warning(
-            "%s: %d invalid polygon(s) repaired with make_valid: %s",
-            p,
-            len(repaired),
-            listed([f.uid for f in repaired]),
-        )
-    return InventoryRead(p, schema, features)
+    read = InventoryRead(p, schema, _typed(p, schema, raw))
+    log.info("%s: %s: %d features: %s", p, schema.describe(), len(read.features), read.counts())
+    if read.repaired:
+        names = listed([f.uid for f in read.repaired])
+        log.warning("%s: %d invalid polygon(s) repaired with make_valid: %s", p, len(read.repaired), names)
+    return read
 
 
 def vector_columns(path: Path, key: str) -> list[str]:
