@@ -76,9 +76,11 @@ def check_label_ages(
     import shapely
 
     dated = [i for i, f in enumerate(inventory.labels) if f.dates is not None]
+    if not dated and not cfg.scene_dates:
+        return LabelAges()
+    dates = scene_dates(cfg, scenes, datasets)  # scene_dates' keys checked even when no label has a date
     if not dated:
         return LabelAges()
-    dates = scene_dates(cfg, scenes, datasets)
     undated = [str(s.path) for s in scenes if dates[s.path] is None]
     warnings = []
     if undated:
