@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from rtscore.config.base import SCHEMA_VERSION, StrictModel, check_tile_size, load_config
 from rtscore.config.binding import PIXEL_SIZE_M, RasterBandMap, check_extra_names
@@ -63,13 +64,133 @@ class ExtraBandConfig(StrictModel):
         return [s for s in found if s is not None]
 
 
+InventorySchema = Literal["auto", "arts", "mapped", "plain"]
+StaleLabels = Literal["ignore", "refuse"]
+# Labels digitised more than two years from their scene are not trusted by default: a headwall retreats metres a
+# year (up to tens of metres on an active slump), so two years is a few 4.77 m pixels of boundary already; older,
+# the label outlines another slump than the scene shows (docs/inventories.md, "Dates").
+DEFAULT_MAX_LABEL_AGE_DAYS = 730
+
+
+def _texts(v: object) -> object:
+    """A list of values as stripped text (a YAML ``1`` for a class value of an integer column is the text ``1``),
+    as the file's values are compared; other items are left to the type check."""
+    if not isinstance(v, list):
+        return v
+    out: list[object] = []
+    for x in v:
+        if isinstance(x, str):
+            out.append(x.strip())
+        elif isinstance(x, int | float) and not isinstance(x, bool):
+            out.append(str(x))
+        else:
+            out.append(x)
+    return out
+
+
+class ColumnMapping(StrictModel):
+    """How an inventory that is not ARTS says each polygon's class, label type and date (schema ``mapped``). Values
+    are compared after stripping surrounding blanks, case-sensitively."""
+
+    class_column: str | None = Field(
+        None, description="Column holding each polygon's class; empty: every polygon is an RTS (Positive)."
+    )
+    positive_values: list[str] = Field(
+        default_factory=list, description="Values of class_column meaning an RTS (ARTS Positive)."
+    )
+    negative_values: list[str] = Field(
+        default_factory=list,
+        description="Values of class_column meaning mapped background (ARTS Negative, a hard negative: label 0).",
+    )
+    label_type_column: str | None = Field(
+        None, description="Column holding each polygon's label type; empty: every polygon is an outline (Polygon)."
+    )
+    polygon_values: list[str] = Field(
+        default_factory=lambda: ["Polygon"], description="Values of label_type_column meaning an outline."
+    )
+    bbox_values: list[str] = Field(
+        default_factory=lambda: ["BoundingBox"],
+        description="Values of label_type_column meaning a bounding box (ignore, 255, over its box: never an RTS "
+        "mask).",
+    )
+    date_column: str | None = Field(
+        None,
+        description="Column holding each label's imagery date (YYYY-MM-DD, or two dates separated by a comma for a "
+        "range; a date field too); empty, or a blank value: the label is not age-checked.",
+    )
+
+    _as_text = field_validator("positive_values", "negative_values", "polygon_values", "bbox_values", mode="before")(
+        _texts
+    )
+
+    @model_validator(mode="after")
+    def _values(self) -> ColumnMapping:
+        for key in ("positive_values", "negative_values", "polygon_values", "bbox_values"):
+            if any(not v for v in getattr(self, key)):
+                raise ValueError(f"{key}: a blank value; list the values as the column holds them")
+        if self.class_column is not None and not self.positive_values:
+            raise ValueError("class_column needs positive_values (the values meaning an RTS)")
+        if self.class_column is None and self.negative_values:
+            raise ValueError("negative_values without class_column: name the column holding them")
+        for a, b in (("positive_values", "negative_values"), ("polygon_values", "bbox_values")):
+            both = sorted(set(getattr(self, a)) & set(getattr(self, b)))
+            if both:
+                raise ValueError(f"{both} in both {a} and {b}")
+        return self
+
+
 class PolygonsConfig(StrictModel):
-    """The RTS inventory: any vector file OGR reads (GeoPackage, shapefile, GeoJSON, FlatGeobuf), any CRS."""
+    """The RTS inventory: any vector file OGR reads (GeoPackage, shapefile, GeoJSON, FlatGeobuf), any CRS; ARTS or
+    another inventory (docs/inventories.md)."""
 
     path: str = Field(..., min_length=1, description="Polygon file, relative to the config file.")
     id_column: str | None = Field(
         None,
-        description="Column holding each RTS's id (listed in metadata.csv UIDs). Empty: '<file stem>-<feature index>'.",
+        description="Column holding each polygon's id (listed in metadata.csv UIDs and NegativeUIDs). Empty: ARTS's "
+        "UID when the file has it, else '<file stem>-<feature index>'.",
+    )
+    schema_: InventorySchema = Field(
+        "auto",
+        alias="schema",
+        description="How classes, label types and dates are read. auto: `columns` when given, else ARTS when the "
+        "file carries every required ARTS field (full or abbreviated names), else plain; arts: ARTS (refused "
+        "without its fields); mapped: `columns`; plain: every polygon an RTS outline, no dates.",
+    )
+    columns: ColumnMapping | None = Field(
+        None, description="Schema mapped: the class, label-type and date columns of an inventory that is not ARTS."
+    )
+    max_label_age_days: int = Field(
+        DEFAULT_MAX_LABEL_AGE_DAYS,
+        ge=0,
+        description="Most days between a label's date (range) and its scene's acquisition. 730: a headwall retreats "
+        "metres a year, so two years is a few 4.77 m pixels of boundary; beyond, see stale_labels.",
+    )
+    stale_labels: StaleLabels = Field(
+        "ignore",
+        description="A label older than max_label_age_days: ignore (its pixels 255, counted in stale_labels) or "
+        "refuse (an error before any tile, naming the labels, their dates and their scenes').",
+    )
+
+    # `schema` would shadow BaseModel.schema: the field is schema_, read and written as `schema`
+    model_config = ConfigDict(**StrictModel.model_config, serialize_by_alias=True)
+
+    @model_validator(mode="after")
+    def _columns_with_mapped(self) -> PolygonsConfig:
+        if self.columns is not None and self.schema_ in ("arts", "plain"):
+            raise ValueError(f"columns is for schema mapped (or auto); schema is {self.schema_}")
+        if self.columns is None and self.schema_ == "mapped":
+            raise ValueError("schema mapped needs columns (class_column and its values, date_column, ...)")
+        return self
+
+
+class RegionGroups(StrictModel):
+    """Regions as groups of polygons whose buffers intersect (ARTS's split rule: no two splits within a buffer)."""
+
+    buffer_m: float | None = Field(
+        None,
+        gt=0,
+        description="Buffer around each polygon, in grid CRS units. Empty: the tile diagonal (tile_size x "
+        "pixel_size x sqrt 2), so two polygons in one tile are always in one group.",
     )
 
 
@@ -89,12 +210,18 @@ class RegionsConfig(StrictModel):
     )
     name_column: str | None = Field(None, description="With `path`: the column holding each region's name.")
     name: str | None = Field(None, min_length=1, description="One region name for every tile.")
+    groups: RegionGroups | None = Field(
+        None,
+        description="ARTS's buffered-intersection grouping: every polygon (Positive and Negative) buffered, "
+        "intersecting buffers joined into one region 'group-<k>'; a tile takes its polygons' group, a tile "
+        'without polygons the nearest polygon\'s (docs/inventories.md, "Splits from an inventory").',
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RegionsConfig:
-        given = [k for k in ("column", "path", "name") if getattr(self, k) is not None]
+        given = [k for k in ("column", "path", "name", "groups") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of column, path, name; got {given or 'none'}")
+            raise ValueError(f"give exactly one of column, path, name, groups; got {given or 'none'}")
         if (self.path is None) != (self.name_column is None):
             raise ValueError("path and name_column go together (the region file and the column naming regions)")
         return self
@@ -255,12 +382,37 @@ class TilingConfig(StrictModel):
     lineage: Lineage | None = Field(
         None, description="The dataset version, its parent and the review it adds (written by rts review ingest)."
     )
+    scene_dates: dict[str, str] | None = Field(
+        None,
+        description="Acquisition date (YYYY-MM-DD) per scene file name or glob (matched against the scene's file "
+        "name; the first key that matches wins), for the label-age check; a scene no key matches takes its GeoTIFF "
+        "date tag (rtscore.data.raster.scene_date). Empty: the tags only.",
+    )
 
     @field_validator("extra")
     @classmethod
     def _unique_names(cls, v: list[ExtraBandConfig]) -> list[ExtraBandConfig]:
         check_extra_names([e.name for e in v])
         return v
+
+    @field_validator("scene_dates", mode="before")
+    @classmethod
+    def _dates_as_text(cls, v: object) -> object:
+        if isinstance(v, dict):  # YAML reads an unquoted 2024-07-01 as a date
+            return {k: d.isoformat() if isinstance(d, dt.date) else d for k, d in v.items()}
+        return v
+
+    @field_validator("scene_dates")
+    @classmethod
+    def _iso_dates(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is None:
+            return v
+        for key, text in v.items():
+            try:
+                dt.date.fromisoformat(text.strip())
+            except ValueError:
+                raise ValueError(f"{key!r}: {text!r} is not a date YYYY-MM-DD") from None
+        return {k: d.strip() for k, d in v.items()}
 
     @field_validator("splits")
     @classmethod

@@ -16,6 +16,7 @@ from pydantic import Field
 from rtscore.config.base import StrictModel
 from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig
+from rtscore.data.inventory.reader import InventoryFeature
 from rtscore.data.raster.vector_labels import read_polygons
 from rtscore.data.splits.blocking import BlockingError, Bounds, check_blocking, data_root_footprints
 from rtscore.data.tiling.inventory import Inventory, RegionOf, read_inventory
@@ -296,10 +297,10 @@ def _names(p: PlacedObject, split_of: dict[str, str] | None = None) -> str:
 
 
 def check_tile_regions(plan: Plan, cfg: TilingConfig, parent_root: Path) -> None:
-    """Regions from an inventory column: a cell's region is that of the polygons in it (else the nearest), so a
-    confirmed polygon can change the region of a cell; refused when it changes the cell's split (the parent's tiles
-    and the judged objects' cells)."""
-    if cfg.regions.column is None:
+    """Regions from an inventory column or its buffered groups: a cell's region is that of the polygons in it (else
+    the nearest), so a confirmed polygon can change the region of a cell; refused when it changes the cell's split
+    (the parent's tiles and the judged objects' cells)."""
+    if cfg.regions.column is None and cfg.regions.groups is None:
         return
     confirmed = [p for p in plan.objects if p.outcome is not None and p.outcome.outcome == "confirmed"]
     if not confirmed:
@@ -320,8 +321,9 @@ def check_tile_regions(plan: Plan, cfg: TilingConfig, parent_root: Path) -> None
             moved.append(f"{cell.tile_id}: {region!r} ({split_of.get(region)}) -> {now!r} ({split_of.get(now)})")
     if moved:
         ids = [p.obj.object_id for p in confirmed]
+        source = f"its column {cfg.regions.column!r}" if cfg.regions.column else "its buffered groups (regions.groups)"
         raise ReviewError(
-            f"{cfg.polygons.path}: regions come from its column {cfg.regions.column!r}, and the confirmed object(s) "
+            f"{cfg.polygons.path}: regions come from {source}, and the confirmed object(s) "
             f"{ids} would move grid cells to another split: {'; '.join(moved[:10])}; leave those objects out "
             "(unsure) or give the regions as a region file"
         )
@@ -364,7 +366,14 @@ def _grown_inventory(plan: Plan, confirmed: list[PlacedObject]) -> Inventory:
     geoms = [*inv.geoms, *(p.geom for p in confirmed)]
     features = [*inv.features, *({"geometry": shapely.geometry.mapping(p.geom), "properties": {}} for p in confirmed)]
     uids = [*inv.uids, *(str(p.outcome.uid) for p in confirmed if p.outcome is not None)]
+    labels = [
+        *inv.labels,
+        *(
+            InventoryFeature(uid, len(inv.labels) + k, "positive", "polygon", None, None, p.geom)
+            for k, (uid, p) in enumerate(zip(uids[len(inv.uids) :], confirmed, strict=True))
+        ),
+    ]
     regions = None
     if inv.regions is not None:
         regions = [*inv.regions, *(str(p.outcome.region) for p in confirmed if p.outcome is not None)]
-    return Inventory(features, geoms, uids, regions, shapely.STRtree(geoms))
+    return Inventory(features, geoms, uids, regions, shapely.STRtree(geoms), labels, inv.schema, stale=inv.stale)

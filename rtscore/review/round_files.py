@@ -11,6 +11,7 @@ from typing import Any
 from rtscore.config.base import read_yaml
 from rtscore.config.pipeline import parse_pipeline_config
 from rtscore.config.tiling import TilingConfig
+from rtscore.data.inventory.reader import InventoryFeature, canonical_mapping, canonical_values
 from rtscore.review.manifest import ReviewError
 from rtscore.review.placement import Plan
 
@@ -22,6 +23,7 @@ TILE_YAML = "tile.yaml"
 PIPELINE_YAML = "pipeline.yaml"
 OWN_FILES = (INGEST_JSON, INVENTORY_FILE, AREAS_FILE, TILE_YAML, PIPELINE_YAML)
 DEFAULT_ID_COLUMN = "uid"  # the id column of inventory.gpkg when the round's inventory has none
+GROUP_COLUMN = "region_group"  # regions.groups: each polygon's group, read back as a region column (names kept)
 
 
 def copy_verdicts(path: Path, review_dir: Path) -> str:
@@ -72,8 +74,9 @@ def _polygonal(geoms: list[Any]) -> list[Any]:
 
 
 def write_inventory(path: Path, plan: Plan, cfg: TilingConfig, rid: str) -> None:
-    """inventory.gpkg: the round's polygons (their geometry as read on the grid CRS, id, region column, the ignore
-    flag when present) and one polygon per confirmed object."""
+    """inventory.gpkg: the round's polygons (their geometry as read on the grid CRS, id, region column or group,
+    class, label type and date in the reader's canonical columns, the ignore flag when present) and one polygon per
+    confirmed object (a Positive outline without date)."""
     import numpy as np
     import shapely
 
@@ -81,14 +84,17 @@ def write_inventory(path: Path, plan: Plan, cfg: TilingConfig, rid: str) -> None
     confirmed = [p for p in plan.objects if p.outcome is not None and p.outcome.outcome == "confirmed"]
     geoms = [shapely.geometry.shape(f["geometry"]) for f in inv.features] + [p.geom for p in confirmed]
     n_old = len(inv.features)
+    new_ids = [str(p.outcome.uid) for p in confirmed if p.outcome]
     columns: dict[str, Any] = {
-        cfg.polygons.id_column or DEFAULT_ID_COLUMN: np.array(
-            [*inv.uids, *(str(p.outcome.uid) for p in confirmed if p.outcome)], dtype=object
-        )
+        cfg.polygons.id_column or DEFAULT_ID_COLUMN: np.array([*inv.uids, *new_ids], dtype=object)
     }
-    if cfg.regions.column is not None and inv.regions is not None:
+    region_column = cfg.regions.column or (GROUP_COLUMN if cfg.regions.groups is not None else None)
+    if region_column is not None and inv.regions is not None:
         regions = [*inv.regions, *(str(p.outcome.region) for p in confirmed if p.outcome)]
-        columns[cfg.regions.column] = np.array(regions, dtype=object)
+        columns[region_column] = np.array(regions, dtype=object)
+    added = [InventoryFeature(u, n_old + k, "positive", "polygon", None, None, None) for k, u in enumerate(new_ids)]
+    for name, values in canonical_values([*inv.labels, *added]).items():
+        columns[name] = np.array(values, dtype=object)
     if any("ignore" in (f.get("properties") or {}) for f in inv.features):
         flags = [int(bool((f.get("properties") or {}).get("ignore", False))) for f in inv.features]
         columns["ignore"] = np.array(flags + [0] * len(confirmed), dtype=np.int64)
@@ -125,7 +131,16 @@ def next_tiling_config(cfg: TilingConfig, plan: Plan, lineage: dict[str, Any]) -
     import yaml
 
     doc = cfg.model_dump(mode="json", exclude_none=True)
-    doc["polygons"] = {"path": INVENTORY_FILE, "id_column": cfg.polygons.id_column or DEFAULT_ID_COLUMN}
+    doc["polygons"] = {
+        "path": INVENTORY_FILE,
+        "id_column": cfg.polygons.id_column or DEFAULT_ID_COLUMN,
+        "schema": "mapped",  # the canonical columns write_inventory wrote: the same labels next round
+        "columns": canonical_mapping(),
+        "max_label_age_days": cfg.polygons.max_label_age_days,
+        "stale_labels": cfg.polygons.stale_labels,
+    }
+    if cfg.regions.groups is not None:  # the groups as named this round: a confirmed polygon cannot rename them
+        doc["regions"] = {"column": GROUP_COLUMN}
     doc["scenes"] = [*cfg.scenes, *plan.added_scenes]
     doc.pop("focus", None)
     if plan.focus_scenes:

@@ -35,6 +35,8 @@ METADATA_CSV, SPLITS_YAML = "metadata.csv", "splits.yaml"  # a data root's files
 SPLITS_SUMMARY_JSON = Path(RunLayout.DERIVED_SPLITS_SUMMARY.at()).name  # beside a store, as in a run's datasets/
 LABEL_POLYGON_SUFFIXES = (".geojson", ".gpkg", ".fgb", ".shp")  # labels/<id>.<suffix>, when there is no .tif
 METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
+# After them, optional (a root without them reads, empty): the Negative polygons with a pixel in the tile, and one
+# `<uid>@<row>,<col>` pixel inside each UID's label 1 (docs/geotiff.md#the-tile-layout); rts tile writes them.
 OPTIONAL_METADATA_COLUMNS = ("NegativeUIDs", "ObjectPixels")
 CRS = "EPSG:3857"
 MAX_LISTED = 20  # problems listed in one error

@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from rtscore.config.tiling import TilingConfig
+from rtscore.data.geotiff.root import METADATA_COLUMNS, OPTIONAL_METADATA_COLUMNS
 from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.data.tiling.pixels import GridCell, TilePixels
 from rtscore.storage import atomic_write_text
 
-METADATA_COLUMNS = ("Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs")
+TILE_COLUMNS = METADATA_COLUMNS + OPTIONAL_METADATA_COLUMNS  # what rts tile writes: the layout's and the optional
 
 
 def _tmp(path: Path) -> Path:
@@ -82,10 +83,10 @@ def tile_lonlat(cell: GridCell, crs: str) -> tuple[float, float]:
 
 def metadata_csv(rows: Iterable[Mapping[str, str]]) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(METADATA_COLUMNS), lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=list(TILE_COLUMNS), lineterminator="\n")
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: r[k] for k in METADATA_COLUMNS})
+        writer.writerow({k: r[k] for k in TILE_COLUMNS})
     return buf.getvalue()
 
 

@@ -1,60 +1,62 @@
-"""The RTS inventory of an `rts tile` run: its polygons on the grid CRS (ids, regions, a spatial index), the
-RegionName of a grid cell, and the labels the polygons give one tile."""
+"""The inventory of an `rts tile` run: its labels on the grid CRS (typed by `rtscore.data.inventory.reader`: class,
+label type, date; with ids, regions and a spatial index), the RegionName of a grid cell, and the labels the polygons
+give one tile."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rtscore.config.tiling import TilingConfig
+from rtscore.data.inventory.groups import buffered_groups, tile_diagonal
+from rtscore.data.inventory.reader import InventoryError, InventoryFeature, read_inventory_file, vector_columns
 from rtscore.data.raster.vector_labels import rasterize_labels, read_polygons
 from rtscore.data.tiles import IGNORE_INDEX
 from rtscore.data.tiling.pixels import GridCell, TilingError
 from rtscore.data.tiling.scenes import scene_paths
 
-
-def vector_fields(path: Path) -> list[str]:
-    """The attribute columns of a vector file (its first layer)."""
-    return _vector_info(path)[0]
+log = logging.getLogger(__name__)
 
 
-def _vector_info(path: Path) -> tuple[list[str], int]:
-    """(attribute columns, feature count) of a vector file's first layer."""
-    import pyogrio
-
+@contextmanager
+def tiling_errors() -> Iterator[None]:
+    """An inventory the reader refuses, as the TilingError of `rts tile` (the same message)."""
     try:
-        info = pyogrio.read_info(path, force_feature_count=True)
-    except Exception as err:  # pyogrio's DataSourceError/DataLayerError, GDAL's reasons inside
-        raise TilingError(f"{path}: not a readable vector file ({type(err).__name__}: {err})") from None
-    return [str(f) for f in info["fields"]], int(info["features"])
-
-
-def _require_columns(path: Path, key: str, wanted: dict[str, str | None]) -> None:
-    """``path`` (config ``key``) exists, holds polygons and has the ``wanted`` columns (an empty file has no
-    columns to name: it is refused as empty first)."""
-    if not path.is_file():
-        raise TilingError(f"{path}: polygon file not found")
-    fields, features = _vector_info(path)
-    if features == 0:
-        raise TilingError(f"{path}: holds no polygons ({key} must name a file with at least one polygon)")
-    for name, column in wanted.items():
-        if column is not None and column not in fields:
-            raise TilingError(f"{name}: column {column!r} is not in {path}; its columns are {fields}")
+        yield
+    except InventoryError as err:
+        raise TilingError(str(err)) from None
 
 
 @dataclass
 class Inventory:
-    """The RTS polygons on the grid CRS, with their ids, regions (column source) and a spatial index."""
+    """The inventory's polygons on the grid CRS: ``labels`` typed (class, label type, dates), ``features`` as
+    GeoJSON-like dicts (geometry as repaired), ``geoms`` (shapely), ``uids``, ``regions`` (a region column or
+    buffered groups; None otherwise) and a spatial index, all index-aligned. ``stale``: the labels older than
+    ``max_label_age_days`` from their scene (set by the label-age check)."""
 
     features: list[dict[str, Any]]
     geoms: list[Any]  # shapely geometries, index-aligned with features
     uids: list[str]
     regions: list[str] | None
     tree: Any  # shapely STRtree
+    labels: list[InventoryFeature] = field(default_factory=list)
+    schema: str = "plain"
+    grouped: bool = False  # regions are buffered groups with the tile-diagonal buffer: one group per tile
+    stale: frozenset[int] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not self.labels:  # built in memory (a review's grown inventory): RTS outlines without dates
+            self.labels = [
+                InventoryFeature(uid, i, "positive", "polygon", None, None, g, dict(f.get("properties") or {}))
+                for i, (f, g, uid) in enumerate(zip(self.features, self.geoms, self.uids, strict=True))
+            ]
 
     def touching(self, cell: GridCell) -> list[int]:
         import shapely
@@ -62,41 +64,62 @@ class Inventory:
         box = shapely.box(*cell.bounds)
         return sorted(int(i) for i in self.tree.query(box, predicate="intersects"))
 
+    def is_rts(self, i: int) -> bool:
+        """Whether polygon ``i`` is labelled as an RTS (1 where a tile holds it whole on valid pixels): a Positive
+        outline, neither flagged ``ignore`` nor stale."""
+        f = self.labels[i]
+        return f.train_class == "positive" and f.label_type == "polygon" and not f.ignore and i not in self.stale
+
+    @property
+    def negatives(self) -> int:
+        return sum(f.train_class == "negative" for f in self.labels)
+
+    @property
+    def bounding_boxes(self) -> int:
+        """Positive bounding boxes (ignore over their box; a Negative box is background like any Negative)."""
+        return sum(f.train_class == "positive" and f.label_type == "bbox" for f in self.labels)
+
+    @property
+    def repaired(self) -> int:
+        return sum(f.repaired for f in self.labels)
+
 
 def read_inventory(cfg: TilingConfig) -> Inventory:
-    """The polygons of ``cfg.polygons`` reprojected to the grid CRS (`read_polygons`), with ids and regions."""
+    """``cfg.polygons`` read by its schema (`read_inventory_file`) on the grid CRS, with ids and regions (the region
+    column, or ARTS's buffered groups with ``regions.groups``).
+
+    Raises:
+        TilingError: what the reader refuses (the file, a column, every bad value at once).
+    """
     import shapely
 
     path = Path(cfg.polygons.path)
-    wanted = {"polygons.id_column": cfg.polygons.id_column, "regions.column": cfg.regions.column}
-    _require_columns(path, "polygons.path", wanted)
-    features = read_polygons(path, cfg.grid.crs)
-    if not features:
-        raise TilingError(f"{path}: holds no polygons")
-    geoms = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in features]
-    if cfg.polygons.id_column is None:
-        uids = [f"{path.stem}-{i}" for i in range(len(features))]
-    else:
-        uids = [_text(f["properties"].get(cfg.polygons.id_column)) for f in features]
-        _no_blanks(path, "polygons.id_column", cfg.polygons.id_column, uids)
-        dupes = sorted({u for u in uids if uids.count(u) > 1})
-        if dupes:
-            raise TilingError(f"{path}: polygons.id_column {cfg.polygons.id_column!r} repeats ids {dupes[:20]}")
-    regions = None
+    with tiling_errors():
+        read = read_inventory_file(path, cfg.grid.crs, cfg.polygons, cfg.regions.column)
+    labels = read.features
+    geoms = [f.geometry for f in labels]
+    features = [
+        {"type": "Feature", "geometry": shapely.geometry.mapping(f.geometry), "properties": f.properties}
+        for f in labels
+    ]
+    regions: list[str] | None = None
+    grouped = False
     if cfg.regions.column is not None:
-        regions = [_text(f["properties"].get(cfg.regions.column)) for f in features]
-        _no_blanks(path, "regions.column", cfg.regions.column, regions)
-    return Inventory(features, geoms, uids, regions, shapely.STRtree(geoms))
+        regions = [str(f.region) for f in labels]
+    elif cfg.regions.groups is not None:
+        buffer = cfg.regions.groups.buffer_m
+        grouped = buffer is None
+        if buffer is None:
+            buffer = tile_diagonal(cfg.grid.tile_size, cfg.grid.pixel_size)
+        regions = buffered_groups(geoms, buffer)
+        log.info("%s: %d group(s) of polygons buffered by %g (regions.groups)", path, len(set(regions)), buffer)
+    return Inventory(
+        features, geoms, [f.uid for f in labels], regions, shapely.STRtree(geoms), labels, read.schema.kind, grouped
+    )
 
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value).strip()
-
-
-def _no_blanks(path: Path, key: str, column: str, values: list[str]) -> None:
-    blank = [i for i, v in enumerate(values) if not v]
-    if blank:
-        raise TilingError(f"{path}: {key} {column!r} is empty for feature(s) {blank[:20]}")
 
 
 class RegionOf:
@@ -111,11 +134,17 @@ class RegionOf:
         self.region_names: list[str] = []
         if cfg.regions.path is not None:
             path = Path(cfg.regions.path)
-            _require_columns(path, "regions.path", {"regions.name_column": cfg.regions.name_column})
-            feats = read_polygons(path, cfg.grid.crs, columns=[str(cfg.regions.name_column)])
+            column = str(cfg.regions.name_column)
+            with tiling_errors():
+                fields = vector_columns(path, "regions.path")
+            if column not in fields:
+                raise TilingError(f"regions.name_column: column {column!r} is not in {path}; its columns are {fields}")
+            feats = read_polygons(path, cfg.grid.crs, columns=[column])
             self.region_geoms = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in feats]
-            self.region_names = [_text(f["properties"].get(cfg.regions.name_column)) for f in feats]
-            _no_blanks(path, "regions.name_column", str(cfg.regions.name_column), self.region_names)
+            self.region_names = [_text(f["properties"].get(column)) for f in feats]
+            blank = [i for i, v in enumerate(self.region_names) if not v]
+            if blank:
+                raise TilingError(f"{path}: regions.name_column {column!r} is empty for feature(s) {blank[:20]}")
             self.region_tree = shapely.STRtree(self.region_geoms)
 
     def __call__(self, cell: GridCell, touching: list[int]) -> str | None:
@@ -130,6 +159,9 @@ class RegionOf:
         assert regions is not None  # RegionsConfig: exactly one source
         if touching:  # the most common region of the polygons in the tile (ties: the first name in order)
             counts = Counter(regions[i] for i in touching)
+            # Two polygons touching one tile lie within a tile diagonal of each other, so their diagonal buffers
+            # intersect: one group (rtscore.data.inventory.groups).
+            assert not self.inventory.grouped or len(counts) == 1, f"{cell.tile_id}: polygons of groups {counts}"
             return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
         nearest = self.inventory.tree.nearest(shapely.Point(*cell.centre))
         return regions[int(nearest)]
@@ -177,27 +209,62 @@ def read_focus(cfg: TilingConfig) -> Focus | None:
 # --------------------------------------------------------------------------------------------- labels
 
 
-def tile_labels(
-    cell: GridCell, inventory: Inventory, touching: list[int], valid: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
-    """(n, n) uint8 labels and the ids of the RTS labelled 1. An RTS cut by the tile edge or touching NoData is
-    255 over its extent (`rasterize_labels`' partial-object rule); NoData pixels are 255."""
+@dataclass(frozen=True)
+class TileLabels:
+    """One tile's labels: the (n, n) uint8 raster, the ids of the RTS labelled 1 (metadata.csv UIDs), the Negative
+    polygons with a valid pixel in it (NegativeUIDs) and, per id of ``uids``, a (row, col) inside its label 1."""
+
+    label: np.ndarray
+    uids: list[str]
+    negative_uids: list[str]
+    object_pixels: list[tuple[str, int, int]]
+
+    def object_pixels_text(self) -> str:
+        """metadata.csv ObjectPixels: ``<uid>@<row>,<col>`` entries, ';'-joined."""
+        return ";".join(f"{u}@{r},{c}" for u, r, c in self.object_pixels)
+
+
+def tile_labels(cell: GridCell, inventory: Inventory, touching: list[int], valid: np.ndarray) -> TileLabels:
+    """The tile's labels (docs/inventories.md, "Classes, label types, dates, geometry"): a Positive outline is 1
+    where the tile holds it whole on valid pixels, 255 over its extent where the tile edge cuts it or it runs into
+    NoData (`rasterize_labels`' partial-object rule); a Positive bounding box, a stale label and a polygon flagged
+    ``ignore`` are 255 over their extent; a Negative adds nothing (0 unless a Positive or an ignore is there);
+    NoData pixels are 255; pixels in a polygon's hole are outside it."""
     from rasterio.features import geometry_mask
 
     n = cell.tile_size
     features: list[dict[str, Any]] = []
     footprints: list[np.ndarray] = []
+    negatives = []
     for i in touching:
         f = inventory.features[i]
         inside = geometry_mask([f["geometry"]], out_shape=(n, n), transform=cell.transform, invert=True)
         if not inside.any():
             continue
+        if inventory.labels[i].train_class == "negative":
+            if i not in inventory.stale and (inside & valid).any():
+                negatives.append(inventory.uids[i])
+            continue
         props = dict(f.get("properties") or {})
-        if (inside & ~valid).any():
-            props["ignore"] = True  # the RTS runs into NoData: not wholly observed, like one cut by the edge
+        if (inside & ~valid).any() or not inventory.is_rts(i):
+            props["ignore"] = True  # into NoData (not wholly observed), a bounding box, stale, or flagged
         features.append({"type": "Feature", "geometry": f["geometry"], "properties": props, "uid": inventory.uids[i]})
         footprints.append(inside)
     label = rasterize_labels(features, cell.transform, n)
     label[~valid] = IGNORE_INDEX
-    uids = [f["uid"] for f, inside in zip(features, footprints, strict=True) if (label[inside] == 1).any()]
-    return label, uids
+    uids, pixels = [], []
+    for f, inside in zip(features, footprints, strict=True):
+        ones = inside & (label == 1)
+        if ones.any():
+            uids.append(f["uid"])
+            pixels.append((f["uid"], *_central_pixel(ones)))
+    return TileLabels(label, uids, negatives, pixels)
+
+
+def _central_pixel(mask: np.ndarray) -> tuple[int, int]:
+    """The pixel of ``mask`` nearest the mean of its pixels (ties: the first in row-major order): inside it even
+    when it is not convex."""
+    rows, cols = np.nonzero(mask)
+    d = (rows - rows.mean()) ** 2 + (cols - cols.mean()) ** 2
+    k = int(np.argmin(d))
+    return int(rows[k]), int(cols[k])

@@ -2,10 +2,10 @@
 
 Each candidate cell placed in a region carries what the geometry says of it without reading a pixel: the share of
 the cell inside the scenes' footprints (an upper bound of its valid fraction: NoData inside a scene lowers it) and
-whether it holds an RTS polygon whole (every vertex inside the cell, the polygon inside the footprints, not flagged
-``ignore``: an upper bound of label 1, since a polygon on NoData pixels or too small to hold a pixel centre gives
-none). Whether a region gets a tile at all is decided exactly: its cells are rendered (not written), best covered
-first, until one passes ``min_valid_fraction`` (:class:`TileProbe`).
+whether it holds an RTS polygon whole (every vertex inside the cell, the polygon inside the footprints, a Positive
+outline neither flagged ``ignore`` nor stale: an upper bound of label 1, since a polygon on NoData pixels or too
+small to hold a pixel centre gives none). Whether a region gets a tile at all is decided exactly: its cells are
+rendered (not written), best covered first, until one passes ``min_valid_fraction`` (:class:`TileProbe`).
 
 The split rules (docs/geotiff.md, "Spatial blocking") are then checked on the plan (:func:`check_split_rules`): with
 ``splits`` the rules of a given split, without it the derivation ingestion will run, so a root that cannot be split
@@ -47,9 +47,9 @@ def kept(px: TilePixels | None, cfg: TilingConfig) -> bool:
     return px is not None and float(px.valid.mean()) >= cfg.min_valid_fraction
 
 
-def scene_footprints(scenes: Sequence[Scene], datasets: Datasets, grid_crs: str) -> Any:
-    """The union of the scenes' raster extents on the grid CRS (each edge densified: a UTM scene is a curved
-    quadrilateral in Web Mercator, not its bounding box)."""
+def scene_outlines(scenes: Sequence[Scene], datasets: Datasets, grid_crs: str) -> list[Any]:
+    """Each scene's raster extent on the grid CRS, in the scenes' order (each edge densified: a UTM scene is a
+    curved quadrilateral in Web Mercator, not its bounding box)."""
     import shapely
     from rasterio.warp import transform
 
@@ -63,7 +63,7 @@ def scene_footprints(scenes: Sequence[Scene], datasets: Datasets, grid_crs: str)
         xs, ys = src.transform @ (cols, rows)
         gx, gy = transform(src.crs, grid_crs, np.asarray(xs).tolist(), np.asarray(ys).tolist())
         shapes.append(shapely.make_valid(shapely.Polygon(np.c_[gx, gy])))
-    return shapely.union_all(shapes)
+    return shapes
 
 
 def with_estimates(placed: Sequence[Placed], inventory: Inventory, footprints: Any) -> list[Placed]:
@@ -75,10 +75,11 @@ def with_estimates(placed: Sequence[Placed], inventory: Inventory, footprints: A
     boxes = shapely.box(*np.array([p.cell.bounds for p in placed]).T)
     coverage = shapely.area(shapely.intersection(boxes, footprints)) / shapely.area(boxes)
     in_scenes = shapely.covers(footprints, np.array(inventory.geoms, dtype=object))
-    ignored = [bool((f.get("properties") or {}).get("ignore", False)) for f in inventory.features]
     out = []
     for p, box, cov in zip(placed, boxes, coverage, strict=True):
-        whole = any(in_scenes[i] and not ignored[i] and shapely.covers(box, inventory.geoms[i]) for i in p.touching)
+        whole = any(
+            in_scenes[i] and inventory.is_rts(i) and shapely.covers(box, inventory.geoms[i]) for i in p.touching
+        )
         out.append(Placed(p.cell, p.touching, p.region, float(cov), bool(whole)))
     return out
 

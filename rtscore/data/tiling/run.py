@@ -21,8 +21,11 @@ Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
   alpha 0. EXTRA/<id>.tif: float32, declared nodata NaN (NDVI where nir + red is 0, a companion raster's NoData),
   0 on NoData pixels. labels/<id>.tif: uint8, the polygons rasterised directly on the tile grid
   (`rtscore.data.raster.vector_labels.rasterize_labels`): 1 inside a whole RTS, 255 over an RTS cut by the tile edge or
-  touching NoData, 255 on NoData, else 0. metadata.csv: TrainClass positive when a pixel is 1; UIDs the RTS with a
-  pixel of 1.
+  touching NoData, 255 on NoData, else 0. The inventory is read by its schema (ARTS, mapped columns or plain;
+  `rtscore.data.inventory.reader`): a Negative polygon is background (0), a Positive bounding box and a label too old
+  for its scene (`rtscore.data.tiling.dates`) are 255 (docs/inventories.md). metadata.csv: TrainClass positive when
+  a pixel is 1; UIDs the RTS with a pixel of 1; NegativeUIDs the Negatives with a valid pixel; ObjectPixels a pixel
+  of each UID's label 1.
 * **Resumable.** Each file is written under a temporary name and renamed; a tile's record (``.rts-tile/tiles/``) is
   written after its files, so a tile with a record and all its files is skipped on a re-run; metadata.csv,
   splits.yaml and ``tiling.json`` are written at the end, atomically, from the records (and only when their
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,7 @@ from pydantic import BaseModel, Field, JsonValue
 from rtscore.config.splits import SplitError
 from rtscore.config.tiling import Lineage, TilingConfig, resolve_paths
 from rtscore.data.splits.regions import derive_splits
+from rtscore.data.tiling.dates import LabelAges, check_label_ages
 from rtscore.data.tiling.files import metadata_csv, tile_lonlat, write_if_changed, write_tile
 from rtscore.data.tiling.inventory import Inventory, RegionOf, read_focus, read_inventory, tile_labels
 from rtscore.data.tiling.pixels import Datasets, GridCell, Scene, TilingError, grid_cells, render_pixels
@@ -56,7 +60,7 @@ from rtscore.data.tiling.plan import (
     check_split_rules,
     kept,
     plan_line,
-    scene_footprints,
+    scene_outlines,
     with_estimates,
 )
 from rtscore.data.tiling.scenes import check_resampling, check_scenes, scene_paths
@@ -95,6 +99,18 @@ class TilingCounts(BaseModel):
     polygons: int = Field(..., description="Polygons in the inventory.")
     polygons_labelled: int = Field(..., description="Polygons labelled 1 (whole, on valid pixels) in some tile.")
     polygons_outside_scenes: int = Field(..., description="Polygons that touch no scene footprint (not tiled).")
+    negative_polygons: int = Field(
+        0, description="Negative polygons of the inventory (mapped background: label 0, listed in NegativeUIDs)."
+    )
+    tiles_with_negatives: int = Field(0, description="Tiles holding a valid pixel of a Negative polygon.")
+    bounding_boxes: int = Field(0, description="Positive bounding boxes of the inventory: ignore (255) over their box.")
+    stale_labels: int = Field(
+        0, description="Labels more than polygons.max_label_age_days from their scene's acquisition: ignored (255)."
+    )
+    repaired_polygons: int = Field(0, description="Invalid polygons of the inventory repaired with make_valid.")
+    undated_scenes: int = Field(
+        0, description="Scenes without an acquisition date (scene_dates or a date tag): their labels not age-checked."
+    )
 
 
 class TilingManifest(BaseModel):
@@ -135,13 +151,13 @@ IDENTITY_EXCLUDES: dict[str, Any] = {
 
 
 # Sections that are absent from the identity when empty, so a config without them keeps its identity's settings.
-OPTIONAL_SECTIONS = ("focus", "lineage")
+OPTIONAL_SECTIONS = ("focus", "lineage", "scene_dates")
 
 
 def identity_settings(cfg: TilingConfig) -> dict[str, Any]:
     """The settings part of :func:`fingerprint`: the config but :data:`IDENTITY_EXCLUDES`, every input file's
-    identity in place of its path; ``focus`` and ``lineage`` only when given (their path-free parts: the focus
-    files' identities, the lineage but its parent's path)."""
+    identity in place of its path; ``focus``, ``lineage`` and ``scene_dates`` only when given (their path-free
+    parts: the focus files' identities, the lineage but its parent's path)."""
     doc = cfg.model_dump(mode="json", exclude=IDENTITY_EXCLUDES)
     doc["scenes"] = [file_identity(p) for p in scene_paths(cfg.scenes)]
     doc["polygons"]["path"] = file_identity(Path(cfg.polygons.path))
@@ -225,7 +241,7 @@ def _place(cfg: TilingConfig, cells: list[GridCell], inventory: Inventory, regio
         if region is None:
             if touching:
                 raise TilingError(
-                    f"{cfg.regions.path}: tile {cell.tile_id} holds RTS {[inventory.uids[i] for i in touching]} "
+                    f"{cfg.regions.path}: tile {cell.tile_id} holds polygons {[inventory.uids[i] for i in touching]} "
                     "but its centre lies in no region polygon; extend the regions"
                 )
             continue
@@ -278,26 +294,32 @@ class RunPlan:
     placed: list[Placed]
     outside: int
     warnings: list[str]
+    ages: LabelAges
 
 
 def _checked_plan(cfg: TilingConfig, datasets: Datasets) -> RunPlan:
     """Every input and setting checked, in this order, before a tile is written (tile_scenes' Raises): the scenes'
-    headers, their native pixel against the grid's, the inventory and regions, the cells, the split rules."""
+    headers, their native pixel against the grid's, the inventory (its values, the labels' ages) and regions, the
+    cells, the split rules."""
+    import shapely
+
     scenes = check_scenes(cfg, datasets)
     warnings = check_resampling(cfg, scenes, datasets)
     for w in warnings:
         log.warning("rts tile: %s", w)
     inventory = read_inventory(cfg)
+    outlines = scene_outlines(scenes, datasets, cfg.grid.crs)
+    ages = check_label_ages(cfg, scenes, outlines, inventory, datasets)
+    inventory = replace(inventory, stale=ages.stale)
     region_of = RegionOf(cfg, inventory)
     cells, outside = _plan(cfg, scenes, inventory)
-    placed = with_estimates(
-        _place(cfg, cells, inventory, region_of), inventory, scene_footprints(scenes, datasets, cfg.grid.crs)
-    )
+    placed = with_estimates(_place(cfg, cells, inventory, region_of), inventory, shapely.union_all(outlines))
     log.info(plan_line(len(cells), placed, cfg, len(scenes)))
     split = check_split_rules(cfg, TileProbe(cfg, scenes, datasets, placed))
     for w in split.warnings:
         log.warning("rts tile: %s", w)
-    return RunPlan(scenes, inventory, cells, placed, outside, warnings + split.warnings)
+    warnings += ages.warnings + split.warnings
+    return RunPlan(scenes, inventory, cells, placed, outside, warnings, ages)
 
 
 @dataclass
@@ -396,6 +418,12 @@ def _manifest(
             polygons=len(plan.inventory.geoms),
             polygons_labelled=len(labelled),
             polygons_outside_scenes=plan.outside,
+            negative_polygons=plan.inventory.negatives,
+            tiles_with_negatives=sum(bool(r.metadata_row.get("NegativeUIDs")) for r in records),
+            bounding_boxes=plan.inventory.bounding_boxes,
+            stale_labels=len(plan.ages.stale),
+            repaired_polygons=plan.inventory.repaired,
+            undated_scenes=len(plan.ages.undated_scenes),
         ),
         resumed_tiles=done.resumed,
         warnings=warnings,
@@ -433,16 +461,17 @@ def _tile(
         return TileRecord(tile_id=cell.tile_id, status="empty", files={})
     if not kept(px, cfg):
         return TileRecord(tile_id=cell.tile_id, status="sparse", files={}, valid_fraction=float(px.valid.mean()))
-    label, uids = tile_labels(cell, inventory, touching, px.valid)
-    files = write_tile(root, cell, px, label, cfg)
+    labels = tile_labels(cell, inventory, touching, px.valid)
+    files = write_tile(root, cell, px, labels.label, cfg)
     lon, lat = tile_lonlat(cell, cfg.grid.crs)
-    positive = bool((label == 1).any())
     row = {
         "Tile_id": cell.tile_id,
         "centroid_lat": f"{lat:.6f}",
         "centroid_lon": f"{lon:.6f}",
-        "TrainClass": "positive" if positive else "negative",
+        "TrainClass": "positive" if labels.uids else "negative",
         "RegionName": region,
-        "UIDs": ";".join(uids),
+        "UIDs": ";".join(labels.uids),
+        "NegativeUIDs": ";".join(labels.negative_uids),
+        "ObjectPixels": labels.object_pixels_text(),
     }
-    return TileRecord(tile_id=cell.tile_id, status="written", files=files, row=row, uids=uids)
+    return TileRecord(tile_id=cell.tile_id, status="written", files=files, row=row, uids=labels.uids)

@@ -176,7 +176,9 @@ def test_layout_files_georeferencing_and_metadata(mosaic: Path) -> None:
     out = tile_scenes(cfg, cfg.output or "")
     root = Path(cfg.output or "")
     rows = metadata(root)
-    assert list(rows[0]) == ["Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs"]
+    assert list(rows[0]) == [
+        "Tile_id", "centroid_lat", "centroid_lon", "TrainClass", "RegionName", "UIDs", "NegativeUIDs", "ObjectPixels"
+    ]  # fmt: skip
     assert out.counts.tiles == len(rows) > 0 and out.counts.positive == sum(r["TrainClass"] == "positive" for r in rows)
     for r in rows:
         with rasterio.open(root / "PLANET-RGB" / f"{r['Tile_id']}.tif") as f:
@@ -194,6 +196,11 @@ def test_layout_files_georeferencing_and_metadata(mosaic: Path) -> None:
         assert set(np.unique(label)) <= {0, 1, 255}
         assert (r["TrainClass"] == "positive") == bool((label == 1).any())
         assert (r["UIDs"] != "") == (r["TrainClass"] == "positive")
+        assert [e.split("@")[0] for e in r["ObjectPixels"].split(";") if e] == [u for u in r["UIDs"].split(";") if u]
+        for e in filter(None, r["ObjectPixels"].split(";")):
+            row, col = map(int, e.split("@")[1].split(","))
+            assert label[0, row, col] == 1
+        assert r["NegativeUIDs"] == "", "a plain inventory has no Negative"
     assert (
         out.counts.polygons == 5
         and out.counts.polygons_labelled == len({u for r in rows for u in r["UIDs"].split(";") if u}) >= 1
@@ -636,7 +643,7 @@ def test_regions_from_a_region_polygon_file(mosaic: Path) -> None:
     c = out.counts
     assert c.tiles + c.skipped_outside_regions + c.skipped_no_valid_pixels + c.skipped_sparse == c.candidate_tiles
     write_gpkg(mosaic / "rts.gpkg", [*polys, blob(east + 400, Y0 - 500, 40, 9)], ["x"] * 5)  # in no region
-    with pytest.raises(TilingError, match=r"regions.gpkg: tile c-?\d+_r\d+ holds RTS \['RTS-004'\] .* no region"):
+    with pytest.raises(TilingError, match=r"regions.gpkg: tile c-?\d+_r\d+ holds polygons \['RTS-004'\] .* no region"):
         tile_scenes(cfg, mosaic / "tiles2")
 
 
