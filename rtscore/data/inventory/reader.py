@@ -34,6 +34,7 @@ from rtscore.data.inventory.arts import (
     missing_required,
     parse_date_range,
 )
+from rtscore.data.inventory.object_pixels import SEPARATOR
 from rtscore.data.raster.vector_labels import read_polygons
 from rtscore.errors import PipelineError
 
@@ -341,8 +342,8 @@ def _ids(path: Path, schema: Schema, raw: list[dict[str, Any]], problems: _Probl
             problems.add(key, "is blank", f"row {row}")
         elif seen[uid] > 1:
             problems.add(key, f"repeats {uid!r}", f"row {row}", "ids must be unique")
-        elif ";" in uid:
-            problems.add(key, "holds ';'", uid, "metadata.csv lists ids separated by ';'")
+        elif SEPARATOR in uid or "@" in uid:
+            problems.add(key, "holds ';' or '@'", uid, "metadata.csv separates ids with ';' and ObjectPixels with '@'")
     return uids
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from rtscore.config.tiling import TilingConfig
 from rtscore.data.inventory.groups import buffered_groups, tile_diagonal
+from rtscore.data.inventory.object_pixels import ObjectPixel, format_object_pixels
 from rtscore.data.inventory.reader import InventoryError, InventoryFeature, read_inventory_file, vector_columns
 from rtscore.data.raster.vector_labels import rasterize_labels, read_polygons
 from rtscore.data.tiles import IGNORE_INDEX
@@ -217,11 +218,11 @@ class TileLabels:
     label: np.ndarray
     uids: list[str]
     negative_uids: list[str]
-    object_pixels: list[tuple[str, int, int]]
+    object_pixels: list[ObjectPixel]
 
     def object_pixels_text(self) -> str:
-        """metadata.csv ObjectPixels: ``<uid>@<row>,<col>`` entries, ';'-joined."""
-        return ";".join(f"{u}@{r},{c}" for u, r, c in self.object_pixels)
+        """metadata.csv ObjectPixels (rtscore.data.inventory.object_pixels, the one definition of the format)."""
+        return format_object_pixels(self.object_pixels)
 
 
 def tile_labels(cell: GridCell, inventory: Inventory, touching: list[int], valid: np.ndarray) -> TileLabels:
@@ -257,7 +258,7 @@ def tile_labels(cell: GridCell, inventory: Inventory, touching: list[int], valid
         ones = inside & (label == 1)
         if ones.any():
             uids.append(f["uid"])
-            pixels.append((f["uid"], *_central_pixel(ones)))
+            pixels.append(ObjectPixel(f["uid"], *_central_pixel(ones)))
     return TileLabels(label, uids, negatives, pixels)
 
 

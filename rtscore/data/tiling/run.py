@@ -49,6 +49,7 @@ from pydantic import BaseModel, Field, JsonValue
 
 from rtscore.config.splits import SplitError
 from rtscore.config.tiling import Lineage, TilingConfig, resolve_paths
+from rtscore.data.inventory.object_pixels import join_ids
 from rtscore.data.splits.regions import derive_splits
 from rtscore.data.tiling.dates import LabelAges, check_label_ages
 from rtscore.data.tiling.files import metadata_csv, tile_lonlat, write_if_changed, write_tile
@@ -470,8 +471,8 @@ def _tile(
         "centroid_lon": f"{lon:.6f}",
         "TrainClass": "positive" if labels.uids else "negative",
         "RegionName": region,
-        "UIDs": ";".join(labels.uids),
-        "NegativeUIDs": ";".join(labels.negative_uids),
+        "UIDs": join_ids(labels.uids),
+        "NegativeUIDs": join_ids(labels.negative_uids),
         "ObjectPixels": labels.object_pixels_text(),
     }
     return TileRecord(tile_id=cell.tile_id, status="written", files=files, row=row, uids=labels.uids)
