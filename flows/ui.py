@@ -261,8 +261,7 @@ def publish_tiling(manifest: TilingManifest) -> None:
         f"{manifest.resumed_tiles} kept from an earlier run) of {c.candidate_tiles} grid cells: "
         f"{c.skipped_no_valid_pixels} without valid pixels, {c.skipped_sparse} under min_valid_fraction, "
         f"{c.skipped_outside_regions} outside the regions.\n\n"
-        f"Polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile, "
-        f"{c.polygons_outside_scenes} touching no scene.\n\n{regions}"
+        f"Polygons: {c.labels_line()}.\n\n{regions}"
     )
     if manifest.warnings:
         md += "\n## Warnings\n\n" + "".join(f"- {w}\n" for w in manifest.warnings)

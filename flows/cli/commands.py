@@ -109,7 +109,7 @@ def tile(p: TileParams) -> int:
         )
         + (f", {c.skipped_outside_regions} outside the regions" if c.skipped_outside_regions else "")
     )
-    print(f"polygons: {c.polygons} in the inventory, {c.polygons_labelled} labelled whole in a tile")
+    print(f"polygons: {c.labels_line()}")
     if c.polygons_outside_scenes:
         print(f"warning: {c.polygons_outside_scenes} polygon(s) touch no scene and were not tiled")
     return 0

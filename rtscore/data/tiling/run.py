@@ -113,6 +113,24 @@ class TilingCounts(BaseModel):
         0, description="Scenes without an acquisition date (scene_dates or a date tag): their labels not age-checked."
     )
 
+    def labels_line(self) -> str:
+        """The inventory's polygons as tiled, in one line (the CLI and the Prefect artifact print it): how many were
+        labelled, and what was not labelled 1 and why (docs/inventories.md)."""
+        parts = [f"{self.polygons} in the inventory, {self.polygons_labelled} labelled whole in a tile"]
+        if self.negative_polygons:
+            parts.append(f"{self.negative_polygons} Negative (background, 0) in {self.tiles_with_negatives} tile(s)")
+        if self.bounding_boxes:
+            parts.append(f"{self.bounding_boxes} bounding box(es) ignored (255)")
+        if self.stale_labels:
+            parts.append(f"{self.stale_labels} stale label(s) (polygons.max_label_age_days)")
+        if self.repaired_polygons:
+            parts.append(f"{self.repaired_polygons} invalid polygon(s) repaired")
+        if self.undated_scenes:
+            parts.append(f"{self.undated_scenes} scene(s) without a date (their labels not age-checked)")
+        if self.polygons_outside_scenes:
+            parts.append(f"{self.polygons_outside_scenes} touching no scene")
+        return "; ".join(parts)
+
 
 class TilingManifest(BaseModel):
     """``tiling.json``: what was tiled, how, and what came out (written last: its presence means done)."""

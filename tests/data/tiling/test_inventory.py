@@ -115,6 +115,10 @@ def test_classes_label_types_dates_and_geometry_in_the_labels_and_counts(
     assert (c.polygons, c.negative_polygons, c.tiles_with_negatives, c.bounding_boxes) == (6, 1, 1, 1)
     assert (c.stale_labels, c.repaired_polygons, c.undated_scenes, c.polygons_labelled) == (1, 1, 0, 3)
     assert any("S1-stale (2016-01-01,2019-12-31; dated.tif 2022-07-15: 927 d)" in w for w in out.warnings)
+    assert c.labels_line() == (  # what rts tile prints and the tile-scenes artifact shows
+        "6 in the inventory, 3 labelled whole in a tile; 1 Negative (background, 0) in 1 tile(s); 1 bounding box(es) "
+        "ignored (255); 1 stale label(s) (polygons.max_label_age_days); 1 invalid polygon(s) repaired"
+    )
     inventory_line = [ln for ln in lines if "arts.geojson: ARTS" in ln]
     counts = "Positive 5 (Polygon 4, BoundingBox 1), Negative 1 (Polygon 1)"
     assert inventory_line == [f"{root.parent / 'arts.geojson'}: ARTS: 6 features: {counts}"]
