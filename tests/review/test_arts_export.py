@@ -271,3 +271,51 @@ def test_refusals_name_the_file_the_object_or_the_scene(campaign: dict[str, Any]
     with pytest.raises(ArtsExportError, match=r"verdicts of review eeeeeeeeeeee, not of the review given"):
         export_arts(c, tmp_path / "x.geojson", settings, verdicts=tmp_path / "other.geojson", review=campaign["review"])
     assert not (tmp_path / "x.geojson").exists()
+
+
+def test_an_export_read_back_by_rts_tile_labels_the_objects_and_keeps_their_uids(
+    campaign: dict[str, Any], tmp_path: Path
+) -> None:
+    """The round trip of issue 36: campaign objects -> ARTS export -> the check passes -> `rts tile` reads the file
+    as ARTS -> each tile's labels are the objects' own rasterisation (confirmed objects 1, the rejected one 0), and
+    the UIDs the exporter computed are the tiles' UIDs and NegativeUIDs."""
+    from rtscore.config.tiling import TilingConfig
+    from rtscore.data.geotiff.root import read_metadata
+    from rtscore.data.raster.vector_labels import rasterize_labels
+    from rtscore.data.tiling.run import tile_scenes
+
+    root, out = campaign["root"], tmp_path / "contribution.geojson"
+    settings = ContributionSettings(creator=CREATOR, source=SOURCE, contribution_date=dt.date(2026, 3, 1))
+    export_arts(campaign["campaign"], out, settings, verdicts=root / "verdicts.geojson", review=campaign["review"],
+                scene_list=str(root / "scenes.csv"))  # fmt: skip
+    assert check_arts(out).ok
+    feats = {object_of(f): f["properties"]["UID"] for f in json.loads(out.read_text())["features"]}
+    cfg = TilingConfig.model_validate(
+        {
+            "scenes": [str(root / "s0.tif"), str(root / "s1.tif")],
+            "scene_dates": {"s1.tif": "2021-08-02"},  # s0 is dated by its tag
+            "polygons": {"path": str(out)},  # no schema: the ARTS fields say what it is
+            "regions": {"column": "RegionName"},
+            "grid": {"crs": UTM, "pixel_size": PX, "tile_size": 32},
+            "min_valid_fraction": 0.0,
+            "splits": {"train": ["banks-north"]},
+            "split_rules": {"min_val_regions": 1, "min_test_positives": 0},
+        }
+    )
+    manifest = tile_scenes(cfg, tmp_path / "tiles")
+    assert (manifest.counts.polygons, manifest.counts.negative_polygons, manifest.counts.stale_labels) == (4, 1, 0)
+    by_id = {o.object_id: o for o in campaign["objects"]}
+    positives = [{"type": "Feature", "geometry": mapping(by_id[i].geometry), "properties": {}} for i in (1, 2, 3)]
+    labelled, negatives = set(), set()
+    for row in read_metadata(tmp_path / "tiles"):
+        with rasterio.open(tmp_path / "tiles" / "labels" / f"{row['Tile_id']}.tif") as f:
+            label, t = f.read(1), f.transform
+        with rasterio.open(tmp_path / "tiles" / "PLANET-RGB" / f"{row['Tile_id']}.tif") as f:
+            valid = f.read(4) > 0
+        want = rasterize_labels(positives, t, 32)
+        want[~valid] = 255
+        np.testing.assert_array_equal(label, want, err_msg=row["Tile_id"])
+        labelled |= set(filter(None, row["UIDs"].split(";")))
+        negatives |= set(filter(None, row["NegativeUIDs"].split(";")))
+    assert labelled == {feats[1], feats[2]}  # object 3 spans a tile edge: ignore, not labelled 1, in every tile
+    assert negatives == {feats[5]}
