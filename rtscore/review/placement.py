@@ -49,6 +49,11 @@ class ObjectOutcome(StrictModel):
         "left_out_unsure; left_out_held_out: in a val/test region with held_out skip.",
     )
     uid: str | None = Field(None, description="Its id in inventory.gpkg and metadata.csv UIDs (confirmed only).")
+    inventory_uids: list[str] = Field(
+        default_factory=list,
+        description="The ids of the round's inventory polygons it overlaps, as the review manifest listed them: a "
+        "confirmed object over a known slump says which one (inventory.gpkg column inventory_uids).",
+    )
 
 
 @dataclass
@@ -216,6 +221,7 @@ def _decide_outcomes(
             regions=sorted(set(regions)),
             outcome=outcome,
             uid=f"review-{src.header.review_id[:8]}-{p.obj.object_id}" if outcome == "confirmed" else None,
+            inventory_uids=list(p.obj.inventory_uids or []),
         )
         if skip:
             continue

@@ -11,6 +11,7 @@ from typing import Any
 from rtscore.config.base import read_yaml
 from rtscore.config.pipeline import parse_pipeline_config
 from rtscore.config.tiling import TilingConfig
+from rtscore.data.inventory.object_pixels import join_ids
 from rtscore.data.inventory.reader import InventoryFeature, canonical_mapping, canonical_values
 from rtscore.review.manifest import ReviewError
 from rtscore.review.placement import Plan
@@ -76,7 +77,8 @@ def _polygonal(geoms: list[Any]) -> list[Any]:
 def write_inventory(path: Path, plan: Plan, cfg: TilingConfig, rid: str) -> None:
     """inventory.gpkg: the round's polygons (their geometry as read on the grid CRS, id, region column or group,
     class, label type and date in the reader's canonical columns, the ignore flag when present) and one polygon per
-    confirmed object (a Positive outline without date)."""
+    confirmed object (a Positive outline without date; ``inventory_uids``: the inventory polygons the review manifest
+    said it overlaps, so a re-found known slump names the feature it re-found)."""
     import numpy as np
     import shapely
 
@@ -101,6 +103,9 @@ def write_inventory(path: Path, plan: Plan, cfg: TilingConfig, rid: str) -> None
     columns["review_status"] = np.array(["inventory"] * n_old + ["confirmed"] * len(confirmed), dtype=object)
     columns["review_id"] = np.array([""] * n_old + [rid] * len(confirmed), dtype=object)
     columns["object_id"] = np.array([0] * n_old + [p.obj.object_id for p in confirmed], dtype=np.int64)
+    overlaps = [join_ids(p.outcome.inventory_uids) for p in confirmed if p.outcome]
+    earlier = [str((f.get("properties") or {}).get("inventory_uids") or "") for f in inv.features]  # earlier rounds'
+    columns["inventory_uids"] = np.array(earlier + overlaps, dtype=object)  # the manifest's ids, back
     _write_layer(path, geoms, columns, cfg.grid.crs)
 
 
