@@ -172,3 +172,19 @@ def test_a_clean_file_and_its_abbreviated_shapefile_pass(tmp_path: Path, capsys:
         "file: LabelType: no such column; expected a column of that name (or 'LablTyp' in a shapefile's abbreviated "
         "names)"
     ]
+
+
+def test_an_invalid_ring_takes_its_own_or_its_repaired_centroid(tmp_path: Path) -> None:
+    """An invalid ring's own centroid (ARTS's script computes that one) can lie anywhere, even off the globe for a
+    bow-tie whose halves cancel; the centroid of its repair is the one asked for, and a file carrying either is
+    told only that the ring is invalid."""
+    bowtie = shapely.Polygon([(0, 0), (40, 40), (40, 0), (0, 20), (0, 0)])
+    bowtie = shapely.affinity.translate(bowtie, *box_3413(-122.0, 72.0).bounds[:2])
+    repaired = shapely.make_valid(bowtie)
+    lat, lon = centroid_lat_lon(repaired, ARTS_CRS)
+    for props in (arts_properties(bowtie), arts_properties(bowtie, CentroidLat=lat, CentroidLon=lon)):
+        problems = check_arts(write_geojson(tmp_path / "b.geojson", [feature(bowtie, props)])).problems
+        assert [(p.field, p.problem.split(":")[0]) for p in problems] == [("geometry", "invalid")]
+    wrong = arts_properties(bowtie, CentroidLat=lat + 0.1, CentroidLon=lon)
+    problems = check_arts(write_geojson(tmp_path / "b.geojson", [feature(bowtie, wrong)])).problems
+    assert [p.field for p in problems] == ["geometry", "CentroidLat"] and problems[1].expected.startswith(repr(lat))
