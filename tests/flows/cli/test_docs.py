@@ -66,7 +66,8 @@ def test_docs_commands_md_is_the_generated_one() -> None:
 
 def _documented_commands() -> list[str]:
     """`rts ...` lines of the fenced code blocks of README.md and docs/*.md (continuations joined, comments and
-    optional-part brackets dropped, a leading .venv/bin/ or VAR=value kept out)."""
+    optional-part brackets dropped, a leading .venv/bin/ or VAR=value kept out; log lines `rts <command>: ...` are
+    output, not commands)."""
     found = []
     for doc in DOCUMENTS:
         block = False
@@ -83,7 +84,8 @@ def _documented_commands() -> list[str]:
             else:
                 joined.append(line.strip())
         for line in joined:
-            m = re.match(r"^(?:[A-Z_]+=\S+\s+)*(?:\S*/bin/)?rts\s+(.*)$", line)
+            # a command, not a line of a command's output ("rts tile: 3 labels ignored ...": a name and a colon)
+            m = re.match(r"^(?:[A-Z_]+=\S+\s+)*(?:\S*/bin/)?rts\s+(?![\w-]+:)(.*)$", line)
             if m:
                 text = re.split(r"\s+#", m.group(1))[0].replace("[", "").replace("]", "")
                 found.append(f"{doc.name}: rts {text.strip()}")
