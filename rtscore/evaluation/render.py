@@ -170,8 +170,9 @@ GROUP_HEADINGS = {"region": "region", "latitude": "latitude band"}
 
 def group_table(table: GroupTable) -> tuple[list[str], list[list[str]]]:
     """A region or latitude-band table (headings, one row per group: its name, tiles, positive tiles, GT objects,
-    then PR-AUC and object recall as ``mean ± std`` over seeds, or ``not measured: <why>``): the rows
-    ``test_report.md`` shows and the Prefect UI's table artifacts hold."""
+    then PR-AUC and object recall as ``mean ± std`` over seeds or ``not measured``, and a last column saying why a
+    group is not measured): the rows ``test_report.md`` shows and the Prefect UI's table artifacts hold (the figures
+    first, the reason last, so the UI's table shows every figure without scrolling)."""
     heads = [
         GROUP_HEADINGS[table.by],
         "tiles",
@@ -179,14 +180,15 @@ def group_table(table: GroupTable) -> tuple[list[str], list[list[str]]]:
         "GT objects",
         f"PR-AUC {ratio_label(table.ratio)}",
         f"object recall @IoU {table.iou:g}",
+        "note",
     ]
     rows = []
     for g in table.groups:
         counts = [g.name, str(g.n_tiles), str(g.n_positive_tiles), str(g.n_objects)]
         if g.measured and g.pr_auc is not None and g.object_recall is not None:
-            rows.append([*counts, g.pr_auc.text, g.object_recall.text])
+            rows.append([*counts, g.pr_auc.text, g.object_recall.text, ""])
         else:
-            rows.append([*counts, f"not measured: {g.reason}", ""])
+            rows.append([*counts, "not measured", "not measured", str(g.reason)])
     return heads, rows
 
 
