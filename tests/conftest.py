@@ -16,6 +16,13 @@ _PREFECT_HOME = tempfile.mkdtemp(prefix="rts-prefect-home-")
 os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# torch's OpenMP threads (GNU OpenMP, 2 per process here) wait for work by spinning. `make test` runs two test
+# processes on two cores, each with its own 2 threads, and more beside them (DDP ranks, CLI commands, flow runs): a
+# spinning thread holds the core another process's thread needs, and a tiny model's step takes several times as long.
+# A passive wait changes nothing computed (the same threads split the same work the same way), only who gets the core
+# meanwhile; set before anything loads torch, so this process and every process it starts read it (the server
+# tests' flow runs already had it: tests/flows/prefect_server.server_env). A value set by the caller is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from rtscore.config.generation import GenerationConfig  # noqa: E402
 from rtscore.data.tiles import RawTile, nominal_pixel_area_m2  # noqa: E402
