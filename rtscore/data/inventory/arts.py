@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rtscore.errors import PipelineError
+
 ARTS_CRS = "EPSG:3413"  # ARTS geometry: NSIDC Sea Ice Polar Stereographic North
 ARTS_CRS_URN = "urn:ogc:def:crs:EPSG::3413"  # the GeoJSON crs member ARTS's files carry
 CENTROID_CRS = "EPSG:4326"  # CentroidLat / CentroidLon
@@ -198,7 +200,7 @@ class DateRange:
         return a if a == b else f"{a},{b}"
 
 
-class DateError(ValueError):
+class DateError(PipelineError, ValueError):
     """A base-map or contribution date that is not ``YYYY-MM-DD`` (or two of them separated by a comma)."""
 
 

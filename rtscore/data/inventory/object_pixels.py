@@ -9,11 +9,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rtscore.errors import PipelineError
+
 SEPARATOR = ";"  # between the ids of a list and between ObjectPixels entries
 _ENTRY = re.compile(r"^(?P<uid>[^@;]+)@(?P<row>\d+),(?P<col>\d+)$")
 
 
-class ObjectPixelsError(ValueError):
+class ObjectPixelsError(PipelineError, ValueError):
     """An ``ObjectPixels`` text that is not ``<uid>@<row>,<col>`` entries; the message names the entry."""
 
 
