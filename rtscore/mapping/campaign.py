@@ -17,7 +17,9 @@ import math
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +42,16 @@ from rtscore.mapping.area import union_ground_m2
 from rtscore.mapping.campaign_log import (
     CampaignLog,
     CampaignSummary,
+    LogWriter,
     MapIdentity,
     SceneRecord,
+    is_complete,
     is_current,
     latest,
     other_identity,
     summarize,
 )
+from rtscore.mapping.campaign_log import plan as plan_scenes
 from rtscore.mapping.chunk import (
     check_settings,
     has_valid_pixel,
@@ -64,10 +69,11 @@ from rtscore.mapping.outputs import (
     staged_input,
 )
 from rtscore.mapping.polygons import RtsObject, SceneParts, keep_min_area, merge_parts, size_bin_key, write_objects
-from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, list_scenes
+from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, identity_change, list_scenes, scene_now
 from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
 from rtscore.storage.files import os_errors
+from rtscore.storage.gcs import transfer_workers
 
 DRIFT_DIR = "drift"  # <output>/drift/: the drift report of the campaign's sample
 OBJECTS_FILE = "objects.gpkg"
@@ -288,6 +294,7 @@ class CampaignPlan:
     chunks: list[list[Scene]]
     output: CampaignRoot
     drift: DriftReport | DriftNotMeasured | None
+    records: list[SceneRecord] = field(default_factory=list)  # the log as read when planning, oldest first
 
     @property
     def package_sha256(self) -> str:
@@ -337,16 +344,20 @@ def prepare_campaign(
     out = CampaignRoot(output)
     with os_errors("create", out.local):
         out.local.mkdir(parents=True, exist_ok=True)
-    log_other_identity(scenes, out.log(), identity)
+    records = out.log().read()  # once per campaign run: every chunk is planned from it
+    log_other_identity(scenes, out.log(), identity, records)
     drift = check_drift(pkg, scenes, out, allow_drift=allow_drift) if drift_check else None
-    return CampaignPlan(pkg, identity, scenes, chunk_scenes(scenes, chunk_size), out, drift)
+    return CampaignPlan(pkg, identity, scenes, chunk_scenes(scenes, chunk_size), out, drift, records)
 
 
-def log_other_identity(scenes: Sequence[Scene], log: CampaignLog, identity: MapIdentity) -> int:
+def log_other_identity(
+    scenes: Sequence[Scene], log: CampaignLog, identity: MapIdentity, records: Sequence[SceneRecord] | None = None
+) -> int:
     """One warning line when the latest records of some scenes were made from other content or under another
     identity (``campaign_log.other_identity``): how many, and what differs. The records stay in the log (history);
-    nothing resumes from them, their scenes are mapped again. Returns how many."""
-    why = other_identity(scenes, log.read(), identity)
+    nothing resumes from them, their scenes are mapped again. ``records``: the log as read already (default: read
+    here). Returns how many."""
+    why = other_identity(scenes, log.read() if records is None else records, identity)
     n = sum(why.values())
     if n:
         parts = ", ".join(f"{k}: {v}" for k, v in sorted(why.items()))
@@ -371,6 +382,84 @@ def chunk_of(scenes: Sequence[Scene], scene_ids: Sequence[str], *, what: str) ->
             f"{what}: scene(s) {', '.join(missing)} not in the campaign input (changed since planning?)"
         )
     return [by_id[i] for i in scene_ids]
+
+
+@dataclass(frozen=True)
+class ChunkTodo:
+    """What a campaign hands one chunk run (docs/mapping.md, "How a chunk run finds its scenes"): the chunk's index,
+    its scenes left to map as planned (URI, identity, companions), and for each scene the time of its latest log
+    record the plan was made from (absent: none). The run resumes only from its own chunk's records newer than that:
+    what an earlier run of this chunk logged since the plan."""
+
+    index: int
+    scenes: list[Scene]
+    logged: dict[str, datetime]
+
+
+def todo_chunks(plan: CampaignPlan) -> list[ChunkTodo]:
+    """The chunks with scenes left to map (:func:`~rtscore.mapping.campaign_log.plan` of each chunk against the log
+    read once when planning), each with the scenes to map and their latest records' times; a chunk whose scenes are
+    all complete is left out. One pass over the campaign's scenes: O(scenes)."""
+    last = latest(plan.records)
+    out = []
+    for k, chunk in enumerate(plan.chunks):
+        todo = sorted(
+            (s for s in chunk if not is_complete(last.get(s.scene_id), s, plan.identity)), key=lambda s: s.scene_id
+        )
+        if todo:
+            logged = {s.scene_id: r.time for s in todo if (r := last.get(s.scene_id)) is not None}
+            out.append(ChunkTodo(k, todo, logged))
+    return out
+
+
+def run_planned_chunk(
+    pkg: LoadedPackage, todo: ChunkTodo, output: str | Path | CampaignRoot, log: LogWriter, identity: MapIdentity
+) -> list[SceneRecord]:
+    """A ``map-chunk`` run's work on a worker, O(its scenes) whatever the campaign's size: the records of its own
+    chunk's log files newer than the plan's (an earlier run of this chunk: a crashed one re-submitted, a retry), the
+    scenes they leave to map, each of those checked against the identity it was planned with
+    (:func:`~rtscore.mapping.scenes.scene_now`: one metadata read of a gs:// object, the sha256 of a local file);
+    a scene changed since the plan is recorded ``failed`` naming the change (never mapped from a stale identity), the
+    others mapped (:func:`run_chunk`). Returns the records appended. No listing of the input, no other chunk's log."""
+    mine = {s.scene_id for s in todo.scenes}
+    records = [
+        r
+        for r in log.log.read(todo.index)
+        if r.scene_id in mine and ((t := todo.logged.get(r.scene_id)) is None or r.time > t)
+    ]
+    left = plan_scenes(todo.scenes, records, identity)
+    fresh, refused = _check_planned(left, extra=bool(pkg.binding.extra_bands))
+    out = []
+    for scene, reason in refused:
+        _log.warning("scene %s: %s", scene.scene_id, reason)
+        record = SceneRecord.now(scene, identity, "failed", reason=reason)
+        log.append(record)
+        out.append(record)
+    return out + run_chunk(pkg, fresh, output, log, identity=identity, log_records=records)
+
+
+def _check_planned(scenes: Sequence[Scene], *, extra: bool) -> tuple[list[Scene], list[tuple[Scene, str]]]:
+    """``scenes`` split into those whose files are as planned and those changed since or unreadable (with the reason
+    of their ``failed`` record), each identified anew on its own (:func:`~rtscore.mapping.scenes.scene_now`), a few
+    at a time (gs:// metadata reads and local hashing overlap)."""
+    if not scenes:
+        return [], []
+
+    def change(scene: Scene) -> str | None:
+        try:
+            why = identity_change(scene, scene_now(scene, extra=extra))
+        except Exception as err:  # a scene whose files cannot be read is its failure, as in run_chunk
+            text = str(err) if isinstance(err, PipelineError) else f"{type(err).__name__}: {err}"
+            return f"{scene.uri}: could not be checked against the identity the campaign planned it with: {text}"
+        if why is None:
+            return None
+        return f"changed since the campaign was planned: {why} (not mapped; the next campaign run maps it anew)"
+
+    with ThreadPoolExecutor(max_workers=min(len(scenes), transfer_workers())) as pool:
+        changes = list(pool.map(change, scenes))
+    fresh = [s for s, why in zip(scenes, changes, strict=True) if why is None]
+    refused = [(s, why) for s, why in zip(scenes, changes, strict=True) if why is not None]
+    return fresh, refused
 
 
 def finish_campaign(plan: CampaignPlan, wall_seconds: float = 0.0) -> CampaignResult:
@@ -412,11 +501,18 @@ def run_campaign(
         stride=stride,
         batch_size=batch_size,
     )
-    log = plan.log
     started = time.perf_counter()
-    for k, chunk in enumerate(plan.chunks):
-        run_chunk(plan.package, chunk, plan.output, log.writer(k), identity=plan.identity)
+    run_chunks_here(plan)
     return finish_campaign(plan, time.perf_counter() - started)
+
+
+def run_chunks_here(plan: CampaignPlan) -> None:
+    """The campaign's chunks with scenes left (:func:`todo_chunks`), in this process, one after the other, each
+    into its own log file. The plan decided what is left from the log read once, so no chunk reads the log again."""
+    log = plan.log
+    for todo in todo_chunks(plan):
+        writer = log.writer(todo.index)
+        run_chunk(plan.package, todo.scenes, plan.output, writer, identity=plan.identity, log_records=())
 
 
 def write_campaign_outputs(

@@ -198,12 +198,20 @@ class SceneRecord(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------- the log
+def chunk_prefix(chunk: int) -> str:
+    """The start of the names of chunk ``chunk``'s log files, ``chunk-<k>-`` (k: 5 digits; the dash ends it, so
+    chunk 1's prefix is not chunk 10000's)."""
+    if chunk < 0:
+        raise CampaignError(f"chunk index must be >= 0; got {chunk}")
+    return f"chunk-{chunk:05d}-"
+
+
 def writer_name(chunk: int, run_id: str | None = None) -> str:
     """The log file of one chunk run: ``chunk-<k>-<run id>.jsonl`` (run id: ``RTS_FLOW_RUN_ID``, else fresh)."""
     run = run_id or os.environ.get(FLOW_RUN_ENV) or uuid.uuid4().hex[:12]
     if not re.fullmatch(r"[A-Za-z0-9_-]+", run):
         raise CampaignError(f"run id {run!r} is not usable in a log file name (letters, digits, _ and - only)")
-    return f"chunk-{chunk:05d}-{run}{LOG_SUFFIX}"
+    return f"{chunk_prefix(chunk)}{run}{LOG_SUFFIX}"
 
 
 @dataclass
@@ -307,32 +315,48 @@ class CampaignLog:
         """The writer of chunk ``chunk``'s run ``run_id`` (default: ``RTS_FLOW_RUN_ID``, else a fresh id)."""
         return LogWriter(self, writer_name(chunk, run_id))
 
-    def files(self) -> list[tuple[str, bytes]]:
-        """(URI, content) of every log file of the campaign, by name."""
+    def files(self, chunk: int | None = None) -> list[tuple[str, bytes]]:
+        """(URI, content) of every log file of the campaign, by name; with ``chunk``, only the files of that chunk's
+        runs (``chunk-<k>-*.jsonl``: one prefix listing for gs://, the other chunks' files are neither listed nor
+        read)."""
+        start = "" if chunk is None else chunk_prefix(chunk)
         if self.gs is not None:
             store = self.store()
             out = []
-            for rel in sorted(store.list_under(LOG_DIR)):
-                if rel.endswith(LOG_SUFFIX) and "/" not in rel:
-                    got = store.read(f"{LOG_DIR}/{rel}")
-                    if got is not None:
-                        out.append((store.uri(f"{LOG_DIR}/{rel}"), got[0]))
+            for rel in sorted(self._gs_names(store, start)):
+                got = store.read(f"{LOG_DIR}/{rel}")
+                if got is not None:
+                    out.append((store.uri(f"{LOG_DIR}/{rel}"), got[0]))
             return out
         d = self.local_dir()
         if not d.is_dir():
             return []
-        paths = sorted(p for p in d.glob(f"*{LOG_SUFFIX}") if p.is_file())
+        paths = sorted(p for p in d.glob(f"{start}*{LOG_SUFFIX}") if p.is_file())
         out = []
         for p in paths:
             with os_errors("read", p):
                 out.append((str(p), p.read_bytes()))
         return out
 
-    def read(self) -> list[SceneRecord]:
-        """Every record of the campaign, oldest first (by time, then file, then line). A line that is not a whole
-        record (a torn write of a killed worker) is skipped with a warning naming the file and line."""
+    @staticmethod
+    def _gs_names(store: GcsStore, start: str) -> list[str]:
+        """The names (under ``log/``) of the log objects whose name starts with ``start``: one listing of that
+        prefix."""
+        base = store.name(LOG_DIR) + "/"
+
+        def listing() -> list[str]:
+            blobs = store.bucket.list_blobs(prefix=base + start, retry=store.idempotent)
+            return [b.name[len(base) :] for b in blobs]
+
+        names = store.call("listing of", f"{LOG_DIR}/{start}", listing)
+        return [n for n in names if n.endswith(LOG_SUFFIX) and "/" not in n]
+
+    def read(self, chunk: int | None = None) -> list[SceneRecord]:
+        """Every record of the campaign (with ``chunk``: of that chunk's runs' files only), oldest first (by time, then
+        file, then line). A line that is not a whole record (a torn write of a killed worker) is skipped with a
+        warning naming the file and line."""
         keyed = []
-        for uri, content in self.files():
+        for uri, content in self.files(chunk):
             for number, raw in enumerate(content.split(b"\n"), start=1):
                 if not raw.strip():
                     continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -121,11 +121,17 @@ def run_chunk(
     log: LogWriter,
     *,
     identity: MapIdentity | None = None,
+    log_records: Iterable[SceneRecord] | None = None,
 ) -> list[SceneRecord]:
     """Map the scenes of one chunk that the log does not have as complete under ``identity``
     (:func:`~campaign_log.plan`; default: :func:`mapping_identity` of the package with the default settings) and
     append one record per scene to ``log``: ``done``, ``skipped-full-nodata`` or ``failed`` (a failing scene never
     stops the chunk). The settings of ``identity`` are the ones mapped with. Returns the records appended.
+
+    ``log_records`` are the log records to plan from (oldest first): a campaign in process passes none (its plan,
+    made from the log read once, handed over only the scenes left), a ``map-chunk`` run the records of its own
+    chunk's files newer than the plan (:func:`~rtscore.mapping.campaign.run_planned_chunk`); default: the whole log,
+    read here.
 
     The scenes go through one window stream (:mod:`rtscore.inference.stream`): while one scene's windows are read
     (a gs:// scene first downloaded, :func:`~rtscore.mapping.outputs.staged_input`), the model runs on batches that
@@ -143,7 +149,7 @@ def run_chunk(
     _check_extra_listed(pkg, scenes)
     root = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     model = window_model(pkg, stride=ident.settings.stride, batch_size=ident.settings.batch_size)
-    todo = plan(scenes, log.log.read(), ident)
+    todo = plan(scenes, log.log.read() if log_records is None else log_records, ident)
     records: list[SceneRecord] = []
     clock = [time.perf_counter()]
 

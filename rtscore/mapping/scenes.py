@@ -214,6 +214,48 @@ def chunk_scenes(scenes: Sequence[Scene], size: int) -> list[list[Scene]]:
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
+def scene_now(scene: Scene, *, extra: bool) -> Scene | None:
+    """``scene`` as it is now at its URI, identified by the rules of :func:`list_scenes` for that one scene and
+    nothing else of the input: a gs:// object's current generation (one metadata read; its EXTRA raster's the same,
+    found where ``rts predict`` looks), a local file's sha256 (its EXTRA raster's too). None: the raster is gone."""
+    if scene.uri.startswith(GS):
+        blob = _gs_get(scene.uri)
+        if blob is None:
+            return None
+        return _gs_scene(scene.scene_id, scene.uri, blob, _gs_companions(scene.uri, _gs_get) if extra else ())
+    path = Path(scene.uri)
+    if not path.is_file():
+        return None
+    return _local_scene(scene.scene_id, path, where=scene.uri, extra=extra, hashes=_Hashes())
+
+
+def identity_change(planned: Scene, now: Scene | None) -> str | None:
+    """What changed between ``planned`` (a scene as the campaign listed it) and ``now`` (:func:`scene_now`), in words
+    naming the file and both identities; None: the same raster and companions."""
+    if now is None:
+        return f"{planned.uri} no longer exists"
+    if now.identity != planned.identity:
+        then, current = _ident_text(planned.identity), _ident_text(now.identity)
+        return f"scene raster {planned.uri} changed: {then} then, {current} now"
+    if now.companions != planned.companions:
+        before, after = planned.extra, now.extra
+        where = after.uri if after is not None else before.uri if before is not None else planned.uri
+        return f"EXTRA raster {where} changed: {_companion_text(before)} then, {_companion_text(after)} now"
+    return None
+
+
+def _ident_text(ident: InputIdentity) -> str:
+    if ident.generation is not None:
+        return f"generation {ident.generation} ({ident.size} bytes)"
+    return f"sha256 {(ident.sha256 or '')[:12]} ({ident.size} bytes)"
+
+
+def _companion_text(c: CompanionInput | None) -> str:
+    if c is None:
+        return "not listed"
+    return f"{c.uri}, absent" if c.identity is None else f"{c.uri}, {_ident_text(c.identity)}"
+
+
 def _stem(name: str) -> str:
     for suffix in SCENE_SUFFIXES:
         if name.lower().endswith(suffix):
