@@ -8,17 +8,21 @@ Either way the scene records go to the campaign's manifest-log, and this run the
 footprint index and summary from the log (:func:`~rtscore.mapping.campaign.finish_campaign`) and publishes the
 summary (markdown artifact ``map-region-summary``) and the scene counts by status (table ``map-region-scenes``).
 
-``map-chunk`` loads the package, re-lists the campaign input on its worker (each scene's identity, its EXTRA
-raster's too, read there), takes the chunk's scenes by id and maps those the log does not have as complete under
-its mapping identity (:func:`rtscore.mapping.campaign.run_chunk`): a re-submitted or retried chunk run skips what an
-earlier one finished, and a scene that fails is a ``failed`` record, not a failed run. A worker whose mapping
-identity (package, mapping code, settings) is not the campaign's refuses the chunk before mapping anything.
+``map-chunk`` loads the package and maps the scenes map-region handed over (URI, identity, EXTRA raster, the time
+of each one's latest log record: :class:`flows.params.PlannedScene`) without listing the input or reading the other
+chunks' log files (:func:`rtscore.mapping.campaign.run_planned_chunk`): it skips what an earlier run of the same
+chunk logged since the plan (a re-submitted or retried chunk run), checks each scene left against its planned
+identity on the worker (a scene changed since is a ``failed`` record naming the change) and maps the rest. A scene
+that fails is a ``failed`` record, not a failed run. A run started by hand without ``scenes`` lists the input and
+reads the whole log instead. A worker whose mapping identity (package, mapping code, settings) is not the
+campaign's refuses the chunk before mapping anything.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 
 from prefect.artifacts import create_markdown_artifact
 
@@ -26,11 +30,12 @@ from flows import ui
 from flows.common import flow_run_scope, run_name, run_namer
 from flows.failures import flow
 from flows.fanout import Child, FanOutError, absolute, fan_out
-from flows.params import MapChunkParams, MapRegionParams, derived
+from flows.params import MapChunkParams, MapRegionParams, PlannedScene, derived
 from rtscore.inference.predict import load_package
 from rtscore.mapping.campaign import (
     CampaignPlan,
     CampaignResult,
+    ChunkTodo,
     chunk_of,
     drop_extra_siblings,
     finish_campaign,
@@ -38,9 +43,12 @@ from rtscore.mapping.campaign import (
     prepare_campaign,
     render_summary,
     run_chunk,
+    run_chunks_here,
+    run_planned_chunk,
+    todo_chunks,
 )
 from rtscore.mapping.campaign_log import CampaignLog
-from rtscore.mapping.scenes import CampaignError, list_scenes
+from rtscore.mapping.scenes import CampaignError, CompanionInput, InputIdentity, Scene, list_scenes
 
 MAP_CHUNK = "map-chunk"  # the fan-out's stage name (part of every chunk run's idempotency key)
 SUMMARY_KEY = "map-region-summary"
@@ -62,11 +70,14 @@ def map_chunk(params: MapChunkParams) -> dict[str, int]:
                 f"campaign under {params.mapping_identity[:12]}: another package or code version on this worker; "
                 "deploy the campaign's package and code on every worker"
             )
-        listed = list_scenes(params.input, extra=bool(pkg.binding.extra_bands))
-        scenes = chunk_of(drop_extra_siblings(listed), params.scene_ids, what=what)
-        records = run_chunk(
-            pkg, scenes, params.output, CampaignLog(params.output).writer(params.chunk), identity=identity
-        )
+        writer = CampaignLog(params.output).writer(params.chunk)
+        todo = handed_over(params)
+        if todo is None:  # started by hand, no plan: find the scenes as map-region would, resume from the whole log
+            listed = list_scenes(params.input, extra=bool(pkg.binding.extra_bands))
+            scenes = chunk_of(drop_extra_siblings(listed), params.scene_ids, what=what)
+            records = run_chunk(pkg, scenes, params.output, writer, identity=identity)
+        else:
+            records = run_planned_chunk(pkg, todo, params.output, writer, identity)
         counts: dict[str, int] = {}
         for r in records:
             counts[r.status] = counts.get(r.status, 0) + 1
@@ -109,9 +120,7 @@ def region(params: MapRegionParams, flow_run_id: str | None) -> CampaignResult:
         except FanOutError as err:  # what the other chunks mapped is summarized first, then the run fails
             failure = err
     else:
-        log = plan.log
-        for k, chunk in enumerate(plan.chunks):
-            run_chunk(plan.package, chunk, plan.output, log.writer(k), identity=plan.identity)
+        run_chunks_here(plan)
     summary = finish_campaign(plan, time.perf_counter() - started)
     publish_campaign(summary)
     if failure is not None:
@@ -120,21 +129,53 @@ def region(params: MapRegionParams, flow_run_id: str | None) -> CampaignResult:
 
 
 def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
-    """One map-chunk run per chunk, its parameters derived from the campaign's (every field they share: package,
-    input, output, device; paths absolute: the workers may start elsewhere)."""
+    """One map-chunk run per chunk with scenes left to map (:func:`~rtscore.mapping.campaign.todo_chunks`), its
+    parameters derived from the campaign's (every field they share: package, input, output, device; paths absolute:
+    the workers may start elsewhere) and the chunk's scenes handed over as planned (:class:`PlannedScene`)."""
     located = {"package": absolute(params.package), "input": absolute(params.input), "output": absolute(params.output)}
     children = []
-    for k, chunk in enumerate(plan.chunks):
+    for todo in todo_chunks(plan):
+        k = todo.index
         child = derived(
             MapChunkParams,
             params,
             **located,
             chunk=k,
-            scene_ids=[s.scene_id for s in chunk],
+            scene_ids=[s.scene_id for s in todo.scenes],
+            scenes=[planned_scene(s, todo.logged.get(s.scene_id)) for s in todo.scenes],
             mapping_identity=plan.identity.digest(),
         )
         children.append(Child(str(k), f"chunk {k}", run_name(MAP_CHUNK, child, CHUNK_NAME), child))
     return children
+
+
+def planned_scene(scene: Scene, logged: datetime | None) -> PlannedScene:
+    """``scene`` as a chunk run's parameter: its URI, identity and companions, and its latest record's time."""
+    return PlannedScene.model_validate(
+        {
+            "scene_id": scene.scene_id,
+            "uri": scene.uri,
+            "identity": scene.identity.model_dump(),
+            "companions": [c.model_dump() for c in scene.companions],
+            "logged": logged,
+        }
+    )
+
+
+def handed_over(params: MapChunkParams) -> ChunkTodo | None:
+    """The scenes ``scene_ids`` of a chunk run as map-region handed them over, in the library's types (so that their
+    identities compare equal to the log's); None: none handed over (a run started by hand)."""
+    if not params.scenes:
+        return None
+    by_id = {s.scene_id: s for s in params.scenes}
+    scenes, logged = [], {}
+    for scene_id in params.scene_ids:
+        p = by_id[scene_id]
+        companions = tuple(CompanionInput.model_validate(c.model_dump()) for c in p.companions)
+        scenes.append(Scene(p.scene_id, p.uri, InputIdentity.model_validate(p.identity.model_dump()), companions))
+        if p.logged is not None:
+            logged[scene_id] = p.logged
+    return ChunkTodo(params.chunk, scenes, logged)
 
 
 def publish_campaign(summary: CampaignResult) -> None:

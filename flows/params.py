@@ -8,6 +8,8 @@ Prefect validates it into the model before the flow starts.
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -320,19 +322,72 @@ class MapCampaignParams(FormModel):
     device: str = Field("auto", description="Inference device: auto (CUDA when available), cpu, cuda or cuda:N.")
 
 
+class PlannedFile(FormModel):
+    """A file's identity as the campaign listed it (rtscore.mapping.scenes.InputIdentity, as a form can show it)."""
+
+    sha256: str | None = Field(None, description="sha256 of a local file's content.")
+    generation: int | None = Field(None, description="Generation of a gs:// object.")
+    size: int = Field(..., ge=0, description="Bytes.")
+    crc32c: str | None = Field(None, description="The object's CRC32C (base64), when GCS reports one.")
+    md5: str | None = Field(None, description="The object's MD5 (base64), when GCS reports one.")
+
+
+class PlannedCompanion(FormModel):
+    """A file read with a scene (its EXTRA raster), as the campaign listed it."""
+
+    role: Literal["extra"] = Field(..., description="What the file is to the scene: its EXTRA raster.")
+    uri: str = Field(..., description="Where it is read from (where rts predict looks for it).")
+    identity: PlannedFile | None = Field(None, description="Its content. Empty: absent when listed.")
+
+
+class PlannedScene(FormModel):
+    """One scene of a chunk as the campaign planned it: what the chunk run maps, checked on its worker against the
+    scene's files as they are then (docs/mapping.md, "How a chunk run finds its scenes")."""
+
+    scene_id: str = Field(..., description="The scene's id.")
+    uri: str = Field(..., description="Where the scene is read from (an absolute path or a gs:// URI).")
+    identity: PlannedFile = Field(..., description="The scene raster's content when listed.")
+    companions: list[PlannedCompanion] = Field(
+        default_factory=list, description="Its EXTRA raster when the package reads EXTRA bands."
+    )
+    logged: datetime | None = Field(
+        None,
+        description="Time of the scene's latest log record the campaign planned from: the chunk resumes only from "
+        "its own chunk's records newer than it. Empty: the scene had none.",
+    )
+
+
 class MapChunkParams(MapCampaignParams):
     """map-chunk: map one chunk of a campaign's scenes (those not yet done with this scene identity, package, mapping
     code and settings)."""
 
     chunk: int = Field(..., ge=0, description="Chunk index: names the chunk's log file (log/chunk-<k>-<run>.jsonl).")
     scene_ids: list[str] = Field(
-        ..., min_length=1, description="The chunk's scene ids, as the campaign input lists them (re-listed here)."
+        ...,
+        min_length=1,
+        description="The scene ids to map: those of the chunk the campaign found left to do, each handed over in "
+        "`scenes`. Without `scenes` (a run started by hand) the worker lists the input to find them.",
+    )
+    scenes: list[PlannedScene] = Field(
+        default_factory=list,
+        description="The chunk's scenes as map-region planned them (URI, identity, EXTRA raster, latest record's "
+        "time): the worker checks only these files and reads only its own chunk's log files. Empty: list the input "
+        "and read the whole log (as a run started by hand must).",
     )
     mapping_identity: str | None = Field(
         None,
         description="The campaign's mapping identity (sha256 over package, mapping code and settings), as map-region "
         "computed it; a worker whose own differs refuses the chunk. Empty: not checked.",
     )
+
+    @model_validator(mode="after")
+    def _scenes_handed_over(self) -> MapChunkParams:
+        handed = Counter(s.scene_id for s in self.scenes)
+        if twice := sorted(i for i, n in handed.items() if n > 1):
+            raise ValueError(f"scenes: ids handed over twice: {twice}")
+        if handed and (missing := [i for i in self.scene_ids if i not in handed]):
+            raise ValueError(f"scene_ids {missing} are not among the scenes handed over")
+        return self
 
 
 class MapDistributedParams(FormModel):

@@ -178,11 +178,16 @@ def test_a_sweep_variant_takes_what_the_sweep_sets_for_every_variant() -> None:
 
 def test_a_campaigns_chunk_runs_take_every_field_they_share_with_it() -> None:
     from flows.mapping import chunk_children
+    from rtscore.mapping.scenes import InputIdentity, Scene
 
     region = MapRegionParams(package="/abs/pkg", input="/abs/in", output="/abs/out", device="cuda:1")
-    scenes = [SimpleNamespace(scene_id="a"), SimpleNamespace(scene_id="b")]
-    plan = SimpleNamespace(chunks=[scenes], identity=SimpleNamespace(digest=lambda: "sha"))
+    scenes = [Scene(i, f"gs://b/in/{i}.tif", InputIdentity(generation=n + 1, size=10)) for n, i in enumerate("ab")]
+    plan = SimpleNamespace(chunks=[scenes], identity=SimpleNamespace(digest=lambda: "sha"), records=[])
     (child,) = chunk_children(region, plan)  # type: ignore[arg-type]  # the attributes it reads
+    handed = [
+        {"scene_id": i, "uri": f"gs://b/in/{i}.tif", "identity": {"generation": n + 1, "size": 10}}
+        for n, i in enumerate("ab")
+    ]
     assert child.params == MapChunkParams(
         package="/abs/pkg",
         input="/abs/in",
@@ -190,6 +195,7 @@ def test_a_campaigns_chunk_runs_take_every_field_they_share_with_it() -> None:
         device="cuda:1",
         chunk=0,
         scene_ids=["a", "b"],
+        scenes=handed,  # validated into PlannedScene
         mapping_identity="sha",
     )
 
