@@ -58,8 +58,9 @@ CHUNK_NAME = ("chunk",)  # a chunk run's name: map-chunk-<k>
 
 @flow(name=MAP_CHUNK, flow_run_name=run_namer(MAP_CHUNK, MapChunkParams, CHUNK_NAME))
 def map_chunk(params: MapChunkParams) -> dict[str, int]:
-    """Map one chunk of a campaign: the scenes ``scene_ids`` of ``input`` not yet done with this scene identity and
-    mapping identity; one log record each. Returns the number of records appended by status."""
+    """Map one chunk of a campaign: the scenes ``scene_ids`` as map-region handed them over in ``scenes`` (listed
+    from ``input`` when none were) not yet done with this scene identity and mapping identity; one log record each.
+    Returns the number of records appended by status."""
     with flow_run_scope():
         pkg = load_package(params.package, device=params.device)
         identity = mapping_identity(pkg)
