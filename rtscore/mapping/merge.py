@@ -27,20 +27,23 @@ a warning: it is a cache.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from rtscore.config.post_training import EvaluationConfig
 from rtscore.data.raster.ground import projected_crs
+from rtscore.identity.code import module_file, source_bytes
 from rtscore.mapping.polygons import (
     MERGE_TOLERANCE_PX,
     PARTIAL_REACH_PX,
+    PolygonsError,
     RtsObject,
     SceneParts,
     _leaves_footprint,
@@ -66,6 +69,7 @@ class MergedObject:
     members: list[Member]
     geometry: Any
     partial: bool
+    row: RtsObject | None = None  # its statistics, areas and size bin once computed (object_id 0)
 
 
 @dataclass
@@ -77,6 +81,7 @@ class MergeState:
     pixel: float
     scenes: list[Key]
     footprints: dict[str, Any]  # scene id -> footprint in the campaign CRS
+    edges: list[float]  # the size bins the objects' rows were computed with
     bounds: dict[str, tuple[float, float, float, float] | None]  # scene id -> bounds of its parts (campaign CRS)
     objects: list[MergedObject] = field(default_factory=list)
 
@@ -105,12 +110,8 @@ def merge_code() -> str:
     """The code identity of a merge state: the sources of this module and of :mod:`~rtscore.mapping.polygons` (the
     grouping, union, partial test and reprojection), with the versions of shapely, GEOS, rasterio and PROJ under
     them. A state written by other code is not used."""
-    import hashlib
-
     import rasterio
     import shapely
-
-    from rtscore.identity.code import module_file, source_bytes
 
     h = hashlib.sha256()
     for module in (__name__, "rtscore.mapping.polygons"):
@@ -136,8 +137,6 @@ def merge_incremental(
     Raises:
         PolygonsError: no scenes, or a campaign CRS without a ground size (as ``merge_parts``).
     """
-    from rtscore.mapping.polygons import PolygonsError
-
     if not scenes:
         raise PolygonsError("merge_parts: no scenes; a campaign maps at least one")
     if len(shas) != len(scenes):
@@ -147,17 +146,18 @@ def merge_incremental(
     why = None if prev is None else frame.refuses(prev)
     if why is not None:
         _log.info("campaign merge state %s not used (%s): full merge", state_path, why)
+    edges = list(size_bins_m2) if size_bins_m2 is not None else list(EvaluationConfig().size_bins_m2)
     if prev is None or why is not None:
-        prev = MergeState(frame.code, frame.crs_wkt, frame.pixel, [], {}, {})
+        prev = MergeState(frame.code, frame.crs_wkt, frame.pixel, [], {}, edges, {})
     merged, report = frame.update(prev)
-    if state_path is not None:
-        write_state(state_path, frame.state(merged))
-    edges = list(size_bins_m2) if size_bins_m2 is not None else EvaluationConfig().size_bins_m2
     merged.sort(key=lambda o: (-o.geometry.area, frame.pos[o.members[0][0]], o.members[0][1]))
-    objects = [
-        _rts_object(k, o.geometry, [frame.part(m) for m in o.members], o.partial, frame.crs, edges)
-        for k, o in enumerate(merged, start=1)
-    ]
+    objects = []
+    for k, o in enumerate(merged, start=1):
+        if o.row is None or prev.edges != edges:  # new, re-grouped, or other size bins
+            o.row = _rts_object(0, o.geometry, [frame.part(m) for m in o.members], o.partial, frame.crs, edges)
+        objects.append(replace(o.row, object_id=k, partial=o.partial))
+    if state_path is not None and (report.added or report.removed or report.retested or prev.edges != edges):
+        write_state(state_path, frame.state(merged, edges))
     return frame.crs, objects, report
 
 
@@ -235,7 +235,7 @@ class _Frame:
         kept = [o for j, o in enumerate(prev.objects) if j not in dirty]
         changed = [self.footprints[i] for i in added] + [prev.footprints[s] for s in removed if s in prev.footprints]
         retest = regrouped + self._near(kept, changed)
-        tree = shapely.STRtree(self.footprints)
+        tree = shapely.STRtree(self.footprints) if retest else None
         for o in retest:
             cut = any(self.part(m).partial for m in o.members)
             o.partial = cut and _leaves_footprint(o.geometry, tree, self.footprints, self.pixel)
@@ -279,9 +279,9 @@ class _Frame:
         _, hit = tree.query(changed, predicate="dwithin", distance=PARTIAL_REACH_PX * self.pixel * 1.01)
         return [cut[j] for j in sorted(set(hit.tolist()))]
 
-    def state(self, merged: list[MergedObject]) -> MergeState:
+    def state(self, merged: list[MergedObject], edges: list[float]) -> MergeState:
         fps = {k[0]: fp for k, fp in zip(self.keys, self.footprints, strict=True)}
-        return MergeState(self.code, self.crs_wkt, self.pixel, list(self.keys), fps, dict(self.bounds), merged)
+        return MergeState(self.code, self.crs_wkt, self.pixel, list(self.keys), fps, edges, dict(self.bounds), merged)
 
 
 def _bounds(geoms: list[Any]) -> tuple[float, float, float, float] | None:
@@ -293,20 +293,31 @@ def _bounds(geoms: list[Any]) -> tuple[float, float, float, float] | None:
     return x0, y0, x1, y1
 
 
+_ROW = ("n_pixels", "prob_mean", "prob_max", "area_m2", "ground_area_m2", "size_bin")
+
+
 def write_state(path: Path, state: MergeState) -> None:
-    """The merge state as JSON (geometries as hex WKB: exact), written whole under a temporary name."""
+    """The merge state as JSON (geometries as hex WKB, floats as their shortest repr: both exact), written whole
+    under a temporary name."""
     import shapely
 
+    geoms = shapely.to_wkb([o.geometry for o in state.objects], hex=True) if state.objects else []
+    rows = [
+        None if o.row is None else [list(o.row.scene_ids), *(getattr(o.row, f) for f in _ROW), list(o.row.bbox)]
+        for o in state.objects
+    ]
     data = {
         "schema": STATE_SCHEMA,
         "code": state.code,
         "crs": state.crs_wkt,
         "pixel": state.pixel,
+        "edges": state.edges,
         "scenes": [list(k) for k in state.scenes],
         "footprints": {s: shapely.to_wkb(g, hex=True) for s, g in state.footprints.items()},
         "bounds": {s: None if b is None else list(b) for s, b in state.bounds.items()},
         "objects": [
-            [[list(m) for m in o.members], shapely.to_wkb(o.geometry, hex=True), o.partial] for o in state.objects
+            [[list(m) for m in o.members], str(g), o.partial, r]
+            for o, g, r in zip(state.objects, geoms, rows, strict=True)
         ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -323,18 +334,40 @@ def read_state(path: Path | None) -> MergeState | None:
         data = json.loads(path.read_text())
         if data.get("schema") != STATE_SCHEMA:
             raise ValueError(f"schema {data.get('schema')!r}, expected {STATE_SCHEMA}")
+        geoms = shapely.from_wkb([g for _, g, _, _ in data["objects"]]) if data["objects"] else []
+        objects = [
+            MergedObject(
+                [(str(s), int(p)) for s, p in members], g, bool(partial), None if r is None else _row(g, r, partial)
+            )
+            for (members, _, partial, r), g in zip(data["objects"], geoms, strict=True)
+        ]
         return MergeState(
             code=str(data["code"]),
             crs_wkt=str(data["crs"]),
             pixel=float(data["pixel"]),
             scenes=[(str(s), str(h)) for s, h in data["scenes"]],
             footprints={s: shapely.from_wkb(g) for s, g in data["footprints"].items()},
+            edges=[float(e) for e in data["edges"]],
             bounds={s: None if b is None else (b[0], b[1], b[2], b[3]) for s, b in data["bounds"].items()},
-            objects=[
-                MergedObject([(str(s), int(p)) for s, p in members], shapely.from_wkb(g), bool(partial))
-                for members, g, partial in data["objects"]
-            ],
+            objects=objects,
         )
     except Exception as err:  # any damage: a full merge rebuilds it
         _log.warning("campaign merge state %s unreadable (%s: %s): full merge", path, type(err).__name__, err)
         return None
+
+
+def _row(geometry: Any, r: list[Any], partial: bool) -> RtsObject:
+    scene_ids, n_pixels, prob_mean, prob_max, area_m2, ground_area_m2, size_bin, bbox = r
+    return RtsObject(
+        object_id=0,
+        geometry=geometry,
+        scene_ids=tuple(str(s) for s in scene_ids),
+        n_pixels=int(n_pixels),
+        prob_mean=float(prob_mean),
+        prob_max=float(prob_max),
+        area_m2=float(area_m2),
+        ground_area_m2=float(ground_area_m2),
+        bbox=(float(bbox[0]), float(bbox[1]), float(bbox[2]), float(bbox[3])),
+        size_bin=str(size_bin),
+        partial=bool(partial),
+    )
