@@ -3,17 +3,21 @@ sequential read in the done scenes' order; downloads only of what is new or chan
 
 from __future__ import annotations
 
+import logging
 import uuid
 from pathlib import Path
 
 import pytest
 
+from rtscore.mapping.campaign import OBJECTS_FILE, write_campaign_outputs
+from rtscore.mapping.campaign_log import MapIdentity, MapSettings, SceneRecord
 from rtscore.mapping.fetch import fetch_scene_parts
 from rtscore.mapping.outputs import CampaignRoot, read_scene_parts, scene_outputs
 from rtscore.mapping.polygons import SceneParts, parts_json, write_parts
 from rtscore.mapping.scenes import CampaignError, InputIdentity, Scene
 from rtscore.storage.gcs import GcsStore
 from tests.conftest import GCS_TEST_BUCKET
+from tests.mapping.test_campaign_gcs import objects_of  # imports Prefect (its logging set up) at collection
 from tests.mapping.test_merge import grid_scene
 
 
@@ -109,3 +113,54 @@ def test_local_parts_files_are_read_in_place(parts: list[SceneParts], tmp_path: 
     bad.write_text("{}")
     with pytest.raises(CampaignError, match=rf"scene {done[1].scene_id}: .*{bad}.*not a readable parts file"):
         fetch_scene_parts(out, done, workers=3)
+
+
+def test_finishes_of_a_growing_gs_campaign_download_the_new_files_and_write_the_full_merges_layer(
+    gcs_emulator: str,
+    parts: list[SceneParts],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    downloads: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """write_campaign_outputs after scenes arrive in two runs (the scenes' ids out of order): the second finish
+    downloads only the new scenes' files, a finish with nothing new none, and each objects layer equals the one of a
+    finish from an empty cache (full download, full merge)."""
+    identity = MapIdentity(package_sha256="a" * 64, code_sha256="c" * 64, settings=MapSettings(stride=32, batch_size=8))
+    uri = f"gs://{GCS_TEST_BUCKET}/{uuid.uuid4().hex[:12]}"
+    root = CampaignRoot(uri, cache_dir=tmp_path / "workers")  # the chunk runs' mirror, not the finish's
+    log = root.log().writer(0)
+    scenes: list[Scene] = []
+
+    def arrive(batch: list[SceneParts]) -> None:
+        for sp in batch:
+            s = publish_parts(root, sp)
+            log.append(SceneRecord.now(s, identity, "done", valid_pixels=100))
+            scenes.append(s)
+        scenes.sort(key=lambda s: s.scene_id)  # the campaign lists its scenes by id
+
+    def finish(cache: str) -> list[tuple[object, ...]]:
+        monkeypatch.setenv("RTS_CACHE_DIR", str(tmp_path / cache))
+        got = write_campaign_outputs(scenes, root.log(), CampaignRoot(uri), identity, min_object_area_m2=0.0)
+        assert got.done == len(scenes)
+        return objects_of(CampaignRoot(uri).path(OBJECTS_FILE))
+
+    arrive([parts[4], parts[1], parts[2]])
+    first = finish("cache")
+    assert len(downloads) == 3
+    arrive([parts[0], parts[5], parts[3]])
+    downloads.clear()
+    monkeypatch.setattr(logging.getLogger("rtscore"), "propagate", True)  # `rts` may have stopped it
+    caplog.set_level(logging.INFO, logger="rtscore")
+    second = finish("cache")
+    assert any("incremental merge: 3 scene(s) added, 0 removed" in r.getMessage() for r in caplog.records)
+    assert sorted(downloads) == sorted(
+        root.rel(scene_outputs(root, scene(sp.scene_id)).parts) for sp in (parts[0], parts[5], parts[3])
+    )
+    assert len(second) > len(first)
+    downloads.clear()
+    fresh = finish(f"fresh-{uuid.uuid4().hex[:6]}")  # another machine: every file downloaded, a full merge
+    assert len(downloads) == 6 and fresh == second
+    downloads.clear()
+    again = finish("cache")
+    assert downloads == [] and again == second

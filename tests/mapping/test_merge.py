@@ -3,6 +3,7 @@ re-mapped with other parts, a scene no longer done; the state is thrown away whe
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 
@@ -110,8 +111,9 @@ def test_remapped_and_dropped_scenes_and_an_overlap_give_the_full_merge(
 
 
 def test_a_state_that_cannot_be_built_on_is_a_full_merge(
-    scenes: list[SceneParts], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    scenes: list[SceneParts], tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(logging.getLogger("rtscore"), "propagate", True)  # `rts` may have stopped it
     state = tmp_path / "state.json"
     some = scenes[:4]
     merge_incremental(some, [sha(s) for s in some], state)
