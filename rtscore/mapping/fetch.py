@@ -91,26 +91,29 @@ def _fetch_one(out: CampaignRoot, scene: Scene, listed: dict[str, Blob] | None) 
     rel = out.rel(scene_outputs(out, scene).parts)
     local, downloaded = out.path(rel), False
     blob = listed.get(rel) if listed is not None else None
-    if listed is not None and blob is not None and not _mirror_holds(local, blob):
+    if (listed is not None and blob is None) or (listed is None and not local.is_file()):
+        read_scene_parts(out, scene)  # no parts file: made from the rasters (or an error naming them)
+    data = _read(local) if local.is_file() else None
+    if blob is not None and (data is None or not _holds(data, blob)):
         tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}.download")
         try:
             out.store().download_file(blob, rel, tmp)  # at the listed generation
             tmp.replace(local)
         finally:
             tmp.unlink(missing_ok=True)
-        downloaded = True
-    elif (listed is not None and blob is None) or (listed is None and not local.is_file()):
-        read_scene_parts(out, scene)  # no parts file: made from the rasters (or an error naming them)
-    with os_errors("read", local):
-        data = local.read_bytes()
+        data, downloaded = _read(local), True
+    if data is None:
+        data = _read(local)  # not there: the error names the file
     parts, pixel_m2 = parts_from_json(data.decode(errors="replace"), out.uri_of(rel) if out.remote else str(local))
     return FetchedParts(scene, parts, pixel_m2, hashlib.sha256(data).hexdigest(), downloaded)
 
 
-def _mirror_holds(local: Path, blob: Blob) -> bool:
-    """Whether the mirror's file has the object's content (its size, and the sha256 of its metadata)."""
+def _read(path: Path) -> bytes:
+    with os_errors("read", path):
+        return path.read_bytes()
+
+
+def _holds(data: bytes, blob: Blob) -> bool:
+    """Whether ``data`` (the mirror's file) is the object's content: its size, and the sha256 of its metadata."""
     want = (blob.metadata or {}).get(SHA_KEY)
-    if want is None or not local.is_file() or local.stat().st_size != blob.size:
-        return False
-    with os_errors("read", local):
-        return hashlib.sha256(local.read_bytes()).hexdigest() == want
+    return want is not None and len(data) == blob.size and hashlib.sha256(data).hexdigest() == want
