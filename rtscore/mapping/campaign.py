@@ -60,15 +60,16 @@ from rtscore.mapping.chunk import (
     run_chunk,
     scene_job,
 )
+from rtscore.mapping.fetch import FetchedParts, fetch_scene_parts, merge_state_path
+from rtscore.mapping.merge import merge_incremental
 from rtscore.mapping.outputs import (
     SCENES_DIR,
     CampaignRoot,
     SceneOutputs,
-    read_scene_parts,
     scene_outputs,
     staged_input,
 )
-from rtscore.mapping.polygons import RtsObject, SceneParts, keep_min_area, merge_parts, size_bin_key, write_objects
+from rtscore.mapping.polygons import RtsObject, keep_min_area, size_bin_key, write_objects
 from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, identity_change, list_scenes, scene_now
 from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
@@ -529,8 +530,9 @@ def write_campaign_outputs(
     """objects.gpkg (every done scene's objects, merged), index.geojson (one footprint per done scene) and
     summary.md / summary.json (the ground mapped: the union of the done scenes' footprints,
     :func:`~rtscore.mapping.area.union_ground_m2`, and their sum) from the log and the done scenes' parts files (no
-    raster is read; for a gs:// output the parts files are downloaded, the campaign files written locally and
-    uploaded). Done scenes are those whose latest record is ``done`` for their current identity under
+    raster is read; for a gs:// output the parts files new or changed since the last finish are downloaded, the
+    campaign files written locally and uploaded; the merge is redone only where scenes changed).
+    Done scenes are those whose latest record is ``done`` for their current identity under
     ``identity``. ``threshold_source`` is the package's (recorded in the summary; a max-F1 fallback is called out in
     summary.md); ``min_object_area_m2`` the package's (objects under it are counted, not written:
     :func:`~rtscore.mapping.polygons.keep_min_area`)."""
@@ -540,15 +542,15 @@ def write_campaign_outputs(
     last = latest(records)
     done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
     done = [s for s in done if is_current(last[s.scene_id], s, identity)]
-    parts, features, ground_m2 = _done_scene_parts(out, done, last)
-    objects, under_min_area = _write_objects_layer(out, parts, min_object_area_m2)
+    fetched, features, ground_m2 = _done_scene_parts(out, done, last)
+    objects, under_min_area = _write_objects_layer(out, fetched, min_object_area_m2)
     atomic_write_text(out.path(INDEX_FILE), json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
     seconds = sum(last[s.scene_id].seconds for s in done)
     km2 = ground_m2 / 1e6  # scene by scene
     result = CampaignResult(
         **summary.model_dump(),
         mapping_identity=identity,
-        km2_mapped_ground=union_ground_m2(parts) / 1e6,
+        km2_mapped_ground=union_ground_m2([f.parts for f in fetched]) / 1e6,
         km2_scenes_sum=km2,
         objects=len(objects),
         objects_under_min_area=under_min_area,
@@ -562,7 +564,7 @@ def write_campaign_outputs(
         wall_seconds_this_run=wall_seconds,
         drift_ok=None if drift is None else drift.ok,
         log=log.uri(),
-        objects_file=OBJECTS_FILE if parts else None,
+        objects_file=OBJECTS_FILE if fetched else None,
         index_file=INDEX_FILE,
     )
     atomic_write_json(out.path(SUMMARY_JSON), result.model_dump(mode="json"))
@@ -573,20 +575,24 @@ def write_campaign_outputs(
 
 def _done_scene_parts(
     out: CampaignRoot, done: Sequence[Scene], last: Mapping[str, SceneRecord]
-) -> tuple[list[SceneParts], list[dict[str, Any]], float]:
-    """Each done scene's parts file (downloaded for a gs:// output), its footprint as a feature of index.geojson
-    (EPSG:4326, with the scene's id, URI and output files relative to the campaign) and its ground mapped (its valid
-    pixels' area, summed over the scenes). Its own step: the one pass over the done scenes' files; everything the
-    campaign's files hold is drawn from what it returns, no raster read."""
+) -> tuple[list[FetchedParts], list[dict[str, Any]], float]:
+    """Each done scene's parts file (fetched concurrently, downloaded for a gs:// output only when new or changed:
+    :func:`~rtscore.mapping.fetch.fetch_scene_parts`), its footprint as a feature of index.geojson (EPSG:4326, with
+    the scene's id, URI and output files relative to the campaign) and its ground mapped (its valid pixels' area,
+    summed over the scenes). Its own step: the one pass over the done scenes' files; everything the campaign's files
+    hold is drawn from what it returns, no raster read."""
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
 
-    parts, features, ground_m2 = [], [], 0.0
-    for s in done:
+    fetched = fetch_scene_parts(out, done)
+    if out.remote:
+        n = sum(f.downloaded for f in fetched)
+        _log.info("campaign finish: %d parts file(s) downloaded, %d taken from the mirror", n, len(fetched) - n)
+    features, ground_m2 = [], 0.0
+    for f in fetched:
+        s, sp = f.scene, f.parts
         o = scene_outputs(out, s)
-        sp, pixel_m2 = read_scene_parts(out, s)
-        parts.append(sp)
-        ground_m2 += last[s.scene_id].valid_pixels * pixel_m2
+        ground_m2 += last[s.scene_id].valid_pixels * f.pixel_m2
         rel = {k: out.rel(getattr(o, k)) for k in ("prob", "mask", "manifest", "parts")}
         features.append(
             {
@@ -595,20 +601,23 @@ def _done_scene_parts(
                 "properties": {"scene_id": s.scene_id, "uri": s.uri, **rel},
             }
         )
-    return parts, features, ground_m2
+    return fetched, features, ground_m2
 
 
 def _write_objects_layer(
-    out: CampaignRoot, parts: Sequence[SceneParts], min_object_area_m2: float
+    out: CampaignRoot, fetched: Sequence[FetchedParts], min_object_area_m2: float
 ) -> tuple[list[RtsObject], int]:
-    """objects.gpkg: the done scenes' parts merged into objects (one across a scene seam), those under the package's
-    minimum area counted and left out, written and published; with no done scene the layer is deleted, not left
-    stale. Its own step: the campaign's one objects layer and the rule of what it holds. Returns the objects written
-    and how many were under the minimum area."""
+    """objects.gpkg: the done scenes' parts merged into objects (one across a scene seam; redone only where scenes
+    changed since the last finish, equal to a full merge: :func:`~rtscore.mapping.merge.merge_incremental`), those
+    under the package's minimum area counted and left out, written and published; with no done scene the layer is
+    deleted, not left stale. Its own step: the campaign's one objects layer and the rule of what it holds. Returns
+    the objects written and how many were under the minimum area."""
     objects: list[RtsObject] = []
     under_min_area = 0
-    if parts:
-        crs, objects = merge_parts(parts)
+    if fetched:
+        parts = [f.parts for f in fetched]
+        crs, objects, report = merge_incremental(parts, [f.sha256 for f in fetched], merge_state_path(out))
+        _log.info("campaign finish: %s", report.text())
         objects, under_min_area = keep_min_area(objects, min_object_area_m2)
         out.publish([write_objects(out.path(OBJECTS_FILE), objects, crs)])
     else:

@@ -368,7 +368,9 @@ def _leaves_footprint(geom: Any, tree: Any, footprints: list[Any], pixel: float)
     import shapely
 
     reach = shapely.buffer(geom, PARTIAL_REACH_PX * pixel)
-    near = shapely.union_all([footprints[i] for i in tree.query(reach, predicate="intersects")])
+    # In the scenes' order, not the tree's: the same footprints give the same union whatever else the tree holds
+    # (the incremental merge re-tests an object only near changed footprints, rtscore.mapping.merge).
+    near = shapely.union_all([footprints[i] for i in np.sort(tree.query(reach, predicate="intersects"))])
     return bool(shapely.difference(reach, near).area > PARTIAL_MIN_AREA_PX * pixel * pixel)
 
 
