@@ -360,7 +360,8 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
         with measured(out, "chunk-ready"):
             chunk_ready(camp.input, camp.output, ids)
     elif step == "log-append":
-        writer = CampaignLog(camp.output).writer(99_999, f"append-{os.getpid()}")
+        # a log of its own: the campaign's records stay as the chunk runs left them for the steps after this one
+        writer = CampaignLog(f"{camp.root}/append-{os.getpid()}").writer(0, "bench")
         from rtscore.mapping.campaign_log import SceneRecord
 
         records = [SceneRecord.now(s, identity, "done", windows=225) for s in scenes[:CHUNK]]
@@ -437,7 +438,12 @@ def measure_n(n: int, a: argparse.Namespace, work: Path) -> dict[str, list[dict[
             emulator.latency_s = a.latency_ms / 1000
         rows: dict[str, list[dict[str, Any]]] = {s: [] for s in STEPS}
         args: dict[str, Any] = {"root": camp.root}
-        step_of = partial(run_child, env=env, in_process=a.in_process)
+
+        def step_of(step: str, args: dict[str, Any]) -> dict[str, Any]:
+            got = run_child(step, args, env, in_process=a.in_process)
+            log(f"  N = {n:,}, repeat {r + 1}: " + ", ".join(f"{k} {_fmt_s(v['seconds'])}" for k, v in got.items()))
+            return got
+
         for r in range(a.repeats):
             for step in ("list", "plan", "chunk-ready", "log-append"):
                 rows[step].append(step_of(step, args)[step])
@@ -479,6 +485,7 @@ def incremental(
         shutil.copytree(cache, warm)
         got = run_child("finish-1%", {"root": camp.root, "cache": str(warm)}, env, in_process=a.in_process)
         rows["finish-1%"].append(got["finish-1%"])
+        log(f"  N = {n:,}, repeat {r + 1}: finish-1% {_fmt_s(got['finish-1%']['seconds'])} ({len(new)} new quads)")
         shutil.rmtree(warm, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
 
