@@ -482,7 +482,8 @@ def incremental(
     for r in range(a.repeats):
         cache = work / f"cache-n{n}-r{r}"
         warm = work / f"incr-n{n}-r{r}"
-        shutil.copytree(cache, warm)
+        if cache.is_dir():  # a gs:// campaign's mirror (a local campaign has none: its files are the output)
+            shutil.copytree(cache, warm)
         got = run_child("finish-1%", {"root": camp.root, "cache": str(warm)}, env, in_process=a.in_process)
         rows["finish-1%"].append(got["finish-1%"])
         log(f"  N = {n:,}, repeat {r + 1}: finish-1% {_fmt_s(got['finish-1%']['seconds'])} ({len(new)} new quads)")
