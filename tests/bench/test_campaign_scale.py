@@ -1,0 +1,69 @@
+"""bench/campaign_scale.py (issue 37): the fitted exponent, the simulated quads' seams, the latency of the emulator
+and a smoke run of every step at N = 4 and 8 (in process, 1 ms a request)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pytest
+import shapely
+
+from bench.campaign_scale import STEPS, LatentEmulator, exponent, grid, quad_box, quad_parts, run
+
+
+def test_exponent_is_the_log_log_slope() -> None:
+    assert exponent([10, 100, 1000], [1.0, 10.0, 100.0]) == pytest.approx(1.0)
+    assert exponent([10, 100], [3.0, 300.0]) == pytest.approx(2.0)
+    assert exponent([10], [1.0]) is None and exponent([10, 100], [0.0, 1.0]) is None
+
+
+def test_border_blobs_are_cut_by_the_seam_and_continue_in_the_neighbour() -> None:
+    cells = set(grid(4))  # 2 x 2 quads
+    left = [g for g, cut in quad_parts(cells, 0, 0, 8) if cut]
+    right = [g for g, cut in quad_parts(cells, 0, 1, 8) if cut]
+    assert len([g for g, cut in quad_parts(cells, 0, 0, 8) if not cut]) == 6
+    seam = shapely.intersection(quad_box(0, 0).boundary, quad_box(0, 1).boundary)
+    touching = [(a, b) for a in left for b in right if a.intersection(b).length > 0]
+    assert touching and all(a.intersection(b).within(seam.buffer(1e-6)) for a, b in touching)
+    assert all(g.within(quad_box(0, 0).buffer(1e-6)) for g in left)
+
+
+def test_every_request_waits_the_injected_latency() -> None:
+    import urllib.request
+
+    emu = LatentEmulator()
+    try:
+        url = f"{emu.url}/storage/v1/b"
+        urllib.request.urlopen(url, timeout=10).read()
+        emu.latency_s = 0.2
+        t0 = time.perf_counter()
+        urllib.request.urlopen(url, timeout=10).read()
+        assert time.perf_counter() - t0 >= 0.2 and emu.requests == 2
+    finally:
+        emu.stop()
+
+
+def test_smoke_run_prints_every_step_and_its_exponent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = argparse.Namespace(
+        n="4,8",
+        repeats=1,
+        parts=4,
+        latency_ms=1.0,
+        local=False,
+        prefect_chunks=0,
+        prefect_timeout_s=60.0,
+        plot=tmp_path / "scale.png",
+        json=None,
+        in_process=True,
+    )
+    figures = run(a, tmp_path / "work")
+    steps = figures["steps"]
+    assert set(steps) == set(STEPS)
+    for step in STEPS:
+        assert all(steps[step]["by_n"][n]["seconds"] > 0 for n in (4, 8)), step
+        assert isinstance(steps[step]["time_exponent"], float), step
+    assert (tmp_path / "scale.png").stat().st_size > 0
+    out = capsys.readouterr().out
+    assert "exponent time" in out and all(f"| {s}" in out for s in ("list", "finish-1%", "select"))
