@@ -19,8 +19,9 @@ and only the step is timed; printed: its wall seconds and its own peak RSS.
 
 - ``list``: ``list_scenes`` of the input prefix (what ``map-region`` does first).
 - ``plan``: the log read (``CampaignLog.read``) and ``campaign_log.plan`` over the listed scenes.
-- ``chunk-ready``: one chunk run's work before its model runs, as ``flows/mapping.py`` ``map_chunk`` does it today
-  (:func:`chunk_ready`: re-list the input, take the chunk's scenes, read the log, plan): seconds per chunk.
+- ``chunk-ready``: one chunk run's work before its model runs, as ``flows/mapping.py`` ``map_chunk`` does it
+  (:func:`chunk_ready`: the library's ``ready_chunk`` on the scenes handed over: its own chunk's log files, one
+  identity check per scene): seconds per chunk.
 - ``log-append``: 50 records appended by one chunk run's writer (``LogWriter.append``): seconds per record.
 - ``finish``: ``write_campaign_outputs`` (log read, every done quad's parts file fetched, merge, objects layer,
   index and summary written and uploaded) with an empty local mirror; and its parts ``fetch``, ``merge``
@@ -310,16 +311,15 @@ def build_campaign(camp: Campaign, n: int, n_parts: int) -> list[tuple[int, int]
 
 
 # ------------------------------------------------------------------------------------------------ the steps
-def chunk_ready(input_uri: str, output: str, scene_ids: Sequence[str]) -> list[Any]:
-    """A chunk run's work before its model runs, as ``flows/mapping.py`` ``map_chunk`` and ``run_chunk`` do it on
-    today's main: the input re-listed, the chunk's scenes taken by id, the whole log read, the plan. (Keep in step
-    with map_chunk: this is what the bench's ``chunk-ready`` measures.)"""
-    from rtscore.mapping.campaign import chunk_of, drop_extra_siblings
-    from rtscore.mapping.campaign_log import CampaignLog, plan
-    from rtscore.mapping.scenes import list_scenes
+def chunk_ready(output: str, scenes: Sequence[Any], chunk: int) -> Any:
+    """A chunk run's work before its model runs, as ``map_chunk`` does it: the library's
+    :func:`rtscore.mapping.campaign.ready_chunk` on the scenes the coordinator hands over (read only its own chunk's
+    log files, check each scene against its planned identity: one metadata read of a gs:// object). The hand-over
+    (``ChunkTodo``) is the coordinator's work, made before the timer starts."""
+    from rtscore.mapping.campaign import ChunkTodo, ready_chunk
+    from rtscore.mapping.campaign_log import CampaignLog
 
-    scenes = chunk_of(drop_extra_siblings(list_scenes(input_uri)), scene_ids, what="bench chunk")
-    return plan(scenes, CampaignLog(output).read(), bench_identity())
+    return ready_chunk(ChunkTodo(chunk, list(scenes), {}), CampaignLog(output), bench_identity(), extra=False)
 
 
 def _vm(key: str) -> float:
@@ -356,9 +356,9 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
         with measured(out, "plan"):
             plan(scenes, CampaignLog(camp.output).read(), identity)
     elif step == "chunk-ready":
-        ids = [s.scene_id for s in scenes[len(scenes) // 2 :][:CHUNK]]
+        k = len(scenes) // 2 // CHUNK  # a chunk in the middle of the campaign, numbered as map-region numbers it
         with measured(out, "chunk-ready"):
-            chunk_ready(camp.input, camp.output, ids)
+            chunk_ready(camp.output, scenes[k * CHUNK : (k + 1) * CHUNK], k)
     elif step == "log-append":
         # a log of its own: the campaign's records stay as the chunk runs left them for the steps after this one
         writer = CampaignLog(f"{camp.root}/append-{os.getpid()}").writer(0, "bench")
@@ -447,6 +447,8 @@ def measure_n(n: int, a: argparse.Namespace, work: Path) -> dict[str, list[dict[
         for r in range(a.repeats):
             for step in ("list", "plan", "chunk-ready", "log-append"):
                 rows[step].append(step_of(step, args)[step])
+            if a.coordinator_only:
+                continue
             cache = work / f"cache-n{n}-r{r}"
             got = step_of("parts", {**args, "cache": str(work / f"parts-n{n}-r{r}")})
             for step in ("fetch", "merge", "write"):
@@ -454,8 +456,9 @@ def measure_n(n: int, a: argparse.Namespace, work: Path) -> dict[str, list[dict[
             rows["finish"].append(step_of("finish", {**args, "cache": str(cache)})["finish"])
             rows["select"].append(step_of("select", {**args, "cache": str(cache)})["select"])
             shutil.rmtree(work / f"parts-n{n}-r{r}", ignore_errors=True)
-        incremental(camp, n, new, a, emulator, work, rows, env)
-        return rows
+        if not a.coordinator_only:
+            incremental(camp, n, new, a, emulator, work, rows, env)
+        return {k: v for k, v in rows.items() if v}
     finally:
         if emulator is not None:
             emulator.stop()
@@ -503,6 +506,8 @@ def summarize(ns: Sequence[int], by_n: dict[int, dict[str, list[dict[str, Any]]]
     """Per step and N: median [min, max] of seconds and of peak MiB; per step the two fitted exponents."""
     out: dict[str, Any] = {}
     for step in STEPS:
+        if any(step not in by_n[n] for n in ns):
+            continue  # not measured in this run (--coordinator-only)
         per_n = {}
         for n in ns:
             secs = [f["seconds"] for f in by_n[n][step]]
@@ -535,7 +540,7 @@ def print_table(ns: Sequence[int], summary: dict[str, Any], repeats: int) -> Non
     head = "| step | " + " | ".join(f"N = {n:,}" for n in ns) + " | exponent time | exponent RSS |"
     log(head)
     log("|" + " --- |" * (len(ns) + 3))
-    for step in STEPS:
+    for step in (s for s in STEPS if s in summary):
         s = summary[step]
         cells = []
         for n in ns:
@@ -559,7 +564,7 @@ def plot(ns: Sequence[int], summary: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 5))
-    for step in STEPS:
+    for step in (s for s in STEPS if s in summary):
         s = summary[step]
         te = s["time_exponent"]
         label = f"{step} ({'n/a' if te is None else f'{te:.2f}'})"
@@ -729,6 +734,11 @@ def main() -> None:
         "--prefect-chunks", type=int, default=0, metavar="K", help="K chunk runs through a real Prefect server"
     )
     p.add_argument("--prefect-timeout-s", type=float, default=3600.0, help="wait this long for the K chunk runs")
+    p.add_argument(
+        "--coordinator-only",
+        action="store_true",
+        help="only the coordinator's steps (list, plan, chunk-ready, log-append): no finish, no selection",
+    )
     p.add_argument("--plot", type=Path, default=None, help="write the log-log plot here (PNG)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.add_argument("--in-process", action="store_true", help="steps in this process (a smoke run: no own RSS)")

@@ -416,27 +416,45 @@ def todo_chunks(plan: CampaignPlan) -> list[ChunkTodo]:
 def run_planned_chunk(
     pkg: LoadedPackage, todo: ChunkTodo, output: str | Path | CampaignRoot, log: LogWriter, identity: MapIdentity
 ) -> list[SceneRecord]:
-    """A ``map-chunk`` run's work on a worker, O(its scenes) whatever the campaign's size: the records of its own
-    chunk's log files newer than the plan's (an earlier run of this chunk: a crashed one re-submitted, a retry), the
-    scenes they leave to map, each of those checked against the identity it was planned with
-    (:func:`~rtscore.mapping.scenes.scene_now`: one metadata read of a gs:// object, the sha256 of a local file);
-    a scene changed since the plan is recorded ``failed`` naming the change (never mapped from a stale identity), the
-    others mapped (:func:`run_chunk`). Returns the records appended. No listing of the input, no other chunk's log."""
-    mine = {s.scene_id for s in todo.scenes}
-    records = [
-        r
-        for r in log.log.read(todo.index)
-        if r.scene_id in mine and ((t := todo.logged.get(r.scene_id)) is None or r.time > t)
-    ]
-    left = plan_scenes(todo.scenes, records, identity)
-    fresh, refused = _check_planned(left, extra=bool(pkg.binding.extra_bands))
+    """A ``map-chunk`` run's work on a worker, O(its scenes) whatever the campaign's size: :func:`ready_chunk` (what
+    is left, checked against the plan), a ``failed`` record for each scene changed since the plan (never mapped from a
+    stale identity), the others mapped (:func:`run_chunk`). Returns the records appended. No listing of the input, no
+    other chunk's log."""
+    ready = ready_chunk(todo, log.log, identity, extra=bool(pkg.binding.extra_bands))
     out = []
-    for scene, reason in refused:
+    for scene, reason in ready.refused:
         _log.warning("scene %s: %s", scene.scene_id, reason)
         record = SceneRecord.now(scene, identity, "failed", reason=reason)
         log.append(record)
         out.append(record)
-    return out + run_chunk(pkg, fresh, output, log, identity=identity, log_records=records)
+    return out + run_chunk(pkg, ready.fresh, output, log, identity=identity, log_records=ready.records)
+
+
+@dataclass(frozen=True)
+class ReadyChunk:
+    """A chunk run's scenes once it is ready to map: its own chunk's records newer than the plan's, the scenes to map
+    (as planned) and those refused with the reason of their ``failed`` record."""
+
+    records: list[SceneRecord]
+    fresh: list[Scene]
+    refused: list[tuple[Scene, str]]
+
+
+def ready_chunk(todo: ChunkTodo, log: CampaignLog, identity: MapIdentity, *, extra: bool) -> ReadyChunk:
+    """Everything a chunk run does before its model (``bench/campaign_scale.py`` times it as ``chunk-ready``): the
+    records of its own chunk's log files newer than the plan's (an earlier run of this chunk: a crashed one
+    re-submitted, a retry), the scenes they leave to map, each of those checked against the identity it was planned
+    with (:func:`~rtscore.mapping.scenes.scene_now`: one metadata read of a gs:// object, the sha256 of a local
+    file). O(the chunk's scenes)."""
+    mine = {s.scene_id for s in todo.scenes}
+    records = [
+        r
+        for r in log.read(todo.index)
+        if r.scene_id in mine and ((t := todo.logged.get(r.scene_id)) is None or r.time > t)
+    ]
+    left = plan_scenes(todo.scenes, records, identity)
+    fresh, refused = _check_planned(left, extra=extra)
+    return ReadyChunk(records, fresh, refused)
 
 
 def _check_planned(scenes: Sequence[Scene], *, extra: bool) -> tuple[list[Scene], list[tuple[Scene, str]]]:

@@ -57,6 +57,7 @@ def test_smoke_run_prints_every_step_and_its_exponent(tmp_path: Path, capsys: py
         plot=tmp_path / "scale.png",
         json=None,
         in_process=True,
+        coordinator_only=False,
     )
     figures = run(a, tmp_path / "work")
     steps = figures["steps"]
@@ -67,3 +68,5 @@ def test_smoke_run_prints_every_step_and_its_exponent(tmp_path: Path, capsys: py
     assert (tmp_path / "scale.png").stat().st_size > 0
     out = capsys.readouterr().out
     assert "exponent time" in out and all(f"| {s}" in out for s in ("list", "finish-1%", "select"))
+    only = run(argparse.Namespace(**{**vars(a), "coordinator_only": True, "plot": None}), tmp_path / "work-coord")
+    assert list(only["steps"]) == ["list", "plan", "chunk-ready", "log-append"]  # --coordinator-only
