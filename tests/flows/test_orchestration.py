@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -229,6 +230,9 @@ class FakePrefect:
         self.calls: list[dict[str, Any]] = []
         self.created: list[str] = []
         self.tables: list[dict[str, Any]] = []
+        self.keys: dict[uuid.UUID, str] = {}  # run id -> idempotency key
+        self.single_reads = 0  # read_flow_run calls
+        self.page_sizes: list[int] = []  # runs per read_flow_runs call
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import prefect.client.orchestration as orchestration
@@ -241,7 +245,9 @@ class FakePrefect:
         monkeypatch.setattr(fanout, "in_a_run", lambda: True)  # the parent flow's body, called as in its run
 
     def _run(self, key: str) -> Any:
-        return SimpleNamespace(id=key, name=self.names.get(key, key), state=_state(self.runs[key][0]))
+        run_id = uuid.uuid5(uuid.NAMESPACE_URL, key)  # a server's run ids are UUIDs (the read filter checks)
+        self.keys[run_id] = key
+        return SimpleNamespace(id=run_id, name=self.names.get(key, key), state=_state(self.runs[key][0]))
 
     def run_deployment(self, name: str, **kw: Any) -> Any:
         self.calls.append({"name": name, **kw})
@@ -252,15 +258,26 @@ class FakePrefect:
             self.names[key] = kw["flow_run_name"]
         return self._run(key)
 
-    def read_flow_run(self, run_id: str) -> Any:
-        seq = self.runs[run_id]
+    def read_flow_run(self, run_id: uuid.UUID) -> Any:
+        self.single_reads += 1
+        return self._advance(run_id)
+
+    def _advance(self, run_id: uuid.UUID) -> Any:
+        key = self.keys[run_id]
+        seq = self.runs[key]
         if len(seq) > 1:
             seq.pop(0)
-        return self._run(run_id)
+        return self._run(key)
+
+    def read_flow_runs(self, *, flow_run_filter: Any, limit: int) -> list[Any]:
+        ids = list(flow_run_filter.id.any_)
+        assert len(ids) <= limit
+        self.page_sizes.append(len(ids))
+        return [self._advance(i) for i in ids]
 
     @contextlib.contextmanager
     def client(self) -> Iterator[Any]:
-        yield SimpleNamespace(read_flow_run=self.read_flow_run)
+        yield SimpleNamespace(read_flow_run=self.read_flow_run, read_flow_runs=self.read_flow_runs)
 
 
 def _children(*seeds: int) -> list[Any]:
@@ -309,7 +326,7 @@ def test_fan_out_resubmits_a_crashed_child_up_to_max_attempts(
     fake = FakePrefect({key: ["running", "crashed"], f"{key}/attempt-1": ["running", "running", "completed"]})
     fake.install(monkeypatch)
     done = fan_out("train-seed", "train-seed/train-seed", "p", _children(7, 8), DistributedParams(**FAST))
-    assert done["7"].id == f"{key}/attempt-1" and done["7"].state.is_completed()
+    assert fake.keys[done["7"].id] == f"{key}/attempt-1" and done["7"].state.is_completed()
     assert fake.created == [key, "rts-pipeline/p/train-seed/8", f"{key}/attempt-1"]
     assert fake.names[f"{key}/attempt-1"] == "train-seed-7-retry-1"
     assert any("crashed" in r.message and "re-submitting as attempt 2" in r.message for r in caplog.records)
@@ -365,9 +382,9 @@ def test_a_retried_parent_reuses_completed_children_and_replaces_unsuccessful_on
         }
     )
     done = fan_out("train-seed", "train-seed/train-seed", "p", _children(7, 8, 9), DistributedParams(**FAST))
-    assert done["7"].id == f"{key}/attempt-1", "the completed run is reused"
-    assert done["8"].id == "rts-pipeline/p/train-seed/8/attempt-1", "the crashed seed gets a new run"
-    assert done["9"].id == "rts-pipeline/p/train-seed/9", "the running one is waited for"
+    assert fake.keys[done["7"].id] == f"{key}/attempt-1", "the completed run is reused"
+    assert fake.keys[done["8"].id] == "rts-pipeline/p/train-seed/8/attempt-1", "the crashed seed gets a new run"
+    assert fake.keys[done["9"].id] == "rts-pipeline/p/train-seed/9", "the running one is waited for"
     assert fake.created == ["rts-pipeline/p/train-seed/8/attempt-1"]
     notes = {(r["item"], r["attempt"]): r["note"] for r in fake.tables[-1]["table"]}
     assert notes[("seed 7", 1)] == notes[("seed 8", 1)] == "earlier pipeline attempt"
@@ -453,3 +470,15 @@ def test_cli_maps_its_flags_onto_the_parameter_models(monkeypatch: pytest.Monkey
     assert got.value.params == TrainSeedParams(
         config=str(cfg.resolve()), run_dir=str(run.resolve()), seed=5, fresh=True
     )
+
+
+def test_waiting_reads_the_pending_runs_200_to_an_api_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A campaign's fan-out waits on thousands of chunk runs: each poll reads them in pages of 200 (one request
+    each), never one request per run (issue 37: the coordinator's polling was O(K) requests a round)."""
+    from flows.fanout import READ_PAGE, fan_out
+
+    fake = FakePrefect()
+    fake.install(monkeypatch)
+    done = fan_out("train-seed", "train-seed/train-seed", "p", _children(*range(450)), DistributedParams(**FAST))
+    assert len(done) == 450 and fake.single_reads == 0
+    assert READ_PAGE == 200 and fake.page_sizes == [200, 200, 50]  # one poll: every run has completed
