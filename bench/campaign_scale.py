@@ -426,6 +426,7 @@ def child_env(emulator: LatentEmulator | None, work: Path) -> dict[str, str]:
 def measure_n(n: int, a: argparse.Namespace, work: Path) -> dict[str, list[dict[str, Any]]]:
     """Every step at ``n`` quads, ``a.repeats`` times: {step: [figures of each repeat]}."""
     emulator = None if a.local else LatentEmulator()
+    before = os.environ.get("STORAGE_EMULATOR_HOST")  # restored after: the caller's emulator (a test session's) stays
     try:
         if emulator is not None:
             os.environ["STORAGE_EMULATOR_HOST"] = emulator.url
@@ -462,6 +463,10 @@ def measure_n(n: int, a: argparse.Namespace, work: Path) -> dict[str, list[dict[
     finally:
         if emulator is not None:
             emulator.stop()
+        if before is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = before
 
 
 def incremental(

@@ -4,6 +4,7 @@ and a smoke run of every step at N = 4 and 8 (in process, 1 ms a request)."""
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -59,7 +60,9 @@ def test_smoke_run_prints_every_step_and_its_exponent(tmp_path: Path, capsys: py
         in_process=True,
         coordinator_only=False,
     )
+    before = os.environ.get("STORAGE_EMULATOR_HOST")  # the session's emulator, which the gs:// tests after this use
     figures = run(a, tmp_path / "work")
+    assert os.environ.get("STORAGE_EMULATOR_HOST") == before, "the bench's own (stopped) emulator was left in the env"
     steps = figures["steps"]
     assert set(steps) == set(STEPS)
     for step in STEPS:
