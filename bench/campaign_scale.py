@@ -24,8 +24,9 @@ and only the step is timed; printed: its wall seconds and its own peak RSS.
   identity check per scene): seconds per chunk.
 - ``log-append``: 50 records appended by one chunk run's writer (``LogWriter.append``): seconds per record.
 - ``finish``: ``write_campaign_outputs`` (log read, every done quad's parts file fetched, merge, objects layer,
-  index and summary written and uploaded) with an empty local mirror; and its parts ``fetch``, ``merge``
-  (``merge_parts``) and objects ``write`` (``write_objects``) timed one by one in another process.
+  index and summary written and uploaded) with an empty local mirror; and its parts ``fetch``
+  (``fetch_scene_parts``, concurrent), ``merge`` (``merge_incremental`` from no state: a full merge, its state
+  written) and objects ``write`` (``write_objects``) timed one by one in another process.
 - ``finish-1%``: ``write_campaign_outputs`` again after 1 % new quads were mapped (parts files and records added),
   with the local mirror the full finish left (a second ``rts map`` on the same machine).
 - ``select``: the review export's selection: the objects layer read and a stratified sample of 100 chosen
@@ -64,6 +65,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from http import server as http_server
@@ -104,6 +106,7 @@ class LatentEmulator:
         self.requests = 0
         storage = Storage(use_memory_fs=True)
         buckets.create_bucket(bucket, storage)
+        _as_a_bucket(storage)
         lock = threading.Lock()
         outer = self
 
@@ -133,15 +136,95 @@ class LatentEmulator:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
+        self._storage, self._lock, self._bucket = storage, lock, bucket
         self._httpd = http_server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, storage))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
 
+    def put(self, name: str, data: bytes, metadata: dict[str, str]) -> None:
+        """Write an object straight into the emulator's storage, as its upload handler does (the object resource,
+        its checksums and generation), without a request: how the simulated campaign is written (the writes are
+        not what is measured, and 3 requests a quad through HTTP would take hours at 10^5)."""
+        from gcp_storage_emulator.handlers import objects as emu_objects
+
+        obj = emu_objects._make_object_resource(
+            self.url, self._bucket, name, "application/octet-stream", str(len(data)), {"metadata": metadata}
+        )
+        obj = emu_objects._checksums(data, obj)
+        with self._lock:
+            self._storage.create_file(self._bucket, name, data, obj)
+
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+PAGE = 1000  # objects a listing request returns at most (a bucket's default page)
+
+
+def _as_a_bucket(storage: Any) -> None:
+    """Make the in-memory emulator's costs those of a bucket, not of its own bookkeeping, which grows with N:
+
+    - it re-serialises the metadata of every object it holds (JSON) on every write, to persist it: in memory
+      there is nothing to persist, so that is skipped (without it writing the campaign is O(N^2), and each
+      append to the log costs O(N) at the emulator);
+    - it answers a listing with every object in one response, after scanning every object name: a bucket answers
+      pages of up to 1,000 objects (one request each) from an index. The listing handler is replaced by one that
+      pages (``pageToken``, ``maxResults``) over a sorted index of the names (rebuilt after a write added or
+      removed a name), so a listing of n objects costs ceil(n / 1000) requests, each paying the latency.
+    """
+    import bisect
+
+    from gcp_storage_emulator import server as emu
+    from gcp_storage_emulator.handlers import objects as emu_objects
+
+    storage._write_config_to_file = lambda: None
+    index: dict[str, list[str]] = {}
+
+    def names(bucket: str) -> list[str]:
+        held = storage.objects.get(bucket, {})
+        if bucket not in index or len(index[bucket]) != len(held):
+            index[bucket] = sorted(held)
+        return index[bucket]
+
+    def invalidating(method: Any) -> Any:
+        def wrapped(bucket: str, *a: Any, **kw: Any) -> Any:
+            index.pop(bucket, None)
+            return method(bucket, *a, **kw)
+
+        return wrapped
+
+    for name in ("create_file", "delete_file", "_hard_delete_file"):
+        setattr(storage, name, invalidating(getattr(storage, name)))
+
+    def paged_ls(request: Any, response: Any, storage_: Any, *args: Any, **kwargs: Any) -> None:
+        q = request.query
+        bucket = request.params["bucket_name"]
+        if storage_ is not storage or q.get("delimiter") or q.get("matchGlob") or q.get("softDeleted"):
+            emu_objects.ls(request, response, storage_, *args, **kwargs)  # another emulator's, or not asked here
+            return
+        if bucket not in storage.buckets:
+            emu_objects.ls(request, response, storage_, *args, **kwargs)  # its 404
+            return
+        prefix = q["prefix"][0] if q.get("prefix") else ""
+        after = q["pageToken"][0] if q.get("pageToken") else None
+        size = min(PAGE, int(q["maxResults"][0])) if q.get("maxResults") else PAGE
+        all_names = names(bucket)
+        lo = bisect.bisect_right(all_names, after) if after is not None else bisect.bisect_left(all_names, prefix)
+        page = [n for n in all_names[lo : lo + size] if n.startswith(prefix)]
+        held = storage.objects[bucket]
+        body: dict[str, Any] = {"kind": "storage#objects", "items": [held[n] for n in page]}
+        nxt = lo + size
+        if len(page) == size and nxt < len(all_names) and all_names[nxt].startswith(prefix):
+            body["nextPageToken"] = page[-1]
+        response.json(body)
+
+    for _regex, handlers in emu.HANDLERS:  # the routes are module-wide: any other emulator keeps the old listing
+        if handlers.get(emu.GET) is emu_objects.ls or getattr(handlers.get(emu.GET), "pages", False):
+            handlers[emu.GET] = paged_ls
+    paged_ls.pages = True  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------------ the campaign
@@ -180,7 +263,7 @@ def blob(rng: np.random.Generator, cx: float, cy: float) -> Any:
     return geom
 
 
-def quad_parts(cells: set[tuple[int, int]], row: int, col: int, n_parts: int) -> list[tuple[Any, bool]]:
+def quad_parts(cells: AbstractSet[tuple[int, int]], row: int, col: int, n_parts: int) -> list[tuple[Any, bool]]:
     """The (geometry, cut by the border) parts of quad (row, col): ``n_parts - 2`` inside it, the halves of the blobs
     on its own right and bottom borders, and the halves of its left and upper neighbours' border blobs."""
     import shapely
@@ -214,7 +297,7 @@ def quad_parts(cells: set[tuple[int, int]], row: int, col: int, n_parts: int) ->
     return out
 
 
-def scene_parts_text(sid: str, row: int, col: int, cells: set[tuple[int, int]], n_parts: int) -> str:
+def scene_parts_text(sid: str, row: int, col: int, cells: AbstractSet[tuple[int, int]], n_parts: int) -> str:
     """The parts file of quad (row, col) (``parts_json``), probabilities seeded by the quad."""
     from rasterio.crs import CRS
 
@@ -242,8 +325,9 @@ def bench_identity() -> Any:
 class Campaign:
     """A simulated campaign's locations: ``root`` (gs:// or a directory) with ``input/`` and the campaign output."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, emulator: LatentEmulator | None = None) -> None:
         self.root = root.rstrip("/")
+        self.emulator = emulator  # set: the campaign is written straight into it (LatentEmulator.put)
         self.input = f"{self.root}/input"
         self.output = f"{self.root}/out"
 
@@ -258,6 +342,13 @@ def _put(bucket: Any, name: str, data: bytes) -> None:
 
 def put_files(camp: Campaign, files: Sequence[tuple[str, bytes]]) -> None:
     """``files`` (path relative to the campaign root, content) written: uploaded 16 at a time, or into the directory."""
+    if camp.emulator is not None:
+        from rtscore.storage.gcs import SHA_KEY
+
+        prefix = camp.root.removeprefix(f"gs://{BUCKET}/")
+        for rel, data in files:
+            camp.emulator.put(f"{prefix}/{rel}", data, {SHA_KEY: hashlib.sha256(data).hexdigest()})
+        return
     if camp.root.startswith("gs://"):
         from rtscore.storage.gcs import make_client
 
@@ -282,13 +373,11 @@ def write_quads(
 
     ids = [quad_id(r, c) for r, c in cells]
     put_files(camp, [(f"input/{sid}.tif", sid.encode()) for sid in ids])
-    put_files(
-        camp,
-        [
-            (f"out/scenes/{sid}/{sid}_parts.json", scene_parts_text(sid, r, c, all_cells, n_parts).encode())
-            for sid, (r, c) in zip(ids, cells, strict=True)
-        ],
-    )
+    for k in range(0, len(ids), BATCH):  # in batches: the texts of 10^5 quads are ~1 GB
+        texts = _parts_texts(ids[k : k + BATCH], cells[k : k + BATCH], all_cells, n_parts)
+        put_files(
+            camp, [(f"out/scenes/{sid}/{sid}_parts.json", t) for sid, t in zip(ids[k : k + BATCH], texts, strict=True)]
+        )
     listed = {s.scene_id: s for s in list_scenes(camp.input)}
     identity = bench_identity()
     logs = []
@@ -299,6 +388,36 @@ def write_quads(
         ]
         logs.append((f"out/log/{writer_name(first_chunk + k // CHUNK, 'bench')}", b"".join(lines)))
     put_files(camp, logs)
+
+
+BATCH = 2000  # quads whose parts files are made and written together
+
+
+def _parts_text(job: tuple[str, int, int, int]) -> bytes:
+    sid, r, c, n_parts = job
+    return scene_parts_text(sid, r, c, _CELLS, n_parts).encode()
+
+
+_CELLS: frozenset[tuple[int, int]] = frozenset()
+
+
+def _init_cells(cells: frozenset[tuple[int, int]]) -> None:
+    global _CELLS
+    _CELLS = cells
+
+
+def _parts_texts(
+    ids: Sequence[str], cells: Sequence[tuple[int, int]], all_cells: set[tuple[int, int]], n_parts: int
+) -> list[bytes]:
+    """The parts files of ``cells``, made on every core (the geometry is what takes the time: ~6 ms a quad)."""
+    jobs = [(sid, r, c, n_parts) for sid, (r, c) in zip(ids, cells, strict=True)]
+    if len(jobs) < 200 or (os.cpu_count() or 1) < 2:
+        _init_cells(frozenset(all_cells))
+        return [_parts_text(j) for j in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(os.cpu_count(), initializer=_init_cells, initargs=(frozenset(all_cells),)) as pool:
+        return list(pool.map(_parts_text, jobs, chunksize=50))
 
 
 def build_campaign(camp: Campaign, n: int, n_parts: int) -> list[tuple[int, int]]:
@@ -341,12 +460,15 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run ``step`` in this fresh process (module docstring); the figures of each timed part by name."""
     from rtscore.mapping.campaign import write_campaign_outputs
     from rtscore.mapping.campaign_log import CampaignLog, latest, plan
-    from rtscore.mapping.outputs import CampaignRoot, read_scene_parts
-    from rtscore.mapping.polygons import merge_parts, read_objects
+    from rtscore.mapping.fetch import fetch_scene_parts, merge_state_path
+    from rtscore.mapping.merge import merge_incremental
+    from rtscore.mapping.outputs import CampaignRoot
+    from rtscore.mapping.polygons import read_objects
     from rtscore.mapping.polygons import write_objects as write_layer
     from rtscore.mapping.scenes import list_scenes
 
-    camp, identity, out = Campaign(args["root"]), bench_identity(), {}
+    camp, identity = Campaign(args["root"]), bench_identity()
+    out: dict[str, Any] = {}
     if step == "list":
         with measured(out, "list"):
             list_scenes(camp.input)
@@ -378,9 +500,11 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
         last = latest(root.log().read())
         done = [s for s in scenes if s.scene_id in last]
         with measured(out, "fetch"):
-            parts = [read_scene_parts(root, s)[0] for s in done]
+            fetched = fetch_scene_parts(root, done)
         with measured(out, "merge"):
-            crs, objects = merge_parts(parts)
+            crs, objects, _ = merge_incremental(
+                [f.parts for f in fetched], [f.sha256 for f in fetched], merge_state_path(root)
+            )
         with measured(out, "write"):
             write_layer(Path(args["cache"]) / "objects-alone.gpkg", objects, crs)
         out["merge"]["objects"] = len(objects)
@@ -430,7 +554,7 @@ def measure_n(n: int, a: argparse.Namespace, work: Path) -> dict[str, list[dict[
     try:
         if emulator is not None:
             os.environ["STORAGE_EMULATOR_HOST"] = emulator.url
-        camp = Campaign(str(work / f"n{n}") if a.local else f"gs://{BUCKET}/n{n}")
+        camp = Campaign(str(work / f"n{n}") if a.local else f"gs://{BUCKET}/n{n}", emulator)
         env = child_env(emulator, work)
         t0 = time.perf_counter()
         new = build_campaign(camp, n, a.parts)

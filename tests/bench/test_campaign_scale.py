@@ -73,3 +73,28 @@ def test_smoke_run_prints_every_step_and_its_exponent(tmp_path: Path, capsys: py
     assert "exponent time" in out and all(f"| {s}" in out for s in ("list", "finish-1%", "select"))
     only = run(argparse.Namespace(**{**vars(a), "coordinator_only": True, "plot": None}), tmp_path / "work-coord")
     assert list(only["steps"]) == ["list", "plan", "chunk-ready", "log-append"]  # --coordinator-only
+
+
+def test_the_emulator_lists_in_pages_as_a_bucket_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing of n objects costs ceil(n / page) requests, each paying the latency; every object once, in order,
+    only under the prefix; a write or delete is seen by the next listing."""
+    from google.cloud import storage
+
+    import bench.campaign_scale as cs
+
+    monkeypatch.setattr(cs, "PAGE", 10)
+    emu = LatentEmulator()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emu.url)
+    try:
+        bucket = storage.Client(project="bench").bucket(cs.BUCKET)
+        for name in [f"a/{k:03d}" for k in range(25)] + ["b/0", "a0"]:
+            bucket.blob(name).upload_from_string(b"x")
+        before = emu.requests
+        names = [b.name for b in bucket.list_blobs(prefix="a/")]
+        assert names == [f"a/{k:03d}" for k in range(25)] and emu.requests - before == 3
+        bucket.blob("a/000").delete()
+        bucket.blob("a/100").upload_from_string(b"y")
+        assert [b.name for b in bucket.list_blobs(prefix="a/")] == [f"a/{k:03d}" for k in range(1, 25)] + ["a/100"]
+        assert len(list(bucket.list_blobs())) == 27
+    finally:
+        emu.stop()
