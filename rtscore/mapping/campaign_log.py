@@ -35,6 +35,7 @@ import socket
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rtscore.identity import digest
 from rtscore.mapping.scenes import CampaignError, CompanionInput, InputIdentity, Scene
 from rtscore.storage.files import os_errors
-from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, transfer_workers
+from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, small_object_workers, transfer_workers
 from rtscore.tracking import FLOW_RUN_ENV
 
 if TYPE_CHECKING:
@@ -322,12 +323,14 @@ class CampaignLog:
         start = "" if chunk is None else chunk_prefix(chunk)
         if self.gs is not None:
             store = self.store()
-            out = []
-            for rel in sorted(self._gs_names(store, start)):
-                got = store.read(f"{LOG_DIR}/{rel}")
-                if got is not None:
-                    out.append((store.uri(f"{LOG_DIR}/{rel}"), got[0]))
-            return out
+            rels = [f"{LOG_DIR}/{rel}" for rel in sorted(self._gs_names(store, start))]
+            if len(rels) <= 1:
+                got = [store.read(rel) for rel in rels]
+            else:  # a campaign of 10^5 scenes has 2,000 log objects: read on a bounded pool, in name order
+                n = min(small_object_workers(), len(rels))
+                with ThreadPoolExecutor(n, thread_name_prefix="rts-log-read") as pool:
+                    got = list(pool.map(store.read, rels))
+            return [(store.uri(rel), g[0]) for rel, g in zip(rels, got, strict=True) if g is not None]
         d = self.local_dir()
         if not d.is_dir():
             return []

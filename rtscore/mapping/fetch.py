@@ -5,10 +5,11 @@ For a gs:// output the parts objects are listed once (``scenes/``, a page of up 
 each done scene's file is taken from the local mirror when the mirror's bytes have the sha256 and size the object
 carries (every published file has its sha256 in its metadata), else downloaded at the listed generation into the
 mirror: a finish after k new or re-mapped scenes downloads k files. The downloads and reads run on a bounded pool
-(``RTS_GCS_WORKERS`` threads, :func:`~rtscore.storage.gcs.transfer_workers`), each call under the GCS client's
-retry policy; the results come back in the done scenes' order, whatever order they complete in. A local output's
-parts files are read in place. Each scene's parts come with the sha256 of its file: the key of the incremental
-merge (:mod:`rtscore.mapping.merge`), so a file changed under the same scene id is never taken for the old one.
+(4 x ``RTS_GCS_WORKERS`` threads, 32 by default: :func:`~rtscore.storage.gcs.small_object_workers`), each call
+under the GCS client's retry policy; the results come back in the done scenes' order, whatever order they complete
+in. A local output's parts files are read in place. Each scene's parts come with the sha256 of its file: the key of
+the incremental merge (:mod:`rtscore.mapping.merge`), so a file changed under the same scene id is never taken for
+the old one.
 
 A scene without a parts file (mapped by an older version) gets it made from its rasters, as
 :func:`~rtscore.mapping.outputs.read_scene_parts` does. An error names the scene and the object or file.
@@ -28,7 +29,7 @@ from rtscore.mapping.outputs import SCENES_DIR, CampaignRoot, read_scene_parts, 
 from rtscore.mapping.polygons import PARTS_SUFFIX, SceneParts, parts_from_json
 from rtscore.mapping.scenes import CampaignError, Scene
 from rtscore.storage.files import os_errors
-from rtscore.storage.gcs import SHA_KEY, transfer_workers
+from rtscore.storage.gcs import SHA_KEY, small_object_workers
 
 if TYPE_CHECKING:
     from google.cloud.storage import Blob
@@ -56,13 +57,14 @@ def merge_state_path(out: CampaignRoot) -> Path:
 
 def fetch_scene_parts(out: CampaignRoot, done: Sequence[Scene], *, workers: int | None = None) -> list[FetchedParts]:
     """Every done scene's parts (module docstring), in the order of ``done``; ``workers`` threads (default
-    ``RTS_GCS_WORKERS``). All scenes are tried before an error is raised.
+    :func:`~rtscore.storage.gcs.small_object_workers`: 4 x ``RTS_GCS_WORKERS``). All scenes are tried before an
+    error is raised.
 
     Raises:
         CampaignError: naming the first scene that failed, its object or file and why, and how many others failed.
     """
     listed = _listed_parts(out) if out.remote and done else None
-    n = min(workers if workers is not None else transfer_workers(), max(1, len(done)))
+    n = min(workers if workers is not None else small_object_workers(), max(1, len(done)))
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="rts-finish-fetch") as pool:
         futures = [pool.submit(_fetch_one, out, s, listed) for s in done]
     got, errors = [], []

@@ -162,6 +162,9 @@ class RetryPolicy:
         return cap * random.uniform(0.5, 1.0)
 
 
+SMALL_OBJECT_FACTOR = 4  # small_object_workers(): this many times transfer_workers()
+
+
 def transfer_workers() -> int:
     """Parallel transfers of one directory artifact (``RTS_GCS_WORKERS``, default 8)."""
     raw = os.environ.get("RTS_GCS_WORKERS", "8")
@@ -170,6 +173,13 @@ def transfer_workers() -> int:
     except ValueError:
         raise StorageError(f"RTS_GCS_WORKERS must be an integer; got {raw!r}") from None
     return max(1, n)
+
+
+def small_object_workers() -> int:
+    """Parallel requests for many small objects (a campaign's parts files, its log objects): latency-bound, not
+    bandwidth-bound, so four times :func:`transfer_workers` (32 by default). The client's connection pool is as
+    large (:func:`make_client`)."""
+    return SMALL_OBJECT_FACTOR * transfer_workers()
 
 
 def is_transient(err: BaseException) -> bool:
@@ -223,13 +233,24 @@ def make_client() -> Client:
         from google.auth.credentials import AnonymousCredentials
 
         project = os.environ.get("GOOGLE_CLOUD_PROJECT") or EMULATOR_PROJECT
-        return storage.Client(credentials=AnonymousCredentials(), project=project)
+        return _wide_pool(storage.Client(credentials=AnonymousCredentials(), project=project))
     from google.auth.exceptions import DefaultCredentialsError
 
     try:
-        return storage.Client()
+        return _wide_pool(storage.Client())
     except DefaultCredentialsError as err:
         raise StorageError(credentials_problem(err)) from None
+
+
+def _wide_pool(client: Client) -> Client:
+    """The client's HTTP session with a connection pool for :func:`small_object_workers` threads (requests keeps 10
+    connections a host: more threads would open and drop connections, each drop a urllib3 warning)."""
+    from requests.adapters import HTTPAdapter
+
+    size = max(10, small_object_workers())
+    for prefix in ("https://", "http://"):
+        client._http.mount(prefix, HTTPAdapter(pool_connections=10, pool_maxsize=size))
+    return client
 
 
 def credentials_problem(err: BaseException) -> str:
