@@ -69,7 +69,7 @@ from rtscore.mapping.outputs import (
     scene_outputs,
     staged_input,
 )
-from rtscore.mapping.polygons import RtsObject, keep_min_area, size_bin_key, write_objects
+from rtscore.mapping.polygons import RtsObject, SceneParts, keep_min_area, size_bin_key, write_objects
 from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, identity_change, list_scenes, scene_now
 from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
@@ -561,14 +561,17 @@ def write_campaign_outputs(
     done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
     done = [s for s in done if is_current(last[s.scene_id], s, identity)]
     fetched, features, ground_m2 = _done_scene_parts(out, done, last)
-    objects, under_min_area = _write_objects_layer(out, fetched, min_object_area_m2)
     atomic_write_text(out.path(INDEX_FILE), json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
+    del features
+    km2_union = union_ground_m2([f.parts for f in fetched]) / 1e6
+    # the parts go with the merge: a campaign of 10^5 quads holds ~10^6 of them, and the layer is written after
+    objects, under_min_area = _write_objects_layer(out, _handed_over(fetched), min_object_area_m2)
     seconds = sum(last[s.scene_id].seconds for s in done)
     km2 = ground_m2 / 1e6  # scene by scene
     result = CampaignResult(
         **summary.model_dump(),
         mapping_identity=identity,
-        km2_mapped_ground=union_ground_m2([f.parts for f in fetched]) / 1e6,
+        km2_mapped_ground=km2_union,
         km2_scenes_sum=km2,
         objects=len(objects),
         objects_under_min_area=under_min_area,
@@ -582,7 +585,7 @@ def write_campaign_outputs(
         wall_seconds_this_run=wall_seconds,
         drift_ok=None if drift is None else drift.ok,
         log=log.uri(),
-        objects_file=OBJECTS_FILE if fetched else None,
+        objects_file=OBJECTS_FILE if done else None,
         index_file=INDEX_FILE,
     )
     atomic_write_json(out.path(SUMMARY_JSON), result.model_dump(mode="json"))
@@ -622,19 +625,28 @@ def _done_scene_parts(
     return fetched, features, ground_m2
 
 
+def _handed_over(fetched: list[FetchedParts]) -> tuple[list[SceneParts], list[str]]:
+    """The parts and parts-file sha256s of ``fetched``, which is emptied: the caller keeps no reference to them."""
+    parts, shas = [f.parts for f in fetched], [f.sha256 for f in fetched]
+    fetched.clear()
+    return parts, shas
+
+
 def _write_objects_layer(
-    out: CampaignRoot, fetched: Sequence[FetchedParts], min_object_area_m2: float
+    out: CampaignRoot, handed: tuple[list[SceneParts], list[str]], min_object_area_m2: float
 ) -> tuple[list[RtsObject], int]:
     """objects.gpkg: the done scenes' parts merged into objects (one across a scene seam; redone only where scenes
     changed since the last finish, equal to a full merge: :func:`~rtscore.mapping.merge.merge_incremental`), those
     under the package's minimum area counted and left out, written and published; with no done scene the layer is
     deleted, not left stale. Its own step: the campaign's one objects layer and the rule of what it holds. Returns
-    the objects written and how many were under the minimum area."""
+    the objects written and how many were under the minimum area. ``handed``: the scenes' parts and their files'
+    sha256s, released once merged (the layer is written in batches after: memory stays bounded)."""
     objects: list[RtsObject] = []
     under_min_area = 0
-    if fetched:
-        parts = [f.parts for f in fetched]
-        crs, objects, report = merge_incremental(parts, [f.sha256 for f in fetched], merge_state_path(out))
+    parts, shas = handed
+    if parts:
+        crs, objects, report = merge_incremental(parts, shas, merge_state_path(out))
+        parts.clear()
         _log.info("campaign finish: %s", report.text())
         objects, under_min_area = keep_min_area(objects, min_object_area_m2)
         out.publish([write_objects(out.path(OBJECTS_FILE), objects, crs)])

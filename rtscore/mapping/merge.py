@@ -31,7 +31,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -53,16 +53,16 @@ from rtscore.mapping.polygons import (
     _touching_groups,
     _union,
 )
-from rtscore.storage.files import atomic_write_text
+from rtscore.storage.files import atomic_write_lines
 
-STATE_SCHEMA = 1
+STATE_SCHEMA = 2  # 2: JSON lines (1 was one JSON document)
 Key = tuple[str, str]  # a done scene: (scene id, sha256 of its parts file)
 Member = tuple[str, int]  # an object's part: (scene id, index of the part in its scene)
 
 _log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)
 class MergedObject:
     """An object of the merge before numbering: its parts (in the done scenes' order), geometry, partial flag."""
 
@@ -293,20 +293,18 @@ def _bounds(geoms: list[Any]) -> tuple[float, float, float, float] | None:
     return x0, y0, x1, y1
 
 
+_BATCH = 10_000  # objects whose geometries are encoded together
 _ROW = ("n_pixels", "prob_mean", "prob_max", "area_m2", "ground_area_m2", "size_bin")
 
 
 def write_state(path: Path, state: MergeState) -> None:
-    """The merge state as JSON (geometries as hex WKB, floats as their shortest repr: both exact), written whole
-    under a temporary name."""
+    """The merge state as JSON lines, streamed (a campaign of 10^5 quads has ~10^6 objects: never one string): a
+    header line (schema, code, frame, edges, scenes, footprints and bounds), then one line per object (members, hex
+    WKB, partial flag, row). Geometries as hex WKB and floats as their shortest repr: both exact. Written under a
+    temporary name, renamed into place."""
     import shapely
 
-    geoms = shapely.to_wkb([o.geometry for o in state.objects], hex=True) if state.objects else []
-    rows = [
-        None if o.row is None else [list(o.row.scene_ids), *(getattr(o.row, f) for f in _ROW), list(o.row.bbox)]
-        for o in state.objects
-    ]
-    data = {
+    head = {
         "schema": STATE_SCHEMA,
         "code": state.code,
         "crs": state.crs_wkt,
@@ -315,13 +313,20 @@ def write_state(path: Path, state: MergeState) -> None:
         "scenes": [list(k) for k in state.scenes],
         "footprints": {s: shapely.to_wkb(g, hex=True) for s, g in state.footprints.items()},
         "bounds": {s: None if b is None else list(b) for s, b in state.bounds.items()},
-        "objects": [
-            [[list(m) for m in o.members], str(g), o.partial, r]
-            for o, g, r in zip(state.objects, geoms, rows, strict=True)
-        ],
+        "objects": len(state.objects),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(data, allow_nan=False) + "\n")
+
+    def lines() -> Iterator[str]:
+        yield json.dumps(head, allow_nan=False) + "\n"
+        for k in range(0, len(state.objects), _BATCH):
+            batch = state.objects[k : k + _BATCH]
+            geoms = shapely.to_wkb([o.geometry for o in batch], hex=True)
+            for o, g in zip(batch, geoms, strict=True):
+                r = o.row
+                row = None if r is None else [list(r.scene_ids), *(getattr(r, f) for f in _ROW), list(r.bbox)]
+                yield json.dumps([[list(m) for m in o.members], str(g), o.partial, row], allow_nan=False) + "\n"
+
+    atomic_write_lines(path, lines())
 
 
 def read_state(path: Path | None) -> MergeState | None:
@@ -331,16 +336,18 @@ def read_state(path: Path | None) -> MergeState | None:
     if path is None or not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-        if data.get("schema") != STATE_SCHEMA:
-            raise ValueError(f"schema {data.get('schema')!r}, expected {STATE_SCHEMA}")
-        geoms = shapely.from_wkb([g for _, g, _, _ in data["objects"]]) if data["objects"] else []
-        objects = [
-            MergedObject(
-                [(str(s), int(p)) for s, p in members], g, bool(partial), None if r is None else _row(g, r, partial)
-            )
-            for (members, _, partial, r), g in zip(data["objects"], geoms, strict=True)
-        ]
+        with path.open() as f:
+            data = json.loads(f.readline())
+            if data.get("schema") != STATE_SCHEMA:
+                raise ValueError(f"schema {data.get('schema')!r}, expected {STATE_SCHEMA}")
+            objects = []
+            for line in f:
+                members, hexwkb, partial, r = json.loads(line)
+                g = shapely.from_wkb(hexwkb)
+                row = None if r is None else _row(g, r, partial)
+                objects.append(MergedObject([(str(s), int(p)) for s, p in members], g, bool(partial), row))
+        if len(objects) != data["objects"]:
+            raise ValueError(f"{len(objects)} object lines, the header says {data['objects']} (a torn file)")
         return MergeState(
             code=str(data["code"]),
             crs_wkt=str(data["crs"]),

@@ -49,7 +49,7 @@ class PolygonsError(PipelineError, ValueError):
     """Mask or probability rasters, or an object file, that cannot be used (names the file and the problem)."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class ObjectPart:
     """One connected component of one scene's mask.
 
@@ -70,7 +70,7 @@ class ObjectPart:
     partial: bool
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class SceneParts:
     """A scene's parts, where it mapped (valid-data footprint, scene CRS), its CRS and its pixel size (CRS units)."""
 
@@ -81,7 +81,7 @@ class SceneParts:
     parts: list[ObjectPart]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RtsObject:
     """One campaign-level RTS object (a row of the objects layer; geometry in the campaign CRS)."""
 
@@ -468,6 +468,9 @@ FIELDS = (
 )
 
 
+WRITE_BATCH = 50_000  # objects written to a GeoPackage at a time
+
+
 def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt: str = "gpkg") -> Path:
     """Write ``objects`` (geometry in ``crs``) as one layer, GeoPackage (``gpkg``) or GeoParquet (``parquet``,
     when GDAL has its Parquet driver), under a temporary name renamed into place: never half a file.
@@ -489,22 +492,29 @@ def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt:
         )
     final = Path(path)
     tmp = final.with_name(f".{final.stem}.{uuid.uuid4().hex[:8]}.partial{final.suffix}")  # drivers read the suffix
-    multi = [g if g.geom_type == "MultiPolygon" else shapely.MultiPolygon([g]) for g in _polygonal(objects)]
-    columns = _columns(objects)
+    wkt = CRS.from_user_input(crs).to_wkt()
+    # in batches appended to the layer: what a batch adds to memory is bounded (a campaign has ~10^6 objects);
+    # a driver that cannot append (Parquet) gets the layer in one write
+    step = WRITE_BATCH if driver == FORMATS["gpkg"] else max(1, len(objects))
     with os_errors("write", final):
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
-            pyogrio.raw.write(
-                tmp,
-                geometry=np.asarray(shapely.to_wkb(multi), dtype=object) if multi else np.empty(0, dtype=object),
-                field_data=list(columns.values()),
-                fields=list(columns),
-                crs=CRS.from_user_input(crs).to_wkt(),
-                driver=driver,
-                layer=OBJECTS_LAYER,
-                geometry_type="MultiPolygon",
-                encoding="UTF-8",
-            )
+            for k in range(0, max(1, len(objects)), step):
+                batch = objects[k : k + step]
+                multi = [g if g.geom_type == "MultiPolygon" else shapely.MultiPolygon([g]) for g in _polygonal(batch)]
+                columns = _columns(batch)
+                pyogrio.raw.write(
+                    tmp,
+                    geometry=np.asarray(shapely.to_wkb(multi), dtype=object) if multi else np.empty(0, dtype=object),
+                    field_data=list(columns.values()),
+                    fields=list(columns),
+                    crs=wkt,
+                    driver=driver,
+                    layer=OBJECTS_LAYER,
+                    geometry_type="MultiPolygon",
+                    encoding="UTF-8",
+                    append=k > 0,
+                )
             tmp.replace(final)
         finally:
             tmp.unlink(missing_ok=True)

@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from rtscore.storage.errors import StorageError
@@ -85,12 +85,18 @@ def fingerprint(path: Path) -> tuple[str, int]:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write a file so that readers see the old or the new content, never a partial one."""
+    atomic_write_lines(path, [text])
+
+
+def atomic_write_lines(path: Path, lines: Iterable[str]) -> None:
+    """As :func:`atomic_write_text`, the text given in pieces (each line with its newline) and written as they
+    come: a large file is never held whole in memory."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with os_errors("write", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with tmp.open("w") as f:
-                f.write(text)
+                f.writelines(lines)
                 f.flush()
                 os.fsync(f.fileno())
             tmp.replace(path)

@@ -128,3 +128,9 @@ def test_a_state_that_cannot_be_built_on_is_a_full_merge(
     assert report.full and rows(got) == rows(merge_parts(some)[1])
     assert f"campaign merge state {state} unreadable" in caplog.text
     assert read_state(state) is not None  # rewritten whole
+    lines = state.read_text().splitlines(keepends=True)
+    assert len(lines) > 2  # a header and one line per object
+    state.write_text("".join(lines[:-1]))  # a torn copy: an object line missing
+    with caplog.at_level("WARNING"):
+        assert read_state(state) is None
+    assert "a torn file" in caplog.text

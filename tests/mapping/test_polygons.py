@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import rasterio
 import shapely
+import shapely.affinity
 from rasterio.crs import CRS
 from rasterio.features import rasterize
 from rasterio.transform import Affine
@@ -16,6 +18,7 @@ from rasterio.transform import Affine
 from rtscore.data.raster.ground import WEB_MERCATOR_RADIUS_M
 from rtscore.errors import PipelineError
 from rtscore.inference.stream import MASK_NODATA, PROB_NODATA
+from rtscore.mapping import polygons
 from rtscore.mapping.polygons import (
     PolygonsError,
     keep_min_area,
@@ -212,6 +215,23 @@ def test_geopackage_round_trip_keeps_objects_and_crs_and_leaves_no_temp_file(tmp
     )
     assert r.bbox == pytest.approx(o.bbox)
     assert r.geometry.area == pytest.approx(o.geometry.area)
+
+
+def test_a_layer_written_in_batches_is_the_layer_written_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drawn = shapely.Point(500_800.0, 6_999_600.0).buffer(250.0)
+    crs, (one,) = merge_parts(two_scenes(tmp_path, drawn))
+    objects = [
+        dataclasses.replace(one, object_id=k, geometry=shapely.affinity.translate(one.geometry, 1000.0 * k), n_pixels=k)
+        for k in range(1, 6)
+    ]
+    whole = read_objects(write_objects(tmp_path / "whole.gpkg", objects, crs))
+    monkeypatch.setattr(polygons, "WRITE_BATCH", 2)  # 3 writes: 2 + 2 + 1
+    batched = read_objects(write_objects(tmp_path / "batched.gpkg", objects, crs))
+    assert batched[0] == whole[0] == crs
+    assert [(o.object_id, o.n_pixels, o.geometry.wkb) for o in batched[1]] == [
+        (o.object_id, o.n_pixels, o.geometry.wkb) for o in whole[1]
+    ]
+    assert [o.object_id for o in batched[1]] == [1, 2, 3, 4, 5]
 
 
 def test_empty_campaign_writes_an_empty_layer_and_bad_inputs_are_named(tmp_path: Path) -> None:
