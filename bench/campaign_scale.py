@@ -722,7 +722,13 @@ def prefect_fan_out(k: int, work: Path, timeout_s: float) -> dict[str, Any]:
     port = free_port()
     (work / "prefect" / "logs").mkdir(parents=True, exist_ok=True)
     env = server_env(str(work / "prefect" / "home"), f"http://127.0.0.1:{port}/api")
-    env.update(PREFECT_RUNNER_POLL_FREQUENCY="1", PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}")
+    env.update(
+        PREFECT_RUNNER_POLL_FREQUENCY="1",
+        PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
+        # SQLite takes one writer at a time: with 1,000 runs being created, marked late and run, a write may wait
+        # longer than the default 10 s for the lock ("database is locked", a 503 to the client) on 2 busy cores
+        PREFECT_SERVER_DATABASE_TIMEOUT="60",
+    )
     srv = Server(url=env["PREFECT_API_URL"], env=env, logs=work / "prefect" / "logs")
     output = work / "prefect-campaign"
     deployment = f"{STUB_FLOW}/{STUB_DEPLOYMENT}"

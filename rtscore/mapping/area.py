@@ -36,11 +36,11 @@ def equal_area_crs(scenes: Sequence[SceneParts]) -> Any:
     from rasterio.warp import transform
 
     vectors = []
-    for sc in scenes:
-        c = shapely.centroid(sc.footprint)
-        lon, lat = transform(sc.crs, "EPSG:4326", [c.x], [c.y])
-        phi, lam = math.radians(lat[0]), math.radians(lon[0])
-        vectors.append((math.cos(phi) * math.cos(lam), math.cos(phi) * math.sin(lam), math.sin(phi)))
+    for crs, at in group_by_crs(scenes):  # one transform call per CRS
+        c = shapely.centroid([scenes[i].footprint for i in at])
+        lon, lat = transform(crs, "EPSG:4326", shapely.get_x(c).tolist(), shapely.get_y(c).tolist())
+        for phi, lam in zip(np.radians(lat), np.radians(lon), strict=True):
+            vectors.append((math.cos(phi) * math.cos(lam), math.cos(phi) * math.sin(lam), math.sin(phi)))
     x, y, z = np.mean(np.asarray(vectors), axis=0)
     lat0 = math.degrees(math.atan2(z, math.hypot(x, y)))
     lon0 = math.degrees(math.atan2(y, x)) if math.hypot(x, y) > 1e-12 else 0.0
@@ -58,15 +58,25 @@ def union_ground_m2(scenes: Sequence[SceneParts]) -> float:
     if not shown:
         return 0.0
     dst = equal_area_crs(shown)
-    pieces = []
-    for sc in shown:
-        unit_m = GroundScale.of(sc.crs, f"scene {sc.scene_id}").unit_m  # metres per CRS unit
-        dense = shapely.segmentize(sc.footprint, DENSIFY_M / unit_m)
+    pieces: list[Any] = [None] * len(shown)  # in the scenes' order, as before the batching
+    for crs, at in group_by_crs(shown):  # point by point as scene by scene, in one transform call per CRS
+        unit_m = GroundScale.of(crs, f"scene {shown[at[0]].scene_id}").unit_m  # metres per CRS unit
+        dense = shapely.segmentize(np.array([shown[i].footprint for i in at], dtype=object), DENSIFY_M / unit_m)
 
-        def move(xy: np.ndarray, src: Any = sc.crs) -> np.ndarray:
+        def move(xy: np.ndarray, src: Any = crs) -> np.ndarray:
             xs, ys = transform(src, dst, xy[:, 0], xy[:, 1])
             return np.column_stack([xs, ys])
 
         moved = shapely.transform(dense, move)
-        pieces.append(moved if shapely.is_valid(moved) else shapely.make_valid(moved))
+        valid = shapely.is_valid(moved)
+        for i, g, ok in zip(at, moved, valid, strict=True):
+            pieces[i] = g if ok else shapely.make_valid(g)
     return float(shapely.union_all(pieces).area)
+
+
+def group_by_crs(scenes: Sequence[SceneParts]) -> list[tuple[Any, list[int]]]:
+    """(CRS, indices of the scenes in it), in order of first appearance: per-scene transforms batched by CRS."""
+    groups: dict[Any, list[int]] = {}
+    for i, sc in enumerate(scenes):
+        groups.setdefault(sc.crs, []).append(i)
+    return list(groups.items())

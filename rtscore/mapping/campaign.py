@@ -38,7 +38,7 @@ from rtscore.inference.predict import (
 )
 from rtscore.inference.stream import gdal_env
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
-from rtscore.mapping.area import union_ground_m2
+from rtscore.mapping.area import group_by_crs, union_ground_m2
 from rtscore.mapping.campaign_log import (
     CampaignLog,
     CampaignSummary,
@@ -67,6 +67,7 @@ from rtscore.mapping.outputs import (
     CampaignRoot,
     SceneOutputs,
     scene_outputs,
+    scene_rels,
     staged_input,
 )
 from rtscore.mapping.polygons import RtsObject, SceneParts, keep_min_area, size_bin_key, write_objects
@@ -609,19 +610,17 @@ def _done_scene_parts(
     if out.remote:
         n = sum(f.downloaded for f in fetched)
         _log.info("campaign finish: %d parts file(s) downloaded, %d taken from the mirror", n, len(fetched) - n)
+    lonlat: list[Any] = [None] * len(fetched)
+    for crs, at in group_by_crs([f.parts for f in fetched]):  # one call per CRS: 10^5 calls cost ~1 min
+        moved = transform_geom(crs, "EPSG:4326", [mapping(fetched[i].parts.footprint) for i in at])
+        for i, g in zip(at, moved, strict=True):
+            lonlat[i] = g
     features, ground_m2 = [], 0.0
-    for f in fetched:
-        s, sp = f.scene, f.parts
-        o = scene_outputs(out, s)
+    for f, geometry in zip(fetched, lonlat, strict=True):
+        s = f.scene
         ground_m2 += last[s.scene_id].valid_pixels * f.pixel_m2
-        rel = {k: out.rel(getattr(o, k)) for k in ("prob", "mask", "manifest", "parts")}
-        features.append(
-            {
-                "type": "Feature",
-                "geometry": transform_geom(sp.crs, "EPSG:4326", mapping(sp.footprint)),
-                "properties": {"scene_id": s.scene_id, "uri": s.uri, **rel},
-            }
-        )
+        props = {"scene_id": s.scene_id, "uri": s.uri, **scene_rels(s)}
+        features.append({"type": "Feature", "geometry": geometry, "properties": props})
     return fetched, features, ground_m2
 
 

@@ -11,6 +11,10 @@ in. A local output's parts files are read in place. Each scene's parts come with
 the incremental merge (:mod:`rtscore.mapping.merge`), so a file changed under the same scene id is never taken for
 the old one.
 
+Only each file's header is read here (the scene's CRS, pixel and footprint); its parts are read from the same
+local file when the merge first needs them (:class:`~rtscore.mapping.polygons.LazyParts`, the sha256 checked
+again), so an incremental merge reads the parts of the scenes near a change only.
+
 A scene without a parts file (mapped by an older version) gets it made from its rasters, as
 :func:`~rtscore.mapping.outputs.read_scene_parts` does. An error names the scene and the object or file.
 """
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rtscore.mapping.outputs import SCENES_DIR, CampaignRoot, read_scene_parts, scene_outputs
-from rtscore.mapping.polygons import PARTS_SUFFIX, SceneParts, parts_from_json
+from rtscore.mapping.polygons import PARTS_SUFFIX, LazyParts, SceneParts, parts_from_json
 from rtscore.mapping.scenes import CampaignError, Scene
 from rtscore.storage.files import os_errors
 from rtscore.storage.gcs import SHA_KEY, small_object_workers
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from google.cloud.storage import Blob
 
 FINISH_DIR = ".finish"  # <output's local root>/.finish/: the finish's own state (never published)
-MERGE_STATE = "merge-state.json"
+MERGE_STATE = "merge-state.npz"
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,11 @@ def _fetch_one(out: CampaignRoot, scene: Scene, listed: dict[str, Blob] | None) 
         data, downloaded = _read(local), True
     if data is None:
         data = _read(local)  # not there: the error names the file
-    parts, pixel_m2 = parts_from_json(data.decode(errors="replace"), out.uri_of(rel) if out.remote else str(local))
-    return FetchedParts(scene, parts, pixel_m2, hashlib.sha256(data).hexdigest(), downloaded)
+    sha = hashlib.sha256(data).hexdigest()
+    what = out.uri_of(rel) if out.remote else str(local)
+    # the header now, the parts when the merge first needs them (from the same bytes: their sha256 is checked)
+    parts, pixel_m2 = parts_from_json(data.decode(errors="replace"), what, lazy=LazyParts(local, sha))
+    return FetchedParts(scene, parts, pixel_m2, sha, downloaded)
 
 
 def _read(path: Path) -> bytes:

@@ -31,11 +31,13 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from rtscore.config.post_training import EvaluationConfig
 from rtscore.data.raster.ground import projected_crs
@@ -53,9 +55,9 @@ from rtscore.mapping.polygons import (
     _touching_groups,
     _union,
 )
-from rtscore.storage.files import atomic_write_lines
+from rtscore.storage.files import atomic_writer
 
-STATE_SCHEMA = 2  # 2: JSON lines (1 was one JSON document)
+STATE_SCHEMA = 3  # 3: .npz columns (1 was a JSON document)
 Key = tuple[str, str]  # a done scene: (scene id, sha256 of its parts file)
 Member = tuple[str, int]  # an object's part: (scene id, index of the part in its scene)
 
@@ -69,6 +71,7 @@ class MergedObject:
     members: list[Member]
     geometry: Any
     partial: bool
+    cut: bool  # a part of it is cut in its own scene (the partial test applies only then)
     row: RtsObject | None = None  # its statistics, areas and size bin once computed (object_id 0)
 
 
@@ -228,17 +231,17 @@ class _Frame:
             key=lambda m: (self.pos[m[0]], m[1]),
         )
         geoms = [self.geoms(self.pos[s])[p] for s, p in pool]
-        regrouped = [
-            MergedObject([pool[i] for i in g], _union([geoms[i] for i in g], self.tolerance), False)
-            for g in _touching_groups(geoms, self.tolerance)
-        ]
+        regrouped = []
+        for g in _touching_groups(geoms, self.tolerance):
+            members = [pool[i] for i in g]
+            cut = any(self.part(m).partial for m in members)
+            regrouped.append(MergedObject(members, _union([geoms[i] for i in g], self.tolerance), False, cut))
         kept = [o for j, o in enumerate(prev.objects) if j not in dirty]
         changed = [self.footprints[i] for i in added] + [prev.footprints[s] for s in removed if s in prev.footprints]
         retest = regrouped + self._near(kept, changed)
         tree = shapely.STRtree(self.footprints) if retest else None
         for o in retest:
-            cut = any(self.part(m).partial for m in o.members)
-            o.partial = cut and _leaves_footprint(o.geometry, tree, self.footprints, self.pixel)
+            o.partial = o.cut and _leaves_footprint(o.geometry, tree, self.footprints, self.pixel)
         merged = kept + regrouped
         self.bounds = {s: b for s, b in prev.bounds.items() if s not in removed}
         self.bounds.update({self.keys[i][0]: _bounds(self.geoms(i)) for i in added})
@@ -272,7 +275,7 @@ class _Frame:
         buffer of the test never exceeds)."""
         import shapely
 
-        cut = [o for o in kept if any(self.part(m).partial for m in o.members)]
+        cut = [o for o in kept if o.cut]
         if not cut or not changed:
             return []
         tree = shapely.STRtree([o.geometry for o in cut])
@@ -294,16 +297,20 @@ def _bounds(geoms: list[Any]) -> tuple[float, float, float, float] | None:
 
 
 _BATCH = 10_000  # objects whose geometries are encoded together
-_ROW = ("n_pixels", "prob_mean", "prob_max", "area_m2", "ground_area_m2", "size_bin")
 
 
 def write_state(path: Path, state: MergeState) -> None:
-    """The merge state as JSON lines, streamed (a campaign of 10^5 quads has ~10^6 objects: never one string): a
-    header line (schema, code, frame, edges, scenes, footprints and bounds), then one line per object (members, hex
-    WKB, partial flag, row). Geometries as hex WKB and floats as their shortest repr: both exact. Written under a
-    temporary name, renamed into place."""
+    """The merge state as one ``.npz`` file (a campaign of 10^5 quads has ~10^6 objects: columns, not a document):
+    ``head`` (JSON: schema, code, frame, edges, scenes, footprints and bounds, the labels of size bins and scene
+    ids the rows use) and the objects
+    as arrays: members (offsets, scene index, part index), geometries (hex-free WKB, concatenated, with offsets),
+    partial and cut flags, and each row's figures. Geometries as WKB and floats as float64: both exact. Written
+    under a temporary name, renamed into place."""
     import shapely
 
+    objs = state.objects
+    at = {k[0]: i for i, k in enumerate(state.scenes)}
+    bins = sorted({o.row.size_bin for o in objs if o.row is not None})
     head = {
         "schema": STATE_SCHEMA,
         "code": state.code,
@@ -313,68 +320,99 @@ def write_state(path: Path, state: MergeState) -> None:
         "scenes": [list(k) for k in state.scenes],
         "footprints": {s: shapely.to_wkb(g, hex=True) for s, g in state.footprints.items()},
         "bounds": {s: None if b is None else list(b) for s, b in state.bounds.items()},
-        "objects": len(state.objects),
+        "size_bins": bins,
     }
-
-    def lines() -> Iterator[str]:
-        yield json.dumps(head, allow_nan=False) + "\n"
-        for k in range(0, len(state.objects), _BATCH):
-            batch = state.objects[k : k + _BATCH]
-            geoms = shapely.to_wkb([o.geometry for o in batch], hex=True)
-            for o, g in zip(batch, geoms, strict=True):
-                r = o.row
-                row = None if r is None else [list(r.scene_ids), *(getattr(r, f) for f in _ROW), list(r.bbox)]
-                yield json.dumps([[list(m) for m in o.members], str(g), o.partial, row], allow_nan=False) + "\n"
-
-    atomic_write_lines(path, lines())
+    wkb = [shapely.to_wkb([o.geometry for o in objs[k : k + _BATCH]]) for k in range(0, len(objs), _BATCH)]
+    blobs = [bytes(g) for batch in wkb for g in batch]
+    del wkb
+    rows = [o.row for o in objs]
+    none = RtsObject(0, None, (), 0, 0.0, 0.0, 0.0, 0.0, (0.0, 0.0, 0.0, 0.0), "", False)
+    filled = [r if r is not None else none for r in rows]
+    bin_at = {b: i for i, b in enumerate(bins)}
+    names = sorted({n for r in rows if r is not None for n in r.scene_ids})  # the parts' own scene ids
+    name_at = {n: i for i, n in enumerate(names)}
+    head["row_scene_ids"] = names
+    arrays: dict[str, np.ndarray] = {
+        "head": np.frombuffer(json.dumps(head, allow_nan=False).encode(), np.uint8),
+        "member_offsets": np.cumsum([0] + [len(o.members) for o in objs], dtype=np.int64),
+        "member_scene": np.fromiter((at[m[0]] for o in objs for m in o.members), np.int32),
+        "member_part": np.fromiter((m[1] for o in objs for m in o.members), np.int32),
+        "wkb": np.frombuffer(b"".join(blobs), np.uint8),
+        "wkb_offsets": np.cumsum([0] + [len(g) for g in blobs], dtype=np.int64),
+        "partial": np.fromiter((o.partial for o in objs), np.bool_, len(objs)),
+        "cut": np.fromiter((o.cut for o in objs), np.bool_, len(objs)),
+        "has_row": np.fromiter((r is not None for r in rows), np.bool_, len(objs)),
+        "row_scene_offsets": np.cumsum([0] + [len(r.scene_ids) for r in filled], dtype=np.int64),
+        "row_scene_index": np.fromiter((name_at[n] for r in filled for n in r.scene_ids), np.int32),
+        "n_pixels": np.fromiter((r.n_pixels for r in filled), np.int64, len(objs)),
+        "figures": np.array(
+            [(r.prob_mean, r.prob_max, r.area_m2, r.ground_area_m2, *r.bbox) for r in filled], np.float64
+        ).reshape(len(objs), 8),
+        "size_bin": np.fromiter((bin_at.get(r.size_bin, -1) for r in filled), np.int32, len(objs)),
+    }
+    del blobs
+    with atomic_writer(path, "wb") as f:
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy types **kwds as its allow_pickle: bool
 
 
 def read_state(path: Path | None) -> MergeState | None:
     """The merge state at ``path``; None when there is none or it cannot be read (a warning: it is a cache)."""
-    import shapely
-
     if path is None or not path.is_file():
         return None
     try:
-        with path.open() as f:
-            data = json.loads(f.readline())
-            if data.get("schema") != STATE_SCHEMA:
-                raise ValueError(f"schema {data.get('schema')!r}, expected {STATE_SCHEMA}")
-            objects = []
-            for line in f:
-                members, hexwkb, partial, r = json.loads(line)
-                g = shapely.from_wkb(hexwkb)
-                row = None if r is None else _row(g, r, partial)
-                objects.append(MergedObject([(str(s), int(p)) for s, p in members], g, bool(partial), row))
-        if len(objects) != data["objects"]:
-            raise ValueError(f"{len(objects)} object lines, the header says {data['objects']} (a torn file)")
-        return MergeState(
-            code=str(data["code"]),
-            crs_wkt=str(data["crs"]),
-            pixel=float(data["pixel"]),
-            scenes=[(str(s), str(h)) for s, h in data["scenes"]],
-            footprints={s: shapely.from_wkb(g) for s, g in data["footprints"].items()},
-            edges=[float(e) for e in data["edges"]],
-            bounds={s: None if b is None else (b[0], b[1], b[2], b[3]) for s, b in data["bounds"].items()},
-            objects=objects,
-        )
+        with np.load(path, allow_pickle=False) as z:
+            return _state_of(json.loads(z["head"].tobytes()), {k: z[k] for k in z.files if k != "head"})
     except Exception as err:  # any damage: a full merge rebuilds it
         _log.warning("campaign merge state %s unreadable (%s: %s): full merge", path, type(err).__name__, err)
         return None
 
 
-def _row(geometry: Any, r: list[Any], partial: bool) -> RtsObject:
-    scene_ids, n_pixels, prob_mean, prob_max, area_m2, ground_area_m2, size_bin, bbox = r
-    return RtsObject(
-        object_id=0,
-        geometry=geometry,
-        scene_ids=tuple(str(s) for s in scene_ids),
-        n_pixels=int(n_pixels),
-        prob_mean=float(prob_mean),
-        prob_max=float(prob_max),
-        area_m2=float(area_m2),
-        ground_area_m2=float(ground_area_m2),
-        bbox=(float(bbox[0]), float(bbox[1]), float(bbox[2]), float(bbox[3])),
-        size_bin=str(size_bin),
-        partial=bool(partial),
+def _state_of(head: dict[str, Any], a: dict[str, np.ndarray]) -> MergeState:
+    import shapely
+
+    if head.get("schema") != STATE_SCHEMA:
+        raise ValueError(f"schema {head.get('schema')!r}, expected {STATE_SCHEMA}")
+    scenes = [(str(s), str(h)) for s, h in head["scenes"]]
+    ids, bins = [k[0] for k in scenes], [str(b) for b in head["size_bins"]]
+    mo, wo, raw = a["member_offsets"], a["wkb_offsets"], a["wkb"].tobytes()
+    n = len(mo) - 1
+    if (
+        len(wo) != n + 1
+        or len(a["row_scene_offsets"]) != n + 1
+        or any(len(a[k]) != n for k in ("partial", "cut", "has_row", "n_pixels", "size_bin"))
+    ):
+        raise ValueError("the object arrays differ in length (a torn file)")
+    geoms = shapely.from_wkb(np.array([raw[wo[k] : wo[k + 1]] for k in range(n)], dtype=object)) if n else []
+    scene, part, fig = a["member_scene"].tolist(), a["member_part"].tolist(), a["figures"]
+    names, ro, ri = [str(v) for v in head["row_scene_ids"]], a["row_scene_offsets"], a["row_scene_index"].tolist()
+    objects = []
+    for k in range(n):
+        members = [(ids[scene[j]], part[j]) for j in range(int(mo[k]), int(mo[k + 1]))]
+        partial, g = bool(a["partial"][k]), geoms[k]
+        row = None
+        if a["has_row"][k]:
+            f = fig[k].tolist()
+            row = RtsObject(
+                object_id=0,
+                geometry=g,
+                scene_ids=tuple(names[i] for i in ri[int(ro[k]) : int(ro[k + 1])]),
+                n_pixels=int(a["n_pixels"][k]),
+                prob_mean=f[0],
+                prob_max=f[1],
+                area_m2=f[2],
+                ground_area_m2=f[3],
+                bbox=(f[4], f[5], f[6], f[7]),
+                size_bin=bins[a["size_bin"][k]] if a["size_bin"][k] >= 0 else "",
+                partial=partial,
+            )
+        objects.append(MergedObject(members, g, partial, bool(a["cut"][k]), row))
+    return MergeState(
+        code=str(head["code"]),
+        crs_wkt=str(head["crs"]),
+        pixel=float(head["pixel"]),
+        scenes=scenes,
+        footprints={s: shapely.from_wkb(g) for s, g in head["footprints"].items()},
+        edges=[float(e) for e in head["edges"]],
+        bounds={s: None if b is None else (b[0], b[1], b[2], b[3]) for s, b in head["bounds"].items()},
+        objects=objects,
     )

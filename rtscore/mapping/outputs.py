@@ -166,10 +166,28 @@ class SceneOutputs:
 def scene_outputs(output: str | Path | CampaignRoot, scene: Scene) -> SceneOutputs:
     root = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     d = root.local / SCENES_DIR / scene.scene_id
+    names = _output_names(scene)
+    return SceneOutputs(d, *(d / names[k] for k in OUTPUT_KINDS))
+
+
+OUTPUT_KINDS = ("prob", "mask", "manifest", "parts")  # a scene's files, as SceneOutputs names them
+
+
+def scene_rels(scene: Scene) -> dict[str, str]:
+    """The scene's output files relative to the campaign root (posix), by kind: what :func:`scene_outputs` gives,
+    without making paths (a campaign's index names 4 files of each of 10^5 scenes)."""
+    names = _output_names(scene)
+    return {k: f"{SCENES_DIR}/{scene.scene_id}/{names[k]}" for k in OUTPUT_KINDS}
+
+
+def _output_names(scene: Scene) -> dict[str, str]:
     stem = _stem(scene.uri)  # predict_raster names its outputs after the input's stem
-    return SceneOutputs(
-        d, d / f"{stem}_prob.tif", d / f"{stem}_mask.tif", d / f"{stem}{MANIFEST_SUFFIX}", d / f"{stem}{PARTS_SUFFIX}"
-    )
+    return {
+        "prob": f"{stem}_prob.tif",
+        "mask": f"{stem}_mask.tif",
+        "manifest": f"{stem}{MANIFEST_SUFFIX}",
+        "parts": f"{stem}{PARTS_SUFFIX}",
+    }
 
 
 def _stem(uri: str) -> str:

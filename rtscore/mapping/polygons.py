@@ -20,14 +20,16 @@ evaluation's bin edges.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from scipy import ndimage
@@ -72,13 +74,52 @@ class ObjectPart:
 
 @dataclass(frozen=True, eq=False, slots=True)
 class SceneParts:
-    """A scene's parts, where it mapped (valid-data footprint, scene CRS), its CRS and its pixel size (CRS units)."""
+    """A scene's parts, where it mapped (valid-data footprint, scene CRS), its CRS and its pixel size (CRS units).
+    ``parts`` may be :class:`LazyParts`: read from the scene's parts file when first used."""
 
     scene_id: str
     crs: Any
     pixel_size: float
     footprint: Any
-    parts: list[ObjectPart]
+    parts: Sequence[ObjectPart]
+
+
+class LazyParts(Sequence[ObjectPart]):
+    """A scene's parts, read from its parts file when first used: a campaign's finish holds the header of every
+    done scene (CRS, pixel, footprint) and reads the parts of those its merge touches (an incremental merge after
+    a few new scenes: their neighbours only). The file must still hold the bytes whose sha256 the finish took."""
+
+    __slots__ = ("_parts", "_path", "_sha256")
+
+    def __init__(self, path: Path, sha256: str) -> None:
+        self._path, self._sha256 = path, sha256
+        self._parts: list[ObjectPart] | None = None
+
+    def _load(self) -> list[ObjectPart]:
+        if self._parts is None:
+            with os_errors("read", self._path):
+                data = self._path.read_bytes()
+            got = hashlib.sha256(data).hexdigest()
+            if got != self._sha256:
+                raise PolygonsError(
+                    f"{self._path}: changed while the campaign was finished (sha256 {self._sha256[:12]}... when "
+                    f"fetched, {got[:12]}... now); finish it again"
+                )
+            self._parts = list(parts_from_json(data.decode(errors="replace"), str(self._path))[0].parts)
+        return self._parts
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    @overload
+    def __getitem__(self, i: int) -> ObjectPart: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[ObjectPart]: ...
+    def __getitem__(self, i: int | slice) -> ObjectPart | Sequence[ObjectPart]:
+        return self._load()[i]
+
+    def __iter__(self) -> Iterator[ObjectPart]:
+        return iter(self._load())
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,33 +243,40 @@ def parts_json(sp: SceneParts, ground_pixel_m2: float) -> str:
     return json.dumps(data, allow_nan=False) + "\n"
 
 
-def parts_from_json(text: str, what: str) -> tuple[SceneParts, float]:
-    """(parts, ground m² of one pixel) of a parts file's text (:func:`parts_json`); ``what`` names the file.
+def parts_from_json(text: str, what: str, *, lazy: LazyParts | None = None) -> tuple[SceneParts, float]:
+    """(parts, ground m² of one pixel) of a parts file's text (:func:`parts_json`); ``what`` names the file. With
+    ``lazy`` (the same file's parts, read when first used) the parts are not built here: the header is checked and
+    read, the parts' keys only checked.
 
     Raises:
         PolygonsError: not a parts file of this schema (naming ``what`` and the problem).
     """
     import shapely
-    from rasterio.crs import CRS
 
     try:
         data = json.loads(text)
         if data.get("schema_version") != PARTS_SCHEMA:
             raise ValueError(f"schema_version {data.get('schema_version')!r}, expected {PARTS_SCHEMA}")
-        parts = [
-            ObjectPart(
-                scene_id=str(data["scene_id"]),
-                geometry=shapely.from_wkb(p["geometry"]),
-                n_pixels=int(p["n_pixels"]),
-                prob_sum=float(p["prob_sum"]),
-                prob_max=float(p["prob_max"]),
-                partial=bool(p["partial"]),
-            )
-            for p in data["parts"]
-        ]
+        parts: Sequence[ObjectPart]
+        if lazy is not None:
+            if not isinstance(data["parts"], list) or any(not isinstance(p, dict) for p in data["parts"]):
+                raise ValueError("'parts' is not a list of objects")
+            parts = lazy
+        else:
+            parts = [
+                ObjectPart(
+                    scene_id=str(data["scene_id"]),
+                    geometry=shapely.from_wkb(p["geometry"]),
+                    n_pixels=int(p["n_pixels"]),
+                    prob_sum=float(p["prob_sum"]),
+                    prob_max=float(p["prob_max"]),
+                    partial=bool(p["partial"]),
+                )
+                for p in data["parts"]
+            ]
         sp = SceneParts(
             scene_id=str(data["scene_id"]),
-            crs=CRS.from_wkt(data["crs"]),
+            crs=_crs_of_wkt(str(data["crs"])),
             pixel_size=float(data["pixel_size"]),
             footprint=shapely.from_wkb(data["footprint"]),
             parts=parts,
@@ -236,6 +284,14 @@ def parts_from_json(text: str, what: str) -> tuple[SceneParts, float]:
         return sp, float(data["ground_pixel_m2"])
     except Exception as err:  # JSON, keys, WKB or WKT: one message naming the file
         raise PolygonsError(f"{what}: not a readable parts file ({type(err).__name__}: {err})") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _crs_of_wkt(wkt: str) -> Any:
+    """One CRS object per WKT: a campaign's 10^5 scenes share a handful of CRSs."""
+    from rasterio.crs import CRS
+
+    return CRS.from_wkt(wkt)
 
 
 def write_parts(path: str | Path, sp: SceneParts, ground_pixel_m2: float) -> Path:

@@ -10,6 +10,7 @@ import shutil
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from rtscore.storage.errors import StorageError
 
@@ -91,12 +92,21 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_lines(path: Path, lines: Iterable[str]) -> None:
     """As :func:`atomic_write_text`, the text given in pieces (each line with its newline) and written as they
     come: a large file is never held whole in memory."""
+    with atomic_writer(path, "w") as f:
+        f.writelines(lines)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
+    """A file opened under a temporary name next to ``path`` (``mode`` ``"w"`` or ``"wb"``), flushed, synced and
+    renamed to ``path`` when the ``with`` ends without an error; removed otherwise: readers see the old or the new
+    content, never a partial one."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with os_errors("write", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with tmp.open("w") as f:
-                f.writelines(lines)
+            with tmp.open(mode) as f:
+                yield f
                 f.flush()
                 os.fsync(f.fileno())
             tmp.replace(path)

@@ -13,7 +13,7 @@ from rtscore.mapping.campaign import OBJECTS_FILE, write_campaign_outputs
 from rtscore.mapping.campaign_log import MapIdentity, MapSettings, SceneRecord
 from rtscore.mapping.fetch import fetch_scene_parts
 from rtscore.mapping.outputs import CampaignRoot, read_scene_parts, scene_outputs
-from rtscore.mapping.polygons import SceneParts, parts_json, write_parts
+from rtscore.mapping.polygons import LazyParts, PolygonsError, SceneParts, parts_json, write_parts
 from rtscore.mapping.scenes import CampaignError, InputIdentity, Scene
 from rtscore.storage.gcs import GcsStore
 from tests.conftest import GCS_TEST_BUCKET
@@ -113,6 +113,18 @@ def test_local_parts_files_are_read_in_place(parts: list[SceneParts], tmp_path: 
     bad.write_text("{}")
     with pytest.raises(CampaignError, match=rf"scene {done[1].scene_id}: .*{bad}.*not a readable parts file"):
         fetch_scene_parts(out, done, workers=3)
+
+
+def test_parts_are_read_when_first_used_from_the_bytes_fetched(parts: list[SceneParts], tmp_path: Path) -> None:
+    out = CampaignRoot(tmp_path / "campaign")
+    done = [publish_parts(out, sp) for sp in parts[:2]]
+    got = fetch_scene_parts(out, done, workers=2)
+    assert isinstance(got[0].parts.parts, LazyParts) and got[0].parts.parts._parts is None  # header only
+    assert texts(got[:1]) == [parts_json(parts[0], 4.0)]  # read now: the same parts
+    path = scene_outputs(out, done[1]).parts
+    write_parts(path, parts[3], 4.0)  # rewritten after the fetch took its sha256
+    with pytest.raises(PolygonsError, match=rf"{path}: changed while the campaign was finished"):
+        len(got[1].parts.parts)
 
 
 def test_finishes_of_a_growing_gs_campaign_download_the_new_files_and_write_the_full_merges_layer(

@@ -86,7 +86,7 @@ def test_scenes_arriving_in_random_orders_give_the_full_merge(scenes: list[Scene
 def test_remapped_and_dropped_scenes_and_an_overlap_give_the_full_merge(
     scenes: list[SceneParts], tmp_path: Path
 ) -> None:
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.npz"
     done = list(scenes)
     merge_incremental(done, [sha(s) for s in done], state)
     _, same, report = merge_incremental(done, [sha(s) for s in done], state)  # nothing new: nothing redone
@@ -114,7 +114,7 @@ def test_a_state_that_cannot_be_built_on_is_a_full_merge(
     scenes: list[SceneParts], tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(logging.getLogger("rtscore"), "propagate", True)  # `rts` may have stopped it
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.npz"
     some = scenes[:4]
     merge_incremental(some, [sha(s) for s in some], state)
     held = read_state(state)
@@ -128,9 +128,10 @@ def test_a_state_that_cannot_be_built_on_is_a_full_merge(
     assert report.full and rows(got) == rows(merge_parts(some)[1])
     assert f"campaign merge state {state} unreadable" in caplog.text
     assert read_state(state) is not None  # rewritten whole
-    lines = state.read_text().splitlines(keepends=True)
-    assert len(lines) > 2  # a header and one line per object
-    state.write_text("".join(lines[:-1]))  # a torn copy: an object line missing
+    data = state.read_bytes()
+    state.write_bytes(data[: len(data) // 2])  # a torn copy
     with caplog.at_level("WARNING"):
         assert read_state(state) is None
-    assert "a torn file" in caplog.text
+    state.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])  # a flipped bit in the head
+    assert read_state(state) is None
+    assert caplog.text.count("unreadable") >= 3
