@@ -61,6 +61,8 @@ from rtscore.stages.logit_cache import SPEC as LOGIT_CACHE_SPEC
 from rtscore.stages.train import SPEC as TRAIN_SEED_SPEC
 from rtscore.storage import RunDir, absolute_location
 
+T = TypeVar("T")
+
 MAX_KEYS = 100  # runs per item over all retries of one pipeline flow run (a guard against a runaway loop)
 TRAIN_SEED = TRAIN_SEED_SPEC.name  # the stage whose records in the manifest are a seed's artifacts
 LOGIT_CACHE = LOGIT_CACHE_SPEC.name
@@ -156,19 +158,19 @@ def _submit(
     (a run of an earlier parent attempt that failed, crashed or was cancelled is passed over)."""
     logger = _logger()
     for attempt in range(first, MAX_KEYS):
+        key = idempotency_key(parent, stage, child.item, attempt)
         # Prefect types run_deployment (sync-compatible) as `FlowRun | Coroutine[..., FlowRun]`; called sync: FlowRun.
-        run = cast(
-            FlowRun,
-            run_deployment(
-                deployment,
-                parameters={"params": child.params.model_dump(mode="json")},
-                timeout=0,  # start every item first, then wait for all
-                idempotency_key=idempotency_key(parent, stage, child.item, attempt),
-                flow_run_name=child.run_name if attempt == 0 else f"{child.run_name}-retry-{attempt}",
-                tags=tags,
-                job_variables=dist.job_variables or None,
-            ),
+        start = partial(
+            run_deployment,
+            deployment,
+            parameters={"params": child.params.model_dump(mode="json")},
+            timeout=0,  # start every item first, then wait for all
+            idempotency_key=key,
+            flow_run_name=child.run_name if attempt == 0 else f"{child.run_name}-retry-{attempt}",
+            tags=tags,
+            job_variables=dist.job_variables or None,
         )
+        run = cast(FlowRun, server_call(f"{stage} {child.label}: starting its run (key {key})", start))
         state = run.state
         if state is not None and state.is_final() and not state.is_completed():
             logger.info(
@@ -184,6 +186,34 @@ def _submit(
 
 
 READ_PAGE = 200  # flow runs read per API call while waiting (the server's default page limit)
+SERVER_RETRIES = 6  # tries of an API call that met a transient server error: waits of 2, 4, 8, 16, 30 s between
+
+
+def server_call(what: str, call: Callable[[], T]) -> T:
+    """``call()`` (a request to the Prefect API), tried again after a transient server error (a 5xx or 429 the
+    client's own retries did not get past, a dropped connection): a coordinator of thousands of runs outlives a
+    minute of an overloaded server (SQLite: "database is locked") instead of failing the campaign. Starting a run
+    again is safe: its idempotency key returns the run the first try may have created. Other errors are raised."""
+    for tries in range(1, SERVER_RETRIES + 1):
+        try:
+            return call()
+        except Exception as err:
+            if tries == SERVER_RETRIES or not _transient_server_error(err):
+                raise
+            wait = min(30.0, 2.0**tries)
+            _logger().warning(f"{what}: {type(err).__name__}: {err}; try {tries + 1} of {SERVER_RETRIES} in {wait:g} s")
+            time.sleep(wait)
+    raise AssertionError("unreachable")  # the last try returned or raised
+
+
+def _transient_server_error(err: BaseException) -> bool:
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    if isinstance(err, PrefectHTTPStatusError):
+        code = err.response.status_code
+        return code >= 500 or code == 429
+    return isinstance(err, httpx.TransportError)
 
 
 def _read_runs(client: Any, runs: list[FlowRun]) -> dict[Any, FlowRun]:
@@ -256,7 +286,8 @@ def _wait(
     deadline = time.monotonic() + dist.timeout_s
     with get_client(sync_client=True) as client:
         while pending:
-            now = _read_runs(client, [it.run for it in pending.values()])
+            runs = [it.run for it in pending.values()]
+            now = server_call(f"{stage}: reading {len(runs)} run state(s)", partial(_read_runs, client, runs))
             for key, it in list(pending.items()):
                 it.run = now[it.run.id]
                 state = it.run.state
@@ -339,9 +370,6 @@ def evaluate_test_child(params: PipelineParams, seeds: list[int]) -> Child:
 
 
 # ------------------------------------------------------------------------------------ results from the run dir
-T = TypeVar("T")
-
-
 def read_recorded(what: str, read: Callable[[], T]) -> T:
     """A completed child's result, read back from what its stage recorded in the run directory; a result that is
     not there (or not the one expected) fails the fan-out naming the child."""

@@ -482,3 +482,51 @@ def test_waiting_reads_the_pending_runs_200_to_an_api_call(monkeypatch: pytest.M
     done = fan_out("train-seed", "train-seed/train-seed", "p", _children(*range(450)), DistributedParams(**FAST))
     assert len(done) == 450 and fake.single_reads == 0
     assert READ_PAGE == 200 and fake.page_sizes == [200, 200, 50]  # one poll: every run has completed
+
+
+def test_a_transient_server_error_is_tried_again_and_starts_no_run_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An overloaded server (SQLite under 1,000 chunk runs: "database is locked", a 503 past the client's own
+    retries) neither fails the fan-out nor starts a run twice: the start is tried again under the same idempotency
+    key, which returns the run the first try created; a state read is tried again too. A 4xx is not retried."""
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    import flows.fanout as fanout
+
+    def status(code: int) -> PrefectHTTPStatusError:
+        request = httpx.Request("POST", "http://127.0.0.1/api/deployments/x/create_flow_run")
+        return PrefectHTTPStatusError(f"{code}", request=request, response=httpx.Response(code, request=request))
+
+    fake = FakePrefect()
+    fake.install(monkeypatch)
+    waits: list[float] = []
+    monkeypatch.setattr(fanout.time, "sleep", waits.append)
+    start, read = fake.run_deployment, fake.read_flow_runs
+    failures = {"start": 2, "read": 1}
+
+    def flaky_start(name: str, **kw: Any) -> Any:
+        run = start(name, **kw)  # created on the server, then the response is lost
+        if kw["idempotency_key"].endswith("/1") and failures["start"]:
+            failures["start"] -= 1
+            raise status(503)
+        return run
+
+    def flaky_read(**kw: Any) -> Any:
+        if failures["read"]:
+            failures["read"] -= 1
+            raise httpx.ConnectError("connection reset")
+        return read(**kw)
+
+    monkeypatch.setattr(fanout, "run_deployment", flaky_start)
+    monkeypatch.setattr(fake, "read_flow_runs", flaky_read)
+    done = fanout.fan_out("train-seed", "train-seed/train-seed", "p", _children(0, 1, 2), DistributedParams(**FAST))
+    assert sorted(done) == ["0", "1", "2"] and waits == [2.0, 4.0, 2.0]
+    assert len({r.id for r in done.values()}) == 3 and len(fake.created) == 3  # one run per item, none twice
+
+    def forbidden(name: str, **kw: Any) -> Any:
+        raise status(404)
+
+    monkeypatch.setattr(fanout, "run_deployment", forbidden)
+    with pytest.raises(PrefectHTTPStatusError):
+        fanout.fan_out("train-seed", "train-seed/train-seed", "q", _children(0), DistributedParams(**FAST))
+    assert waits == [2.0, 4.0, 2.0]
