@@ -38,7 +38,7 @@ from rtscore.inference.predict import (
 )
 from rtscore.inference.stream import gdal_env
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
-from rtscore.mapping.area import group_by_crs, union_ground_m2
+from rtscore.mapping.area import union_ground_m2
 from rtscore.mapping.campaign_log import (
     CampaignLog,
     CampaignSummary,
@@ -61,6 +61,7 @@ from rtscore.mapping.chunk import (
     scene_job,
 )
 from rtscore.mapping.fetch import FetchedParts, fetch_scene_parts, merge_state_path
+from rtscore.mapping.footprints import lonlat_cache_path, lonlat_footprints
 from rtscore.mapping.merge import merge_incremental
 from rtscore.mapping.outputs import (
     SCENES_DIR,
@@ -603,18 +604,11 @@ def _done_scene_parts(
     the scene's id, URI and output files relative to the campaign) and its ground mapped (its valid pixels' area,
     summed over the scenes). Its own step: the one pass over the done scenes' files; everything the campaign's files
     hold is drawn from what it returns, no raster read."""
-    from rasterio.warp import transform_geom
-    from shapely.geometry import mapping
-
     fetched = fetch_scene_parts(out, done)
     if out.remote:
         n = sum(f.downloaded for f in fetched)
         _log.info("campaign finish: %d parts file(s) downloaded, %d taken from the mirror", n, len(fetched) - n)
-    lonlat: list[Any] = [None] * len(fetched)
-    for crs, at in group_by_crs([f.parts for f in fetched]):  # one call per CRS: 10^5 calls cost ~1 min
-        moved = transform_geom(crs, "EPSG:4326", [mapping(fetched[i].parts.footprint) for i in at])
-        for i, g in zip(at, moved, strict=True):
-            lonlat[i] = g
+    lonlat = lonlat_footprints(fetched, lonlat_cache_path(out))
     features, ground_m2 = [], 0.0
     for f, geometry in zip(fetched, lonlat, strict=True):
         s = f.scene

@@ -32,7 +32,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -158,7 +158,22 @@ def merge_incremental(
     for k, o in enumerate(merged, start=1):
         if o.row is None or prev.edges != edges:  # new, re-grouped, or other size bins
             o.row = _rts_object(0, o.geometry, [frame.part(m) for m in o.members], o.partial, frame.crs, edges)
-        objects.append(replace(o.row, object_id=k, partial=o.partial))
+        r = o.row  # numbered: a new record (dataclasses.replace costs ~6 µs, 6 s at 10^6 objects)
+        objects.append(
+            RtsObject(
+                object_id=k,
+                geometry=r.geometry,
+                scene_ids=r.scene_ids,
+                n_pixels=r.n_pixels,
+                prob_mean=r.prob_mean,
+                prob_max=r.prob_max,
+                area_m2=r.area_m2,
+                ground_area_m2=r.ground_area_m2,
+                bbox=r.bbox,
+                size_bin=r.size_bin,
+                partial=o.partial,
+            )
+        )
     if state_path is not None and (report.added or report.removed or report.retested or prev.edges != edges):
         write_state(state_path, frame.state(merged, edges))
     return frame.crs, objects, report

@@ -525,6 +525,7 @@ FIELDS = (
 
 
 WRITE_BATCH = 50_000  # objects written to a GeoPackage at a time
+POLYGON_TYPE = 3  # shapely.get_type_id of a Polygon
 
 
 def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt: str = "gpkg") -> Path:
@@ -536,7 +537,6 @@ def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt:
         StorageError: the file cannot be written.
     """
     import pyogrio
-    import shapely
     from rasterio.crs import CRS
 
     if fmt not in FORMATS:
@@ -557,11 +557,10 @@ def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt:
         try:
             for k in range(0, max(1, len(objects)), step):
                 batch = objects[k : k + step]
-                multi = [g if g.geom_type == "MultiPolygon" else shapely.MultiPolygon([g]) for g in _polygonal(batch)]
                 columns = _columns(batch)
                 pyogrio.raw.write(
                     tmp,
-                    geometry=np.asarray(shapely.to_wkb(multi), dtype=object) if multi else np.empty(0, dtype=object),
+                    geometry=_multi_wkb(_polygonal(batch)),
                     field_data=list(columns.values()),
                     fields=list(columns),
                     crs=wkt,
@@ -575,6 +574,18 @@ def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt:
         finally:
             tmp.unlink(missing_ok=True)
     return final
+
+
+def _multi_wkb(geoms: list[Any]) -> np.ndarray:
+    """The geometries as MultiPolygon WKB (a Polygon wrapped as a MultiPolygon of one), an object array."""
+    import shapely
+
+    if not geoms:
+        return np.empty(0, dtype=object)
+    arr = np.asarray(geoms, dtype=object)
+    single = shapely.get_type_id(arr) == POLYGON_TYPE
+    arr[single] = shapely.multipolygons(arr[single][:, np.newaxis])  # each its own MultiPolygon
+    return np.asarray(shapely.to_wkb(arr), dtype=object)
 
 
 def _polygonal(objects: Sequence[RtsObject]) -> list[Any]:
