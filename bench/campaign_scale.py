@@ -562,6 +562,9 @@ def measure_n(n: int, a: argparse.Namespace, work: Path) -> dict[str, list[dict[
         if emulator is not None:
             emulator.latency_s = a.latency_ms / 1000
         rows: dict[str, list[dict[str, Any]]] = {s: [] for s in STEPS}
+        wanted = set(STEPS) if not a.steps else {s.strip() for s in a.steps.split(",")}
+        if wanted - set(STEPS):
+            raise SystemExit(f"--steps: unknown {sorted(wanted - set(STEPS))}; the steps are {', '.join(STEPS)}")
         args: dict[str, Any] = {"root": camp.root}
 
         def step_of(step: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -571,17 +574,21 @@ def measure_n(n: int, a: argparse.Namespace, work: Path) -> dict[str, list[dict[
 
         for r in range(a.repeats):
             for step in ("list", "plan", "chunk-ready", "log-append"):
-                rows[step].append(step_of(step, args)[step])
+                if step in wanted:
+                    rows[step].append(step_of(step, args)[step])
             if a.coordinator_only:
                 continue
             cache = work / f"cache-n{n}-r{r}"
-            got = step_of("parts", {**args, "cache": str(work / f"parts-n{n}-r{r}")})
-            for step in ("fetch", "merge", "write"):
-                rows[step].append(got[step])
-            rows["finish"].append(step_of("finish", {**args, "cache": str(cache)})["finish"])
-            rows["select"].append(step_of("select", {**args, "cache": str(cache)})["select"])
-            shutil.rmtree(work / f"parts-n{n}-r{r}", ignore_errors=True)
-        if not a.coordinator_only:
+            if wanted & {"fetch", "merge", "write"}:
+                got = step_of("parts", {**args, "cache": str(work / f"parts-n{n}-r{r}")})
+                for step in ("fetch", "merge", "write"):
+                    rows[step].append(got[step])
+                shutil.rmtree(work / f"parts-n{n}-r{r}", ignore_errors=True)
+            if wanted & {"finish", "select", "finish-1%"}:  # the incremental finish starts from the full one's
+                rows["finish"].append(step_of("finish", {**args, "cache": str(cache)})["finish"])
+            if "select" in wanted:
+                rows["select"].append(step_of("select", {**args, "cache": str(cache)})["select"])
+        if not a.coordinator_only and "finish-1%" in wanted:
             incremental(camp, n, new, a, emulator, work, rows, env)
         return {k: v for k, v in rows.items() if v}
     finally:
@@ -873,6 +880,12 @@ def main() -> None:
         "--coordinator-only",
         action="store_true",
         help="only the coordinator's steps (list, plan, chunk-ready, log-append): no finish, no selection",
+    )
+    p.add_argument(
+        "--steps",
+        default="",
+        help=f"comma-separated steps to run (default all: {','.join(STEPS)}); finish-1%% and "
+        "select run the full finish first",
     )
     p.add_argument("--plot", type=Path, default=None, help="write the log-log plot here (PNG)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")

@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import math
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -45,6 +46,7 @@ from rtscore.identity.code import module_file, source_bytes
 from rtscore.mapping.polygons import (
     MERGE_TOLERANCE_PX,
     PARTIAL_REACH_PX,
+    LazyParts,
     PolygonsError,
     RtsObject,
     SceneParts,
@@ -174,6 +176,7 @@ def merge_incremental(
                 partial=o.partial,
             )
         )
+    frame.release()  # every row is computed: the parts read for them can go before the state is written
     if state_path is not None and (report.added or report.removed or report.retested or prev.edges != edges):
         write_state(state_path, frame.state(merged, edges))
     return frame.crs, objects, report
@@ -215,6 +218,14 @@ class _Frame:
                 p.geometry if self.same[i] else _reproject(p.geometry, sc.crs, self.crs) for p in sc.parts
             ]
         return self._geoms[i]
+
+    def release(self) -> None:
+        """Forget the parts read so far (a scene's :class:`~rtscore.mapping.polygons.LazyParts` reads them again if
+        asked) and their reprojections."""
+        self._geoms.clear()
+        for sc in self.scenes:
+            if isinstance(sc.parts, LazyParts):
+                sc.parts.release()
 
     def part(self, m: Member) -> Any:
         return self.scenes[self.pos[m[0]]].parts[m[1]]
@@ -320,7 +331,8 @@ def write_state(path: Path, state: MergeState) -> None:
     ids the rows use) and the objects
     as arrays: members (offsets, scene index, part index), geometries (hex-free WKB, concatenated, with offsets),
     partial and cut flags, and each row's figures. Geometries as WKB and floats as float64: both exact. Written
-    under a temporary name, renamed into place."""
+    under a temporary name, renamed into place; the WKB (~300 MB at 10^6 objects) streamed into its member batch by
+    batch, never held whole."""
     import shapely
 
     objs = state.objects
@@ -337,9 +349,6 @@ def write_state(path: Path, state: MergeState) -> None:
         "bounds": {s: None if b is None else list(b) for s, b in state.bounds.items()},
         "size_bins": bins,
     }
-    wkb = [shapely.to_wkb([o.geometry for o in objs[k : k + _BATCH]]) for k in range(0, len(objs), _BATCH)]
-    blobs = [bytes(g) for batch in wkb for g in batch]
-    del wkb
     rows = [o.row for o in objs]
     none = RtsObject(0, None, (), 0, 0.0, 0.0, 0.0, 0.0, (0.0, 0.0, 0.0, 0.0), "", False)
     filled = [r if r is not None else none for r in rows]
@@ -347,27 +356,38 @@ def write_state(path: Path, state: MergeState) -> None:
     names = sorted({n for r in rows if r is not None for n in r.scene_ids})  # the parts' own scene ids
     name_at = {n: i for i, n in enumerate(names)}
     head["row_scene_ids"] = names
+    n = len(objs)
+    wkb_sizes = np.zeros(n, np.int64)
+    for k in range(0, n, _BATCH):  # sizes first: the geometries are encoded again, batch by batch, as written
+        wkb_sizes[k : k + _BATCH] = [len(g) for g in shapely.to_wkb([o.geometry for o in objs[k : k + _BATCH]])]
     arrays: dict[str, np.ndarray] = {
         "head": np.frombuffer(json.dumps(head, allow_nan=False).encode(), np.uint8),
         "member_offsets": np.cumsum([0] + [len(o.members) for o in objs], dtype=np.int64),
         "member_scene": np.fromiter((at[m[0]] for o in objs for m in o.members), np.int32),
         "member_part": np.fromiter((m[1] for o in objs for m in o.members), np.int32),
-        "wkb": np.frombuffer(b"".join(blobs), np.uint8),
-        "wkb_offsets": np.cumsum([0] + [len(g) for g in blobs], dtype=np.int64),
-        "partial": np.fromiter((o.partial for o in objs), np.bool_, len(objs)),
-        "cut": np.fromiter((o.cut for o in objs), np.bool_, len(objs)),
-        "has_row": np.fromiter((r is not None for r in rows), np.bool_, len(objs)),
+        "wkb_offsets": np.concatenate([[0], np.cumsum(wkb_sizes)]).astype(np.int64),
+        "partial": np.fromiter((o.partial for o in objs), np.bool_, n),
+        "cut": np.fromiter((o.cut for o in objs), np.bool_, n),
+        "has_row": np.fromiter((r is not None for r in rows), np.bool_, n),
         "row_scene_offsets": np.cumsum([0] + [len(r.scene_ids) for r in filled], dtype=np.int64),
         "row_scene_index": np.fromiter((name_at[n] for r in filled for n in r.scene_ids), np.int32),
-        "n_pixels": np.fromiter((r.n_pixels for r in filled), np.int64, len(objs)),
-        "figures": np.array(
-            [(r.prob_mean, r.prob_max, r.area_m2, r.ground_area_m2, *r.bbox) for r in filled], np.float64
-        ).reshape(len(objs), 8),
-        "size_bin": np.fromiter((bin_at.get(r.size_bin, -1) for r in filled), np.int32, len(objs)),
+        "n_pixels": np.fromiter((r.n_pixels for r in filled), np.int64, n),
+        "figures": np.fromiter(
+            ((r.prob_mean, r.prob_max, r.area_m2, r.ground_area_m2, *r.bbox) for r in filled),
+            np.dtype((np.float64, 8)),
+            n,
+        ).reshape(n, 8),
+        "size_bin": np.fromiter((bin_at.get(r.size_bin, -1) for r in filled), np.int32, n),
     }
-    del blobs
-    with atomic_writer(path, "wb") as f:
-        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy types **kwds as its allow_pickle: bool
+    with atomic_writer(path, "wb") as f, zipfile.ZipFile(f, "w", allowZip64=True) as zf:
+        for name, arr in arrays.items():  # what np.savez writes: one .npy member per array
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, arr, allow_pickle=False)
+        with zf.open("wkb.npy", "w", force_zip64=True) as member:  # streamed: never all the WKB at once
+            total = int(wkb_sizes.sum())
+            np.lib.format.write_array_header_2_0(member, {"descr": "|u1", "fortran_order": False, "shape": (total,)})
+            for k in range(0, n, _BATCH):
+                member.write(b"".join(shapely.to_wkb([o.geometry for o in objs[k : k + _BATCH]])))
 
 
 def read_state(path: Path | None) -> MergeState | None:

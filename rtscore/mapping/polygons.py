@@ -108,6 +108,10 @@ class LazyParts(Sequence[ObjectPart]):
             self._parts = list(parts_from_json(data.decode(errors="replace"), str(self._path))[0].parts)
         return self._parts
 
+    def release(self) -> None:
+        """Forget the parts read (read again, and checked again, when next used)."""
+        self._parts = None
+
     def __len__(self) -> int:
         return len(self._load())
 

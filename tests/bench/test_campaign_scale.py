@@ -59,6 +59,7 @@ def test_smoke_run_prints_every_step_and_its_exponent(tmp_path: Path, capsys: py
         json=None,
         in_process=True,
         coordinator_only=False,
+        steps="",
     )
     before = os.environ.get("STORAGE_EMULATOR_HOST")  # the session's emulator, which the gs:// tests after this use
     figures = run(a, tmp_path / "work")
