@@ -27,7 +27,7 @@ import math
 import re
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
@@ -508,7 +508,25 @@ def keep_min_area(objects: Sequence[RtsObject], min_area_m2: float) -> tuple[lis
     separate from evaluation, which counts every component (guide §6.2) unless ``metrics.min_object_area_m2`` is set;
     set to one value, both apply the one size test (:func:`~rtscore.metrics.objects.reaches_min_area`)."""
     kept = [o for o in objects if reaches_min_area(o.ground_area_m2, min_area_m2)]
-    return [replace(o, object_id=k) for k, o in enumerate(kept, start=1)], len(objects) - len(kept)
+    return [numbered(o, k, o.partial) for k, o in enumerate(kept, start=1)], len(objects) - len(kept)
+
+
+def numbered(o: RtsObject, object_id: int, partial: bool) -> RtsObject:
+    """``o`` with another id and partial flag (what ``dataclasses.replace`` does, without its ~6 µs of field
+    introspection: 6 s at a campaign's 10^6 objects)."""
+    return RtsObject(
+        object_id=object_id,
+        geometry=o.geometry,
+        scene_ids=o.scene_ids,
+        n_pixels=o.n_pixels,
+        prob_mean=o.prob_mean,
+        prob_max=o.prob_max,
+        area_m2=o.area_m2,
+        ground_area_m2=o.ground_area_m2,
+        bbox=o.bbox,
+        size_bin=o.size_bin,
+        partial=partial,
+    )
 
 
 FIELDS = (
