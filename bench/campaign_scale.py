@@ -758,7 +758,7 @@ def prefect_fan_out(k: int, work: Path, timeout_s: float) -> dict[str, Any]:
         t1 = time.perf_counter()
         first = _popen(coord, env, srv.logs / "coordinator-1.log")
         srv.procs.append(first)  # stopped with the server whatever happens
-        created = _wait_runs(srv, max(1, k // 2), first)
+        created = _wait_runs(srv, max(1, k // 2), first, timeout_s)
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         killed_at = time.perf_counter() - t1
@@ -813,7 +813,7 @@ def _wait_deployment(srv: Any, name: str, timeout: float = 300) -> None:
     raise SystemExit(f"deployment {name} not served after {timeout} s:\n{srv.log_tail()}")
 
 
-def _wait_runs(srv: Any, n: int, proc: subprocess.Popen[bytes], timeout: float = 900) -> int:
+def _wait_runs(srv: Any, n: int, proc: subprocess.Popen[bytes], timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = len(_chunk_runs(srv))
@@ -821,7 +821,7 @@ def _wait_runs(srv: Any, n: int, proc: subprocess.Popen[bytes], timeout: float =
             return got
         if proc.poll() is not None:
             raise SystemExit(f"coordinator exited {proc.returncode} before {n} runs existed:\n{srv.log_tail()}")
-        time.sleep(0.2)
+        time.sleep(2.0)  # each look reads every run so far: not more often, it loads the server
     raise SystemExit(f"fewer than {n} chunk runs after {timeout} s:\n{srv.log_tail()}")
 
 
