@@ -323,18 +323,8 @@ def write_state(path: Path, state: MergeState) -> None:
 
     objs = state.objects
     at = {k[0]: i for i, k in enumerate(state.scenes)}
-    bins = sorted({o.row.size_bin for o in objs if o.row is not None})
-    head = {
-        "schema": STATE_SCHEMA,
-        "code": state.code,
-        "crs": state.crs_wkt,
-        "pixel": state.pixel,
-        "edges": state.edges,
-        "scenes": [list(k) for k in state.scenes],
-        "footprints": {s: shapely.to_wkb(g, hex=True) for s, g in state.footprints.items()},
-        "bounds": {s: None if b is None else list(b) for s, b in state.bounds.items()},
-        "size_bins": bins,
-    }
+    head = _state_head(state)
+    bins = head["size_bins"]
     rows = [o.row for o in objs]
     none = RtsObject(0, None, (), 0, 0.0, 0.0, 0.0, 0.0, (0.0, 0.0, 0.0, 0.0), "", False)
     filled = [r if r is not None else none for r in rows]
@@ -365,6 +355,32 @@ def write_state(path: Path, state: MergeState) -> None:
         ).reshape(n, 8),
         "size_bin": np.fromiter((bin_at.get(r.size_bin, -1) for r in filled), np.int32, n),
     }
+    _write_npz(path, arrays, objs, wkb_sizes)
+
+
+def _state_head(state: MergeState) -> dict[str, Any]:
+    """The state's ``head``: what is one per campaign or per scene (module docstring), and the size bin labels."""
+    import shapely
+
+    return {
+        "schema": STATE_SCHEMA,
+        "code": state.code,
+        "crs": state.crs_wkt,
+        "pixel": state.pixel,
+        "edges": state.edges,
+        "scenes": [list(k) for k in state.scenes],
+        "footprints": {s: shapely.to_wkb(g, hex=True) for s, g in state.footprints.items()},
+        "bounds": {s: None if b is None else list(b) for s, b in state.bounds.items()},
+        "size_bins": sorted({o.row.size_bin for o in state.objects if o.row is not None}),
+    }
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray], objs: list[MergedObject], wkb_sizes: np.ndarray) -> None:
+    """``arrays`` as np.savez writes them (one ``.npy`` member each), then the objects' WKB as member ``wkb``, encoded
+    and written batch by batch (``wkb_sizes``: each object's WKB length, for the member's header)."""
+    import shapely
+
+    n = len(objs)
     with atomic_writer(path, "wb") as f, zipfile.ZipFile(f, "w", allowZip64=True) as zf:
         for name, arr in arrays.items():  # what np.savez writes: one .npy member per array
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
