@@ -432,10 +432,10 @@ def build_campaign(camp: Campaign, n: int, n_parts: int) -> list[tuple[int, int]
 # ------------------------------------------------------------------------------------------------ the steps
 def chunk_ready(output: str, scenes: Sequence[Any], chunk: int) -> Any:
     """A chunk run's work before its model runs, as ``map_chunk`` does it: the library's
-    :func:`rtscore.mapping.campaign.ready_chunk` on the scenes the coordinator hands over (read only its own chunk's
+    :func:`rtscore.mapping.handover.ready_chunk` on the scenes the coordinator hands over (read only its own chunk's
     log files, check each scene against its planned identity: one metadata read of a gs:// object). The hand-over
     (``ChunkTodo``) is the coordinator's work, made before the timer starts."""
-    from rtscore.mapping.campaign import ChunkTodo, ready_chunk
+    from rtscore.mapping.handover import ChunkTodo, ready_chunk
     from rtscore.mapping.campaign_log import CampaignLog
 
     return ready_chunk(ChunkTodo(chunk, list(scenes), {}), CampaignLog(output), bench_identity(), extra=False)

@@ -10,7 +10,7 @@ summary (markdown artifact ``map-region-summary``) and the scene counts by statu
 
 ``map-chunk`` loads the package and maps the scenes map-region handed over (URI, identity, EXTRA raster, the time
 of each one's latest log record: :class:`flows.params.PlannedScene`) without listing the input or reading the other
-chunks' log files (:func:`rtscore.mapping.campaign.run_planned_chunk`): it skips what an earlier run of the same
+chunks' log files (:func:`rtscore.mapping.handover.run_planned_chunk`): it skips what an earlier run of the same
 chunk logged since the plan (a re-submitted or retried chunk run), checks each scene left against its planned
 identity on the worker (a scene changed since is a ``failed`` record naming the change) and maps the rest. A scene
 that fails is a ``failed`` record, not a failed run. A run started by hand without ``scenes`` lists the input and
@@ -35,8 +35,6 @@ from rtscore.inference.predict import load_package
 from rtscore.mapping.campaign import (
     CampaignPlan,
     CampaignResult,
-    ChunkTodo,
-    chunk_of,
     drop_extra_siblings,
     finish_campaign,
     mapping_identity,
@@ -44,9 +42,8 @@ from rtscore.mapping.campaign import (
     render_summary,
     run_chunk,
     run_chunks_here,
-    run_planned_chunk,
-    todo_chunks,
 )
+from rtscore.mapping.handover import ChunkTodo, chunk_of, run_planned_chunk, todo_chunks
 from rtscore.mapping.campaign_log import CampaignLog
 from rtscore.mapping.scenes import CampaignError, CompanionInput, InputIdentity, Scene, list_scenes
 
@@ -130,7 +127,7 @@ def region(params: MapRegionParams, flow_run_id: str | None) -> CampaignResult:
 
 
 def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
-    """One map-chunk run per chunk with scenes left to map (:func:`~rtscore.mapping.campaign.todo_chunks`), its
+    """One map-chunk run per chunk with scenes left to map (:func:`~rtscore.mapping.handover.todo_chunks`), its
     parameters derived from the campaign's (every field they share: package, input, output, device; paths absolute:
     the workers may start elsewhere) and the chunk's scenes handed over as planned (:class:`PlannedScene`)."""
     located = {"package": absolute(params.package), "input": absolute(params.input), "output": absolute(params.output)}

@@ -130,7 +130,7 @@ def run_chunk(
 
     ``log_records`` are the log records to plan from (oldest first): a campaign in process passes none (its plan,
     made from the log read once, handed over only the scenes left), a ``map-chunk`` run the records of its own
-    chunk's files newer than the plan (:func:`~rtscore.mapping.campaign.run_planned_chunk`); default: the whole log,
+    chunk's files newer than the plan (:func:`~rtscore.mapping.handover.run_planned_chunk`); default: the whole log,
     read here.
 
     The scenes go through one window stream (:mod:`rtscore.inference.stream`): while one scene's windows are read
