@@ -435,8 +435,8 @@ def chunk_ready(output: str, scenes: Sequence[Any], chunk: int) -> Any:
     :func:`rtscore.mapping.handover.ready_chunk` on the scenes the coordinator hands over (read only its own chunk's
     log files, check each scene against its planned identity: one metadata read of a gs:// object). The hand-over
     (``ChunkTodo``) is the coordinator's work, made before the timer starts."""
-    from rtscore.mapping.handover import ChunkTodo, ready_chunk
     from rtscore.mapping.campaign_log import CampaignLog
+    from rtscore.mapping.handover import ChunkTodo, ready_chunk
 
     return ready_chunk(ChunkTodo(chunk, list(scenes), {}), CampaignLog(output), bench_identity(), extra=False)
 

@@ -43,8 +43,8 @@ from rtscore.mapping.campaign import (
     run_chunk,
     run_chunks_here,
 )
-from rtscore.mapping.handover import ChunkTodo, chunk_of, run_planned_chunk, todo_chunks
 from rtscore.mapping.campaign_log import CampaignLog
+from rtscore.mapping.handover import ChunkTodo, chunk_of, run_planned_chunk, todo_chunks
 from rtscore.mapping.scenes import CampaignError, CompanionInput, InputIdentity, Scene, list_scenes
 
 MAP_CHUNK = "map-chunk"  # the fan-out's stage name (part of every chunk run's idempotency key)
