@@ -132,7 +132,7 @@ def chunk_children(params: MapRegionParams, plan: CampaignPlan) -> list[Child]:
     the workers may start elsewhere) and the chunk's scenes handed over as planned (:class:`PlannedScene`)."""
     located = {"package": absolute(params.package), "input": absolute(params.input), "output": absolute(params.output)}
     children = []
-    for todo in todo_chunks(plan):
+    for todo in todo_chunks(plan.chunks, plan.records, plan.identity):
         k = todo.index
         child = derived(
             MapChunkParams,

@@ -419,7 +419,7 @@ def run_chunks_here(plan: CampaignPlan) -> None:
     after the other, each into its own log file. The plan decided what is left from the log read once, so no chunk
     reads the log again."""
     log = plan.log
-    for todo in todo_chunks(plan):
+    for todo in todo_chunks(plan.chunks, plan.records, plan.identity):
         writer = log.writer(todo.index)
         run_chunk(plan.package, todo.scenes, plan.output, writer, identity=plan.identity, log_records=())
 

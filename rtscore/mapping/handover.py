@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rtscore.errors import PipelineError
 from rtscore.inference.predict import LoadedPackage
@@ -26,9 +25,6 @@ from rtscore.mapping.chunk import run_chunk
 from rtscore.mapping.outputs import CampaignRoot
 from rtscore.mapping.scenes import CampaignError, Scene, identity_change, scene_now
 from rtscore.storage.gcs import transfer_workers
-
-if TYPE_CHECKING:
-    from rtscore.mapping.campaign import CampaignPlan
 
 _log = logging.getLogger(__name__)
 
@@ -57,15 +53,17 @@ class ChunkTodo:
     logged: dict[str, datetime]
 
 
-def todo_chunks(plan: CampaignPlan) -> list[ChunkTodo]:
-    """The chunks with scenes left to map (:func:`~rtscore.mapping.campaign_log.plan` of each chunk against the log
-    read once when planning), each with the scenes to map and their latest records' times; a chunk whose scenes are
-    all complete is left out. One pass over the campaign's scenes: O(scenes)."""
-    last = latest(plan.records)
+def todo_chunks(
+    chunks: Sequence[Sequence[Scene]], records: Sequence[SceneRecord], identity: MapIdentity
+) -> list[ChunkTodo]:
+    """The chunks with scenes left to map (:func:`~rtscore.mapping.campaign_log.plan` of each chunk against
+    ``records``, the log read once when planning), each with the scenes to map and their latest records' times; a
+    chunk whose scenes are all complete is left out. One pass over the campaign's scenes: O(scenes)."""
+    last = latest(records)
     out = []
-    for k, chunk in enumerate(plan.chunks):
+    for k, chunk in enumerate(chunks):
         todo = sorted(
-            (s for s in chunk if not is_complete(last.get(s.scene_id), s, plan.identity)), key=lambda s: s.scene_id
+            (s for s in chunk if not is_complete(last.get(s.scene_id), s, identity)), key=lambda s: s.scene_id
         )
         if todo:
             logged = {s.scene_id: r.time for s in todo if (r := last.get(s.scene_id)) is not None}
