@@ -462,9 +462,9 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
     from rtscore.mapping.campaign_log import CampaignLog, latest, plan
     from rtscore.mapping.fetch import fetch_scene_parts, merge_state_path
     from rtscore.mapping.merge import merge_incremental
+    from rtscore.mapping.objects_layer import read_objects
+    from rtscore.mapping.objects_layer import write_objects as write_layer
     from rtscore.mapping.outputs import CampaignRoot
-    from rtscore.mapping.polygons import read_objects
-    from rtscore.mapping.polygons import write_objects as write_layer
     from rtscore.mapping.scenes import list_scenes
 
     camp, identity = Campaign(args["root"]), bench_identity()
@@ -884,7 +884,7 @@ def main() -> None:
     p.add_argument(
         "--steps",
         default="",
-        help=f"comma-separated steps to run (default all: {','.join(STEPS)}); finish-1%% and "
+        help=f"comma-separated steps to run (default all: {','.join(STEPS).replace('%', '%%')}); finish-1%% and "
         "select run the full finish first",
     )
     p.add_argument("--plot", type=Path, default=None, help="write the log-log plot here (PNG)")

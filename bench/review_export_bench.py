@@ -2,7 +2,7 @@
 
 A synthetic campaign is written directly (no model, no mapping): ``--scenes`` scenes of ``--side`` px (RGB +
 alpha GeoTIFFs, tiled and deflated, EPSG:3857 at 4.77 m near 70 N, side by side, a NoData corner in each), an
-objects layer of ``--objects`` objects (``rtscore.mapping.polygons.write_objects``: irregular polygons of 4 to 60 px
+objects layer of ``--objects`` objects (``objects_layer.write_objects``: irregular polygons of 4 to 60 px
 across, some on a scene's edge or NoData, probabilities spread over [0.5, 1]), ``index.geojson`` (each scene's id,
 URI and footprint) and ``summary.json`` (its ``mapping_identity.package_sha256``), and a package of which only
 ``model_config.yaml`` is read (the raster contract: EPSG:3857, 4.77 m) but whose sha256 the summary names.
@@ -171,7 +171,7 @@ def write_campaign(
 
     from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE, SUMMARY_JSON
     from rtscore.mapping.chunk import package_sha256
-    from rtscore.mapping.polygons import write_objects
+    from rtscore.mapping.objects_layer import write_objects
 
     pkg = write_package(root / "package")
     campaign = root / "campaign"

@@ -59,6 +59,7 @@ from rtscore.mapping.fetch import FetchedParts, fetch_scene_parts, merge_state_p
 from rtscore.mapping.footprints import lonlat_cache_path, lonlat_footprints
 from rtscore.mapping.handover import todo_chunks
 from rtscore.mapping.merge import merge_incremental
+from rtscore.mapping.objects_layer import write_objects
 from rtscore.mapping.outputs import (
     SCENES_DIR,
     CampaignRoot,
@@ -67,7 +68,7 @@ from rtscore.mapping.outputs import (
     scene_rels,
     staged_input,
 )
-from rtscore.mapping.polygons import RtsObject, SceneParts, keep_min_area, size_bin_key, write_objects
+from rtscore.mapping.polygons import RtsObject, SceneParts, keep_min_area, size_bin_key
 from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, list_scenes
 from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text

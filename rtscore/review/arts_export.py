@@ -64,7 +64,8 @@ from rtscore.data.raster.ground import ground_pixel_area_m2
 from rtscore.data.raster.scene_date import date_from_tags
 from rtscore.errors import PipelineError
 from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE
-from rtscore.mapping.polygons import OBJECTS_LAYER, RtsObject, read_objects
+from rtscore.mapping.objects_layer import OBJECTS_LAYER, read_objects
+from rtscore.mapping.polygons import RtsObject
 from rtscore.mapping.scenes import read_scene_dates
 from rtscore.review.export import SceneRef, read_index
 from rtscore.review.manifest import (

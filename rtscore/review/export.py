@@ -48,8 +48,9 @@ from rtscore.inference.stream import gdal_env
 from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE, SUMMARY_JSON, MappedWith
 from rtscore.mapping.campaign_log import latest
 from rtscore.mapping.chunk import package_sha256
+from rtscore.mapping.objects_layer import read_objects
 from rtscore.mapping.outputs import CampaignRoot, staged_input
-from rtscore.mapping.polygons import RtsObject, read_objects
+from rtscore.mapping.polygons import RtsObject
 from rtscore.mapping.scenes import Scene
 from rtscore.package.format import DEPLOYMENT, MODEL
 from rtscore.package.verify import read_model_config

@@ -28,7 +28,7 @@ from rtscore.mapping.campaign import (
     scene_outputs,
 )
 from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
-from rtscore.mapping.polygons import read_objects
+from rtscore.mapping.objects_layer import read_objects
 from rtscore.mapping.scenes import CampaignError, list_scenes
 from tests.helpers import PROJECT_ROOT, CodeEdits
 from tests.test_predict import MEAN, STD, TILE, random_rgba, write_package, write_raster

@@ -28,8 +28,8 @@ from rtscore.mapping.campaign import (
     write_campaign_outputs,
 )
 from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
+from rtscore.mapping.objects_layer import read_objects
 from rtscore.mapping.outputs import STAGING_DIR
-from rtscore.mapping.polygons import read_objects
 from rtscore.mapping.scenes import list_scenes
 from rtscore.storage.gcs import make_client
 from tests.conftest import GCS_TEST_BUCKET

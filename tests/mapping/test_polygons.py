@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -18,16 +17,14 @@ from rasterio.transform import Affine
 from rtscore.data.raster.ground import WEB_MERCATOR_RADIUS_M
 from rtscore.errors import PipelineError
 from rtscore.inference.stream import MASK_NODATA, PROB_NODATA
-from rtscore.mapping import polygons
+from rtscore.mapping.objects_layer import read_objects, write_objects
 from rtscore.mapping.polygons import (
     PolygonsError,
     keep_min_area,
     merge_parts,
-    read_objects,
     scene_parts,
     size_bin,
     size_bin_key,
-    write_objects,
 )
 
 UTM = "EPSG:32633"
@@ -194,78 +191,16 @@ def test_overlapping_scenes_in_different_crs_give_one_object_in_the_first_scenes
     assert objects[0].ground_area_m2 == pytest.approx(drawn_utm.area, rel=0.03)  # B's pixels overhang A's
 
 
-def test_geopackage_round_trip_keeps_objects_and_crs_and_leaves_no_temp_file(tmp_path: Path) -> None:
-    drawn = shapely.Point(500_800.0, 6_999_600.0).buffer(250.0)
-    crs, objects = merge_parts(two_scenes(tmp_path, drawn))
-    out = write_objects(tmp_path / "out" / "rts_objects.gpkg", objects, crs)
-    assert sorted(p.name for p in out.parent.iterdir()) == ["rts_objects.gpkg"]
-    crs_back, back = read_objects(out)
-    assert crs_back == crs
-    assert len(back) == len(objects) == 1
-    o, r = objects[0], back[0]
-    assert (r.object_id, r.scene_ids, r.n_pixels, r.size_bin, r.partial) == (
-        o.object_id,
-        o.scene_ids,
-        o.n_pixels,
-        o.size_bin,
-        o.partial,
-    )
-    assert (r.prob_mean, r.prob_max, r.area_m2, r.ground_area_m2) == pytest.approx(
-        (o.prob_mean, o.prob_max, o.area_m2, o.ground_area_m2)
-    )
-    assert r.bbox == pytest.approx(o.bbox)
-    assert r.geometry.area == pytest.approx(o.geometry.area)
-
-
-def test_a_layer_written_in_batches_is_the_layer_written_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    drawn = shapely.Point(500_800.0, 6_999_600.0).buffer(250.0)
-    crs, (one,) = merge_parts(two_scenes(tmp_path, drawn))
-    objects = [
-        dataclasses.replace(one, object_id=k, geometry=shapely.affinity.translate(one.geometry, 1000.0 * k), n_pixels=k)
-        for k in range(1, 6)
-    ]
-    whole = read_objects(write_objects(tmp_path / "whole.gpkg", objects, crs))
-    monkeypatch.setattr(polygons, "WRITE_BATCH", 2)  # 3 writes: 2 + 2 + 1
-    batched = read_objects(write_objects(tmp_path / "batched.gpkg", objects, crs))
-    assert batched[0] == whole[0] == crs
-    assert [(o.object_id, o.n_pixels, o.geometry.wkb) for o in batched[1]] == [
-        (o.object_id, o.n_pixels, o.geometry.wkb) for o in whole[1]
-    ]
-    assert [o.object_id for o in batched[1]] == [1, 2, 3, 4, 5]
-
-
-def test_empty_campaign_writes_an_empty_layer_and_bad_inputs_are_named(tmp_path: Path) -> None:
+def test_bad_inputs_to_the_merge_are_named(tmp_path: Path) -> None:
     n = 20
     t = Affine(2.0, 0.0, 500_000.0, 0.0, -2.0, 7_000_000.0)
     sc = parts_of(tmp_path, "S", np.zeros((n, n), bool), np.zeros((n, n)), t, UTM)
-    crs, objects = merge_parts([sc])
-    assert objects == []
-    assert read_objects(write_objects(tmp_path / "empty.gpkg", objects, crs)) == (crs, [])
-    with pytest.raises(PolygonsError, match="format"):
-        write_objects(tmp_path / "x.shp", objects, crs, fmt="shp")
     with pytest.raises(PolygonsError, match="missing.tif"):
         scene_parts(tmp_path / "missing.tif", tmp_path / "S_prob.tif", "S")
     with pytest.raises(PolygonsError, match="no scenes"):
         merge_parts([])
     with pytest.raises(PipelineError, match="geographic"):
         merge_parts([sc], crs="EPSG:4326")
-
-
-def test_geoparquet_is_written_where_gdal_has_the_driver_else_refused_by_name(tmp_path: Path) -> None:
-    import pyogrio
-
-    n = 40
-    t = Affine(2.0, 0.0, 500_000.0, 0.0, -2.0, 7_000_000.0)
-    positive = np.zeros((n, n), bool)
-    positive[10:20, 10:20] = True
-    crs, objects = merge_parts([parts_of(tmp_path, "S", positive, np.full((n, n), 0.8), t, UTM)])
-    out = tmp_path / "rts_objects.parquet"
-    if "Parquet" in pyogrio.list_drivers(write=True):
-        assert read_objects(write_objects(out, objects, crs, fmt="parquet"))[1][0].n_pixels == 100
-    else:
-        with pytest.raises(PolygonsError, match="no Parquet driver"):
-            write_objects(out, objects, crs, fmt="parquet")
-        assert list(tmp_path.glob("*.parquet")) == []
 
 
 def test_parts_file_round_trip_is_exact(tmp_path: Path) -> None:
@@ -403,20 +338,3 @@ def test_mapping_drops_the_objects_evaluation_drops(tmp_path: Path, min_area_m2:
     assert [o.object_id for o in kept] == list(range(1, len(kept) + 1))
     back = read_objects(write_objects(tmp_path / "objects.gpkg", kept, crs))[1]
     assert sorted(o.n_pixels for o in back) == px
-
-
-def test_an_objects_layer_written_with_the_old_size_bin_label_reads_back_in_the_new_one(tmp_path: Path) -> None:
-    """Issue 23 (5): `50000-1e+12` (written before) reads back, sorts and is shown as `50000+`."""
-    from dataclasses import replace
-
-    n = 40
-    t = Affine(COARSE_PX, 0.0, 500_000.0, 0.0, -COARSE_PX, 7_000_000.0)
-    positive = np.zeros((n, n), bool)
-    positive[10:12, 10:12] = True
-    crs, (obj,) = merge_parts([parts_of(tmp_path, "S", positive, np.full((n, n), 0.8), t, UTM)])
-    assert obj.size_bin == "50000+"
-    old = replace(obj, size_bin="50000-1e+12")
-    (back,) = read_objects(write_objects(tmp_path / "old.gpkg", [old], crs))[1]
-    assert back.size_bin == "50000+"
-    assert size_bin_key("50000-1e+12") == size_bin_key("50000+") == 50_000.0
-    assert size_bin_key("1e-05-2000") == 1e-05 and size_bin_key("other") == math.inf

@@ -24,7 +24,8 @@ from flows.cli.main import main
 from rtscore.data.inventory.arts import ARTS_CRS, ARTS_CRS_URN, arts_uid, reproject
 from rtscore.data.inventory.check import check_arts
 from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE
-from rtscore.mapping.polygons import RtsObject, write_objects
+from rtscore.mapping.objects_layer import write_objects
+from rtscore.mapping.polygons import RtsObject
 from rtscore.review.arts_export import ArtsExportError, ContributionSettings, export_arts
 from rtscore.review.manifest import (
     HEADER_FILE,

@@ -18,7 +18,7 @@ import rtscore.review.export as export_mod
 from bench.review_export_bench import ORIGIN_X, ORIGIN_Y, PIXEL, write_campaign
 from rtscore.data.raster.ground import web_mercator_latitude
 from rtscore.mapping.campaign import INDEX_FILE, SUMMARY_JSON
-from rtscore.mapping.polygons import read_objects
+from rtscore.mapping.objects_layer import read_objects
 from rtscore.review.manifest import (
     HEADER_FILE,
     MANIFEST_FILE,

@@ -26,7 +26,8 @@ from rasterio.warp import transform, transform_geom
 from rtscore.config.pipeline import load_pipeline_config
 from rtscore.config.tiling import load_tiling_config
 from rtscore.data.tiling.run import tile_scenes
-from rtscore.mapping.polygons import RtsObject, write_objects
+from rtscore.mapping.objects_layer import write_objects
+from rtscore.mapping.polygons import RtsObject
 from rtscore.review.ingest import IngestResult, ingest_review
 from rtscore.review.manifest import (
     CampaignRef,
