@@ -1,0 +1,644 @@
+"""The campaign's objects layer as GeoPackage or GeoParquet at 10^6 objects: write, read and file size (issue 37).
+
+The issue asks for bounded memory in the finish and the review export at 10^6 objects, and whether GeoParquet
+serves better than GPKG at that size. This GDAL has no Parquet driver (``pyogrio.list_drivers(write=True)``), so
+``write_objects(..., fmt="parquet")`` is refused here: the GeoParquet side is written and read with pyarrow
+directly, as the project would have to do it.
+
+Input, made once per run and not timed (:func:`generate`): N objects as a campaign's merge leaves them, in EPSG:3857
+at 4.77 m around 70 N: 8 objects per basemap quad of 4096 px, quads row by row (a campaign's objects come out of
+the merge in that spatial order), each an irregular polygon of 10-120 px across with its vertices on the pixel grid
+(``bench.campaign_scale.blob``, ~25 vertices); 5 % are MultiPolygons of two such blobs 130 px apart; 10 % lie on
+their quad's right border and name two scenes (``scene_ids`` of that quad and its right neighbour), the others one;
+3 % are partial. n_pixels, areas (projected and ground, ``cos²`` of the centroid's latitude), bbox and size bin are
+the geometry's; prob_mean in [0.5, 0.8], prob_max in [0.8, 1]. Saved as the geometries' WKB (one file and its
+offsets) and the attribute columns (``.npz``) in a temporary directory; each writer's process builds the
+:class:`~rtscore.mapping.polygons.RtsObject` s from them before its timer starts, as the finish holds them.
+
+Measured, each in a fresh process (``--child``): the imports (pyogrio, pyarrow, shapely, the objects layer with the
+torch the mapping modules pull in), PROJ's database and, for a write, the input's objects are done first, then the
+peak counter is reset (Linux ``VmHWM``, ``/proc/self/clear_refs`` 5, ``bench.campaign_scale.measured``) and only the
+step is timed; printed: its wall seconds, its CPU seconds (user + system of every thread: what it cost on a shared
+machine whatever else ran), its process's peak RSS and what the step added to the process (peak - RSS at the reset).
+
+- ``write``: (gpkg) the project's ``objects_layer.write_objects`` (batches of ``WRITE_BATCH`` = 50,000 appended:
+  what users get today); (parquet) :func:`write_parquet`: pyarrow's ``ParquetWriter``, one row group of
+  ``--row-group`` (50,000) objects at a time (the columns of ``FIELDS`` through the project's ``_columns``, the
+  geometry as MultiPolygon WKB through ``_multi_wkb(_polygonal(...))`` in a binary column ``geometry``), zstd, the
+  GeoParquet 1.1 ``geo`` metadata (encoding WKB, geometry types seen, the CRS as PROJJSON, the bbox) added to the
+  footer at the end; both under a temporary name renamed into place. Plus the file's size.
+- ``read``: the file back into ``RtsObject`` s: (gpkg) ``objects_layer.read_objects``; (parquet)
+  :func:`read_parquet_objects`, a row group at a time, each object built as ``read_objects`` builds it.
+- ``attrs``: the attribute columns only (``FIELDS``, no geometry), what the review export's selection uses, as numpy
+  columns: (gpkg) ``pyogrio.raw.read(read_geometry=False)``; (parquet) ``pq.read_table(columns=FIELDS)``.
+
+After the first repeat's writes both files are checked (:func:`check_files`, not timed): GDAL cannot open the
+parquet file (no driver: recorded), so it is read back with pyarrow: row count, row groups, the ``geo`` metadata
+(version, primary column, encoding, types, CRS equal to the campaign's, bbox equal to the objects' bounds), and the
+first and last 100 objects' attributes and geometry (WKB byte for byte as shapely writes it) against the input; the
+GeoPackage's count and the same objects through pyogrio (GDAL keeps the WKB it is given: byte for byte too).
+
+Printed: per format, median [min-max] over ``--repeats`` of each figure, and the ratios parquet / gpkg of the
+medians. ``--json`` writes them all.
+
+    .venv/bin/python bench/objects_format.py --n 1000000 --repeats 3 --json objects-format.json   # ~1 h on 2 cores
+    .venv/bin/python bench/objects_format.py --n 2000 --repeats 1                                 # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.campaign_scale import ORIGIN_X, ORIGIN_Y, PIXEL, QUAD, _fmt_s, blob, measured, quad_id  # noqa: E402
+
+CRS_EPSG = 3857
+PER_QUAD = 8  # objects per basemap quad
+MULTI_FRACTION = 0.05  # MultiPolygons (two blobs)
+SEAM_FRACTION = 0.10  # objects on a quad border, named by two scenes
+PARTIAL_FRACTION = 0.03
+MULTI_GAP_PX = 130  # centre to centre of a MultiPolygon's blobs: more than two blobs' radii (60 px), disjoint
+ROW_GROUP = 50_000  # objects per parquet row group (as WRITE_BATCH for the GeoPackage)
+GEN_BATCH = 50_000  # objects generated and saved at a time
+SAMPLE = 100  # objects checked at each end of the files
+FORMATS = ("gpkg", "parquet")
+SUFFIX = {"gpkg": ".gpkg", "parquet": ".parquet"}
+KINDS = ("write", "read", "attrs")
+WKB_TYPES = {1: "Point", 2: "LineString", 3: "Polygon", 4: "MultiPoint", 5: "MultiLineString", 6: "MultiPolygon"}
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ the input
+def generate(n: int, out: Path, seed: int = 0) -> dict[str, Any]:
+    """Write the input of ``n`` objects into ``out`` (module docstring): ``geometry.wkb`` (the geometries' WKB one
+    after the other), ``columns.npz`` (their offsets and the attribute columns). Returns what it holds."""
+    import shapely
+
+    from rtscore.config.post_training import EvaluationConfig
+    from rtscore.data.raster.ground import WEB_MERCATOR_RADIUS_M
+    from rtscore.mapping.polygons import size_bin
+
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    edges = list(EvaluationConfig().size_bins_m2)
+    cols = max(1, round(math.sqrt(n / PER_QUAD)))
+    side = QUAD * PIXEL
+    margin = 80 * PIXEL
+    offsets = [0]
+    parts: dict[str, list[np.ndarray]] = {}
+    kinds = {"multi": 0, "two_scenes": 0, "partial": 0, "vertices": 0}
+    with (out / "geometry.wkb").open("wb") as wkb_file:
+        for k0 in range(0, n, GEN_BATCH):
+            geoms, scene_ids = [], []
+            for i in range(k0, min(n, k0 + GEN_BATCH)):
+                row, col = divmod(i // PER_QUAD, cols)
+                x0, y1 = ORIGIN_X + col * side, ORIGIN_Y - row * side
+                seam = rng.random() < SEAM_FRACTION
+                cy = float(rng.uniform(y1 - side + margin, y1 - margin))
+                cx = x0 + side if seam else float(rng.uniform(x0 + margin, x0 + side - margin))
+                g = blob(rng, cx, cy)
+                if rng.random() < MULTI_FRACTION:
+                    g = shapely.MultiPolygon([g, blob(rng, cx - MULTI_GAP_PX * PIXEL, cy)])
+                geoms.append(g)
+                ids = (quad_id(row, col), quad_id(row, col + 1)) if seam else (quad_id(row, col),)
+                scene_ids.append(json.dumps(list(ids)))
+            arr = np.asarray(geoms, dtype=object)
+            m = len(arr)
+            area = shapely.area(arr)
+            lat = np.degrees(2.0 * np.arctan(np.exp(shapely.get_y(shapely.centroid(arr)) / WEB_MERCATOR_RADIUS_M)))
+            ground = area * np.cos(np.radians(lat - 90.0)) ** 2  # lat - 90: the formula's 2 atan(e^(y/R)) - pi/2
+            bounds = shapely.bounds(arr)
+            wkb = shapely.to_wkb(arr)
+            for w in wkb:
+                wkb_file.write(w)
+            offsets.extend((offsets[-1] + np.cumsum([len(w) for w in wkb])).tolist())
+            partial = rng.random(m) < PARTIAL_FRACTION
+            batch = {
+                "object_id": np.arange(k0 + 1, k0 + m + 1, dtype=np.int64),
+                "scene_ids": np.asarray(scene_ids, dtype=str),
+                "n_pixels": np.maximum(1, np.round(area / PIXEL**2)).astype(np.int64),
+                "prob_mean": rng.uniform(0.5, 0.8, m),
+                "prob_max": rng.uniform(0.8, 1.0, m),
+                "area_m2": area,
+                "ground_area_m2": ground,
+                "bbox_minx": bounds[:, 0],
+                "bbox_miny": bounds[:, 1],
+                "bbox_maxx": bounds[:, 2],
+                "bbox_maxy": bounds[:, 3],
+                "size_bin": np.asarray([size_bin(float(a), edges) for a in ground], dtype=str),
+                "partial": partial,
+            }
+            for key, values in batch.items():
+                parts.setdefault(key, []).append(values)
+            kinds["multi"] += int(np.sum(shapely.get_type_id(arr) == 6))
+            kinds["two_scenes"] += sum(1 for s in scene_ids if "," in s)
+            kinds["partial"] += int(partial.sum())
+            kinds["vertices"] += int(shapely.get_num_coordinates(arr).sum())
+    columns = {k: np.concatenate(v) for k, v in parts.items()}
+    np.savez(out / "columns.npz", offsets=np.asarray(offsets, dtype=np.int64), **columns)
+    return {"objects": n, **kinds, "input_mib": _mib(out / "geometry.wkb") + _mib(out / "columns.npz")}
+
+
+def load_input(path: Path, rows: Sequence[int] | None = None) -> tuple[Any, list[Any]]:
+    """The campaign CRS and the input's objects (``rows``: those only), as the finish holds them."""
+    import shapely
+    from rasterio.crs import CRS
+
+    from rtscore.mapping.polygons import RtsObject
+
+    with np.load(path / "columns.npz") as z:
+        c = {k: z[k] for k in z.files}
+    data = (path / "geometry.wkb").read_bytes()
+    off = c["offsets"]
+    idx = range(len(off) - 1) if rows is None else list(rows)
+    geoms = shapely.from_wkb(np.asarray([data[off[i] : off[i + 1]] for i in idx], dtype=object))
+    del data
+    objects = [
+        RtsObject(
+            object_id=int(c["object_id"][i]),
+            geometry=g,
+            scene_ids=tuple(json.loads(str(c["scene_ids"][i]))),
+            n_pixels=int(c["n_pixels"][i]),
+            prob_mean=float(c["prob_mean"][i]),
+            prob_max=float(c["prob_max"][i]),
+            area_m2=float(c["area_m2"][i]),
+            ground_area_m2=float(c["ground_area_m2"][i]),
+            bbox=(
+                float(c["bbox_minx"][i]),
+                float(c["bbox_miny"][i]),
+                float(c["bbox_maxx"][i]),
+                float(c["bbox_maxy"][i]),
+            ),
+            size_bin=str(c["size_bin"][i]),
+            partial=bool(c["partial"][i]),
+        )
+        for i, g in zip(idx, geoms, strict=True)
+    ]
+    return CRS.from_epsg(CRS_EPSG), objects
+
+
+# ------------------------------------------------------------------------------------------------ GeoParquet
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    from rtscore.mapping.objects_layer import FIELDS
+
+    types = {"object_id": pa.int64(), "n_pixels": pa.int64(), "scene_ids": pa.string(), "size_bin": pa.string()}
+    types["partial"] = pa.bool_()
+    fields = [pa.field(f, types.get(f, pa.float64()), nullable=False) for f in FIELDS]
+    return pa.schema([*fields, pa.field("geometry", pa.binary(), nullable=False)])
+
+
+def _wkb_type(w: bytes) -> str:
+    code = int.from_bytes(w[1:5], "little" if w[0] == 1 else "big")
+    return WKB_TYPES.get(code % 1000, str(code))
+
+
+def write_parquet(path: str | Path, objects: Sequence[Any], crs: Any, row_group: int = ROW_GROUP) -> Path:
+    """``objects`` as GeoParquet 1.1 (module docstring), one row group of ``row_group`` objects at a time: what it
+    adds to memory is one row group's columns, not the layer's. Under a temporary name renamed into place."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import shapely
+    from rasterio.crs import CRS
+
+    from rtscore.mapping.objects_layer import FIELDS, _columns, _multi_wkb, _polygonal
+
+    final = Path(path)
+    tmp = final.with_name(f".{final.stem}.{uuid.uuid4().hex[:8]}.partial{final.suffix}")
+    schema = _arrow_schema()
+    lo, hi = np.array([np.inf, np.inf]), np.array([-np.inf, -np.inf])
+    types: set[str] = set()
+    try:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for k in range(0, len(objects), row_group):
+                batch = objects[k : k + row_group]
+                geoms = _polygonal(batch)
+                wkb = _multi_wkb(geoms)
+                box = shapely.total_bounds(np.asarray(geoms, dtype=object))
+                lo, hi = np.minimum(lo, box[:2]), np.maximum(hi, box[2:])
+                types |= {_wkb_type(w) for w in {bytes(w[:5]) for w in wkb}}
+                columns = _columns(batch)
+                arrays = [pa.array(columns[f], type=schema.field(f).type) for f in FIELDS]
+                table = pa.Table.from_arrays([*arrays, pa.array(wkb, type=pa.binary())], schema=schema)
+                writer.write_table(table, row_group_size=row_group)
+            column: dict[str, Any] = {
+                "encoding": "WKB",
+                "geometry_types": sorted(types),
+                "crs": CRS.from_user_input(crs).to_dict(projjson=True),
+                "edges": "planar",
+            }
+            if np.all(np.isfinite(lo)):
+                column["bbox"] = [float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1])]
+            geo = {"version": "1.1.0", "primary_column": "geometry", "columns": {"geometry": column}}
+            writer.add_key_value_metadata({"geo": json.dumps(geo)})
+        tmp.replace(final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return final
+
+
+def geo_metadata(path: str | Path) -> dict[str, Any]:
+    """The ``geo`` metadata of a GeoParquet file (its footer's key-value metadata)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(path).metadata or {}
+    if b"geo" not in meta:
+        raise SystemExit(f"{path}: no 'geo' metadata: not GeoParquet")
+    return dict(json.loads(meta[b"geo"]))
+
+
+def read_parquet_objects(path: str | Path) -> tuple[Any, list[Any]]:
+    """The objects of a file :func:`write_parquet` wrote: (its CRS, its objects), a row group at a time, each
+    object built as ``objects_layer.read_objects`` builds it."""
+    import pyarrow.parquet as pq
+    import shapely
+    from rasterio.crs import CRS
+
+    from rtscore.mapping.objects_layer import FIELDS
+    from rtscore.mapping.polygons import RtsObject, current_size_bin
+
+    geo = geo_metadata(path)
+    primary = geo["primary_column"]
+    crs = CRS.from_user_input(json.dumps(geo["columns"][primary]["crs"]))
+    objects = []
+    pf = pq.ParquetFile(path)
+    for batch in pf.iter_batches(batch_size=ROW_GROUP, columns=[*FIELDS, primary]):
+        c = {f: batch.column(f).to_numpy(zero_copy_only=False) for f in FIELDS}
+        geoms = batch.column(primary).to_numpy(zero_copy_only=False)
+        objects += [
+            RtsObject(
+                object_id=int(c["object_id"][i]),
+                geometry=shapely.from_wkb(geoms[i]),
+                scene_ids=tuple(json.loads(c["scene_ids"][i])),
+                n_pixels=int(c["n_pixels"][i]),
+                prob_mean=float(c["prob_mean"][i]),
+                prob_max=float(c["prob_max"][i]),
+                area_m2=float(c["area_m2"][i]),
+                ground_area_m2=float(c["ground_area_m2"][i]),
+                bbox=(
+                    float(c["bbox_minx"][i]),
+                    float(c["bbox_miny"][i]),
+                    float(c["bbox_maxx"][i]),
+                    float(c["bbox_maxy"][i]),
+                ),
+                size_bin=current_size_bin(str(c["size_bin"][i])),
+                partial=bool(c["partial"][i]),
+            )
+            for i in range(len(geoms))
+        ]
+    return crs, objects
+
+
+# ------------------------------------------------------------------------------------------------ the steps
+def read_attributes(path: Path, fmt: str) -> dict[str, np.ndarray]:
+    """The attribute columns (``FIELDS``) of the objects file, no geometry, as numpy columns."""
+    from rtscore.mapping.objects_layer import FIELDS, OBJECTS_LAYER
+
+    if fmt == "gpkg":
+        import pyogrio.raw
+
+        meta, _, _, values = pyogrio.raw.read(path, layer=OBJECTS_LAYER, read_geometry=False, columns=list(FIELDS))
+        names = [str(f) for f in meta["fields"]]
+        return {f: values[names.index(f)] for f in FIELDS}
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=list(FIELDS))
+    return {f: table.column(f).to_numpy() for f in FIELDS}
+
+
+@contextlib.contextmanager
+def timed(out: dict[str, Any], name: str) -> Iterator[None]:
+    """``bench.campaign_scale.measured`` (wall seconds, peak RSS with the counter reset first) and the CPU seconds
+    of the process (user + system, every thread) over the block: the machine is shared, CPU time is what the step
+    cost whatever else ran."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    with measured(out, name):
+        yield
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    out[name]["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def warm_up() -> None:
+    """What every step needs before its own work, done before the timer: the libraries imported (the project's
+    objects layer imports pyogrio and shapely when first called) and PROJ's database opened."""
+    import importlib
+
+    from rasterio.crs import CRS
+
+    for name in ("pyarrow.parquet", "pyogrio.raw", "shapely", "rtscore.mapping.objects_layer"):
+        importlib.import_module(name)
+    CRS.from_epsg(CRS_EPSG).to_wkt()
+
+
+def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run ``step`` (``<kind>-<format>``) in this process: its figures (module docstring)."""
+    from rtscore.mapping.objects_layer import read_objects, write_objects
+
+    warm_up()
+    kind, fmt = step.split("-")
+    path = Path(args["path"])
+    out: dict[str, Any] = {}
+    if kind == "write":
+        crs, objects = load_input(Path(args["input"]))
+        with timed(out, step):
+            if fmt == "gpkg":
+                write_objects(path, objects, crs)
+            else:
+                write_parquet(path, objects, crs, int(args["row_group"]))
+        out[step]["file_mib"] = _mib(path)
+    elif kind == "read":
+        with timed(out, step):
+            _, objects = read_objects(path) if fmt == "gpkg" else read_parquet_objects(path)
+        out[step]["objects"] = len(objects)
+    elif kind == "attrs":
+        with timed(out, step):
+            columns = read_attributes(path, fmt)
+        out[step]["objects"] = len(columns["object_id"])
+    else:
+        raise SystemExit(f"unknown step {step!r}")
+    return dict(out[step])
+
+
+def run_child(step: str, args: dict[str, Any], *, in_process: bool = False) -> dict[str, Any]:
+    """``step`` in a fresh process (``in_process``: in this one, the test's way; its peak RSS then the process's
+    own since the counter's reset)."""
+    if in_process:
+        return child(step, args)
+    argv = [sys.executable, str(Path(__file__)), "--child", step, json.dumps(args)]
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        sys.exit(f"step {step} failed:\n{res.stderr[-4000:]}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def _mib(path: Path) -> float:
+    return path.stat().st_size / 2**20
+
+
+# ------------------------------------------------------------------------------------------------ the check
+def check_files(input_dir: Path, gpkg: Path, parquet: Path, n: int, row_group: int) -> dict[str, Any]:
+    """Both files hold the input (module docstring); raises SystemExit naming what differs."""
+    import pyarrow.parquet as pq
+    import pyogrio
+    import pyogrio.raw
+    from rasterio.crs import CRS
+
+    from rtscore.mapping.objects_layer import FIELDS, OBJECTS_LAYER, _columns, _multi_wkb, _polygonal
+
+    problems: list[str] = []
+    try:
+        pyogrio.read_info(parquet)
+        gdal_reads = True
+    except Exception:  # this GDAL has no Parquet driver: it does not recognise the file
+        gdal_reads = False
+    head = list(range(min(n, SAMPLE)))
+    tail = list(range(max(len(head), n - SAMPLE), n))
+    crs, expected = load_input(input_dir, head + tail)
+    want = _columns(expected)
+    want_wkb = _multi_wkb(_polygonal(expected))
+
+    meta = pq.read_metadata(parquet)
+    geo = geo_metadata(parquet)
+    col = geo["columns"].get(geo.get("primary_column", ""), {})
+    if meta.num_rows != n:
+        problems.append(f"parquet: {meta.num_rows} rows, expected {n}")
+    if meta.num_row_groups != max(1, math.ceil(n / row_group)):
+        problems.append(f"parquet: {meta.num_row_groups} row groups for {n} rows of {row_group}")
+    if geo.get("version") != "1.1.0" or geo.get("primary_column") != "geometry" or col.get("encoding") != "WKB":
+        problems.append(f"parquet: geo metadata {geo.get('version')}, {geo.get('primary_column')}, {col}")
+    if not col.get("geometry_types") or not set(col["geometry_types"]) <= {"Polygon", "MultiPolygon"}:
+        problems.append(f"parquet: geometry types {col.get('geometry_types')}")
+    if CRS.from_user_input(json.dumps(col.get("crs"))) != crs:
+        problems.append("parquet: its CRS is not the campaign's")
+    with np.load(input_dir / "columns.npz") as z:
+        bbox = [float(z[k].min()) for k in ("bbox_minx", "bbox_miny")]
+        bbox += [float(z[k].max()) for k in ("bbox_maxx", "bbox_maxy")]
+    if col.get("bbox") != bbox:
+        problems.append(f"parquet: bbox {col.get('bbox')}, the objects' {bbox}")
+    # the row groups holding the sample (each of row_group rows: checked above), read whole
+    groups = sorted({i // row_group for i in head + tail})
+    starts = dict(zip(groups, np.cumsum([0] + [meta.row_group(g).num_rows for g in groups[:-1]]), strict=True))
+    got = pq.ParquetFile(parquet).read_row_groups(groups).to_pydict()
+    at = [int(starts[i // row_group]) + i % row_group for i in head + tail]
+    problems += _compare("parquet", want, want_wkb, {f: [got[f][j] for j in at] for f in [*FIELDS, "geometry"]})
+
+    info = pyogrio.read_info(gpkg, layer=OBJECTS_LAYER)
+    if info["features"] != n:
+        problems.append(f"gpkg: {info['features']} features, expected {n}")
+    gp: dict[str, list[Any]] = {f: [] for f in [*FIELDS, "geometry"]}
+    for skip, count in ((0, len(head)), (tail[0] if tail else n, len(tail))):
+        if not count:
+            continue
+        m, _, geoms, values = pyogrio.raw.read(gpkg, layer=OBJECTS_LAYER, skip_features=skip, max_features=count)
+        names = [str(f) for f in m["fields"]]
+        for f in FIELDS:
+            gp[f] += list(values[names.index(f)])
+        gp["geometry"] += list(geoms)
+    problems += _compare("gpkg", want, want_wkb, gp)  # GDAL keeps the WKB it is given: byte for byte too
+    if problems:
+        raise SystemExit("the objects files do not hold the input:\n  " + "\n  ".join(problems[:20]))
+    return {
+        "gdal_reads_parquet": gdal_reads,
+        "rows": n,
+        "row_groups": meta.num_row_groups,
+        "geo": {k: v for k, v in col.items() if k != "crs"} | {"crs": crs.to_string()},
+        "objects_compared": len(head) + len(tail),
+    }
+
+
+def _compare(what: str, want: dict[str, np.ndarray], want_wkb: np.ndarray, got: dict[str, list[Any]]) -> list[str]:
+    """What differs between the expected columns and WKB (byte for byte) and those read."""
+
+    def value(f: str, v: Any) -> Any:
+        if f == "scene_ids":
+            return tuple(json.loads(v))
+        return {"object_id": int, "n_pixels": int, "partial": bool, "size_bin": str}.get(f, float)(v)
+
+    problems = []
+    for f, values in want.items():
+        if len(got[f]) != len(values) or [value(f, v) for v in values] != [value(f, v) for v in got[f]]:
+            problems.append(f"{what}: column {f} differs")
+    wkb = [bytes(w) for w in got["geometry"]]
+    expected = [bytes(w) for w in want_wkb]
+    bad = [i for i, (a, b) in enumerate(zip(expected, wkb, strict=True)) if a != b]
+    if bad or len(wkb) != len(expected):
+        problems.append(f"{what}: {len(bad)} of {len(wkb)} geometries differ (first at sample {bad[:1]})")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------ report
+def summarize(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per step: median [min, max] of seconds, peak MiB, added MiB (and file MiB for a write)."""
+    out: dict[str, Any] = {}
+    for step, runs in rows.items():
+        s: dict[str, Any] = {}
+        for key in ("seconds", "cpu_s", "peak_mib", "grown_mib", "file_mib"):
+            vals = [r["peak_mib"] - r["base_mib"] if key == "grown_mib" else r.get(key) for r in runs]
+            vals = [v for v in vals if v is not None]
+            if vals:
+                s[key] = statistics.median(vals)
+                s[f"{key}_range"] = [min(vals), max(vals)]
+        out[step] = s
+    return out
+
+
+def ratios(summary: dict[str, Any]) -> dict[str, float]:
+    """parquet / gpkg of each median."""
+    out = {}
+    for kind in KINDS:
+        g, p = summary[f"{kind}-gpkg"], summary[f"{kind}-parquet"]
+        for key in ("seconds", "cpu_s", "peak_mib", "grown_mib", "file_mib"):
+            if key in g and g[key] > 0:
+                out[f"{kind}_{key}"] = p[key] / g[key]
+    return out
+
+
+def _cell(s: dict[str, Any], key: str) -> str:
+    lo, hi = s[f"{key}_range"]
+    if key in ("seconds", "cpu_s"):
+        return f"{_fmt_s(s[key])} [{_fmt_s(lo)}-{_fmt_s(hi)}]"
+    digits = 0 if s[key] >= 10 else 2  # a smoke run's files are under a MiB
+    text = f"{s[key]:,.{digits}f} [{lo:,.{digits}f}-{hi:,.{digits}f}]"
+    return f"{text} (+{s['grown_mib']:,.0f})" if key == "peak_mib" else text
+
+
+def print_table(summary: dict[str, Any], rat: dict[str, float], n: int, repeats: int) -> None:
+    log(
+        f"\nN = {n:,} objects; median [min-max] over {repeats} repeat(s); seconds: wall; peak: the step's process "
+        "(MiB; in brackets what the step added to it: after the imports and, for a write, the objects it was given)"
+    )
+    log(
+        "| format | write s | write peak MiB | file MiB | read-all s | read-all peak MiB | read-attributes s | "
+        "read-attributes peak MiB |"
+    )
+    log("|" + " --- |" * 8)
+    for fmt in FORMATS:
+        w, r, a = (summary[f"{k}-{fmt}"] for k in KINDS)
+        cells = [_cell(w, "seconds"), _cell(w, "peak_mib"), _cell(w, "file_mib"), _cell(r, "seconds")]
+        cells += [_cell(r, "peak_mib"), _cell(a, "seconds"), _cell(a, "peak_mib")]
+        log(f"| {fmt} | " + " | ".join(cells) + " |")
+    keys = ["write_seconds", "write_peak_mib", "write_file_mib", "read_seconds", "read_peak_mib", "attrs_seconds"]
+    keys += ["attrs_peak_mib"]
+    log("| parquet / gpkg | " + " | ".join(f"{rat[k]:.2f}" if k in rat else "n/a" for k in keys) + " |")
+    log("\nCPU seconds (user + system, all threads) of the same steps: what each cost whatever else ran")
+    log("| format | write CPU s | read-all CPU s | read-attributes CPU s |")
+    log("|" + " --- |" * 4)
+    for fmt in FORMATS:
+        log(f"| {fmt} | " + " | ".join(_cell(summary[f"{k}-{fmt}"], "cpu_s") for k in KINDS) + " |")
+    log(
+        "| parquet / gpkg | "
+        + " | ".join(f"{rat[f'{k}_cpu_s']:.2f}" if f"{k}_cpu_s" in rat else "n/a" for k in KINDS)
+        + " |"
+    )
+
+
+# ------------------------------------------------------------------------------------------------ main
+def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Generate the input into ``work``, measure every step ``a.repeats`` times, print and return the figures. The
+    last repeat's files stay in ``work/r<last>/`` (``objects.gpkg``, ``objects.parquet``)."""
+    log(f"objects format: N = {a.n:,}, {a.repeats} repeat(s), row groups of {a.row_group:,}")
+    t0 = time.perf_counter()
+    made = generate(a.n, work / "input", a.seed)
+    log(
+        f"input: {made['objects']:,} objects ({made['multi']:,} MultiPolygons, {made['two_scenes']:,} of two scenes, "
+        f"{made['partial']:,} partial, {made['vertices'] / max(1, a.n):.1f} vertices each) made in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
+    rows: dict[str, list[dict[str, Any]]] = {f"{k}-{f}": [] for k in KINDS for f in FORMATS}
+    check: dict[str, Any] = {}
+    for r in range(a.repeats):
+        d = work / f"r{r}"
+        d.mkdir(parents=True, exist_ok=True)
+        order = FORMATS if r % 2 == 0 else FORMATS[::-1]  # which format goes first alternates
+        for kind in KINDS:
+            for fmt in order:
+                step = f"{kind}-{fmt}"
+                args = {
+                    "input": str(work / "input"),
+                    "path": str(d / f"objects{SUFFIX[fmt]}"),
+                    "row_group": a.row_group,
+                }
+                got = run_child(step, args, in_process=a.in_process)
+                rows[step].append(got)
+                extra = f", {got['file_mib']:.1f} MiB" if "file_mib" in got else ""
+                log(
+                    f"  repeat {r + 1}: {step} {_fmt_s(got['seconds'])} (CPU {_fmt_s(got['cpu_s'])}), "
+                    f"peak {got['peak_mib']:.0f} MiB "
+                    f"(+{got['peak_mib'] - got['base_mib']:.0f}){extra}"
+                )
+            if kind == "write" and r == 0:
+                check = check_files(work / "input", d / "objects.gpkg", d / "objects.parquet", a.n, a.row_group)
+                log(
+                    f"  check: both files hold the input ({check['objects_compared']} objects compared, parquet "
+                    f"{check['row_groups']} row groups, geo {check['geo']}); GDAL reads the parquet file: "
+                    f"{'yes' if check['gdal_reads_parquet'] else 'no (no Parquet driver)'}"
+                )
+        if r < a.repeats - 1:
+            shutil.rmtree(d, ignore_errors=True)
+    summary = summarize(rows)
+    rat = ratios(summary)
+    print_table(summary, rat, a.n, a.repeats)
+    return {
+        "n": a.n,
+        "repeats": a.repeats,
+        "row_group": a.row_group,
+        "input": made,
+        "check": check,
+        "steps": summary,
+        "ratios": rat,
+        "runs": rows,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=1_000_000, help="objects in the layer")
+    p.add_argument("--repeats", type=int, default=3, help="repetitions of every step")
+    p.add_argument("--row-group", type=int, default=ROW_GROUP, help="objects per parquet row group")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated objects")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--keep", type=Path, default=None, help="work here and keep the input and last files")
+    p.add_argument("--in-process", action="store_true", help="steps in this process (a smoke run: no own RSS)")
+    p.add_argument("--child", nargs=2, metavar=("STEP", "ARGS"), help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(child(a.child[0], json.loads(a.child[1]))))
+        return
+    if a.n < 1 or a.repeats < 1 or a.row_group < 1:
+        p.error("--n, --repeats and --row-group must be >= 1")
+    work = a.keep if a.keep is not None else Path(tempfile.mkdtemp(prefix="objects-format-"))
+    try:
+        figures = run(a, work)
+    finally:
+        if a.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if a.json is not None:
+        a.json.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
