@@ -461,9 +461,9 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
     from rtscore.mapping.campaign import write_campaign_outputs
     from rtscore.mapping.campaign_log import CampaignLog, latest, plan
     from rtscore.mapping.fetch import fetch_scene_parts, merge_state_path
-    from rtscore.mapping.merge import merge_incremental
+    from rtscore.mapping.merge import merge_table
     from rtscore.mapping.objects_layer import read_objects
-    from rtscore.mapping.objects_layer import write_objects as write_layer
+    from rtscore.mapping.objects_layer import write_object_table as write_layer
     from rtscore.mapping.outputs import CampaignRoot
     from rtscore.mapping.scenes import list_scenes
 
@@ -502,12 +502,10 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
         with measured(out, "fetch"):
             fetched = fetch_scene_parts(root, done)
         with measured(out, "merge"):
-            crs, objects, _ = merge_incremental(
-                [f.parts for f in fetched], [f.sha256 for f in fetched], merge_state_path(root)
-            )
+            crs, table, _ = merge_table([f.parts for f in fetched], [f.sha256 for f in fetched], merge_state_path(root))
         with measured(out, "write"):
-            write_layer(Path(args["cache"]) / "objects-alone.gpkg", objects, crs)
-        out["merge"]["objects"] = len(objects)
+            write_layer(Path(args["cache"]) / "objects-alone.gpkg", table, crs)
+        out["merge"]["objects"] = len(table)
     elif step == "select":
         from rtscore.review.manifest import Selection
         from rtscore.review.select import select

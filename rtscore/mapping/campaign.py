@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2
@@ -36,7 +37,7 @@ from rtscore.inference.predict import (
 )
 from rtscore.inference.stream import gdal_env
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
-from rtscore.mapping.area import union_ground_m2
+from rtscore.mapping.area import AREA_CACHE, union_ground_m2
 from rtscore.mapping.campaign_log import (
     CampaignLog,
     CampaignSummary,
@@ -55,11 +56,11 @@ from rtscore.mapping.chunk import (
     run_chunk,
     scene_job,
 )
-from rtscore.mapping.fetch import FetchedParts, fetch_scene_parts, merge_state_path
+from rtscore.mapping.fetch import FINISH_DIR, FetchedParts, fetch_scene_parts, merge_state_path
 from rtscore.mapping.footprints import lonlat_cache_path, lonlat_footprints
 from rtscore.mapping.handover import todo_chunks
-from rtscore.mapping.merge import merge_incremental
-from rtscore.mapping.objects_layer import write_objects
+from rtscore.mapping.merge import merge_table
+from rtscore.mapping.objects_layer import ObjectTable, write_object_table
 from rtscore.mapping.outputs import (
     SCENES_DIR,
     CampaignRoot,
@@ -68,8 +69,9 @@ from rtscore.mapping.outputs import (
     scene_rels,
     staged_input,
 )
-from rtscore.mapping.polygons import RtsObject, SceneParts, keep_min_area, size_bin_key
+from rtscore.mapping.polygons import SceneParts, size_bin_key
 from rtscore.mapping.scenes import CampaignError, Scene, chunk_scenes, list_scenes
+from rtscore.metrics.objects import reaches_min_area
 from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
 from rtscore.storage.files import os_errors
@@ -444,7 +446,7 @@ def write_campaign_outputs(
     Done scenes are those whose latest record is ``done`` for their current identity under
     ``identity``. ``threshold_source`` is the package's (recorded in the summary; a max-F1 fallback is called out in
     summary.md); ``min_object_area_m2`` the package's (objects under it are counted, not written:
-    :func:`~rtscore.mapping.polygons.keep_min_area`)."""
+    the size test of :func:`~rtscore.mapping.polygons.keep_min_area`)."""
     out = output if isinstance(output, CampaignRoot) else CampaignRoot(output)
     records = log.read()
     summary = summarize(scenes, records, identity, threshold_source=threshold_source)
@@ -454,7 +456,7 @@ def write_campaign_outputs(
     fetched, features, ground_m2 = _done_scene_parts(out, done, last)
     atomic_write_text(out.path(INDEX_FILE), json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
     del features
-    km2_union = union_ground_m2([f.parts for f in fetched]) / 1e6
+    km2_union = union_ground_m2([f.parts for f in fetched], out.local / FINISH_DIR / AREA_CACHE) / 1e6
     # the parts go with the merge: a campaign of 10^5 quads holds ~10^6 of them, and the layer is written after
     objects, under_min_area = _write_objects_layer(out, _handed_over(fetched), min_object_area_m2)
     seconds = sum(last[s.scene_id].seconds for s in done)
@@ -467,9 +469,9 @@ def write_campaign_outputs(
         objects=len(objects),
         objects_under_min_area=under_min_area,
         min_object_area_m2=min_object_area_m2,
-        objects_partial=sum(1 for ob in objects if ob.partial),
+        objects_partial=int(objects.partial.sum()),
         objects_by_size_bin_m2=dict(
-            sorted(Counter(ob.size_bin or "other" for ob in objects).items(), key=lambda kv: size_bin_key(kv[0]))
+            sorted(Counter(b or "other" for b in objects.size_bin_labels()).items(), key=lambda kv: size_bin_key(kv[0]))
         ),
         windows_per_second=summary.windows / seconds if seconds > 0 else None,
         km2_per_second=km2 / seconds if seconds > 0 else None,
@@ -516,25 +518,27 @@ def _handed_over(fetched: list[FetchedParts]) -> tuple[list[SceneParts], list[st
 
 def _write_objects_layer(
     out: CampaignRoot, handed: tuple[list[SceneParts], list[str]], min_object_area_m2: float
-) -> tuple[list[RtsObject], int]:
+) -> tuple[ObjectTable, int]:
     """objects.gpkg: the done scenes' parts merged into objects (one across a scene seam; redone only where scenes
-    changed since the last finish, equal to a full merge: :func:`~rtscore.mapping.merge.merge_incremental`), those
+    changed since the last finish, equal to a full merge: :func:`~rtscore.mapping.merge.merge_table`), those
     under the package's minimum area counted and left out, written and published; with no done scene the layer is
     deleted, not left stale. Its own step: the campaign's one objects layer and the rule of what it holds. Returns
-    the objects written and how many were under the minimum area. ``handed``: the scenes' parts and their files'
-    sha256s, released once merged (the layer is written in batches after: memory stays bounded)."""
-    objects: list[RtsObject] = []
-    under_min_area = 0
+    the objects written (as columns) and how many were under the minimum area. ``handed``: the scenes' parts and
+    their files' sha256s, released once merged (the layer is written in batches from the columns: memory stays
+    bounded)."""
     parts, shas = handed
-    if parts:
-        crs, objects, report = merge_incremental(parts, shas, merge_state_path(out))
-        parts.clear()
-        _log.info("campaign finish: %s", report.text())
-        objects, under_min_area = keep_min_area(objects, min_object_area_m2)
-        out.publish([write_objects(out.path(OBJECTS_FILE), objects, crs)])
-    else:
+    if not parts:
         out.delete(OBJECTS_FILE)  # no done scene: no objects layer (not a stale one)
-    return objects, under_min_area
+        return ObjectTable.empty(), 0
+    state = merge_state_path(out)
+    crs, table, report = merge_table(parts, shas, state)
+    parts.clear()
+    _log.info("campaign finish: %s", report.text())
+    ground = table.figures[:, 3]
+    keep = np.fromiter((reaches_min_area(float(a), min_object_area_m2) for a in ground), np.bool_, len(ground))
+    kept = table.take(keep)
+    out.publish([write_object_table(out.path(OBJECTS_FILE), kept, crs)])
+    return kept, len(table) - len(kept)
 
 
 def render_summary(data: CampaignResult) -> str:

@@ -22,25 +22,32 @@ A scene without a parts file (mapped by an older version) gets it made from its 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import threading
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rtscore.mapping.outputs import SCENES_DIR, CampaignRoot, read_scene_parts, scene_outputs
-from rtscore.mapping.polygons import PARTS_SUFFIX, LazyParts, SceneParts, parts_from_json
+from rtscore.mapping.polygons import PARTS_SUFFIX, LazyParts, SceneParts, _crs_of_wkt, parts_from_json
 from rtscore.mapping.scenes import CampaignError, Scene
-from rtscore.storage.files import os_errors
+from rtscore.storage.files import atomic_write_text, os_errors
 from rtscore.storage.gcs import SHA_KEY, small_object_workers
 
 if TYPE_CHECKING:
     from google.cloud.storage import Blob
 
 FINISH_DIR = ".finish"  # <output's local root>/.finish/: the finish's own state (never published)
-MERGE_STATE = "merge-state.npz"
+HEADERS = "parts-headers.json"
+HEADERS_SCHEMA = 1
+MERGE_STATE = "merge-state"  # its blocks in merge-state.blocks/ (rtscore.mapping.merge_store)
 BATCH = 16  # scenes a fetch task takes at most
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,11 +76,14 @@ def fetch_scene_parts(out: CampaignRoot, done: Sequence[Scene], *, workers: int 
         CampaignError: naming the first scene that failed, its object or file and why, and how many others failed.
     """
     listed = _listed_parts(out) if out.remote and done else None
+    headers = _Headers(out.local / FINISH_DIR / HEADERS)
     n = min(workers if workers is not None else small_object_workers(), max(1, len(done)))
     # a task per few scenes, not per scene: at 10^5 scenes a future each costs more than reading a mirrored file
     step = max(1, min(BATCH, len(done) // (4 * n)))
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="rts-finish-fetch") as pool:
-        batches = [pool.submit(_fetch_batch, out, done[k : k + step], listed) for k in range(0, len(done), step)]
+        batches = [
+            pool.submit(_fetch_batch, out, done[k : k + step], listed, headers) for k in range(0, len(done), step)
+        ]
     got, errors = [], []
     for s, outcome in zip(done, (o for b in batches for o in b.result()), strict=True):
         if isinstance(outcome, FetchedParts):
@@ -83,6 +93,7 @@ def fetch_scene_parts(out: CampaignRoot, done: Sequence[Scene], *, workers: int 
     if errors:
         more = f" (and {len(errors) - 1} more scene(s))" if len(errors) > 1 else ""
         raise CampaignError(f"campaign finish: parts of {errors[0]}{more}")
+    headers.save({f.scene.scene_id for f in got})
     return got
 
 
@@ -96,22 +107,25 @@ def _listed_parts(out: CampaignRoot) -> dict[str, Blob]:
 
 
 def _fetch_batch(
-    out: CampaignRoot, scenes: Sequence[Scene], listed: dict[str, Blob] | None
+    out: CampaignRoot, scenes: Sequence[Scene], listed: dict[str, Blob] | None, headers: _Headers
 ) -> list[FetchedParts | Exception]:
     """Each scene's parts, or the error it met (every scene is tried)."""
     got: list[FetchedParts | Exception] = []
     for s in scenes:
         try:
-            got.append(_fetch_one(out, s, listed))
+            got.append(_fetch_one(out, s, listed, headers))
         except Exception as err:
             got.append(err)
     return got
 
 
-def _fetch_one(out: CampaignRoot, scene: Scene, listed: dict[str, Blob] | None) -> FetchedParts:
+def _fetch_one(out: CampaignRoot, scene: Scene, listed: dict[str, Blob] | None, headers: _Headers) -> FetchedParts:
     rel = out.rel(scene_outputs(out, scene).parts)
     local, downloaded = out.path(rel), False
     blob = listed.get(rel) if listed is not None else None
+    known = headers.known(scene, local, blob, listed is not None)
+    if known is not None:  # the file the last finish read, unchanged (its parts still checked when read)
+        return known
     if (listed is not None and blob is None) or (listed is None and not local.is_file()):
         read_scene_parts(out, scene)  # no parts file: made from the rasters (or an error naming them)
     data = _read(local) if local.is_file() else None
@@ -129,7 +143,87 @@ def _fetch_one(out: CampaignRoot, scene: Scene, listed: dict[str, Blob] | None) 
     what = out.uri_of(rel) if out.remote else str(local)
     # the header now, the parts when the merge first needs them (from the same bytes: their sha256 is checked)
     parts, pixel_m2 = parts_from_json(data.decode(errors="replace"), what, lazy=LazyParts(local, sha))
+    headers.remember(scene, local, sha, parts, pixel_m2)
     return FetchedParts(scene, parts, pixel_m2, sha, downloaded)
+
+
+class _Headers:
+    """The headers of the parts files the last finish read (module docstring), by scene id: the file's size,
+    modification and change times and inode when read, its sha256, and the header (CRS, pixel, ground m² of a
+    pixel, footprint). A file whose stat is the one recorded (and, for gs://, whose object carries the recorded
+    sha256 and size) is taken from here unread; any other is read and recorded again. Its parts are read, and their
+    sha256 checked, when the merge first needs them (:class:`~rtscore.mapping.polygons.LazyParts`), so a file
+    changed behind an unchanged stat still fails loudly there. A cache: unreadable, it is ignored with a warning."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.held: dict[str, list[Any]] = {}
+        self.fresh: dict[str, list[Any]] = {}
+        self._lock = threading.Lock()
+        self._wkt: dict[int, str] = {}
+        if path.is_file():
+            try:
+                body = json.loads(path.read_text())
+                if body.get("schema") == HEADERS_SCHEMA:
+                    self.held = {str(k): list(v) for k, v in body["scenes"].items()}
+            except Exception as err:  # a cache: the files are read again
+                _log.warning(
+                    "parts header cache %s unreadable (%s: %s): reading every file", path, type(err).__name__, err
+                )
+
+    @staticmethod
+    def _stat(local: Path) -> list[int] | None:
+        try:
+            st = local.stat()
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+    def known(self, scene: Scene, local: Path, blob: Blob | None, remote: bool) -> FetchedParts | None:
+        import shapely
+
+        hit = self.held.get(scene.scene_id)
+        if hit is None or hit[0] != str(local) or hit[1] != self._stat(local):
+            return None
+        sha = str(hit[2])
+        if remote and (blob is None or (blob.metadata or {}).get(SHA_KEY) != sha or blob.size != hit[1][0]):
+            return None
+        wkt, pixel, pixel_m2, footprint = hit[3]
+        parts = SceneParts(
+            scene.scene_id, _crs_of_wkt(wkt), float(pixel), shapely.from_wkb(footprint), LazyParts(local, sha)
+        )
+        with self._lock:
+            self.fresh[scene.scene_id] = hit
+        return FetchedParts(scene, parts, float(pixel_m2), sha, False)
+
+    def remember(self, scene: Scene, local: Path, sha: str, parts: SceneParts, pixel_m2: float) -> None:
+        import shapely
+        from rasterio.crs import CRS
+
+        stat = self._stat(local)
+        if stat is None:
+            return
+        wkt = self._wkt.get(id(parts.crs))
+        if wkt is None:  # a campaign's scenes share a few CRS objects (parts_from_json): rendered once each
+            wkt = self._wkt[id(parts.crs)] = CRS.from_user_input(parts.crs).to_wkt()
+        header = [
+            wkt,
+            parts.pixel_size,
+            pixel_m2,
+            shapely.to_wkb(parts.footprint, hex=True),
+        ]
+        with self._lock:
+            self.fresh[scene.scene_id] = [str(local), stat, sha, header]
+
+    def save(self, done: set[str]) -> None:
+        """Keep the headers of ``done`` (written only when they differ from those read)."""
+        kept = {k: v for k, v in self.fresh.items() if k in done}
+        if kept == self.held:
+            return
+        try:
+            atomic_write_text(self.path, json.dumps({"schema": HEADERS_SCHEMA, "scenes": kept}) + "\n")
+        except Exception as err:  # a cache: the next finish reads the files
+            _log.warning("parts header cache %s not written (%s: %s)", self.path, type(err).__name__, err)
 
 
 def _read(path: Path) -> bytes:

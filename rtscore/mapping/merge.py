@@ -2,9 +2,11 @@
 they are, and gives exactly what :func:`~rtscore.mapping.polygons.merge_parts` gives over every done scene
 (docs/mapping.md, "The finish: fetching and merging").
 
-The state of the last merge is kept in a file under the campaign's cache dir (:class:`MergeState`): the campaign
-CRS and finest pixel, the done scenes in order (each as its id and the sha256 of its parts file), their footprints,
-and every merged object as its member parts (scene, part index), its geometry and its partial flag. A merge against
+The state of the last merge is kept under the campaign's cache dir (:class:`MergeState`,
+:mod:`~rtscore.mapping.merge_store`): a head with the campaign CRS and finest pixel, the done scenes in order (each
+as its id and the sha256 of its parts file), their footprints and parts' bounds, and for each scene the spatial
+blocks holding its objects; and one file per block with its merged objects (member parts as (scene, part index),
+geometry, partial flag, statistics). A merge against
 that state:
 
 - sets aside the scenes whose (id, parts sha256) it does not hold any more (*removed*: re-mapped or no longer done)
@@ -19,10 +21,12 @@ that state:
 
 Each object's geometry is the union of its parts in the order of the done scenes, as ``merge_parts`` forms it, and
 the partial test runs against every done footprint in the same tree, so an object redone is the object a full merge
-makes; one kept is the one an earlier merge made from the same parts. The state is thrown away (a full merge) when
-the campaign CRS or the finest pixel changed, when the kept scenes' order changed, or when it was written by other
-merge code (:func:`~rtscore.identity.closure_hash` of this module). A state that cannot be read is a full merge, with
-a warning: it is a cache.
+makes; one kept is the one an earlier merge made from the same parts. Only the blocks that can hold such objects
+are read as objects and written again (:meth:`_Frame.dirty_blocks`); the others are read as columns for the layer
+(:class:`~rtscore.mapping.objects_layer.ObjectTable`), never as shapes. The state is thrown away (a full merge) when
+the campaign CRS, the finest pixel, the size bins or the block size changed, when the kept scenes' order changed, or
+when it was written by other merge code (:func:`merge_code`). A state that cannot be read (a block torn, or not the
+one the head records) is a full merge, with a warning: it is a cache.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import hashlib
 import json
 import logging
 import math
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -43,6 +46,8 @@ import numpy as np
 from rtscore.config.post_training import EvaluationConfig
 from rtscore.data.raster.ground import projected_crs
 from rtscore.identity.code import module_file, source_bytes
+from rtscore.mapping.merge_store import block_names, block_size, blocks_dir, clear_blocks, read_raw, remove, write_raw
+from rtscore.mapping.objects_layer import ObjectTable
 from rtscore.mapping.polygons import (
     MERGE_TOLERANCE_PX,
     PARTIAL_REACH_PX,
@@ -58,9 +63,8 @@ from rtscore.mapping.polygons import (
     _union,
     numbered,
 )
-from rtscore.storage.files import atomic_writer
 
-STATE_SCHEMA = 3  # 3: .npz columns (1 was a JSON document)
+STATE_SCHEMA = 4  # 4: a head and per-block files (3: one .npz; 1: a JSON document)
 Key = tuple[str, str]  # a done scene: (scene id, sha256 of its parts file)
 Member = tuple[str, int]  # an object's part: (scene id, index of the part in its scene)
 
@@ -80,21 +84,32 @@ class MergedObject:
 
 @dataclass
 class MergeState:
-    """What a merge leaves for the next one (module docstring); ``objects`` in no particular order."""
+    """What a merge leaves for the next one (module docstring): the head, and the objects of the blocks read so far
+    (``loaded``), in no particular order."""
 
     code: str
     crs_wkt: str
     pixel: float
-    scenes: list[Key]
-    footprints: dict[str, Any]  # scene id -> footprint in the campaign CRS
     edges: list[float]  # the size bins the objects' rows were computed with
+    block: float  # a block's side (campaign CRS units)
+    scenes: list[Key]
+    footprint_wkb: dict[str, bytes]  # scene id -> its footprint in the campaign CRS (WKB: decoded when needed)
     bounds: dict[str, tuple[float, float, float, float] | None]  # scene id -> bounds of its parts (campaign CRS)
+    scene_blocks: dict[str, set[str]]  # scene id -> the blocks holding an object with a part in it
+    blocks: dict[str, tuple[int, int]]  # block -> (CRC-32 of its arrays, objects in it)
     objects: list[MergedObject] = field(default_factory=list)
+    loaded: set[str] = field(default_factory=set)
+
+    def footprint(self, scene_id: str) -> Any:
+        import shapely
+
+        return shapely.from_wkb(self.footprint_wkb[scene_id])
 
 
 @dataclass
 class MergeReport:
-    """What a merge redid: scenes added and removed since the state, objects re-grouped, partial flags re-tested."""
+    """What a merge redid: scenes added and removed since the state, objects re-grouped, partial flags re-tested,
+    blocks rewritten (of all blocks)."""
 
     full: bool
     added: int
@@ -102,27 +117,30 @@ class MergeReport:
     regrouped: int
     retested: int
     objects: int
+    blocks_written: int = 0
+    blocks: int = 0
 
     def text(self) -> str:
         kind = "full merge" if self.full else "incremental merge"
         return (
             f"{kind}: {self.added} scene(s) added, {self.removed} removed; {self.regrouped} object(s) re-grouped, "
-            f"{self.retested} partial flag(s) re-tested, {self.objects} object(s) in all"
+            f"{self.retested} partial flag(s) re-tested, {self.objects} object(s) in all; "
+            f"{self.blocks_written} of {self.blocks} block(s) written"
         )
 
 
 @cache
 def merge_code() -> str:
-    """The code identity of a merge state: the sources of this module and of :mod:`~rtscore.mapping.polygons` (the
-    grouping, union, partial test and reprojection), with the versions of shapely, GEOS, rasterio and PROJ under
-    them. A state written by other code is not used."""
+    """The code identity of a merge state: the sources of this module, of :mod:`~rtscore.mapping.merge_store` and of
+    :mod:`~rtscore.mapping.polygons` (the grouping, union, partial test and reprojection), with the versions of
+    shapely, GEOS, rasterio and PROJ under them. A state written by other code is not used."""
     import rasterio
     import shapely
 
     h = hashlib.sha256()
-    for module in (__name__, "rtscore.mapping.polygons"):
+    for module in (__name__, "rtscore.mapping.merge_store", "rtscore.mapping.polygons"):
         path = module_file(module)
-        assert path is not None  # both are project modules
+        assert path is not None  # project modules
         h.update(hashlib.sha256(source_bytes(path)).digest())
     h.update(f"{shapely.__version__} {shapely.geos_version_string} {rasterio.__version__} ".encode())
     h.update(str(rasterio.__proj_version__).encode())
@@ -135,6 +153,18 @@ def merge_incremental(
     state_path: Path | None,
     size_bins_m2: Sequence[float] | None = None,
 ) -> tuple[Any, list[RtsObject], MergeReport]:
+    """The campaign's objects as :func:`merge_table` gives them, each an :class:`RtsObject` (for a few thousand;
+    a campaign's finish keeps the table)."""
+    crs, table, report = merge_table(scenes, shas, state_path, size_bins_m2)
+    return crs, table.objects(), report
+
+
+def merge_table(
+    scenes: Sequence[SceneParts],
+    shas: Sequence[str],
+    state_path: Path | None,
+    size_bins_m2: Sequence[float] | None = None,
+) -> tuple[Any, ObjectTable, MergeReport]:
     """The campaign's objects from the done scenes' parts, as :func:`~rtscore.mapping.polygons.merge_parts` makes
     them (same objects, geometries, flags, order and ids), redoing only what changed since the state at
     ``state_path`` (module docstring); the new state is written there. ``shas``: each scene's parts file sha256
@@ -148,24 +178,37 @@ def merge_incremental(
     if len(shas) != len(scenes):
         raise ValueError(f"merge_incremental: {len(scenes)} scenes but {len(shas)} parts sha256s")
     frame = _Frame.of(scenes, [(sc.scene_id, sha) for sc, sha in zip(scenes, shas, strict=True)])
+    edges = list(size_bins_m2) if size_bins_m2 is not None else list(EvaluationConfig().size_bins_m2)
+    store = _Blocks(state_path)
     prev = read_state(state_path) if state_path is not None else None
-    why = None if prev is None else frame.refuses(prev)
+    why = None if prev is None else frame.refuses(prev, edges)
     if why is not None:
         _log.info("campaign merge state %s not used (%s): full merge", state_path, why)
-    edges = list(size_bins_m2) if size_bins_m2 is not None else list(EvaluationConfig().size_bins_m2)
+    if prev is not None and why is None:
+        try:  # every block's columns (the layer needs them all), checked; the objects of those near a change
+            store.check(prev.blocks)
+            store.load(prev, frame.dirty_blocks(prev))
+        except (OSError, ValueError, KeyError) as err:  # a block torn or not the head's: a full merge rebuilds all
+            _log.warning("campaign merge state %s unreadable (%s: %s): full merge", state_path, type(err).__name__, err)
+            prev = None
     if prev is None or why is not None:
-        prev = MergeState(frame.code, frame.crs_wkt, frame.pixel, [], {}, edges, {})
+        prev = MergeState(frame.code, frame.crs_wkt, frame.pixel, edges, frame.block, [], {}, {}, {}, {})
+        store.clear()
     merged, report = frame.update(prev)
-    merged.sort(key=lambda o: (-o.geometry.area, frame.pos[o.members[0][0]], o.members[0][1]))
-    objects = []
-    for k, o in enumerate(merged, start=1):
-        if o.row is None or prev.edges != edges:  # new, re-grouped, or other size bins
+    for o in merged:
+        if o.row is None:  # new or re-grouped
             o.row = _rts_object(0, o.geometry, [frame.part(m) for m in o.members], o.partial, frame.crs, edges)
-        objects.append(numbered(o.row, k, o.partial))
     frame.release()  # every row is computed: the parts read for them can go before the state is written
-    if state_path is not None and (report.added or report.removed or report.retested or prev.edges != edges):
-        write_state(state_path, frame.state(merged, edges))
-    return frame.crs, objects, report
+    changed = bool(report.added or report.removed or report.retested or report.full)
+    written = store.update(prev, merged, frame.block) if changed else []
+    blocks = {b: prev.blocks[b] for b in prev.blocks if b not in written} | {
+        b: store.held[b] for b in written if b in store.held
+    }
+    if state_path is not None and changed:
+        write_state(state_path, frame.state(prev, blocks, edges))
+    table = store.table(blocks, frame.pos)
+    report.objects, report.blocks_written, report.blocks = len(table), len(written), len(blocks)
+    return frame.crs, table, report
 
 
 class _Frame:
@@ -175,6 +218,7 @@ class _Frame:
     def __init__(self, scenes: Sequence[SceneParts], keys: list[Key], crs: Any, pixel: float, same: list[bool]):
         self.scenes, self.keys, self.crs, self.pixel, self.same = scenes, keys, crs, pixel, same
         self.code, self.crs_wkt = merge_code(), crs.to_wkt()
+        self.block = block_size(crs)
         self.pos = {k[0]: i for i, k in enumerate(keys)}
         self.tolerance = MERGE_TOLERANCE_PX * pixel
         self.footprints = [
@@ -216,25 +260,61 @@ class _Frame:
     def part(self, m: Member) -> Any:
         return self.scenes[self.pos[m[0]]].parts[m[1]]
 
-    def refuses(self, prev: MergeState) -> str | None:
-        """Why ``prev`` cannot be built on (None: it can): other merge code, CRS or finest pixel, or the scenes
-        it holds that are still done come in another order."""
+    def refuses(self, prev: MergeState, edges: list[float]) -> str | None:
+        """Why ``prev`` cannot be built on (None: it can): other merge code, CRS, finest pixel, size bins or block
+        size, or the scenes it holds that are still done come in another order."""
         if prev.code != self.code:
             return "written by other merge code"
         if prev.crs_wkt != self.crs_wkt or prev.pixel != self.pixel:
             return "the campaign CRS or its finest pixel changed"
+        if prev.edges != edges or prev.block != self.block:
+            return "the size bins or the block size changed"
         now, held = set(self.keys), set(prev.scenes)
         if [k for k in prev.scenes if k in now] != [k for k in self.keys if k in held]:
             return "the done scenes come in another order"
         return None
 
-    def update(self, prev: MergeState) -> tuple[list[MergedObject], MergeReport]:
-        """The objects over the done scenes from those of ``prev`` (module docstring)."""
+    def _added(self, prev: MergeState) -> list[int]:
+        held = set(prev.scenes)
+        return [i for i, k in enumerate(self.keys) if k not in held]
+
+    def _removed(self, prev: MergeState) -> set[str]:
+        now = set(self.keys)
+        return {sid for sid, sha in prev.scenes if (sid, sha) not in now}
+
+    def _changed_footprints(self, prev: MergeState, added: list[int], removed: set[str]) -> list[Any]:
+        return [self.footprints[i] for i in added] + [prev.footprint(s) for s in removed if s in prev.footprint_wkb]
+
+    def dirty_blocks(self, prev: MergeState) -> set[str]:
+        """The blocks whose objects a merge against ``prev`` may change: those holding an object with a part in a
+        removed scene, in a scene whose parts come within the merge tolerance of an added part, or in one within
+        reach of the partial test of an added or removed footprint (the bounds of a scene's parts hold every part,
+        and an object lies within the tolerance of its parts)."""
+        added, removed = self._added(prev), self._removed(prev)
+        scenes = set(removed)
+        scenes |= self._scenes_near(prev, [g for i in added for g in self.geoms(i)], self.tolerance)
+        reach = PARTIAL_REACH_PX * self.pixel * 1.01 + self.tolerance
+        scenes |= self._scenes_near(prev, self._changed_footprints(prev, added, removed), reach)
+        return {b for s in scenes for b in prev.scene_blocks.get(s, ())}
+
+    def _scenes_near(self, prev: MergeState, geoms: list[Any], distance: float) -> set[str]:
+        """The scenes ``prev`` holds, still done with the same parts, whose parts' bounds come within ``distance``
+        of one of ``geoms``."""
         import shapely
 
-        held, now = set(prev.scenes), set(self.keys)
-        added = [i for i, k in enumerate(self.keys) if k not in held]
-        removed = {sid for sid, sha in prev.scenes if (sid, sha) not in now}
+        now = set(self.keys)
+        boxed = [s for s, sha in prev.scenes if (s, sha) in now and prev.bounds.get(s) is not None]
+        if not geoms or not boxed:
+            return set()
+        boxes = shapely.box(*zip(*(prev.bounds[s] for s in boxed), strict=True))
+        _, hit = shapely.STRtree(boxes).query(geoms, predicate="dwithin", distance=distance)
+        return {boxed[j] for j in hit.tolist()}
+
+    def update(self, prev: MergeState) -> tuple[list[MergedObject], MergeReport]:
+        """The objects of ``prev``'s loaded blocks, redone where scenes changed (module docstring)."""
+        import shapely
+
+        added, removed = self._added(prev), self._removed(prev)
         dirty = {j for j, o in enumerate(prev.objects) if any(s in removed for s, _ in o.members)}
         dirty |= self._touched(prev, added)
         pool = sorted(
@@ -249,11 +329,13 @@ class _Frame:
             cut = any(self.part(m).partial for m in members)
             regrouped.append(MergedObject(members, _union([geoms[i] for i in g], self.tolerance), False, cut))
         kept = [o for j, o in enumerate(prev.objects) if j not in dirty]
-        changed = [self.footprints[i] for i in added] + [prev.footprints[s] for s in removed if s in prev.footprints]
-        retest = regrouped + self._near(kept, changed)
+        retest = regrouped + self._near(kept, self._changed_footprints(prev, added, removed))
         tree = shapely.STRtree(self.footprints) if retest else None
         for o in retest:
-            o.partial = o.cut and _leaves_footprint(o.geometry, tree, self.footprints, self.pixel)
+            partial = o.cut and _leaves_footprint(o.geometry, tree, self.footprints, self.pixel)
+            if o.row is not None and partial != o.partial:
+                o.row = numbered(o.row, 0, partial)
+            o.partial = partial
         merged = kept + regrouped
         self.bounds = {s: b for s, b in prev.bounds.items() if s not in removed}
         self.bounds.update({self.keys[i][0]: _bounds(self.geoms(i)) for i in added})
@@ -266,13 +348,7 @@ class _Frame:
         import shapely
 
         new = [g for i in added for g in self.geoms(i)]
-        now = set(self.keys)  # a scene held by prev and still done (same parts): not added, not removed
-        boxed = [s for s, sha in prev.scenes if (s, sha) in now and prev.bounds.get(s) is not None]
-        if not new or not boxed:
-            return set()
-        boxes = shapely.box(*zip(*(prev.bounds[s] for s in boxed), strict=True))
-        _, hit = shapely.STRtree(boxes).query(new, predicate="dwithin", distance=self.tolerance)
-        near = sorted({boxed[j] for j in hit.tolist()})
+        near = sorted(self._scenes_near(prev, new, self.tolerance))
         members = [(s, p) for s in near for p in range(len(self.scenes[self.pos[s]].parts))]
         if not members:
             return set()
@@ -294,9 +370,26 @@ class _Frame:
         _, hit = tree.query(changed, predicate="dwithin", distance=PARTIAL_REACH_PX * self.pixel * 1.01)
         return [cut[j] for j in sorted(set(hit.tolist()))]
 
-    def state(self, merged: list[MergedObject], edges: list[float]) -> MergeState:
-        fps = {k[0]: fp for k, fp in zip(self.keys, self.footprints, strict=True)}
-        return MergeState(self.code, self.crs_wkt, self.pixel, list(self.keys), fps, edges, dict(self.bounds), merged)
+    def state(self, prev: MergeState, blocks: dict[str, tuple[int, int]], edges: list[float]) -> MergeState:
+        """The head after this merge: the done scenes, their footprints and bounds, ``prev``'s scene-to-block index
+        as the merge updated it, and ``blocks``."""
+        import shapely
+
+        wkb = shapely.to_wkb(np.asarray(self.footprints, dtype=object)) if self.footprints else []
+        fps = {k[0]: w for k, w in zip(self.keys, wkb, strict=True)}
+        index = {k[0]: prev.scene_blocks.get(k[0], set()) for k in self.keys}
+        return MergeState(
+            self.code,
+            self.crs_wkt,
+            self.pixel,
+            edges,
+            self.block,
+            list(self.keys),
+            fps,
+            dict(self.bounds),
+            index,
+            blocks,
+        )
 
 
 def _bounds(geoms: list[Any]) -> tuple[float, float, float, float] | None:
@@ -308,45 +401,117 @@ def _bounds(geoms: list[Any]) -> tuple[float, float, float, float] | None:
     return x0, y0, x1, y1
 
 
-_BATCH = 10_000  # objects whose geometries are encoded together
+class _Blocks:
+    """The state's block files (module docstring of :mod:`~rtscore.mapping.merge_store`), or, with no state path,
+    the same blocks held in memory for one merge."""
+
+    def __init__(self, head: Path | None) -> None:
+        self.dir = None if head is None else blocks_dir(head)
+        self.held: dict[str, tuple[int, int]] = {}  # blocks written by this merge: (CRC-32, objects)
+        self._memory: dict[str, tuple[dict[str, Any], dict[str, np.ndarray]]] = {}  # written or read by this merge
+        self._head = head
+
+    def clear(self) -> None:
+        self._memory.clear()
+        if self._head is not None:
+            clear_blocks(self._head)
+
+    def read(self, name: str, crc: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        if name not in self._memory:
+            if self.dir is None:
+                raise KeyError(f"block {name}: not held")
+            try:
+                self._memory[name] = read_raw(self.dir / name, crc)
+            except (OSError, ValueError) as err:
+                raise ValueError(f"block {name}: {err}") from None
+        return self._memory[name]
+
+    def check(self, blocks: dict[str, tuple[int, int]]) -> None:
+        """Read every block's arrays (kept for the table), each checked against the CRC-32 the head holds."""
+        for name, (crc, _) in sorted(blocks.items()):
+            self.read(name, crc)
+
+    def load(self, prev: MergeState, names: set[str]) -> None:
+        """The objects of blocks ``names`` into ``prev`` (each block read once)."""
+        for name in sorted(names - prev.loaded):
+            fields, arrays = self.read(name, prev.blocks[name][0])
+            prev.objects += _decode_block(fields, arrays)
+            prev.loaded.add(name)
+
+    def update(self, prev: MergeState, merged: list[MergedObject], size: float) -> list[str]:
+        """Write the blocks of ``merged`` (the loaded blocks' objects as merged now), loading first any block a
+        new object falls in that was not loaded, and remove loaded blocks left empty; ``prev.scene_blocks``
+        follows. Returns the blocks written or removed."""
+        import shapely
+
+        names = block_names(shapely.bounds(np.asarray([o.geometry for o in merged], dtype=object)), size)
+        extra = {b for b in names if b in prev.blocks} - prev.loaded
+        if extra:  # an object re-grouped into a block not loaded: that block is written again whole
+            before = len(prev.objects)
+            self.load(prev, extra)
+            more = prev.objects[before:]
+            merged = merged + more
+            names += block_names(shapely.bounds(np.asarray([o.geometry for o in more], dtype=object)), size)
+        by_block: dict[str, list[MergedObject]] = {}
+        for o, b in zip(merged, names, strict=True):
+            by_block.setdefault(b, []).append(o)
+        for s in list(prev.scene_blocks):  # the loaded blocks are redone: their entries too
+            prev.scene_blocks[s] -= prev.loaded
+        written = sorted(prev.loaded | set(by_block))
+        for b in written:
+            objs = by_block.get(b, [])
+            if objs:
+                fields, arrays = _encode_block(objs)
+                crc = self._write(b, fields, arrays)
+                self.held[b] = (crc, len(objs))
+                for o in objs:
+                    for s, _ in o.members:
+                        prev.scene_blocks.setdefault(s, set()).add(b)
+            else:
+                self._memory.pop(b, None)
+                if self.dir is not None:
+                    remove(self.dir / b)
+        return written
+
+    def _write(self, name: str, fields: dict[str, Any], arrays: dict[str, np.ndarray]) -> int:
+        self._memory[name] = (fields, arrays)
+        if self.dir is None:
+            return 0
+        return write_raw(self.dir / name, fields, arrays)
+
+    def table(self, blocks: dict[str, tuple[int, int]], pos: dict[str, int]) -> ObjectTable:
+        """Every block's objects as one table in ``merge_parts``' order: descending area, ties by the first part's
+        place among the done scenes' parts (``pos``: a scene's place). Only columns are read."""
+        got = [self.read(b, crc) for b, (crc, n) in sorted(blocks.items()) if n]
+        return _table(got, pos)
 
 
-def write_state(path: Path, state: MergeState) -> None:
-    """The merge state as one ``.npz`` file (a campaign of 10^5 quads has ~10^6 objects: columns, not a document):
-    ``head`` (JSON: schema, code, frame, edges, scenes, footprints and bounds, the labels of size bins and scene
-    ids the rows use) and the objects
-    as arrays: members (offsets, scene index, part index), geometries (hex-free WKB, concatenated, with offsets),
-    partial and cut flags, and each row's figures. Geometries as WKB and floats as float64: both exact. Written
-    under a temporary name, renamed into place; the WKB (~300 MB at 10^6 objects) streamed into its member batch by
-    batch, never held whole."""
+def _encode_block(objs: list[MergedObject]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A block's objects as arrays (module docstring of :mod:`~rtscore.mapping.merge_store`): exact (WKB, float64)."""
     import shapely
 
-    objs = state.objects
-    at = {k[0]: i for i, k in enumerate(state.scenes)}
-    head = _state_head(state)
-    bins = head["size_bins"]
     rows = [o.row for o in objs]
-    none = RtsObject(0, None, (), 0, 0.0, 0.0, 0.0, 0.0, (0.0, 0.0, 0.0, 0.0), "", False)
-    filled = [r if r is not None else none for r in rows]
+    if any(r is None for r in rows):
+        raise AssertionError("a block is written with every row computed")
+    filled = [r for r in rows if r is not None]
+    names = sorted({m[0] for o in objs for m in o.members})
+    at = {n: i for i, n in enumerate(names)}
+    bins = sorted({r.size_bin for r in filled if r.size_bin})
     bin_at = {b: i for i, b in enumerate(bins)}
-    names = sorted({n for r in rows if r is not None for n in r.scene_ids})  # the parts' own scene ids
-    name_at = {n: i for i, n in enumerate(names)}
-    head["row_scene_ids"] = names
     n = len(objs)
-    wkb_sizes = np.zeros(n, np.int64)
-    for k in range(0, n, _BATCH):  # sizes first: the geometries are encoded again, batch by batch, as written
-        wkb_sizes[k : k + _BATCH] = [len(g) for g in shapely.to_wkb([o.geometry for o in objs[k : k + _BATCH]])]
+    wkbs = shapely.to_wkb(np.asarray([o.geometry for o in objs], dtype=object))
+    texts = [json.dumps(list(r.scene_ids)).encode() for r in filled]
     arrays: dict[str, np.ndarray] = {
-        "head": np.frombuffer(json.dumps(head, allow_nan=False).encode(), np.uint8),
         "member_offsets": np.cumsum([0] + [len(o.members) for o in objs], dtype=np.int64),
         "member_scene": np.fromiter((at[m[0]] for o in objs for m in o.members), np.int32),
         "member_part": np.fromiter((m[1] for o in objs for m in o.members), np.int32),
-        "wkb_offsets": np.concatenate([[0], np.cumsum(wkb_sizes)]).astype(np.int64),
+        "wkb": np.frombuffer(b"".join(wkbs), np.uint8),
+        "wkb_offsets": np.cumsum([0] + [len(w) for w in wkbs], dtype=np.int64),
+        "area": shapely.area(np.asarray([o.geometry for o in objs], dtype=object)).astype(np.float64),
         "partial": np.fromiter((o.partial for o in objs), np.bool_, n),
         "cut": np.fromiter((o.cut for o in objs), np.bool_, n),
-        "has_row": np.fromiter((r is not None for r in rows), np.bool_, n),
-        "row_scene_offsets": np.cumsum([0] + [len(r.scene_ids) for r in filled], dtype=np.int64),
-        "row_scene_index": np.fromiter((name_at[n] for r in filled for n in r.scene_ids), np.int32),
+        "text": np.frombuffer(b"".join(texts), np.uint8),
+        "text_offsets": np.cumsum([0] + [len(t) for t in texts], dtype=np.int64),
         "n_pixels": np.fromiter((r.n_pixels for r in filled), np.int64, n),
         "figures": np.fromiter(
             ((r.prob_mean, r.prob_max, r.area_m2, r.ground_area_m2, *r.bbox) for r in filled),
@@ -355,101 +520,153 @@ def write_state(path: Path, state: MergeState) -> None:
         ).reshape(n, 8),
         "size_bin": np.fromiter((bin_at.get(r.size_bin, -1) for r in filled), np.int32, n),
     }
-    _write_npz(path, arrays, objs, wkb_sizes)
+    return {"scenes": names, "size_bins": bins}, arrays
 
 
-def _state_head(state: MergeState) -> dict[str, Any]:
-    """The state's ``head``: what is one per campaign or per scene (module docstring), and the size bin labels."""
+def _decode_block(fields: dict[str, Any], a: dict[str, np.ndarray]) -> list[MergedObject]:
     import shapely
 
-    return {
+    names, bins = [str(v) for v in fields["scenes"]], [str(b) for b in fields["size_bins"]]
+    mo, wo, to = a["member_offsets"].tolist(), a["wkb_offsets"].tolist(), a["text_offsets"].tolist()
+    n = len(mo) - 1
+    if any(len(a[k]) != n for k in ("partial", "cut", "area", "n_pixels", "size_bin", "figures")):
+        raise ValueError("the object arrays differ in length")
+    raw, text = a["wkb"].tobytes(), a["text"].tobytes()
+    geoms = shapely.from_wkb(np.array([raw[wo[k] : wo[k + 1]] for k in range(n)], dtype=object)) if n else []
+    scene, part, fig = a["member_scene"].tolist(), a["member_part"].tolist(), a["figures"].tolist()
+    partial, cut, npx, sb = a["partial"].tolist(), a["cut"].tolist(), a["n_pixels"].tolist(), a["size_bin"].tolist()
+    objects = []
+    for k in range(n):
+        f, g = fig[k], geoms[k]
+        row = RtsObject(
+            object_id=0,
+            geometry=g,
+            scene_ids=tuple(json.loads(text[to[k] : to[k + 1]])),
+            n_pixels=npx[k],
+            prob_mean=f[0],
+            prob_max=f[1],
+            area_m2=f[2],
+            ground_area_m2=f[3],
+            bbox=(f[4], f[5], f[6], f[7]),
+            size_bin=bins[sb[k]] if sb[k] >= 0 else "",
+            partial=partial[k],
+        )
+        members = [(names[scene[j]], part[j]) for j in range(mo[k], mo[k + 1])]
+        objects.append(MergedObject(members, g, partial[k], cut[k], row))
+    return objects
+
+
+def _table(blocks: list[tuple[dict[str, Any], dict[str, np.ndarray]]], pos: dict[str, int]) -> ObjectTable:
+    """The blocks' objects as one :class:`~rtscore.mapping.objects_layer.ObjectTable` in numbering order."""
+    bins = sorted({str(b) for f, _ in blocks for b in f["size_bins"]})
+    bin_at = {b: i for i, b in enumerate(bins)}
+    wkb, text, starts, ends, tstarts, tends, first, part, sbin = [], [], [], [], [], [], [], [], []
+    off = toff = 0
+    for fields, a in blocks:
+        mo = a["member_offsets"]
+        places = np.asarray([pos[str(s)] for s in fields["scenes"]], np.int64)
+        first.append(places[a["member_scene"][mo[:-1]]])
+        part.append(a["member_part"][mo[:-1]])
+        wo, to = a["wkb_offsets"], a["text_offsets"]
+        starts.append(wo[:-1] + off)
+        ends.append(wo[1:] + off)
+        tstarts.append(to[:-1] + toff)
+        tends.append(to[1:] + toff)
+        off += int(wo[-1])
+        toff += int(to[-1])
+        wkb.append(a["wkb"])
+        text.append(a["text"])
+        local = np.asarray([bin_at[str(b)] for b in fields["size_bins"]] + [-1], np.int32)
+        sbin.append(local[a["size_bin"]])  # -1 indexes the appended -1
+    if not blocks:
+        return ObjectTable.empty()
+    area = np.concatenate([a["area"] for _, a in blocks])
+    order = np.lexsort((np.concatenate(part), np.concatenate(first), -area))
+    return ObjectTable(
+        wkb=np.concatenate(wkb).tobytes(),
+        starts=np.concatenate(starts)[order],
+        ends=np.concatenate(ends)[order],
+        text=np.concatenate(text).tobytes(),
+        tstarts=np.concatenate(tstarts)[order],
+        tends=np.concatenate(tends)[order],
+        n_pixels=np.concatenate([a["n_pixels"] for _, a in blocks])[order],
+        figures=np.concatenate([a["figures"] for _, a in blocks])[order],
+        size_bins=tuple(bins),
+        size_bin=np.concatenate(sbin)[order],
+        partial=np.concatenate([a["partial"] for _, a in blocks])[order],
+    )
+
+
+def write_state(path: Path, state: MergeState) -> None:
+    """The head of ``state`` at ``path`` (module docstring of :mod:`~rtscore.mapping.merge_store`), written after
+    its blocks."""
+    ids = [k[0] for k in state.scenes]
+    blocks = sorted(state.blocks)
+    block_at = {b: i for i, b in enumerate(blocks)}
+    fps = [state.footprint_wkb[s] for s in ids]
+    bounds = [state.bounds.get(s) for s in ids]
+    lists = [sorted(block_at[b] for b in state.scene_blocks.get(s, ())) for s in ids]
+    fields = {
         "schema": STATE_SCHEMA,
         "code": state.code,
         "crs": state.crs_wkt,
         "pixel": state.pixel,
         "edges": state.edges,
-        "scenes": [list(k) for k in state.scenes],
-        "footprints": {s: shapely.to_wkb(g, hex=True) for s, g in state.footprints.items()},
-        "bounds": {s: None if b is None else list(b) for s, b in state.bounds.items()},
-        "size_bins": sorted({o.row.size_bin for o in state.objects if o.row is not None}),
+        "block": state.block,
+        "scenes": ids,
+        "shas": [k[1] for k in state.scenes],
+        "blocks": blocks,
+        "block_crc": [state.blocks[b][0] for b in blocks],
+        "block_objects": [state.blocks[b][1] for b in blocks],
     }
-
-
-def _write_npz(path: Path, arrays: dict[str, np.ndarray], objs: list[MergedObject], wkb_sizes: np.ndarray) -> None:
-    """``arrays`` as np.savez writes them (one ``.npy`` member each), then the objects' WKB as member ``wkb``, encoded
-    and written batch by batch (``wkb_sizes``: each object's WKB length, for the member's header)."""
-    import shapely
-
-    n = len(objs)
-    with atomic_writer(path, "wb") as f, zipfile.ZipFile(f, "w", allowZip64=True) as zf:
-        for name, arr in arrays.items():  # what np.savez writes: one .npy member per array
-            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, arr, allow_pickle=False)
-        with zf.open("wkb.npy", "w", force_zip64=True) as member:  # streamed: never all the WKB at once
-            total = int(wkb_sizes.sum())
-            np.lib.format.write_array_header_2_0(member, {"descr": "|u1", "fortran_order": False, "shape": (total,)})
-            for k in range(0, n, _BATCH):
-                member.write(b"".join(shapely.to_wkb([o.geometry for o in objs[k : k + _BATCH]])))
+    arrays: dict[str, np.ndarray] = {
+        "footprints": np.frombuffer(b"".join(fps), np.uint8),
+        "footprint_offsets": np.cumsum([0] + [len(w) for w in fps], dtype=np.int64),
+        "bounds": np.asarray([b if b is not None else (0.0, 0.0, 0.0, 0.0) for b in bounds], np.float64).reshape(-1, 4),
+        "has_bounds": np.asarray([b is not None for b in bounds], np.bool_),
+        "block_offsets": np.cumsum([0] + [len(x) for x in lists], dtype=np.int64),
+        "block_index": np.asarray([i for x in lists for i in x], np.int32),
+    }
+    write_raw(path, fields, arrays)
 
 
 def read_state(path: Path | None) -> MergeState | None:
-    """The merge state at ``path``; None when there is none or it cannot be read (a warning: it is a cache)."""
-    if path is None or not path.is_file():
+    """The head of the merge state at ``path`` (no block read); None when there is none or it cannot be read (a
+    warning: it is a cache)."""
+    if path is None or not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return _state_of(json.loads(z["head"].tobytes()), {k: z[k] for k in z.files if k != "head"})
+        if not path.is_file():
+            raise ValueError("not a file")
+        return _state_of(*read_raw(path))
     except Exception as err:  # any damage: a full merge rebuilds it
         _log.warning("campaign merge state %s unreadable (%s: %s): full merge", path, type(err).__name__, err)
         return None
 
 
-def _state_of(head: dict[str, Any], a: dict[str, np.ndarray]) -> MergeState:
-    import shapely
-
-    if head.get("schema") != STATE_SCHEMA:
-        raise ValueError(f"schema {head.get('schema')!r}, expected {STATE_SCHEMA}")
-    scenes = [(str(s), str(h)) for s, h in head["scenes"]]
-    ids, bins = [k[0] for k in scenes], [str(b) for b in head["size_bins"]]
-    mo, wo, raw = a["member_offsets"], a["wkb_offsets"], a["wkb"].tobytes()
-    n = len(mo) - 1
-    if (
-        len(wo) != n + 1
-        or len(a["row_scene_offsets"]) != n + 1
-        or any(len(a[k]) != n for k in ("partial", "cut", "has_row", "n_pixels", "size_bin"))
-    ):
-        raise ValueError("the object arrays differ in length (a torn file)")
-    geoms = shapely.from_wkb(np.array([raw[wo[k] : wo[k + 1]] for k in range(n)], dtype=object)) if n else []
-    scene, part, fig = a["member_scene"].tolist(), a["member_part"].tolist(), a["figures"]
-    names, ro, ri = [str(v) for v in head["row_scene_ids"]], a["row_scene_offsets"], a["row_scene_index"].tolist()
-    objects = []
-    for k in range(n):
-        members = [(ids[scene[j]], part[j]) for j in range(int(mo[k]), int(mo[k + 1]))]
-        partial, g = bool(a["partial"][k]), geoms[k]
-        row = None
-        if a["has_row"][k]:
-            f = fig[k].tolist()
-            row = RtsObject(
-                object_id=0,
-                geometry=g,
-                scene_ids=tuple(names[i] for i in ri[int(ro[k]) : int(ro[k + 1])]),
-                n_pixels=int(a["n_pixels"][k]),
-                prob_mean=f[0],
-                prob_max=f[1],
-                area_m2=f[2],
-                ground_area_m2=f[3],
-                bbox=(f[4], f[5], f[6], f[7]),
-                size_bin=bins[a["size_bin"][k]] if a["size_bin"][k] >= 0 else "",
-                partial=partial,
-            )
-        objects.append(MergedObject(members, g, partial, bool(a["cut"][k]), row))
+def _state_of(f: dict[str, Any], a: dict[str, np.ndarray]) -> MergeState:
+    if f.get("schema") != STATE_SCHEMA:
+        raise ValueError(f"schema {f.get('schema')!r}, expected {STATE_SCHEMA}")
+    ids, shas, blocks = [str(s) for s in f["scenes"]], [str(h) for h in f["shas"]], [str(b) for b in f["blocks"]]
+    n = len(ids)
+    fo, bo = a["footprint_offsets"].tolist(), a["block_offsets"].tolist()
+    if len(shas) != n or len(fo) != n + 1 or len(bo) != n + 1 or len(a["bounds"]) != n:
+        raise ValueError("the scene arrays differ in length")
+    raw, bi = a["footprints"].tobytes(), a["block_index"].tolist()
+    bounds, has = a["bounds"].tolist(), a["has_bounds"].tolist()
     return MergeState(
-        code=str(head["code"]),
-        crs_wkt=str(head["crs"]),
-        pixel=float(head["pixel"]),
-        scenes=scenes,
-        footprints={s: shapely.from_wkb(g) for s, g in head["footprints"].items()},
-        edges=[float(e) for e in head["edges"]],
-        bounds={s: None if b is None else (b[0], b[1], b[2], b[3]) for s, b in head["bounds"].items()},
-        objects=objects,
+        code=str(f["code"]),
+        crs_wkt=str(f["crs"]),
+        pixel=float(f["pixel"]),
+        edges=[float(e) for e in f["edges"]],
+        block=float(f["block"]),
+        scenes=list(zip(ids, shas, strict=True)),
+        footprint_wkb={s: raw[fo[k] : fo[k + 1]] for k, s in enumerate(ids)},
+        bounds={s: (_box(bounds[k]) if has[k] else None) for k, s in enumerate(ids)},
+        scene_blocks={s: {blocks[bi[j]] for j in range(bo[k], bo[k + 1])} for k, s in enumerate(ids)},
+        blocks={b: (int(c), int(m)) for b, c, m in zip(blocks, f["block_crc"], f["block_objects"], strict=True)},
     )
+
+
+def _box(b: list[float]) -> tuple[float, float, float, float]:
+    return float(b[0]), float(b[1]), float(b[2]), float(b[3])

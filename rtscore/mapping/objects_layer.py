@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,92 @@ WRITE_BATCH = 50_000  # objects written to a GeoPackage at a time
 POLYGON_TYPE = 3  # shapely.get_type_id of a Polygon
 
 
+@dataclass(frozen=True)
+class ObjectTable:
+    """A campaign's objects as columns, in layer order (object ``k`` has id ``k + 1``): what the incremental merge
+    hands to the layer writer without making a shapely geometry or an :class:`RtsObject` per object (~10^6 at
+    10^5 quads). ``wkb``/``text``: one buffer each, the geometries' WKB (campaign CRS, as merged: a Polygon,
+    MultiPolygon or, rarely, a GeometryCollection) and the scene-id lists as the layer's JSON text; object ``k``'s
+    bytes are ``[starts[k], ends[k])`` and ``[tstarts[k], tends[k])``. ``figures``: prob_mean, prob_max, area_m2,
+    ground_area_m2 and the bbox; ``size_bin``: an index into ``size_bins``, -1 for none."""
+
+    wkb: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    text: bytes
+    tstarts: np.ndarray
+    tends: np.ndarray
+    n_pixels: np.ndarray
+    figures: np.ndarray
+    size_bins: tuple[str, ...]
+    size_bin: np.ndarray
+    partial: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @classmethod
+    def empty(cls) -> ObjectTable:
+        none = np.zeros(0, np.int64)
+        return cls(b"", none, none, b"", none, none, none, np.zeros((0, 8)), (), none, np.zeros(0, np.bool_))
+
+    def take(self, keep: np.ndarray) -> ObjectTable:
+        """The objects where ``keep`` (a boolean mask) holds, in the same order (renumbered 1..)."""
+        return ObjectTable(
+            self.wkb,
+            self.starts[keep],
+            self.ends[keep],
+            self.text,
+            self.tstarts[keep],
+            self.tends[keep],
+            self.n_pixels[keep],
+            self.figures[keep],
+            self.size_bins,
+            self.size_bin[keep],
+            self.partial[keep],
+        )
+
+    def geometry_wkb(self, k0: int, k1: int) -> list[bytes]:
+        w, s, e = self.wkb, self.starts[k0:k1].tolist(), self.ends[k0:k1].tolist()
+        return [w[a:b] for a, b in zip(s, e, strict=True)]
+
+    def scene_ids_text(self, k0: int, k1: int) -> list[str]:
+        t, s, e = self.text, self.tstarts[k0:k1].tolist(), self.tends[k0:k1].tolist()
+        return [t[a:b].decode() for a, b in zip(s, e, strict=True)]
+
+    def size_bin_labels(self) -> list[str]:
+        labels = [*self.size_bins, ""]  # index -1: no bin
+        return [labels[i] for i in self.size_bin.tolist()]
+
+    def objects(self, k0: int = 0, k1: int | None = None) -> list[RtsObject]:
+        """Objects ``k0``..``k1`` as :class:`RtsObject` s (ids ``k0 + 1``..)."""
+        import shapely
+
+        k1 = len(self) if k1 is None else k1
+        geoms = shapely.from_wkb(np.array(self.geometry_wkb(k0, k1), dtype=object)) if k1 > k0 else []
+        labels = [*self.size_bins, ""]
+        out = []
+        for i, (g, sids) in enumerate(zip(geoms, self.scene_ids_text(k0, k1), strict=True)):
+            k = k0 + i
+            f = self.figures[k].tolist()
+            out.append(
+                RtsObject(
+                    object_id=k + 1,
+                    geometry=g,
+                    scene_ids=tuple(json.loads(sids)),
+                    n_pixels=int(self.n_pixels[k]),
+                    prob_mean=f[0],
+                    prob_max=f[1],
+                    area_m2=f[2],
+                    ground_area_m2=f[3],
+                    bbox=(f[4], f[5], f[6], f[7]),
+                    size_bin=labels[int(self.size_bin[k])],
+                    partial=bool(self.partial[k]),
+                )
+            )
+        return out
+
+
 def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt: str = "gpkg") -> Path:
     """Write ``objects`` (geometry in ``crs``) as one layer, GeoPackage (``gpkg``) or GeoParquet (``parquet``,
     when GDAL has its Parquet driver), under a temporary name renamed into place: never half a file.
@@ -52,6 +139,47 @@ def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt:
         PolygonsError: an unknown format, or GeoParquet without GDAL's Parquet driver.
         StorageError: the file cannot be written.
     """
+
+    def batch(k0: int, k1: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        b = objects[k0:k1]
+        return _multi_wkb(_polygonal(b)), _columns(b)
+
+    return _write_layer(path, crs, fmt, len(objects), batch)
+
+
+def write_object_table(path: str | Path, table: ObjectTable, crs: Any, fmt: str = "gpkg") -> Path:
+    """Write ``table`` as :func:`write_objects` writes its objects (the same layer, field for field), from its
+    columns: a geometry is decoded only when it is not a Polygon or MultiPolygon (:func:`layer_wkb`)."""
+
+    def batch(k0: int, k1: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        f = table.figures[k0:k1]
+        labels = [*table.size_bins, ""]
+        columns = {
+            "object_id": np.arange(k0 + 1, k1 + 1, dtype=np.int64),
+            "scene_ids": np.asarray(table.scene_ids_text(k0, k1), dtype=object),
+            "n_pixels": np.asarray(table.n_pixels[k0:k1], np.int64),
+            "prob_mean": np.ascontiguousarray(f[:, 0]),
+            "prob_max": np.ascontiguousarray(f[:, 1]),
+            "area_m2": np.ascontiguousarray(f[:, 2]),
+            "ground_area_m2": np.ascontiguousarray(f[:, 3]),
+            "bbox_minx": np.ascontiguousarray(f[:, 4]),
+            "bbox_miny": np.ascontiguousarray(f[:, 5]),
+            "bbox_maxx": np.ascontiguousarray(f[:, 6]),
+            "bbox_maxy": np.ascontiguousarray(f[:, 7]),
+            "size_bin": np.asarray([labels[i] for i in table.size_bin[k0:k1].tolist()], dtype=object),
+            "partial": np.asarray(table.partial[k0:k1], np.bool_),
+        }
+        return layer_wkb(table.geometry_wkb(k0, k1)), columns
+
+    return _write_layer(path, crs, fmt, len(table), batch)
+
+
+Batch = Callable[[int, int], tuple[np.ndarray, dict[str, np.ndarray]]]
+
+
+def _write_layer(path: str | Path, crs: Any, fmt: str, n: int, batch: Batch) -> Path:
+    """The layer of ``n`` objects, ``batch(k0, k1)`` giving objects k0..k1's geometries (MultiPolygon WKB) and
+    columns (:data:`FIELDS`), written in batches under a temporary name, renamed into place."""
     import pyogrio
     from rasterio.crs import CRS
 
@@ -67,16 +195,15 @@ def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt:
     wkt = CRS.from_user_input(crs).to_wkt()
     # in batches appended to the layer: what a batch adds to memory is bounded (a campaign has ~10^6 objects);
     # a driver that cannot append (Parquet) gets the layer in one write
-    step = WRITE_BATCH if driver == FORMATS["gpkg"] else max(1, len(objects))
+    step = WRITE_BATCH if driver == FORMATS["gpkg"] else max(1, n)
     with os_errors("write", final):
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
-            for k in range(0, max(1, len(objects)), step):
-                batch = objects[k : k + step]
-                columns = _columns(batch)
+            for k in range(0, max(1, n), step):
+                geometry, columns = batch(k, min(n, k + step))
                 pyogrio.raw.write(
                     tmp,
-                    geometry=_multi_wkb(_polygonal(batch)),
+                    geometry=geometry,
                     field_data=list(columns.values()),
                     fields=list(columns),
                     crs=wkt,
@@ -90,6 +217,33 @@ def write_objects(path: str | Path, objects: Sequence[RtsObject], crs: Any, fmt:
         finally:
             tmp.unlink(missing_ok=True)
     return final
+
+
+_MULTI_OF_ONE = b"\x01" + (6).to_bytes(4, "little") + (1).to_bytes(4, "little")  # MultiPolygon of 1, little-endian
+
+
+def layer_wkb(wkbs: list[bytes]) -> np.ndarray:
+    """The layer's MultiPolygon WKB of geometries given as WKB, as :func:`_multi_wkb` of :func:`_polygonal` makes
+    it: a MultiPolygon's bytes as they are, a Polygon's (2D, little-endian: shapely's) prefixed as a MultiPolygon
+    of one, anything else decoded and made polygonal."""
+    out = np.empty(len(wkbs), dtype=object)
+    other = []
+    for i, w in enumerate(wkbs):
+        kind = w[:5]
+        if kind == b"\x01\x06\x00\x00\x00":
+            out[i] = w
+        elif kind == b"\x01\x03\x00\x00\x00":
+            out[i] = _MULTI_OF_ONE + w
+        else:
+            other.append(i)
+    if other:
+        import shapely
+
+        geoms = shapely.from_wkb(np.array([wkbs[i] for i in other], dtype=object))
+        fixed = _multi_wkb(_polygonal_geoms(list(geoms)))
+        for i, w in zip(other, fixed, strict=True):
+            out[i] = w
+    return out
 
 
 def _multi_wkb(geoms: list[Any]) -> np.ndarray:
@@ -106,11 +260,14 @@ def _multi_wkb(geoms: list[Any]) -> np.ndarray:
 
 def _polygonal(objects: Sequence[RtsObject]) -> list[Any]:
     """The objects' polygons (a made-valid outline may carry stray lines or points: dropped)."""
+    return _polygonal_geoms([o.geometry for o in objects])
+
+
+def _polygonal_geoms(geoms: list[Any]) -> list[Any]:
     import shapely
 
     out = []
-    for o in objects:
-        g = o.geometry
+    for g in geoms:
         if g.geom_type == "GeometryCollection":
             g = shapely.union_all([p for p in g.geoms if p.geom_type in ("Polygon", "MultiPolygon")])
         out.append(g)

@@ -82,3 +82,43 @@ def test_the_same_ground_in_two_crss_counts_once(tmp_path: Path) -> None:
     assert one <= both < 1.03 * one  # counted once, not twice
     beside = write_scene(tmp_path, "c", mask, UTM33, CENTRAL @ rasterio.Affine.translation(SIZE + 10, 0))
     assert union_ground_m2([a, b, beside]) == pytest.approx(both + one, rel=1e-4)
+
+
+def test_block_areas_from_the_cache_give_the_area_computed_from_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks smaller than a scene: a scene spans several, each block's area is cached with the footprints it was
+    computed from, and a finish after a scene is added, re-mapped or dropped gives the figure computed afresh (to the
+    last bit) from the blocks it changed only."""
+    from rtscore.mapping import area, merge_store
+
+    monkeypatch.setattr(merge_store, "BLOCK_M", 1500.0)  # a 3,840 m scene spans 3 x 3 blocks or more
+    mask = np.zeros((SIZE, SIZE), np.uint8)
+    mask[:30, :30] = 255
+    scenes = [
+        write_scene(tmp_path / str(k), f"s{k}", mask, UTM33, CENTRAL @ rasterio.Affine.translation(k * 100, k * 40))
+        for k in range(3)
+    ]
+    cache = tmp_path / "area-blocks.json"
+    computed: list[tuple[int, int]] = []
+    real = area._block_m2
+
+    def counting(block, *a, **kw):  # type: ignore[no-untyped-def]
+        computed.append(block)
+        return real(block, *a, **kw)
+
+    monkeypatch.setattr(area, "_block_m2", counting)
+    for done in ([scenes[0]], scenes[:2], scenes, [scenes[0], scenes[2]]):
+        computed.clear()
+        fresh = union_ground_m2(done)
+        n_all = len(computed)
+        computed.clear()
+        cached = union_ground_m2(done, cache)
+        assert cached == fresh
+        assert len(computed) < n_all or done == [scenes[0]]  # only the blocks whose footprints changed
+    computed.clear()
+    assert union_ground_m2([scenes[0], scenes[2]], cache) == fresh and computed == []  # nothing changed
+    one = union_ground_m2([scenes[0]])
+    assert one == pytest.approx(SIZE * SIZE * PIXEL**2 * (1 - (30 / SIZE) ** 2) / K0**2, rel=1e-5)
+    cache.write_text("{torn")
+    assert union_ground_m2([scenes[0], scenes[2]], cache) == fresh  # an unreadable cache: every block again

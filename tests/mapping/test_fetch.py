@@ -176,3 +176,33 @@ def test_finishes_of_a_growing_gs_campaign_download_the_new_files_and_write_the_
     downloads.clear()
     again = finish("cache")
     assert downloads == [] and again == second
+
+
+def test_a_finish_takes_the_header_of_a_file_it_read_before_unchanged_from_its_cache(
+    parts: list[SceneParts], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A campaign of 10^5 quads would read every parts file at every finish for its header: unchanged files (same
+    size, times and inode) are taken from the header cache, their parts still checked when read."""
+    from rtscore.mapping import fetch
+
+    out = CampaignRoot(tmp_path / "campaign")
+    done = [publish_parts(out, sp) for sp in parts[:4]]
+    first = fetch_scene_parts(out, done, workers=2)
+    reads: list[Path] = []
+    real = fetch._read
+
+    def counted(path: Path) -> bytes:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(fetch, "_read", counted)
+    again = fetch_scene_parts(out, done, workers=2)
+    assert reads == [] and [f.sha256 for f in again] == [f.sha256 for f in first]
+    assert texts(again) == texts(first)  # the parts, read now, are the file's
+    changed = scene_outputs(out, done[2]).parts
+    write_parts(changed, parts[5], 4.0)  # re-mapped: another file under the same path
+    third = fetch_scene_parts(out, done, workers=2)
+    assert reads == [changed] and texts(third)[2] == parts_json(parts[5], 4.0)
+    (out.local / fetch.FINISH_DIR / fetch.HEADERS).write_text("{torn")
+    reads.clear()
+    assert texts(fetch_scene_parts(out, done, workers=2)) == texts(third) and len(reads) == 4  # a bad cache: all read

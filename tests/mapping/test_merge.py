@@ -135,3 +135,73 @@ def test_a_state_that_cannot_be_built_on_is_a_full_merge(
     state.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])  # a flipped bit in the head
     assert read_state(state) is None
     assert caplog.text.count("unreadable") >= 3
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Blocks of 40 m: a scene of 96 m spans 3-4 of them, and objects fall in many."""
+    from rtscore.mapping import merge_store
+
+    monkeypatch.setattr(merge_store, "BLOCK_M", 40.0)
+    return 40.0
+
+
+def test_with_many_blocks_a_finish_rewrites_only_the_blocks_near_a_change(
+    scenes: list[SceneParts], tmp_path: Path, small_blocks: float
+) -> None:
+    state = tmp_path / "merge-state"
+    first = scenes[:6]  # the top two rows; the third arrives later
+    _, got, report = merge_incremental(first, [sha(s) for s in first], state)
+    assert rows(got) == rows(merge_parts(first)[1])
+    assert report.blocks > 12 and report.blocks_written == report.blocks
+    assert sorted(p.name for p in (tmp_path / "merge-state.blocks").iterdir()) == sorted(read_state(state).blocks)
+    _, got, report = merge_incremental(scenes, [sha(s) for s in scenes], state)
+    assert rows(got) == rows(merge_parts(scenes)[1])
+    assert 0 < report.blocks_written < report.blocks  # the top row's blocks are not read as objects nor rewritten
+    for trial in range(3):  # random arrivals, removals and re-maps over many blocks: always the full merge
+        rng = random.Random(100 + trial)
+        state = tmp_path / f"state-{trial}"
+        held: list[int] = []
+        for _ in range(4):
+            held = sorted(set(held) | set(rng.sample(range(len(scenes)), 3)))
+            if len(held) > 4 and rng.random() < 0.5:
+                held.remove(rng.choice(held))
+            done = [scenes[i] for i in held]
+            _, got, _ = merge_incremental(done, [sha(s) for s in done], state)
+            assert rows(got) == rows(merge_parts(done)[1]), (trial, held)
+
+
+def test_a_finish_killed_between_its_blocks_and_its_head_or_a_damaged_block_is_a_full_merge(
+    scenes: list[SceneParts],
+    tmp_path: Path,
+    small_blocks: float,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from rtscore.mapping import merge
+
+    monkeypatch.setattr(logging.getLogger("rtscore"), "propagate", True)
+    state = tmp_path / "merge-state"
+    some = scenes[:5]
+    merge_incremental(some, [sha(s) for s in some], state)
+
+    def killed(path: Path, st: object) -> None:
+        raise KeyboardInterrupt  # the blocks are written, the head is not
+
+    with monkeypatch.context() as m:
+        m.setattr(merge, "write_state", killed)
+        with pytest.raises(KeyboardInterrupt):
+            merge_incremental(scenes, [sha(s) for s in scenes], state)
+    with caplog.at_level("WARNING"):
+        _, got, report = merge_incremental(scenes, [sha(s) for s in scenes], state)
+    assert report.full and rows(got) == rows(merge_parts(scenes)[1])
+    assert "unreadable" in caplog.text and "CRC-32" in caplog.text
+    caplog.clear()
+    block = sorted((tmp_path / "merge-state.blocks").iterdir())[0]
+    data = block.read_bytes()
+    block.write_bytes(data[:-40] + bytes([data[-40] ^ 0x01]) + data[-39:])  # a flipped bit in a block
+    done = scenes[:4] + scenes[5:]  # a scene no longer done
+    with caplog.at_level("WARNING"):
+        _, got, report = merge_incremental(done, [sha(s) for s in done], state)
+    assert report.full and rows(got) == rows(merge_parts(done)[1])
+    assert f"{block.name}" in caplog.text and "CRC-32" in caplog.text

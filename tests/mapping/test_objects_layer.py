@@ -100,3 +100,28 @@ def test_an_objects_layer_written_with_the_old_size_bin_label_reads_back_in_the_
     assert back.size_bin == "50000+"
     assert size_bin_key("50000-1e+12") == size_bin_key("50000+") == 50_000.0
     assert size_bin_key("1e-05-2000") == 1e-05 and size_bin_key("other") == math.inf
+
+
+def test_a_layer_written_from_the_merges_columns_is_the_layer_of_its_objects(tmp_path: Path) -> None:
+    """The finish writes the layer from the merge's columns (no shapely geometry per object): the same file content
+    as write_objects of the same objects, geometry bytes included; a GeometryCollection is made polygonal as there."""
+    import pyogrio
+
+    from rtscore.mapping.merge import merge_table
+    from rtscore.mapping.objects_layer import _multi_wkb, _polygonal_geoms, layer_wkb, write_object_table
+
+    drawn = shapely.Point(500_800.0, 6_999_600.0).union(shapely.Point(500_300.0, 6_999_500.0)).buffer(150.0)
+    scenes = two_scenes(tmp_path, drawn)
+    crs, table, _ = merge_table(scenes, ["a", "b"], None)
+    objects = table.objects()
+    assert len(objects) == 2 and [o.object_id for o in objects] == [1, 2]
+    by_objects = pyogrio.raw.read(write_objects(tmp_path / "objects.gpkg", objects, crs))
+    by_table = pyogrio.raw.read(write_object_table(tmp_path / "table.gpkg", table, crs))
+    assert list(by_table[2]) == list(by_objects[2])  # geometries' WKB, byte for byte
+    for a, b in zip(by_table[3], by_objects[3], strict=True):
+        assert list(a) == list(b)
+    assert read_objects(tmp_path / "table.gpkg") == read_objects(tmp_path / "objects.gpkg")
+    odd = shapely.GeometryCollection([shapely.box(0, 0, 1, 1), shapely.LineString([(2, 2), (3, 3)])])
+    assert list(layer_wkb([odd.wkb, shapely.box(0, 0, 2, 2).wkb])) == list(
+        _multi_wkb(_polygonal_geoms([odd, shapely.box(0, 0, 2, 2)]))
+    )
