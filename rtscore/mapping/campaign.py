@@ -19,7 +19,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,7 +56,7 @@ from rtscore.mapping.chunk import (
     scene_job,
 )
 from rtscore.mapping.fetch import FINISH_DIR, FetchedParts, fetch_scene_parts, merge_state_path
-from rtscore.mapping.footprints import lonlat_cache_path, lonlat_footprints
+from rtscore.mapping.footprints import lonlat_cache_path, lonlat_footprint_texts
 from rtscore.mapping.handover import todo_chunks
 from rtscore.mapping.merge import merge_table
 from rtscore.mapping.objects_layer import ObjectTable, write_object_table
@@ -454,7 +453,10 @@ def write_campaign_outputs(
     done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
     done = [s for s in done if is_current(last[s.scene_id], s, identity)]
     fetched, features, ground_m2 = _done_scene_parts(out, done, last)
-    atomic_write_text(out.path(INDEX_FILE), json.dumps({"type": "FeatureCollection", "features": features}) + "\n")
+    # json.dumps of {"type": "FeatureCollection", "features": [...]}, byte for byte, from the features' texts
+    atomic_write_text(
+        out.path(INDEX_FILE), '{"type": "FeatureCollection", "features": [' + ", ".join(features) + "]}\n"
+    )
     del features
     km2_union = union_ground_m2([f.parts for f in fetched], out.local / FINISH_DIR / AREA_CACHE) / 1e6
     # the parts go with the merge: a campaign of 10^5 quads holds ~10^6 of them, and the layer is written after
@@ -489,23 +491,23 @@ def write_campaign_outputs(
 
 def _done_scene_parts(
     out: CampaignRoot, done: Sequence[Scene], last: Mapping[str, SceneRecord]
-) -> tuple[list[FetchedParts], list[dict[str, Any]], float]:
+) -> tuple[list[FetchedParts], list[str], float]:
     """Each done scene's parts file (fetched concurrently, downloaded for a gs:// output only when new or changed:
     :func:`~rtscore.mapping.fetch.fetch_scene_parts`), its footprint as a feature of index.geojson (EPSG:4326, with
-    the scene's id, URI and output files relative to the campaign) and its ground mapped (its valid pixels' area,
-    summed over the scenes). Its own step: the one pass over the done scenes' files; everything the campaign's files
-    hold is drawn from what it returns, no raster read."""
+    the scene's id, URI and output files relative to the campaign; the feature's JSON text, as ``json.dumps`` writes
+    it) and its ground mapped (its valid pixels' area, summed over the scenes). Its own step: the one pass over the
+    done scenes' files; everything the campaign's files hold is drawn from what it returns, no raster read."""
     fetched = fetch_scene_parts(out, done)
     if out.remote:
         n = sum(f.downloaded for f in fetched)
         _log.info("campaign finish: %d parts file(s) downloaded, %d taken from the mirror", n, len(fetched) - n)
-    lonlat = lonlat_footprints(fetched, lonlat_cache_path(out))
+    lonlat = lonlat_footprint_texts(fetched, lonlat_cache_path(out))
     features, ground_m2 = [], 0.0
     for f, geometry in zip(fetched, lonlat, strict=True):
         s = f.scene
         ground_m2 += last[s.scene_id].valid_pixels * f.pixel_m2
-        props = {"scene_id": s.scene_id, "uri": s.uri, **scene_rels(s)}
-        features.append({"type": "Feature", "geometry": geometry, "properties": props})
+        props = json.dumps({"scene_id": s.scene_id, "uri": s.uri, **scene_rels(s)})
+        features.append(f'{{"type": "Feature", "geometry": {geometry}, "properties": {props}}}')
     return fetched, features, ground_m2
 
 

@@ -31,14 +31,20 @@ def lonlat_cache_path(out: CampaignRoot) -> Path:
 
 
 def lonlat_footprints(fetched: Sequence[FetchedParts], cache: Path | None) -> list[dict[str, Any]]:
-    """Each scene's footprint as a GeoJSON geometry in EPSG:4326 (``transform_geom``'s, antimeridian cut), in the
-    order of ``fetched``; from ``cache`` where the scene's parts sha256 is the one it holds (module docstring).
-    ``cache`` None: every footprint reprojected, nothing kept."""
+    """Each scene's footprint as a GeoJSON geometry in EPSG:4326 (:func:`lonlat_footprint_texts`, parsed)."""
+    return [json.loads(t) for t in lonlat_footprint_texts(fetched, cache)]
+
+
+def lonlat_footprint_texts(fetched: Sequence[FetchedParts], cache: Path | None) -> list[str]:
+    """Each scene's footprint as the JSON text of a GeoJSON geometry in EPSG:4326 (``transform_geom``'s, antimeridian
+    cut), in the order of ``fetched``; from ``cache`` where the scene's parts sha256 is the one it holds (module
+    docstring). Text, not parsed: the index is assembled from it, and at 10^5 scenes parsing and serialising the
+    coordinates again would cost seconds. ``cache`` None: every footprint reprojected, nothing kept."""
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
 
     held = _read(cache) if cache is not None else {}
-    out: list[Any] = [None] * len(fetched)
+    out: list[str] = [""] * len(fetched)
     todo = []
     for i, f in enumerate(fetched):
         hit = held.get(f.scene.scene_id)
@@ -50,7 +56,7 @@ def lonlat_footprints(fetched: Sequence[FetchedParts], cache: Path | None) -> li
     for crs, at in group_by_crs(parts):
         moved = transform_geom(crs, "EPSG:4326", [mapping(parts[j].footprint) for j in at])
         for j, g in zip(at, moved, strict=True):
-            out[todo[j]] = g
+            out[todo[j]] = json.dumps(g)
     if cache is not None and (todo or len(held) != len(fetched)):
         body = {
             "versions": _versions(),
@@ -66,14 +72,15 @@ def _versions() -> str:
     return f"rasterio {rasterio.__version__} GDAL {rasterio.__gdal_version__} PROJ {rasterio.__proj_version__}"
 
 
-def _read(path: Path) -> dict[str, tuple[str, Any]]:
+def _read(path: Path) -> dict[str, tuple[str, str]]:
     if not path.is_file():
         return {}
     try:
         body = json.loads(path.read_text())
         if body.get("versions") != _versions():
             return {}
-        return {str(s): (str(v[0]), v[1]) for s, v in body["scenes"].items()}
+        # each geometry as its JSON text (a cache written before held the parsed geometry: reprojected again)
+        return {str(s): (str(v[0]), v[1]) for s, v in body["scenes"].items() if isinstance(v[1], str)}
     except Exception as err:  # a cache: reprojected again
         _log.warning("index footprint cache %s unreadable (%s: %s): reprojecting", path, type(err).__name__, err)
         return {}
