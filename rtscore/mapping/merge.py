@@ -441,7 +441,8 @@ class _Blocks:
     def update(self, prev: MergeState, merged: list[MergedObject], size: float) -> list[str]:
         """Write the blocks of ``merged`` (the loaded blocks' objects as merged now), loading first any block a
         new object falls in that was not loaded, and remove loaded blocks left empty; ``prev.scene_blocks``
-        follows. Returns the blocks written or removed."""
+        follows. ``merged`` and ``prev.objects`` are emptied: an object's geometry is freed once its block is
+        encoded. Returns the blocks written or removed."""
         import shapely
 
         names = block_names(shapely.bounds(np.asarray([o.geometry for o in merged], dtype=object)), size)
@@ -450,16 +451,18 @@ class _Blocks:
             before = len(prev.objects)
             self.load(prev, extra)
             more = prev.objects[before:]
-            merged = merged + more
+            merged += more
             names += block_names(shapely.bounds(np.asarray([o.geometry for o in more], dtype=object)), size)
         by_block: dict[str, list[MergedObject]] = {}
         for o, b in zip(merged, names, strict=True):
             by_block.setdefault(b, []).append(o)
+        merged.clear()  # each block's objects go once it is written (a full merge holds ~10^6 of them)
+        prev.objects.clear()
         for s in list(prev.scene_blocks):  # the loaded blocks are redone: their entries too
             prev.scene_blocks[s] -= prev.loaded
         written = sorted(prev.loaded | set(by_block))
         for b in written:
-            objs = by_block.get(b, [])
+            objs = by_block.pop(b, [])
             if objs:
                 fields, arrays = _encode_block(objs)
                 crc = self._write(b, fields, arrays)
