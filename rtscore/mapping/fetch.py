@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtscore.mapping.outputs import SCENES_DIR, CampaignRoot, read_scene_parts, scene_outputs
+from rtscore.mapping.outputs import SCENES_DIR, CampaignRoot, read_scene_parts, scene_rels
 from rtscore.mapping.polygons import PARTS_SUFFIX, LazyParts, SceneParts, _crs_of_wkt, parts_from_json
 from rtscore.mapping.scenes import CampaignError, Scene
 from rtscore.storage.files import atomic_write_text, os_errors
@@ -77,15 +77,21 @@ def fetch_scene_parts(out: CampaignRoot, done: Sequence[Scene], *, workers: int 
     """
     listed = _listed_parts(out) if out.remote and done else None
     headers = _Headers(out.local / FINISH_DIR / HEADERS)
-    n = min(workers if workers is not None else small_object_workers(), max(1, len(done)))
+    outcomes: list[FetchedParts | Exception | None] = [None] * len(done)
+    for i, s in enumerate(done):  # files read before and unchanged: no I/O but a stat, so no thread either
+        rel = scene_rels(s)["parts"]
+        outcomes[i] = headers.known(s, out.path(rel), listed.get(rel) if listed is not None else None, out.remote)
+    todo = [s for s, o in zip(done, outcomes, strict=True) if o is None]
+    n = min(workers if workers is not None else small_object_workers(), max(1, len(todo)))
     # a task per few scenes, not per scene: at 10^5 scenes a future each costs more than reading a mirrored file
-    step = max(1, min(BATCH, len(done) // (4 * n)))
+    step = max(1, min(BATCH, len(todo) // (4 * n)))
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="rts-finish-fetch") as pool:
         batches = [
-            pool.submit(_fetch_batch, out, done[k : k + step], listed, headers) for k in range(0, len(done), step)
+            pool.submit(_fetch_batch, out, todo[k : k + step], listed, headers) for k in range(0, len(todo), step)
         ]
+    fetched = iter([o for b in batches for o in b.result()])
     got, errors = [], []
-    for s, outcome in zip(done, (o for b in batches for o in b.result()), strict=True):
+    for s, outcome in zip(done, (o if o is not None else next(fetched) for o in outcomes), strict=True):
         if isinstance(outcome, FetchedParts):
             got.append(outcome)
         else:
@@ -120,12 +126,9 @@ def _fetch_batch(
 
 
 def _fetch_one(out: CampaignRoot, scene: Scene, listed: dict[str, Blob] | None, headers: _Headers) -> FetchedParts:
-    rel = out.rel(scene_outputs(out, scene).parts)
+    rel = scene_rels(scene)["parts"]
     local, downloaded = out.path(rel), False
     blob = listed.get(rel) if listed is not None else None
-    known = headers.known(scene, local, blob, listed is not None)
-    if known is not None:  # the file the last finish read, unchanged (its parts still checked when read)
-        return known
     if (listed is not None and blob is None) or (listed is None and not local.is_file()):
         read_scene_parts(out, scene)  # no parts file: made from the rasters (or an error naming them)
     data = _read(local) if local.is_file() else None
