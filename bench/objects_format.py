@@ -6,37 +6,45 @@ serves better than GPKG at that size. This GDAL has no Parquet driver (``pyogrio
 directly, as the project would have to do it.
 
 Input, made once per run and not timed (:func:`generate`): N objects as a campaign's merge leaves them, in EPSG:3857
-at 4.77 m around 70 N: 8 objects per basemap quad of 4096 px, quads row by row (a campaign's objects come out of
-the merge in that spatial order), each an irregular polygon of 10-120 px across with its vertices on the pixel grid
-(``bench.campaign_scale.blob``, ~25 vertices); 5 % are MultiPolygons of two such blobs 130 px apart; 10 % lie on
-their quad's right border and name two scenes (``scene_ids`` of that quad and its right neighbour), the others one;
-3 % are partial. n_pixels, areas (projected and ground, ``cos²`` of the centroid's latitude), bbox and size bin are
-the geometry's; prob_mean in [0.5, 0.8], prob_max in [0.8, 1]. Saved as the geometries' WKB (one file and its
-offsets) and the attribute columns (``.npz``) in a temporary directory; each writer's process builds the
-:class:`~rtscore.mapping.polygons.RtsObject` s from them before its timer starts, as the finish holds them.
+at 4.77 m: 8 objects per basemap quad of 4096 px, the quads row by row in a band around the pole from ~70 N
+southwards (2,048 a row at most, a full circle of longitude: 10^6 objects are 62 rows, 70-66 N), their objects in
+that order (a campaign's objects come out of the merge in that spatial order), each an irregular polygon of 10-120 px
+across with its vertices on the pixel grid (``bench.campaign_scale.blob``, ~25 vertices); 5 % are MultiPolygons of
+two such blobs 130 px apart; 10 % lie on their quad's right border and name two scenes (``scene_ids`` of that quad
+and its right neighbour), the others one; 3 % are partial. n_pixels, areas (projected and ground, ``cos²`` of the
+centroid's latitude), bbox and size bin are the geometry's; prob_mean in [0.5, 0.8], prob_max in [0.8, 1]. Saved as
+the geometries' WKB (one file and its offsets) and the attribute columns (``.npz``) in a temporary directory; each
+writer's process loads them as the :class:`~rtscore.mapping.objects_layer.ObjectTable` the finish hands to the layer
+writer (WKB and scene-id texts in one buffer each, figures as arrays: :func:`load_table`) before its timer starts.
 
 Measured, each in a fresh process (``--child``): the imports (pyogrio, pyarrow, shapely, the objects layer with the
-torch the mapping modules pull in), PROJ's database and, for a write, the input's objects are done first, then the
+torch the mapping modules pull in), PROJ's database and, for a write, the object table are done first, then the
 peak counter is reset (Linux ``VmHWM``, ``/proc/self/clear_refs`` 5, ``bench.campaign_scale.measured``) and only the
 step is timed; printed: its wall seconds, its CPU seconds (user + system of every thread: what it cost on a shared
 machine whatever else ran), its process's peak RSS and what the step added to the process (peak - RSS at the reset).
 
-- ``write``: (gpkg) the project's ``objects_layer.write_objects`` (batches of ``WRITE_BATCH`` = 50,000 appended:
-  what users get today); (parquet) :func:`write_parquet`: pyarrow's ``ParquetWriter``, one row group of
-  ``--row-group`` (50,000) objects at a time (the columns of ``FIELDS`` through the project's ``_columns``, the
-  geometry as MultiPolygon WKB through ``_multi_wkb(_polygonal(...))`` in a binary column ``geometry``), zstd, the
-  GeoParquet 1.1 ``geo`` metadata (encoding WKB, geometry types seen, the CRS as PROJJSON, the bbox) added to the
-  footer at the end; both under a temporary name renamed into place. Plus the file's size.
-- ``read``: the file back into ``RtsObject`` s: (gpkg) ``objects_layer.read_objects``; (parquet)
+- ``write``: (gpkg) the project's ``objects_layer.write_object_table``, what the finish writes the layer with
+  (batches of ``WRITE_BATCH`` = 50,000 appended through pyogrio); (parquet) :func:`write_parquet`: pyarrow's
+  ``ParquetWriter`` fed the same batches (:func:`table_batch`: the columns of ``FIELDS`` and the MultiPolygon WKB
+  that ``write_object_table`` makes), one row group of ``--row-group`` (50,000) objects at a time, a binary column
+  ``geometry``, zstd, the GeoParquet 1.1 ``geo`` metadata (encoding WKB, the geometry types written, the CRS as
+  PROJJSON, the bbox) added to the footer at the end; both under a temporary name renamed into place. Plus the
+  file's size.
+- ``read``: the whole file back into ``RtsObject`` s: (gpkg) ``objects_layer.read_objects``; (parquet)
   :func:`read_parquet_objects`, a row group at a time, each object built as ``read_objects`` builds it.
-- ``attrs``: the attribute columns only (``FIELDS``, no geometry), what the review export's selection uses, as numpy
+- ``attrs``: the attribute columns only (``FIELDS``, no geometry), what a review's selection chooses from, as numpy
   columns: (gpkg) ``pyogrio.raw.read(read_geometry=False)``; (parquet) ``pq.read_table(columns=FIELDS)``.
+- ``rows``: the 100 objects of a review's sample (seeded, spread over the layer) with their geometries, as
+  ``RtsObject`` s, what the chips need after the selection: (gpkg) by feature id (``pyogrio.raw.read(fids=...)``);
+  (parquet) the row groups that hold them, one at a time (a Parquet file has no row index: a row group is the
+  smallest read).
 
 After the first repeat's writes both files are checked (:func:`check_files`, not timed): GDAL cannot open the
 parquet file (no driver: recorded), so it is read back with pyarrow: row count, row groups, the ``geo`` metadata
 (version, primary column, encoding, types, CRS equal to the campaign's, bbox equal to the objects' bounds), and the
-first and last 100 objects' attributes and geometry (WKB byte for byte as shapely writes it) against the input; the
-GeoPackage's count and the same objects through pyogrio (GDAL keeps the WKB it is given: byte for byte too).
+first and last 100 objects' attributes and geometry against the input made into a layer as ``write_objects`` makes
+one from ``RtsObject`` s (WKB byte for byte as shapely writes it); the GeoPackage's count and the same objects
+through pyogrio (GDAL keeps the WKB it is given: byte for byte too).
 
 Printed: per format, median [min-max] over ``--repeats`` of each figure, and the ratios parquet / gpkg of the
 medians. ``--json`` writes them all.
@@ -72,6 +80,10 @@ sys.path.insert(0, str(ROOT))
 from bench.campaign_scale import ORIGIN_X, ORIGIN_Y, PIXEL, QUAD, _fmt_s, blob, measured, quad_id  # noqa: E402
 
 CRS_EPSG = 3857
+QUADS_AROUND = 2048  # basemap quads (4096 px at zoom 15) around a circle of latitude
+MERCATOR_WEST = -20_037_508.34  # EPSG:3857's western edge (180 W)
+# the quads' western edge: a whole number of quads west of campaign_scale's origin (its pixel grid), inside 180 W
+WEST = ORIGIN_X - math.floor((ORIGIN_X - MERCATOR_WEST) / (QUAD * PIXEL)) * QUAD * PIXEL
 PER_QUAD = 8  # objects per basemap quad
 MULTI_FRACTION = 0.05  # MultiPolygons (two blobs)
 SEAM_FRACTION = 0.10  # objects on a quad border, named by two scenes
@@ -82,7 +94,9 @@ GEN_BATCH = 50_000  # objects generated and saved at a time
 SAMPLE = 100  # objects checked at each end of the files
 FORMATS = ("gpkg", "parquet")
 SUFFIX = {"gpkg": ".gpkg", "parquet": ".parquet"}
-KINDS = ("write", "read", "attrs")
+KINDS = ("write", "read", "attrs", "rows")
+CHOSEN = 100  # objects of a review's sample read with their geometries (the rows step)
+FIGURES = ("prob_mean", "prob_max", "area_m2", "ground_area_m2", "bbox_minx", "bbox_miny", "bbox_maxx", "bbox_maxy")
 WKB_TYPES = {1: "Point", 2: "LineString", 3: "Polygon", 4: "MultiPoint", 5: "MultiLineString", 6: "MultiPolygon"}
 
 
@@ -103,7 +117,9 @@ def generate(n: int, out: Path, seed: int = 0) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     edges = list(EvaluationConfig().size_bins_m2)
-    cols = max(1, round(math.sqrt(n / PER_QUAD)))
+    # a band of quads from ~70 N southwards, around the pole: as many columns as a square would have, at most a
+    # full circle of longitude (a pan-Arctic campaign's 117,000 quads are ~57 rows of 2,048)
+    cols = min(QUADS_AROUND, max(1, round(math.sqrt(n / PER_QUAD))))
     side = QUAD * PIXEL
     margin = 80 * PIXEL
     offsets = [0]
@@ -114,7 +130,7 @@ def generate(n: int, out: Path, seed: int = 0) -> dict[str, Any]:
             geoms, scene_ids = [], []
             for i in range(k0, min(n, k0 + GEN_BATCH)):
                 row, col = divmod(i // PER_QUAD, cols)
-                x0, y1 = ORIGIN_X + col * side, ORIGIN_Y - row * side
+                x0, y1 = WEST + col * side, ORIGIN_Y - row * side
                 seam = rng.random() < SEAM_FRACTION
                 cy = float(rng.uniform(y1 - side + margin, y1 - margin))
                 cx = x0 + side if seam else float(rng.uniform(x0 + margin, x0 + side - margin))
@@ -161,42 +177,53 @@ def generate(n: int, out: Path, seed: int = 0) -> dict[str, Any]:
     return {"objects": n, **kinds, "input_mib": _mib(out / "geometry.wkb") + _mib(out / "columns.npz")}
 
 
-def load_input(path: Path, rows: Sequence[int] | None = None) -> tuple[Any, list[Any]]:
-    """The campaign CRS and the input's objects (``rows``: those only), as the finish holds them."""
-    import shapely
+def load_table(path: Path) -> tuple[Any, Any]:
+    """The campaign CRS and the input as the finish hands it to the layer writer: an
+    :class:`~rtscore.mapping.objects_layer.ObjectTable` (the geometries' WKB and the scene-id texts in one buffer
+    each, the figures as arrays; object ``k`` has id ``k + 1``)."""
     from rasterio.crs import CRS
 
-    from rtscore.mapping.polygons import RtsObject
+    from rtscore.mapping.objects_layer import ObjectTable
 
     with np.load(path / "columns.npz") as z:
         c = {k: z[k] for k in z.files}
-    data = (path / "geometry.wkb").read_bytes()
     off = c["offsets"]
-    idx = range(len(off) - 1) if rows is None else list(rows)
-    geoms = shapely.from_wkb(np.asarray([data[off[i] : off[i + 1]] for i in idx], dtype=object))
-    del data
-    objects = [
-        RtsObject(
-            object_id=int(c["object_id"][i]),
-            geometry=g,
-            scene_ids=tuple(json.loads(str(c["scene_ids"][i]))),
-            n_pixels=int(c["n_pixels"][i]),
-            prob_mean=float(c["prob_mean"][i]),
-            prob_max=float(c["prob_max"][i]),
-            area_m2=float(c["area_m2"][i]),
-            ground_area_m2=float(c["ground_area_m2"][i]),
-            bbox=(
-                float(c["bbox_minx"][i]),
-                float(c["bbox_miny"][i]),
-                float(c["bbox_maxx"][i]),
-                float(c["bbox_maxy"][i]),
-            ),
-            size_bin=str(c["size_bin"][i]),
-            partial=bool(c["partial"][i]),
-        )
-        for i, g in zip(idx, geoms, strict=True)
-    ]
-    return CRS.from_epsg(CRS_EPSG), objects
+    texts = [str(s).encode() for s in c["scene_ids"]]
+    tends = np.cumsum([len(t) for t in texts], dtype=np.int64)
+    labels = tuple(sorted({str(b) for b in c["size_bin"]} - {""}))
+    index = {b: i for i, b in enumerate(labels)} | {"": -1}
+    table = ObjectTable(
+        wkb=(path / "geometry.wkb").read_bytes(),
+        starts=off[:-1],
+        ends=off[1:],
+        text=b"".join(texts),
+        tstarts=tends - np.asarray([len(t) for t in texts], dtype=np.int64),
+        tends=tends,
+        n_pixels=c["n_pixels"],
+        figures=np.column_stack([c[f] for f in FIGURES]),
+        size_bins=labels,
+        size_bin=np.asarray([index[str(b)] for b in c["size_bin"]], dtype=np.int64),
+        partial=c["partial"],
+    )
+    return CRS.from_epsg(CRS_EPSG), table
+
+
+def table_batch(table: Any, k0: int, k1: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Objects ``k0``..``k1`` of ``table`` as the layer holds them: MultiPolygon WKB and the :data:`FIELDS` columns,
+    made as ``objects_layer.write_object_table`` makes them for the GeoPackage (the test checks both files agree)."""
+    from rtscore.mapping.objects_layer import layer_wkb
+
+    f = table.figures[k0:k1]
+    labels = [*table.size_bins, ""]
+    columns = {
+        "object_id": np.arange(k0 + 1, k1 + 1, dtype=np.int64),
+        "scene_ids": np.asarray(table.scene_ids_text(k0, k1), dtype=object),
+        "n_pixels": np.asarray(table.n_pixels[k0:k1], np.int64),
+        **{name: np.ascontiguousarray(f[:, j]) for j, name in enumerate(FIGURES)},
+        "size_bin": np.asarray([labels[i] for i in table.size_bin[k0:k1].tolist()], dtype=object),
+        "partial": np.asarray(table.partial[k0:k1], np.bool_),
+    }
+    return layer_wkb(table.geometry_wkb(k0, k1)), columns
 
 
 # ------------------------------------------------------------------------------------------------ GeoParquet
@@ -216,42 +243,41 @@ def _wkb_type(w: bytes) -> str:
     return WKB_TYPES.get(code % 1000, str(code))
 
 
-def write_parquet(path: str | Path, objects: Sequence[Any], crs: Any, row_group: int = ROW_GROUP) -> Path:
-    """``objects`` as GeoParquet 1.1 (module docstring), one row group of ``row_group`` objects at a time: what it
-    adds to memory is one row group's columns, not the layer's. Under a temporary name renamed into place."""
+def write_parquet(path: str | Path, table: Any, crs: Any, row_group: int = ROW_GROUP) -> Path:
+    """``table`` (an ``ObjectTable``) as GeoParquet 1.1 (module docstring), one row group of ``row_group`` objects at a
+    time: what it adds to memory is one row group's columns, not the layer's. The bbox is that of the objects' bbox
+    columns (their geometries' bounds: no geometry is decoded). Under a temporary name renamed into place."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import shapely
     from rasterio.crs import CRS
 
-    from rtscore.mapping.objects_layer import FIELDS, _columns, _multi_wkb, _polygonal
+    from rtscore.mapping.objects_layer import FIELDS
 
     final = Path(path)
     tmp = final.with_name(f".{final.stem}.{uuid.uuid4().hex[:8]}.partial{final.suffix}")
     schema = _arrow_schema()
-    lo, hi = np.array([np.inf, np.inf]), np.array([-np.inf, -np.inf])
+    n = len(table)
     types: set[str] = set()
     try:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-            for k in range(0, len(objects), row_group):
-                batch = objects[k : k + row_group]
-                geoms = _polygonal(batch)
-                wkb = _multi_wkb(geoms)
-                box = shapely.total_bounds(np.asarray(geoms, dtype=object))
-                lo, hi = np.minimum(lo, box[:2]), np.maximum(hi, box[2:])
+            for k in range(0, n, row_group):
+                wkb, columns = table_batch(table, k, min(n, k + row_group))
                 types |= {_wkb_type(w) for w in {bytes(w[:5]) for w in wkb}}
-                columns = _columns(batch)
                 arrays = [pa.array(columns[f], type=schema.field(f).type) for f in FIELDS]
-                table = pa.Table.from_arrays([*arrays, pa.array(wkb, type=pa.binary())], schema=schema)
-                writer.write_table(table, row_group_size=row_group)
+                writer.write_table(
+                    pa.Table.from_arrays([*arrays, pa.array(wkb, type=pa.binary())], schema=schema),
+                    row_group_size=row_group,
+                )
             column: dict[str, Any] = {
                 "encoding": "WKB",
                 "geometry_types": sorted(types),
                 "crs": CRS.from_user_input(crs).to_dict(projjson=True),
                 "edges": "planar",
             }
-            if np.all(np.isfinite(lo)):
-                column["bbox"] = [float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1])]
+            if n:
+                box = table.figures[:, 4:8]
+                column["bbox"] = [float(box[:, 0].min()), float(box[:, 1].min())]
+                column["bbox"] += [float(box[:, 2].max()), float(box[:, 3].max())]
             geo = {"version": "1.1.0", "primary_column": "geometry", "columns": {"geometry": column}}
             writer.add_key_value_metadata({"geo": json.dumps(geo)})
         tmp.replace(final)
@@ -270,45 +296,56 @@ def geo_metadata(path: str | Path) -> dict[str, Any]:
     return dict(json.loads(meta[b"geo"]))
 
 
+def _objects(c: dict[str, np.ndarray], geoms: Sequence[Any]) -> list[Any]:
+    """The rows of columns ``c`` and WKB ``geoms`` as RtsObjects, field by field as ``read_objects`` makes them."""
+    import shapely
+
+    from rtscore.mapping.polygons import RtsObject, current_size_bin
+
+    return [
+        RtsObject(
+            object_id=int(c["object_id"][i]),
+            geometry=shapely.from_wkb(geoms[i]),
+            scene_ids=tuple(json.loads(c["scene_ids"][i])),
+            n_pixels=int(c["n_pixels"][i]),
+            prob_mean=float(c["prob_mean"][i]),
+            prob_max=float(c["prob_max"][i]),
+            area_m2=float(c["area_m2"][i]),
+            ground_area_m2=float(c["ground_area_m2"][i]),
+            bbox=(
+                float(c["bbox_minx"][i]),
+                float(c["bbox_miny"][i]),
+                float(c["bbox_maxx"][i]),
+                float(c["bbox_maxy"][i]),
+            ),
+            size_bin=current_size_bin(str(c["size_bin"][i])),
+            partial=bool(c["partial"][i]),
+        )
+        for i in range(len(geoms))
+    ]
+
+
+def _arrow_objects(batch: Any, primary: str) -> list[Any]:
+    from rtscore.mapping.objects_layer import FIELDS
+
+    c = {f: batch.column(f).to_numpy(zero_copy_only=False) for f in FIELDS}
+    return _objects(c, batch.column(primary).to_numpy(zero_copy_only=False))
+
+
 def read_parquet_objects(path: str | Path) -> tuple[Any, list[Any]]:
     """The objects of a file :func:`write_parquet` wrote: (its CRS, its objects), a row group at a time, each
     object built as ``objects_layer.read_objects`` builds it."""
     import pyarrow.parquet as pq
-    import shapely
     from rasterio.crs import CRS
 
     from rtscore.mapping.objects_layer import FIELDS
-    from rtscore.mapping.polygons import RtsObject, current_size_bin
 
     geo = geo_metadata(path)
     primary = geo["primary_column"]
     crs = CRS.from_user_input(json.dumps(geo["columns"][primary]["crs"]))
     objects = []
-    pf = pq.ParquetFile(path)
-    for batch in pf.iter_batches(batch_size=ROW_GROUP, columns=[*FIELDS, primary]):
-        c = {f: batch.column(f).to_numpy(zero_copy_only=False) for f in FIELDS}
-        geoms = batch.column(primary).to_numpy(zero_copy_only=False)
-        objects += [
-            RtsObject(
-                object_id=int(c["object_id"][i]),
-                geometry=shapely.from_wkb(geoms[i]),
-                scene_ids=tuple(json.loads(c["scene_ids"][i])),
-                n_pixels=int(c["n_pixels"][i]),
-                prob_mean=float(c["prob_mean"][i]),
-                prob_max=float(c["prob_max"][i]),
-                area_m2=float(c["area_m2"][i]),
-                ground_area_m2=float(c["ground_area_m2"][i]),
-                bbox=(
-                    float(c["bbox_minx"][i]),
-                    float(c["bbox_miny"][i]),
-                    float(c["bbox_maxx"][i]),
-                    float(c["bbox_maxy"][i]),
-                ),
-                size_bin=current_size_bin(str(c["size_bin"][i])),
-                partial=bool(c["partial"][i]),
-            )
-            for i in range(len(geoms))
-        ]
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=ROW_GROUP, columns=[*FIELDS, primary]):
+        objects += _arrow_objects(batch, primary)
     return crs, objects
 
 
@@ -327,6 +364,37 @@ def read_attributes(path: Path, fmt: str) -> dict[str, np.ndarray]:
 
     table = pq.read_table(path, columns=list(FIELDS))
     return {f: table.column(f).to_numpy() for f in FIELDS}
+
+
+def chosen_rows(n: int, k: int = CHOSEN, seed: int = 0) -> list[int]:
+    """``k`` row positions of ``n`` (a review's sample: spread over the layer), ascending."""
+    return sorted(np.random.default_rng(seed).choice(n, size=min(k, n), replace=False).tolist())
+
+
+def read_rows(path: Path, fmt: str, rows: Sequence[int]) -> list[Any]:
+    """The objects at row positions ``rows`` (ascending), with their geometries, as RtsObjects: (gpkg) by feature id,
+    which in a GeoPackage pyogrio wrote is the row's position + 1 (``pyogrio.raw.read(fids=...)``); (parquet) the row
+    groups holding them, one at a time, the rows taken from each."""
+    from rtscore.mapping.objects_layer import FIELDS, OBJECTS_LAYER
+
+    if fmt == "gpkg":
+        import pyogrio.raw
+
+        meta, _, geoms, values = pyogrio.raw.read(path, layer=OBJECTS_LAYER, fids=np.asarray(rows, np.int64) + 1)
+        names = [str(f) for f in meta["fields"]]
+        return _objects({f: values[names.index(f)] for f in FIELDS}, geoms)
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    primary = geo_metadata(path)["primary_column"]
+    sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    out: list[Any] = []
+    for g in sorted({int(np.searchsorted(starts, r, side="right")) - 1 for r in rows}):
+        want = [r - int(starts[g]) for r in rows if starts[g] <= r < starts[g + 1]]
+        group = pf.read_row_group(g, columns=[*FIELDS, primary]).take(want)
+        out += _arrow_objects(group, primary)
+    return out
 
 
 @contextlib.contextmanager
@@ -355,19 +423,19 @@ def warm_up() -> None:
 
 def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run ``step`` (``<kind>-<format>``) in this process: its figures (module docstring)."""
-    from rtscore.mapping.objects_layer import read_objects, write_objects
+    from rtscore.mapping.objects_layer import read_objects, write_object_table
 
     warm_up()
     kind, fmt = step.split("-")
     path = Path(args["path"])
     out: dict[str, Any] = {}
     if kind == "write":
-        crs, objects = load_input(Path(args["input"]))
+        crs, table = load_table(Path(args["input"]))
         with timed(out, step):
             if fmt == "gpkg":
-                write_objects(path, objects, crs)
+                write_object_table(path, table, crs)
             else:
-                write_parquet(path, objects, crs, int(args["row_group"]))
+                write_parquet(path, table, crs, int(args["row_group"]))
         out[step]["file_mib"] = _mib(path)
     elif kind == "read":
         with timed(out, step):
@@ -377,6 +445,13 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
         with timed(out, step):
             columns = read_attributes(path, fmt)
         out[step]["objects"] = len(columns["object_id"])
+    elif kind == "rows":
+        rows = chosen_rows(int(args["n"]))
+        with timed(out, step):
+            objects = read_rows(path, fmt, rows)
+        if [o.object_id for o in objects] != [r + 1 for r in rows]:
+            raise SystemExit(f"{step}: read other objects than the rows chosen")
+        out[step]["objects"] = len(objects)
     else:
         raise SystemExit(f"unknown step {step!r}")
     return dict(out[step])
@@ -417,9 +492,12 @@ def check_files(input_dir: Path, gpkg: Path, parquet: Path, n: int, row_group: i
         gdal_reads = False
     head = list(range(min(n, SAMPLE)))
     tail = list(range(max(len(head), n - SAMPLE), n))
-    crs, expected = load_input(input_dir, head + tail)
+    crs, table = load_table(input_dir)
+    # expected as write_objects makes a layer of RtsObjects: not through table_batch, which the writers share
+    expected = table.objects(0, len(head)) + (table.objects(tail[0], n) if tail else [])
     want = _columns(expected)
     want_wkb = _multi_wkb(_polygonal(expected))
+    del table
 
     meta = pq.read_metadata(parquet)
     geo = geo_metadata(parquet)
@@ -526,34 +604,38 @@ def _cell(s: dict[str, Any], key: str) -> str:
     return f"{text} (+{s['grown_mib']:,.0f})" if key == "peak_mib" else text
 
 
+COLUMNS = (  # (step kind, figure, heading) of the printed table
+    ("write", "seconds", "write s"),
+    ("write", "peak_mib", "write peak MiB"),
+    ("write", "file_mib", "file MiB"),
+    ("read", "seconds", "read-all s"),
+    ("read", "peak_mib", "read-all peak MiB"),
+    ("attrs", "seconds", "read-attributes s"),
+    ("attrs", "peak_mib", "read-attributes peak MiB"),
+    ("rows", "seconds", f"read {CHOSEN} rows s"),
+    ("rows", "peak_mib", f"read {CHOSEN} rows peak MiB"),
+)
+
+
 def print_table(summary: dict[str, Any], rat: dict[str, float], n: int, repeats: int) -> None:
     log(
         f"\nN = {n:,} objects; median [min-max] over {repeats} repeat(s); seconds: wall; peak: the step's process "
-        "(MiB; in brackets what the step added to it: after the imports and, for a write, the objects it was given)"
+        "(MiB; in brackets what the step added to it: after the imports and, for a write, the object table it was "
+        "given)"
     )
-    log(
-        "| format | write s | write peak MiB | file MiB | read-all s | read-all peak MiB | read-attributes s | "
-        "read-attributes peak MiB |"
-    )
-    log("|" + " --- |" * 8)
+    log("| format | " + " | ".join(head for _, _, head in COLUMNS) + " |")
+    log("|" + " --- |" * (len(COLUMNS) + 1))
     for fmt in FORMATS:
-        w, r, a = (summary[f"{k}-{fmt}"] for k in KINDS)
-        cells = [_cell(w, "seconds"), _cell(w, "peak_mib"), _cell(w, "file_mib"), _cell(r, "seconds")]
-        cells += [_cell(r, "peak_mib"), _cell(a, "seconds"), _cell(a, "peak_mib")]
-        log(f"| {fmt} | " + " | ".join(cells) + " |")
-    keys = ["write_seconds", "write_peak_mib", "write_file_mib", "read_seconds", "read_peak_mib", "attrs_seconds"]
-    keys += ["attrs_peak_mib"]
-    log("| parquet / gpkg | " + " | ".join(f"{rat[k]:.2f}" if k in rat else "n/a" for k in keys) + " |")
+        log(f"| {fmt} | " + " | ".join(_cell(summary[f"{k}-{fmt}"], key) for k, key, _ in COLUMNS) + " |")
+    cells = [f"{rat[f'{k}_{key}']:.2f}" if f"{k}_{key}" in rat else "n/a" for k, key, _ in COLUMNS]
+    log("| parquet / gpkg | " + " | ".join(cells) + " |")
     log("\nCPU seconds (user + system, all threads) of the same steps: what each cost whatever else ran")
-    log("| format | write CPU s | read-all CPU s | read-attributes CPU s |")
-    log("|" + " --- |" * 4)
+    log("| format | " + " | ".join(head for _, key, head in COLUMNS if key == "seconds").replace(" s", " CPU s") + " |")
+    log("|" + " --- |" * (len(KINDS) + 1))
     for fmt in FORMATS:
         log(f"| {fmt} | " + " | ".join(_cell(summary[f"{k}-{fmt}"], "cpu_s") for k in KINDS) + " |")
-    log(
-        "| parquet / gpkg | "
-        + " | ".join(f"{rat[f'{k}_cpu_s']:.2f}" if f"{k}_cpu_s" in rat else "n/a" for k in KINDS)
-        + " |"
-    )
+    cells = [f"{rat[f'{k}_cpu_s']:.2f}" if f"{k}_cpu_s" in rat else "n/a" for k in KINDS]
+    log("| parquet / gpkg | " + " | ".join(cells) + " |")
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -581,6 +663,7 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
                     "input": str(work / "input"),
                     "path": str(d / f"objects{SUFFIX[fmt]}"),
                     "row_group": a.row_group,
+                    "n": a.n,
                 }
                 got = run_child(step, args, in_process=a.in_process)
                 rows[step].append(got)

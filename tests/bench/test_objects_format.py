@@ -1,6 +1,6 @@
 """bench/objects_format.py (issue 37, point 3): a smoke run at N = 300 in process (row groups and GeoPackage batches
-of 100, so both files are written in several pieces); both files hold the same objects as the input, and the
-table has both formats and their ratios."""
+of 100, so both files are written in several pieces); both files hold the same objects as the input, whole and as a
+review's sample, and the table has both formats and their ratios."""
 
 from __future__ import annotations
 
@@ -12,7 +12,16 @@ import pyogrio
 import pytest
 import shapely
 
-from bench.objects_format import FORMATS, KINDS, geo_metadata, load_input, read_parquet_objects, run
+from bench.objects_format import (
+    FORMATS,
+    KINDS,
+    chosen_rows,
+    geo_metadata,
+    load_table,
+    read_parquet_objects,
+    read_rows,
+    run,
+)
 from rtscore.mapping import objects_layer
 from rtscore.mapping.objects_layer import read_objects
 from rtscore.mapping.polygons import RtsObject
@@ -32,7 +41,8 @@ def test_both_formats_hold_the_same_objects_and_the_table_has_both(
     a = argparse.Namespace(n=300, repeats=1, row_group=100, seed=3, in_process=True)
     figures = run(a, tmp_path)
 
-    _, given = load_input(tmp_path / "input")
+    _, table = load_table(tmp_path / "input")
+    given = table.objects()
     gpkg_crs, from_gpkg = read_objects(tmp_path / "r0" / "objects.gpkg")
     pq_crs, from_parquet = read_parquet_objects(tmp_path / "r0" / "objects.parquet")
     assert gpkg_crs == pq_crs and pq_crs.to_epsg() == 3857
@@ -41,6 +51,9 @@ def test_both_formats_hold_the_same_objects_and_the_table_has_both(
     assert [_row(o) for o in from_parquet] == want
     assert sum(o.geometry.geom_type == "MultiPolygon" for o in given) > 0  # the input has both kinds
     assert {len(o.scene_ids) for o in given} == {1, 2}
+    rows = chosen_rows(300, 20)
+    for fmt in FORMATS:  # a review's sample with its geometries: by feature id, or from the row groups holding it
+        assert [_row(o) for o in read_rows(tmp_path / "r0" / f"objects.{fmt}", fmt, rows)] == [want[r] for r in rows]
 
     geo = geo_metadata(tmp_path / "r0" / "objects.parquet")
     column = geo["columns"]["geometry"]
