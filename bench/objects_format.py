@@ -117,9 +117,9 @@ def generate(n: int, out: Path, seed: int = 0) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     edges = list(EvaluationConfig().size_bins_m2)
-    # a band of quads from ~70 N southwards, around the pole: as many columns as a square would have, at most a
-    # full circle of longitude (a pan-Arctic campaign's 117,000 quads are ~57 rows of 2,048)
-    cols = min(QUADS_AROUND, max(1, round(math.sqrt(n / PER_QUAD))))
+    # a band of quads from ~70 N southwards, around the pole: rows of a full circle of longitude (a pan-Arctic
+    # campaign's 117,000 quads are ~57 rows of 2,048), fewer quads in one row
+    cols = min(QUADS_AROUND, max(1, math.ceil(n / PER_QUAD)))
     side = QUAD * PIXEL
     margin = 80 * PIXEL
     offsets = [0]
