@@ -462,7 +462,6 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
     from rtscore.mapping.campaign_log import CampaignLog, latest, plan
     from rtscore.mapping.fetch import fetch_scene_parts, merge_state_path
     from rtscore.mapping.merge import merge_table
-    from rtscore.mapping.objects_layer import read_objects
     from rtscore.mapping.objects_layer import write_object_table as write_layer
     from rtscore.mapping.outputs import CampaignRoot
     from rtscore.mapping.scenes import list_scenes
@@ -506,14 +505,15 @@ def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
         with measured(out, "write"):
             write_layer(Path(args["cache"]) / "objects-alone.gpkg", table, crs)
         out["merge"]["objects"] = len(table)
-    elif step == "select":
+    elif step == "select":  # as export_review chooses: the layer's columns, then the chosen objects read whole
         from rtscore.review.manifest import Selection
-        from rtscore.review.select import select
+        from rtscore.review.objects_columns import read_columns, read_rows
+        from rtscore.review.select import select_rows
 
         root = CampaignRoot(camp.output, cache_dir=args["cache"])
         with measured(out, "select"):
-            _, objects = read_objects(root.fetch("objects.gpkg") or "")
-            select(objects, Selection(mode="stratified", n=100, seed=0))
+            layer = read_columns(root.fetch("objects.gpkg") or "")
+            read_rows(layer, select_rows(layer.attrs, Selection(mode="stratified", n=100, seed=0)))
     else:
         raise SystemExit(f"unknown step {step!r}")
     return out

@@ -1,8 +1,9 @@
 """``rts arts export``: a campaign's objects, judged by a review when verdicts are given, as an ARTS contribution
 (docs/arts.md, "ARTS export").
 
-:func:`export_arts` reads the campaign's ``objects.gpkg`` and writes one GeoJSON FeatureCollection in EPSG:3413 (with
-a ``crs`` member, as ARTS's own files carry), one feature per object exported, every required ARTS field filled:
+:func:`export_arts` reads the campaign's ``objects.gpkg`` (its columns, then the objects exported only:
+rtscore.review.objects_columns) and writes one GeoJSON FeatureCollection in EPSG:3413 (with a ``crs`` member, as
+ARTS's own files carry), one feature per object exported, every required ARTS field filled:
 
 - which objects, and ``TrainClass``: with verdicts, ``rts`` -> Positive, ``not_rts`` -> Negative (a mapped false
   positive: background), ``unsure`` left out; objects nobody judged only with ``include_unreviewed``, as Positive,
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import Field, field_validator
 
 from rtscore.config.base import StrictModel
@@ -64,7 +66,7 @@ from rtscore.data.raster.ground import ground_pixel_area_m2
 from rtscore.data.raster.scene_date import date_from_tags
 from rtscore.errors import PipelineError
 from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE
-from rtscore.mapping.objects_layer import OBJECTS_LAYER, read_objects
+from rtscore.mapping.objects_layer import OBJECTS_LAYER
 from rtscore.mapping.polygons import RtsObject
 from rtscore.mapping.scenes import read_scene_dates
 from rtscore.review.export import SceneRef, read_index
@@ -77,6 +79,7 @@ from rtscore.review.manifest import (
     iter_objects,
     read_header,
 )
+from rtscore.review.objects_columns import ObjectColumns, read_columns, read_rows
 from rtscore.review.verdict_file import read_verdicts
 from rtscore.review.verdicts import Verdict
 from rtscore.storage import atomic_write_text, sha256_file
@@ -216,11 +219,12 @@ def export_arts(
         raise ArtsExportError(
             f"campaign {root} has no {OBJECTS_FILE}; is it the --output of `rts map`, and has a scene been mapped?"
         )
-    crs, objects = _read_objects(objects_path)
+    layer = _read_columns(objects_path)
+    crs = layer.crs
     sha = sha256_file(objects_path)
     prior_features = read_prior(Path(prior)) if prior is not None else None
-    judged = _read_review(verdicts, review, sha, objects)
-    chosen, left_out = _choose(objects, judged, settings.include_unreviewed, sha[:12])
+    judged = _read_review(verdicts, review, sha, set(layer.attrs.object_id.tolist()))
+    chosen, left_out = _choose(layer, judged, settings.include_unreviewed, sha[:12])
     regions = _regions(chosen, objects_path, judged, settings.region)
     scenes = _scene_facts(root, [f.obj for f in chosen], scene_list, settings)
     for f in chosen:
@@ -247,17 +251,15 @@ def export_arts(
 
 
 # ------------------------------------------------------------------------------------------------ inputs
-def _read_objects(path: Path) -> tuple[Any, list[RtsObject]]:
+def _read_columns(path: Path) -> ObjectColumns:
     try:
-        return read_objects(path)
+        return read_columns(path)
     except PipelineError as err:
         raise ArtsExportError(str(err)) from None
 
 
-def _read_review(
-    verdicts: str | Path | None, review: str | Path | None, sha: str, objects: Sequence[RtsObject]
-) -> _Review:
-    """The verdicts (checked to be of these objects) and the review's manifest, by object id."""
+def _read_review(verdicts: str | Path | None, review: str | Path | None, sha: str, ids: set[int]) -> _Review:
+    """The verdicts (checked to be of the objects ``ids``) and the review's manifest, by object id."""
     out = _Review()
     header = None
     if review is not None:
@@ -271,7 +273,7 @@ def _read_review(
             )
         out.manifest = {o.object_id: o for o in iter_objects(rdir / MANIFEST_FILE)}
     if verdicts is not None:
-        out.verdicts, out.review_id = _verdicts(Path(verdicts), header, sha, {o.object_id for o in objects})
+        out.verdicts, out.review_id = _verdicts(Path(verdicts), header, sha, ids)
     return out
 
 
@@ -300,26 +302,35 @@ def _verdicts(path: Path, header: ReviewHeader | None, sha: str, ids: set[int]) 
 
 
 def _choose(
-    objects: Sequence[RtsObject], judged: _Review, include_unreviewed: bool, campaign: str
+    layer: ObjectColumns, judged: _Review, include_unreviewed: bool, campaign: str
 ) -> tuple[list[_Feature], dict[str, int]]:
-    """The objects exported, each with its class and the note saying how it was judged (``campaign``: the first 12
-    hex digits of its objects.gpkg's sha256, the campaign's id in reviews); the counts left out."""
-    chosen: list[_Feature] = []
+    """The objects exported (in the layer's order; only they are read whole), each with its class and the note
+    saying how it was judged (``campaign``: the first 12 hex digits of its objects.gpkg's sha256, the campaign's id
+    in reviews); the counts left out."""
+    rows: list[int] = []
     left = Counter({"unsure": 0, "unreviewed": 0})
-    for o in objects:
-        v = judged.verdicts.get(o.object_id)
+    for row, oid in enumerate(layer.attrs.object_id.tolist()):
+        v = judged.verdicts.get(oid)
         if v is None and not include_unreviewed:
             left["unreviewed"] += 1
         elif v is not None and v.verdict not in VERDICT_CLASSES:
             left["unsure"] += 1
         else:
-            cls = POSITIVE if v is None else VERDICT_CLASSES[v.verdict]
-            chosen.append(_Feature(o, cls, _notes(o, v, judged, campaign), None))
-    if not chosen:
+            rows.append(row)
+    if not rows:
         hint = "" if include_unreviewed else "; pass --include-unreviewed to export the model's detections"
         raise ArtsExportError(
-            f"nothing to export: {len(objects)} object(s), {len(judged.verdicts)} judged, none rts or not_rts{hint}"
+            f"nothing to export: {len(layer)} object(s), {len(judged.verdicts)} judged, none rts or not_rts{hint}"
         )
+    try:
+        objects = read_rows(layer, np.asarray(rows, dtype=np.int64))
+    except PipelineError as err:
+        raise ArtsExportError(str(err)) from None
+    chosen = []
+    for o in objects:
+        v = judged.verdicts.get(o.object_id)
+        cls = POSITIVE if v is None else VERDICT_CLASSES[v.verdict]
+        chosen.append(_Feature(o, cls, _notes(o, v, judged, campaign), None))
     return chosen, dict(left)
 
 

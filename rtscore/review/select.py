@@ -13,12 +13,18 @@ returns them in review order (the manifest's, the page's):
   seed and selection give the same sample on any machine;
 - ``uncertain``: the ``n`` objects whose ``prob_mean`` lies closest to the package's threshold, the closest first
   (ties by object id).
+
+:func:`select_rows` is the same choice on the attribute columns alone (:class:`Attributes`: object id, ``prob_mean``,
+``prob_max``, size bin, one row per object) and returns row positions; :func:`select` applies it to objects in
+memory. The review export reads the objects layer's columns, chooses on them, and reads the geometries of the chosen
+objects only (rtscore.review.objects_columns).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -69,6 +75,29 @@ def allocate(sizes: Mapping[K, int], n: int, rng: np.random.Generator) -> dict[K
     return alloc
 
 
+@dataclass(frozen=True, eq=False)
+class Attributes:
+    """What a selection reads of each object, one row per object: arrays of one length."""
+
+    object_id: np.ndarray  # int64
+    prob_mean: np.ndarray  # float64
+    prob_max: np.ndarray  # float64
+    size_bin: np.ndarray  # object: str
+
+    def __len__(self) -> int:
+        return len(self.object_id)
+
+    @classmethod
+    def of(cls, objects: Sequence[RtsObject]) -> Attributes:
+        """The attributes of objects in memory."""
+        return cls(
+            object_id=np.array([o.object_id for o in objects], dtype=np.int64),
+            prob_mean=np.array([o.prob_mean for o in objects], dtype=np.float64),
+            prob_max=np.array([o.prob_max for o in objects], dtype=np.float64),
+            size_bin=np.array([o.size_bin for o in objects], dtype=object),
+        )
+
+
 def select(
     objects: Sequence[RtsObject], selection: Selection, regions: Mapping[int, str | None] | None = None
 ) -> list[RtsObject]:
@@ -78,39 +107,85 @@ def select(
     Raises:
         ReviewError: a selection without what its mode needs (``min_prob``, ``n``, ``threshold``), naming it.
     """
-    by_id = sorted(objects, key=lambda o: o.object_id)
+    by_row = [regions.get(o.object_id) for o in objects] if regions else None
+    return [objects[i] for i in select_rows(Attributes.of(objects), selection, by_row).tolist()]
+
+
+def select_rows(
+    attrs: Attributes, selection: Selection, regions: Sequence[str | None] | np.ndarray | None = None
+) -> np.ndarray:
+    """The rows of ``attrs`` that ``selection`` chooses, in review order (module docstring): what :func:`select`
+    chooses of the same objects. ``regions``: each row's region (stratified only; None: one region for all).
+
+    Raises:
+        ReviewError: a selection without what its mode needs (``min_prob``, ``n``, ``threshold``), naming it.
+    """
+    by_id = np.argsort(attrs.object_id, kind="stable")
     mode = selection.mode
     if mode == "all":
         return by_id
     if mode == "min-prob":
         if selection.min_prob is None:
             raise ReviewError("selection min-prob needs min_prob (the least prob_max of an object reviewed)")
-        return [o for o in by_id if o.prob_max >= selection.min_prob]
+        return by_id[attrs.prob_max[by_id] >= selection.min_prob]
     if selection.n is None:
         raise ReviewError(f"selection {mode} needs n (how many objects to review)")
     if mode == "uncertain":
         if selection.threshold is None:
             raise ReviewError("selection uncertain needs threshold (the package's decision threshold)")
-        thr = selection.threshold
-        return sorted(by_id, key=lambda o: (abs(o.prob_mean - thr), o.object_id))[: selection.n]
-    return _stratified(by_id, selection.n, selection.seed, selection.threshold or 0.0, regions or {})
+        distance = np.abs(attrs.prob_mean[by_id] - selection.threshold)
+        return by_id[np.lexsort((attrs.object_id[by_id], distance))][: selection.n]  # lexsort is stable
+    return _stratified(attrs, by_id, selection.n, selection.seed, selection.threshold or 0.0, regions)
+
+
+def _prob_bins(prob: np.ndarray, low: float) -> np.ndarray:
+    """:func:`prob_bin` of every value of ``prob`` (the same arithmetic, elementwise)."""
+    if low >= 1.0:
+        return np.zeros(len(prob), dtype=np.int64)
+    k = np.floor((prob - low) / (1.0 - low) * PROB_BINS)
+    return np.clip(k, 0, PROB_BINS - 1).astype(np.int64)
+
+
+def _codes(values: Sequence[Any] | np.ndarray) -> tuple[list[Any], np.ndarray]:
+    """(the distinct values sorted, each value's rank among them)."""
+    labels = sorted(set(values))
+    rank = {v: k for k, v in enumerate(labels)}
+    return labels, np.fromiter((rank[v] for v in values), dtype=np.int64, count=len(values))
 
 
 def _stratified(
-    by_id: list[RtsObject], n: int, seed: int, low: float, regions: Mapping[int, str | None]
-) -> list[RtsObject]:
-    strata: dict[tuple[int, str, str], list[RtsObject]] = {}
-    for o in by_id:
-        strata.setdefault(stratum_of(o, low, regions.get(o.object_id)), []).append(o)
-    keys = sorted(strata)
+    attrs: Attributes,
+    by_id: np.ndarray,
+    n: int,
+    seed: int,
+    low: float,
+    regions: Sequence[str | None] | np.ndarray | None,
+) -> np.ndarray:
+    """The stratified sample's rows (module docstring): strata in the order of their (probability bin, size bin,
+    region) keys, each stratum's members by object id, drawn as :func:`allocate` shares ``n`` out."""
+    pbins = _prob_bins(attrs.prob_mean[by_id], low)
+    sizes, size_code = _codes(attrs.size_bin[by_id])
+    if regions is None:
+        names, region_code = [""], np.zeros(len(by_id), dtype=np.int64)
+    else:
+        region_of = np.asarray(regions, dtype=object)[by_id]
+        names, region_code = _codes([r or "" for r in region_of])
+    key = (pbins * len(sizes) + size_code) * len(names) + region_code  # ranks: the order of the key tuples
+    grouped = np.argsort(key, kind="stable")  # stratum by stratum, by object id within one
+    codes, starts, counts = np.unique(key[grouped], return_index=True, return_counts=True)
+    keys = [
+        (c // len(names) // len(sizes), sizes[c // len(names) % len(sizes)], names[c % len(names)])
+        for c in codes.tolist()
+    ]
     rng = np.random.Generator(np.random.PCG64(seed))
-    alloc = allocate({k: len(strata[k]) for k in keys}, n, rng)
-    chosen: list[RtsObject] = []
-    for k in keys:
-        members = strata[k]
+    alloc = allocate(dict(zip(keys, counts.tolist(), strict=True)), n, rng)
+    chosen: list[np.ndarray] = []
+    for k, start, count in zip(keys, starts.tolist(), counts.tolist(), strict=True):
+        members = grouped[start : start + count]
         take = alloc[k]
-        if take >= len(members):
-            chosen += members
+        if take >= count:
+            chosen.append(members)
         elif take:
-            chosen += [members[i] for i in sorted(rng.choice(len(members), size=take, replace=False).tolist())]
-    return sorted(chosen, key=lambda o: o.object_id)
+            chosen.append(members[sorted(rng.choice(count, size=take, replace=False).tolist())])
+    rows = by_id[np.concatenate(chosen)] if chosen else by_id[:0]
+    return rows[np.argsort(attrs.object_id[rows], kind="stable")]
