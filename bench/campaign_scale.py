@@ -608,8 +608,10 @@ def incremental(
     rows: dict[str, list[dict[str, Any]]],
     env: dict[str, str],
 ) -> None:
-    """1 % new quads mapped, then the finish again from each full finish's mirror (copied: every repeat starts
-    from the same state)."""
+    """1 % new quads mapped, then the finish again from each full finish's mirror and finish state, where that
+    finish left them (every repeat's full finish left its own). Not a copy: a copied file has another inode and
+    change time, and the finish reads again every parts file whose stat it does not know (as after a user restores
+    a mirror from a backup), which a campaign's next finish does not."""
     if emulator is not None:
         emulator.latency_s = 0.0
     cells = set(grid(n + len(new)))
@@ -617,14 +619,10 @@ def incremental(
     if emulator is not None:
         emulator.latency_s = a.latency_ms / 1000
     for r in range(a.repeats):
-        cache = work / f"cache-n{n}-r{r}"
-        warm = work / f"incr-n{n}-r{r}"
-        if cache.is_dir():  # a gs:// campaign's mirror (a local campaign has none: its files are the output)
-            shutil.copytree(cache, warm)
-        got = run_child("finish-1%", {"root": camp.root, "cache": str(warm)}, env, in_process=a.in_process)
+        cache = work / f"cache-n{n}-r{r}"  # a gs:// campaign's mirror (a local campaign's state is in its output)
+        got = run_child("finish-1%", {"root": camp.root, "cache": str(cache)}, env, in_process=a.in_process)
         rows["finish-1%"].append(got["finish-1%"])
         log(f"  N = {n:,}, repeat {r + 1}: finish-1% {_fmt_s(got['finish-1%']['seconds'])} ({len(new)} new quads)")
-        shutil.rmtree(warm, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
 
 

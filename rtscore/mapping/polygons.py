@@ -264,16 +264,19 @@ def parts_from_json(text: str, what: str, *, lazy: LazyParts | None = None) -> t
                 raise ValueError("'parts' is not a list of objects")
             parts = lazy
         else:
+            listed = data["parts"]
+            # one WKB call for the file's parts (a call each costs more than the parsing at 10^6 parts)
+            geoms = shapely.from_wkb(np.array([p["geometry"] for p in listed], dtype=object)) if listed else []
             parts = [
                 ObjectPart(
                     scene_id=str(data["scene_id"]),
-                    geometry=shapely.from_wkb(p["geometry"]),
+                    geometry=g,
                     n_pixels=int(p["n_pixels"]),
                     prob_sum=float(p["prob_sum"]),
                     prob_max=float(p["prob_max"]),
                     partial=bool(p["partial"]),
                 )
-                for p in data["parts"]
+                for p, g in zip(listed, geoms, strict=True)
             ]
         sp = SceneParts(
             scene_id=str(data["scene_id"]),
@@ -439,7 +442,7 @@ def _rts_object(
 
     c = shapely.centroid(geom)
     # One projected unit² at the centroid: its m² (linear unit) and ground m² (EPSG:3857: cos²φ), from GroundScale.
-    ground = GroundScale.of(crs, "campaign CRS")
+    ground = _ground_of(crs)
     ground_scale = ground.pixel_area_m2(_unit_transform(c.x, c.y), 1, 1)
     area_m2 = float(geom.area) * ground.unit_m**2
     ground_area = float(geom.area) * ground_scale
@@ -458,6 +461,19 @@ def _rts_object(
         size_bin=size_bin(ground_area, edges),
         partial=partial,
     )
+
+
+_GROUND: dict[int, tuple[Any, GroundScale]] = {}  # id(crs) -> (crs, its scale): one per campaign CRS object
+
+
+def _ground_of(crs: Any) -> GroundScale:
+    """``GroundScale.of(crs)``, once per CRS object (~30 µs a call: seconds for a campaign's 10^6 objects)."""
+    hit = _GROUND.get(id(crs))
+    if hit is None or hit[0] is not crs:
+        if len(_GROUND) >= 64:  # bounded: the CRS objects it keeps alive
+            _GROUND.clear()
+        hit = _GROUND[id(crs)] = (crs, GroundScale.of(crs, "campaign CRS"))
+    return hit[1]
 
 
 def _unit_transform(x: float, y: float) -> Any:
