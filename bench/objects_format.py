@@ -298,31 +298,10 @@ def geo_metadata(path: str | Path) -> dict[str, Any]:
 
 def _objects(c: dict[str, np.ndarray], geoms: Sequence[Any]) -> list[Any]:
     """The rows of columns ``c`` and WKB ``geoms`` as RtsObjects, field by field as ``read_objects`` makes them."""
-    import shapely
 
-    from rtscore.mapping.polygons import RtsObject, current_size_bin
+    from rtscore.mapping.objects_layer import row_object
 
-    return [
-        RtsObject(
-            object_id=int(c["object_id"][i]),
-            geometry=shapely.from_wkb(geoms[i]),
-            scene_ids=tuple(json.loads(c["scene_ids"][i])),
-            n_pixels=int(c["n_pixels"][i]),
-            prob_mean=float(c["prob_mean"][i]),
-            prob_max=float(c["prob_max"][i]),
-            area_m2=float(c["area_m2"][i]),
-            ground_area_m2=float(c["ground_area_m2"][i]),
-            bbox=(
-                float(c["bbox_minx"][i]),
-                float(c["bbox_miny"][i]),
-                float(c["bbox_maxx"][i]),
-                float(c["bbox_maxy"][i]),
-            ),
-            size_bin=current_size_bin(str(c["size_bin"][i])),
-            partial=bool(c["partial"][i]),
-        )
-        for i in range(len(geoms))
-    ]
+    return [row_object(geoms[i], c, i) for i in range(len(geoms))]
 
 
 def _arrow_objects(batch: Any, primary: str) -> list[Any]:

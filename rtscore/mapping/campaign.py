@@ -453,10 +453,7 @@ def write_campaign_outputs(
     done = [s for s in scenes if (r := last.get(s.scene_id)) is not None and r.status == "done"]
     done = [s for s in done if is_current(last[s.scene_id], s, identity)]
     fetched, features, ground_m2 = _done_scene_parts(out, done, last)
-    # json.dumps of {"type": "FeatureCollection", "features": [...]}, byte for byte, from the features' texts
-    atomic_write_text(
-        out.path(INDEX_FILE), '{"type": "FeatureCollection", "features": [' + ", ".join(features) + "]}\n"
-    )
+    _write_index(out, features)
     del features
     km2_union = union_ground_m2([f.parts for f in fetched], out.local / FINISH_DIR / AREA_CACHE) / 1e6
     # the parts go with the merge: a campaign of 10^5 quads holds ~10^6 of them, and the layer is written after
@@ -487,6 +484,13 @@ def write_campaign_outputs(
     atomic_write_text(out.path(SUMMARY_MD), render_summary(result))
     out.publish([out.path(INDEX_FILE), out.path(SUMMARY_JSON), out.path(SUMMARY_MD)])
     return result
+
+
+def _write_index(out: CampaignRoot, features: list[str]) -> None:
+    """index.geojson from its features' JSON texts: what ``json.dumps`` of the FeatureCollection writes, byte for
+    byte, without parsing the 10^5 footprints again."""
+    text = '{"type": "FeatureCollection", "features": [' + ", ".join(features) + "]}\n"
+    atomic_write_text(out.path(INDEX_FILE), text)
 
 
 def _done_scene_parts(

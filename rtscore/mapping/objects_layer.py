@@ -304,7 +304,6 @@ def read_objects(path: str | Path) -> tuple[Any, list[RtsObject]]:
         PolygonsError: not a readable vector file, or not an objects layer (fields missing).
     """
     import pyogrio
-    import shapely
     from rasterio.crs import CRS
 
     p = Path(path)
@@ -317,25 +316,30 @@ def read_objects(path: str | Path) -> tuple[Any, list[RtsObject]]:
     if missing or meta.get("crs") is None:
         raise PolygonsError(f"{p}: not an objects layer (missing fields {missing}, CRS {meta.get('crs')})")
     c = {f: values[names.index(f)] for f in FIELDS}
-    objects = [
-        RtsObject(
-            object_id=int(c["object_id"][i]),
-            geometry=shapely.from_wkb(geoms[i]),
-            scene_ids=tuple(json.loads(c["scene_ids"][i])),
-            n_pixels=int(c["n_pixels"][i]),
-            prob_mean=float(c["prob_mean"][i]),
-            prob_max=float(c["prob_max"][i]),
-            area_m2=float(c["area_m2"][i]),
-            ground_area_m2=float(c["ground_area_m2"][i]),
-            bbox=(
-                float(c["bbox_minx"][i]),
-                float(c["bbox_miny"][i]),
-                float(c["bbox_maxx"][i]),
-                float(c["bbox_maxy"][i]),
-            ),
-            size_bin=current_size_bin(str(c["size_bin"][i])),
-            partial=bool(c["partial"][i]),
-        )
-        for i in range(len(geoms))
-    ]
+    objects = [row_object(geoms[i], c, i) for i in range(len(geoms))]
     return CRS.from_user_input(meta["crs"]), objects
+
+
+def row_object(wkb: bytes, c: dict[str, Any], i: int) -> RtsObject:
+    """Row ``i`` of the layer's columns ``c`` (by field name, as pyogrio reads them) with its geometry's WKB, as an
+    :class:`RtsObject`: how every reader of the layer builds one."""
+    import shapely
+
+    return RtsObject(
+        object_id=int(c["object_id"][i]),
+        geometry=shapely.from_wkb(wkb),
+        scene_ids=tuple(json.loads(c["scene_ids"][i])),
+        n_pixels=int(c["n_pixels"][i]),
+        prob_mean=float(c["prob_mean"][i]),
+        prob_max=float(c["prob_max"][i]),
+        area_m2=float(c["area_m2"][i]),
+        ground_area_m2=float(c["ground_area_m2"][i]),
+        bbox=(
+            float(c["bbox_minx"][i]),
+            float(c["bbox_miny"][i]),
+            float(c["bbox_maxx"][i]),
+            float(c["bbox_maxy"][i]),
+        ),
+        size_bin=current_size_bin(str(c["size_bin"][i])),
+        partial=bool(c["partial"][i]),
+    )

@@ -21,7 +21,6 @@ they took 52 s and 1,750 MiB.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from rtscore.mapping.objects_layer import FIELDS, OBJECTS_LAYER
+from rtscore.mapping.objects_layer import FIELDS, OBJECTS_LAYER, row_object
 from rtscore.mapping.polygons import PolygonsError, RtsObject, current_size_bin
 from rtscore.review.select import Attributes
 
@@ -167,23 +166,4 @@ def read_rows(layer: ObjectColumns, rows: np.ndarray, batch: int = GEOMETRY_BATC
 
 def _object(wkb: bytes, c: dict[str, np.ndarray], i: int) -> RtsObject:
     """Row ``i`` of the columns ``c`` as an :class:`RtsObject`, field by field as ``read_objects`` makes it."""
-    import shapely
-
-    return RtsObject(
-        object_id=int(c["object_id"][i]),
-        geometry=shapely.from_wkb(wkb),
-        scene_ids=tuple(json.loads(c["scene_ids"][i])),
-        n_pixels=int(c["n_pixels"][i]),
-        prob_mean=float(c["prob_mean"][i]),
-        prob_max=float(c["prob_max"][i]),
-        area_m2=float(c["area_m2"][i]),
-        ground_area_m2=float(c["ground_area_m2"][i]),
-        bbox=(
-            float(c["bbox_minx"][i]),
-            float(c["bbox_miny"][i]),
-            float(c["bbox_maxx"][i]),
-            float(c["bbox_maxy"][i]),
-        ),
-        size_bin=current_size_bin(str(c["size_bin"][i])),
-        partial=bool(c["partial"][i]),
-    )
+    return row_object(wkb, c, i)
