@@ -484,9 +484,12 @@ class _Blocks:
 
     def table(self, blocks: dict[str, tuple[int, int]], pos: dict[str, int]) -> ObjectTable:
         """Every block's objects as one table in ``merge_parts``' order: descending area, ties by the first part's
-        place among the done scenes' parts (``pos``: a scene's place). Only columns are read."""
-        got = [self.read(b, crc) for b, (crc, n) in sorted(blocks.items()) if n]
-        return _table(got, pos)
+        place among the done scenes' parts (``pos``: a scene's place). Only columns are read; the blocks held in
+        memory are handed over (this is the merge's last use of them)."""
+        names = [b for b, (crc, n) in sorted(blocks.items()) if n]
+        for b in names:
+            self.read(b, blocks[b][0])
+        return _table(names, self._memory, pos)
 
 
 def _encode_block(objs: list[MergedObject]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -559,44 +562,51 @@ def _decode_block(fields: dict[str, Any], a: dict[str, np.ndarray]) -> list[Merg
     return objects
 
 
-def _table(blocks: list[tuple[dict[str, Any], dict[str, np.ndarray]]], pos: dict[str, int]) -> ObjectTable:
-    """The blocks' objects as one :class:`~rtscore.mapping.objects_layer.ObjectTable` in numbering order."""
-    bins = sorted({str(b) for f, _ in blocks for b in f["size_bins"]})
-    bin_at = {b: i for i, b in enumerate(bins)}
-    wkb, text, starts, ends, tstarts, tends, first, part, sbin = [], [], [], [], [], [], [], [], []
-    off = toff = 0
-    for fields, a in blocks:
-        mo = a["member_offsets"]
-        places = np.asarray([pos[str(s)] for s in fields["scenes"]], np.int64)
-        first.append(places[a["member_scene"][mo[:-1]]])
-        part.append(a["member_part"][mo[:-1]])
-        wo, to = a["wkb_offsets"], a["text_offsets"]
-        starts.append(wo[:-1] + off)
-        ends.append(wo[1:] + off)
-        tstarts.append(to[:-1] + toff)
-        tends.append(to[1:] + toff)
-        off += int(wo[-1])
-        toff += int(to[-1])
-        wkb.append(a["wkb"])
-        text.append(a["text"])
-        local = np.asarray([bin_at[str(b)] for b in fields["size_bins"]] + [-1], np.int32)
-        sbin.append(local[a["size_bin"]])  # -1 indexes the appended -1
-    if not blocks:
+def _table(
+    names: list[str], held: dict[str, tuple[dict[str, Any], dict[str, np.ndarray]]], pos: dict[str, int]
+) -> ObjectTable:
+    """The objects of blocks ``names`` (their arrays in ``held``, taken out as they are copied: the table is not
+    built beside a second copy of every block) as one :class:`~rtscore.mapping.objects_layer.ObjectTable` in
+    numbering order."""
+    if not names:
         return ObjectTable.empty()
-    area = np.concatenate([a["area"] for _, a in blocks])
-    order = np.lexsort((np.concatenate(part), np.concatenate(first), -area))
+    bins = sorted({str(b) for n in names for b in held[n][0]["size_bins"]})
+    bin_at = {b: i for i, b in enumerate(bins)}
+    count = sum(len(held[n][1]["area"]) for n in names)
+    wkb = np.empty(sum(len(held[n][1]["wkb"]) for n in names), np.uint8)
+    text = np.empty(sum(len(held[n][1]["text"]) for n in names), np.uint8)
+    starts, ends, tstarts, tends, first, part, n_pixels = (np.empty(count, np.int64) for _ in range(7))
+    area, figures = np.empty(count), np.empty((count, 8))
+    sbin, partial = np.empty(count, np.int32), np.empty(count, np.bool_)
+    k = off = toff = 0
+    for name in names:
+        fields, a = held.pop(name)
+        m, wo, to, mo = len(a["area"]), a["wkb_offsets"], a["text_offsets"], a["member_offsets"]
+        places = np.asarray([pos[str(s)] for s in fields["scenes"]], np.int64)
+        first[k : k + m] = places[a["member_scene"][mo[:-1]]]
+        part[k : k + m] = a["member_part"][mo[:-1]]
+        starts[k : k + m], ends[k : k + m] = wo[:-1] + off, wo[1:] + off
+        tstarts[k : k + m], tends[k : k + m] = to[:-1] + toff, to[1:] + toff
+        wkb[off : off + int(wo[-1])] = a["wkb"]
+        text[toff : toff + int(to[-1])] = a["text"]
+        local = np.asarray([bin_at[str(b)] for b in fields["size_bins"]] + [-1], np.int32)
+        sbin[k : k + m] = local[a["size_bin"]]  # -1 indexes the appended -1
+        area[k : k + m], n_pixels[k : k + m] = a["area"], a["n_pixels"]
+        figures[k : k + m], partial[k : k + m] = a["figures"], a["partial"]
+        k, off, toff = k + m, off + int(wo[-1]), toff + int(to[-1])
+    order = np.lexsort((part, first, -area))
     return ObjectTable(
-        wkb=np.concatenate(wkb).tobytes(),
-        starts=np.concatenate(starts)[order],
-        ends=np.concatenate(ends)[order],
-        text=np.concatenate(text).tobytes(),
-        tstarts=np.concatenate(tstarts)[order],
-        tends=np.concatenate(tends)[order],
-        n_pixels=np.concatenate([a["n_pixels"] for _, a in blocks])[order],
-        figures=np.concatenate([a["figures"] for _, a in blocks])[order],
+        wkb=wkb,
+        starts=starts[order],
+        ends=ends[order],
+        text=text,
+        tstarts=tstarts[order],
+        tends=tends[order],
+        n_pixels=n_pixels[order],
+        figures=figures[order],
         size_bins=tuple(bins),
-        size_bin=np.concatenate(sbin)[order],
-        partial=np.concatenate([a["partial"] for _, a in blocks])[order],
+        size_bin=sbin[order],
+        partial=partial[order],
     )
 
 
