@@ -303,8 +303,9 @@ class FocusConfig(StrictModel):
         ...,
         min_length=1,
         description="Scenes (paths or globs, relative to the config file; each among `scenes`) cut only in the grid "
-        "cells touching an area of `path`. Cells of the other scenes: every cell, as without focus; a cell of both "
-        "kinds is cut.",
+        "cells touching an area of `path`, and giving pixels to no other cell. The other scenes: every cell, each "
+        "cell cut from them alone as without focus (a focus scene never fills their NoData there); in a cell touching "
+        "an area, every scene, in `scenes` order.",
     )
 
 

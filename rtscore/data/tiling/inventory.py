@@ -20,7 +20,7 @@ from rtscore.data.inventory.object_pixels import ObjectPixel, format_object_pixe
 from rtscore.data.inventory.reader import InventoryError, InventoryFeature, read_inventory_file, vector_columns
 from rtscore.data.raster.vector_labels import rasterize_labels, read_polygons
 from rtscore.data.tiles import IGNORE_INDEX
-from rtscore.data.tiling.pixels import GridCell, TilingError
+from rtscore.data.tiling.pixels import GridCell, Scene, TilingError
 from rtscore.data.tiling.scenes import scene_paths
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,16 @@ class Focus:
         import shapely
 
         return len(self.tree.query(shapely.box(*cell.bounds), predicate="intersects")) > 0
+
+
+def cell_scenes(focus: Focus | None, cell: GridCell, scenes: list[Scene]) -> list[Scene]:
+    """The scenes that give ``cell`` its pixels, in priority order: every scene, but a scene of ``focus.scenes`` only
+    in a cell touching an area. Elsewhere it is not there at all: the cell is cut from the other scenes exactly as
+    without it, so a scene a review adds changes no tile away from the judged objects (it would otherwise fill the
+    other scenes' NoData, and a cell too sparse to write could become a tile)."""
+    if focus is None or focus.touches(cell):
+        return scenes
+    return [s for s in scenes if not focus.only_near(s.path)]
 
 
 def read_focus(cfg: TilingConfig) -> Focus | None:

@@ -1029,6 +1029,37 @@ def test_focus_cuts_its_scenes_only_around_its_areas_and_other_scenes_whole(tmp_
     assert not (tmp_path / "t3").exists() and not (tmp_path / "t4").exists()
 
 
+def tile_bytes(root: Path) -> dict[str, bytes]:
+    """Every tile file of a data root (images, EXTRA, labels), by its path under the root."""
+    return {
+        str(f.relative_to(root)): f.read_bytes()
+        for d in ("PLANET-RGB", "EXTRA", "labels")
+        if (root / d).is_dir()
+        for f in sorted((root / d).iterdir())
+    }
+
+
+def test_a_focus_scene_gives_no_pixel_to_a_cell_away_from_its_areas(tmp_path: Path) -> None:
+    """Issue 38: a focus scene filled the NoData of every cell it covers, so a review's added scene changed tiles far
+    from the judged objects. Scene a ends in a sliver of cell COL0 + 3 (a tile, mostly NoData); bb, a focus scene,
+    covers that cell whole: a's tiles are byte for byte those a alone gives, and bb gives only the area's cell."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", 3, strip_px=24)
+    grid_scene(tmp_path / "scenes" / "bb.tif", 6)
+    write_gpkg(tmp_path / "rts.gpkg", [cell_rts(COL0)], ["r"], crs="EPSG:3857", src="EPSG:3857")
+    write_gpkg(tmp_path / "areas.gpkg", [cell_rts(COL0 + 4, r=60)], ["r"], crs="EPSG:3857", src="EPSG:3857")
+    over = {"regions": {"name": "r"}, "splits": {"train": ["r"]}}
+    tile_scenes(config(tmp_path, **over, scenes=["scenes/a.tif"]), tmp_path / "alone")
+    focus = {"path": "areas.gpkg", "scenes": ["scenes/bb.tif"]}
+    both = config(tmp_path, **over, scenes=["scenes/a.tif", "scenes/bb.tif"], focus=focus, output="focused")
+    out = tile_scenes(both, tmp_path / "focused")
+    alone, focused = tile_bytes(tmp_path / "alone"), tile_bytes(tmp_path / "focused")
+    assert f"PLANET-RGB/c{COL0 + 3}_r{ROW0}.tif" in alone, "a's sliver is a tile of its own"
+    assert {k: focused[k] for k in alone} == alone, "a's tiles as a alone cuts them: bb fills no NoData of theirs"
+    assert set(focused) - set(alone) == {f"{d}/c{COL0 + 4}_r{ROW0}.tif" for d in ("PLANET-RGB", "labels")}
+    assert out.counts.estimated_tiles == 5, "the plan counts bb only in the area's cell"
+
+
 def test_lineage_is_recorded_and_part_of_the_identity_and_a_plain_config_keeps_its_settings(mosaic: Path) -> None:
     """A config without focus and lineage has the identity settings it had before they existed (no new keys); the
     lineage (not its parent's path) enters the identity and tiling.json records it."""
