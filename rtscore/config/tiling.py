@@ -307,6 +307,12 @@ class FocusConfig(StrictModel):
         "cell cut from them alone as without focus (a focus scene never fills their NoData there); in a cell touching "
         "an area, every scene, in `scenes` order.",
     )
+    scene_column: str | None = Field(
+        None,
+        description="A column of `path` naming, per area, the file name of the scene it lies on: a focus scene is then "
+        "cut only around the areas naming it (and those with a blank value), so a scene added in a later round never "
+        "fills an earlier round's cells. Empty: every area is every focus scene's.",
+    )
 
 
 class LineageReview(StrictModel):

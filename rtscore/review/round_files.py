@@ -109,12 +109,15 @@ def write_inventory(path: Path, plan: Plan, cfg: TilingConfig, rid: str) -> None
     _write_layer(path, geoms, columns, cfg.grid.crs)
 
 
-AREA_TEXT = ("verdict", "region", "split", "review_id")
+AREA_TEXT = ("verdict", "region", "split", "review_id", "scene")
+AREA_SCENE = "scene"  # areas.gpkg: the file name of the scene each area is cut from (focus.scene_column)
 
 
 def write_areas(path: Path, plan: Plan, crs: str, rid: str) -> None:
     """areas.gpkg, the focus of the added scenes: the judged objects added (confirmed and false positives) with
-    verdict, region, split and review, after the areas of the round's own focus (an earlier ingest's)."""
+    verdict, region, split, review and the file name of the scene they are cut from (each focus scene is cut only
+    around its own areas: a scene added later never fills an earlier round's cells), after the areas of the round's
+    own focus (an earlier ingest's; blank scene when written before the column was)."""
     import numpy as np
     import shapely
 
@@ -123,7 +126,7 @@ def write_areas(path: Path, plan: Plan, crs: str, rid: str) -> None:
         if p.included and p.outcome is not None:
             o = p.outcome
             props = {"object_id": o.object_id, "verdict": o.verdict, "region": o.region, "split": o.split}
-            rows.append(({**props, "review_id": rid}, p.geom))
+            rows.append(({**props, "review_id": rid, AREA_SCENE: p.scene.name if p.scene else ""}, p.geom))
     columns = {
         "object_id": np.array([int(r.get("object_id") or 0) for r, _ in rows], dtype=np.int64),
         **{k: np.array([str(r.get(k) or "") for r, _ in rows], dtype=object) for k in AREA_TEXT},
@@ -149,7 +152,7 @@ def next_tiling_config(cfg: TilingConfig, plan: Plan, lineage: dict[str, Any]) -
     doc["scenes"] = [*cfg.scenes, *plan.added_scenes]
     doc.pop("focus", None)
     if plan.focus_scenes:
-        doc["focus"] = {"path": AREAS_FILE, "scenes": plan.focus_scenes}
+        doc["focus"] = {"path": AREAS_FILE, "scenes": plan.focus_scenes, "scene_column": AREA_SCENE}
     doc["splits"] = plan.splits
     doc["output"] = ".."
     doc["lineage"] = lineage

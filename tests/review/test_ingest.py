@@ -25,6 +25,7 @@ from rasterio.warp import transform, transform_geom
 
 from rtscore.config.pipeline import load_pipeline_config
 from rtscore.config.tiling import load_tiling_config
+from rtscore.data.raster.warp import warp_scenes
 from rtscore.data.tiling.run import tile_scenes
 from rtscore.mapping.objects_layer import write_objects
 from rtscore.mapping.polygons import RtsObject
@@ -39,11 +40,13 @@ from rtscore.review.manifest import (
     object_line,
     review_id,
 )
+from rtscore.review.placement import warp_source
 from rtscore.review.verdicts import Verdict, verdicts_geojson
 from rtscore.storage.files import sha256_file
 from rtscore.storage.gcs import make_client
 from tests.conftest import GCS_TEST_BUCKET
 from tests.data.tiling.test_run import PX, UTM, X0, Y0, blob, metadata, write_gpkg, write_scene
+from tests.review.conftest import assert_only_cells_differ
 
 GSD = 6.0
 SIZE = 192  # 1152 m
@@ -157,8 +160,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tile_scenes(load_tiling_config(tmp / "tile.yaml"), tmp / "tiles")
 
     scenes = {1: tmp / "b.tif", 2: tmp / "b.tif", 3: tmp / "b.tif", 4: tmp / "scenes" / "a.tif", 5: tmp / "b.tif"}
-    campaign = tmp / "campaign"
-    write_objects(campaign / "objects.gpkg", [rts_object(k, g, scenes[k].stem) for k, g in OBJECTS.items()], UTM)
+    export_review(tmp, OBJECTS, scenes)
+    return tmp
+
+
+def export_review(tmp: Path, found: dict[int, shapely.Polygon], scenes: dict[int, Path], name: str = "review") -> Path:
+    """A campaign ``tmp/<name>-campaign`` (``tmp/campaign`` for ``review``) that found ``found`` (object id -> UTM
+    outline), each on its scene, and its review export ``tmp/<name>``, every object in it."""
+    campaign = tmp / ("campaign" if name == "review" else f"{name}-campaign")
+    write_objects(campaign / "objects.gpkg", [rts_object(k, g, scenes[k].stem) for k, g in found.items()], UTM)
     (campaign / "summary.json").write_text(json.dumps({"mapping_identity": {"package_sha256": PACKAGE}}))
     ref = CampaignRef(
         uri=str(campaign),
@@ -166,32 +176,31 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
         package_sha256=PACKAGE,
         crs_wkt=CRS.from_user_input(UTM).to_wkt(),
     )
-    objects = [review_object(k, g, str(scenes[k])) for k, g in OBJECTS.items()]
+    objects = [review_object(k, g, str(scenes[k])) for k, g in found.items()]
     header = ReviewHeader(
-        review_id=review_id(ref, Selection(), list(OBJECTS)),
+        review_id=review_id(ref, Selection(), list(found)),
         campaign=ref,
         selection=Selection(),
         chips=ChipSettings(),
         n_objects=len(objects),
         code_sha256="c" * 64,
     )
-    (tmp / "review").mkdir()
-    (tmp / "review" / "review.json").write_text(header.model_dump_json())
-    (tmp / "review" / "manifest.jsonl").write_text("".join(object_line(o) + "\n" for o in objects))
-    return tmp
+    (tmp / name).mkdir()
+    (tmp / name / "review.json").write_text(header.model_dump_json())
+    (tmp / name / "manifest.jsonl").write_text("".join(object_line(o) + "\n" for o in objects))
+    return tmp / name
 
 
-def header(world: Path) -> ReviewHeader:
-    return ReviewHeader.model_validate_json((world / "review" / "review.json").read_text())
+def header(world: Path, review: str = "review") -> ReviewHeader:
+    return ReviewHeader.model_validate_json((world / review / "review.json").read_text())
 
 
-def verdict_doc(world: Path, verdicts: dict[int, str]) -> dict[str, Any]:
+def verdict_doc(world: Path, verdicts: dict[int, str], review: str = "review") -> dict[str, Any]:
     objects = [
-        ReviewObject.model_validate_json(line)
-        for line in (world / "review" / "manifest.jsonl").read_text().splitlines()
+        ReviewObject.model_validate_json(line) for line in (world / review / "manifest.jsonl").read_text().splitlines()
     ]
     vs = [Verdict(object_id=k, verdict=v, reviewer="ab", time="2026-12-02T07:09:41Z") for k, v in verdicts.items()]  # type: ignore[arg-type]
-    return verdicts_geojson(header(world), objects, vs, reviewer="ab", exported="2026-12-02T07:10:00Z")
+    return verdicts_geojson(header(world, review), objects, vs, reviewer="ab", exported="2026-12-02T07:10:00Z")
 
 
 def write_verdicts(path: Path, doc: dict[str, Any]) -> str:
@@ -264,6 +273,7 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     assert cell_id(OBJECTS[3]) not in rows, "unsure: its cell of the added scene is not cut"
     added = set(rows) - set(parent_rows)
     assert added == {t1, t2}, "the added scene is cut only around the judged objects"
+    assert_only_cells_differ(world / "tiles", out, {t1, t2})
     assert rows[cell_id(OBJECTS[4])] == parent_rows[cell_id(OBJECTS[4])], "held out, skipped: unchanged"
 
     import pyogrio
@@ -273,8 +283,9 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     assert list(cols["UID"]) == ["RTS-000", "RTS-001", "RTS-002", uid]
     assert list(cols["review_status"]) == ["inventory"] * 3 + ["confirmed"] and list(cols["object_id"])[-1] == 1
     assert list(cols["review_id"])[-1] == rid
-    _, _, _, area_fields = pyogrio.raw.read(out / "review" / "areas.gpkg")
-    assert sorted(area_fields[0]) == [1, 2]
+    area_meta, _, _, area_fields = pyogrio.raw.read(out / "review" / "areas.gpkg")
+    areas = dict(zip(area_meta["fields"], area_fields, strict=True))
+    assert sorted(areas["object_id"]) == [1, 2] and list(areas["scene"]) == ["b.tif", "b.tif"]
 
     recorded = IngestResult.model_validate_json((out / "review" / "ingest.json").read_text())
     assert recorded == result and result.version == "tiles+r1" and result.review_id == rid
@@ -294,6 +305,7 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     assert tile_yaml["output"] == ".." and tile_yaml["focus"] == {
         "path": "areas.gpkg",
         "scenes": [str(world / "b.tif")],
+        "scene_column": "scene",  # each focus scene cut around its own objects only (issue 38)
     }
 
     cfg = load_pipeline_config(out / "review" / "pipeline.yaml")
@@ -308,6 +320,73 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     second = ingest_review(str(world / "review"), negatives, round2, str(tmp_path / "tiles-r2"))
     assert second.version == "tiles+r2" and second.parent == str(out.resolve())
     assert {r["Tile_id"] for r in metadata(tmp_path / "tiles-r2")} == set(rows), "the same tiles: nothing new"
+
+
+# scene C: west of and over scene A's west and south edges; objects mapped on it (21: new ground, 22: inside A)
+XC = X0 - 600
+ON_C = {21: at(X0 - 300, Y0 - 1500, 21), 22: at(X0 + 250, Y0 - 600, 22)}
+
+
+def test_ingest_cuts_again_only_the_cells_holding_judged_objects(world: Path, tmp_path: Path) -> None:
+    """Issue 38: a scene the review adds was a focus scene that filled the NoData of every parent cell it covered:
+    A's edge tiles changed (test tiles among them) and cells too sparse before became tiles. Now every parent tile
+    (images, labels, split) is byte for byte the parent's but the judged objects' cells: 22's (a parent tile, now
+    positive) and 21's (new ground, a hard negative)."""
+    write_scene(tmp_path / "c.tif", XC, list(ON_C.values()), size=300, gsd=GSD, seed=3)
+    export_review(tmp_path, ON_C, {k: tmp_path / "c.tif" for k in ON_C}, "review-c")
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(tmp_path, {21: "not_rts", 22: "rts"}, "review-c"))
+    out = tmp_path / "tiles-r1"
+    result = ingest_review(str(tmp_path / "review-c"), verdicts, str(world / "tile.yaml"), str(out))
+    assert {o.object_id: (o.outcome, o.split) for o in result.objects} == {
+        21: ("hard_negative", "train"),
+        22: ("confirmed", "train"),
+    }
+    cells = {cell_id(g) for g in ON_C.values()}
+    assert_only_cells_differ(world / "tiles", out, cells)
+    parent, rows = {r["Tile_id"]: r for r in metadata(world / "tiles")}, {r["Tile_id"]: r for r in metadata(out)}
+    t21, t22 = cell_id(ON_C[21]), cell_id(ON_C[22])
+    assert t21 not in parent and rows[t21]["TrainClass"] == "negative", "a hard negative on new ground"
+    assert parent[t22]["TrainClass"] == "negative" and rows[t22]["TrainClass"] == "positive"
+    assert {t: r for t, r in rows.items() if t not in cells} == {t: r for t, r in parent.items() if t not in cells}
+
+
+def test_a_warped_copy_of_a_parent_scene_is_cut_from_that_scene_or_refused_with_the_reason(
+    world: Path, tmp_path: Path
+) -> None:
+    """Issue 38: a campaign maps `rts warp` copies; an object on the copy of scene A (which the parent tiled) is cut
+    from A itself (the copy is not added: its pixels and NoData rule never reach the parent's cells), so only its
+    cell changes. A copy whose record names another file of A's name (its identity not A's) or that is not a warp
+    record is refused before anything is written, saying why."""
+    cfg = load_tiling_config(world / "tile.yaml")
+    warp_scenes(cfg, tmp_path / "warped")
+    copy = tmp_path / "warped" / "a.tif"
+    found = {31: at(X0 + 250, Y0 - 600, 31)}
+    review = str(export_review(tmp_path, found, {31: copy}, "review-w"))
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(tmp_path, {31: "rts"}, "review-w"))
+    out = tmp_path / "tiles-r1"
+    result = ingest_review(review, verdicts, str(world / "tile.yaml"), str(out))
+    assert result.counts.confirmed == 1
+    tile_yaml = yaml.safe_load((out / "review" / "tile.yaml").read_text())
+    assert tile_yaml["scenes"] == [str(world / "scenes" / "a.tif")] and "focus" not in tile_yaml, "the copy is A"
+    assert_only_cells_differ(world / "tiles", out, {cell_id(found[31])})
+    assert {r["Tile_id"]: r for r in metadata(out)}[cell_id(found[31])]["TrainClass"] == "positive"
+
+    record = json.loads((tmp_path / "warped" / "a_warp.json").read_text())
+    a = (world / "scenes" / "a.tif").resolve()
+    moved = {**record, "scene": str(tmp_path / "elsewhere" / "a.tif")}
+    (tmp_path / "warped" / "a_warp.json").write_text(json.dumps(moved))
+    assert warp_source(copy.resolve(), {a}, cfg) == (a, None), "A moved since it was warped: the same identity"
+    (tmp_path / "warped" / "a_warp.json").write_text(json.dumps({**moved, "identity": "0" * 64}))
+    for words in (
+        ["manifest.jsonl", f"object 31: scene {copy.resolve()} is an rts warp copy of", "elsewhere/a.tif",
+         f"not of the round's scene {a} of that name", "warp it again with the round's tiling config"],
+        ["manifest.jsonl", "object 31:", "a_warp.json beside it, which is not an rts warp record"],
+    ):  # fmt: skip
+        with pytest.raises(ReviewError) as err:
+            ingest_review(review, verdicts, str(world / "tile.yaml"), str(tmp_path / "refused"))
+        assert all(w in str(err.value) for w in words), str(err.value)
+        assert not (tmp_path / "refused").exists(), "nothing written on refusal"
+        (tmp_path / "warped" / "a_warp.json").write_text("{not json")
 
 
 def refused(world: Path, verdicts: str, out: Path, *words: str, **kw: Any) -> str:

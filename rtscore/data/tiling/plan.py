@@ -92,21 +92,19 @@ def focus_estimates(
     focus: Focus | None,
 ) -> list[Placed]:
     """:func:`with_estimates` on the footprints of the scenes each cell is cut from (:func:`cell_scenes`): a scene of
-    ``focus.scenes`` counts only in the cells touching an area. ``outlines``: :func:`scene_outlines` of ``scenes``."""
+    ``focus.scenes`` counts only in the cells touching its areas. ``outlines``: :func:`scene_outlines` of ``scenes``."""
     import shapely
 
     if focus is None:
         return with_estimates(placed, inventory, shapely.union_all(outlines))
-    near = [focus.touches(p.cell) for p in placed]
-    rest = [o for o, s in zip(outlines, scenes, strict=True) if not focus.only_near(s.path)]
-    far_cells = with_estimates(
-        [p for p, n in zip(placed, near, strict=True) if not n], inventory, shapely.union_all(rest)
-    )
-    near_cells = with_estimates(
-        [p for p, n in zip(placed, near, strict=True) if n], inventory, shapely.union_all(outlines)
-    )
-    far_it, near_it = iter(far_cells), iter(near_cells)
-    return [next(near_it) if n else next(far_it) for n in near]
+    groups: dict[tuple[int, ...], list[int]] = defaultdict(list)  # the cells cut from the same scenes
+    for k, p in enumerate(placed):
+        groups[tuple(i for i, s in enumerate(scenes) if focus.gives(s.path, p.cell))].append(k)
+    out: dict[int, Placed] = {}
+    for ids, ks in groups.items():
+        union = shapely.union_all([outlines[i] for i in ids])
+        out.update(zip(ks, with_estimates([placed[k] for k in ks], inventory, union), strict=True))
+    return [out[k] for k in range(len(placed))]
 
 
 class TileProbe:

@@ -226,7 +226,7 @@ def _plan(
     cfg: TilingConfig, scenes: list[Scene], inventory: Inventory, focus: Focus | None
 ) -> tuple[list[GridCell], int]:
     """Candidate cells of every scene footprint (each once; a scene of ``focus.scenes`` gives only the cells
-    touching an area of ``focus.path``), and the polygons touching no scene footprint.
+    touching an area of ``focus.path``, its own with ``scene_column``), and the polygons touching no scene footprint.
 
     Raises:
         TilingError: no polygon overlaps any scene.
@@ -238,7 +238,7 @@ def _plan(
     for s in scenes:
         only_near = focus is not None and focus.only_near(s.path)
         for c in grid_cells(s.bounds, cfg.grid.tile_size, cfg.grid.pixel_size):
-            if only_near and focus is not None and not focus.touches(c):
+            if only_near and focus is not None and not focus.touches(c, s.path):
                 continue
             if (c.col, c.row) not in seen:
                 seen.add((c.col, c.row))

@@ -1060,6 +1060,35 @@ def test_a_focus_scene_gives_no_pixel_to_a_cell_away_from_its_areas(tmp_path: Pa
     assert out.counts.estimated_tiles == 5, "the plan counts bb only in the area's cell"
 
 
+def test_with_a_scene_column_each_focus_scene_is_cut_only_around_its_own_areas(tmp_path: Path) -> None:
+    """Issue 38, a later round: scene bb (added by round 1) ends in a sliver of cell COL0 + 4, where its judged object
+    lies; cc, added by round 2, covers that cell whole. With focus.scene_column, cc gives pixels only around its own
+    area (COL0 + 5): round 1's tile is byte for byte what bb alone gives. Without it every area is every focus
+    scene's, and cc fills bb's NoData there."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", 2)
+    grid_scene(tmp_path / "scenes" / "bb.tif", 4, strip_px=24)
+    grid_scene(tmp_path / "scenes" / "cc.tif", 6)
+    write_gpkg(tmp_path / "rts.gpkg", [cell_rts(COL0)], ["r"], crs="EPSG:3857", src="EPSG:3857")
+    areas = [cell_rts(COL0 + 4, r=60), cell_rts(COL0 + 5, r=60)]  # the column "Region" names each area's scene
+    write_gpkg(tmp_path / "areas.gpkg", areas, ["bb.tif", "cc.tif"], crs="EPSG:3857", src="EPSG:3857")
+    write_gpkg(tmp_path / "round1.gpkg", areas[:1], ["bb.tif"], crs="EPSG:3857", src="EPSG:3857")
+    over = {"regions": {"name": "r"}, "splits": {"train": ["r"]}}
+    focus1 = {"path": "round1.gpkg", "scenes": ["scenes/bb.tif"]}
+    tile_scenes(config(tmp_path, **over, scenes=["scenes/a.tif", "scenes/bb.tif"], focus=focus1), tmp_path / "r1")
+    both = {"path": "areas.gpkg", "scenes": ["scenes/bb.tif", "scenes/cc.tif"]}
+    scenes = ["scenes/a.tif", "scenes/bb.tif", "scenes/cc.tif"]
+    tile_scenes(config(tmp_path, **over, scenes=scenes, focus={**both, "scene_column": "Region"}), tmp_path / "own")
+    tile_scenes(config(tmp_path, **over, scenes=scenes, focus=both), tmp_path / "any")
+    r1, own, any_ = (tile_bytes(tmp_path / d) for d in ("r1", "own", "any"))
+    sliver = f"PLANET-RGB/c{COL0 + 4}_r{ROW0}.tif"
+    assert sliver in r1 and {k: own[k] for k in r1} == r1, "round 1's tiles as round 1 cut them"
+    assert set(own) - set(r1) == {f"{d}/c{COL0 + 5}_r{ROW0}.tif" for d in ("PLANET-RGB", "labels")}
+    assert any_[sliver] != r1[sliver], "without scene_column cc fills bb's NoData in round 1's cell"
+    with pytest.raises(TilingError, match=r"focus.scene_column: .*round1.gpkg has no column 'scene'"):
+        tile_scenes(config(tmp_path, **over, scenes=scenes, focus={**focus1, "scene_column": "scene"}), tmp_path / "x")
+
+
 def test_lineage_is_recorded_and_part_of_the_identity_and_a_plain_config_keeps_its_settings(mosaic: Path) -> None:
     """A config without focus and lineage has the identity settings it had before they existed (no new keys); the
     lineage (not its parent's path) enters the identity and tiling.json records it."""
