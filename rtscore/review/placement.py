@@ -269,7 +269,7 @@ def warp_source(scene: Path, round_scenes: set[Path], cfg: TilingConfig) -> tupl
     except (OSError, ValueError) as err:
         return scene, (
             f"scene {scene} has {record_path.name} beside it, which is not an rts warp record ({type(err).__name__}): "
-            "ingest cannot tell which scene it is a copy of; warp the scene again (rts warp) or remove the file"
+            "ingest cannot tell which scene it is a copy of; warp its scene again (rts warp) into that folder"
         )
     source = Path(record.scene).expanduser().resolve()
     named = sorted(s for s in round_scenes if s.name == source.name)
@@ -283,8 +283,8 @@ def warp_source(scene: Path, round_scenes: set[Path], cfg: TilingConfig) -> tupl
             "of that name (its warp identity differs: another file, changed since, or warped with other settings): "
             "ingest cannot tell whether they are the same scene, and cutting the copy would put its pixels and NoData "
             f"rule into the parent's cells; if it is that scene, warp it again with the round's tiling config into "
-            f"{scene.parent} (rts warp --config <tiling config> --output {scene.parent}); if not, list {source} in the "
-            "tiling config's scenes"
+            f"{scene.parent} (rts warp --config <tiling config> --output {scene.parent}); if not, give {source} a name "
+            "of its own and warp it again"
         )
     return scene, None
 
