@@ -368,6 +368,28 @@ def test_verdicts_not_of_this_review_are_refused_naming_file_and_objects(world: 
     refused(world, v, tmp_path / "o", v, "features[1] (object 2)", "not valid GeoJSON geometry")
 
 
+def test_a_verdict_header_missing_a_key_or_a_file_of_no_verdict_is_refused_by_name(world: Path, tmp_path: Path) -> None:
+    """Issue 38: the header (rts_review) must hold every key the page writes that ingest checks by, each missing one
+    named (a file holding only review_id was accepted); a file judging no object is refused (it recorded a dataset
+    version with the review ingested). Nothing written either way."""
+    rid = header(world).review_id
+    only_id = verdict_doc(world, MAIN)
+    only_id["rts_review"] = {"review_id": rid}
+    v = write_verdicts(tmp_path / "only-id.geojson", only_id)
+    missing = "rts_review.schema_version, rts_review.objects_sha256, rts_review.package_sha256"
+    refused(world, v, tmp_path / "o", v, f"the header lacks {missing}", "export the verdicts again", held_out="skip")
+    no_package = verdict_doc(world, MAIN)
+    del no_package["rts_review"]["package_sha256"]
+    v = write_verdicts(tmp_path / "no-package.geojson", no_package)
+    refused(world, v, tmp_path / "o", v, "the header lacks rts_review.package_sha256: ", held_out="skip")
+    blank = verdict_doc(world, MAIN)
+    blank["rts_review"]["objects_sha256"] = ""
+    v = write_verdicts(tmp_path / "blank.geojson", blank)
+    refused(world, v, tmp_path / "o", v, "rts_review.objects_sha256 must be a non-empty text", held_out="skip")
+    v = write_verdicts(tmp_path / "none.geojson", verdict_doc(world, {}))
+    refused(world, v, tmp_path / "o", v, "holds no verdict (no feature): nothing to ingest", held_out="skip")
+
+
 def test_a_campaign_mapped_again_or_by_another_package_is_refused(world: Path, tmp_path: Path) -> None:
     verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, MAIN))
     campaign = tmp_path / "campaign"
