@@ -9,6 +9,7 @@ south (a region of no split).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -302,11 +303,19 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     }
     assert lineage["counts"]["confirmed"] == 1 and tiling_json["config_fingerprint"] == result.fingerprint
     tile_yaml = yaml.safe_load((out / "review" / "tile.yaml").read_text())
+    from_round = os.path.relpath(world, out / "review")  # every path of the round's config relative to it
     assert tile_yaml["output"] == ".." and tile_yaml["focus"] == {
         "path": "areas.gpkg",
-        "scenes": [str(world / "b.tif")],
+        "scenes": [f"{from_round}/b.tif"],
         "scene_column": "scene",  # each focus scene cut around its own objects only (issue 38)
     }
+    assert tile_yaml["scenes"] == [f"{from_round}/scenes/a.tif", f"{from_round}/b.tif"]
+    assert tile_yaml["lineage"]["parent"] == f"{from_round}/tiles"
+    assert tile_yaml["regions"]["path"] == f"{from_round}/regions.gpkg"
+    assert result.summary_line().endswith(
+        f"; next: rts run --config {out}/review/pipeline.yaml --run artifacts/tiles+r1"
+    ), "the whole command: a run directory of its own, not artifacts/pipeline again"
+    assert not result.unchanged
 
     cfg = load_pipeline_config(out / "review" / "pipeline.yaml")
     roots = {s: g.geotiff.data_root for s, g in cfg.data.generation.items() if g.geotiff is not None}
@@ -317,9 +326,40 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
         ingest_review(str(world / "review"), verdicts, round2, str(tmp_path / "twice"), held_out="skip")
     assert not (tmp_path / "twice").exists()
     negatives = write_verdicts(tmp_path / "more.geojson", verdict_doc(world, {2: "not_rts"}))
-    second = ingest_review(str(world / "review"), negatives, round2, str(tmp_path / "tiles-r2"))
+    pipeline = str(world / "pipeline.yaml")
+    second = ingest_review(
+        str(world / "review"), negatives, round2, str(tmp_path / "tiles-r2"), pipeline_config=pipeline
+    )
     assert second.version == "tiles+r2" and second.parent == str(out.resolve())
     assert {r["Tile_id"] for r in metadata(tmp_path / "tiles-r2")} == set(rows), "the same tiles: nothing new"
+    assert second.unchanged, "the hard negative was one already: every tile is round 1's, byte for byte"
+    said = second.summary_line()
+    assert "the round adds nothing: its tiles are the parent's, byte for byte" in said and "rts run" not in said, said
+
+
+def test_a_round_moved_with_its_inputs_still_reads_them(world: Path, tmp_path: Path) -> None:
+    """Issue 38: the next round's tile.yaml names every file relative to itself (scenes, focus, the lineage's parent,
+    regions), so a project holding the scenes, the parent root and the round moves (or is copied) and the round
+    still cuts the same root: every path read from the new place (the campaign's scene from where it stayed), rts tile
+    resuming every tile under one identity."""
+    before = tmp_path / "before"
+    before.mkdir()
+    for name in ("scenes", "tiles"):
+        shutil.copytree(world / name, before / name)
+    for name in ("rts.gpkg", "regions.gpkg", "tile.yaml"):  # b.tif, the campaign's scene, stays where it was mapped
+        shutil.copy(world / name, before / name)
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, {1: "rts", 2: "not_rts"}))
+    first = ingest_review(str(world / "review"), verdicts, str(before / "tile.yaml"), str(before / "tiles-r1"))
+    after = tmp_path / "after"
+    before.rename(after)
+    cfg = load_tiling_config(after / "tiles-r1" / "review" / "tile.yaml")
+    assert cfg.focus is not None and cfg.lineage is not None and cfg.regions.path is not None and cfg.output
+    named = [*cfg.scenes, *cfg.focus.scenes, cfg.focus.path, cfg.lineage.parent, cfg.regions.path, cfg.polygons.path]
+    assert all(Path(p).exists() and not Path(p).is_relative_to(before) for p in [*named, cfg.output]), named
+    assert cfg.focus.scenes == [str(world / "b.tif")] and Path(cfg.scenes[0]).is_relative_to(after)
+    again = tile_scenes(cfg, after / "tiles-r1")
+    assert again.config_fingerprint == first.fingerprint, "the same inputs, read from their new place"
+    assert again.resumed_tiles == again.counts.tiles == first.tiling.tiles
 
 
 # scene C: west of and over scene A's west and south edges; objects mapped on it (21: new ground, 22: inside A)
@@ -445,6 +485,28 @@ def test_verdicts_not_of_this_review_are_refused_naming_file_and_objects(world: 
     broken["features"][1]["geometry"] = {"type": "Polygon", "coordinates": "edited"}
     v = write_verdicts(tmp_path / "broken.geojson", broken)
     refused(world, v, tmp_path / "o", v, "features[1] (object 2)", "not valid GeoJSON geometry")
+
+
+def test_a_verdict_header_missing_a_key_or_a_file_of_no_verdict_is_refused_by_name(world: Path, tmp_path: Path) -> None:
+    """Issue 38: the header (rts_review) must hold every key the page writes that ingest checks by, each missing one
+    named (a file holding only review_id was accepted); a file judging no object is refused (it recorded a dataset
+    version with the review ingested). Nothing written either way."""
+    rid = header(world).review_id
+    only_id = verdict_doc(world, MAIN)
+    only_id["rts_review"] = {"review_id": rid}
+    v = write_verdicts(tmp_path / "only-id.geojson", only_id)
+    missing = "rts_review.schema_version, rts_review.objects_sha256, rts_review.package_sha256"
+    refused(world, v, tmp_path / "o", v, f"the header lacks {missing}", "export the verdicts again", held_out="skip")
+    no_package = verdict_doc(world, MAIN)
+    del no_package["rts_review"]["package_sha256"]
+    v = write_verdicts(tmp_path / "no-package.geojson", no_package)
+    refused(world, v, tmp_path / "o", v, "the header lacks rts_review.package_sha256: ", held_out="skip")
+    blank = verdict_doc(world, MAIN)
+    blank["rts_review"]["objects_sha256"] = ""
+    v = write_verdicts(tmp_path / "blank.geojson", blank)
+    refused(world, v, tmp_path / "o", v, "rts_review.objects_sha256 must be a non-empty text", held_out="skip")
+    v = write_verdicts(tmp_path / "none.geojson", verdict_doc(world, {}))
+    refused(world, v, tmp_path / "o", v, "holds no verdict (no feature): nothing to ingest", held_out="skip")
 
 
 def test_a_campaign_mapped_again_or_by_another_package_is_refused(world: Path, tmp_path: Path) -> None:
