@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from flows.cli.main import main
+from rtscore.config.base import ConfigError
 from rtscore.config.binding import InputBinding
 from rtscore.config.generation import GenerationConfig
 from rtscore.config.pipeline import SplitsConfig
@@ -362,6 +363,15 @@ def test_pipeline_config_points_generation_at_a_geotiff_root(tmp_path: Path) -> 
     }
     cfg = parse_pipeline_config(geo, base_dir=tmp_path)
     assert cfg.data.generation.val.geotiff.data_root == str(root.resolve())
+    # issue 38 (5): a root rts tile cut with other split rules (its tiling.json's config; only that part is read) is
+    # refused before the first split; the same rules pass
+    rules = {"min_val_regions": 2, "min_test_positives": 100, "min_val_positives": 20}
+    (root / "tiling.json").write_text(json.dumps({"config": {"split_rules": rules}}))
+    with pytest.raises(ConfigError, match=r"split_rules.min_test_positives is 100 in .*tiling.json, splits.min_test_"):
+        stages.generate_dataset(str(tmp_path / "geo"), cfg, "train")
+    assert not (tmp_path / "geo" / "datasets").exists()
+    rules["min_test_positives"] = cfg.splits.min_test_positives
+    (root / "tiling.json").write_text(json.dumps({"config": {"split_rules": rules}}))
     for split in ("train", "val", "test"):
         stages.generate_dataset(str(tmp_path / "geo"), cfg, split)
         generate_synthetic(getattr(synthetic.data.generation, split), tmp_path / f"syn_{split}.zarr")
