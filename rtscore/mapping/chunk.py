@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from rtscore.data.raster.bands import CheckedRaster, open_checked
+from rtscore.data.raster.bands import MAP_FIXES, CheckedRaster, open_checked
 from rtscore.errors import PipelineError
 from rtscore.identity import closure_hash
 from rtscore.inference.predict import (
@@ -96,7 +96,8 @@ def has_valid_pixel(pkg: LoadedPackage, path: Path) -> bool:
     """Whether ``path`` has one valid pixel by the package's NoData rule (alpha, mask, RGB nodata, EXTRA nodata): read
     block by block and stopped at the first valid pixel (a scene with data: usually its first block). Checks the
     raster (and its EXTRA raster) against the package's contract first, as ``rts predict`` does."""
-    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra_input(pkg.binding, path, None)) as raster:
+    extra = extra_input(pkg.binding, path, None)
+    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra, fixes=MAP_FIXES) as raster:
         for _, window in raster.src.block_windows(1):
             if raster.read(window)[2].any():
                 return True
@@ -233,7 +234,9 @@ def scene_job(pkg: LoadedPackage, root: CampaignRoot, scene: Scene) -> RasterJob
         outs.dir.mkdir(parents=True, exist_ok=True)
         extra = extra_input(pkg.binding, src, None)
         # has_valid_pixel checked the contract and scanned EXTRA for undeclared NaN/inf already
-        raster = stack.enter_context(open_checked(pkg.contract, pkg.binding, src, extra, check_finite=False))
+        raster = stack.enter_context(
+            open_checked(pkg.contract, pkg.binding, src, extra, check_finite=False, fixes=MAP_FIXES)
+        )
         check_size(raster, pkg.tile_size)
         return raster
 

@@ -39,6 +39,7 @@ from pydantic import Field
 
 from rtscore.config.base import StrictModel
 from rtscore.config.tiling import TilingConfig, load_tiling_config
+from rtscore.data.tiling.rules import check_tiling_config
 from rtscore.data.tiling.run import TilingCounts, TilingManifest, fingerprint, tile_scenes
 from rtscore.data.tiling.state import FINGERPRINT, MANIFEST_JSON, STATE_DIR
 from rtscore.report import md_table
@@ -178,11 +179,11 @@ def ingest_review(
             or by another package, a tiling config without splits, an object in a val/test region (held_out
             refuse), in a region of no split (new_regions refuse) or outside every region, a scene on gs:// or
             missing, an output that is not new; each naming the file and the objects. Nothing is written.
-        TilingError, ConfigError: the tiling or pipeline config unusable (nothing written either).
+        TilingError, ConfigError: the tiling or pipeline config unusable, or unlike on a split rule (nothing written).
     """
     src = read_review(review, verdicts, campaign)
     cfg_path = Path(tiling_config)
-    cfg = load_tiling_config(cfg_path)
+    cfg = _round_config(cfg_path, pipeline_config)
     parent = _parent(cfg, cfg_path)
     out = Path(output).expanduser().absolute()
     _check_output(out, parent.root)
@@ -215,6 +216,15 @@ def ingest_review(
     )
     atomic_write_json(tile_yaml.parent / INGEST_JSON, result.model_dump(mode="json"))
     return result
+
+
+def _round_config(path: Path, pipeline_config: str | None) -> TilingConfig:
+    """The round's tiling config, whose split rules a pipeline config given with it must hold too (one set of rules
+    in both files: :func:`~rtscore.data.tiling.rules.check_tiling_config`)."""
+    cfg = load_tiling_config(path)
+    if pipeline_config is not None:
+        check_tiling_config(str(path), cfg.split_rules, pipeline_config)
+    return cfg
 
 
 @dataclass

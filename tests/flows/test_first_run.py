@@ -148,6 +148,7 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     assert counts["tiles"] == counts["positive"] + counts["negative"] and counts["negative"] > 0
 
     pipeline = quick_training(tiny_training_config([1]))
+    pipeline.pop("splits")  # the split rules of tile.yaml (the defaults), as the docs' pipeline.yaml: one set of rules
     pipeline["data"]["tile_size"] = TILE
     pipeline["data"]["generation"] = {s: generation(s) for s in ("train", "val", "test")}
     write_config(tmp_path / "pipeline.yaml", pipeline)

@@ -31,7 +31,7 @@ from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
 from rtscore.mapping.objects_layer import read_objects
 from rtscore.mapping.scenes import CampaignError, list_scenes
 from tests.helpers import PROJECT_ROOT, CodeEdits
-from tests.test_predict import MEAN, STD, TILE, random_rgba, write_package, write_raster
+from tests.test_predict import MEAN, STD, TILE, TRANSFORM, random_rgba, write_package, write_raster
 
 VALID = ("a", "b", "c")
 SCENE_H, SCENE_W = TILE + 32, TILE * 2
@@ -206,6 +206,36 @@ def test_map_command(package: Path, scenes_dir: Path, tmp_path: Path, capsys: py
     (scenes_dir / "corrupt.tif").unlink()
     assert main(args) == 0
     assert main([*args[:-2], "--output", str(tmp_path / "m2"), "--package", str(tmp_path / "nope")]) == 2
+
+
+def test_scenes_rts_map_refuses_are_sent_to_rts_warp_and_the_tiling_config_not_to_flags_it_lacks(
+    package: Path, tmp_path: Path
+) -> None:
+    """Issue 38 (5): a scene off the training grid fails naming the rts warp command and flags that put it on the
+    grid; an untagged B,G,R,NIR scene names the tiling config's rgb_bands and rts warp (rts map has no --rgb-bands).
+    (No scene opens, so the drift check cannot run: allowed here, the failures are the point.)"""
+    from rasterio.transform import from_origin
+
+    from tests.helpers import write_raster as write_tagged
+
+    d = tmp_path / "in"
+    d.mkdir()
+    rgba = imagery_like_training(7, SCENE_H, SCENE_W)
+    utm = from_origin(500_000.0, 7_210_000.0, 30.0, 30.0)
+    write_tagged(d / "utm.tif", rgba, transform=utm, crs="EPSG:32606", interp=["red", "green", "blue", "alpha"])
+    bgrn = np.concatenate([rgba[2::-1], rgba[3:]])
+    write_tagged(d / "bgrn.tif", bgrn, transform=TRANSFORM, interp=["gray", "undefined", "undefined", "undefined"])
+    summary = run_campaign(package, d, tmp_path / "campaign", allow_drift=True)
+    assert (summary.done, summary.failed) == (0, 2)
+    warp = "rts warp --config <the tiling config the training data was cut with> --scenes"
+    assert (
+        f"by more than 5%; put it on the training grid with {warp} {d / 'utm.tif'} --output <dir>"
+        in (summary.failures["utm"])
+    )
+    band_fix = summary.failures["bgrn"]
+    assert "map them with rgb_bands: {rgb: [r, g, b], alpha: a|null} in the tiling config" in band_fix
+    assert f"rts warp --config <that tiling config> --scenes {d / 'bgrn.tif'} --output <dir>" in band_fix
+    assert "--rgb-bands" not in band_fix
 
 
 # ------------------------------------------------------------------------------ the log, keyed by identity

@@ -24,6 +24,7 @@ from rasterio.crs import CRS
 from rasterio.features import rasterize
 from rasterio.warp import transform, transform_geom
 
+from rtscore.config.base import ConfigError
 from rtscore.config.pipeline import load_pipeline_config
 from rtscore.config.tiling import load_tiling_config
 from rtscore.data.raster.warp import warp_scenes
@@ -232,12 +233,11 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     version, parent and review recorded in ingest.json and tiling.json; a pipeline config pointed at the root."""
     verdicts = write_verdicts(tmp_path / "verdicts.geojson", verdict_doc(world, MAIN))
     gen = {"split": "train", "tile_size": TILE, "source": "geotiff", "geotiff": {"data_root": "tiles"}}
-    pipeline = {
+    pipeline = {  # its split rules are tile.yaml's (both the defaults): one set of rules (issue 38, point 5)
         "data": {
             "tile_size": TILE,
             "generation": {"train": "gen-train.yaml", "test": {**gen, "split": "test"}},
         },
-        "splits": {"min_test_positives": 1},
     }
     (world / "gen-train.yaml").write_text(yaml.safe_dump(gen))
     (world / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
@@ -427,6 +427,27 @@ def test_a_warped_copy_of_a_parent_scene_is_cut_from_that_scene_or_refused_with_
         assert all(w in str(err.value) for w in words), str(err.value)
         assert not (tmp_path / "refused").exists(), "nothing written on refusal"
         (tmp_path / "warped" / "a_warp.json").write_text("{not json")
+
+
+def test_a_pipeline_config_with_other_split_rules_than_the_tiling_configs_is_refused(
+    world: Path, tmp_path: Path
+) -> None:
+    """Issue 38 (5): the round's tiling config and pipeline config hold one set of split rules; two values of one
+    rule are refused, naming both files, the rule and both values, before anything is written."""
+    verdicts = write_verdicts(tmp_path / "verdicts.geojson", verdict_doc(world, MAIN))
+    gen = {"split": "train", "tile_size": TILE, "source": "geotiff", "geotiff": {"data_root": "tiles"}}
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(
+        yaml.safe_dump({"data": {"tile_size": TILE, "generation": {"train": gen}}, "splits": {"min_test_positives": 1}})
+    )
+    out = tmp_path / "tiles-r1"
+    with pytest.raises(ConfigError) as err:
+        ingest(world, verdicts, out, held_out="skip", pipeline_config=str(pipeline))
+    assert (
+        f"split rules disagree: split_rules.min_test_positives is 100 in {world / 'tile.yaml'}, "
+        f"splits.min_test_positives is 1 in {pipeline}." in str(err.value)
+    )
+    assert not out.exists(), "nothing written on refusal"
 
 
 def refused(world: Path, verdicts: str, out: Path, *words: str, **kw: Any) -> str:

@@ -863,6 +863,23 @@ def test_split_rules_are_checked_on_the_plan_before_any_tile_and_every_problem_i
     assert "splits.test: about 2 tile(s) hold an RTS whole" in thin and "min_test_positives=100" in thin
     assert json.loads((tmp_path / "tiles" / "tiling.json").read_text())["warnings"] == out.warnings
 
+    # issue 38 (5): the same rules are the pipeline config's splits; a pipeline config that ingests this root with
+    # other values is refused, naming both files and each rule (the generate-dataset stage and rts data / rts run
+    # call this check before any split is generated: tests/data/geotiff, tests/flows/cli/test_main.py)
+    from rtscore.config.pipeline import parse_pipeline_config
+    from rtscore.data.tiling.rules import check_data_roots
+
+    gen = {"split": "train", "tile_size": 64, "source": "geotiff", "geotiff": {"data_root": str(tmp_path / "tiles")}}
+    pipeline = {"data": {"tile_size": 64, "generation": {"train": gen}}, "splits": {"min_val_regions": 2}}
+    with pytest.raises(ConfigError) as refused:
+        check_data_roots(parse_pipeline_config(pipeline), "pipeline.yaml")
+    assert str(refused.value).startswith(
+        f"split rules disagree: split_rules.min_val_regions is 1 in {tmp_path / 'tiles' / 'tiling.json'}, "
+        "splits.min_val_regions is 2 in pipeline.yaml. They are one rule each (min_val_regions)"
+    )
+    pipeline["splits"]["min_val_regions"] = 1
+    check_data_roots(parse_pipeline_config(pipeline), "pipeline.yaml")  # the same rules: accepted
+
 
 def test_without_splits_the_derivation_is_run_on_the_plan_and_refused_early(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -1172,7 +1189,8 @@ def test_rts_tile_to_ingestion_to_a_package(prefect_harness: None, tmp_path: Pat
     write_gpkg(tmp_path / "rts.gpkg", polys, regions)
     splits = {"train": ["north slope", "brooks foothills"], "val": ["yukon flats"], "test": ["seward lowland"]}
     extra = [{"name": "ndvi", "kind": "ndvi", "nir": {"band": 4}, "red": {"band": 0}}]
-    rules = {"min_val_regions": 1}  # the pipeline's below: a 2.4 km mosaic has one val region
+    rules = {"min_val_regions": 1, "min_test_positives": 1}  # the pipeline's below (refused unless the same): a 2.4 km
+    # mosaic has one val region
     doc = base_config(tmp_path, splits=splits, split_rules=rules, extra=extra)
     (tmp_path / "tile.yaml").write_text(yaml.safe_dump(doc))
     assert main(["tile", "--config", str(tmp_path / "tile.yaml")]) == 0

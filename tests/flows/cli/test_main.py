@@ -331,6 +331,33 @@ def test_missing_inputs_are_named_before_prefect_starts(
     assert not run.exists(), "nothing written"
 
 
+def test_a_data_root_cut_with_other_split_rules_is_refused_before_prefect_starts(
+    no_prefect: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38 (5): split rules are written in the tiling config (rts tile records them in the root's tiling.json)
+    and in the pipeline config; rts data and rts run refuse two values of one rule, naming both files, the rule and
+    both values, before Prefect starts and before anything is written."""
+    import json
+
+    from tests.helpers import geotiff_pipeline_config
+
+    root = tmp_path / "tiles"
+    root.mkdir()
+    rules = {"min_val_regions": 1, "min_test_positives": 2, "min_val_positives": 5}  # what rts tile checked
+    (root / "tiling.json").write_text(json.dumps({"config": {"split_rules": rules}}))
+    cfg = write_yaml(tmp_path / "p.yaml", geotiff_pipeline_config(str(root)))  # splits.min_test_positives: 2
+    run = tmp_path / "run"
+    for command in ("data", "run"):
+        assert main([command, "--config", str(cfg), "--run", str(run)]) == 2
+        err = _one_error(capsys.readouterr().err, command)
+        assert (
+            f"split_rules.min_val_regions is 1 in {root / 'tiling.json'}, splits.min_val_regions is 2 in {cfg}" in err
+        )
+        assert f"split_rules.min_val_positives is 5 in {root / 'tiling.json'}, splits.min_val_positives is 20" in err
+        assert "min_test_positives" not in err, "a rule both files give alike is not named"
+    assert not run.exists(), "nothing written"
+
+
 def test_a_gs_run_is_checked_before_prefect_starts(
     gcs_emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
