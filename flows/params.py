@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 from pydantic import AfterValidator, BaseModel, Field, JsonValue, model_validator
 
 from flows.fields import Cli, data_root_location, local_file, local_output, run_location
-from flows.form import FormModel
+from flows.form import FormModel, OptionalSwitch
 from rtscore.config import PipelineConfig
 from rtscore.config.overrides import check_override_keys
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
@@ -81,11 +81,11 @@ class RunParams(FormModel):
         "directory or absolute, or gs://bucket/prefix/run. Every stage of a run must see the same one. "
         "Empty: artifacts/<config file name>.",
     )
-    deterministic: bool | None = Field(
+    deterministic: OptionalSwitch = Field(
         None,
-        description="Override training.deterministic of the config (cudnn.deterministic, no benchmark, "
-        "deterministic algorithms). Empty: as in the config. Part of every stage's cache key, so pass the "
-        "same value when re-running a single stage of a pipeline run.",
+        description="Deterministic training (cudnn.deterministic, no benchmark, deterministic algorithms) on or off, "
+        "over training.deterministic of the config; unset (config): as the config says. Part of every stage's cache "
+        "key, so pass the same value when re-running a single stage of a pipeline run.",
     )
     overrides: Overrides = Field(
         default_factory=dict,
@@ -281,7 +281,9 @@ class PipelineParams(DataParams):
         "once; this run waits for them, decides the calibration from the caches and packages.",
     )
     distributed: DistributedParams = Field(
-        default_factory=DistributedParams, description="Fan-out settings (used when execution is distributed)."
+        default_factory=DistributedParams,
+        title="Distributed execution",
+        description="Fan-out settings (used when execution is distributed).",
     )
 
     def data(self) -> DataParams:
@@ -438,7 +440,9 @@ class MapRegionParams(MapParams):
         "chunk on the deployment below (a GPU pool); this run waits, then builds the campaign's outputs.",
     )
     distributed: MapDistributedParams = Field(
-        default_factory=MapDistributedParams, description="Fan-out settings (used when execution is distributed)."
+        default_factory=MapDistributedParams,
+        title="Distributed execution",
+        description="Fan-out settings (used when execution is distributed).",
     )
 
 
@@ -570,16 +574,31 @@ class SweepParams(FormModel):
         "train-seed flow run per variant x seed on the training deployment (a GPU pool), all at once.",
     )
     distributed: DistributedParams = Field(
-        default_factory=DistributedParams, description="Fan-out settings (used when execution is distributed)."
+        default_factory=DistributedParams,
+        title="Distributed execution",
+        description="Fan-out settings (used when execution is distributed).",
     )
     until_decided: bool = Field(
         False,
         description="Add seeds to every undecided variant (and the baseline) until each is decided or reaches "
         "until_decided.max_seeds of the sweep file.",
     )
+    deterministic: OptionalSwitch = Field(
+        None,
+        description="Deterministic training on or off for every variant, over training.deterministic of the "
+        "config; unset (config): as the config says.",
+    )
+
+
+class SweepCommandParams(SweepParams):
+    """sweep: every variant of a sweep file trained over the same seeds, judged against the baseline within seed
+    noise (docs/experiments.md); the chosen variant then runs the after-training stages. `rts sweep --status` prints
+    the table of a sweep instead (the command line only: the sweep flow's form has no such field)."""
+
     status: bool = Field(
         False, description="Print the table of a running or finished sweep from its directory, and exit (no work)."
     )
-    deterministic: bool | None = Field(
-        None, description="Override training.deterministic of every variant. Empty: as in the config."
-    )
+
+    def flow_params(self) -> SweepParams:
+        """The sweep flow's parameters: every field but ``status``."""
+        return derived(SweepParams, self)
