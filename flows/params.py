@@ -25,9 +25,9 @@ Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
 
 # The deployments a distributed pipeline fans out to (`<flow name>/<deployment name>`, prefect.yaml; gpu pool).
-TRAIN_SEED_DEPLOYMENT = "train-seed/train-seed"
-LOGIT_CACHE_DEPLOYMENT = "logit-cache/logit-cache"
-EVALUATE_TEST_DEPLOYMENT = "evaluate-test/evaluate-test"
+TRAIN_SEED_DEPLOYMENT = "train-seed/stage-train-seed"
+LOGIT_CACHE_DEPLOYMENT = "logit-cache/stage-logit-cache"
+EVALUATE_TEST_DEPLOYMENT = "evaluate-test/stage-evaluate-test"
 
 
 def _seeds(v: list[int] | None) -> list[int] | None:
@@ -236,16 +236,16 @@ class DistributedParams(FormModel):
     deployment: Annotated[str, Cli(flag="--train-deployment")] = Field(
         TRAIN_SEED_DEPLOYMENT,
         description="Training: deployment started once per seed, as '<flow name>/<deployment name>'; its work "
-        "pool decides where training runs (prefect.yaml: train-seed on the 'gpu' pool).",
+        "pool decides where training runs (prefect.yaml: stage-train-seed on the 'gpu' pool).",
     )
     logit_cache_deployment: str = Field(
         LOGIT_CACHE_DEPLOYMENT,
-        description="Calibration logit caches: deployment started once per seed (prefect.yaml: logit-cache on "
+        description="Calibration logit caches: deployment started once per seed (prefect.yaml: stage-logit-cache on "
         "the 'gpu' pool); the pipeline run itself then decides TTA, scales, temperature and threshold.",
     )
     evaluate_test_deployment: str = Field(
         EVALUATE_TEST_DEPLOYMENT,
-        description="Test evaluation: deployment started once over all seeds (prefect.yaml: evaluate-test on "
+        description="Test evaluation: deployment started once over all seeds (prefect.yaml: stage-evaluate-test on "
         "the 'gpu' pool).",
     )
     max_attempts: MaxAttempts = Field(
@@ -300,7 +300,7 @@ class PipelineParams(DataParams):
 
 
 # ---------------------------------------------------------------------------------------------- mapping
-MAP_CHUNK_DEPLOYMENT = "map-chunk/map-chunk"  # the deployment a distributed map-region fans out to (gpu pool)
+MAP_CHUNK_DEPLOYMENT = "map-chunk/stage-map-chunk"  # the deployment a distributed map-region fans out to (gpu pool)
 
 
 class MapCampaignParams(FormModel):
@@ -398,7 +398,7 @@ class MapDistributedParams(FormModel):
     deployment: str = Field(
         MAP_CHUNK_DEPLOYMENT,
         description="Deployment started once per chunk, as '<flow name>/<deployment name>' (prefect.yaml: "
-        "map-chunk on the 'gpu' pool).",
+        "stage-map-chunk on the 'gpu' pool).",
     )
     max_attempts: MaxAttempts = Field(
         MAX_ATTEMPTS,
