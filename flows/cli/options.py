@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from flows.fields import Cli
+from flows.fields import Cli, cli_of, flag_of
 from rtscore.errors import PipelineError
 
 M = TypeVar("M", bound=BaseModel)
@@ -61,10 +61,6 @@ class Option:
         return "__".join(self.path)
 
 
-def _cli(field: FieldInfo) -> Cli:
-    return next((m for m in field.metadata if isinstance(m, Cli)), Cli())
-
-
 def _without_none(annotation: Any) -> tuple[Any, bool]:
     """(the annotation without ``None``, whether ``None`` was allowed)."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -82,14 +78,12 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 def options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[Option]:
     """Every option of ``model``, nested models' fields as ``--<field>.<name>``."""
     for name, field in model.model_fields.items():
-        cli = _cli(field)
+        cli = cli_of(field)
         nested = _nested_model(field.annotation)
         if nested is not None and cli.parse is None:
             yield from options(nested, (*prefix, name))
             continue
-        dotted = ".".join((*prefix, name)).replace("_", "-")
-        flag = cli.flag or (name if cli.positional else f"--{dotted}")
-        yield Option((*prefix, name), flag, field, cli)
+        yield Option((*prefix, name), flag_of((*prefix, name), field), field, cli)
 
 
 def _default_text(field: FieldInfo) -> str:

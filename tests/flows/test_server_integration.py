@@ -134,7 +134,11 @@ def scenario(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Scenar
         "config": str(config),
         "run_dir": str(run_dir),
         "execution": "distributed",
-        "distributed": {"deployment": "train-seed/train-seed", "poll_interval_s": 1.0, "timeout_s": RUN_TIMEOUT_S},
+        "distributed": {
+            "deployment": "train-seed/stage-train-seed",
+            "poll_interval_s": 1.0,
+            "timeout_s": RUN_TIMEOUT_S,
+        },
     }
     # The local twin (test_the_distributed_package_equals_the_local_executions) runs on the cpu pool while the
     # distributed run's children run on the gpu pool: the two trainings overlap instead of adding up.
@@ -237,7 +241,11 @@ def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_r
     parent = str(scenario.flow_run.id)
     children: dict[str, list[Any]] = {}
     with server.client() as client:
-        for name in ("train-seed/train-seed", "logit-cache/logit-cache", "evaluate-test/evaluate-test"):
+        for name in (
+            "train-seed/stage-train-seed",
+            "logit-cache/stage-logit-cache",
+            "evaluate-test/stage-evaluate-test",
+        ):
             deployment = client.read_deployment_by_name(name)
             runs = client.read_flow_runs(
                 deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id]))
@@ -252,9 +260,9 @@ def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_r
         attempts = client.read_artifacts(  # the server's other modules' artifacts left out
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[scenario.flow_run.id]))
         )
-    assert sorted(r.parameters["params"]["seed"] for r in children["train-seed/train-seed"]) == [1, 2]
-    assert sorted(r.parameters["params"]["seed"] for r in children["logit-cache/logit-cache"]) == [1, 2]
-    (test_run,) = children["evaluate-test/evaluate-test"]
+    assert sorted(r.parameters["params"]["seed"] for r in children["train-seed/stage-train-seed"]) == [1, 2]
+    assert sorted(r.parameters["params"]["seed"] for r in children["logit-cache/stage-logit-cache"]) == [1, 2]
+    (test_run,) = children["evaluate-test/stage-evaluate-test"]
     assert test_run.parameters["params"]["seeds"] == [1, 2]
     assert test_run.idempotency_key == idempotency_key(parent, "evaluate-test", "all")
     # The attempts tables on the pipeline run: every child completed at its first attempt.
@@ -265,10 +273,10 @@ def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_r
         assert [(r["attempt"], r["final state"]) for r in rows] == [(1, "COMPLETED")] * n, (stage, rows)
 
     # The key is the whole scheme: asking again for seed 1 of this parent returns the same run.
-    again = children["train-seed/train-seed"][0]
+    again = children["train-seed/stage-train-seed"][0]
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
         same = run_deployment(
-            "train-seed/train-seed",
+            "train-seed/stage-train-seed",
             parameters={"params": again.parameters["params"]},
             timeout=0,
             idempotency_key=idempotency_key(parent, "train-seed", again.parameters["params"]["seed"]),
