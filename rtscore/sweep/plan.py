@@ -9,6 +9,7 @@ differ from the baseline's, and a variant that trains exactly as another does.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ from rtscore.stages.registry import planned_key, spec
 from rtscore.stages.spec import StageSpec
 from rtscore.storage import RunDir, SweepLayout
 from rtscore.sweep.config import SweepConfig
+from rtscore.train.loop import epoch_metric_names
 
 # The stages a sweep runs for every variant, first to last, with the selections of each (train-seed: per seed).
 DATA_STAGES = ("generate-dataset", "normalization-stats", "validate-data")
@@ -110,6 +112,20 @@ def check_metric(metric: str, cfg: PipelineConfig) -> None:
             f"metric: {metric} is not a validation metric of model quality; use one that training records per epoch "
             f"(metrics.jsonl), e.g. val_realistic_pr_auc_geomean or val_realistic_pr_auc_1_{cfg.metrics.ratios[0]}"
         )
+    names = deciding_metrics(cfg)
+    if metric not in names:  # a misspelt name, or a ratio or IoU threshold the config does not compute
+        close = difflib.get_close_matches(metric, names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise SweepError(
+            f"metric: {metric} is not among the validation metrics training records per epoch under this config "
+            f"(metrics.jsonl); {hint}the metrics a sweep can decide on: {', '.join(names)}"
+        )
+
+
+def deciding_metrics(cfg: PipelineConfig) -> list[str]:
+    """The metrics a sweep under ``cfg`` may decide on: the validation metrics of model quality each validated epoch
+    records (its ratios and IoU thresholds), not counts, weights or bootstrap spreads."""
+    return [n for n in epoch_metric_names(cfg) if not any(part in n for part in _NOT_QUALITY)]
 
 
 def comparison_identity(cfg: PipelineConfig, split: str) -> str:
@@ -266,6 +282,7 @@ __all__ = [
     "SweepPlan",
     "check_metric",
     "comparison_identity",
+    "deciding_metrics",
     "plan_json",
     "plan_sweep",
     "variant_config",
