@@ -3,8 +3,9 @@ directory, and the identity of each stage run it needs (the stage registry's :fu
 whose identity an earlier variant has is computed once, there, and adopted by the others.
 
 Refused before anything runs, naming the variant and the key: an override that fails validation, a deciding metric
-that is not a validation metric, an override that makes a variant's val or test tiles (or the metric's definition)
-differ from the baseline's, and a variant that trains exactly as another does.
+that is not a validation metric training records, a variant that changes the seeds (the sweep's own axis), an
+override that makes a variant's val or test tiles (or the metric's definition) differ from the baseline's, and a
+variant that trains exactly as another does.
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] 
     baseline = cfgs[sweep.baseline]
     check_metric(sweep.metric, baseline)
     seeds = seeds or sweep.seeds or list(baseline.training.seeds)
+    _check_seeds_unchanged(cfgs, sweep.baseline, seeds)
     _check_same_tiles(cfgs, named, sweep.baseline)
     owners: dict[str, str] = {}  # planned key -> the first variant with it
     variants = [_plan_variant(name, cfg, named, sweep_dir, seeds, owners) for name, cfg in cfgs.items()]
@@ -185,6 +187,33 @@ def _variant_configs(base: Path, named: dict[str, dict[str, JsonValue]]) -> dict
     if errors:
         raise SweepError("\n".join(errors))
     return cfgs
+
+
+def _check_seeds_unchanged(cfgs: dict[str, PipelineConfig], baseline_name: str, seeds: list[int]) -> None:
+    """Refuse a variant whose ``training.seeds`` or ``training.seed`` differ from the baseline's: seeds are the
+    sweep's own axis (every variant trains the sweep's seeds), so a variant's seeds would never be trained, and one
+    that changes only its seeds would train the baseline's seeds again under another name.
+
+    Raises:
+        SweepError: one line per such variant, naming it and the key.
+    """
+    base = cfgs[baseline_name].training
+    errors: list[str] = []
+    for name, cfg in cfgs.items():
+        changed = [
+            f"training.{key} ({getattr(cfg.training, key)}; the baseline's: {getattr(base, key)})"
+            for key in ("seeds", "seed")
+            if getattr(cfg.training, key) != getattr(base, key)
+        ]
+        if name != baseline_name and changed:
+            errors.append(
+                f"variant {name}: {', '.join(changed)} changes seeds, the sweep's own axis: every variant trains "
+                f"the sweep's seeds ({', '.join(map(str, seeds))}), so it would train them again, not its own; set "
+                "seeds: in the sweep file, and let a variant change what training reads (the loss, the model, the "
+                "train data)"
+            )
+    if errors:
+        raise SweepError("\n".join(errors))
 
 
 def _check_same_tiles(

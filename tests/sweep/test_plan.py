@@ -324,6 +324,25 @@ def test_a_variant_that_trains_as_the_baseline_is_refused(
     _refused(base, tmp_path, {"after": overrides}, f"variant after ({key}=", "trains exactly as variant baseline")
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"training.seeds": [7, 8]},
+        {"training.seed": 99},
+        {"training.seeds": [7, 8], "loss.focal_gamma": 1.0},  # its seeds would be silently ignored
+    ],
+)
+def test_a_variant_that_changes_the_seeds_is_refused_naming_it(
+    base: Path, tmp_path: Path, overrides: dict[str, Any]
+) -> None:
+    """Seeds are the sweep's own axis: such a variant trained the baseline's seeds again under another name."""
+    key = next(iter(overrides))
+    text = _refused(
+        base, tmp_path, {"gamma": {"loss.focal_gamma": 3.0}, "seedy": overrides}, f"variant seedy: {key} (", "seeds:"
+    )
+    assert "variant gamma" not in text
+
+
 def test_two_variants_training_alike_are_refused_naming_both(base: Path, tmp_path: Path) -> None:
     _refused(
         base,
