@@ -120,7 +120,9 @@ def sweep(params: SweepCommandParams) -> int:
     if params.status:
         from rtscore.sweep.status import sweep_status
 
-        print(sweep_status(sweep_cfg, base, params.sweep_dir))
+        print(
+            sweep_status(sweep_cfg, base, params.sweep_dir, resume=f"rts sweep {params.sweep} --dir {params.sweep_dir}")
+        )
         return 0
     plan = plan_sweep(sweep_cfg, base, params.sweep_dir)  # every refusal before any work
     from flows.cli.preflight import check_run

@@ -239,11 +239,12 @@ def render_text_table(rows: Sequence[Mapping[str, str]], *, max_width: int = 40)
     return "\n".join(out) + "\n"
 
 
-def render_status(report: SweepReport) -> str:
-    """``rts sweep --status``: the sweep's name, status and rule, then :func:`render_text_table`."""
+def render_status(report: SweepReport, state: str | None = None) -> str:
+    """``rts sweep --status``: the sweep's name, status (``state`` when given: e.g. interrupted, for a report built
+    while no run of the sweep goes on) and rule, then :func:`render_text_table`."""
     chosen = f"; chosen: {report.chosen}" if report.chosen else ""
     head = (
-        f"sweep {report.name} ({report.status}{chosen})\n"
+        f"sweep {report.name} ({state or report.status}{chosen})\n"
         f"deciding metric: {report.metric} (validation); paired interval at {report.confidence:.0%}, "
         f"margin {_num(report.margin)}\n\n"
     )
