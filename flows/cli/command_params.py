@@ -153,7 +153,9 @@ class ValidateParams(FormModel):
     dataset: LocalPath = Field(..., description="A directory with the split stores (train.zarr, ...), or one store.")
     config: LocalPath = Field(..., description="Pipeline config YAML.")
     stats: Annotated[str | None, Cli(parse=local_path)] = Field(
-        None, description="Normalization stats JSON. Empty: normalization_stats.json next to the datasets."
+        None,
+        description="Normalization stats JSON; one that does not exist is refused. Empty: normalization_stats.json "
+        "next to the datasets, else in their parent directory (the run directory).",
     )
     output: Annotated[str | None, Cli(parse=local_output)] = Field(
         None, description="Report directory. Empty: validation/ in the dataset directory."

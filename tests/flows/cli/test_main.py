@@ -50,6 +50,16 @@ def test_generate_stats_validate_as_a_new_user_would(
     assert main(["validate", "--dataset", str(ds), "--config", str(pipeline)]) == 0
     assert "validation passed" in capsys.readouterr().out
     assert (ds / "validation" / "report.md").exists()
+    # Issue 38: a --stats file that does not exist is refused naming it; it fell back to the run's own stats (here
+    # in the datasets' parent, as in a run directory) and passed. Nothing is written.
+    (tmp_path / "normalization_stats.json").write_bytes((ds / "normalization_stats.json").read_bytes())
+    missing = tmp_path / "no-such-stats.json"
+    out = tmp_path / "report"
+    argv = ["validate", "--dataset", str(ds), "--config", str(pipeline), "--stats", str(missing), "--output", str(out)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert f"--stats {missing}: no such file" in captured.err and "validation passed" not in captured.out
+    assert not out.exists()
 
 
 def test_same_seed_twice_gives_identical_arrays(configs: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
