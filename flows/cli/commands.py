@@ -284,7 +284,9 @@ def predict(p: PredictParams) -> int:
     package's raster contract before the first is predicted.
     """
     from rtscore.inference.predict import check_inputs, input_rasters, load_package, predict_raster
+    from rtscore.package.format import refuse_output_in_package
 
+    refuse_output_in_package(p.output, p.package, what="--output")  # maps written there break the package
     files = input_rasters(p.input)
     extra = p.extra
     bands = p.rgb_bands
@@ -310,7 +312,9 @@ def drift(p: DriftParams) -> int:
     ``rgb_bands`` (a RasterBandMap replacing the package's band map, or None).
     """
     from rtscore.inference.drift import REPORT_MD, drift_report, render_markdown
+    from rtscore.package.format import refuse_output_in_package
 
+    refuse_output_in_package(p.output, p.package, what="--output")  # a report written there breaks the package
     report = drift_report(p.package, p.input, p.output, rgb_bands=p.rgb_bands)
     print(render_markdown(report, console=True), end="")  # the per-region and per-raster lists: in the report
     print(f"wrote {Path(p.output) / REPORT_MD}")
