@@ -79,11 +79,24 @@ def local_output(value: str) -> str:
     return value
 
 
+def local_run_dir(value: str) -> str:
+    """A local run directory to read (a URI and an existing file are refused, naming the path)."""
+    local_path(value)
+    if Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"{value} is a file, not a run directory")
+    return value
+
+
 def run_location(value: str) -> str:
-    """A gs:// URI, or a local directory that can be written."""
+    """A gs:// URI, or a local directory that can be written (an existing file there is refused)."""
     if value.startswith("gs://"):
         return value
-    return local_output(value)
+    local_path(value)
+    try:
+        check_writable(value, directory=True)
+    except StorageError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
 
 
 def data_root_location(value: str) -> str:

@@ -52,7 +52,7 @@ from rtscore.inference.predict import (
     input_rasters,
     warn_if_no_contract,
 )
-from rtscore.package.format import PackageError
+from rtscore.package.format import PackageError, refuse_output_in_package
 from rtscore.package.verify import audited_package, warn_if_fallback_threshold
 from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
@@ -221,6 +221,7 @@ def drift_report(
     where the user is (default: ``rts drift``'s command line; a campaign passes
     :data:`~rtscore.data.raster.bands.MAP_FIXES`)."""
     pkg = package_dir.path if isinstance(package_dir, LoadedPackage) else Path(package_dir)
+    refuse_output_in_package(output_dir, pkg)
     binding, stats, transform, contract = _package_inputs(package_dir)
     contract = input_contract(contract, rgb_bands)
     channel_names = binding.names

@@ -16,6 +16,7 @@ summary: :mod:`rtscore.mapping.campaign`) is outside it on purpose, since it doe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -164,12 +165,32 @@ def run_chunk(
             reason = _reason(scene, err)
             _log.warning("scene %s failed: %s", scene.scene_id, reason)
             record = SceneRecord.now(scene, ident, "failed", reason=reason, seconds=seconds)
+        if record.status != "done":
+            clear_scene_outputs(root, scene)
         log.append(record)  # the commit point; a log that cannot be written stops the chunk
         records.append(record)
         _log.info("scene %s: %s (%.1f s)", scene.scene_id, record.status, record.seconds)
 
     run_stream(model, [scene_job(pkg, root, s) for s in todo], on_outcome)
     return records
+
+
+def clear_scene_outputs(root: CampaignRoot, scene: Scene) -> None:
+    """Remove the scene's outputs under their final names (the local files and, for gs://, the objects) after an
+    attempt that did not map it: ``failed``, or ``skipped-full-nodata`` under this package's NoData rule. Files left
+    by an earlier mapping of the scene (another package, other content, the files of this attempt before it failed)
+    would otherwise lie under the campaign's names beside a record that does not cover them. A file that cannot be
+    removed is a warning naming it; the scene's record is still appended."""
+    outs = scene_outputs(root, scene)
+    try:
+        for path in outs.files():
+            path.unlink(missing_ok=True)
+        if root.remote:
+            root.store().delete([root.rel(p) for p in outs.files()])
+        with contextlib.suppress(OSError):  # an empty scene directory goes too; one holding anything else stays
+            outs.dir.rmdir()
+    except (OSError, PipelineError) as err:
+        _log.warning("scene %s: its earlier outputs under %s could not be removed: %s", scene.scene_id, outs.dir, err)
 
 
 def _check_extra_listed(pkg: LoadedPackage, scenes: Sequence[Scene]) -> None:

@@ -262,3 +262,30 @@ def test_a_raster_smaller_than_a_tile_is_found_before_any_map_and_named(
     write(d / "t.tif", random_rgba(np.random.default_rng(8), small, SIZE))  # ... t.tif has no room for a window
     write(d / "t_extra.tif", np.zeros((1, small, SIZE), np.float32))
     refused("predict", package, d, tmp_path / "out", capsys, f"t.tif: {small}x{SIZE} px is smaller than the package's")
+
+
+# --------------------------------------------------------------------------- issue 38: an output inside the package
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_output_inside_the_package_is_refused_and_the_package_stays_intact(
+    command: str, package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rts predict --output <package>` wrote its maps into the package, which then failed verify everywhere: the
+    package directory, a directory inside it and one inside another package are refused before any work, naming
+    the output and the package; not a file of either package changes."""
+    from rtscore.package import audit_package
+
+    src = scene(tmp_path / "in")
+    other = write_package(tmp_path / "other", extra=[{"name": "ndvi", "band": 0}])
+
+    def files(pkg: Path) -> dict[str, bytes]:
+        return {p.relative_to(pkg).as_posix(): p.read_bytes() if p.is_file() else b"" for p in sorted(pkg.rglob("*"))}
+
+    before = {pkg: files(pkg) for pkg in (package, other)}
+    for out, holder in ((package, package), (package / "maps", package), (other / "sub" / "maps", other)):
+        capsys.readouterr()
+        assert run(command, package, src, out) == 2, out
+        err = capsys.readouterr().err
+        assert err.startswith(f"rts {command}: error: --output {out} is inside the deployment package {holder}"), err
+        assert "Traceback" not in err
+    assert {pkg: files(pkg) for pkg in (package, other)} == before
+    assert all(c.ok for c in audit_package(package)), [c for c in audit_package(package) if not c.ok]

@@ -368,6 +368,27 @@ def test_a_replaced_extra_raster_maps_its_scene_again_and_one_off_the_grid_fails
     assert "b_extra.tif: not on the grid of" in summary.failures["b"]
 
 
+def test_a_scene_that_fails_under_a_new_package_leaves_no_output_of_the_old_one(package: Path, tmp_path: Path) -> None:
+    """Issue 38: re-mapped under a new package, a scene that failed kept the old package's COGs under their final
+    names (the summary and index were right). Every file left under a final name is the new package's."""
+    d, out = tmp_path / "in", tmp_path / "campaign"
+    d.mkdir()
+    for k, name in enumerate(("a", "b")):
+        write_raster(d / f"{name}.tif", imagery_like_training(k, TILE, TILE))
+    run_campaign(package, d, out)
+    scenes = {s.scene_id: s for s in list_scenes(d)}
+    assert all(p.is_file() for p in scene_outputs(out, scenes["b"]).files())
+    new = write_package(tmp_path / "new-package", threshold=0.6)
+    good = (d / "b.tif").read_bytes()
+    (d / "b.tif").write_bytes(good[: len(good) // 3])  # b fails under the new package
+    summary = run_campaign(new, d, out)
+    assert (summary.done, summary.failed) == (1, 1) and set(summary.failures) == {"b"}
+    assert not (out / "scenes" / "b").exists(), sorted((out / "scenes" / "b").rglob("*"))
+    manifests = sorted((out / "scenes").rglob("*_predict.json"))
+    assert [m.parent.name for m in manifests] == ["a"]
+    assert json.loads(manifests[0].read_text())["package"] == str(new)
+
+
 def test_bad_parameters_are_refused_before_the_package_is_loaded_or_anything_written(
     package: Path, scenes_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -50,6 +50,16 @@ def test_generate_stats_validate_as_a_new_user_would(
     assert main(["validate", "--dataset", str(ds), "--config", str(pipeline)]) == 0
     assert "validation passed" in capsys.readouterr().out
     assert (ds / "validation" / "report.md").exists()
+    # Issue 38: a --stats file that does not exist is refused naming it; it fell back to the run's own stats (here
+    # in the datasets' parent, as in a run directory) and passed. Nothing is written.
+    (tmp_path / "normalization_stats.json").write_bytes((ds / "normalization_stats.json").read_bytes())
+    missing = tmp_path / "no-such-stats.json"
+    out = tmp_path / "report"
+    argv = ["validate", "--dataset", str(ds), "--config", str(pipeline), "--stats", str(missing), "--output", str(out)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert f"--stats {missing}: no such file" in captured.err and "validation passed" not in captured.out
+    assert not out.exists()
 
 
 def test_same_seed_twice_gives_identical_arrays(configs: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
@@ -241,6 +251,32 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path, capsys: 
         assert f"{blocker} is a file, not a directory" in err and "Traceback" not in err
     assert main(["stats", "--dataset", str(blocker / "train.zarr")]) == 2  # the default output, next to it
     assert f"cannot write {blocker}/normalization_stats.json" in capsys.readouterr().err
+
+
+def test_a_run_directory_that_is_a_file_is_refused_by_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38: `--run` (or another run or output directory: --dir, map's --output) naming an existing file is
+    refused at once, naming it; `rts data` ended in a FileExistsError traceback, `rts train` blamed a missing
+    datasets/train.zarr. The file is left as it was."""
+    from flows.cli.main import COMMANDS
+    from flows.cli.options import options
+    from flows.fields import run_location
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    checked = []
+    for command in COMMANDS:
+        for opt in options(command.params):
+            if opt.flag == "--run" or opt.cli.parse is run_location:
+                with pytest.raises(SystemExit) as exit_:
+                    main([*command.name.split(), opt.flag, str(blocker)])
+                assert exit_.value.code == 2, command.name
+                err = capsys.readouterr().err
+                assert f"argument {opt.flag}: " in err and str(blocker) in err and "is a file" in err, (command, err)
+                checked.append(f"{command.name} {opt.flag}")
+    assert {"data --run", "train --run", "run --run", "noise-floor --run", "map --output"} <= set(checked), checked
+    assert blocker.read_text() == "x"
 
 
 # ------------------------------------------------------------------- flow commands: checked before any work
