@@ -76,6 +76,13 @@ def test_a_pipeline_error_is_the_state_message_and_its_traceback_is_logged_once(
     assert state.is_failed()
     assert state.message == HINT  # the hint first: not "Flow run encountered an exception: PipelineError: ..."
     assert _tracebacks(records, error) == 1  # the task run's; no flow run logs it again
+    # Issue 38 (6): the parent's own logs (all its run page shows) say at error level what failed, and where.
+    parent = str(state.state_details.flow_run_id)
+    (line,) = [r for r in records if r.levelno >= logging.ERROR and getattr(r, "flow_run_id", "") == parent]
+    (raised,) = [r for r in records if r.exc_info and r.exc_info[1] is error]  # the task run's, in the subflow
+    assert raised.flow_run_id != parent  # type: ignore[attr-defined]
+    where = f"task run '{raised.task_run_name}' of flow run '{raised.flow_run_name}'"  # type: ignore[attr-defined]
+    assert line.getMessage() == f"failed in {where}: {HINT}"
     with pytest.raises(PipelineError, match="no CUDA device"):  # a caller (rts, a parent flow) gets the error
         _pipeline(PipelineError(HINT))
 
@@ -186,6 +193,9 @@ def test_a_failed_pipeline_run_shows_the_hint_once_as_its_state_and_one_tracebac
     assert text.count(TRACEBACK) == 1, text  # Prefect alone: 4 (task, subflow, pipeline, process exit)
     (traceback,) = [log for log in logs if TRACEBACK in log.message]
     assert traceback.task_run_id is not None  # where it was raised: train-seed's task run
+    # Issue 38 (6): the pipeline run's own logs say, at error level, what failed and in which run.
+    (line,) = [log.message for log in logs if log.flow_run_id == created.id and log.level >= logging.ERROR]
+    assert line.startswith("failed in task run 'train-seed-1") and line.endswith(f"'multi-seed-train': {HINT}"), line
 
 
 def _started(log: Path, timeout: float = 120) -> None:
