@@ -203,8 +203,12 @@ def test_pipeline_deployment_runs_every_stage_into_the_manifest(server: Server, 
     assert {"markdown", "table", "progress"} <= set(kinds), kinds
     keys = {a.key for a in artifacts if a.key}
     assert {"data-pipeline", "multi-seed-train", "calibration", "test-report", "test-report-per-seed"} <= keys
-    progress = [a for a in artifacts if a.type == "progress" and a.flow_run_id == scenario.flow_run.id]
-    assert progress and max(float(a.data) for a in progress) == 100.0
+    # Issue 38 (6): the retried pipeline run shows each of its cards once, its last attempt's (the first attempt's
+    # training and attempts cards and its progress card, stuck at "training done; next: calibrate", are gone).
+    own_cards = Counter(a.key for a in artifacts if a.flow_run_id == scenario.flow_run.id)
+    assert own_cards and set(own_cards.values()) == {1}, own_cards
+    (progress,) = [a for a in artifacts if a.type == "progress" and a.flow_run_id == scenario.flow_run.id]
+    assert float(progress.data) == 100.0 and progress.description == "package done; pipeline finished"
     # The pipeline run itself carries the final test table and the package (not only its subflows).
     own = {a.key: a for a in artifacts if a.flow_run_id == scenario.flow_run.id and a.key}
     assert {"rts-pipeline-test-results", "rts-pipeline-summary", "rts-pipeline-progress"} <= set(own), set(own)
