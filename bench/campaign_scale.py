@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import hashlib
 import json
 import math
@@ -82,6 +83,7 @@ QUAD = 4096  # px
 ORIGIN_X, ORIGIN_Y = 5_000_000.0, 11_050_000.0  # ~70 N
 CHUNK = 50  # scenes per chunk (rtscore.mapping.DEFAULT_CHUNK_SIZE)
 BUCKET = "rts-bench"
+PROFILE_ENV = "CAMPAIGN_SCALE_PROFILE"  # --profile's directory, for the steps' processes
 NEW_FRACTION = 0.01  # the incremental finish: 1 % new quads
 STEPS = ("list", "plan", "chunk-ready", "log-append", "fetch", "merge", "write", "finish", "finish-1%", "select")
 PER = {"chunk-ready": "per chunk", "log-append": "per record"}  # steps reported per unit, not in total
@@ -451,9 +453,17 @@ def measured(out: dict[str, Any], name: str) -> Iterator[None]:
     """Time the block and its own peak RSS (the counter reset first) into ``out[name]``."""
     Path("/proc/self/clear_refs").write_text("5")
     base = _vm("VmRSS:")
+    where = os.environ.get(PROFILE_ENV)
+    profile = cProfile.Profile() if where else None
     t0 = time.perf_counter()
+    if profile is not None:
+        profile.enable()
     yield
-    out[name] = {"seconds": time.perf_counter() - t0, "peak_mib": _vm("VmHWM:"), "base_mib": base}
+    seconds = time.perf_counter() - t0
+    out[name] = {"seconds": seconds, "peak_mib": _vm("VmHWM:"), "base_mib": base}
+    if profile is not None and where:
+        profile.disable()  # its overhead counts in the seconds: a profiled run is for where the time goes only
+        profile.dump_stats(Path(where) / f"{name.replace('%', 'pct')}-{os.getpid()}.prof")
 
 
 def child(step: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -886,6 +896,13 @@ def main() -> None:
     p.add_argument("--plot", type=Path, default=None, help="write the log-log plot here (PNG)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.add_argument("--in-process", action="store_true", help="steps in this process (a smoke run: no own RSS)")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write each step's cProfile statistics into DIR (<step>-<pid>.prof; the profiler slows the step)",
+    )
     p.add_argument("--child", nargs=2, metavar=("STEP", "ARGS"), help=argparse.SUPPRESS)
     p.add_argument("--coordinator", metavar="SPEC", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -895,6 +912,9 @@ def main() -> None:
     if a.coordinator:
         coordinator(json.loads(a.coordinator))
         return
+    if a.profile is not None:
+        a.profile.mkdir(parents=True, exist_ok=True)
+        os.environ[PROFILE_ENV] = str(a.profile.resolve())  # the steps' processes inherit it
     work = Path(tempfile.mkdtemp(prefix="campaign-scale-"))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the server and workers too
     try:

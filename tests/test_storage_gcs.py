@@ -1166,3 +1166,17 @@ def test_adopt_refuses_a_corrupt_source_and_a_failed_copy_leaves_no_record(
 def bucket_manifest_or_empty(run: RunDir) -> dict[str, Any]:
     blob = bucket().get_blob(object_name(run, "manifest.json"))
     return {} if blob is None else json.loads(blob.download_as_bytes())
+
+
+def test_list_under_an_ending_lists_only_the_names_ending_so_at_any_depth(gcs_env: str) -> None:
+    from rtscore.storage.gcs import GcsStore
+
+    _, prefix = parse_gs_uri(gcs_env)
+    names = ["scenes/a/a_parts.json", "scenes/a/a_prob.tif", "scenes/b/c/b_parts.json", "scenes_parts.json"]
+    for name in names:
+        bucket().blob(f"{prefix}/{name}").upload_from_string(b"x")
+    store = GcsStore(GCS_TEST_BUCKET, prefix, FAST)
+    assert sorted(store.list_under("scenes", ending="_parts.json")) == ["a/a_parts.json", "b/c/b_parts.json"]
+    assert sorted(store.list_under("scenes")) == ["a/a_parts.json", "a/a_prob.tif", "b/c/b_parts.json"]
+    with pytest.raises(ValueError, match="plain name ending"):
+        store.list_under("scenes", ending="*.json")

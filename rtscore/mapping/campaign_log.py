@@ -50,7 +50,7 @@ from rtscore.storage.gcs import GS, GcsStore, RetryPolicy, parse_gs_uri, small_o
 from rtscore.tracking import FLOW_RUN_ENV
 
 if TYPE_CHECKING:
-    pass
+    from google.cloud.storage import Blob
 
 _log = logging.getLogger(__name__)
 
@@ -273,6 +273,55 @@ class LogWriter:
         self._content, self._generation = content, int(blob.generation or 0) if blob is not None else 0
 
 
+class _LogMirror:
+    """A local copy of a gs:// campaign's log objects (the finish's own, never published): one file per object
+    generation, ``<name>@<generation>``. A finish downloads only the objects written since the last one (2,000 at
+    10^5 scenes would otherwise be downloaded again each time). A kept file counts only with the listed object's
+    size and CRC32C, so a torn or changed file is downloaded again; a copy, it is rebuilt whenever unreadable."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, name: str, generation: int) -> Path:
+        return self.root / f"{name}@{generation}"
+
+    def get(self, name: str, generation: int, blob: Blob) -> bytes | None:
+        """The kept copy of the object ``blob`` (listed at ``generation``), if whole."""
+        import base64
+
+        import google_crc32c
+
+        path = self._path(name, generation)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        crc = base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
+        return data if blob.crc32c is not None and len(data) == blob.size and crc == blob.crc32c else None
+
+    def put(self, name: str, generation: int, data: bytes) -> None:
+        path = self._path(name, generation)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        except OSError as err:  # a copy: the next finish downloads the object again
+            _log.warning("log mirror %s not written (%s)", path, err)
+
+    def keep_only(self, listed: dict[str, int]) -> None:
+        """Remove the files of generations no longer listed (objects rewritten or deleted since)."""
+        try:
+            held = list(self.root.iterdir()) if self.root.is_dir() else []
+        except OSError:
+            return
+        for path in held:
+            name, _, generation = path.name.rpartition("@")
+            if path.name.startswith(".") or (generation.isdigit() and listed.get(name) == int(generation)):
+                continue  # a kept generation, or another finish's file being written
+            path.unlink(missing_ok=True)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -284,11 +333,13 @@ def _fsync_dir(path: Path) -> None:
 class CampaignLog:
     """The manifest-log of a campaign whose outputs live under ``root`` (a directory or ``gs://bucket/prefix``)."""
 
-    def __init__(self, root: str | Path, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, root: str | Path, *, retry: RetryPolicy | None = None, mirror: str | Path | None = None) -> None:
         self.root = str(root)
         self.gs = parse_gs_uri(self.root) if self.root.startswith(GS) else None
         self._retry = retry
         self._store: GcsStore | None = None
+        # gs://: a local copy of the log objects read, one file per object generation (:class:`_LogMirror`)
+        self.mirror = _LogMirror(Path(mirror)) if mirror is not None and self.gs is not None else None
 
     def __repr__(self) -> str:
         return f"CampaignLog({self.root!r})"
@@ -323,14 +374,18 @@ class CampaignLog:
         start = "" if chunk is None else chunk_prefix(chunk)
         if self.gs is not None:
             store = self.store()
-            rels = [f"{LOG_DIR}/{rel}" for rel in sorted(self._gs_names(store, start))]
-            if len(rels) <= 1:
-                got = [store.read(rel) for rel in rels]
+            listed = self._gs_blobs(store, start)
+            names = sorted(listed)
+            generations = {name: int(blob.generation or 0) for name, blob in listed.items()}  # a download resets them
+            if len(names) <= 1:
+                got = [self._read_gs(store, name, listed[name], generations[name]) for name in names]
             else:  # a campaign of 10^5 scenes has 2,000 log objects: read on a bounded pool, in name order
-                n = min(small_object_workers(), len(rels))
+                n = min(small_object_workers(), len(names))
                 with ThreadPoolExecutor(n, thread_name_prefix="rts-log-read") as pool:
-                    got = list(pool.map(store.read, rels))
-            return [(store.uri(rel), g[0]) for rel, g in zip(rels, got, strict=True) if g is not None]
+                    got = list(pool.map(lambda k: self._read_gs(store, k, listed[k], generations[k]), names))
+            if self.mirror is not None and chunk is None:
+                self.mirror.keep_only(generations)
+            return [(store.uri(f"{LOG_DIR}/{name}"), g) for name, g in zip(names, got, strict=True) if g is not None]
         d = self.local_dir()
         if not d.is_dir():
             return []
@@ -342,17 +397,43 @@ class CampaignLog:
         return out
 
     @staticmethod
-    def _gs_names(store: GcsStore, start: str) -> list[str]:
-        """The names (under ``log/``) of the log objects whose name starts with ``start``: one listing of that
-        prefix."""
+    def _gs_blobs(store: GcsStore, start: str) -> dict[str, Blob]:
+        """The log objects whose name (under ``log/``) starts with ``start``, by name: one listing of that prefix
+        (each with its generation, size and CRC32C)."""
         base = store.name(LOG_DIR) + "/"
 
-        def listing() -> list[str]:
-            blobs = store.bucket.list_blobs(prefix=base + start, retry=store.idempotent)
-            return [b.name[len(base) :] for b in blobs]
+        def listing() -> list[Blob]:
+            return list(store.bucket.list_blobs(prefix=base + start, retry=store.idempotent))
 
-        names = store.call("listing of", f"{LOG_DIR}/{start}", listing)
-        return [n for n in names if n.endswith(LOG_SUFFIX) and "/" not in n]
+        blobs = store.call("listing of", f"{LOG_DIR}/{start}", listing)
+        named = ((b.name[len(base) :], b) for b in blobs)
+        return {n: b for n, b in named if n.endswith(LOG_SUFFIX) and "/" not in n}
+
+    def _read_gs(self, store: GcsStore, name: str, blob: Blob, generation: int) -> bytes | None:
+        """A log object's content at its listed ``generation``: from the mirror when it holds that generation whole,
+        else downloaded (and kept there). An object rewritten or deleted since the listing is read afresh (None:
+        it is gone)."""
+        from google.api_core import exceptions as gexc
+
+        if self.mirror is not None and (kept := self.mirror.get(name, generation, blob)) is not None:
+            return kept
+        rel = f"{LOG_DIR}/{name}"
+
+        def download() -> bytes | None:
+            try:
+                return blob.download_as_bytes(if_generation_match=generation, retry=store.idempotent)
+            except (gexc.NotFound, gexc.PreconditionFailed):
+                return None
+
+        data = store.call("download of", rel, download)
+        if data is None:  # rewritten (a chunk run appending) or deleted since the listing
+            got = store.read(rel)
+            if got is None:
+                return None
+            data, generation = got
+        if self.mirror is not None:
+            self.mirror.put(name, generation, data)
+        return data
 
     def read(self, chunk: int | None = None) -> list[SceneRecord]:
         """Every record of the campaign (with ``chunk``: of that chunk's runs' files only), oldest first (by time, then

@@ -225,6 +225,7 @@ class _Frame:
             sc.footprint if ok else _reproject(sc.footprint, sc.crs, crs) for sc, ok in zip(scenes, same, strict=True)
         ]
         self._geoms: dict[int, list[Any]] = {}
+        self._boxes: tuple[list[str], Any] | None = None  # _held_boxes
         self.bounds: dict[str, tuple[float, float, float, float] | None] = {}
 
     @classmethod
@@ -300,15 +301,25 @@ class _Frame:
     def _scenes_near(self, prev: MergeState, geoms: list[Any], distance: float) -> set[str]:
         """The scenes ``prev`` holds, still done with the same parts, whose parts' bounds come within ``distance``
         of one of ``geoms``."""
+        if not geoms:
+            return set()
+        boxed, tree = self._held_boxes(prev)
+        if not boxed:
+            return set()
+        _, hit = tree.query(geoms, predicate="dwithin", distance=distance)
+        return {boxed[j] for j in hit.tolist()}
+
+    def _held_boxes(self, prev: MergeState) -> tuple[list[str], Any]:
+        """The scenes ``prev`` holds, still done with the same parts and with parts, and a tree of their parts'
+        bounds (built once a merge: a campaign holds 10^5 scenes)."""
         import shapely
 
-        now = set(self.keys)
-        boxed = [s for s, sha in prev.scenes if (s, sha) in now and prev.bounds.get(s) is not None]
-        if not geoms or not boxed:
-            return set()
-        boxes = shapely.box(*zip(*(prev.bounds[s] for s in boxed), strict=True))
-        _, hit = shapely.STRtree(boxes).query(geoms, predicate="dwithin", distance=distance)
-        return {boxed[j] for j in hit.tolist()}
+        if self._boxes is None:
+            now = set(self.keys)
+            boxed = [s for s, sha in prev.scenes if (s, sha) in now and prev.bounds.get(s) is not None]
+            bounds = np.array([prev.bounds[s] for s in boxed], dtype=np.float64).reshape(-1, 4)
+            self._boxes = boxed, shapely.STRtree(shapely.box(bounds[:, 0], bounds[:, 1], bounds[:, 2], bounds[:, 3]))
+        return self._boxes
 
     def update(self, prev: MergeState) -> tuple[list[MergedObject], MergeReport]:
         """The objects of ``prev``'s loaded blocks, redone where scenes changed (module docstring)."""

@@ -42,6 +42,8 @@ _log = logging.getLogger(__name__)
 
 SCENES_DIR = "scenes"  # <output>/scenes/<scene_id>/: rts predict's outputs of one scene, and its parts file
 STAGING_DIR = "staging"  # under the cache: one temporary directory per gs:// scene being mapped
+FINISH_DIR = ".finish"  # <output's local root>/.finish/: the finish's own state (never published)
+LOG_MIRROR = "log"  # under FINISH_DIR: a gs:// campaign's log objects as last read (campaign_log._LogMirror)
 
 
 class CampaignRoot:
@@ -78,7 +80,9 @@ class CampaignRoot:
         return self._cache if self._cache is not None else default_cache_dir()
 
     def log(self) -> CampaignLog:
-        return CampaignLog(self.uri, retry=self._retry)
+        # gs://: the log objects read are kept under the mirror's finish state, so a finish downloads the new ones
+        mirror = self.local / FINISH_DIR / LOG_MIRROR if self.gs is not None else None
+        return CampaignLog(self.uri, retry=self._retry, mirror=mirror)
 
     def store(self) -> GcsStore:
         if self.gs is None:
@@ -178,6 +182,11 @@ def scene_rels(scene: Scene) -> dict[str, str]:
     without making paths (a campaign's index names 4 files of each of 10^5 scenes)."""
     names = _output_names(scene)
     return {k: f"{SCENES_DIR}/{scene.scene_id}/{names[k]}" for k in OUTPUT_KINDS}
+
+
+def parts_rel(scene: Scene) -> str:
+    """``scene_rels(scene)["parts"]``, alone (the finish looks up the parts file of each of 10^5 scenes)."""
+    return f"{SCENES_DIR}/{scene.scene_id}/{_stem(scene.uri)}{PARTS_SUFFIX}"
 
 
 def _output_names(scene: Scene) -> dict[str, str]:

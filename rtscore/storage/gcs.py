@@ -531,12 +531,16 @@ class GcsStore:
 
         return self.call("listing of", rel + "/", first)
 
-    def list_under(self, rel: str) -> dict[str, Blob]:
-        """Every object under ``rel/``, keyed by its path relative to ``rel``."""
+    def list_under(self, rel: str, *, ending: str | None = None) -> dict[str, Blob]:
+        """Every object under ``rel/`` (with ``ending``: whose name ends so, filtered by the server, e.g. the parts
+        files among a campaign's 4 x 10^5 scene files), keyed by its path relative to ``rel``."""
         base = self.name(rel) + "/"
+        if ending is not None and any(c in ending for c in "*?[]{}\\"):
+            raise ValueError(f"list_under: {ending!r} is not a plain name ending")
 
         def listing() -> dict[str, Blob]:
-            blobs = self._client.list_blobs(self.bucket_name, prefix=base, retry=self.idempotent)
+            glob = None if ending is None else f"**{ending}"  # the prefix selects the folder, the glob the names
+            blobs = self._client.list_blobs(self.bucket_name, prefix=base, match_glob=glob, retry=self.idempotent)
             return {b.name[len(base) :]: b for b in blobs}
 
         out = self.call("listing of", rel + "/", listing)

@@ -368,3 +368,40 @@ def test_a_gs_log_survives_pickling_as_a_task_argument(gs_root: str) -> None:
     log.writer(2, run_id="r").append(record(scene("a")))
     again = pickle.loads(pickle.dumps(log))
     assert [r.scene_id for r in again.read()] == ["a"]
+
+
+def test_a_gs_log_read_through_a_mirror_downloads_only_what_changed_and_distrusts_a_changed_copy(
+    gs_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.cloud.storage import Blob
+
+    downloads: list[str] = []
+    real = Blob.download_as_bytes
+
+    def counted(self: Blob, *args: object, **kw: object) -> bytes:
+        downloads.append(self.name.rsplit("/", 1)[-1])
+        return real(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Blob, "download_as_bytes", counted)
+    mirror = tmp_path / "mirror"
+    a, b, c = scene("a"), scene("b"), scene("c")
+    w0, w1 = CampaignLog(gs_root, retry=FAST).writer(0, "r0"), CampaignLog(gs_root, retry=FAST).writer(1, "r1")
+    w0.append(record(a, at=0))
+    w1.append(record(b, at=1))
+    downloads.clear()
+    read = lambda: [r.scene_id for r in CampaignLog(gs_root, retry=FAST, mirror=mirror).read()]  # noqa: E731
+    assert read() == ["a", "b"] and sorted(downloads) == ["chunk-00000-r0.jsonl", "chunk-00001-r1.jsonl"]
+    downloads.clear()
+    assert read() == ["a", "b"] and downloads == []  # both from the mirror
+    w1.append(record(c, at=2))  # a new generation of r1's object: only it is downloaded, its old copy removed
+    assert read() == ["a", "b", "c"] and downloads == ["chunk-00001-r1.jsonl"]
+    kept = sorted(p.name for p in mirror.iterdir())
+    assert len(kept) == 2 and [k.rpartition("@")[0] for k in kept] == ["chunk-00000-r0.jsonl", "chunk-00001-r1.jsonl"]
+    copy = mirror / kept[0]  # a bit flipped in the copy (same size): its CRC32C differs, it is downloaded again
+    data = bytearray(copy.read_bytes())
+    data[5] ^= 0x01
+    copy.write_bytes(bytes(data))
+    downloads.clear()
+    assert read() == ["a", "b", "c"] and downloads == ["chunk-00000-r0.jsonl"]
+    # the mirror is the finish's: a chunk run's read of its own chunk neither needs nor prunes it
+    assert [r.scene_id for r in CampaignLog(gs_root, retry=FAST).read(chunk=1)] == ["b", "c"]
