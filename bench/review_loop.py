@@ -194,7 +194,7 @@ def build_world(root: Path, *, seeds: list[int], epochs: int) -> World:
         "extra": [{"name": "ndvi", "kind": "ndvi", "nir": {"band": 3}, "red": {"band": 0}}],
         "grid": {"pixel_size": grid_pixel_size(), "tile_size": TILE},
         "splits": SPLITS,
-        "split_rules": {"min_test_positives": 1},
+        "split_rules": {"min_test_positives": 1, "min_val_positives": 1},  # the pipeline config's splits: the same
         "output": "tiles",
     }
     (root / "tile.yaml").write_text(yaml.safe_dump(tiling, sort_keys=False))

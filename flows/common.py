@@ -33,9 +33,10 @@ from flows.params import (
 )
 from flows.server_watchdog import TOKEN_ENV
 from rtscore.config import PipelineConfig, load_pipeline_config
+from rtscore.data.tiling.rules import check_data_roots
 from rtscore.errors import PipelineError
-from rtscore.stages import BY_NAME, ArtifactRef, StageSpec, calibrated_seeds, trained_seeds
-from rtscore.storage import RunDir, StorageError
+from rtscore.stages import BY_NAME, ArtifactRef, StageSpec, calibrated_seeds, check_seed_model, trained_seeds
+from rtscore.storage import RunDir, RunLayout, StorageError
 from rtscore.storage.gcs import check_access
 from rtscore.tracking import FLOW_RUN_ENV  # set here for a flow run; rtscore reads it (MLflow tags, records)
 
@@ -165,11 +166,16 @@ def check_inputs(stage: str, params: RunParams) -> None:
     """Before a flow command starts Prefect's server: what ``stage``, the first stage the command runs, reads is
     there. Each declared input (for the seeds or splits the command selects, found as the flow will find them:
     :func:`selections`) is recorded in the run's manifest and present (gs://: its objects exist); each location it
-    reads outside the run (a GeoTIFF data root, a store to adopt) exists. Reads only: nothing is written or staged
-    but the calibration summary of a gs:// run that evaluate-test and package take their seeds from.
+    reads outside the run (a GeoTIFF data root, a store to adopt) exists; a data root to ingest was cut with the
+    config's split rules (:func:`~rtscore.data.tiling.rules.check_data_roots`); the config describes the model each
+    selected seed's weights were trained as (a local run; :func:`rtscore.stages.check_seed_model`). Reads only:
+    nothing is written or staged but the calibration summary of a gs:// run that evaluate-test and package take their
+    seeds from.
 
     Raises:
         StorageError: the first missing input, naming it and the command that makes it.
+        ConfigError: a data root cut with other split rules, naming its tiling.json, the config and the rules.
+        CheckpointError: a seed trained as another model than the config describes (its model overrides missing).
     """
     spec = BY_NAME[stage]
     cfg = load_config(params, skip_generation_of(params))
@@ -186,6 +192,17 @@ def check_inputs(stage: str, params: RunParams) -> None:
             elif not Path(location).exists():
                 what = ", ".join(f"{k} {v}" for k, v in selection.items())
                 raise StorageError(f"{location} does not exist ({stage} reads it for {what})")
+        if RunLayout.BEST_WEIGHTS in spec.inputs and not run.remote:
+            for seed in _seeds_of(selection):
+                check_seed_model(run, cfg, seed)
+    if spec.name == "generate-dataset" and not cfg.data.skip_generation:
+        check_data_roots(cfg, params.config if not params.overrides else f"{params.config} with its overrides")
+
+
+def _seeds_of(selection: StageArgs) -> list[int]:
+    """The seeds a stage run selects: its ``seed`` or its ``seeds``."""
+    one, many = selection.get("seed"), selection.get("seeds")
+    return [one] if isinstance(one, int) else list(many) if isinstance(many, list) else []
 
 
 # The values a stage function takes after (run_dir, cfg) for one run of it: the parameters that select its work

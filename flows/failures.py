@@ -11,7 +11,9 @@ message is ``Flow run encountered an exception: TrainingError: <the text>``, the
 as its message (the error stays the state's data: a caller of the flow, a parent flow or ``rts``, gets the same
 exception raised); called directly (``flow.fn``, outside a run) it raises as written. :class:`OneTraceback`
 drops a record of Prefect's run loggers that repeats a PipelineError already logged with its traceback in this
-process. Any other exception is left to Prefect as it is: a bug
+process. A flow run that fails because one of its subflows did still says so at error level in its own logs, in
+one line naming the run whose logs hold the traceback: the UI shows a run's logs alone, and a parent whose logs
+hold no error line read as if nothing had gone wrong in it. Any other exception is left to Prefect as it is: a bug
 keeps every traceback Prefect gives it.
 """
 
@@ -22,6 +24,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
@@ -35,11 +38,20 @@ from rtscore.errors import PipelineError
 __all__ = ["RUN_LOGGERS", "OneTraceback", "flow", "one_line_failure"]
 
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")  # the loggers Prefect's engines log a run's failure on
-_LOGGED = "_rts_traceback_logged"  # set on a PipelineError once its traceback is in the logs
+_LOGGED = "_rts_traceback_logged"  # set on a PipelineError once its traceback is in the logs: a _LoggedIn
 
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class _LoggedIn:
+    """Where a PipelineError's traceback was logged: the flow run whose logs hold it, and that run (or its task
+    run) in words."""
+
+    flow_run_id: str
+    where: str
 
 
 class OneTraceback(logging.Filter):
@@ -51,10 +63,19 @@ class OneTraceback(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if not isinstance(exc, PipelineError):
             return True
-        if getattr(exc, _LOGGED, False):
+        if getattr(exc, _LOGGED, None) is not None:
             return False
-        setattr(exc, _LOGGED, True)
+        setattr(exc, _LOGGED, _logged_in(record))
         return True
+
+
+def _logged_in(record: logging.LogRecord) -> _LoggedIn:
+    """The run a record of Prefect's run loggers belongs to (its ``extra``): ``task run 'train-seed-1' of flow run
+    'multi-seed-train'`` or ``flow run 'multi-seed-train'``."""
+    flow_run = f"flow run '{getattr(record, 'flow_run_name', '<unknown>')}'"
+    task_run = getattr(record, "task_run_name", None)
+    where = f"task run '{task_run}' of {flow_run}" if task_run else flow_run
+    return _LoggedIn(flow_run_id=str(getattr(record, "flow_run_id", "")), where=where)
 
 
 def install() -> None:
@@ -75,9 +96,10 @@ def one_line_failure(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except PipelineError as err:
-            if FlowRunContext.get() is None:  # the function called directly (``flow.fn``): the error as it is
+            context = FlowRunContext.get()
+            if context is None or context.flow_run is None:  # called directly (``flow.fn``): the error as it is
                 raise
-            get_run_logger().error("%s", err, exc_info=err)  # dropped by OneTraceback if a task run logged it
+            _log_failure(err, str(context.flow_run.id))
             return Failed(message=_one_line(err), data=err)
 
     # Prefect validates the parameters against the signature, resolving its annotations in the wrapper's module
@@ -85,6 +107,17 @@ def one_line_failure(fn: F) -> F:
     with contextlib.suppress(NameError):
         run.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
     return cast(F, run)
+
+
+def _log_failure(err: PipelineError, flow_run_id: str) -> None:
+    """``err`` in the logs of the failing flow run ``flow_run_id``, at error level: with its traceback where no run
+    logged it yet; one line naming the run that holds its traceback where that is another run (a subflow, or a
+    task run of one); nothing more where this run's logs hold it already (one of its own task runs)."""
+    logged_in = getattr(err, _LOGGED, None)
+    if logged_in is None:
+        get_run_logger().error("%s", err, exc_info=err)
+    elif logged_in.flow_run_id != flow_run_id:
+        get_run_logger().error("failed in %s: %s", logged_in.where, _one_line(err))
 
 
 def _one_line(err: PipelineError) -> str:

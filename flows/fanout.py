@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from prefect.artifacts import create_table_artifact
 from prefect.client.schemas.objects import FlowRun
 from prefect.deployments import run_deployment
 from prefect.exceptions import MissingContextError
@@ -46,7 +45,7 @@ from flows.params import (
     TrainSeedParams,
     derived,
 )
-from flows.ui import artifact_key, in_a_run
+from flows.ui import artifact_key, create_table_artifact, in_a_run
 from rtscore.errors import PipelineError
 from rtscore.stages import (
     ArtifactRef,

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic.fields import FieldInfo
+
 from rtscore.storage import StorageError, check_writable
 
 GS_SUPPORT = (
@@ -34,6 +36,20 @@ class Cli:
     positional: bool = False
     parse: Callable[[str], Any] | None = None
     metavar: str | None = None
+
+
+def cli_of(field: FieldInfo) -> Cli:
+    """A field's command-line metadata (the defaults where it declares none)."""
+    return next((m for m in field.metadata if isinstance(m, Cli)), Cli())
+
+
+def flag_of(path: tuple[str, ...], field: FieldInfo) -> str:
+    """The option that sets the field at ``path`` (its names down nested models): the flag its :class:`Cli` names,
+    else ``--<path joined by dots, _ as ->``; a positional argument's name."""
+    cli = cli_of(field)
+    if cli.flag:
+        return cli.flag
+    return path[-1] if cli.positional else "--" + ".".join(path).replace("_", "-")
 
 
 # ------------------------------------------------------------------------------ checks at parse time (argparse types)
@@ -63,11 +79,24 @@ def local_output(value: str) -> str:
     return value
 
 
+def local_run_dir(value: str) -> str:
+    """A local run directory to read (a URI and an existing file are refused, naming the path)."""
+    local_path(value)
+    if Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"{value} is a file, not a run directory")
+    return value
+
+
 def run_location(value: str) -> str:
-    """A gs:// URI, or a local directory that can be written."""
+    """A gs:// URI, or a local directory that can be written (an existing file there is refused)."""
     if value.startswith("gs://"):
         return value
-    return local_output(value)
+    local_path(value)
+    try:
+        check_writable(value, directory=True)
+    except StorageError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
 
 
 def data_root_location(value: str) -> str:

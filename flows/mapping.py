@@ -24,13 +24,12 @@ import logging
 import time
 from datetime import datetime
 
-from prefect.artifacts import create_markdown_artifact
-
 from flows import ui
 from flows.common import flow_run_scope, run_name, run_namer
 from flows.failures import flow
 from flows.fanout import Child, FanOutError, absolute, fan_out
 from flows.params import MapChunkParams, MapRegionParams, PlannedScene, derived
+from flows.ui import create_markdown_artifact
 from rtscore.inference.predict import load_package
 from rtscore.mapping.campaign import (
     CampaignPlan,

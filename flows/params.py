@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 from pydantic import AfterValidator, BaseModel, Field, JsonValue, model_validator
 
 from flows.fields import Cli, data_root_location, local_file, local_output, run_location
-from flows.form import FormModel
+from flows.form import FormModel, OptionalSwitch
 from rtscore.config import PipelineConfig
 from rtscore.config.overrides import check_override_keys
 from rtscore.mapping import DEFAULT_CHUNK_SIZE
@@ -25,9 +25,9 @@ Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
 
 # The deployments a distributed pipeline fans out to (`<flow name>/<deployment name>`, prefect.yaml; gpu pool).
-TRAIN_SEED_DEPLOYMENT = "train-seed/train-seed"
-LOGIT_CACHE_DEPLOYMENT = "logit-cache/logit-cache"
-EVALUATE_TEST_DEPLOYMENT = "evaluate-test/evaluate-test"
+TRAIN_SEED_DEPLOYMENT = "train-seed/stage-train-seed"
+LOGIT_CACHE_DEPLOYMENT = "logit-cache/stage-logit-cache"
+EVALUATE_TEST_DEPLOYMENT = "evaluate-test/stage-evaluate-test"
 
 
 def _seeds(v: list[int] | None) -> list[int] | None:
@@ -81,11 +81,11 @@ class RunParams(FormModel):
         "directory or absolute, or gs://bucket/prefix/run. Every stage of a run must see the same one. "
         "Empty: artifacts/<config file name>.",
     )
-    deterministic: bool | None = Field(
+    deterministic: OptionalSwitch = Field(
         None,
-        description="Override training.deterministic of the config (cudnn.deterministic, no benchmark, "
-        "deterministic algorithms). Empty: as in the config. Part of every stage's cache key, so pass the "
-        "same value when re-running a single stage of a pipeline run.",
+        description="Deterministic training (cudnn.deterministic, no benchmark, deterministic algorithms) on or off, "
+        "over training.deterministic of the config; unset (config): as the config says. Part of every stage's cache "
+        "key, so pass the same value when re-running a single stage of a pipeline run.",
     )
     overrides: Overrides = Field(
         default_factory=dict,
@@ -236,16 +236,16 @@ class DistributedParams(FormModel):
     deployment: Annotated[str, Cli(flag="--train-deployment")] = Field(
         TRAIN_SEED_DEPLOYMENT,
         description="Training: deployment started once per seed, as '<flow name>/<deployment name>'; its work "
-        "pool decides where training runs (prefect.yaml: train-seed on the 'gpu' pool).",
+        "pool decides where training runs (prefect.yaml: stage-train-seed on the 'gpu' pool).",
     )
     logit_cache_deployment: str = Field(
         LOGIT_CACHE_DEPLOYMENT,
-        description="Calibration logit caches: deployment started once per seed (prefect.yaml: logit-cache on "
+        description="Calibration logit caches: deployment started once per seed (prefect.yaml: stage-logit-cache on "
         "the 'gpu' pool); the pipeline run itself then decides TTA, scales, temperature and threshold.",
     )
     evaluate_test_deployment: str = Field(
         EVALUATE_TEST_DEPLOYMENT,
-        description="Test evaluation: deployment started once over all seeds (prefect.yaml: evaluate-test on "
+        description="Test evaluation: deployment started once over all seeds (prefect.yaml: stage-evaluate-test on "
         "the 'gpu' pool).",
     )
     max_attempts: MaxAttempts = Field(
@@ -281,7 +281,9 @@ class PipelineParams(DataParams):
         "once; this run waits for them, decides the calibration from the caches and packages.",
     )
     distributed: DistributedParams = Field(
-        default_factory=DistributedParams, description="Fan-out settings (used when execution is distributed)."
+        default_factory=DistributedParams,
+        title="Distributed execution",
+        description="Fan-out settings (used when execution is distributed).",
     )
 
     def data(self) -> DataParams:
@@ -298,7 +300,7 @@ class PipelineParams(DataParams):
 
 
 # ---------------------------------------------------------------------------------------------- mapping
-MAP_CHUNK_DEPLOYMENT = "map-chunk/map-chunk"  # the deployment a distributed map-region fans out to (gpu pool)
+MAP_CHUNK_DEPLOYMENT = "map-chunk/stage-map-chunk"  # the deployment a distributed map-region fans out to (gpu pool)
 
 
 class MapCampaignParams(FormModel):
@@ -396,7 +398,7 @@ class MapDistributedParams(FormModel):
     deployment: str = Field(
         MAP_CHUNK_DEPLOYMENT,
         description="Deployment started once per chunk, as '<flow name>/<deployment name>' (prefect.yaml: "
-        "map-chunk on the 'gpu' pool).",
+        "stage-map-chunk on the 'gpu' pool).",
     )
     max_attempts: MaxAttempts = Field(
         MAX_ATTEMPTS,
@@ -438,7 +440,9 @@ class MapRegionParams(MapParams):
         "chunk on the deployment below (a GPU pool); this run waits, then builds the campaign's outputs.",
     )
     distributed: MapDistributedParams = Field(
-        default_factory=MapDistributedParams, description="Fan-out settings (used when execution is distributed)."
+        default_factory=MapDistributedParams,
+        title="Distributed execution",
+        description="Fan-out settings (used when execution is distributed).",
     )
 
 
@@ -570,16 +574,31 @@ class SweepParams(FormModel):
         "train-seed flow run per variant x seed on the training deployment (a GPU pool), all at once.",
     )
     distributed: DistributedParams = Field(
-        default_factory=DistributedParams, description="Fan-out settings (used when execution is distributed)."
+        default_factory=DistributedParams,
+        title="Distributed execution",
+        description="Fan-out settings (used when execution is distributed).",
     )
     until_decided: bool = Field(
         False,
         description="Add seeds to every undecided variant (and the baseline) until each is decided or reaches "
         "until_decided.max_seeds of the sweep file.",
     )
+    deterministic: OptionalSwitch = Field(
+        None,
+        description="Deterministic training on or off for every variant, over training.deterministic of the "
+        "config; unset (config): as the config says.",
+    )
+
+
+class SweepCommandParams(SweepParams):
+    """sweep: every variant of a sweep file trained over the same seeds, judged against the baseline within seed
+    noise (docs/experiments.md); the chosen variant then runs the after-training stages. `rts sweep --status` prints
+    the table of a sweep instead (the command line only: the sweep flow's form has no such field)."""
+
     status: bool = Field(
         False, description="Print the table of a running or finished sweep from its directory, and exit (no work)."
     )
-    deterministic: bool | None = Field(
-        None, description="Override training.deterministic of every variant. Empty: as in the config."
-    )
+
+    def flow_params(self) -> SweepParams:
+        """The sweep flow's parameters: every field but ``status``."""
+        return derived(SweepParams, self)

@@ -31,26 +31,28 @@ def pipeline(params: PipelineParams) -> PipelineResult:
     """generate -> stats -> validation -> multi-seed training -> calibrate -> evaluate-test -> package.
 
     Every stage is cached on (code, the config sections it uses, its inputs' fingerprints): a retry re-runs
-    only what failed and what depends on it. ``execution: distributed`` trains each seed and builds its logit
-    cache in flow runs of ``distributed.deployment`` and ``distributed.logit_cache_deployment``, and evaluates
-    the test split in a run of ``distributed.evaluate_test_deployment`` (see flows/fanout.py).
+    only what failed and what depends on it, and the run's cards are those of its last attempt (flows/ui.py); the
+    progress card names the stage that failed, if one did. ``execution: distributed`` trains each seed and builds
+    its logit cache in flow runs of ``distributed.deployment`` and ``distributed.logit_cache_deployment``, and
+    evaluates the test split in a run of ``distributed.evaluate_test_deployment`` (see flows/fanout.py).
     """
     with flow_run_scope() as flow_run_id:
         progress = ui.Progress(
             "rts-pipeline-progress", STEPS, f"{params.run_dir}: {' -> '.join(STEPS)} ({params.execution})"
         )
-        data = data_pipeline(params.data())
-        progress.advance("data")
-        gpu = Distributed(params, _parent_id(flow_run_id)) if params.execution == "distributed" else Local(params)
-        training = gpu.train()
-        trained = [r.result.seed for r in training]
-        progress.advance("training")
-        calibration = gpu.calibrate(trained)
-        progress.advance("calibrate")
-        test = gpu.evaluate_test(trained)
-        progress.advance("evaluate-test")
-        pkg = package(params.stage(trained))
-        progress.advance("package")
+        with progress.failing():
+            data = data_pipeline(params.data())
+            progress.advance("data")
+            gpu = Distributed(params, _parent_id(flow_run_id)) if params.execution == "distributed" else Local(params)
+            training = gpu.train()
+            trained = [r.result.seed for r in training]
+            progress.advance("training")
+            calibration = gpu.calibrate(trained)
+            progress.advance("calibrate")
+            test = gpu.evaluate_test(trained)
+            progress.advance("evaluate-test")
+            pkg = package(params.stage(trained))
+            progress.advance("package")
         ui.publish_pipeline(params.run_dir, calibration, test, pkg)
         return PipelineResult(data=data, training=training, calibration=calibration, test=test, package=pkg)
 

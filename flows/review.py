@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from prefect.artifacts import create_markdown_artifact
-
 from flows.common import flow_run_scope, run_namer
 from flows.failures import flow
 from flows.params import ReviewExportParams, ReviewIngestParams
-from flows.ui import artifact_key
+from flows.ui import artifact_key, create_markdown_artifact
 from rtscore.mapping.outputs import CampaignRoot
 from rtscore.report import md_table
 from rtscore.review.ingest import IngestResult

@@ -16,6 +16,7 @@ artifacts stay recorded; an interrupted one resumes from its checkpoint), and ad
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -33,6 +34,7 @@ from rtscore.config.pipeline import PipelineConfig
 from rtscore.stages import TrainResult, recorded_train_result, save_resolved_config
 from rtscore.storage import RunDir, absolute_location
 from rtscore.sweep.config import SweepConfig, load_sweep_config
+from rtscore.sweep.liveness import sweep_running
 from rtscore.sweep.noise import noise_floor
 from rtscore.sweep.plan import DATA_STAGES, PlannedVariant, SweepPlan, plan_sweep
 from rtscore.sweep.render import render_markdown, table_rows
@@ -46,44 +48,55 @@ from tasks import train as t
 @flow(name="sweep", flow_run_name=run_namer("sweep", SweepParams, ("sweep",)))
 def sweep(params: SweepParams) -> SweepReport:
     """Plan -> data per variant (shared stage runs adopted) -> every variant × seed trained -> noise floor -> verdicts
-    and the choice (validation only) -> the chosen variant's calibrate, evaluate-test and package -> report."""
+    and the choice (validation only) -> the chosen variant's calibrate, evaluate-test and package -> report. The
+    plan refuses before anything is written; from then on the sweep directory's runner.json says this run is alive
+    (rtscore.sweep.liveness: `rts sweep --status` tells a killed sweep from a running one)."""
     with flow_run_scope() as flow_run_id:
         sweep_cfg, base = load_sweep_config(params.sweep)
         plan = plan_sweep(sweep_cfg, base, absolute_location(params.sweep_dir))
-        write_plan(plan)
-        cfgs = {v.name: load_config(_run_params(plan, v, params)) for v in plan.variants}
-        sweep_run = _start_sweep_run(plan, cfgs[plan.baseline])
-        for v in plan.variants:
-            _data(plan, v, params, cfgs[v.name])
-        _train(plan, params, cfgs, plan.seeds, plan.variants, sweep_run, flow_run_id)
-        ratios = list(cfgs[plan.baseline].metrics.ratios)
-        floor = _noise_floor(plan, cfgs[plan.baseline], plan.seeds[0])
-        report = build_report(plan, sweep_cfg, ratios, floor, finished=True)
-        added: list[int] = []
-        while params.until_decided and (more := _more_seeds(report, plan, sweep_cfg)):
-            plan = plan_sweep(sweep_cfg, base, plan.sweep_dir, seeds=[*plan.seeds, *more[0]])
-            write_plan(plan)
-            trained = [v for v in plan.variants if v.name in more[1]]
-            # All of the plan's seeds: those trained are cached, and each variant's summary covers every seed.
-            _train(plan, params, cfgs, plan.seeds, trained, sweep_run, flow_run_id)
-            added += more[0]
-            report = build_report(plan, sweep_cfg, ratios, floor, finished=True)
-        if added:
-            report.notes.append(
-                f"--until-decided added seeds {', '.join(map(str, added))} to the undecided variants and the baseline: "
-                f"judging again after adding seeds raises the false-positive rate above {1 - sweep_cfg.confidence:.0%} "
-                "(about 11 % at 95 % from 3 seeds; docs/experiments.md): confirm a 'better' on fresh seeds, or set "
-                "confidence: 0.975"
-            )
-        write_report(report)  # the choice is recorded before anything reads the test split
-        _log_sweep_run(plan, cfgs[plan.baseline], sweep_run, report)
-        if sweep_cfg.after_training and report.chosen is not None:
-            for name in dict.fromkeys([report.chosen, *sweep_cfg.test_variants]):
-                report.test[name] = _after_training(plan, plan.variant(name), params, flow_run_id, report)
-                report.tested.append(name)
-                write_report(report)
+        with sweep_running(plan.sweep_dir):
+            report = _run_sweep(params, sweep_cfg, base, plan, flow_run_id)
         _publish(report)
         return report
+
+
+def _run_sweep(
+    params: SweepParams, sweep_cfg: SweepConfig, base: Path, plan: SweepPlan, flow_run_id: str | None
+) -> SweepReport:
+    """The sweep's work once planned: written plan, data, training, noise floor, report and choice, after-training."""
+    write_plan(plan)
+    cfgs = {v.name: load_config(_run_params(plan, v, params)) for v in plan.variants}
+    sweep_run = _start_sweep_run(plan, cfgs[plan.baseline])
+    for v in plan.variants:
+        _data(plan, v, params, cfgs[v.name])
+    _train(plan, params, cfgs, plan.seeds, plan.variants, sweep_run, flow_run_id)
+    ratios = list(cfgs[plan.baseline].metrics.ratios)
+    floor = _noise_floor(plan, cfgs[plan.baseline], plan.seeds[0])
+    report = build_report(plan, sweep_cfg, ratios, floor, finished=True)
+    added: list[int] = []
+    while params.until_decided and (more := _more_seeds(report, plan, sweep_cfg)):
+        plan = plan_sweep(sweep_cfg, base, plan.sweep_dir, seeds=[*plan.seeds, *more[0]])
+        write_plan(plan)
+        trained = [v for v in plan.variants if v.name in more[1]]
+        # All of the plan's seeds: those trained are cached, and each variant's summary covers every seed.
+        _train(plan, params, cfgs, plan.seeds, trained, sweep_run, flow_run_id)
+        added += more[0]
+        report = build_report(plan, sweep_cfg, ratios, floor, finished=True)
+    if added:
+        report.notes.append(
+            f"--until-decided added seeds {', '.join(map(str, added))} to the undecided variants and the baseline: "
+            f"judging again after adding seeds raises the false-positive rate above {1 - sweep_cfg.confidence:.0%} "
+            "(about 11 % at 95 % from 3 seeds; docs/experiments.md): confirm a 'better' on fresh seeds, or set "
+            "confidence: 0.975"
+        )
+    write_report(report)  # the choice is recorded before anything reads the test split
+    _log_sweep_run(plan, cfgs[plan.baseline], sweep_run, report)
+    if sweep_cfg.after_training and report.chosen is not None:
+        for name in dict.fromkeys([report.chosen, *sweep_cfg.test_variants]):
+            report.test[name] = _after_training(plan, plan.variant(name), params, flow_run_id, report)
+            report.tested.append(name)
+            write_report(report)
+    return report
 
 
 def _run_params(plan: SweepPlan, v: PlannedVariant, params: SweepParams) -> PipelineParams:

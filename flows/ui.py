@@ -4,6 +4,11 @@ Every artifact a flow publishes is made here; a flow module calls one ``publish_
 its stage. Artifact keys (lowercase letters, digits, dashes) are given to the summaries, tables and images,
 so that the UI's Artifacts page keeps their history; links are attached to the flow run only.
 
+A flow run shows one card per key, the latest: a retried run (the UI's Retry runs the same flow run again) makes
+its cards again, and the ``create_*_artifact`` functions every flow module publishes with (those of
+:mod:`tasks.artifacts`, imported here) delete the run's earlier card of the same key once the new one is made. The
+Artifacts page keeps one version per run of a key.
+
 Images show inline for every run: a local run's PNG goes into a markdown artifact as a ``data:image/png``
 URI (a browser opens no ``file://`` link from a web page), a gs:// run's as an image artifact of its
 ``storage.cloud.google.com`` URL (shown to a signed-in user with access to the bucket).
@@ -18,20 +23,13 @@ import math
 import mimetypes
 import posixpath
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote
 from uuid import UUID
 
-from prefect.artifacts import (
-    create_image_artifact,
-    create_link_artifact,
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
-)
+from prefect.artifacts import update_progress_artifact
 
 from flows.render import NOT_AVAILABLE, render_calibration_markdown, render_training_markdown
 from rtscore import evaluation
@@ -43,6 +41,13 @@ from rtscore.evaluation import TestReport, ratio_label, render_test_markdown
 from rtscore.report import md_table
 from rtscore.stages import ArtifactRef, CalibrationResult, TestResult, TrainResult
 from rtscore.storage import RunDir, RunLayout
+from tasks.artifacts import (
+    create_image_artifact,
+    create_link_artifact,
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+)
 
 GCS_CONSOLE = "https://console.cloud.google.com/storage/browser"
 GCS_AUTHENTICATED = "https://storage.cloud.google.com"  # renders an object for a signed-in user with access
@@ -494,7 +499,7 @@ def publish_pipeline(run_dir: str, calibration: CalibrationResult, test: TestRes
 
 
 class Progress:
-    """A progress artifact the pipeline advances stage by stage (0-100 %)."""
+    """A progress artifact the pipeline advances stage by stage (0-100 %); the stage that failed, if one did."""
 
     def __init__(self, key: str, stages: list[str], description: str) -> None:
         self.stages, self.done = stages, 0
@@ -508,3 +513,16 @@ class Progress:
         update_progress_artifact(
             self.id, pct, description=f"{stage} done" + (f"; next: {nxt}" if nxt else "; pipeline finished")
         )
+
+    @contextlib.contextmanager
+    def failing(self) -> Iterator[None]:
+        """The stages run inside: if one raises, the card says it failed (the run's final state, not "next: x")."""
+        try:
+            yield
+        except Exception:
+            with contextlib.suppress(Exception):  # the card never hides the error
+                done = ", ".join(self.stages[: self.done]) or "none"
+                stage = self.stages[min(self.done, len(self.stages) - 1)]
+                pct = round(100.0 * self.done / len(self.stages), 1)
+                update_progress_artifact(self.id, pct, description=f"{stage} failed (done: {done})")
+            raise

@@ -6,12 +6,13 @@ from typing import Any, cast
 from uuid import UUID
 
 from prefect import task
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.artifacts import update_progress_artifact
 
 from rtscore import stages
 from rtscore.config.pipeline import PipelineConfig
 from rtscore.stages import ArtifactRef, TrainResult
 from rtscore.stages.train import SPEC
+from tasks.artifacts import create_progress_artifact
 from tasks.stages import stage_task
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from flows.fields import Cli, data_root_location, local_file, local_output, local_path
+from flows.fields import Cli, data_root_location, local_file, local_output, local_path, local_run_dir
 from flows.form import FormModel
 from flows.params import Overrides, Split
 from rtscore.config.binding import RasterBandMap
@@ -153,7 +153,9 @@ class ValidateParams(FormModel):
     dataset: LocalPath = Field(..., description="A directory with the split stores (train.zarr, ...), or one store.")
     config: LocalPath = Field(..., description="Pipeline config YAML.")
     stats: Annotated[str | None, Cli(parse=local_path)] = Field(
-        None, description="Normalization stats JSON. Empty: normalization_stats.json next to the datasets."
+        None,
+        description="Normalization stats JSON; one that does not exist is refused. Empty: normalization_stats.json "
+        "next to the datasets, else in their parent directory (the run directory).",
     )
     output: Annotated[str | None, Cli(parse=local_output)] = Field(
         None, description="Report directory. Empty: validation/ in the dataset directory."
@@ -179,7 +181,7 @@ class NoiseFloorParams(FormModel):
     std under random negative subsets (the sweep's margin) and the tile-bootstrap std."""
 
     config: LocalPath = Field(..., description="Pipeline config YAML.")
-    run_dir: Annotated[str, Cli(flag="--run", parse=local_path)] = Field(
+    run_dir: Annotated[str, Cli(flag="--run", parse=local_run_dir)] = Field(
         ..., description="Run directory with the trained seed."
     )
     seed: int | None = Field(

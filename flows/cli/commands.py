@@ -154,6 +154,23 @@ def stats(p: StatsParams) -> int:
     return 0
 
 
+def _validation_stats(given: str | None, root: Path) -> Path:
+    """The stats file ``rts validate`` reads: ``--stats`` when given (which must exist: it is never replaced by
+    another file), else normalization_stats.json next to the datasets or in their parent (the run directory)."""
+    if given:
+        stats = Path(given)
+        if not stats.is_file():
+            raise StorageError(f"--stats {given}: no such file; give an existing stats file or leave --stats out")
+        return stats
+    stats_name = RunLayout.NORMALIZATION_STATS.at()
+    stats = root / stats_name
+    if not stats.exists() and (root.parent / stats_name).exists():
+        stats = root.parent / stats_name
+    if not stats.exists():
+        raise StorageError(f"normalization stats not found at {stats}; run `rts stats --dataset <train.zarr>` first")
+    return stats
+
+
 def validate(p: ValidateParams) -> int:
     from rtscore.config import load_pipeline_config
     from rtscore.data.validation.run import validate_data
@@ -166,12 +183,7 @@ def validate(p: ValidateParams) -> int:
 
         stores = {read_store_attrs(root).split: root}
         root = root.parent
-    stats_name = RunLayout.NORMALIZATION_STATS.at()
-    stats = Path(p.stats) if p.stats else root / stats_name
-    if not stats.exists() and (root.parent / stats_name).exists():
-        stats = root.parent / stats_name
-    if not stats.exists():
-        raise StorageError(f"normalization stats not found at {stats}; run `rts stats --dataset <train.zarr>` first")
+    stats = _validation_stats(p.stats, root)
     out = Path(p.output) if p.output else root / RunLayout.VALIDATION.at()
     check_writable(out)
     report = validate_data(cfg, stores, stats, out, max_batches=p.max_batches, num_workers=p.workers, progress=True)
@@ -272,7 +284,9 @@ def predict(p: PredictParams) -> int:
     package's raster contract before the first is predicted.
     """
     from rtscore.inference.predict import check_inputs, input_rasters, load_package, predict_raster
+    from rtscore.package.format import refuse_output_in_package
 
+    refuse_output_in_package(p.output, p.package, what="--output")  # maps written there break the package
     files = input_rasters(p.input)
     extra = p.extra
     bands = p.rgb_bands
@@ -298,7 +312,9 @@ def drift(p: DriftParams) -> int:
     ``rgb_bands`` (a RasterBandMap replacing the package's band map, or None).
     """
     from rtscore.inference.drift import REPORT_MD, drift_report, render_markdown
+    from rtscore.package.format import refuse_output_in_package
 
+    refuse_output_in_package(p.output, p.package, what="--output")  # a report written there breaks the package
     report = drift_report(p.package, p.input, p.output, rgb_bands=p.rgb_bands)
     print(render_markdown(report, console=True), end="")  # the per-region and per-raster lists: in the report
     print(f"wrote {Path(p.output) / REPORT_MD}")

@@ -77,7 +77,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "--n 200",
     ),
     "review ingest": (
-        "rts review ingest --review review/ --verdicts verdicts.geojson --tiling-config tile.yaml --output tiles-r2",
+        "rts review ingest --review review/ --verdicts verdicts.geojson --tiling-config tile.yaml --output tiles-r2 "
+        "--held-out skip",
         "rts review ingest --review review/ --verdicts label-studio-export.json --tiling-config tile.yaml "
         "--output tiles-r2 --held-out skip --pipeline-config pipeline.yaml",
     ),
@@ -159,7 +160,8 @@ NOTES: dict[str, str] = {
     "`label-studio/` under `--output`; a re-run resumes. The review loop: [review.md](review.md); the `review-export` "
     "flow runs the same.",
     "review ingest": "Checks every verdict, object, campaign and region before anything is written, then cuts the "
-    "next data root with `rts tile` and records its lineage ([review.md](review.md)).",
+    "next data root with `rts tile` and records its lineage; prints the next round's `rts run` with a `--run` of its "
+    "own, or says that the round adds nothing (its tiles the parent's) ([review.md](review.md)).",
     "arts check": "The rules and what each line means: [arts.md](arts.md#arts-check).",
     "arts export": "Where each field comes from, the area and centroid rules and the relationships file: "
     "[arts.md](arts.md#arts-export).",

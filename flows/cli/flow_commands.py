@@ -14,7 +14,7 @@ from flows.params import (
     PipelineParams,
     RunParams,
     SeedStageParams,
-    SweepParams,
+    SweepCommandParams,
     TrainParams,
 )
 from rtscore.storage import RunLayout, absolute_location
@@ -109,7 +109,7 @@ def package_build(params: SeedStageParams) -> int:
     return 0
 
 
-def sweep(params: SweepParams) -> int:
+def sweep(params: SweepCommandParams) -> int:
     """`rts sweep FILE`: plan and check the sweep (every variant's config, the refusals) before Prefect starts, then
     run the sweep flow; `--status` prints the table of a running or finished sweep and exits."""
     from rtscore.sweep.config import load_sweep_config
@@ -120,7 +120,9 @@ def sweep(params: SweepParams) -> int:
     if params.status:
         from rtscore.sweep.status import sweep_status
 
-        print(sweep_status(sweep_cfg, base, params.sweep_dir))
+        print(
+            sweep_status(sweep_cfg, base, params.sweep_dir, resume=f"rts sweep {params.sweep} --dir {params.sweep_dir}")
+        )
         return 0
     plan = plan_sweep(sweep_cfg, base, params.sweep_dir)  # every refusal before any work
     from flows.cli.preflight import check_run
@@ -139,7 +141,7 @@ def sweep(params: SweepParams) -> int:
     from rtscore.sweep.render import render_status
     from rtscore.sweep.run import REPORT_MD
 
-    report = sweep_flow(params)
+    report = sweep_flow(params.flow_params())
     print(render_status(report))
     print(f"\nsweep report: {params.sweep_dir}/{REPORT_MD}")
     return 0

@@ -46,7 +46,7 @@ from flows.params import (
     ReviewExportParams,
     ReviewIngestParams,
     SeedStageParams,
-    SweepParams,
+    SweepCommandParams,
     TileParams,
     TrainParams,
 )
@@ -75,7 +75,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "sweep",
-        SweepParams,
+        SweepCommandParams,
         flows.sweep,
         "variants of a config trained over the same seeds, each judged against the baseline within seed noise",
     ),

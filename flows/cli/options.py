@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from flows.fields import Cli
+from flows.fields import Cli, cli_of, flag_of
 from rtscore.errors import PipelineError
 
 M = TypeVar("M", bound=BaseModel)
@@ -61,10 +61,6 @@ class Option:
         return "__".join(self.path)
 
 
-def _cli(field: FieldInfo) -> Cli:
-    return next((m for m in field.metadata if isinstance(m, Cli)), Cli())
-
-
 def _without_none(annotation: Any) -> tuple[Any, bool]:
     """(the annotation without ``None``, whether ``None`` was allowed)."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -82,14 +78,12 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 def options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[Option]:
     """Every option of ``model``, nested models' fields as ``--<field>.<name>``."""
     for name, field in model.model_fields.items():
-        cli = _cli(field)
+        cli = cli_of(field)
         nested = _nested_model(field.annotation)
         if nested is not None and cli.parse is None:
             yield from options(nested, (*prefix, name))
             continue
-        dotted = ".".join((*prefix, name)).replace("_", "-")
-        flag = cli.flag or (name if cli.positional else f"--{dotted}")
-        yield Option((*prefix, name), flag, field, cli)
+        yield Option((*prefix, name), flag_of((*prefix, name), field), field, cli)
 
 
 def _default_text(field: FieldInfo) -> str:
@@ -105,14 +99,45 @@ def _help(field: FieldInfo) -> str:
     return (text + _default_text(field)).replace("%", "%%")
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object with a key given twice (``json.loads`` would keep the last, silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _json_object(value: str) -> Any:
     try:
-        parsed = json.loads(value)
+        parsed = json.loads(value, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise argparse.ArgumentTypeError(f"{value!r} is not JSON ({err.msg})") from None
+    except _DuplicateKey as err:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: key {err.args[0]!r} is given twice (the last would silently win); give each key once"
+        ) from None
     if not isinstance(parsed, dict):
         raise argparse.ArgumentTypeError(f"{value!r}: expected a JSON object")
     return parsed
+
+
+class _Once(argparse.Action):
+    """Store a JSON object option's value, refusing the option given twice: argparse would keep the last object
+    and silently drop every key of the earlier ones."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        if hasattr(namespace, self.dest):  # the default is SUPPRESS: set only once the option was given
+            raise argparse.ArgumentError(
+                self, "given twice (the last would silently win); give every key in one JSON object"
+            )
+        setattr(namespace, self.dest, values)
 
 
 def _kind(annotation: Any) -> dict[str, Any]:
@@ -128,7 +153,7 @@ def _kind(annotation: Any) -> dict[str, Any]:
         args = typing.get_args(base)
         return {**_kind(args[0]), "nargs": len(args)}
     if origin is dict:
-        return {"type": _json_object}
+        return {"type": _json_object, "action": _Once}
     if base in (int, float, str):
         return {"type": base}
     raise TypeError(f"no command-line form for {annotation!r}: give the field Cli(parse=...)")

@@ -32,7 +32,7 @@ def check_run(params: RunParams) -> PipelineConfig:
     if params.run_dir.startswith("gs://"):
         check_access(params.run_dir)
     else:
-        check_writable(params.run_dir)
+        check_writable(params.run_dir, directory=True)
     if isinstance(params, PipelineParams) and params.execution == "distributed" and not _api_url():
         raise ParameterError(
             "--execution distributed needs PREFECT_API_URL of a Prefect server with workers on the GPU pool "

@@ -22,13 +22,26 @@ Overrides = Mapping[str, Any]
 
 
 def check_override_keys(overrides: Overrides, where: str = "override") -> None:
-    """Every key is a dotted key path (``loss.boundary_handling``); ConfigError naming each one that is not."""
+    """Every key is a dotted key path (``loss.boundary_handling``), and no key lies inside another's section.
+
+    Raises:
+        ConfigError: naming each key that is not a key path, or the first two keys that overlap: ``loss`` and
+            ``loss.focal_gamma`` would both set ``loss.focal_gamma``, and the one applied last would silently win.
+    """
+    prefix = f"{where}: " if where else ""
     bad = [k for k in overrides if not isinstance(k, str) or not _KEY.fullmatch(k)]
     if bad:
-        prefix = f"{where}: " if where else ""
         raise ConfigError(
             f"{prefix}{', '.join(map(repr, bad))} is not a dotted config key (e.g. loss.boundary_handling)"
         )
+    keys = sorted(overrides)
+    for section in keys:
+        inner = next((k for k in keys if k.startswith(section + ".")), None)
+        if inner is not None:
+            raise ConfigError(
+                f"{prefix}{inner} is given twice: by itself and inside the section {section}, which is set too "
+                f"(one would silently replace the other); set it once, either as {inner} or inside {section}"
+            )
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Overrides, where: str = "override") -> dict[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -303,8 +305,15 @@ class FocusConfig(StrictModel):
         ...,
         min_length=1,
         description="Scenes (paths or globs, relative to the config file; each among `scenes`) cut only in the grid "
-        "cells touching an area of `path`. Cells of the other scenes: every cell, as without focus; a cell of both "
-        "kinds is cut.",
+        "cells touching an area of `path`, and giving pixels to no other cell. The other scenes: every cell, each "
+        "cell cut from them alone as without focus (a focus scene never fills their NoData there); in a cell touching "
+        "an area, every scene, in `scenes` order.",
+    )
+    scene_column: str | None = Field(
+        None,
+        description="A column of `path` naming, per area, the file name of the scene it lies on: a focus scene is then "
+        "cut only around the areas naming it (and those with a blank value), so a scene added in a later round never "
+        "fills an earlier round's cells. Empty: every area is every focus scene's.",
     )
 
 
@@ -427,12 +436,33 @@ class TilingConfig(StrictModel):
 
 
 def resolve_paths(cfg: TilingConfig, base_dir: str | Path) -> TilingConfig:
-    """``cfg`` with every relative path (scenes, polygons, regions, companion rasters, output) resolved against
-    ``base_dir`` (the config file's directory); scene globs are kept as patterns."""
+    """``cfg`` with every relative path (scenes, polygons, regions, companion rasters, output, focus, the lineage's
+    parent) resolved against ``base_dir`` (the config file's directory, a real path: no link in it); scene globs are
+    kept as patterns. A path's leading ``..`` are taken off ``base_dir`` (its parent is where they lead), so a
+    relative path out of the config's directory (a review round's ``../../scenes/a.tif``) resolves to a plain one."""
     base = Path(base_dir)
 
     def at(p: str) -> str:
-        return p if Path(p).is_absolute() else str(base / p)
+        if Path(p).is_absolute():
+            return p
+        where, parts = base, Path(p).parts
+        while parts and parts[0] == "..":
+            where, parts = where.parent, parts[1:]
+        return str(where.joinpath(*parts))
+
+    return _map_paths(cfg, at)
+
+
+def relative_paths(cfg: TilingConfig, base_dir: str | Path) -> TilingConfig:
+    """The inverse of :func:`resolve_paths`: every absolute path of ``cfg`` written relative to ``base_dir`` (the
+    directory its config file will be in), so the config and the files it names can move together (a review round's
+    ``tile.yaml``); scene globs stay patterns."""
+    base = os.path.realpath(base_dir)  # its real place: ".." from there is what the file system follows
+    return _map_paths(cfg, lambda p: os.path.relpath(p, base) if Path(p).is_absolute() else p)
+
+
+def _map_paths(cfg: TilingConfig, at: Callable[[str], str]) -> TilingConfig:
+    """``cfg`` with ``at`` applied to every path it holds (the one list of them, for resolving and relativising)."""
 
     def band(s: BandSource | None) -> BandSource | None:
         return None if s is None or s.path is None else s.model_copy(update={"path": at(s.path)})

@@ -4,10 +4,19 @@ A result is reused only when every input it read is the same. Inside a run direc
 sha256 of each artifact; outside it (a data root of thousands of tiles, a local directory or a ``gs://``
 prefix) hashing every pixel on every run would cost minutes, so the identity is a *listing*:
 
-- a local file: its path relative to the root, size and ``st_mtime_ns`` (any write moves the mtime; a copy
-  that keeps it, ``cp -p`` or ``rsync -a``, keeps the content too), plus the sha256 of its content where that
-  is cheap: every file that is not a raster and is at most :data:`HASH_BELOW` bytes (``metadata.csv``,
-  ``splits.yaml``, a polygon inventory), which decide what is read and how;
+- a local file: its path relative to the root, size, ``st_mtime_ns``, ``st_ctime_ns`` and inode, plus the
+  sha256 of its content where that is cheap: every file that is not a raster and is at most :data:`HASH_BELOW`
+  bytes (``metadata.csv``, ``splits.yaml``, a polygon inventory), which decide what is read and how. Any write
+  moves the mtime, but ``os.utime`` (``touch -d``) can set it back; no user-level call sets the change time,
+  which every write, ``utime``, ``chmod`` or rename-over moves, and a file replaced by another gets another
+  inode. So a raster rewritten in place with its size and old mtime kept is a new identity (the trade-off and
+  its one window, a rewrite within the kernel clock tick of the listing itself, are those of the verification
+  records, :mod:`rtscore.storage.verified`). The price: a copy is another identity even where it keeps the
+  names, sizes and times (``cp -p``, ``rsync -a``, a restore from a backup; a ``chmod`` too), so a root restored
+  in place is generated again once (the same tiles, the same sha256: nothing after generation re-runs), and an
+  interrupted ``rts tile`` or ``rts warp`` whose scenes were copied elsewhere starts afresh. The same files
+  reached through another path (a relative path, another working directory, a symbolic link) keep their
+  identity: the digest holds no path that leads to the root;
 - a ``gs://`` object: its name, size, generation (a new one on every write, even of the same bytes) and the
   CRC32C GCS reports, all from one listing.
 
@@ -45,7 +54,11 @@ class SourceIdentity(BaseModel):
     uri: str = Field(..., description="The location (a resolved local path or a gs:// URI).")
     files: int = Field(..., ge=0, description="Files (objects) listed.")
     bytes: int = Field(..., ge=0, description="Their total size.")
-    digest: str = Field(..., description="sha256 over the listing: name, size, mtime/generation, content hash.")
+    digest: str = Field(
+        ...,
+        description="sha256 over the listing: name, size, mtime, ctime and inode (gs://: generation, CRC32C), "
+        "content hash of the small non-raster files.",
+    )
 
     def short(self) -> str:
         """A one-line description for messages: ``<uri> (<files> files, digest <12 hex>)``."""
@@ -103,7 +116,7 @@ def local_identity(path: str | Path) -> SourceIdentity:
             content = _cheap_hash(Path(full), st.st_size)
         except OSError as err:  # unreadable (permissions), vanished mid-listing
             raise SourceError(f"{full}: cannot read it to identify {p}: {err.strerror or type(err).__name__}") from None
-        h.update(f"{name}\t{st.st_size}\t{st.st_mtime_ns}\t{content}\n".encode())
+        h.update(f"{name}\t{st.st_size}\t{st.st_mtime_ns}\t{st.st_ctime_ns}\t{st.st_ino}\t{content}\n".encode())
     return SourceIdentity(uri=str(p), files=len(entries), bytes=total, digest=h.hexdigest())
 
 
@@ -151,7 +164,7 @@ RASTER_SIDECARS = (".msk", ".aux.xml")
 
 def file_identity(path: Path) -> str:
     """The identity of one input file and of the sidecars GDAL reads with it: :func:`source_identity` (name,
-    size, mtime, the content hash of a small non-raster file), never the path that leads to it."""
+    size, mtime, ctime, inode, the content hash of a small non-raster file), never the path that leads to it."""
     parts = [source_identity(path).digest]
     beside = [path.with_suffix(ext) for ext in SIDECARS.get(path.suffix.lower(), ())]
     beside += [path.with_name(path.name + ext) for ext in RASTER_SIDECARS]

@@ -41,7 +41,7 @@ from rtscore.config.binding import InputBinding, RasterBandMap, RasterContract
 from rtscore.data.normalization.compute import RunningMoments
 from rtscore.data.normalization.input_transform import InputTransform
 from rtscore.data.normalization.stats import NormalizationStats
-from rtscore.data.raster.bands import CheckedRaster, open_checked
+from rtscore.data.raster.bands import PREDICT_FIXES, CheckedRaster, RasterFixes, open_checked
 from rtscore.errors import PipelineError
 from rtscore.inference.predict import (
     LoadedPackage,
@@ -52,7 +52,7 @@ from rtscore.inference.predict import (
     input_rasters,
     warn_if_no_contract,
 )
-from rtscore.package.format import PackageError
+from rtscore.package.format import PackageError, refuse_output_in_package
 from rtscore.package.verify import audited_package, warn_if_fallback_threshold
 from rtscore.report import md_table
 from rtscore.storage import atomic_write_json, atomic_write_text
@@ -210,14 +210,18 @@ def drift_report(
     *,
     rgb_bands: RasterBandMap | None = None,
     names: Sequence[str] | None = None,
+    fixes: RasterFixes = PREDICT_FIXES,
 ) -> DriftReport:
     """Compare the new imagery's per-channel moments with the package's stats; write JSON + Markdown reports.
 
     Every raster is checked against the package's raster contract (``rgb_bands`` replaces its band map) before
     any is read; nothing is written unless the report is complete. ``package_dir`` may be a package
     :func:`~rtscore.inference.predict.load_package` loaded (a campaign's drift check); ``names`` says what to call
-    each raster in the report (a campaign's scene ids; default: its path)."""
+    each raster in the report (a campaign's scene ids; default: its path). ``fixes``: how a refused raster is fixed
+    where the user is (default: ``rts drift``'s command line; a campaign passes
+    :data:`~rtscore.data.raster.bands.MAP_FIXES`)."""
     pkg = package_dir.path if isinstance(package_dir, LoadedPackage) else Path(package_dir)
+    refuse_output_in_package(output_dir, pkg)
     binding, stats, transform, contract = _package_inputs(package_dir)
     contract = input_contract(contract, rgb_bands)
     channel_names = binding.names
@@ -225,7 +229,7 @@ def drift_report(
     labels = [str(f) for f in files] if names is None else [str(n) for n in names]
     if len(labels) != len(files):
         raise DriftError(f"{len(labels)} names for {len(files)} rasters: one name per raster")
-    moments, per_file_moments = _imagery_moments(contract, binding, files, transform)
+    moments, per_file_moments = _imagery_moments(contract, binding, files, transform, fixes)
     n_valid = int(moments.n[0])
     if n_valid == 0:
         raise DriftError(f"no valid pixel (by the NoData rule: alpha, mask or RGB nodata) in {len(files)} raster(s)")
@@ -255,7 +259,11 @@ def drift_report(
 
 
 def _imagery_moments(
-    contract: RasterContract, binding: InputBinding, files: Sequence[Path], transform: InputTransform
+    contract: RasterContract,
+    binding: InputBinding,
+    files: Sequence[Path],
+    transform: InputTransform,
+    fixes: RasterFixes,
 ) -> tuple[RunningMoments, list[RunningMoments]]:
     """The new imagery's moments, pooled over all rasters and each raster's own (in ``files``' order). Every raster
     is checked (headers, EXTRA grid, undeclared NaN/inf) before any pixel counts: a bad one fails the report before
@@ -265,7 +273,7 @@ def _imagery_moments(
     per_file: list[RunningMoments] = []
     with gdal_env():
         for f in files:
-            with open_checked(contract, binding, f, extra_input(binding, f, None)):
+            with open_checked(contract, binding, f, extra_input(binding, f, None), fixes=fixes):
                 pass
         for f in files:
             own = RunningMoments.empty(n_channels)

@@ -62,7 +62,14 @@ from rtscore.inference.stream import (
     run_stream,
 )
 from rtscore.models import load_model
-from rtscore.package.format import DEPLOYMENT, MODEL, WEIGHTS, PackagedModelConfig, PackageError
+from rtscore.package.format import (
+    DEPLOYMENT,
+    MODEL,
+    WEIGHTS,
+    PackagedModelConfig,
+    PackageError,
+    refuse_output_in_package,
+)
 from rtscore.package.verify import audited_package, warn_if_fallback_threshold
 from rtscore.runtime import DeviceError, inference_precision, resolve_device
 from rtscore.storage import atomic_write_text
@@ -503,7 +510,9 @@ def predict_many(
     """:func:`predict_raster` of several rasters with one package load, through one window stream (their windows
     share batches; reading, inference and writing overlap). Every raster is checked first (:func:`check_inputs`,
     unless ``checked``), so a bad one stops the batch before any output is written; a raster that fails later
-    stops it too, with its error and without partial files."""
+    stops it too, with its error and without partial files. An ``output_dir`` inside a package is refused first
+    (:func:`~rtscore.package.format.refuse_output_in_package`)."""
+    refuse_output_in_package(output_dir, package_dir.path if isinstance(package_dir, LoadedPackage) else package_dir)
     pkg = load_package(package_dir, device=device) if not isinstance(package_dir, LoadedPackage) else package_dir
     model = window_model(pkg, stride=stride, batch_size=batch_size)
     if not checked:

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rtscore.config.pipeline import DEFAULT_MIN_OBJECT_AREA_M2
-from rtscore.data.raster.bands import EXTRA_SUFFIX, open_checked
+from rtscore.data.raster.bands import EXTRA_SUFFIX, MAP_FIXES, open_checked
 from rtscore.errors import PipelineError
 from rtscore.inference.drift import ChannelDrift, DriftReport, drift_report
 from rtscore.inference.predict import (
@@ -141,7 +141,8 @@ def drift_sample(
 def _readable_with_data(pkg: LoadedPackage, path: Path) -> bool:
     """Whether every block of ``path`` reads under the package's contract, and one holds a valid pixel."""
     found = False
-    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra_input(pkg.binding, path, None)) as raster:
+    extra = extra_input(pkg.binding, path, None)
+    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra, fixes=MAP_FIXES) as raster:
         for _, window in raster.src.block_windows(1):
             found |= bool(raster.read(window)[2].any())
     return found
@@ -230,7 +231,8 @@ def check_drift(
             sample = drift_sample(pkg, scenes, stack, cache_dir=root.cache_dir)
             if not sample:
                 raise CampaignError("no scene of the campaign opens under the package's raster contract")
-            report = drift_report(pkg, [p for _, p in sample], where, names=[s.scene_id for s, _ in sample])
+            names = [s.scene_id for s, _ in sample]
+            report = drift_report(pkg, [p for _, p in sample], where, names=names, fixes=MAP_FIXES)
         root.publish(sorted(p for p in where.rglob("*") if p.is_file()))
         where_text = root.uri_of(DRIFT_DIR)
     except PipelineError as err:

@@ -16,13 +16,14 @@ summary: :mod:`rtscore.mapping.campaign`) is outside it on purpose, since it doe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from rtscore.data.raster.bands import CheckedRaster, open_checked
+from rtscore.data.raster.bands import MAP_FIXES, CheckedRaster, open_checked
 from rtscore.errors import PipelineError
 from rtscore.identity import closure_hash
 from rtscore.inference.predict import (
@@ -96,7 +97,8 @@ def has_valid_pixel(pkg: LoadedPackage, path: Path) -> bool:
     """Whether ``path`` has one valid pixel by the package's NoData rule (alpha, mask, RGB nodata, EXTRA nodata): read
     block by block and stopped at the first valid pixel (a scene with data: usually its first block). Checks the
     raster (and its EXTRA raster) against the package's contract first, as ``rts predict`` does."""
-    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra_input(pkg.binding, path, None)) as raster:
+    extra = extra_input(pkg.binding, path, None)
+    with gdal_env(), open_checked(pkg.contract, pkg.binding, path, extra, fixes=MAP_FIXES) as raster:
         for _, window in raster.src.block_windows(1):
             if raster.read(window)[2].any():
                 return True
@@ -163,12 +165,32 @@ def run_chunk(
             reason = _reason(scene, err)
             _log.warning("scene %s failed: %s", scene.scene_id, reason)
             record = SceneRecord.now(scene, ident, "failed", reason=reason, seconds=seconds)
+        if record.status != "done":
+            clear_scene_outputs(root, scene)
         log.append(record)  # the commit point; a log that cannot be written stops the chunk
         records.append(record)
         _log.info("scene %s: %s (%.1f s)", scene.scene_id, record.status, record.seconds)
 
     run_stream(model, [scene_job(pkg, root, s) for s in todo], on_outcome)
     return records
+
+
+def clear_scene_outputs(root: CampaignRoot, scene: Scene) -> None:
+    """Remove the scene's outputs under their final names (the local files and, for gs://, the objects) after an
+    attempt that did not map it: ``failed``, or ``skipped-full-nodata`` under this package's NoData rule. Files left
+    by an earlier mapping of the scene (another package, other content, the files of this attempt before it failed)
+    would otherwise lie under the campaign's names beside a record that does not cover them. A file that cannot be
+    removed is a warning naming it; the scene's record is still appended."""
+    outs = scene_outputs(root, scene)
+    try:
+        for path in outs.files():
+            path.unlink(missing_ok=True)
+        if root.remote:
+            root.store().delete([root.rel(p) for p in outs.files()])
+        with contextlib.suppress(OSError):  # an empty scene directory goes too; one holding anything else stays
+            outs.dir.rmdir()
+    except (OSError, PipelineError) as err:
+        _log.warning("scene %s: its earlier outputs under %s could not be removed: %s", scene.scene_id, outs.dir, err)
 
 
 def _check_extra_listed(pkg: LoadedPackage, scenes: Sequence[Scene]) -> None:
@@ -233,7 +255,9 @@ def scene_job(pkg: LoadedPackage, root: CampaignRoot, scene: Scene) -> RasterJob
         outs.dir.mkdir(parents=True, exist_ok=True)
         extra = extra_input(pkg.binding, src, None)
         # has_valid_pixel checked the contract and scanned EXTRA for undeclared NaN/inf already
-        raster = stack.enter_context(open_checked(pkg.contract, pkg.binding, src, extra, check_finite=False))
+        raster = stack.enter_context(
+            open_checked(pkg.contract, pkg.binding, src, extra, check_finite=False, fixes=MAP_FIXES)
+        )
         check_size(raster, pkg.tile_size)
         return raster
 

@@ -36,7 +36,9 @@ from rtscore.package.format import (
     RunMetadata,
     TrainedWith,
     VerifyReport,
+    package_holding,
     package_sha256,
+    refuse_output_in_package,
     sums_text,
 )
 from rtscore.package.verify import (
@@ -78,8 +80,10 @@ __all__ = [
     "build_package",
     "frozen_requirements",
     "load_weights",
+    "package_holding",
     "package_sha256",
     "pickle_globals",
+    "refuse_output_in_package",
     "render_verify_report",
     "sums_text",
     "verify_package",

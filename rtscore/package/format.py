@@ -187,6 +187,31 @@ def package_sha256(package_dir: Path) -> str:
     return hashlib.sha256(sums_text((p.name, sha256_file(p)) for p in files).encode()).hexdigest()
 
 
+def package_holding(path: str | Path) -> Path | None:
+    """The deployment package directory that ``path`` is or lies inside (the nearest of ``path``, resolved, and
+    its ancestors that holds a package's ``SHA256SUMS`` and ``weights.pth``); None when there is none."""
+    p = Path(path).expanduser().resolve()
+    return next((d for d in (p, *p.parents) if (d / SUMS).is_file() and (d / WEIGHTS).is_file()), None)
+
+
+def refuse_output_in_package(output: str | Path, package: str | Path | None = None, *, what: str = "output") -> None:
+    """Refuse an output directory that is ``package`` or lies inside it, or inside any other deployment package
+    (:func:`package_holding`): a package holds exactly the files of its ``SHA256SUMS``, so maps or reports written
+    into it would make it fail ``rts package verify`` and every later load.
+
+    Raises:
+        PackageError: naming the output (``what``: the option or argument it came from) and the package.
+    """
+    out = Path(output).expanduser().resolve()
+    pkg = Path(package).expanduser().resolve() if package is not None else None
+    holder = pkg if pkg is not None and (out == pkg or pkg in out.parents) else package_holding(out)
+    if holder is not None:
+        raise PackageError(
+            f"{what} {output} is inside the deployment package {holder}: files written there would make the package "
+            "fail rts package verify (it holds exactly the files of its SHA256SUMS); write them outside the package"
+        )
+
+
 class Check(BaseModel):
     name: str = Field(..., description="What was checked.")
     ok: bool = Field(..., description="Whether it passed.")

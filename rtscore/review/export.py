@@ -42,7 +42,7 @@ from rtscore.config.binding import InputBinding, RasterContract
 from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig, load_tiling_config
-from rtscore.data.raster.bands import CheckedRaster, RasterContractError, open_checked
+from rtscore.data.raster.bands import MAP_FIXES, CheckedRaster, RasterContractError, open_checked
 from rtscore.data.tiling.inventory import Inventory, RegionOf, read_inventory
 from rtscore.data.tiling.pixels import GridCell
 from rtscore.errors import PipelineError
@@ -478,7 +478,7 @@ def _precheck_local_scenes(plan: Mapping[SceneRef, list[RtsObject]], contract: R
         if scene.uri.startswith(GS_PREFIX):
             continue
         try:
-            with open_checked(contract, binding, scene.uri, check_finite=False):
+            with open_checked(contract, binding, scene.uri, check_finite=False, fixes=MAP_FIXES):
                 pass
         except (PipelineError, OSError) as err:
             raise _unreadable(scene, objs, err) from None
@@ -587,7 +587,7 @@ def _open_scene(
     with ExitStack() as stack:
         try:
             path = Path(scene.uri) if remote is None else stack.enter_context(staged_input(remote, False, cache_dir))
-            raster = stack.enter_context(open_checked(contract, binding, path, check_finite=False))
+            raster = stack.enter_context(open_checked(contract, binding, path, check_finite=False, fixes=MAP_FIXES))
         except (PipelineError, OSError) as err:
             raise _unreadable(scene, objs, err) from None
         yield raster

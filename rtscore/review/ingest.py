@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from pydantic import Field
 
 from rtscore.config.base import StrictModel
 from rtscore.config.tiling import TilingConfig, load_tiling_config
+from rtscore.data.tiling.rules import check_tiling_config
 from rtscore.data.tiling.run import TilingCounts, TilingManifest, fingerprint, tile_scenes
 from rtscore.data.tiling.state import FINGERPRINT, MANIFEST_JSON, STATE_DIR
 from rtscore.report import md_table
@@ -63,12 +65,15 @@ from rtscore.review.round_files import (
     copy_verdicts,
     next_tiling_config,
     pipeline_doc,
+    portable_tiling_config,
+    same_tiles,
     write_areas,
     write_inventory,
 )
 from rtscore.storage import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
+DEFAULT_RUN_PARENT = "artifacts"  # where `rts run` puts a run directory by default: the next round's goes beside it
 
 
 class IngestCounts(StrictModel):
@@ -105,18 +110,36 @@ class IngestResult(StrictModel):
     counts: IngestCounts
     objects: list[ObjectOutcome]
     tiling: TilingCounts = Field(..., description="What rts tile cut into the new root.")
+    unchanged: bool = Field(
+        False,
+        description="The new root's tiles are the parent's, byte for byte (no verdict changed a tile): the round "
+        "adds nothing to train on.",
+    )
 
     def summary_line(self) -> str:
         """What `rts review ingest` prints."""
         c, t = self.counts, self.tiling
         held = f", {c.left_out_held_out} in val/test regions left out" if c.left_out_held_out else ""
         train = f"; regions added to train: {c.new_train_regions}" if c.new_train_regions else ""
-        run = f"; next: rts run --config {self.pipeline_config}" if self.pipeline_config else ""
         return (
             f"wrote {self.output} (dataset version {self.version}, parent {self.parent}): {c.confirmed} confirmed RTS "
             f"added to the inventory, {c.false_positives} false positives cut as hard negatives, {c.unsure} unsure "
-            f"left out{held}{train}; {t.tiles} tiles ({t.positive} positive, {t.negative} negative){run}"
+            f"left out{held}{train}; {t.tiles} tiles ({t.positive} positive, {t.negative} negative){self.next_step()}"
         )
+
+    def next_step(self) -> str:
+        """The end of :meth:`summary_line`: the whole command that trains the next round, in a run directory of its
+        own (the default, ``artifacts/<config file name>``, is ``artifacts/pipeline`` for every round), or, when the
+        round adds nothing, that it does and no command."""
+        if self.unchanged:
+            return (
+                "; the round adds nothing: its tiles are the parent's, byte for byte (no verdict changed a tile), so "
+                "training on it would repeat the parent's run"
+            )
+        if self.pipeline_config is None:
+            return ""
+        run = shlex.quote(f"{DEFAULT_RUN_PARENT}/{self.version}")
+        return f"; next: rts run --config {shlex.quote(self.pipeline_config)} --run {run}"
 
     def render_markdown(self) -> str:
         """The review-ingest flow's artifact: the new version, its lineage and what each split gained."""
@@ -156,11 +179,11 @@ def ingest_review(
             or by another package, a tiling config without splits, an object in a val/test region (held_out
             refuse), in a region of no split (new_regions refuse) or outside every region, a scene on gs:// or
             missing, an output that is not new; each naming the file and the objects. Nothing is written.
-        TilingError, ConfigError: the tiling or pipeline config unusable (nothing written either).
+        TilingError, ConfigError: the tiling or pipeline config unusable, or unlike on a split rule (nothing written).
     """
     src = read_review(review, verdicts, campaign)
     cfg_path = Path(tiling_config)
-    cfg = load_tiling_config(cfg_path)
+    cfg = _round_config(cfg_path, pipeline_config)
     parent = _parent(cfg, cfg_path)
     out = Path(output).expanduser().absolute()
     _check_output(out, parent.root)
@@ -171,7 +194,6 @@ def ingest_review(
     name = _version(parent, version)
     counts = _counts(plan)
     verdict_name, tile_yaml, manifest = _write_version(out, _Round(src, cfg, parent, plan), name, counts, pipeline)
-    review_dir = out / REVIEW_DIR
     result = IngestResult(
         version=name,
         output=str(out),
@@ -184,15 +206,25 @@ def ingest_review(
         verdicts_sha256=src.verdicts_sha256,
         campaign=src.campaign,
         tiling_config=str(tile_yaml),
-        pipeline_config=str(review_dir / PIPELINE_YAML) if pipeline is not None else None,
+        pipeline_config=str(tile_yaml.parent / PIPELINE_YAML) if pipeline is not None else None,
         held_out=held_out,
         new_regions=new_regions,
         counts=counts,
         objects=[p.outcome for p in plan.objects if p.outcome is not None],
         tiling=manifest.counts,
+        unchanged=same_tiles(parent.root, out),
     )
-    atomic_write_json(review_dir / INGEST_JSON, result.model_dump(mode="json"))
+    atomic_write_json(tile_yaml.parent / INGEST_JSON, result.model_dump(mode="json"))
     return result
+
+
+def _round_config(path: Path, pipeline_config: str | None) -> TilingConfig:
+    """The round's tiling config, whose split rules a pipeline config given with it must hold too (one set of rules
+    in both files: :func:`~rtscore.data.tiling.rules.check_tiling_config`)."""
+    cfg = load_tiling_config(path)
+    if pipeline_config is not None:
+        check_tiling_config(str(path), cfg.split_rules, pipeline_config)
+    return cfg
 
 
 @dataclass
@@ -234,7 +266,7 @@ def _write_version(
             "counts": {k: v for k, v in counts.model_dump().items() if isinstance(v, int)},
         }
         tile_yaml = review_dir / TILE_YAML
-        atomic_write_text(tile_yaml, next_tiling_config(cfg, plan, lineage))
+        atomic_write_text(tile_yaml, portable_tiling_config(next_tiling_config(cfg, plan, lineage), review_dir))
         if pipeline is not None:
             atomic_write_text(review_dir / PIPELINE_YAML, pipeline)
         new_cfg = load_tiling_config(tile_yaml)

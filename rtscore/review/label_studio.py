@@ -163,7 +163,8 @@ def verdicts_from_label_studio(data: list[Any], path: Path) -> VerdictSet:
     annotation has no choice, is left out (not judged).
 
     Raises:
-        ReviewError: not an export of these tasks (no ``data.review_id`` or ``data.object_id``), tasks of two
+        ReviewError: not an export of these tasks (no ``data.review_id`` or ``data.object_id``; the first task
+            without ``data.objects_sha256`` or ``data.package_sha256``, the export's header), tasks of two
             reviews, a choice that is not one of the three, two choices in one annotation, or an object judged in
             two tasks (the file, the task and the object named).
     """
@@ -192,7 +193,7 @@ def verdicts_from_label_studio(data: list[Any], path: Path) -> VerdictSet:
         where = f"{path}: {label}"
         if review_id is None:
             review_id, first_task = rid, label
-            hashes = {k: d.get(k) if isinstance(d.get(k), str) else None for k in hashes}
+            hashes = {k: _task_hash(d, k, where) for k in hashes}
         elif rid != review_id:
             raise ReviewError(
                 f"{where}: belongs to review {rid[:12]}, but {first_task} to review {review_id[:12]}; a verdict file "
@@ -212,6 +213,18 @@ def verdicts_from_label_studio(data: list[Any], path: Path) -> VerdictSet:
         package_sha256=hashes["package_sha256"],
         verdicts=unique(verdicts, path),
     )
+
+
+def _task_hash(d: dict[str, Any], key: str, where: str) -> str:
+    """``data.<key>`` of a task (the campaign objects' or the package's sha256 `rts review export` wrote into every
+    task: the header of a Label Studio export, checked against the review as the page's file is)."""
+    v = d.get(key)
+    if not isinstance(v, str) or not v.strip():
+        raise ReviewError(
+            f"{where}: no data.{key} (got {v!r}): the tasks `rts review export` wrote carry review_id, "
+            "objects_sha256 and package_sha256; import label-studio/tasks.json of the review as it is"
+        )
+    return v
 
 
 def _when(a: dict[str, Any]) -> str:

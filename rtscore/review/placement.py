@@ -6,6 +6,7 @@ by tile footprints)."""
 from __future__ import annotations
 
 import csv
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig
 from rtscore.data.inventory.reader import InventoryFeature
 from rtscore.data.raster.vector_labels import read_polygons
+from rtscore.data.raster.warp import MANIFEST_SUFFIX as WARP_RECORD
+from rtscore.data.raster.warp import WarpedScene, warp_identity
 from rtscore.data.splits.blocking import BlockingError, Bounds, check_blocking, data_root_footprints
 from rtscore.data.tiling.inventory import Inventory, RegionOf, read_inventory
 from rtscore.data.tiling.pixels import GridCell, grid_cells
@@ -26,6 +29,8 @@ from rtscore.data.tiling.state import METADATA_CSV
 from rtscore.review.manifest import ReviewError, ReviewObject
 from rtscore.review.review_inputs import ReviewInputs
 from rtscore.review.verdicts import Verdict
+
+log = logging.getLogger(__name__)
 
 HELD_OUT = ("val", "test")
 SPLIT_ORDER = {"train": 0, "val": 1, "test": 2}  # an object in cells of several splits takes the strictest
@@ -66,6 +71,7 @@ class PlacedObject:
     cells: list[GridCell] = field(default_factory=list)
     cell_regions: list[str | None] = field(default_factory=list)
     outcome: ObjectOutcome | None = None
+    scene: Path | None = None  # the scene its cells are cut from (an rts warp copy resolved), once included
 
     @property
     def included(self) -> bool:
@@ -232,11 +238,55 @@ def _decide_outcomes(
         scene = Path(uri).expanduser().resolve()
         if not scene.is_file():
             missing.append(f"object {p.obj.object_id}: scene {uri} not found")
-        elif scene not in every_scene and str(scene) not in added:
-            added.append(str(scene))
+            continue
+        p.scene, why = warp_source(scene, every_scene, cfg)
+        if why is not None:
+            missing.append(f"object {p.obj.object_id}: {why}")
+        elif p.scene not in every_scene and str(p.scene) not in added:
+            added.append(str(p.scene))
     if missing:
         raise ReviewError(f"{src.manifest_path}: " + "; ".join(missing))
     return added
+
+
+def warp_source(scene: Path, round_scenes: set[Path], cfg: TilingConfig) -> tuple[Path, str | None]:
+    """The scene to cut for an object mapped on ``scene`` (resolved), and why none can be chosen (None: it can).
+
+    ``scene`` itself, unless it is an `rts warp` copy (a ``<stem>_warp.json`` beside it) of one of the round's scenes
+    (``round_scenes``, resolved): then that scene, so its cells are cut from the pixels and NoData rule the parent's
+    tiles were cut from, not from the copy beside them. The copy's source is the record's ``scene``, or a round's
+    scene of its name whose warp identity (name, size, mtime, the config's pixel settings) is the record's (the same
+    file, moved). A copy of a scene of no round scene's name is new ground, cut from the copy. Refused (the reason
+    returned): a ``_warp.json`` that is not a warp record, and a copy of a file of a round scene's name that is not
+    that scene as far as the identity tells (another file, changed since, or warped with other settings)."""
+    if scene in round_scenes:
+        return scene, None
+    record_path = scene.with_name(f"{scene.stem}{WARP_RECORD}")
+    if not record_path.is_file():
+        return scene, None
+    try:
+        record = WarpedScene.model_validate_json(record_path.read_text())
+    except (OSError, ValueError) as err:
+        return scene, (
+            f"scene {scene} has {record_path.name} beside it, which is not an rts warp record ({type(err).__name__}): "
+            "ingest cannot tell which scene it is a copy of; warp its scene again (rts warp) into that folder"
+        )
+    source = Path(record.scene).expanduser().resolve()
+    named = sorted(s for s in round_scenes if s.name == source.name)
+    same = [s for s in named if s == source or warp_identity(cfg, s) == record.identity]
+    if same:
+        log.info("rts review ingest: %s is an rts warp copy of %s: its cells are cut from that scene", scene, same[0])
+        return same[0], None
+    if named:
+        return scene, (
+            f"scene {scene} is an rts warp copy of {source} ({record_path.name}), not of the round's scene {named[0]} "
+            "of that name (its warp identity differs: another file, changed since, or warped with other settings): "
+            "ingest cannot tell whether they are the same scene, and cutting the copy would put its pixels and NoData "
+            f"rule into the parent's cells; if it is that scene, warp it again with the round's tiling config into "
+            f"{scene.parent} (rts warp --config <tiling config> --output {scene.parent}); if not, give {source} a name "
+            "of its own and warp it again"
+        )
+    return scene, None
 
 
 def _check_not_ingested(judged: list[PlacedObject], inventory: Inventory, src: ReviewInputs, cfg: TilingConfig) -> None:

@@ -40,6 +40,7 @@ def read_review(review: str, verdicts: str, campaign: str | None) -> ReviewInput
     hname, mname = root.uri_of(HEADER_FILE), root.uri_of(MANIFEST_FILE)
     vpath = Path(verdicts)
     vs = read_verdicts(vpath)
+    _check_some_verdicts(vs, vpath)
     if vs.review_id != header.review_id:
         raise ReviewError(
             f"{vpath}: verdicts of another review: the file names review {vs.review_id[:12]}, {hname} is review "
@@ -64,6 +65,17 @@ def read_review(review: str, verdicts: str, campaign: str | None) -> ReviewInput
     where = campaign if campaign is not None else header.campaign.uri
     _check_campaign(where, header, hname)
     return ReviewInputs(header, hname, mname, objects, vs, vpath, sha256_file(vpath), where)
+
+
+def _check_some_verdicts(vs: VerdictSet, vpath: Path) -> None:
+    """A verdict file judging no object is refused: ingesting it would record a dataset version with the review
+    ingested and nothing in it."""
+    if not vs.verdicts:
+        held = "no feature" if vs.format == "geojson" else "no task with a verdict"
+        raise ReviewError(
+            f"{vpath}: holds no verdict ({held}): nothing to ingest; judge objects on the review page (or in Label "
+            "Studio) and export the verdicts again"
+        )
 
 
 def _check_campaign(uri: str, header: ReviewHeader, hname: str) -> None:

@@ -10,9 +10,11 @@ from typing import Any
 
 from rtscore.config.base import read_yaml
 from rtscore.config.pipeline import parse_pipeline_config
-from rtscore.config.tiling import TilingConfig
+from rtscore.config.tiling import TilingConfig, relative_paths
+from rtscore.data.geotiff.root import METADATA_CSV, SPLITS_YAML
 from rtscore.data.inventory.object_pixels import join_ids
 from rtscore.data.inventory.reader import InventoryFeature, canonical_mapping, canonical_values
+from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
 from rtscore.review.manifest import ReviewError
 from rtscore.review.placement import Plan
 
@@ -109,12 +111,15 @@ def write_inventory(path: Path, plan: Plan, cfg: TilingConfig, rid: str) -> None
     _write_layer(path, geoms, columns, cfg.grid.crs)
 
 
-AREA_TEXT = ("verdict", "region", "split", "review_id")
+AREA_TEXT = ("verdict", "region", "split", "review_id", "scene")
+AREA_SCENE = "scene"  # areas.gpkg: the file name of the scene each area is cut from (focus.scene_column)
 
 
 def write_areas(path: Path, plan: Plan, crs: str, rid: str) -> None:
     """areas.gpkg, the focus of the added scenes: the judged objects added (confirmed and false positives) with
-    verdict, region, split and review, after the areas of the round's own focus (an earlier ingest's)."""
+    verdict, region, split, review and the file name of the scene they are cut from (each focus scene is cut only
+    around its own areas: a scene added later never fills an earlier round's cells), after the areas of the round's
+    own focus (an earlier ingest's; blank scene when written before the column was)."""
     import numpy as np
     import shapely
 
@@ -123,7 +128,7 @@ def write_areas(path: Path, plan: Plan, crs: str, rid: str) -> None:
         if p.included and p.outcome is not None:
             o = p.outcome
             props = {"object_id": o.object_id, "verdict": o.verdict, "region": o.region, "split": o.split}
-            rows.append(({**props, "review_id": rid}, p.geom))
+            rows.append(({**props, "review_id": rid, AREA_SCENE: p.scene.name if p.scene else ""}, p.geom))
     columns = {
         "object_id": np.array([int(r.get("object_id") or 0) for r, _ in rows], dtype=np.int64),
         **{k: np.array([str(r.get(k) or "") for r, _ in rows], dtype=object) for k in AREA_TEXT},
@@ -149,7 +154,7 @@ def next_tiling_config(cfg: TilingConfig, plan: Plan, lineage: dict[str, Any]) -
     doc["scenes"] = [*cfg.scenes, *plan.added_scenes]
     doc.pop("focus", None)
     if plan.focus_scenes:
-        doc["focus"] = {"path": AREAS_FILE, "scenes": plan.focus_scenes}
+        doc["focus"] = {"path": AREAS_FILE, "scenes": plan.focus_scenes, "scene_column": AREA_SCENE}
     doc["splits"] = plan.splits
     doc["output"] = ".."
     doc["lineage"] = lineage
@@ -183,3 +188,40 @@ def pipeline_doc(path: Path, out: Path) -> str:
     data = {**data, "data": {**(data.get("data") or {}), "generation": gen}}
     parse_pipeline_config(data, review_dir)
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def portable_tiling_config(text: str, review_dir: Path) -> str:
+    """The round's tiling config (:func:`next_tiling_config`'s YAML) with every path it names relative to
+    ``review_dir``, where it is written: scenes, focus, the lineage's parent, regions and companion rasters. The round
+    directory then moves (or is copied) with what lies beside it and still reads the same files."""
+    import yaml
+
+    cfg = relative_paths(TilingConfig.model_validate(yaml.safe_load(text)), review_dir)
+    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)
+
+
+def same_tiles(parent: Path, root: Path) -> bool:
+    """Whether the data root ``root`` holds the tiles of ``parent``, byte for byte: the same ``metadata.csv`` and
+    ``splits.yaml``, the same files under ``PLANET-RGB/``, ``EXTRA/`` and ``labels/`` with the same bytes. Then a
+    round adds nothing a model trains on (training on it repeats the parent's run). The cheap differences (the
+    metadata, the names and sizes of the files) are looked at before any tile is read."""
+    import filecmp
+
+    for name in (METADATA_CSV, SPLITS_YAML):
+        was, now = parent / name, root / name
+        if was.exists() != now.exists() or (was.exists() and not filecmp.cmp(was, now, shallow=False)):
+            return False
+    pairs: list[tuple[Path, Path]] = []
+    for sub in (RGB_DIR, EXTRA_DIR, LABEL_DIR):
+        before, after = _tile_files(parent / sub), _tile_files(root / sub)
+        if {k: p.stat().st_size for k, p in before.items()} != {k: p.stat().st_size for k, p in after.items()}:
+            return False
+        pairs += [(before[k], after[k]) for k in sorted(before)]
+    return all(filecmp.cmp(was, now, shallow=False) for was, now in pairs)
+
+
+def _tile_files(folder: Path) -> dict[str, Path]:
+    """The files of a tile folder by name (none when it is absent; hidden partial files left out)."""
+    if not folder.is_dir():
+        return {}
+    return {p.name: p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}

@@ -12,6 +12,8 @@ object judged, with the review it belongs to in a foreign member ``rts_review``:
                               "time": "2026-12-02T07:09:41Z", "note": ""}}, ...]}
 ```
 
+Every key of :data:`REQUIRED_HEADER` is required in ``rts_review`` (a missing one is refused by name): the review
+and the campaign objects and package its verdicts were made on, checked against the review by ingest.
 ``verdict`` is one of :data:`VERDICTS`: ``rts`` (a true slump: joins the inventory), ``not_rts`` (a false positive:
 a hard negative), ``unsure`` (left out). Objects skipped on the page are not in the file. A Label Studio JSON export
 of the tasks ``rts review export`` wrote is read too (rtscore.review.label_studio);
@@ -32,6 +34,9 @@ from rtscore.review.manifest import SCHEMA_VERSION, ReviewError, ReviewHeader, R
 VERDICTS: tuple[str, ...] = ("rts", "not_rts", "unsure")
 VerdictValue = Literal["rts", "not_rts", "unsure"]
 REVIEW_MEMBER = "rts_review"
+# The keys of the header a verdict file must hold (docs/review.md, "The verdict file"): ingest and `rts arts export`
+# check the file against its review by them. ``reviewer`` and ``exported``, which the page writes too, are a record.
+REQUIRED_HEADER: tuple[str, ...] = ("schema_version", "review_id", "objects_sha256", "package_sha256")
 
 
 class Verdict(StrictModel):
@@ -61,23 +66,43 @@ def from_geojson(data: dict[str, Any], p: Path) -> VerdictSet:
     features = data.get("features")
     if not isinstance(features, list):
         raise ReviewError(f"{p}: not valid GeoJSON: 'features' must be a list")
-    head = data.get(REVIEW_MEMBER)
-    if not isinstance(head, dict) or not isinstance(head.get("review_id"), str):
-        raise ReviewError(
-            f"{p}: no '{REVIEW_MEMBER}.review_id': not a file the review page exported (it names the review its "
-            "verdicts belong to)"
-        )
-    if head.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise ReviewError(f"{p}: {REVIEW_MEMBER}.schema_version {head.get('schema_version')!r} is not {SCHEMA_VERSION}")
+    head = checked_header(data.get(REVIEW_MEMBER), p)
     verdicts = [_feature_verdict(f, i, p) for i, f in enumerate(features)]
     return VerdictSet(
         source=str(p),
         format="geojson",
         review_id=head["review_id"],
-        objects_sha256=_opt_str(head.get("objects_sha256")),
-        package_sha256=_opt_str(head.get("package_sha256")),
+        objects_sha256=head["objects_sha256"],
+        package_sha256=head["package_sha256"],
         verdicts=unique(verdicts, p),
     )
+
+
+def checked_header(head: Any, p: Path) -> dict[str, Any]:
+    """The verdict file's header (``rts_review``), every key of :data:`REQUIRED_HEADER` present and of its type.
+
+    Raises:
+        ReviewError: no header, a key missing (each missing key named), a schema version other than this code's, a
+            review id or sha256 that is not a non-empty text; the file named.
+    """
+    wanted = ", ".join(REQUIRED_HEADER)
+    if not isinstance(head, dict):
+        raise ReviewError(
+            f"{p}: no '{REVIEW_MEMBER}' header: not a file the review page exported (its header names the review "
+            f"the verdicts belong to: {wanted})"
+        )
+    missing = [f"{REVIEW_MEMBER}.{k}" for k in REQUIRED_HEADER if k not in head]
+    if missing:
+        raise ReviewError(
+            f"{p}: the header lacks {', '.join(missing)}: the review page writes {wanted} (the review, campaign "
+            "objects and package the verdicts were made on, checked against the review); export the verdicts again"
+        )
+    if isinstance(head["schema_version"], bool) or head["schema_version"] != SCHEMA_VERSION:
+        raise ReviewError(f"{p}: {REVIEW_MEMBER}.schema_version {head['schema_version']!r} is not {SCHEMA_VERSION}")
+    for key in REQUIRED_HEADER[1:]:
+        if not isinstance(head[key], str) or not head[key].strip():
+            raise ReviewError(f"{p}: {REVIEW_MEMBER}.{key} must be a non-empty text, got {head[key]!r}")
+    return head
 
 
 def _feature_verdict(f: Any, i: int, p: Path) -> Verdict:
@@ -147,7 +172,3 @@ def verdicts_geojson(
             for v in verdicts
         ],
     }
-
-
-def _opt_str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None

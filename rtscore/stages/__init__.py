@@ -22,7 +22,7 @@ from rtscore.stages.normalization import normalization_stats
 from rtscore.stages.package import package
 from rtscore.stages.registry import BY_NAME, STAGES, SUMMARIES, cache_key, code_fingerprint, producers
 from rtscore.stages.results import DataResult, PipelineResult
-from rtscore.stages.seeds import trained_seeds
+from rtscore.stages.seeds import check_seed_model, trained_seeds
 from rtscore.stages.spec import ArtifactRef, StageSpec, code_closure, recorded
 from rtscore.stages.train import TrainResult, recorded_train_result, train_seed
 from rtscore.stages.validate import validate_data
@@ -43,6 +43,7 @@ __all__ = [
     "cache_key",
     "calibrate",
     "calibrated_seeds",
+    "check_seed_model",
     "choose_shipped_seed",
     "code_closure",
     "code_fingerprint",

@@ -13,6 +13,7 @@ from rtscore.data.geotiff.ingest import ingest_geotiffs
 from rtscore.data.geotiff.root_splits import DerivedSplitFiles
 from rtscore.data.store.format import read_store_attrs
 from rtscore.data.synthetic.producer import generate_synthetic, generate_synthetic_context
+from rtscore.data.tiling.rules import check_data_roots
 from rtscore.stages.spec import ArtifactRef, StageSpec, record, ref_of
 from rtscore.storage import RunDir, RunLayout, StorageError
 
@@ -31,7 +32,9 @@ def generate_dataset(
     For a synthetic val or test split whose config calibrates or deploys 0.5x (:func:`wants_context`), also
     ``datasets/context/<split>.zarr``: each tile's 2x field of view downsampled to the tile size, same ids
     (guide §8.3). A GeoTIFF root gets none (calibration then reports the scale gate "not evaluated"). A GeoTIFF
-    root without splits.yaml gets its split derived into ``datasets/splits.yaml`` (+ ``splits_summary.json``)."""
+    root without splits.yaml gets its split derived into ``datasets/splits.yaml`` (+ ``splits_summary.json``).
+    A data root cut by ``rts tile`` with other split rules than ``cfg.splits`` is refused first, before any split
+    is generated (:func:`~rtscore.data.tiling.rules.check_data_roots`)."""
     run = RunDir(run_dir)
     rel = RunLayout.DATASET.at(split=split)
     ctx_rel = RunLayout.CONTEXT_DATASET.at(split=split)
@@ -45,6 +48,7 @@ def generate_dataset(
         return record(SPEC, run, rel, cfg)
     if gen is None:
         raise StorageError(f"data.generation.{split} is not set; give a generation config or set data.skip_generation")
+    check_data_roots(cfg)  # every root of the config: refused before the first split, not after one was written
     run.forget(rel)
     run.forget(ctx_rel)
     shutil.rmtree(run.path(ctx_rel), ignore_errors=True)  # a stale context would pair with the new tiles' ids

@@ -6,6 +6,7 @@ from rtscore.config.pipeline import PipelineConfig
 from rtscore.data.store.format import read_store_attrs
 from rtscore.package import PackageError, build_package
 from rtscore.stages.calibrate import read_calibration_summary
+from rtscore.stages.seeds import check_seed_model
 from rtscore.stages.spec import TRAINING_CONFIG, ArtifactRef, StageSpec, record, require_inputs
 from rtscore.storage import RunDir, RunLayout
 from rtscore.train.result import read_seed_summary
@@ -30,6 +31,7 @@ def package(run_dir: str, cfg: PipelineConfig, seeds: list[int] | None = None) -
             f"{sorted(seeds)}; run calibrate with --seeds {' '.join(map(str, sorted(seeds)))} first"
         )
     require_inputs(SPEC, run, seed=shipped)
+    check_seed_model(run, cfg, shipped)  # model_config.yaml is written from cfg: it must describe the weights
     # what the model was trained on (band sources, dtypes, CRS, pixel size): predict and drift check inputs with it
     contract = read_store_attrs(run.at(RunLayout.DATASET, split="train")).contract()
     rel = RunLayout.PACKAGE.at()

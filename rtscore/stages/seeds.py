@@ -13,6 +13,7 @@ from rtscore.inference.context import ContextError, ContextPairedDataset, check_
 from rtscore.models import load_model
 from rtscore.runtime import select_device
 from rtscore.storage import RunDir, RunLayout, StorageError
+from rtscore.train.result import check_trained_model, read_seed_summary
 
 
 def trained_seeds(run: RunDir, seeds: list[int] | None) -> list[int]:
@@ -60,6 +61,16 @@ def no_context_reason(split: str) -> str:
     )
 
 
+def check_seed_model(run: RunDir, cfg: PipelineConfig, seed: int) -> None:
+    """Refuse ``cfg`` for the seed's weights when its model section describes another architecture than the seed
+    was trained as (:func:`rtscore.train.result.check_trained_model`, from the seed's ``run_summary.json``; a seed
+    without one, still training, is not checked here and its weights' load says what does not fit)."""
+    rel = RunLayout.SEED_SUMMARY.at(seed=seed)
+    run.fetch(rel)  # a gs:// run stages a recorded summary
+    if run.path(rel).is_file():
+        check_trained_model(read_seed_summary(run.path(rel)), cfg.model, run.at(RunLayout.BEST_WEIGHTS, seed=seed))
+
+
 def seed_model_and_loader(
     run: RunDir, cfg: PipelineConfig, seed: int, split: str, *, context: bool = False
 ) -> tuple[Any, Any, int]:
@@ -67,6 +78,7 @@ def seed_model_and_loader(
 
     With ``context`` every batch also holds ``context``: each tile's 0.5x input from the split's context store,
     paired by tile id (ContextError when the run has none)."""
+    check_seed_model(run, cfg, seed)
     device = select_device(cfg)
     model = load_model(run.at(RunLayout.BEST_WEIGHTS, seed=seed), cfg, device)
     stats = load_normalization_stats(run.at(RunLayout.NORMALIZATION_STATS), [c.name for c in cfg.channels.extra])

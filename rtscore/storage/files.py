@@ -27,9 +27,10 @@ def os_errors(action: str, path: Path) -> Iterator[None]:
         raise StorageError(f"cannot {action} {path}: {reason}{where}") from err
 
 
-def check_writable(path: str | Path) -> None:
+def check_writable(path: str | Path, *, directory: bool = False) -> None:
     """Refuse early a location that cannot be written: the nearest existing one of ``path`` and its parents
-    must be a directory this process may write into (``path`` itself when it is an existing directory).
+    must be a directory this process may write into (``path`` itself when it is an existing directory). With
+    ``directory`` (a run directory, an output directory), ``path`` itself must not be an existing file.
 
     Raises:
         StorageError: naming ``path`` and the existing ancestor that blocks it.
@@ -41,6 +42,8 @@ def check_writable(path: str | Path) -> None:
     if probe.is_file():
         if probe != target:
             raise StorageError(f"cannot write {target}: {probe} is a file, not a directory")
+        if directory:
+            raise StorageError(f"cannot write into {target}: it is a file, not a directory")
         probe = probe.parent
     if not os.access(probe, os.W_OK | os.X_OK):
         raise StorageError(f"cannot write {target}: {probe} is not writable (permission denied or read-only)")

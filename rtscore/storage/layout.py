@@ -149,11 +149,15 @@ class RunLayout:
 
 
 class SweepLayout:
-    """The entries of a sweep directory (docs/experiments.md): its plan, the baseline's noise floor, the report, and
-    a run directory per variant (laid out by :class:`RunLayout`). Use as ``SweepLayout.REPORT_JSON.at()``."""
+    """The entries of a sweep directory (docs/experiments.md): its plan, the record of the run going on, the
+    baseline's noise floor, the report, and a run directory per variant (laid out by :class:`RunLayout`). Use as
+    ``SweepLayout.REPORT_JSON.at()``."""
+
+    STAGE = "sweep"  # the manifest's stage of the sweep directory's own records
 
     MANIFEST = Entry("manifest.json")
     PLAN = Entry("plan.json")
+    RUNNER = Entry("runner.json")  # the process running the sweep, its heartbeat (rtscore.sweep.liveness)
     NOISE_FLOOR = Entry("noise_floor.json")
     REPORT_JSON = Entry("report.json")
     REPORT_MD = Entry("report.md")

@@ -3,12 +3,14 @@ directory, and the identity of each stage run it needs (the stage registry's :fu
 whose identity an earlier variant has is computed once, there, and adopted by the others.
 
 Refused before anything runs, naming the variant and the key: an override that fails validation, a deciding metric
-that is not a validation metric, an override that makes a variant's val or test tiles (or the metric's definition)
-differ from the baseline's, and a variant that trains exactly as another does.
+that is not a validation metric training records, a variant that changes the seeds (the sweep's own axis), an
+override that makes a variant's val or test tiles (or the metric's definition) differ from the baseline's, and a
+variant that trains exactly as another does.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +26,7 @@ from rtscore.stages.registry import planned_key, spec
 from rtscore.stages.spec import StageSpec
 from rtscore.storage import RunDir, SweepLayout
 from rtscore.sweep.config import SweepConfig
+from rtscore.train.loop import epoch_metric_names
 
 # The stages a sweep runs for every variant, first to last, with the selections of each (train-seed: per seed).
 DATA_STAGES = ("generate-dataset", "normalization-stats", "validate-data")
@@ -110,6 +113,20 @@ def check_metric(metric: str, cfg: PipelineConfig) -> None:
             f"metric: {metric} is not a validation metric of model quality; use one that training records per epoch "
             f"(metrics.jsonl), e.g. val_realistic_pr_auc_geomean or val_realistic_pr_auc_1_{cfg.metrics.ratios[0]}"
         )
+    names = deciding_metrics(cfg)
+    if metric not in names:  # a misspelt name, or a ratio or IoU threshold the config does not compute
+        close = difflib.get_close_matches(metric, names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise SweepError(
+            f"metric: {metric} is not among the validation metrics training records per epoch under this config "
+            f"(metrics.jsonl); {hint}the metrics a sweep can decide on: {', '.join(names)}"
+        )
+
+
+def deciding_metrics(cfg: PipelineConfig) -> list[str]:
+    """The metrics a sweep under ``cfg`` may decide on: the validation metrics of model quality each validated epoch
+    records (its ratios and IoU thresholds), not counts, weights or bootstrap spreads."""
+    return [n for n in epoch_metric_names(cfg) if not any(part in n for part in _NOT_QUALITY)]
 
 
 def comparison_identity(cfg: PipelineConfig, split: str) -> str:
@@ -138,6 +155,7 @@ def plan_sweep(sweep: SweepConfig, base: Path, sweep_dir: str, seeds: list[int] 
     baseline = cfgs[sweep.baseline]
     check_metric(sweep.metric, baseline)
     seeds = seeds or sweep.seeds or list(baseline.training.seeds)
+    _check_seeds_unchanged(cfgs, sweep.baseline, seeds)
     _check_same_tiles(cfgs, named, sweep.baseline)
     owners: dict[str, str] = {}  # planned key -> the first variant with it
     variants = [_plan_variant(name, cfg, named, sweep_dir, seeds, owners) for name, cfg in cfgs.items()]
@@ -169,6 +187,33 @@ def _variant_configs(base: Path, named: dict[str, dict[str, JsonValue]]) -> dict
     if errors:
         raise SweepError("\n".join(errors))
     return cfgs
+
+
+def _check_seeds_unchanged(cfgs: dict[str, PipelineConfig], baseline_name: str, seeds: list[int]) -> None:
+    """Refuse a variant whose ``training.seeds`` or ``training.seed`` differ from the baseline's: seeds are the
+    sweep's own axis (every variant trains the sweep's seeds), so a variant's seeds would never be trained, and one
+    that changes only its seeds would train the baseline's seeds again under another name.
+
+    Raises:
+        SweepError: one line per such variant, naming it and the key.
+    """
+    base = cfgs[baseline_name].training
+    errors: list[str] = []
+    for name, cfg in cfgs.items():
+        changed = [
+            f"training.{key} ({getattr(cfg.training, key)}; the baseline's: {getattr(base, key)})"
+            for key in ("seeds", "seed")
+            if getattr(cfg.training, key) != getattr(base, key)
+        ]
+        if name != baseline_name and changed:
+            errors.append(
+                f"variant {name}: {', '.join(changed)} changes seeds, the sweep's own axis: every variant trains "
+                f"the sweep's seeds ({', '.join(map(str, seeds))}), so it would train them again, not its own; set "
+                "seeds: in the sweep file, and let a variant change what training reads (the loss, the model, the "
+                "train data)"
+            )
+    if errors:
+        raise SweepError("\n".join(errors))
 
 
 def _check_same_tiles(
@@ -266,6 +311,7 @@ __all__ = [
     "SweepPlan",
     "check_metric",
     "comparison_identity",
+    "deciding_metrics",
     "plan_json",
     "plan_sweep",
     "variant_config",

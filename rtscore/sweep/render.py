@@ -6,6 +6,7 @@
 | the fixed-width terminal table of those rows | :func:`render_text_table` (:func:`render_status`: with a header) |
 | ``report.md`` | :func:`render_markdown` |
 | the PNG: the deciding metric per variant, per-seed points, the baseline's noise band | :func:`plot_report` |
+| that PNG's figure, every text inside it | :func:`report_figure` |
 
 Pure but for :func:`plot_report`, which writes its PNG atomically. No Prefect: a flow inlines the PNG in a
 markdown artifact with ``flows.ui.inline_images`` (``![..](report.png)`` relative to the sweep directory becomes a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +30,7 @@ from rtscore.sweep.report import NoiseFloor, Spread, SweepReport, TestFigure, Va
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 NONE = "—"  # no value: a pending variant, the baseline's difference to itself
 NOT_AVAILABLE = "n/a"  # an undefined value (NaN, infinite)
@@ -45,6 +48,7 @@ COL_SHARED = "shared stages"
 
 MAX_TEST_FIGURES = 60  # lines of test figures per variant in report.md; the rest is in its test_report.json
 MAX_TICK_LABEL = 32  # characters of a variant's name under the plot (the table has it whole)
+TITLE_SIZE = 10  # points: the PNG's title, wrapped to the figure's width
 
 _NOISE_MEANINGS = (
     (
@@ -235,25 +239,16 @@ def render_text_table(rows: Sequence[Mapping[str, str]], *, max_width: int = 40)
     return "\n".join(out) + "\n"
 
 
-def render_status(report: SweepReport) -> str:
-    """``rts sweep --status``: the sweep's name, status and rule, then :func:`render_text_table`."""
+def render_status(report: SweepReport, state: str | None = None) -> str:
+    """``rts sweep --status``: the sweep's name, status (``state`` when given: e.g. interrupted, for a report built
+    while no run of the sweep goes on) and rule, then :func:`render_text_table`."""
     chosen = f"; chosen: {report.chosen}" if report.chosen else ""
     head = (
-        f"sweep {report.name} ({report.status}{chosen})\n"
+        f"sweep {report.name} ({state or report.status}{chosen})\n"
         f"deciding metric: {report.metric} (validation); paired interval at {report.confidence:.0%}, "
         f"margin {_num(report.margin)}\n\n"
     )
     return head + render_text_table(table_rows(report))
-
-
-def markdown_table(rows: Sequence[Mapping[str, str]]) -> str:
-    """A GitHub-style markdown table of :func:`table_rows` (cells escaped: overrides are user text)."""
-    if not rows:
-        return "_No variants._\n"
-    cols: list[str] = []
-    for row in rows:
-        cols += [c for c in row if c not in cols]
-    return "\n".join(md_table(cols, [[str(row.get(c, "")) for c in cols] for row in rows], escape=True)) + "\n"
 
 
 # ------------------------------------------------------------------------------------------ report.md
@@ -347,14 +342,51 @@ def _variant_md(report: SweepReport, v: VariantReport, baseline: VariantReport |
     return lines
 
 
+def _choice_md(report: SweepReport) -> list[str]:
+    """The sweep's outcome, first thing under the title: the chosen variant and why, or why there is none yet."""
+    if report.chosen:
+        said = f"**Chosen: `{report.chosen}`**." + (f" {report.choice}" if report.choice else "")
+    elif report.status == "running":
+        said = "**No variant chosen yet**: the sweep is running; figures are partial, a pending variant has no value."
+    else:
+        said = "**No variant chosen**." + (f" {report.choice}" if report.choice else "")
+    return [said, ""]
+
+
+def _variants_md(report: SweepReport) -> list[str]:
+    """The variants as tables narrow enough for the Prefect UI's artifact page beside its side panel: the decision
+    (verdict, deciding metric, paired difference and interval, seeds), then PR-AUC per prevalence ratio; each
+    variant's overrides and shared stages as a list (they wrap; a table of them overran the page)."""
+    head = [COL_VARIANT, COL_VERDICT, COL_METRIC, COL_DIFF, COL_INTERVAL, "seeds"]
+    cols = ratios(report)
+    decision, by_ratio, changes = [], [], []
+    for v in report.variants:
+        judged = not v.baseline
+        diff, interval = (diff_text(v), interval_text(v)) if judged else (NONE, NONE)
+        decision.append([variant_label(v), verdict_text(v), spread_text(v.metric), diff, interval, str(len(v.seeds))])
+        by_ratio.append([variant_label(v), *(spread_text(v.ratios.get(r)) for r in cols)])
+        shared = f" (shared: {shared_text(v.shared)})" if v.shared else ""
+        said = ", ".join(f"`{k}={_value(x)}`" for k, x in v.overrides.items()) or "the base config"
+        changes.append(f"- `{v.name}`: {said}{shared}")
+    lines = [*md_table(head, decision, escape=True), ""]
+    lines += [
+        f"Deciding metric (Val-Realistic): mean ± std over seeds. {COL_DIFF}: variant − baseline over the seeds both "
+        f"trained (paired), mean ± std, and its {report.confidence:.0%} {COL_INTERVAL}.",
+        "",
+    ]
+    if cols:
+        lines += ["PR-AUC per prevalence ratio (Val-Realistic), mean ± std over seeds:", ""]
+        lines += [*md_table([COL_VARIANT, *(f"1:{r}" for r in cols)], by_ratio, escape=True), ""]
+    return [*lines, "What each variant changes:", "", *changes, ""]
+
+
 def render_markdown(report: SweepReport, *, plot: str | None = None) -> str:
-    """``report.md``: title and status; the rule (base config, deciding metric, confidence, margin); the table with
-    the baseline's noise floor beside it; the choice; the test split statement and test figures; the notes; each
-    variant's details. ``plot``: the PNG's path relative to the report, shown under the table."""
+    """``report.md``: title and status, then the choice; the rule (base config, deciding metric, confidence,
+    margin); the variants' tables with the baseline's noise floor after them; the test split statement and test
+    figures; the notes; each variant's details. ``plot``: the PNG's path relative to the report, shown under the
+    tables."""
     baseline = next((v for v in report.variants if v.baseline), None)
-    lines = [f"# Sweep `{report.name}`: {report.status}", ""]
-    if report.status == "running":
-        lines += ["_Running: figures are partial; a pending variant has no value yet._", ""]
+    lines = [f"# Sweep `{report.name}`: {report.status}", "", *_choice_md(report)]
     lines += [
         f"- Base config: `{report.base_config}`",
         f"- Sweep directory: `{report.sweep_dir}`",
@@ -366,23 +398,11 @@ def render_markdown(report: SweepReport, *, plot: str | None = None) -> str:
         "",
         "## Variants",
         "",
-        markdown_table(table_rows(report)),
-        f"Deciding metric and PR-AUC per prevalence ratio (Val-Realistic): mean ± std over seeds. "
-        f"Δ vs baseline: variant − baseline over the seeds both trained (paired), mean ± std, and its "
-        f"{report.confidence:.0%} interval.",
-        "",
+        *_variants_md(report),
     ]
     if plot:
         lines += [f"![{report.metric} per variant, baseline ± noise floor margin]({plot})", ""]
     lines += _noise_floor_md(report.noise_floor, report.margin, report.margin_basis)
-    lines += ["## Choice", ""]
-    if report.chosen:
-        lines.append(f"Chosen: **`{report.chosen}`**." + (f" {report.choice}" if report.choice else ""))
-    elif report.status == "running":
-        lines.append("No variant chosen yet: the sweep is running.")
-    else:
-        lines.append("No variant chosen." + (f" {report.choice}" if report.choice else ""))
-    lines.append("")
     lines += _test_md(report)
     if report.notes:
         lines += ["## Notes", "", *(f"- {n}" for n in report.notes), ""]
@@ -400,11 +420,12 @@ def _finite(values: Mapping[int, float]) -> dict[int, float]:
     return {s: x for s, x in values.items() if math.isfinite(x)}
 
 
-def plot_report(report: SweepReport, path: Path) -> None:
+def report_figure(report: SweepReport) -> Figure:
     """The deciding metric per variant (baseline first): each seed a point (one colour and marker per seed in
     every variant, a thin line joining a seed's points), the mean ± std as an error bar, the baseline's mean as a
     line in a band ± the margin, and the verdict above each variant; a variant without values is marked
-    ``pending``. Written atomically to ``path``."""
+    ``pending``. Laid out so that every text lies inside the figure (the title wrapped to its width); the caller
+    closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -412,22 +433,40 @@ def plot_report(report: SweepReport, path: Path) -> None:
 
     variants = report.variants
     values = [_finite(v.metric.values) if v.metric else {} for v in variants]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(variants) + 2.5), 5.0))
+    width = max(6.0, 1.3 * len(variants) + 2.5)
+    fig, ax = plt.subplots(figsize=(width, 5.0), layout="constrained")
     _draw_baseline_band(ax, report)
     _draw_seeds(ax, values)
     _draw_means(ax, report, values)
     _draw_verdicts(ax, report, values)
     _label_axes(ax, report)
-    fig.tight_layout()
+    title = f"sweep {report.name} ({report.status}): {report.metric} per variant"
+    fig.suptitle(_wrapped(title, width * 72 / (TITLE_SIZE * 0.6)), fontsize=TITLE_SIZE)
+    return fig
+
+
+def _wrapped(text: str, chars: float) -> str:
+    """``text`` in lines of at most ``chars`` characters, broken after ``: `` first, then at spaces."""
+    width = max(int(chars), 20)
+    head, sep, tail = text.partition(": ")
+    parts = [head + sep.rstrip(), tail] if sep and len(text) > width else [text]
+    return "\n".join(line for part in parts for line in textwrap.wrap(part, width, break_on_hyphens=False))
+
+
+def plot_report(report: SweepReport, path: Path) -> None:
+    """:func:`report_figure` written atomically to ``path`` (a PNG)."""
+    import matplotlib.pyplot as plt
+
+    fig = report_figure(report)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp.png")
-    with os_errors("write", path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
+    try:
+        with os_errors("write", path):
+            path.parent.mkdir(parents=True, exist_ok=True)
             fig.savefig(tmp, dpi=100, format="png")
             tmp.replace(path)
-        finally:
-            plt.close(fig)
-            tmp.unlink(missing_ok=True)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
 
 
 def _draw_baseline_band(ax: Axes, report: SweepReport) -> None:
@@ -507,7 +546,7 @@ def _draw_verdicts(ax: Axes, report: SweepReport, values: list[dict[int, float]]
 
 def _label_axes(ax: Axes, report: SweepReport) -> None:
     """The variants' names under their columns (clipped to MAX_TICK_LABEL, turned when many or long), the
-    metric's name, the title and the legend beside the plot (where it hides no point)."""
+    metric's name and the legend beside the plot (where it hides no point)."""
     n = len(report.variants)
     labels = [_clip(variant_label(v), MAX_TICK_LABEL) for v in report.variants]
     rotate = n > 4 or max((len(x) for x in labels), default=0) > 12
@@ -516,6 +555,5 @@ def _label_axes(ax: Axes, report: SweepReport) -> None:
     ax.set_xlim(-0.6, n - 0.4)
     ax.set_ylabel(report.metric)
     ax.grid(axis="y", alpha=0.3)
-    ax.set_title(f"sweep {report.name} ({report.status}): {report.metric} per variant", pad=30, fontsize=10)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

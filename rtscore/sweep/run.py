@@ -25,7 +25,7 @@ from rtscore.sweep.verdict import Judgement, judge
 
 _log = logging.getLogger(__name__)
 
-SWEEP_STAGE = "sweep"  # the manifest's stage of the sweep directory's own records
+SWEEP_STAGE = SweepLayout.STAGE  # the manifest's stage of the sweep directory's own records
 NOISE_FLOOR_NAME = SweepLayout.NOISE_FLOOR.at()
 REPORT_JSON, REPORT_MD, REPORT_PNG = (
     e.at() for e in (SweepLayout.REPORT_JSON, SweepLayout.REPORT_MD, SweepLayout.REPORT_PNG)

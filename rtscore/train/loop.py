@@ -50,7 +50,7 @@ from rtscore.train.report import write_seed_outputs
 from rtscore.train.result import METRIC, SeedResult
 from rtscore.train.schedule import EpochLR, lr_at
 from rtscore.train.stochastic import make_rank_consistent
-from rtscore.train.validate import collect, merge_pools, summarize
+from rtscore.train.validate import collect, merge_pools, metric_names, summarize
 
 # Settings that may change between a run and its resume (guide lesson: early stopping comes from the config).
 # training.devices among them: the resume hash keys the effective batch instead (resume_hash), so a seed resumes on
@@ -479,6 +479,12 @@ def run_epoch(s: Setup, epoch: int, stopper: EarlyStopping, seed: int) -> tuple[
     row[f"{METRIC}_smoothed"] = decision.smoothed
     row["early_stopping_bad_events"] = decision.bad_events
     return row, decision
+
+
+def epoch_metric_names(cfg: PipelineConfig) -> list[str]:
+    """The validation metrics a validated epoch's row of ``metrics.jsonl`` holds under ``cfg`` (:func:`run_epoch`'s:
+    summarize's, and the smoothed early-stopping metric), e.g. to check a sweep's deciding metric before training."""
+    return sorted([*metric_names(cfg), f"{METRIC}_smoothed"])
 
 
 def apply_lr(s: Setup, lr: EpochLR) -> None:

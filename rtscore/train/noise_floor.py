@@ -27,6 +27,7 @@ from rtscore.metrics import bootstrap_pr_auc, geometric_mean, pr_auc, random_sub
 from rtscore.models import load_model
 from rtscore.runtime import select_device
 from rtscore.storage import RunLayout, atomic_write_json
+from rtscore.train.result import check_trained_model, read_seed_summary
 from rtscore.train.validate import collect
 
 # Written next to the seed's checkpoints (a diagnostic, not a stage artifact of rtscore.storage.layout).
@@ -91,6 +92,16 @@ class NoiseFloorReport(BaseModel):
         return self.metrics[str(self.ratio)]
 
 
+def _seed_model(run: Path, seed: int, cfg: PipelineConfig, device: Any) -> Any:
+    """The seed's best weights in the config's model, once the config is checked to describe the model the seed
+    was trained as (its run summary, when it has one: :func:`~rtscore.train.result.check_trained_model`)."""
+    weights = run / RunLayout.BEST_WEIGHTS.at(seed=seed)
+    summary = run / RunLayout.SEED_SUMMARY.at(seed=seed)
+    if summary.is_file():
+        check_trained_model(read_seed_summary(summary), cfg.model, weights)
+    return load_model(weights, cfg, device)
+
+
 def measure_noise_floor(
     cfg: PipelineConfig, run_dir: str | Path, seed: int, *, repeats: int = 5, draws_per_run: int = 4
 ) -> NoiseFloorReport:
@@ -100,9 +111,8 @@ def measure_noise_floor(
     is what early stopping saw; the expected-value re-weighting is fixed given the model's outputs, so its spread
     is only numerical non-determinism. The tile bootstrap shows the sampling uncertainty of the validation pool."""
     run = Path(run_dir)
-    weights = run / RunLayout.BEST_WEIGHTS.at(seed=seed)
     device = select_device(cfg)
-    model = load_model(weights, cfg, device)
+    model = _seed_model(run, seed, cfg, device)
     stats = load_normalization_stats(run / RunLayout.NORMALIZATION_STATS.at(), [c.name for c in cfg.channels.extra])
     loader = val_loader(cfg, build_dataset(cfg, run / RunLayout.DATASET.at(split="val"), stats, train=False))
     rng = np.random.default_rng(seed)
@@ -139,7 +149,7 @@ def measure_noise_floor(
         )
     report = NoiseFloorReport(
         seed=seed,
-        checkpoint=str(weights),
+        checkpoint=str(run / RunLayout.BEST_WEIGHTS.at(seed=seed)),
         repeats=repeats,
         draws_per_run=draws_per_run,
         n_pos_tiles=hist.n_pos_tiles,

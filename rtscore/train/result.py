@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from rtscore.config.pipeline import ModelConfig
+from rtscore.models import CheckpointError
 from rtscore.storage import StorageError
 
 METRIC = "val_realistic_pr_auc_geomean"
@@ -69,6 +70,31 @@ def read_seed_summary(path: Path) -> SeedSummary:
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in err.errors())
         raise StorageError(f"invalid seed summary {path}: {problems}") from None
+
+
+# The model fields the trained weights' shapes depend on (encoder_weights and head_prior only initialise them).
+ARCHITECTURE_FIELDS = ("architecture", "backbone", "decoder_channels")
+
+
+def check_trained_model(summary: SeedSummary, model: ModelConfig, weights: Path) -> None:
+    """Refuse, before ``weights`` are loaded, a config whose model section describes another architecture than the
+    one the seed was trained as (its ``run_summary.json`` records it): a seed trained with model ``--overrides``
+    and calibrated, evaluated or packaged without them. Names each differing field, both values, and the overrides
+    that give the trained model back.
+
+    Raises:
+        CheckpointError: the fields of :data:`ARCHITECTURE_FIELDS` that differ.
+    """
+    trained = summary.model
+    differ = [f for f in ARCHITECTURE_FIELDS if getattr(trained, f) != getattr(model, f)]
+    if not differ:
+        return
+    fields = "; ".join(f"model.{f}: {getattr(trained, f)!r} when trained, {getattr(model, f)!r} now" for f in differ)
+    overrides = json.dumps({f"model.{f}": getattr(trained, f) for f in differ})
+    raise CheckpointError(
+        f"seed {summary.seed}: {weights} was trained as another model than this config describes ({fields}); "
+        f"pass the config or the --overrides the seed was trained with, e.g. --overrides '{overrides}'"
+    )
 
 
 class MultiSeedSummary(BaseModel):

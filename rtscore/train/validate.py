@@ -118,6 +118,22 @@ def summarize(pool: PoolStats, cfg: PipelineConfig, *, prefix: str = "val", seed
     return out
 
 
+def metric_names(cfg: PipelineConfig, *, prefix: str = "val") -> list[str]:
+    """The keys :func:`summarize` gives under ``cfg`` (its ratios, IoU thresholds, bootstrap), sorted: read off a
+    two-tile pool (a positive pixel, a negative tile) with at most one bootstrap resample, so that a metric's name
+    is checked before any training against summarize's own keys, which can never drift from them."""
+    m = cfg.metrics
+    acc = TileHistogramAccumulator(LogitBins(core_bins=m.pr_bins))
+    objects = ObjectCounter.for_metrics(m, m.reporting_threshold)
+    logits = np.zeros((2, 2, 2), np.float32)
+    target = np.zeros((2, 2, 2), np.uint8)
+    target[0, 0, 0] = 1  # tile 0 positive, tile 1 negative
+    acc.add_batch(logits, target, [0, 1])
+    objects.add_batch(logits, target, [1.0, 1.0])
+    quick = cfg.model_copy(update={"metrics": m.model_copy(update={"bootstrap_samples": min(m.bootstrap_samples, 1)})})
+    return sorted(summarize(PoolStats(acc.result(), objects, 0.0, 1), quick, prefix=prefix))
+
+
 def evaluate(
     model: torch.nn.Module,
     loader: Any,

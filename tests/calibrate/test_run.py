@@ -252,3 +252,37 @@ def test_evaluate_test_reports_the_canonical_1x_table_and_the_multiscale_one_bes
     seeds = ",".join(f"found_seed_{s}" for s in SEEDS)
     assert objects[0] == f"tile_id,region,latitude,uids,area_m2,{seeds},found_seeds" and len(objects) > 1
     assert "evaluation/test_objects.csv" in {a.path for a in result.artifacts} and "test_objects.csv" in md
+
+
+def test_a_seed_trained_with_model_overrides_is_refused_without_them_naming_them(
+    run_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38: a seed trained with a model --overrides and calibrated without it ended in a raw state_dict
+    size-mismatch traceback. The seed's run_summary.json records the model it was trained as: a config describing
+    another architecture is refused before the weights are loaded, naming the field, both values and the override
+    to pass; `rts calibrate` says so in one line before Prefect's server starts, and nothing is written."""
+    from flows.cli.main import main
+    from rtscore.config.base import dump_yaml
+    from rtscore.models import CheckpointError
+
+    trained = calib_config()  # the seeds' model: decoder_channels [16, 16, 8, 8, 8]
+    without = trained.model_copy(update={"model": trained.model.model_copy(update={"decoder_channels": None})})
+    manifest = (run_copy / "manifest.json").read_bytes()
+    with pytest.raises(CheckpointError) as err:
+        stages.logit_cache(str(run_copy), without, 1)
+    assert "seed 1: " in str(err.value) and "model.decoder_channels: [16, 16, 8, 8, 8] when trained, None now" in str(
+        err.value
+    )
+    assert """--overrides '{"model.decoder_channels": [16, 16, 8, 8, 8]}'""" in str(err.value)
+
+    def refuse() -> None:
+        raise AssertionError("Prefect's temporary server was started before the command's checks")
+
+    monkeypatch.setattr("flows.common.start_local_api", refuse)
+    dump_yaml(without, tmp_path / "without.yaml")
+    assert main(["calibrate", "--config", str(tmp_path / "without.yaml"), "--run", str(run_copy)]) == 2
+    out = capsys.readouterr().err
+    assert (
+        out.startswith("rts calibrate: error: seed 1: ") and "model.decoder_channels" in out and "Traceback" not in out
+    )
+    assert (run_copy / "manifest.json").read_bytes() == manifest

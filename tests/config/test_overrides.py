@@ -14,9 +14,10 @@ from flows.cli.main import parse
 from flows.cli.options import ParameterError
 from flows.common import load_config
 from flows.params import RunParams
-from rtscore.config.base import ConfigError
+from rtscore.config.base import ConfigError, parse_config
 from rtscore.config.overrides import apply_overrides, check_override_keys, describe
 from rtscore.config.pipeline import load_pipeline_config
+from rtscore.sweep.config import SweepConfig
 from tests.flows.configs import tiny_training_config, write_config
 
 
@@ -60,6 +61,24 @@ def test_a_key_that_is_not_a_key_path_is_refused(key: str) -> None:
         apply_overrides({}, {key: 1}, "variant v")
     with pytest.raises(ConfigError, match="is not a dotted config key"):
         check_override_keys({"loss.ok": 1, key: 1})
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"loss": {"focal_gamma": 1.0}, "loss.focal_gamma": 3.0},
+        {"loss.focal_gamma": 3.0, "loss": {"boundary_handling": "ignore"}},
+        {"data.generation.train": "gen.yaml", "data.generation.train.synthetic.n_positive": 2},
+    ],
+)
+def test_a_setting_given_twice_through_a_section_is_refused_naming_both(overrides: dict[str, Any]) -> None:
+    """A key and a section holding it: whichever is applied last would silently win over the other."""
+    inner = max(overrides, key=len)
+    section = min(overrides, key=len)
+    with pytest.raises(ConfigError, match=rf"^variant v: {inner} is given twice: .* section {section}, which is set"):
+        apply_overrides({}, overrides, "variant v")
+    with pytest.raises(ConfigError, match=rf"(?s)sweep\.yaml.*variants: variant v: {inner} is given twice"):
+        parse_config(SweepConfig, {"base": "b.yaml", "variants": {"v": overrides}}, source="sweep.yaml")
 
 
 def test_describe_lists_the_overrides() -> None:
@@ -136,6 +155,37 @@ def test_a_bad_override_key_is_a_parameter_error_naming_the_option(tmp_path: Pat
     base = _base(tmp_path)
     with pytest.raises(ParameterError, match=r"^--overrides: .*'loss\.boundary handling' is not a dotted config key"):
         parse(["data", "--config", str(base), "--overrides", '{"loss.boundary handling": "ignore"}'])
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--overrides", '{"loss.focal_gamma": 1.0, "loss.focal_gamma": 3.0}'],
+            "key 'loss.focal_gamma' is given twice",
+        ),
+        (["--overrides", '{"loss": {"focal_gamma": 1.0, "focal_gamma": 3.0}}'], "key 'focal_gamma' is given twice"),
+        (["--overrides", '{"loss.focal_gamma": 1.0}', "--overrides", '{"loss.focal_gamma": 3.0}'], "given twice"),
+    ],
+)
+def test_a_key_or_the_option_given_twice_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """json.loads keeps the last of two equal keys and argparse the last of two options, silently; a config file
+    with a key twice is refused, and so is the command line."""
+    base = _base(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        parse(["train", "--config", str(base), "--run", str(tmp_path / "run"), *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --overrides: " in err and said in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_setting_given_twice_through_a_section_is_a_parameter_error(tmp_path: Path) -> None:
+    base = _base(tmp_path)
+    with pytest.raises(ParameterError, match=r"^--overrides: loss\.focal_gamma is given twice"):
+        parse(["data", "--config", str(base), "--overrides", '{"loss": {"focal_gamma": 1.0}, "loss.focal_gamma": 3}'])
 
 
 def test_an_unknown_override_key_is_refused_when_the_config_is_loaded(tmp_path: Path) -> None:

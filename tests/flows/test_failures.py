@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -75,6 +76,13 @@ def test_a_pipeline_error_is_the_state_message_and_its_traceback_is_logged_once(
     assert state.is_failed()
     assert state.message == HINT  # the hint first: not "Flow run encountered an exception: PipelineError: ..."
     assert _tracebacks(records, error) == 1  # the task run's; no flow run logs it again
+    # Issue 38 (6): the parent's own logs (all its run page shows) say at error level what failed, and where.
+    parent = str(state.state_details.flow_run_id)
+    (line,) = [r for r in records if r.levelno >= logging.ERROR and getattr(r, "flow_run_id", "") == parent]
+    (raised,) = [r for r in records if r.exc_info and r.exc_info[1] is error]  # the task run's, in the subflow
+    assert raised.flow_run_id != parent  # type: ignore[attr-defined]
+    where = f"task run '{raised.task_run_name}' of flow run '{raised.flow_run_name}'"  # type: ignore[attr-defined]
+    assert line.getMessage() == f"failed in {where}: {HINT}"
     with pytest.raises(PipelineError, match="no CUDA device"):  # a caller (rts, a parent flow) gets the error
         _pipeline(PipelineError(HINT))
 
@@ -85,6 +93,53 @@ def test_a_pipeline_error_of_a_flow_body_is_logged_once_by_the_flow(prefect_harn
         state = _body(error, return_state=True)
     assert state.message == "run r has no seed_1/summary.json (an input of calibrate); run rts train first"
     assert _tracebacks(records, error) == 1
+
+
+def test_a_retried_pipeline_run_shows_each_card_once_the_last_attempts(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38 (6): each attempt of a retried run (the same flow run, run again) published its cards again, and the
+    run's Artifacts tab showed each key once per attempt, among them a progress card stuck at "training done; next:
+    calibrate". The pipeline flow with its stages stubbed: calibrate fails on the first attempt, evaluate-test on
+    the second; training publishes a card as a distributed pipeline's training does."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    import flows.pipeline as pipeline
+    from flows import ui
+    from flows.params import PipelineParams
+
+    calibrations: list[list[int]] = []
+
+    def train(self: pipeline.Local) -> list[SimpleNamespace]:
+        ui.publish_table("multi-seed-train", [{"seed": 1}], "Per-seed training results")
+        return [SimpleNamespace(result=SimpleNamespace(seed=1))]
+
+    def calibrate(self: pipeline.Local, seeds: list[int]) -> SimpleNamespace:
+        calibrations.append(seeds)
+        if len(calibrations) == 1:
+            raise PipelineError("calibration.target_precision 0.8 is not reachable")
+        return SimpleNamespace()
+
+    def evaluate_test(self: pipeline.Local, seeds: list[int]) -> None:
+        raise PipelineError("evaluate-test failed")
+
+    monkeypatch.setattr(pipeline, "data_pipeline", lambda params: None)
+    monkeypatch.setattr(pipeline.Local, "train", train)
+    monkeypatch.setattr(pipeline.Local, "calibrate", calibrate)
+    monkeypatch.setattr(pipeline.Local, "evaluate_test", evaluate_test)
+    params = PipelineParams(config=str(tmp_path / "p.yaml"), run_dir=str(tmp_path / "run"))
+    state = pipeline.pipeline.with_options(retries=1)(params, return_state=True)
+    assert state.is_failed() and state.message == "evaluate-test failed" and len(calibrations) == 2
+    with get_client(sync_client=True) as client:
+        run_id = state.state_details.flow_run_id
+        cards = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+        )
+    assert sorted(card.key or "" for card in cards) == ["multi-seed-train", "rts-pipeline-progress"]
+    (progress,) = [card for card in cards if card.type == "progress"]
+    assert progress.description == "evaluate-test failed (done: data, training, calibrate)"
+    assert progress.data == 60.0
 
 
 def test_any_other_exception_is_left_to_prefect(prefect_harness: None) -> None:
@@ -138,6 +193,9 @@ def test_a_failed_pipeline_run_shows_the_hint_once_as_its_state_and_one_tracebac
     assert text.count(TRACEBACK) == 1, text  # Prefect alone: 4 (task, subflow, pipeline, process exit)
     (traceback,) = [log for log in logs if TRACEBACK in log.message]
     assert traceback.task_run_id is not None  # where it was raised: train-seed's task run
+    # Issue 38 (6): the pipeline run's own logs say, at error level, what failed and in which run.
+    (line,) = [log.message for log in logs if log.flow_run_id == created.id and log.level >= logging.ERROR]
+    assert line.startswith("failed in task run 'train-seed-1") and line.endswith(f"'multi-seed-train': {HINT}"), line
 
 
 def _started(log: Path, timeout: float = 120) -> None:

@@ -2,9 +2,9 @@
 
 Two UTM scenes at a coarse pixel size (30 m, Landsat-like), one with an alpha band and one R, G, B, NIR file with a
 declared nodata of 0 (its NIR is 0 at scattered valid pixels), and an inventory of RTS outlines in lon/lat GeoJSON:
-``rts tile`` with its defaults and a stated grid -> ``rts run`` -> ``rts warp`` -> ``rts map`` on the same scenes,
-every command exactly once, no ``--refresh``, no file edited by hand in between. The commands are the ones
-docs/geotiff.md's tutorial walks through.
+``rts tile`` with its defaults and a stated grid -> ``rts run`` -> ``rts warp --scenes`` -> ``rts map`` of new ground
+(two more scenes of the same kind south of them, laid out as the training pair), every command exactly once, no
+``--refresh``, no file edited by hand in between. The commands are the ones docs/geotiff.md's tutorial walks through.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rasterio.enums import ColorInterp
 from rasterio.features import rasterize
 from rasterio.transform import from_origin
 from rasterio.warp import transform_geom
+from shapely.affinity import translate
 
 from flows.cli.main import main
 from tests.data.tiling.test_run import blob
@@ -34,6 +35,7 @@ X0, Y0 = 420_000.0, 7_330_000.0  # upper-left corner of scene A, ~66° N 148.8°
 GSD = 30.0  # the scenes' pixel size (m)
 SIZE = 384  # scene pixels per side: 11.5 km
 SHIFT = 288  # scene B starts this many pixels east of scene A: the two overlap by 96 columns
+SOUTH = 2 * SIZE * GSD  # the new ground to map: scenes D and E, laid out as A and B, 23 km south of them
 TILE = 64
 REGIONS = ["chandalar", "koyukuk", "kanuti", "ray mountains", "hodzana", "tanana"]  # six stripes, west to east
 SPLITS = {"train": ["chandalar", "kanuti", "hodzana"], "val": ["koyukuk", "ray mountains"], "test": ["tanana"]}
@@ -62,14 +64,21 @@ def inventory() -> tuple[list[shapely.Polygon], list[str]]:
 
 
 def write_scene(
-    path: Path, x0: float, polys: list[shapely.Polygon], seed: int, *, alpha: bool, brightness: float = 0.0
+    path: Path,
+    x0: float,
+    polys: list[shapely.Polygon],
+    seed: int,
+    *,
+    alpha: bool,
+    brightness: float = 0.0,
+    y0: float = Y0,
 ) -> None:
     """A textured 30 m scene with the RTS painted bright and their NIR low. With ``alpha``: bands red, green, blue,
     undefined (NIR), alpha (0 over a ragged corner); else red, green, blue, undefined (NIR) with nodata 0: RGB all-0
     over a strip, and NIR 0 at scattered valid pixels (valid observations, never a NoData mask). ``brightness``
-    shifts the ground's grey level (imagery darker than any training region)."""
+    shifts the ground's grey level (imagery darker than any training region); ``y0`` is the scene's north edge."""
     rng = np.random.default_rng(seed)
-    transform = from_origin(x0, Y0, GSD, GSD)
+    transform = from_origin(x0, y0, GSD, GSD)
     yy, xx = np.mgrid[0:SIZE, 0:SIZE]
     base = 95 + brightness + 20 * np.sin(xx / 9.0 + seed) * np.cos(yy / 13.0)
     rgb = np.stack([base + rng.normal(0, 6, (SIZE, SIZE)) + d for d in (0, 6, -8)])
@@ -139,6 +148,7 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     assert counts["tiles"] == counts["positive"] + counts["negative"] and counts["negative"] > 0
 
     pipeline = quick_training(tiny_training_config([1]))
+    pipeline.pop("splits")  # the split rules of tile.yaml (the defaults), as the docs' pipeline.yaml: one set of rules
     pipeline["data"]["tile_size"] = TILE
     pipeline["data"]["generation"] = {s: generation(s) for s in ("train", "val", "test")}
     write_config(tmp_path / "pipeline.yaml", pipeline)
@@ -155,12 +165,16 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     stats = json.loads((run / "normalization_stats.json").read_text())
     assert sorted(r["region"] for r in stats["regions"]) == sorted(SPLITS["train"])
 
+    # new ground: two scenes south of the training pair, slumps of the same kind, each with the NoData of its twin
+    (tmp_path / "new").mkdir()
+    south = [translate(p, yoff=-SOUTH) for p in polys]
+    write_scene(tmp_path / "new" / "d.tif", X0, south, seed=4, alpha=True, y0=Y0 - SOUTH)
+    write_scene(tmp_path / "new" / "e.tif", X0 + SHIFT * GSD, south, seed=5, alpha=False, y0=Y0 - SOUTH)
     warped = tmp_path / "warped"
-    assert (
-        main(["warp", "--config", str(tmp_path / "tile.yaml"), "--package", str(package), "--output", str(warped)]) == 0
-    )
-    assert sorted(p.name for p in warped.glob("*.tif")) == ["a.tif", "a_extra.tif", "b.tif", "b_extra.tif"]
-    assert nodata_mismatch(warped / "b.tif") < 0.005, "NIR == 0 is a valid pixel, never NoData"
+    argv = ["warp", "--config", str(tmp_path / "tile.yaml"), "--scenes", str(tmp_path / "new" / "*.tif")]
+    assert main([*argv, "--package", str(package), "--output", str(warped)]) == 0
+    assert sorted(p.name for p in warped.glob("*.tif")) == ["d.tif", "d_extra.tif", "e.tif", "e_extra.tif"]
+    assert nodata_mismatch(warped / "e.tif", Y0 - SOUTH) < 0.005, "NIR == 0 is a valid pixel, never NoData"
 
     campaign = tmp_path / "campaign"
     rc = main(["map", "--package", str(package), "--input", str(warped), "--output", str(campaign)])
@@ -179,12 +193,12 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     assert summary["km2_mapped_ground"] == pytest.approx(union_km2, rel=0.01)
     assert summary["km2_scenes_sum"] > 1.1 * summary["km2_mapped_ground"]
 
-    # a new, darker scene east of the others, warped with --scenes into the same folder (A and B are kept): the
+    # a new, darker scene east of the others, warped with --scenes into the same folder (D and E are kept): the
     # campaign's pooled sample drifts, the gate refuses, and its report names the scene and the channels that
     # drive the block, with the training regions' spread beside them
-    (tmp_path / "new").mkdir()
-    write_scene(tmp_path / "new" / "c.tif", X0 + 2 * SIZE * GSD, [], seed=3, alpha=True, brightness=-45)
-    argv = ["warp", "--config", str(tmp_path / "tile.yaml"), "--scenes", str(tmp_path / "new" / "c.tif")]
+    (tmp_path / "darker").mkdir()
+    write_scene(tmp_path / "darker" / "c.tif", X0 + 2 * SIZE * GSD, [], seed=3, alpha=True, brightness=-45)
+    argv = ["warp", "--config", str(tmp_path / "tile.yaml"), "--scenes", str(tmp_path / "darker" / "c.tif")]
     assert main([*argv, "--package", str(package), "--output", str(warped)]) == 0
     refused = tmp_path / "refused"
     assert main(["map", "--package", str(package), "--input", str(warped), "--output", str(refused)]) == 2
@@ -199,9 +213,9 @@ def test_scenes_and_an_inventory_to_a_map_in_one_try(prefect_harness: None, tmp_
     assert "training regions' means" in report and "kanuti" in report and "`c`" in report
 
 
-def nodata_mismatch(warped: Path) -> float:
-    """The share of a warped scene B's pixels whose alpha disagrees with B's footprint less its NoData strip: a
-    NIR-based mask would leave ~2 % of holes inside it."""
+def nodata_mismatch(warped: Path, y0: float) -> float:
+    """The share of a warped scene's pixels whose alpha disagrees with its footprint less its NoData strip (a scene
+    written as B, without alpha, north edge ``y0``): a NIR-based mask would leave ~2 % of holes inside it."""
     from rasterio.warp import transform
 
     with rasterio.open(warped) as f:
@@ -210,6 +224,6 @@ def nodata_mismatch(warped: Path) -> float:
         xs, ys = f.transform @ (cols.ravel() + 0.5, rows.ravel() + 0.5)
         ux, uy = transform(f.crs, UTM, list(xs), list(ys))
     c = (np.asarray(ux) - (X0 + SHIFT * GSD)) / GSD
-    r = (Y0 - np.asarray(uy)) / GSD
+    r = (y0 - np.asarray(uy)) / GSD
     expected = ((c >= 0) & (c < SIZE - 20) & (r >= 0) & (r < SIZE)).reshape(alpha.shape)
     return float((expected != alpha).mean())

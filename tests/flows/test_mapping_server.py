@@ -71,7 +71,7 @@ def _map_chunk_runs(srv: Server, parent: UUID) -> list[Any]:
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 
     with srv.client() as client:
-        deployment = client.read_deployment_by_name("map-chunk/map-chunk")
+        deployment = client.read_deployment_by_name("map-chunk/stage-map-chunk")
         runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])))
         mine = [r for r in runs if (r.idempotency_key or "").startswith(MAP_CHUNK_KEY.format(parent=parent))]
         parents = {r.id: client.read_task_run(r.parent_task_run_id).flow_run_id for r in mine}
@@ -124,7 +124,7 @@ def test_a_campaign_whose_chunk_worker_is_killed_maps_every_scene_once_like_rts_
     }
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
         # run_deployment is typed sync-or-async; called sync, it returns the FlowRun
-        region = cast(FlowRun, run_deployment("map-region/map-region", parameters={"params": params}, timeout=0))
+        region = cast(FlowRun, run_deployment("map-region/rts-map-region", parameters={"params": params}, timeout=0))
 
     # Kill worker A while its chunk is mid-way: some of the chunk's scenes logged, not all.
     deadline = time.monotonic() + RUN_TIMEOUT_S

@@ -101,21 +101,23 @@ def test_deployment_parameters_validate_against_the_flow(name: str) -> None:
 
 
 def test_pools_job_variables_schedule_and_concurrency() -> None:
-    from prefect.client.schemas.schedules import CronSchedule
-
     pool = {n: d["work_pool"]["name"] for n, d in DEPLOYMENTS.items()}
-    assert pool["rts-pipeline"] == "cpu-process" and pool["final-multiseed"] == "cpu-process"
+    assert pool["rts-pipeline"] == "cpu-process" and pool["rts-final-multiseed"] == "cpu-process"
     for n in ("data-pipeline", "generate-dataset", "normalization-stats", "validate-data", "package"):
-        assert pool[n] == "cpu-process", n
-    for n in ("train-seed", "multi-seed-train", "logit-cache", "calibrate", "evaluate-test"):
+        assert pool[f"stage-{n}"] == "cpu-process", n
+    for n in (
+        "stage-train-seed",
+        "stage-multi-seed-train",
+        "stage-logit-cache",
+        "stage-calibrate",
+        "stage-evaluate-test",
+    ):
         assert pool[n] == "gpu", n
         jv = DEPLOYMENTS[n]["work_pool"]["job_variables"]
         assert jv["accelerator_type"] and int(jv["accelerator_count"]) >= 1, f"{n}: GPU type and count"
 
-    final = DEPLOYMENTS["final-multiseed"]
+    final = DEPLOYMENTS["rts-final-multiseed"]
     assert final["entrypoint"] == "flows/pipeline.py:pipeline"
-    (schedule,) = final["schedules"]
-    CronSchedule(cron=schedule["cron"], timezone=schedule.get("timezone"))  # a valid cron expression
     limit = final["concurrency_limit"]
     assert (limit["limit"] if isinstance(limit, dict) else limit) == 1
     from flows.params import PipelineParams
@@ -132,7 +134,7 @@ def test_pools_job_variables_schedule_and_concurrency() -> None:
         ("logit-cache", dist.logit_cache_deployment, defaults.logit_cache_deployment),
         ("evaluate-test", dist.evaluate_test_deployment, defaults.evaluate_test_deployment),
     ):
-        assert name == default, f"final-multiseed's {flow} deployment differs from the default"
+        assert name == default, f"rts-final-multiseed's {flow} deployment differs from the default"
         flow_name, _, dep_name = name.partition("/")
         target = DEPLOYMENTS[dep_name]
         assert flow_name == flow and _flow(target["entrypoint"]).name == flow_name, name
@@ -195,18 +197,19 @@ def test_the_scheduled_gpu_run_ships_paused_and_the_docs_say_how_to_activate_it(
             assert spec.get("active") is False, f"{dep['name']}: a shipped schedule must say `active: false`"
             created = DeploymentScheduleCreate(**_schedule_config_to_deployment_schedule(spec))
             assert created.active is False, f"{dep['name']}: prefect deploy would create an active schedule"
-    assert DEPLOYMENTS["final-multiseed"]["schedules"], "the weekly final run keeps its (paused) schedule"
+    assert DEPLOYMENTS["rts-final-multiseed"]["schedules"], "the weekly final run keeps its (paused) schedule"
     docs = (ROOT / "docs" / "cloud.md").read_text()
-    assert "prefect deployment schedule resume rts-pipeline/final-multiseed" in docs
+    assert "prefect deployment schedule resume rts-pipeline/rts-final-multiseed" in docs
     assert "active: true" in docs
 
 
 def test_mapping_deployments_map_region_on_cpu_fans_out_to_map_chunk_on_gpu() -> None:
-    """Issue 14: map-region/map-region on the CPU pool, map-chunk/map-chunk on the GPU pool; the UI form takes the
-    package, the input and the output; map-region's chunk deployment (its default and prefect.yaml's) is map-chunk."""
+    """Issue 14: map-region/rts-map-region on the CPU pool, map-chunk/stage-map-chunk on the GPU pool; the UI form
+    takes the package, the input and the output; map-region's chunk deployment (its default and prefect.yaml's) is
+    map-chunk's."""
     from flows.params import MapChunkParams, MapDistributedParams, MapRegionParams
 
-    region, chunk = DEPLOYMENTS["map-region"], DEPLOYMENTS["map-chunk"]
+    region, chunk = DEPLOYMENTS["rts-map-region"], DEPLOYMENTS["stage-map-chunk"]
     assert region["entrypoint"] == "flows/mapping.py:map_region" and region["work_pool"]["name"] == "cpu-process"
     assert chunk["entrypoint"] == "flows/mapping.py:map_chunk" and chunk["work_pool"]["name"] == "gpu"
     jv = chunk["work_pool"]["job_variables"]
@@ -232,7 +235,7 @@ def test_the_mapping_forms_default_to_what_a_fresh_checkout_makes_with_its_first
     assert quickstart_run is not None
     synth = re.search(r"^rts synth-geotiff .*--output (\S+)", (ROOT / "docs" / "commands.md").read_text(), re.M)
     assert synth is not None
-    for name in ("map-region", "map-chunk"):
+    for name in ("rts-map-region", "stage-map-chunk"):
         params = DEPLOYMENTS[name]["parameters"]["params"]
         assert params["package"] == f"{quickstart_run.group(1)}/package", name
         assert params["input"] == synth.group(1), name
@@ -242,13 +245,13 @@ def test_the_mapping_forms_default_to_what_a_fresh_checkout_makes_with_its_first
 
 
 def test_sweep_deployment_on_cpu_fans_every_variant_and_seed_out_to_train_seed_on_gpu() -> None:
-    """Issue 24: sweep/sweep on the CPU pool, a typed form (SweepParams) whose defaults name a sweep file of the
+    """Issue 24: sweep/rts-sweep on the CPU pool, a typed form (SweepParams) whose defaults name a sweep file of the
     repository (planned here as the flow plans it) and, distributed, the GPU deployments of the right flows."""
     from flows.params import DistributedParams, SweepParams, default_sweep_dir
     from rtscore.sweep.config import load_sweep_config
     from rtscore.sweep.plan import plan_sweep
 
-    dep = DEPLOYMENTS["sweep"]
+    dep = DEPLOYMENTS["rts-sweep"]
     assert dep["entrypoint"] == "flows/sweep.py:sweep" and dep["work_pool"]["name"] == "cpu-process"
     assert _flow(dep["entrypoint"]).name == "sweep"
     assert _params_model(_flow(dep["entrypoint"])) is SweepParams
@@ -270,3 +273,46 @@ def test_sweep_deployment_on_cpu_fans_every_variant_and_seed_out_to_train_seed_o
         flow_name, _, dep_name = name.partition("/")
         assert flow_name == flow and _flow(DEPLOYMENTS[dep_name]["entrypoint"]).name == flow, name
         assert DEPLOYMENTS[dep_name]["work_pool"]["name"] == "gpu", name
+
+
+# What a user starts; every other deployment is one stage (re-run alone, or a distributed run's child).
+MAIN_DEPLOYMENTS = {
+    "rts-pipeline",
+    "rts-final-multiseed",
+    "rts-sweep",
+    "rts-tile-scenes",
+    "rts-map-region",
+    "rts-review-export",
+    "rts-review-ingest",
+}
+UI_PAGE = 10  # deployments per page of the Prefect UI's list, which it sorts by name (A to Z) unless told
+
+
+def test_the_deployments_a_user_starts_fill_the_first_page_of_the_uis_list() -> None:
+    """Issue 38: the pipeline, the sweep and the review deployments were on page 2 of the UI's list (calibrate, data-
+    pipeline, evaluate-test... came first). The list sorts by deployment name, in the server database's collation."""
+    names = list(DEPLOYMENTS)
+    for order in (sorted(names), sorted(names, key=str.casefold)):  # byte order (SQLite), case-blind (PostgreSQL)
+        assert set(order[: len(MAIN_DEPLOYMENTS)]) == MAIN_DEPLOYMENTS, order[:UI_PAGE]
+    assert len(MAIN_DEPLOYMENTS) <= UI_PAGE
+    for name in set(names) - MAIN_DEPLOYMENTS:
+        assert name == f"stage-{_flow(DEPLOYMENTS[name]['entrypoint']).name}", name
+
+
+def test_the_shipped_schedule_is_one_the_uis_list_shows_as_paused() -> None:
+    """Issue 38: the list showed the weekly cron as "1 schedules" (its text, "At 02:00 AM, only on Sunday", does not
+    fit the list's column), hiding that it is paused. An interval of 7 days from a Sunday 02:00 UTC is the same
+    schedule and fits ("Paused  Every 1 week")."""
+    from datetime import datetime, timedelta
+
+    from prefect.cli.deploy._schedules import _schedule_config_to_deployment_schedule
+    from prefect.client.schemas.actions import DeploymentScheduleCreate
+    from prefect.client.schemas.schedules import IntervalSchedule
+
+    ((spec,),) = [d["schedules"] for d in DOC["deployments"] if d.get("schedules")]  # the weekly final run's
+    created = DeploymentScheduleCreate(**_schedule_config_to_deployment_schedule(spec))
+    assert created.active is False and isinstance(created.schedule, IntervalSchedule), created
+    assert created.schedule.interval == timedelta(days=7) and created.schedule.timezone == "UTC"
+    anchor = created.schedule.anchor_date
+    assert anchor.utcoffset() == timedelta(0) and (anchor.weekday(), anchor.hour, anchor.minute) == (6, 2, 0)
+    assert anchor <= datetime.now(anchor.tzinfo), "the first run is not held back to a later anchor"

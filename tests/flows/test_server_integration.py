@@ -134,7 +134,11 @@ def scenario(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Scenar
         "config": str(config),
         "run_dir": str(run_dir),
         "execution": "distributed",
-        "distributed": {"deployment": "train-seed/train-seed", "poll_interval_s": 1.0, "timeout_s": RUN_TIMEOUT_S},
+        "distributed": {
+            "deployment": "train-seed/stage-train-seed",
+            "poll_interval_s": 1.0,
+            "timeout_s": RUN_TIMEOUT_S,
+        },
     }
     # The local twin (test_the_distributed_package_equals_the_local_executions) runs on the cpu pool while the
     # distributed run's children run on the gpu pool: the two trainings overlap instead of adding up.
@@ -199,8 +203,12 @@ def test_pipeline_deployment_runs_every_stage_into_the_manifest(server: Server, 
     assert {"markdown", "table", "progress"} <= set(kinds), kinds
     keys = {a.key for a in artifacts if a.key}
     assert {"data-pipeline", "multi-seed-train", "calibration", "test-report", "test-report-per-seed"} <= keys
-    progress = [a for a in artifacts if a.type == "progress" and a.flow_run_id == scenario.flow_run.id]
-    assert progress and max(float(a.data) for a in progress) == 100.0
+    # Issue 38 (6): the retried pipeline run shows each of its cards once, its last attempt's (the first attempt's
+    # training and attempts cards and its progress card, stuck at "training done; next: calibrate", are gone).
+    own_cards = Counter(a.key for a in artifacts if a.flow_run_id == scenario.flow_run.id)
+    assert own_cards and set(own_cards.values()) == {1}, own_cards
+    (progress,) = [a for a in artifacts if a.type == "progress" and a.flow_run_id == scenario.flow_run.id]
+    assert float(progress.data) == 100.0 and progress.description == "package done; pipeline finished"
     # The pipeline run itself carries the final test table and the package (not only its subflows).
     own = {a.key: a for a in artifacts if a.flow_run_id == scenario.flow_run.id and a.key}
     assert {"rts-pipeline-test-results", "rts-pipeline-summary", "rts-pipeline-progress"} <= set(own), set(own)
@@ -237,7 +245,11 @@ def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_r
     parent = str(scenario.flow_run.id)
     children: dict[str, list[Any]] = {}
     with server.client() as client:
-        for name in ("train-seed/train-seed", "logit-cache/logit-cache", "evaluate-test/evaluate-test"):
+        for name in (
+            "train-seed/stage-train-seed",
+            "logit-cache/stage-logit-cache",
+            "evaluate-test/stage-evaluate-test",
+        ):
             deployment = client.read_deployment_by_name(name)
             runs = client.read_flow_runs(
                 deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id]))
@@ -252,9 +264,9 @@ def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_r
         attempts = client.read_artifacts(  # the server's other modules' artifacts left out
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[scenario.flow_run.id]))
         )
-    assert sorted(r.parameters["params"]["seed"] for r in children["train-seed/train-seed"]) == [1, 2]
-    assert sorted(r.parameters["params"]["seed"] for r in children["logit-cache/logit-cache"]) == [1, 2]
-    (test_run,) = children["evaluate-test/evaluate-test"]
+    assert sorted(r.parameters["params"]["seed"] for r in children["train-seed/stage-train-seed"]) == [1, 2]
+    assert sorted(r.parameters["params"]["seed"] for r in children["logit-cache/stage-logit-cache"]) == [1, 2]
+    (test_run,) = children["evaluate-test/stage-evaluate-test"]
     assert test_run.parameters["params"]["seeds"] == [1, 2]
     assert test_run.idempotency_key == idempotency_key(parent, "evaluate-test", "all")
     # The attempts tables on the pipeline run: every child completed at its first attempt.
@@ -265,10 +277,10 @@ def test_distributed_run_starts_its_gpu_stages_as_gpu_pool_runs_once_even_when_r
         assert [(r["attempt"], r["final state"]) for r in rows] == [(1, "COMPLETED")] * n, (stage, rows)
 
     # The key is the whole scheme: asking again for seed 1 of this parent returns the same run.
-    again = children["train-seed/train-seed"][0]
+    again = children["train-seed/stage-train-seed"][0]
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
         same = run_deployment(
-            "train-seed/train-seed",
+            "train-seed/stage-train-seed",
             parameters={"params": again.parameters["params"]},
             timeout=0,
             idempotency_key=idempotency_key(parent, "train-seed", again.parameters["params"]["seed"]),

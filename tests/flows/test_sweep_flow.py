@@ -100,11 +100,18 @@ def test_sweep_shares_stages_survives_kill_and_reports(prefect_harness: None, tm
     done_before = _trained(out)
     assert ("baseline", 1) in done_before and ("baseline", 2) in done_before
     assert not (out / "report.json").exists(), "killed before the report"
+    from rtscore.sweep.config import load_sweep_config
+    from rtscore.sweep.status import sweep_status
+
+    killed = sweep_status(*load_sweep_config(sweep), str(out))  # its run's record says it is gone, not running
+    assert killed.startswith("sweep sweep (interrupted)") and f"pid {proc.pid} on " in killed, killed
+    assert "resume: start it again as it was started" in killed
 
     # Run again: completes; what was trained before is not trained again.
     again = subprocess.run(_sweep_cmd(sweep, out), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "verdict" in again.stdout and "gamma1" in again.stdout, again.stdout[-2000:]
+    assert not (out / "runner.json").exists(), "a finished run removes its record"
     after = _attempts(out)
     assert _trained(out) == {(v, s) for v in VARIANTS for s in SEEDS}
     for key in done_before:

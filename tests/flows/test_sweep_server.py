@@ -56,13 +56,13 @@ def _sweep_file(tmp_path: Path) -> Path:
 
 def _children(srv: Server, parent: UUID) -> dict[str, Any]:
     """The sweep's child flow runs by key after "rts-pipeline/<sweep flow run>/" (flows.fanout.idempotency_key):
-    "train-seed/<variant>/<seed>[/attempt-N]" on train-seed/train-seed, and the chosen variant's
+    "train-seed/<variant>/<seed>[/attempt-N]" on train-seed/stage-train-seed, and the chosen variant's
     "<variant>/logit-cache/<seed>" and "<variant>/evaluate-test/all"; each checked to be a child of the sweep run, a
     run of the deployment its key names, on the gpu pool."""
     prefix = CHILD_KEY.format(parent=parent)
     with srv.client() as client:
         deployments = {
-            stage: client.read_deployment_by_name(f"{stage}/{stage}").id
+            stage: client.read_deployment_by_name(f"{stage}/stage-{stage}").id
             for stage in ("train-seed", "logit-cache", "evaluate-test")
         }
         mine = [r for r in all_flow_runs(client) if (r.idempotency_key or "").startswith(prefix)]
@@ -137,7 +137,7 @@ def test_a_distributed_sweep_whose_gpu_worker_is_killed_completes_and_its_retry_
     }
     with temporary_settings(updates={PREFECT_API_URL: server.url}):
         # run_deployment is typed sync-or-async; called sync, it returns the FlowRun
-        sweep = cast(FlowRun, run_deployment("sweep/sweep", parameters={"params": params}, timeout=0))
+        sweep = cast(FlowRun, run_deployment("sweep/rts-sweep", parameters={"params": params}, timeout=0))
 
     # Kill worker A while its seed is mid-training: a checkpoint recorded, the seed not finished.
     deadline = time.monotonic() + RUN_TIMEOUT_S

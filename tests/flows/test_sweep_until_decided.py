@@ -51,6 +51,7 @@ def test_until_decided_adds_the_seeds_the_rule_asks_for(
     report = sweep(SweepParams(sweep=str(file), sweep_dir=str(out), until_decided=True))
 
     assert json.loads((out / "plan.json").read_text())["seeds"] == [1, 2, 7]
+    assert not (out / "runner.json").exists(), "a finished run removes its record of itself"
     for v in ("baseline", "gamma1"):
         assert report.variant(v).seeds == [1, 2, 7]
         summary = json.loads((out / "variants" / v / "seeds" / "summary.json").read_text())

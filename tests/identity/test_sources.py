@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -49,6 +50,20 @@ def test_every_add_removal_and_rewrite_of_a_local_root_changes_its_identity(tmp_
     meta.write_text(meta.read_text().replace("t2,b", "t2,a"))
     os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns))
     changed()
+    # Issue 38: a raster rewritten in place, its size, inode and old mtime kept, is seen too (not content-hashed:
+    # its change time moved). The sleep steps past the kernel clock tick of the listing above (the one window).
+    tile = root / "PLANET-RGB/t0.tif"
+    st = tile.stat()
+    time.sleep(0.02)
+    with tile.open("r+b") as f:
+        f.write(bytes([7]) * 1000)
+    os.utime(tile, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = tile.stat()
+    assert (now.st_size, now.st_mtime_ns, now.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+    changed()
+    # The same files through another path (a symbolic link to the root) are the same identity.
+    (tmp_path / "link").symlink_to(root)
+    assert source_identity(tmp_path / "link").digest == source_identity(root).digest
 
 
 def test_hidden_bookkeeping_is_not_part_of_a_root(tmp_path: Path) -> None:

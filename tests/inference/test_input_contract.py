@@ -61,8 +61,9 @@ def run(command: str, package: Path, src: Path, out: Path, *more: str) -> int:
 
 def refused(
     command: str, package: Path, src: Path, out: Path, capsys: pytest.CaptureFixture[str], *messages: str
-) -> None:
-    """The command exits 2, its one-line error names every ``messages`` (file and mismatch), nothing is written."""
+) -> str:
+    """The command exits 2, its one-line error names every ``messages`` (file and mismatch), nothing is written;
+    returns the error."""
     capsys.readouterr()
     assert run(command, package, src, out) == 2
     err = capsys.readouterr().err
@@ -70,6 +71,7 @@ def refused(
     for m in messages:
         assert m in err, (m, err)
     assert not out.exists() or not any(out.iterdir()), sorted(out.iterdir())
+    return err
 
 
 def prob_of(out: Path) -> np.ndarray:
@@ -153,7 +155,15 @@ def test_tagged_bgrn_is_reordered_untagged_four_bands_are_refused_unless_mapped(
     untagged = scene(tmp_path / "untagged", rgb=bgrn)
     with rasterio.open(untagged, "r+") as f:
         f.colorinterp = [ColorInterp.gray, ColorInterp.undefined, ColorInterp.undefined, ColorInterp.undefined]
-    refused(command, package, untagged, tmp_path / "refused", capsys, "untagged/s.tif: 4 bands", "which band is which")
+    err = refused(
+        command, package, untagged, tmp_path / "refused", capsys, "untagged/s.tif: 4 bands", "which band is which"
+    )
+    # the fix in the words of the command line: its flag, not a config's key (issue 38, point 5)
+    assert (
+        "tag the bands, or give their order with --rgb-bands R,G,B[,ALPHA] (0-based band indexes: --rgb-bands "
+        "2,1,0 for B,G,R,NIR)" in err
+    )
+    assert "rgb_bands:" not in err
 
     results = []
     for name, src, more in (
@@ -195,6 +205,9 @@ GRIDS = {
     ),
     "110 m pixels": ({"transform": from_origin(1_000_000.0, 8_000_000.0, 110.0, 110.0)}, "pixel size 110"),
 }
+# the command and flags that put a scene on the training grid (issue 38, point 5); rts warp refuses a scene without
+# a CRS, so it is not offered one
+WARP = "put it on the training grid with rts warp --config <the tiling config the training data was cut with> --scenes"
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -208,7 +221,11 @@ def test_rasters_off_the_training_grid_are_refused(
     rng = np.random.default_rng(6)
     src = write(d / "s.tif", random_rgba(rng, SIZE, SIZE), **profile)
     write(d / "s_extra.tif", rng.random((1, SIZE, SIZE)).astype(np.float32), **profile)
-    refused(command, package, src, tmp_path / "out", capsys, "s.tif", message)
+    err = refused(command, package, src, tmp_path / "out", capsys, "s.tif", message)
+    if grid == "no CRS":
+        assert "rts warp" not in err
+    else:
+        assert f"{WARP} {src} --output <dir>" in err
 
 
 # --------------------------------------------------------------------------- case 5: EXTRA on another grid
@@ -245,3 +262,30 @@ def test_a_raster_smaller_than_a_tile_is_found_before_any_map_and_named(
     write(d / "t.tif", random_rgba(np.random.default_rng(8), small, SIZE))  # ... t.tif has no room for a window
     write(d / "t_extra.tif", np.zeros((1, small, SIZE), np.float32))
     refused("predict", package, d, tmp_path / "out", capsys, f"t.tif: {small}x{SIZE} px is smaller than the package's")
+
+
+# --------------------------------------------------------------------------- issue 38: an output inside the package
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_output_inside_the_package_is_refused_and_the_package_stays_intact(
+    command: str, package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rts predict --output <package>` wrote its maps into the package, which then failed verify everywhere: the
+    package directory, a directory inside it and one inside another package are refused before any work, naming
+    the output and the package; not a file of either package changes."""
+    from rtscore.package import audit_package
+
+    src = scene(tmp_path / "in")
+    other = write_package(tmp_path / "other", extra=[{"name": "ndvi", "band": 0}])
+
+    def files(pkg: Path) -> dict[str, bytes]:
+        return {p.relative_to(pkg).as_posix(): p.read_bytes() if p.is_file() else b"" for p in sorted(pkg.rglob("*"))}
+
+    before = {pkg: files(pkg) for pkg in (package, other)}
+    for out, holder in ((package, package), (package / "maps", package), (other / "sub" / "maps", other)):
+        capsys.readouterr()
+        assert run(command, package, src, out) == 2, out
+        err = capsys.readouterr().err
+        assert err.startswith(f"rts {command}: error: --output {out} is inside the deployment package {holder}"), err
+        assert "Traceback" not in err
+    assert {pkg: files(pkg) for pkg in (package, other)} == before
+    assert all(c.ok for c in audit_package(package)), [c for c in audit_package(package) if not c.ok]

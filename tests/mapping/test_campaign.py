@@ -31,7 +31,7 @@ from rtscore.mapping.campaign_log import CampaignLog, SceneRecord
 from rtscore.mapping.objects_layer import read_objects
 from rtscore.mapping.scenes import CampaignError, list_scenes
 from tests.helpers import PROJECT_ROOT, CodeEdits
-from tests.test_predict import MEAN, STD, TILE, random_rgba, write_package, write_raster
+from tests.test_predict import MEAN, STD, TILE, TRANSFORM, random_rgba, write_package, write_raster
 
 VALID = ("a", "b", "c")
 SCENE_H, SCENE_W = TILE + 32, TILE * 2
@@ -208,6 +208,36 @@ def test_map_command(package: Path, scenes_dir: Path, tmp_path: Path, capsys: py
     assert main([*args[:-2], "--output", str(tmp_path / "m2"), "--package", str(tmp_path / "nope")]) == 2
 
 
+def test_scenes_rts_map_refuses_are_sent_to_rts_warp_and_the_tiling_config_not_to_flags_it_lacks(
+    package: Path, tmp_path: Path
+) -> None:
+    """Issue 38 (5): a scene off the training grid fails naming the rts warp command and flags that put it on the
+    grid; an untagged B,G,R,NIR scene names the tiling config's rgb_bands and rts warp (rts map has no --rgb-bands).
+    (No scene opens, so the drift check cannot run: allowed here, the failures are the point.)"""
+    from rasterio.transform import from_origin
+
+    from tests.helpers import write_raster as write_tagged
+
+    d = tmp_path / "in"
+    d.mkdir()
+    rgba = imagery_like_training(7, SCENE_H, SCENE_W)
+    utm = from_origin(500_000.0, 7_210_000.0, 30.0, 30.0)
+    write_tagged(d / "utm.tif", rgba, transform=utm, crs="EPSG:32606", interp=["red", "green", "blue", "alpha"])
+    bgrn = np.concatenate([rgba[2::-1], rgba[3:]])
+    write_tagged(d / "bgrn.tif", bgrn, transform=TRANSFORM, interp=["gray", "undefined", "undefined", "undefined"])
+    summary = run_campaign(package, d, tmp_path / "campaign", allow_drift=True)
+    assert (summary.done, summary.failed) == (0, 2)
+    warp = "rts warp --config <the tiling config the training data was cut with> --scenes"
+    assert (
+        f"by more than 5%; put it on the training grid with {warp} {d / 'utm.tif'} --output <dir>"
+        in (summary.failures["utm"])
+    )
+    band_fix = summary.failures["bgrn"]
+    assert "map them with rgb_bands: {rgb: [r, g, b], alpha: a|null} in the tiling config" in band_fix
+    assert f"rts warp --config <that tiling config> --scenes {d / 'bgrn.tif'} --output <dir>" in band_fix
+    assert "--rgb-bands" not in band_fix
+
+
 # ------------------------------------------------------------------------------ the log, keyed by identity
 def test_an_edit_in_the_mapping_code_maps_every_scene_again_and_one_outside_it_none(
     package: Path,
@@ -336,6 +366,27 @@ def test_a_replaced_extra_raster_maps_its_scene_again_and_one_off_the_grid_fails
     assert new_records(out, before) == [("b", "failed")]
     assert (summary.done, summary.failed) == (2, 1)
     assert "b_extra.tif: not on the grid of" in summary.failures["b"]
+
+
+def test_a_scene_that_fails_under_a_new_package_leaves_no_output_of_the_old_one(package: Path, tmp_path: Path) -> None:
+    """Issue 38: re-mapped under a new package, a scene that failed kept the old package's COGs under their final
+    names (the summary and index were right). Every file left under a final name is the new package's."""
+    d, out = tmp_path / "in", tmp_path / "campaign"
+    d.mkdir()
+    for k, name in enumerate(("a", "b")):
+        write_raster(d / f"{name}.tif", imagery_like_training(k, TILE, TILE))
+    run_campaign(package, d, out)
+    scenes = {s.scene_id: s for s in list_scenes(d)}
+    assert all(p.is_file() for p in scene_outputs(out, scenes["b"]).files())
+    new = write_package(tmp_path / "new-package", threshold=0.6)
+    good = (d / "b.tif").read_bytes()
+    (d / "b.tif").write_bytes(good[: len(good) // 3])  # b fails under the new package
+    summary = run_campaign(new, d, out)
+    assert (summary.done, summary.failed) == (1, 1) and set(summary.failures) == {"b"}
+    assert not (out / "scenes" / "b").exists(), sorted((out / "scenes" / "b").rglob("*"))
+    manifests = sorted((out / "scenes").rglob("*_predict.json"))
+    assert [m.parent.name for m in manifests] == ["a"]
+    assert json.loads(manifests[0].read_text())["package"] == str(new)
 
 
 def test_bad_parameters_are_refused_before_the_package_is_loaded_or_anything_written(

@@ -146,6 +146,39 @@ def make_review(tmp_path: Path) -> Callable[..., tuple[Path, ReviewHeader, list[
     return make
 
 
+def tile_files(root: Path) -> dict[str, bytes]:
+    """Every tile file of a data root (PLANET-RGB, EXTRA, labels), keyed ``<kind>/<tile id>.tif``."""
+    kinds = ("PLANET-RGB", "EXTRA", "labels")
+    return {f"{d}/{f.name}": f.read_bytes() for d in kinds if (root / d).is_dir() for f in sorted((root / d).iterdir())}
+
+
+def tile_splits(root: Path) -> dict[str, str]:
+    """Each tile of a data root and its split (its RegionName's in splits.yaml)."""
+    import csv
+
+    import yaml
+
+    split_of = {r: s for s, regions in yaml.safe_load((root / "splits.yaml").read_text()).items() for r in regions}
+    with (root / "metadata.csv").open(newline="") as fh:
+        return {r["Tile_id"]: split_of[r["RegionName"]] for r in csv.DictReader(fh)}
+
+
+def assert_only_cells_differ(parent: Path, out: Path, cells: set[str]) -> None:
+    """Issue 38: every tile of ``parent`` is in ``out`` byte for byte (image, EXTRA, labels) and in the same split,
+    but the tiles of ``cells`` (those holding a judged object); every tile ``out`` adds is one of ``cells``; the test
+    split is the same tiles, unchanged."""
+    before, after = tile_files(parent), tile_files(out)
+    changed = {Path(k).stem for k, data in before.items() if after.get(k) != data}
+    assert changed <= cells, f"parent tiles changed away from the judged objects: {sorted(changed - cells)}"
+    added = {Path(k).stem for k in set(after) - set(before)}
+    assert added <= cells, f"tiles added away from the judged objects: {sorted(added - cells)}"
+    splits_before, splits_after = tile_splits(parent), tile_splits(out)
+    assert {t: splits_after.get(t) for t in splits_before} == splits_before, "a parent tile changed split"
+    test = {t for t, s in splits_before.items() if s == "test"}
+    assert test and {t for t, s in splits_after.items() if s == "test"} == test, "the test split changed"
+    assert all(after[k] == data for k, data in before.items() if Path(k).stem in test), "a test tile changed"
+
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",

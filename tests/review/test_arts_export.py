@@ -100,7 +100,12 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     header, rdir = write_review(root / "review", c, sha)
     verdicts = {
         "type": "FeatureCollection",
-        "rts_review": {"schema_version": 1, "review_id": header.review_id, "objects_sha256": sha},
+        "rts_review": {
+            "schema_version": 1,
+            "review_id": header.review_id,
+            "objects_sha256": sha,
+            "package_sha256": header.campaign.package_sha256,
+        },
         "features": [
             {"type": "Feature", "geometry": None, "properties": {"object_id": oid, "verdict": v, "reviewer": "ab"}}
             for oid, (_, _, _, v) in OBJECTS.items()

@@ -9,6 +9,7 @@ south (a region of no split).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -23,8 +24,10 @@ from rasterio.crs import CRS
 from rasterio.features import rasterize
 from rasterio.warp import transform, transform_geom
 
+from rtscore.config.base import ConfigError
 from rtscore.config.pipeline import load_pipeline_config
 from rtscore.config.tiling import load_tiling_config
+from rtscore.data.raster.warp import warp_scenes
 from rtscore.data.tiling.run import tile_scenes
 from rtscore.mapping.objects_layer import write_objects
 from rtscore.mapping.polygons import RtsObject
@@ -39,11 +42,13 @@ from rtscore.review.manifest import (
     object_line,
     review_id,
 )
+from rtscore.review.placement import warp_source
 from rtscore.review.verdicts import Verdict, verdicts_geojson
 from rtscore.storage.files import sha256_file
 from rtscore.storage.gcs import make_client
 from tests.conftest import GCS_TEST_BUCKET
 from tests.data.tiling.test_run import PX, UTM, X0, Y0, blob, metadata, write_gpkg, write_scene
+from tests.review.conftest import assert_only_cells_differ
 
 GSD = 6.0
 SIZE = 192  # 1152 m
@@ -157,8 +162,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tile_scenes(load_tiling_config(tmp / "tile.yaml"), tmp / "tiles")
 
     scenes = {1: tmp / "b.tif", 2: tmp / "b.tif", 3: tmp / "b.tif", 4: tmp / "scenes" / "a.tif", 5: tmp / "b.tif"}
-    campaign = tmp / "campaign"
-    write_objects(campaign / "objects.gpkg", [rts_object(k, g, scenes[k].stem) for k, g in OBJECTS.items()], UTM)
+    export_review(tmp, OBJECTS, scenes)
+    return tmp
+
+
+def export_review(tmp: Path, found: dict[int, shapely.Polygon], scenes: dict[int, Path], name: str = "review") -> Path:
+    """A campaign ``tmp/<name>-campaign`` (``tmp/campaign`` for ``review``) that found ``found`` (object id -> UTM
+    outline), each on its scene, and its review export ``tmp/<name>``, every object in it."""
+    campaign = tmp / ("campaign" if name == "review" else f"{name}-campaign")
+    write_objects(campaign / "objects.gpkg", [rts_object(k, g, scenes[k].stem) for k, g in found.items()], UTM)
     (campaign / "summary.json").write_text(json.dumps({"mapping_identity": {"package_sha256": PACKAGE}}))
     ref = CampaignRef(
         uri=str(campaign),
@@ -166,32 +178,31 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
         package_sha256=PACKAGE,
         crs_wkt=CRS.from_user_input(UTM).to_wkt(),
     )
-    objects = [review_object(k, g, str(scenes[k])) for k, g in OBJECTS.items()]
+    objects = [review_object(k, g, str(scenes[k])) for k, g in found.items()]
     header = ReviewHeader(
-        review_id=review_id(ref, Selection(), list(OBJECTS)),
+        review_id=review_id(ref, Selection(), list(found)),
         campaign=ref,
         selection=Selection(),
         chips=ChipSettings(),
         n_objects=len(objects),
         code_sha256="c" * 64,
     )
-    (tmp / "review").mkdir()
-    (tmp / "review" / "review.json").write_text(header.model_dump_json())
-    (tmp / "review" / "manifest.jsonl").write_text("".join(object_line(o) + "\n" for o in objects))
-    return tmp
+    (tmp / name).mkdir()
+    (tmp / name / "review.json").write_text(header.model_dump_json())
+    (tmp / name / "manifest.jsonl").write_text("".join(object_line(o) + "\n" for o in objects))
+    return tmp / name
 
 
-def header(world: Path) -> ReviewHeader:
-    return ReviewHeader.model_validate_json((world / "review" / "review.json").read_text())
+def header(world: Path, review: str = "review") -> ReviewHeader:
+    return ReviewHeader.model_validate_json((world / review / "review.json").read_text())
 
 
-def verdict_doc(world: Path, verdicts: dict[int, str]) -> dict[str, Any]:
+def verdict_doc(world: Path, verdicts: dict[int, str], review: str = "review") -> dict[str, Any]:
     objects = [
-        ReviewObject.model_validate_json(line)
-        for line in (world / "review" / "manifest.jsonl").read_text().splitlines()
+        ReviewObject.model_validate_json(line) for line in (world / review / "manifest.jsonl").read_text().splitlines()
     ]
     vs = [Verdict(object_id=k, verdict=v, reviewer="ab", time="2026-12-02T07:09:41Z") for k, v in verdicts.items()]  # type: ignore[arg-type]
-    return verdicts_geojson(header(world), objects, vs, reviewer="ab", exported="2026-12-02T07:10:00Z")
+    return verdicts_geojson(header(world, review), objects, vs, reviewer="ab", exported="2026-12-02T07:10:00Z")
 
 
 def write_verdicts(path: Path, doc: dict[str, Any]) -> str:
@@ -222,12 +233,11 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     version, parent and review recorded in ingest.json and tiling.json; a pipeline config pointed at the root."""
     verdicts = write_verdicts(tmp_path / "verdicts.geojson", verdict_doc(world, MAIN))
     gen = {"split": "train", "tile_size": TILE, "source": "geotiff", "geotiff": {"data_root": "tiles"}}
-    pipeline = {
+    pipeline = {  # its split rules are tile.yaml's (both the defaults): one set of rules (issue 38, point 5)
         "data": {
             "tile_size": TILE,
             "generation": {"train": "gen-train.yaml", "test": {**gen, "split": "test"}},
         },
-        "splits": {"min_test_positives": 1},
     }
     (world / "gen-train.yaml").write_text(yaml.safe_dump(gen))
     (world / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
@@ -264,6 +274,7 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     assert cell_id(OBJECTS[3]) not in rows, "unsure: its cell of the added scene is not cut"
     added = set(rows) - set(parent_rows)
     assert added == {t1, t2}, "the added scene is cut only around the judged objects"
+    assert_only_cells_differ(world / "tiles", out, {t1, t2})
     assert rows[cell_id(OBJECTS[4])] == parent_rows[cell_id(OBJECTS[4])], "held out, skipped: unchanged"
 
     import pyogrio
@@ -273,8 +284,9 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     assert list(cols["UID"]) == ["RTS-000", "RTS-001", "RTS-002", uid]
     assert list(cols["review_status"]) == ["inventory"] * 3 + ["confirmed"] and list(cols["object_id"])[-1] == 1
     assert list(cols["review_id"])[-1] == rid
-    _, _, _, area_fields = pyogrio.raw.read(out / "review" / "areas.gpkg")
-    assert sorted(area_fields[0]) == [1, 2]
+    area_meta, _, _, area_fields = pyogrio.raw.read(out / "review" / "areas.gpkg")
+    areas = dict(zip(area_meta["fields"], area_fields, strict=True))
+    assert sorted(areas["object_id"]) == [1, 2] and list(areas["scene"]) == ["b.tif", "b.tif"]
 
     recorded = IngestResult.model_validate_json((out / "review" / "ingest.json").read_text())
     assert recorded == result and result.version == "tiles+r1" and result.review_id == rid
@@ -291,10 +303,19 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     }
     assert lineage["counts"]["confirmed"] == 1 and tiling_json["config_fingerprint"] == result.fingerprint
     tile_yaml = yaml.safe_load((out / "review" / "tile.yaml").read_text())
+    from_round = os.path.relpath(world, out / "review")  # every path of the round's config relative to it
     assert tile_yaml["output"] == ".." and tile_yaml["focus"] == {
         "path": "areas.gpkg",
-        "scenes": [str(world / "b.tif")],
+        "scenes": [f"{from_round}/b.tif"],
+        "scene_column": "scene",  # each focus scene cut around its own objects only (issue 38)
     }
+    assert tile_yaml["scenes"] == [f"{from_round}/scenes/a.tif", f"{from_round}/b.tif"]
+    assert tile_yaml["lineage"]["parent"] == f"{from_round}/tiles"
+    assert tile_yaml["regions"]["path"] == f"{from_round}/regions.gpkg"
+    assert result.summary_line().endswith(
+        f"; next: rts run --config {out}/review/pipeline.yaml --run artifacts/tiles+r1"
+    ), "the whole command: a run directory of its own, not artifacts/pipeline again"
+    assert not result.unchanged
 
     cfg = load_pipeline_config(out / "review" / "pipeline.yaml")
     roots = {s: g.geotiff.data_root for s, g in cfg.data.generation.items() if g.geotiff is not None}
@@ -305,9 +326,128 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
         ingest_review(str(world / "review"), verdicts, round2, str(tmp_path / "twice"), held_out="skip")
     assert not (tmp_path / "twice").exists()
     negatives = write_verdicts(tmp_path / "more.geojson", verdict_doc(world, {2: "not_rts"}))
-    second = ingest_review(str(world / "review"), negatives, round2, str(tmp_path / "tiles-r2"))
+    pipeline = str(world / "pipeline.yaml")
+    second = ingest_review(
+        str(world / "review"), negatives, round2, str(tmp_path / "tiles-r2"), pipeline_config=pipeline
+    )
     assert second.version == "tiles+r2" and second.parent == str(out.resolve())
     assert {r["Tile_id"] for r in metadata(tmp_path / "tiles-r2")} == set(rows), "the same tiles: nothing new"
+    assert second.unchanged, "the hard negative was one already: every tile is round 1's, byte for byte"
+    said = second.summary_line()
+    assert "the round adds nothing: its tiles are the parent's, byte for byte" in said and "rts run" not in said, said
+
+
+def test_a_round_moved_with_its_inputs_still_reads_them(world: Path, tmp_path: Path) -> None:
+    """Issue 38: the next round's tile.yaml names every file relative to itself (scenes, focus, the lineage's parent,
+    regions), so a project holding the scenes, the parent root and the round moves (or is copied) and the round
+    still cuts the same root: every path read from the new place (the campaign's scene from where it stayed), rts tile
+    resuming every tile under one identity."""
+    before = tmp_path / "before"
+    before.mkdir()
+    for name in ("scenes", "tiles"):
+        shutil.copytree(world / name, before / name)
+    for name in ("rts.gpkg", "regions.gpkg", "tile.yaml"):  # b.tif, the campaign's scene, stays where it was mapped
+        shutil.copy(world / name, before / name)
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, {1: "rts", 2: "not_rts"}))
+    first = ingest_review(str(world / "review"), verdicts, str(before / "tile.yaml"), str(before / "tiles-r1"))
+    after = tmp_path / "after"
+    before.rename(after)
+    cfg = load_tiling_config(after / "tiles-r1" / "review" / "tile.yaml")
+    assert cfg.focus is not None and cfg.lineage is not None and cfg.regions.path is not None and cfg.output
+    named = [*cfg.scenes, *cfg.focus.scenes, cfg.focus.path, cfg.lineage.parent, cfg.regions.path, cfg.polygons.path]
+    assert all(Path(p).exists() and not Path(p).is_relative_to(before) for p in [*named, cfg.output]), named
+    assert cfg.focus.scenes == [str(world / "b.tif")] and Path(cfg.scenes[0]).is_relative_to(after)
+    again = tile_scenes(cfg, after / "tiles-r1")
+    assert again.config_fingerprint == first.fingerprint, "the same inputs, read from their new place"
+    assert again.resumed_tiles == again.counts.tiles == first.tiling.tiles
+
+
+# scene C: west of and over scene A's west and south edges; objects mapped on it (21: new ground, 22: inside A)
+XC = X0 - 600
+ON_C = {21: at(X0 - 300, Y0 - 1500, 21), 22: at(X0 + 250, Y0 - 600, 22)}
+
+
+def test_ingest_cuts_again_only_the_cells_holding_judged_objects(world: Path, tmp_path: Path) -> None:
+    """Issue 38: a scene the review adds was a focus scene that filled the NoData of every parent cell it covered:
+    A's edge tiles changed (test tiles among them) and cells too sparse before became tiles. Now every parent tile
+    (images, labels, split) is byte for byte the parent's but the judged objects' cells: 22's (a parent tile, now
+    positive) and 21's (new ground, a hard negative)."""
+    write_scene(tmp_path / "c.tif", XC, list(ON_C.values()), size=300, gsd=GSD, seed=3)
+    export_review(tmp_path, ON_C, {k: tmp_path / "c.tif" for k in ON_C}, "review-c")
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(tmp_path, {21: "not_rts", 22: "rts"}, "review-c"))
+    out = tmp_path / "tiles-r1"
+    result = ingest_review(str(tmp_path / "review-c"), verdicts, str(world / "tile.yaml"), str(out))
+    assert {o.object_id: (o.outcome, o.split) for o in result.objects} == {
+        21: ("hard_negative", "train"),
+        22: ("confirmed", "train"),
+    }
+    cells = {cell_id(g) for g in ON_C.values()}
+    assert_only_cells_differ(world / "tiles", out, cells)
+    parent, rows = {r["Tile_id"]: r for r in metadata(world / "tiles")}, {r["Tile_id"]: r for r in metadata(out)}
+    t21, t22 = cell_id(ON_C[21]), cell_id(ON_C[22])
+    assert t21 not in parent and rows[t21]["TrainClass"] == "negative", "a hard negative on new ground"
+    assert parent[t22]["TrainClass"] == "negative" and rows[t22]["TrainClass"] == "positive"
+    assert {t: r for t, r in rows.items() if t not in cells} == {t: r for t, r in parent.items() if t not in cells}
+
+
+def test_a_warped_copy_of_a_parent_scene_is_cut_from_that_scene_or_refused_with_the_reason(
+    world: Path, tmp_path: Path
+) -> None:
+    """Issue 38: a campaign maps `rts warp` copies; an object on the copy of scene A (which the parent tiled) is cut
+    from A itself (the copy is not added: its pixels and NoData rule never reach the parent's cells), so only its
+    cell changes. A copy whose record names another file of A's name (its identity not A's) or that is not a warp
+    record is refused before anything is written, saying why."""
+    cfg = load_tiling_config(world / "tile.yaml")
+    warp_scenes(cfg, tmp_path / "warped")
+    copy = tmp_path / "warped" / "a.tif"
+    found = {31: at(X0 + 250, Y0 - 600, 31)}
+    review = str(export_review(tmp_path, found, {31: copy}, "review-w"))
+    verdicts = write_verdicts(tmp_path / "v.geojson", verdict_doc(tmp_path, {31: "rts"}, "review-w"))
+    out = tmp_path / "tiles-r1"
+    result = ingest_review(review, verdicts, str(world / "tile.yaml"), str(out))
+    assert result.counts.confirmed == 1
+    tile_yaml = yaml.safe_load((out / "review" / "tile.yaml").read_text())
+    assert tile_yaml["scenes"] == [str(world / "scenes" / "a.tif")] and "focus" not in tile_yaml, "the copy is A"
+    assert_only_cells_differ(world / "tiles", out, {cell_id(found[31])})
+    assert {r["Tile_id"]: r for r in metadata(out)}[cell_id(found[31])]["TrainClass"] == "positive"
+
+    record = json.loads((tmp_path / "warped" / "a_warp.json").read_text())
+    a = (world / "scenes" / "a.tif").resolve()
+    moved = {**record, "scene": str(tmp_path / "elsewhere" / "a.tif")}
+    (tmp_path / "warped" / "a_warp.json").write_text(json.dumps(moved))
+    assert warp_source(copy.resolve(), {a}, cfg) == (a, None), "A moved since it was warped: the same identity"
+    (tmp_path / "warped" / "a_warp.json").write_text(json.dumps({**moved, "identity": "0" * 64}))
+    for words in (
+        ["manifest.jsonl", f"object 31: scene {copy.resolve()} is an rts warp copy of", "elsewhere/a.tif",
+         f"not of the round's scene {a} of that name", "warp it again with the round's tiling config"],
+        ["manifest.jsonl", "object 31:", "a_warp.json beside it, which is not an rts warp record"],
+    ):  # fmt: skip
+        with pytest.raises(ReviewError) as err:
+            ingest_review(review, verdicts, str(world / "tile.yaml"), str(tmp_path / "refused"))
+        assert all(w in str(err.value) for w in words), str(err.value)
+        assert not (tmp_path / "refused").exists(), "nothing written on refusal"
+        (tmp_path / "warped" / "a_warp.json").write_text("{not json")
+
+
+def test_a_pipeline_config_with_other_split_rules_than_the_tiling_configs_is_refused(
+    world: Path, tmp_path: Path
+) -> None:
+    """Issue 38 (5): the round's tiling config and pipeline config hold one set of split rules; two values of one
+    rule are refused, naming both files, the rule and both values, before anything is written."""
+    verdicts = write_verdicts(tmp_path / "verdicts.geojson", verdict_doc(world, MAIN))
+    gen = {"split": "train", "tile_size": TILE, "source": "geotiff", "geotiff": {"data_root": "tiles"}}
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(
+        yaml.safe_dump({"data": {"tile_size": TILE, "generation": {"train": gen}}, "splits": {"min_test_positives": 1}})
+    )
+    out = tmp_path / "tiles-r1"
+    with pytest.raises(ConfigError) as err:
+        ingest(world, verdicts, out, held_out="skip", pipeline_config=str(pipeline))
+    assert (
+        f"split rules disagree: split_rules.min_test_positives is 100 in {world / 'tile.yaml'}, "
+        f"splits.min_test_positives is 1 in {pipeline}." in str(err.value)
+    )
+    assert not out.exists(), "nothing written on refusal"
 
 
 def refused(world: Path, verdicts: str, out: Path, *words: str, **kw: Any) -> str:
@@ -366,6 +506,28 @@ def test_verdicts_not_of_this_review_are_refused_naming_file_and_objects(world: 
     broken["features"][1]["geometry"] = {"type": "Polygon", "coordinates": "edited"}
     v = write_verdicts(tmp_path / "broken.geojson", broken)
     refused(world, v, tmp_path / "o", v, "features[1] (object 2)", "not valid GeoJSON geometry")
+
+
+def test_a_verdict_header_missing_a_key_or_a_file_of_no_verdict_is_refused_by_name(world: Path, tmp_path: Path) -> None:
+    """Issue 38: the header (rts_review) must hold every key the page writes that ingest checks by, each missing one
+    named (a file holding only review_id was accepted); a file judging no object is refused (it recorded a dataset
+    version with the review ingested). Nothing written either way."""
+    rid = header(world).review_id
+    only_id = verdict_doc(world, MAIN)
+    only_id["rts_review"] = {"review_id": rid}
+    v = write_verdicts(tmp_path / "only-id.geojson", only_id)
+    missing = "rts_review.schema_version, rts_review.objects_sha256, rts_review.package_sha256"
+    refused(world, v, tmp_path / "o", v, f"the header lacks {missing}", "export the verdicts again", held_out="skip")
+    no_package = verdict_doc(world, MAIN)
+    del no_package["rts_review"]["package_sha256"]
+    v = write_verdicts(tmp_path / "no-package.geojson", no_package)
+    refused(world, v, tmp_path / "o", v, "the header lacks rts_review.package_sha256: ", held_out="skip")
+    blank = verdict_doc(world, MAIN)
+    blank["rts_review"]["objects_sha256"] = ""
+    v = write_verdicts(tmp_path / "blank.geojson", blank)
+    refused(world, v, tmp_path / "o", v, "rts_review.objects_sha256 must be a non-empty text", held_out="skip")
+    v = write_verdicts(tmp_path / "none.geojson", verdict_doc(world, {}))
+    refused(world, v, tmp_path / "o", v, "holds no verdict (no feature): nothing to ingest", held_out="skip")
 
 
 def test_a_campaign_mapped_again_or_by_another_package_is_refused(world: Path, tmp_path: Path) -> None:

@@ -204,6 +204,10 @@ def test_export_refusals(make_review: MakeReview, tmp_path: Path) -> None:
     del not_ours[2]["data"]["review_id"]
     refused(not_ours, r"task 3: no data.review_id or data.object_id: not a task `rts review export` wrote")
 
+    no_hash = copy.deepcopy(base)  # a task's data is the export's header: the objects and package it was made on
+    del no_hash[0]["data"]["package_sha256"]
+    refused(no_hash, rf"task 1 \(object {objects[0].object_id}\): no data.package_sha256 \(got None\)")
+
     json_min = [{"id": 1, "image": "/data/local-files/?d=r/chips/2.png", "verdict": "RTS", "annotator": 7}]
     refused(json_min, r"task 1: no 'data' object: not a Label Studio JSON export \(export with the 'JSON' format")
 

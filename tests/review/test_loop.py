@@ -8,8 +8,9 @@ drawn from, a reload (verdicts kept), the export downloaded -> ``rts review inge
 the new data root (round 2). Test-Realistic PR-AUC of both rounds is printed, not asserted: bench/review_loop.py
 measures round 2's gain with three seeds of 20 epochs (docs/review.md); this run trains one seed for two epochs. What
 the test asserts is what the loop must show whatever the model learnt: round 2's data root holds round 1's tiles
-unchanged, the confirmed objects as RTS in the inventory and in their labels, the false positives as hard negatives
-(labelled 0, never 1), and round 2 trains on exactly those tiles more, validated and tested on the same ones.
+unchanged (byte for byte, but those holding a judged object), the confirmed objects as RTS in the inventory and in
+their labels, the false positives as hard negatives (labelled 0, never 1), and round 2 trains on exactly those tiles
+more, validated and tested on the same ones.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from bench.review_loop import render, run_loop, truth_verdicts
 from rtscore.review.manifest import HEADER_FILE, MANIFEST_FILE, PAGE_FILE, iter_objects, read_header
 from rtscore.review.verdict_file import read_verdicts
-from tests.review.conftest import launched_chromium, require_chromium
+from tests.review.conftest import assert_only_cells_differ, launched_chromium, require_chromium
 
 JUDGED = 20
 
@@ -88,6 +89,23 @@ def labels_under(work: Path) -> dict[int, tuple[str, list[int]]]:
     return {oid: (verdict, sorted(set(values[oid]))) for oid, (verdict, _) in objects.items()}
 
 
+def judged_cells(work: Path) -> set[str]:
+    """The tiles of either round whose footprint holds part of a judged object (``tiles-r2/review/areas.gpkg``)."""
+    import pyogrio
+    import rasterio
+    import shapely
+
+    _, _, geoms, _ = pyogrio.raw.read(work / "tiles-r2" / "review" / "areas.gpkg")  # EPSG:3857, the tiles' CRS
+    areas = shapely.union_all(shapely.from_wkb(geoms))
+    cells = set()
+    for root in (work / "tiles", work / "tiles-r2"):
+        for label in (root / "labels").glob("*.tif"):
+            with rasterio.open(label) as f:
+                if shapely.box(*f.bounds).intersects(areas):
+                    cells.add(label.stem)
+    return cells
+
+
 def metadata_rows(root: Path) -> dict[str, dict[str, str]]:
     with (root / "metadata.csv").open(newline="") as fh:
         return {r["Tile_id"]: r for r in csv.DictReader(fh)}
@@ -114,6 +132,8 @@ def assert_round_two_holds_the_verdicts(work: Path, pressed: dict[int, str]) -> 
     # the tiles: round 1's cut again identically; the new ones only where the judged objects lie (region south)
     r1, r2 = metadata_rows(work / "tiles"), metadata_rows(work / "tiles-r2")
     assert {k: r2[k] for k in r1} == r1
+    # byte for byte (images, EXTRA, labels) and in their splits, but the cells holding a judged object (issue 38)
+    assert_only_cells_differ(work / "tiles", work / "tiles-r2", judged_cells(work))
     new = [r for k, r in r2.items() if k not in r1]
     assert new and {r["RegionName"] for r in new} == {"south"}
     new_uids = {u for r in new for u in r["UIDs"].split(";") if u}

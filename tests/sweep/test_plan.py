@@ -20,6 +20,7 @@ from rtscore.sweep.plan import (
     SweepError,
     SweepPlan,
     comparison_identity,
+    deciding_metrics,
     plan_json,
     plan_sweep,
 )
@@ -272,7 +273,38 @@ def test_a_metric_not_of_validation_quality_is_refused(base: Path, tmp_path: Pat
     )
 
 
-@pytest.mark.parametrize("metric", ["val_loss", "val_realistic_pr_auc_1_200", "val_realistic_pr_auc_geomean"])
+@pytest.mark.parametrize(
+    ("metric", "close"),
+    [
+        ("val_realistic_pr_auc_geomaen", "val_realistic_pr_auc_geomean"),  # misspelt
+        ("val_realistic_pr_auc_1_300", None),  # a ratio metrics.ratios does not hold
+        ("val_balanced_object_f1_iou40", None),  # an IoU threshold the config does not compute
+    ],
+)
+def test_a_metric_training_does_not_record_is_refused_naming_the_valid_ones(
+    base: Path, tmp_path: Path, metric: str, close: str | None
+) -> None:
+    """Caught before any work: found missing only once every variant had trained, it was a traceback."""
+    text = _refused(base, tmp_path, {"g": {"loss.focal_gamma": 1.0}}, f"metric: {metric} is not among", metric=metric)
+    valid = text.rsplit("the metrics a sweep can decide on: ", 1)[1].split(", ")
+    assert valid == deciding_metrics(load_pipeline_config(base))
+    ratios = load_pipeline_config(base).metrics.ratios
+    assert {"val_realistic_pr_auc_geomean", "val_loss", f"val_realistic_pr_auc_1_{ratios[0]}"} <= set(valid)
+    assert not any("n_pos_tiles" in n or n.endswith("_ci_low") for n in valid), "counts and spreads never decide"
+    if close:
+        assert f"did you mean {close}?" in text
+
+
+@pytest.mark.parametrize(
+    "metric",
+    [
+        "val_loss",
+        "val_realistic_pr_auc_1_200",
+        "val_realistic_pr_auc_geomean",
+        "val_realistic_pr_auc_geomean_smoothed",
+        "val_balanced_object_f1_iou50",
+    ],
+)
 def test_a_validation_metric_is_taken(base: Path, tmp_path: Path, metric: str) -> None:
     assert _plan(base, tmp_path / "sweep", {"g": {"loss.focal_gamma": 1.0}}, metric=metric).metric == metric
 
@@ -290,6 +322,25 @@ def test_a_variant_that_trains_as_the_baseline_is_refused(
 ) -> None:
     key = next(iter(overrides))
     _refused(base, tmp_path, {"after": overrides}, f"variant after ({key}=", "trains exactly as variant baseline")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"training.seeds": [7, 8]},
+        {"training.seed": 99},
+        {"training.seeds": [7, 8], "loss.focal_gamma": 1.0},  # its seeds would be silently ignored
+    ],
+)
+def test_a_variant_that_changes_the_seeds_is_refused_naming_it(
+    base: Path, tmp_path: Path, overrides: dict[str, Any]
+) -> None:
+    """Seeds are the sweep's own axis: such a variant trained the baseline's seeds again under another name."""
+    key = next(iter(overrides))
+    text = _refused(
+        base, tmp_path, {"gamma": {"loss.focal_gamma": 3.0}, "seedy": overrides}, f"variant seedy: {key} (", "seeds:"
+    )
+    assert "variant gamma" not in text
 
 
 def test_two_variants_training_alike_are_refused_naming_both(base: Path, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 
@@ -223,10 +224,13 @@ def test_markdown_sections_numbers_and_test_statement() -> None:
         "- Margin: 0.005 (the smallest difference that counts; 2 x the std of PR-AUC at 1:200 over 5 validations,",
         "- A seed's value: the raw value its validation recorded at the epoch of its best checkpoint",
         "## Variants",
-        "| variant | verdict | deciding metric | Δ vs baseline | paired interval | seeds done | PR-AUC 1:50 |",
-        "| ignore | better |",
-        "| +0.021 ± 0.003 | [+0.012, +0.029] |",
-        "| loss.boundary_handling=ignore,",
+        "| variant | verdict | deciding metric | Δ vs baseline | paired interval | seeds |",
+        "| ignore | better | 0.721 ± 0.007 | +0.021 ± 0.003 | [+0.012, +0.029] | 3 |",
+        "| variant | 1:50 | 1:200 |",
+        "| ignore | 0.721 ± 0.007 | 0.621 ± 0.007 |",
+        '- `ignore`: `loss.boundary_handling=ignore`, `model.channels=["rgb","ndvi"]` (shared: tile, datasets, '
+        "validate from none)",
+        "- `none`: the base config",
         "undecided: add 4 seeds",
         "![val_realistic_pr_auc_geomean per variant, baseline ± noise floor margin](report.png)",
         "## Baseline noise floor (guide §10.1)",
@@ -234,8 +238,7 @@ def test_markdown_sections_numbers_and_test_statement() -> None:
         "| subsampled std | 0.0042 |",
         "| bootstrap std | n/a |",
         "Margin 0.005: 2 x the std of PR-AUC at 1:200 over 5 validations, each with a random negative subset. A",
-        "## Choice",
-        "Chosen: **`ignore`**. The best mean of the variants called better than the baseline.",
+        "**Chosen: `ignore`**. The best mean of the variants called better than the baseline.",
         "**The choice used validation metrics only**",
         "Test-Realistic was run only for `ignore`, after the choice was recorded.",
         "| 1:200 / pr_auc | 0.651 ± 0.012 |",
@@ -253,13 +256,8 @@ def test_markdown_sections_numbers_and_test_statement() -> None:
         "| 3 | 0.714 | 0.714 | 0.614 | +0.024 |",
     ):
         assert part in md, part
-    # the noise floor sits right after the table, the test statement after the choice
-    assert (
-        md.index("## Variants")
-        < md.index("## Baseline noise floor")
-        < md.index("## Choice")
-        < md.index("## Test split")
-    )
+    # the choice first (issue 38: it was two and a half screens down), the noise floor right after the tables
+    assert md.index("**Chosen:") < md.index("## Variants") < md.index("## Baseline noise floor") < md.index("## Test")
     assert "not run" not in md
 
 
@@ -269,9 +267,9 @@ def test_markdown_not_tested_and_running_with_pending_variant() -> None:
     assert "**The choice used validation metrics only**" in md
     assert "Test-Realistic: not run" in md
     assert "was run only for" not in md
-    assert "No variant chosen yet: the sweep is running." in md
+    assert "**No variant chosen yet**: the sweep is running; figures are partial" in md
     assert "| ignore | pending | — | — | — | 0 |" in md
-    assert '| loss.boundary_handling=ignore, model.channels=["rgb","ndvi"] |' in md
+    assert '- `ignore`: `loss.boundary_handling=ignore`, `model.channels=["rgb","ndvi"]`' in md
     assert "| pending |" in md
     assert "- Seeds: none yet" in md
     assert "![" not in md  # no plot given
@@ -326,3 +324,78 @@ def test_plot_one_or_two_seeds(tmp_path: Path, seeds: int) -> None:
         v.seeds, v.metric = list(vals), spread(vals)
     plot_report(rep, tmp_path / "p.png")
     _png(tmp_path / "p.png")
+
+
+def test_the_choice_opens_the_report() -> None:
+    """Issue 38: "Chosen:" was two and a half screens down the report (after the rule, the table and the noise
+    floor): it is the first thing under the title, chosen, running or not."""
+    for rep, said in (
+        (make_report(), "**Chosen: `ignore`**. The best mean"),
+        (running_report(), "**No variant chosen yet**"),
+    ):
+        lines = render_markdown(rep, plot="report.png").splitlines()
+        assert lines[0].startswith("# Sweep ") and lines[2].startswith(said), lines[:3]
+
+
+def _tables(md: str) -> list[list[list[str]]]:
+    """Every markdown table of ``md``: its rows (the header's included, the separator not), each a list of cells."""
+    tables: list[list[list[str]]] = []
+    previous = ""
+    for line in md.splitlines():
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                tables.append([])
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if not all(set(c) <= set("-: ") for c in cells):
+                tables[-1].append(cells)
+        previous = line
+    return tables
+
+
+# The Prefect UI's artifact page beside its side panel, in a 1280-pixel-wide window: ~600 px of text, ~80 characters
+# (a cell's padding counted as 2). A table narrower than that wraps inside the page; a wider one overran the panel.
+PAGE_CHARS = 80
+
+
+def _narrowest(table: list[list[str]]) -> int:
+    """The table's least width in characters: each column as wide as its longest word, plus its padding."""
+    words = [[max((len(w) for w in cell.split()), default=0) for cell in row] for row in table]
+    return sum(max(col) + 2 for col in zip(*words, strict=True))
+
+
+def test_every_table_of_the_report_fits_beside_the_uis_side_panel() -> None:
+    """Issue 38: the variants table (ten columns: the ratios, the overrides, the shared stages) overran the Prefect
+    UI's side panel. The decision, the PR-AUC per ratio and what each variant changes are apart now, each narrow."""
+    rep = make_report()
+    rep.variants[1].shared = {"tile": "none", "datasets": "none", "stats": "none", "validate seed 1": "none"}
+    md = render_markdown(rep, plot="report.png")
+    tables = _tables(md)
+    assert len(tables) >= 4  # variants, ratios, noise floor, test figures, each variant's seeds
+    for table in tables:
+        assert _narrowest(table) <= PAGE_CHARS, table[0]
+
+
+@pytest.mark.parametrize("n_variants", [2, 4])
+def test_every_text_of_the_png_lies_inside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_variants: int) -> None:
+    """Issue 38: the PNG's title was clipped (centred over a narrow plot, wider than the figure). The figure as
+    written is kept (plt.close deferred) and every text of it measured against its edges."""
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    close, kept = plt.close, []
+    monkeypatch.setattr(plt, "close", kept.append)
+    rep = make_report()
+    rep.variants = rep.variants[:n_variants]
+    plot_report(rep, tmp_path / "p.png")
+    (fig,) = kept
+    try:
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        width, height = fig.bbox.width, fig.bbox.height
+        texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+        assert any("per variant" in t.get_text() for t in texts)  # the title is among them
+        for t in texts:
+            box = t.get_window_extent(renderer)
+            inside = box.x0 >= -1 and box.y0 >= -1 and box.x1 <= width + 1 and box.y1 <= height + 1
+            assert inside, f"{t.get_text()!r} at {box} outside the {width:.0f} x {height:.0f} figure"
+    finally:
+        close(fig)

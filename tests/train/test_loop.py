@@ -15,7 +15,15 @@ from rtscore.runtime import DeviceError
 from rtscore.storage import RunLayout
 from rtscore.train import checkpoint as ckpt
 from rtscore.train.distributed import Ranks
-from rtscore.train.loop import RunState, TrainingError, batch_params, build_setup, resume_hash, train_seed
+from rtscore.train.loop import (
+    RunState,
+    TrainingError,
+    batch_params,
+    build_setup,
+    epoch_metric_names,
+    resume_hash,
+    train_seed,
+)
 from tests.helpers import copy_run
 from tests.train.conftest import REF_EPOCHS, REF_SEED, TrainedRun, tiny_train_config
 
@@ -75,6 +83,7 @@ def test_trains_writes_outputs_and_same_seed_gives_same_weights(trained_run: Tra
         "val_balanced_iou_rts",
         "val_realistic_object_precision_iou30_1_200",
     } <= set(rows[-1])
+    assert sorted(k for k in rows[-1] if k.startswith("val_")) == epoch_metric_names(tiny_train_config())
     best = load_checkpoint(seed_dir / "best_deployment.pth")
     assert all(isinstance(v, torch.Tensor) for v in best.values()) and "encoder.features.0.0.weight" in best
     summary = json.loads((seed_dir / "run_summary.json").read_text())

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from rtscore.config import parse_pipeline_config
-from rtscore.train.validate import collect, summarize
+from rtscore.train.validate import collect, metric_names, summarize
 from tests.helpers import tiny_pipeline_config
 from tests.metrics.test_saturated import saturated_pool, sklearn_ap
 
@@ -41,3 +41,4 @@ def test_validation_pr_auc_and_geomean_match_sklearn_for_logits_up_to_50() -> No
     geomean = float(np.sqrt(ref[200] * ref[1000]))
     assert abs(out["val_realistic_pr_auc_geomean"] - geomean) <= 0.005
     assert out["val_logit_overflow_fraction"] == 2 / int((labels != 255).sum())
+    assert metric_names(cfg) == sorted(out), "the names a sweep's metric is checked against are summarize's"

@@ -12,7 +12,7 @@ from rtscore.config.binding import InputBinding, RasterContract
 from rtscore.data.geotiff.labels import read_label
 from rtscore.data.geotiff.root import MAX_LISTED, METADATA_CSV, GeotiffError, TileEntry, tile_files
 from rtscore.data.inventory.object_pixels import parse_object_pixels
-from rtscore.data.raster.bands import RGB_DIR, RasterContractError, open_checked
+from rtscore.data.raster.bands import RGB_DIR, TILE_FIXES, RasterContractError, open_checked
 from rtscore.data.raster.ground import GroundSizeError, ground_pixel_area_m2
 from rtscore.data.tiles import IGNORE_INDEX
 
@@ -73,7 +73,7 @@ def _check_tile(
     """The facts of one tile, or its problems (each naming the tile and the file)."""
     files = tile_files(root, e.tile_id, bool(binding.extra_bands))
     try:
-        with open_checked(contract, binding, files["rgb"], files.get("extra")) as src:
+        with open_checked(contract, binding, files["rgb"], files.get("extra"), fixes=TILE_FIXES) as src:
             if (src.height, src.width) != (tile_size, tile_size):
                 got = f"{src.height}x{src.width}"
                 return [f"tile {e.tile_id} ({files['rgb']}): size must be {tile_size}x{tile_size}; got {got}"]
@@ -149,7 +149,9 @@ def _agreed_pixel_size(
     ]
     if outliers:
         outliers.append(
-            "every tile of a split must share one pixel size (the model learns object sizes in pixels): resample "
-            "the outliers (rts tile), or set geotiff.pixel_size"
+            "every tile of a split must share one pixel size (the model learns object sizes in pixels): cut the "
+            "root again from its scenes with rts tile --config <tiling config> (one grid.pixel_size for every tile), "
+            "or, for a difference the model may learn across, widen geotiff.pixel_size_tolerance in the generation "
+            "config"
         )
     return contract.model_copy(update={"pixel_size": size}), outliers

@@ -10,7 +10,7 @@ import numpy as np
 from rtscore.config.binding import InputBinding, RasterContract
 from rtscore.data.geotiff.labels import read_label
 from rtscore.data.geotiff.root import CRS, GeotiffError, TileEntry, tile_files
-from rtscore.data.raster.bands import open_checked
+from rtscore.data.raster.bands import TILE_FIXES, open_checked
 from rtscore.data.raster.ground import ground_pixel_area_m2
 from rtscore.data.tiles import KIND_CODES, RawTile, pixel_kind, with_nodata_cleared
 
@@ -43,7 +43,9 @@ class GeotiffProducer:
         without a valid pixel, positive with a valid label-1 pixel, else negative), not metadata.csv's TrainClass."""
         files = tile_files(self.root, entry.tile_id, bool(self.binding.extra_bands))
         # Checked already (check_tiles): the EXTRA scan for non-finite values is not repeated.
-        with open_checked(self.contract, self.binding, files["rgb"], files.get("extra"), check_finite=False) as src:
+        with open_checked(
+            self.contract, self.binding, files["rgb"], files.get("extra"), check_finite=False, fixes=TILE_FIXES
+        ) as src:
             rgb, extra, valid = src.read()
             label, problem = read_label(files["labels"], src, entry)
             area = self.pixel_area_m2.get(entry.tile_id)

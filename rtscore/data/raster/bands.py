@@ -20,6 +20,10 @@ Rules (docs/geotiff.md):
   mapped to R, G, B or alpha (NIR) never decides validity, whatever GDAL's dataset mask says. Plus every pixel where
   an EXTRA band equals that raster's declared nodata (NaN included). A non-finite EXTRA value anywhere else is an
   error naming the file and count.
+* **Fixes.** Each refusal says how to fix it in the words of where the user is (:class:`RasterFixes`): the flags of
+  ``rts predict`` and ``rts drift`` (:data:`PREDICT_FIXES`), ``rts warp`` for ``rts map`` (:data:`MAP_FIXES`), the
+  generation config's ``geotiff`` keys or ``rts tile`` at ingestion (:data:`TILE_FIXES`), a tiling config's
+  ``rgb_bands`` for ``rts tile`` and ``rts warp``; a command is never offered for a raster it refuses.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -43,7 +47,75 @@ GRID_TOLERANCE_PX = 1e-6
 RGB_DIR, EXTRA_DIR, LABEL_DIR = "PLANET-RGB", "EXTRA", "labels"  # a data root's folders (docs/geotiff.md)
 EXTRA_SUFFIX = "_extra"  # the EXTRA raster of a raster outside a data root: <stem>_extra.tif beside it
 
-PREPARE_HINT = "prepare it with rts warp (docs/geotiff.md)"  # a scene off the contract's grid: CRS, pixel size
+
+@dataclass(frozen=True)
+class RasterFixes:
+    """What a refusal tells the user to do, in the words of where they are: a command's flags on the command line,
+    a config's keys where a config is read. Each fix names the command and flag, or the key, that fixes the case, and
+    no command is offered for a raster it would refuse (:func:`grid_problems`). ``{path}`` is the raster, ``{crs}``
+    its CRS; braces of a literal are doubled (``str.format``).
+
+    Attributes:
+        crs_is: how the CRS the contract expects reads (``{crs}``: it), e.g. "trained on EPSG:3857".
+        pixel_size_is: how the pixel size the contract expects reads (``{size}``: it).
+        crs: the fix of a raster in another projected CRS.
+        geographic: the fix of a raster in a geographic CRS (degrees).
+        pixel_size: the fix of a raster at another pixel size.
+        rotated: the fix of a rotated or sheared grid.
+        bands: the fix of bands that cannot be told apart (R, G, B and alpha), after "tag the bands, or ".
+        runs_a_command: whether the grid fixes run a command on the raster itself (``rts warp``): such a fix is
+            given only for a raster that command takes (a CRS, R, G, B bands that can be told apart, 8-bit).
+    """
+
+    crs_is: str
+    pixel_size_is: str
+    crs: str
+    geographic: str
+    pixel_size: str
+    rotated: str
+    bands: str
+    runs_a_command: bool
+
+
+WARP_FIX = (
+    "put it on the training grid with rts warp --config <the tiling config the training data was cut with> "
+    "--scenes {path} --output <dir> (docs/geotiff.md)"
+)
+# rts predict and rts drift: scenes to map, on the command line (their --rgb-bands flag)
+PREDICT_FIXES = RasterFixes(
+    crs_is="trained on {crs}",
+    pixel_size_is="the training pixel size {size:.6g}",
+    crs=WARP_FIX,
+    geographic=WARP_FIX,
+    pixel_size=WARP_FIX,
+    rotated=WARP_FIX,
+    bands="give their order with --rgb-bands R,G,B[,ALPHA] (0-based band indexes: --rgb-bands 2,1,0 for B,G,R,NIR)",
+    runs_a_command=True,
+)
+# rts map (and the review export of its campaign): no band flag; rts warp writes R, G, B, alpha tagged
+MAP_FIXES = replace(
+    PREDICT_FIXES,
+    bands="map them with rgb_bands: {{rgb: [r, g, b], alpha: a|null}} in the tiling config the training data was cut "
+    "with and put the scene through rts warp --config <that tiling config> --scenes {path} --output <dir> (rts map "
+    "reads the bands rts warp writes: R, G, B, alpha)",
+)
+_RECUT = "cut the root again from its scenes with rts tile --config <tiling config>"
+# GeoTIFF ingestion (rts generate --source geotiff, the generate-dataset stage): a data root's training tiles, read
+# under the generation config's geotiff section; rts warp makes scenes to map, never training tiles
+TILE_FIXES = RasterFixes(
+    crs_is="geotiff.crs is {crs}",
+    pixel_size_is="geotiff.pixel_size {size:.6g}",
+    crs=f"set geotiff.crs: {{crs}} in the generation config if every tile of the root is in it, else {_RECUT} "
+    "(one grid.crs for every tile)",
+    geographic=f"tiles need a projected CRS: {_RECUT} (its grid.crs)",
+    pixel_size="set geotiff.pixel_size to the tiles' pixel size in the generation config (or leave it empty: the "
+    f"split's median) if every tile has it, else {_RECUT} (one grid.pixel_size for every tile)",
+    rotated=f"{_RECUT} (a north-up grid)",
+    bands="map them with geotiff.rgb_bands: {{rgb: [r, g, b], alpha: a|null}} in the generation config",
+    runs_a_command=False,
+)
+# rts tile and rts warp: the scenes of a tiling config
+TILING_BANDS_FIX = "map them with rgb_bands: {{rgb: [r, g, b], alpha: a|null}} in the tiling config"
 
 P = TypeVar("P", bound=PurePath)
 
@@ -67,22 +139,26 @@ def unreadable_extra(binding: InputBinding, band_count: int) -> list[ExtraChanne
     return [c for c in binding.extra if c.band >= band_count]
 
 
-def resolve_bands(src: DatasetReader, path: Path | str, declared: RasterBandMap | None) -> RasterBandMap:
-    """The R, G, B and alpha bands of an RGB raster under the contract's rule (module docstring).
+def resolve_bands(
+    src: DatasetReader, path: Path | str, declared: RasterBandMap | None, bands_fix: str = TILING_BANDS_FIX
+) -> RasterBandMap:
+    """The R, G, B and alpha bands of an RGB raster under the contract's rule (module docstring); ``bands_fix``: how
+    the user maps them where they are (default: a tiling config's ``rgb_bands``, for rts tile and rts warp).
 
     Raises:
         RasterContractError: the bands cannot be told apart (:func:`band_problems` says why).
     """
-    bands, problems = band_problems(src, path, declared)
+    bands, problems = band_problems(src, path, declared, bands_fix)
     if bands is None:
         raise RasterContractError("; ".join(problems))
     return bands
 
 
 def band_problems(
-    src: DatasetReader, path: Path | str, declared: RasterBandMap | None
+    src: DatasetReader, path: Path | str, declared: RasterBandMap | None, bands_fix: str
 ) -> tuple[RasterBandMap | None, list[str]]:
-    """The R, G, B and alpha bands of an RGB raster (None when they cannot be told apart) and why not."""
+    """The R, G, B and alpha bands of an RGB raster (None when they cannot be told apart) and why not, with
+    ``bands_fix`` (:attr:`RasterFixes.bands`) as the way to map them."""
     interp = [ci.name for ci in src.colorinterp]
     if src.count < 3:
         return None, [
@@ -105,7 +181,7 @@ def band_problems(
     return None, [
         f"{path}: {src.count} bands with colour interpretation {interp}: no red/green/blue bands "
         f"{'and no alpha band ' if alpha is None else ''}say which band is which (an R,G,B,NIR or B,G,R,NIR file "
-        "reads wrongly as RGB + alpha); tag the bands, or map them with rgb_bands: {rgb: [r, g, b], alpha: a|null}"
+        f"reads wrongly as RGB + alpha); tag the bands, or {bands_fix.format(path=path)}"
     ]
 
 
@@ -138,29 +214,46 @@ def _pixel_size(src: DatasetReader) -> tuple[float, float]:
     return abs(t.a), abs(t.e)
 
 
-def grid_problems(src: DatasetReader, path: Path | str, contract: RasterContract) -> list[str]:
-    """Why the raster's georeferencing does not fit the contract (empty: it fits)."""
+def grid_problems(
+    src: DatasetReader, path: Path | str, contract: RasterContract, fixes: RasterFixes, *, fixable: bool = True
+) -> list[str]:
+    """Why the raster's georeferencing does not fit the contract (empty: it fits), the fix of each problem in the
+    words of ``fixes``. ``fixable`` False: the raster is one the fixes' command refuses (too few bands, not 8-bit), so
+    a fix that runs a command on it is not offered; the same fix is said once, after the last problem it fixes."""
     from rasterio.crs import CRS
 
-    problems = []
+    found: list[tuple[str, str]] = []  # (problem, its fix)
     crs = None if contract.crs is None else CRS.from_user_input(contract.crs)
     if src.crs is None:
-        problems.append(f"{path}: has no CRS (the model was trained on {contract.crs or 'georeferenced'} rasters)")
+        found.append((f"{path}: has no CRS (the model was trained on {contract.crs or 'georeferenced'} rasters)", ""))
     elif crs is not None and src.crs != crs:
-        problems.append(f"{path}: CRS {src.crs.to_string()}, trained on {contract.crs}; {PREPARE_HINT}")
+        fix = fixes.geographic if src.crs.is_geographic else fixes.crs
+        found.append((f"{path}: CRS {src.crs.to_string()}, {fixes.crs_is.format(crs=contract.crs)}", fix))
     t = src.transform
     rotated = t.b != 0 or t.d != 0
     if rotated:
-        problems.append(f"{path}: rotated or sheared grid {tuple(t)[:6]}; {PREPARE_HINT}")
+        found.append((f"{path}: rotated or sheared grid {tuple(t)[:6]}", fixes.rotated))
     if contract.pixel_size is not None and src.crs is not None and not rotated and _same_units(src.crs, crs):
         for axis, size in zip(("x", "y"), _pixel_size(src), strict=True):
             if abs(size / contract.pixel_size - 1.0) > contract.pixel_size_tolerance:
-                problems.append(
-                    f"{path}: pixel size {size:.6g} ({axis}) differs from the training pixel size "
-                    f"{contract.pixel_size:.6g} by more than {contract.pixel_size_tolerance:.0%}; {PREPARE_HINT}"
+                expected = fixes.pixel_size_is.format(size=contract.pixel_size)
+                found.append(
+                    (
+                        f"{path}: pixel size {size:.6g} ({axis}) differs from {expected} by more than "
+                        f"{contract.pixel_size_tolerance:.0%}",
+                        fixes.pixel_size,
+                    )
                 )
                 break
-    return problems
+    if fixes.runs_a_command and not (fixable and src.crs is not None):
+        found = [(problem, "") for problem, _ in found]
+    said = [fix for _, fix in found]
+    return [
+        f"{problem}; {fix.format(path=path, crs=src.crs.to_string() if src.crs else None)}"
+        if fix and fix not in said[k + 1 :]
+        else problem
+        for k, (problem, fix) in enumerate(found)
+    ]
 
 
 def _same_units(crs: Any, trained: Any) -> bool:
@@ -287,15 +380,17 @@ def open_checked(
     extra_path: str | Path | None = None,
     *,
     check_finite: bool = True,
+    fixes: RasterFixes = PREDICT_FIXES,
 ) -> Iterator[CheckedRaster]:
     """Open an RGB raster (and the EXTRA raster its binding needs), check both against ``contract`` and yield a
-    :class:`CheckedRaster`; every mismatch found is listed in one :class:`RasterContractError` (files named).
+    :class:`CheckedRaster`; every mismatch found is listed in one :class:`RasterContractError` (files named), each
+    with its fix in the words of ``fixes`` (default: rts predict's and rts drift's command line).
 
     ``check_finite`` scans the EXTRA bands for undeclared non-finite values (one pass over the EXTRA raster)."""
     rgb_path = Path(rgb_path)
     with ExitStack() as stack:
         src = stack.enter_context(_open_raster(rgb_path))
-        bands, problems = _rgb_problems(src, rgb_path, contract)
+        bands, problems = _rgb_problems(src, rgb_path, contract, fixes)
         extra = None
         if binding.extra_bands and (extra_path is None or not Path(extra_path).is_file()):
             problems.append(
@@ -335,13 +430,12 @@ def _open_raster(path: Path) -> DatasetReader:
 
 
 def _rgb_problems(
-    src: DatasetReader, rgb_path: Path, contract: RasterContract
+    src: DatasetReader, rgb_path: Path, contract: RasterContract, fixes: RasterFixes
 ) -> tuple[RasterBandMap | None, list[str]]:
     """The RGB raster's bands (None: they cannot be told apart), and everything it breaks of ``contract`` at once:
-    its grid (CRS, rotation, pixel size), its bands, its RGB dtype."""
-    problems = grid_problems(src, rgb_path, contract)
-    bands, band_errors = band_problems(src, rgb_path, contract.rgb_bands)
-    problems += band_errors
+    its grid (CRS, rotation, pixel size), its bands, its RGB dtype; a grid fix that runs a command (rts warp) only for
+    a raster whose bands and dtype that command takes."""
+    bands, problems = band_problems(src, rgb_path, contract.rgb_bands, fixes.bands)
     interp = [ci.name for ci in src.colorinterp]
     colour = bands.rgb if bands is not None else [i for i in range(src.count) if interp[i] != "alpha"]
     dtypes = sorted({src.dtypes[b] for b in colour})
@@ -351,7 +445,8 @@ def _rgb_problems(
             f"trained on {contract.rgb_dtype} (0-255): convert it to 8-bit as the training imagery was (no silent "
             "rescaling)"
         )
-    return bands, problems
+    fixable = bands is not None and dtypes == [contract.rgb_dtype]
+    return bands, grid_problems(src, rgb_path, contract, fixes, fixable=fixable) + problems
 
 
 def _extra_problems(

@@ -20,7 +20,7 @@ from rtscore.data.inventory.object_pixels import ObjectPixel, format_object_pixe
 from rtscore.data.inventory.reader import InventoryError, InventoryFeature, read_inventory_file, vector_columns
 from rtscore.data.raster.vector_labels import rasterize_labels, read_polygons
 from rtscore.data.tiles import IGNORE_INDEX
-from rtscore.data.tiling.pixels import GridCell, TilingError
+from rtscore.data.tiling.pixels import GridCell, Scene, TilingError
 from rtscore.data.tiling.scenes import scene_paths
 
 log = logging.getLogger(__name__)
@@ -170,26 +170,52 @@ class RegionOf:
 
 @dataclass
 class Focus:
-    """Config ``focus``: the scenes cut only in the grid cells touching one of its areas (on the grid CRS)."""
+    """Config ``focus``: the scenes cut only in the grid cells touching one of its areas (on the grid CRS); with
+    ``scene_column``, each scene only around its own areas (``own``: resolved scene -> STRtree of them)."""
 
     scenes: set[Path]  # resolved
     tree: Any  # shapely STRtree of the areas
+    own: dict[Path, Any] | None = None
+    _resolved: dict[Path, Path] = field(default_factory=dict)
+
+    def _path(self, scene: Path) -> Path:
+        if scene not in self._resolved:  # once per scene: a mosaic asks for every cell
+            self._resolved[scene] = scene.resolve()
+        return self._resolved[scene]
 
     def only_near(self, scene: Path) -> bool:
         """Whether ``scene`` is cut only where it touches an area."""
-        return scene.resolve() in self.scenes
+        return self._path(scene) in self.scenes
 
-    def touches(self, cell: GridCell) -> bool:
+    def touches(self, cell: GridCell, scene: Path | None = None) -> bool:
+        """Whether ``cell`` touches an area (of ``scene``'s own, with ``scene_column``)."""
         import shapely
 
-        return len(self.tree.query(shapely.box(*cell.bounds), predicate="intersects")) > 0
+        tree = self.tree if scene is None or self.own is None else self.own[self._path(scene)]
+        return len(tree.query(shapely.box(*cell.bounds), predicate="intersects")) > 0
+
+    def gives(self, scene: Path, cell: GridCell) -> bool:
+        """Whether ``scene`` gives ``cell`` pixels: a scene not in focus always, a focus scene near its areas."""
+        return not self.only_near(scene) or self.touches(cell, scene)
+
+
+def cell_scenes(focus: Focus | None, cell: GridCell, scenes: list[Scene]) -> list[Scene]:
+    """The scenes that give ``cell`` its pixels, in priority order: every scene, but a scene of ``focus.scenes`` only
+    in a cell touching an area (its own, with ``scene_column``). Elsewhere it is not there at all: the cell is cut
+    from the other scenes exactly as without it, so a scene a review adds changes no tile away from the judged
+    objects (it would otherwise fill the other scenes' NoData, and a cell too sparse to write could become a tile)."""
+    if focus is None:
+        return scenes
+    return [s for s in scenes if focus.gives(s.path, cell)]
 
 
 def read_focus(cfg: TilingConfig) -> Focus | None:
-    """Config ``focus`` read: its areas on the grid CRS and its scenes (each among ``scenes``); None without focus.
+    """Config ``focus`` read: its areas on the grid CRS and its scenes (each among ``scenes``), with
+    ``scene_column`` each scene's own areas (naming its file, or blank); None without focus.
 
     Raises:
-        TilingError: the areas file missing or unreadable, a focus scene that is not among the scenes.
+        TilingError: the areas file missing or unreadable, a focus scene that is not among the scenes, a
+            ``scene_column`` the areas file does not have.
     """
     import shapely
 
@@ -198,13 +224,21 @@ def read_focus(cfg: TilingConfig) -> Focus | None:
     path = Path(cfg.focus.path)
     if not path.is_file():
         raise TilingError(f"focus.path: {path} not found")
-    areas = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in read_polygons(path, cfg.grid.crs)]
+    features = read_polygons(path, cfg.grid.crs)
+    areas = [shapely.make_valid(shapely.geometry.shape(f["geometry"])) for f in features]
     every = {p.resolve() for p in scene_paths(cfg.scenes)}
     focused = {p.resolve() for p in scene_paths(cfg.focus.scenes)}
     strays = sorted(str(p) for p in focused - every)
     if strays:
         raise TilingError(f"focus.scenes: {strays} not among the config's scenes; list them in scenes too")
-    return Focus(focused, shapely.STRtree(areas))
+    column = cfg.focus.scene_column
+    if column is None:
+        return Focus(focused, shapely.STRtree(areas))
+    if features and column not in (features[0].get("properties") or {}):
+        raise TilingError(f"focus.scene_column: {path} has no column {column!r}")
+    names = [str((f.get("properties") or {}).get(column) or "").strip() for f in features]
+    own = {s: shapely.STRtree([a for a, n in zip(areas, names, strict=True) if n in ("", s.name)]) for s in focused}
+    return Focus(focused, shapely.STRtree(areas), own)
 
 
 # --------------------------------------------------------------------------------------------- labels

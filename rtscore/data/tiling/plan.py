@@ -24,7 +24,7 @@ import numpy as np
 from rtscore.config.splits import SplitError
 from rtscore.config.tiling import TilingConfig
 from rtscore.data.splits.regions import derive_splits
-from rtscore.data.tiling.inventory import Inventory
+from rtscore.data.tiling.inventory import Focus, Inventory, cell_scenes
 from rtscore.data.tiling.pixels import Datasets, GridCell, Scene, TilePixels, TilingError, render_pixels
 
 SPLITS = ("train", "val", "test")
@@ -84,14 +84,44 @@ def with_estimates(placed: Sequence[Placed], inventory: Inventory, footprints: A
     return out
 
 
+def focus_estimates(
+    placed: Sequence[Placed],
+    inventory: Inventory,
+    outlines: Sequence[Any],
+    scenes: Sequence[Scene],
+    focus: Focus | None,
+) -> list[Placed]:
+    """:func:`with_estimates` on the footprints of the scenes each cell is cut from (:func:`cell_scenes`): a scene of
+    ``focus.scenes`` counts only in the cells touching its areas. ``outlines``: :func:`scene_outlines` of ``scenes``."""
+    import shapely
+
+    if focus is None:
+        return with_estimates(placed, inventory, shapely.union_all(outlines))
+    groups: dict[tuple[int, ...], list[int]] = defaultdict(list)  # the cells cut from the same scenes
+    for k, p in enumerate(placed):
+        groups[tuple(i for i, s in enumerate(scenes) if focus.gives(s.path, p.cell))].append(k)
+    out: dict[int, Placed] = {}
+    for ids, ks in groups.items():
+        union = shapely.union_all([outlines[i] for i in ids])
+        out.update(zip(ks, with_estimates([placed[k] for k in ks], inventory, union), strict=True))
+    return [out[k] for k in range(len(placed))]
+
+
 class TileProbe:
     """Whether a region gets a tile: its cells rendered (not written), best covered first, until one is kept.
 
     Exact (the same rendering as the tiles'), and cheap for a region with a tile (usually its first cell); a region
     whose every cell is NoData or sparse has each of them rendered once."""
 
-    def __init__(self, cfg: TilingConfig, scenes: list[Scene], datasets: Datasets, placed: Sequence[Placed]) -> None:
-        self.cfg, self.scenes, self.datasets = cfg, scenes, datasets
+    def __init__(
+        self,
+        cfg: TilingConfig,
+        scenes: list[Scene],
+        datasets: Datasets,
+        placed: Sequence[Placed],
+        focus: Focus | None = None,
+    ) -> None:
+        self.cfg, self.scenes, self.datasets, self.focus = cfg, scenes, datasets, focus
         self.cells: dict[str, list[Placed]] = defaultdict(list)
         for p in placed:
             self.cells[p.region].append(p)
@@ -106,7 +136,7 @@ class TileProbe:
 
     def _kept(self, cell: GridCell) -> bool:
         self.rendered += 1
-        return kept(render_pixels(cell, self.scenes, self.cfg, self.datasets), self.cfg)
+        return kept(render_pixels(cell, cell_scenes(self.focus, cell, self.scenes), self.cfg, self.datasets), self.cfg)
 
     def why_none(self, region: str) -> str:
         """Why ``region`` gets no tile (it does not: :meth:`has_tile` is False)."""

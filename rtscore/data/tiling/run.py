@@ -6,8 +6,9 @@ Rules (docs/geotiff.md, "From scenes and polygons: rts tile"):
 * **Grid.** Tile (c, r) of the grid CRS covers x in [c S, (c+1) S), y in [r S, (r+1) S) with S = tile_size x
   pixel_size: anchored at the CRS origin, so the tiles of two scenes (or two runs) line up pixel for pixel. Its id
   is ``c<c>_r<r>``. Every cell a scene's footprint touches is a candidate (a scene of ``focus.scenes``: only the
-  cells touching an area of ``focus.path``); a cell without a valid pixel, or with fewer than
-  ``min_valid_fraction`` of its pixels valid (a sliver at a scene edge), is skipped and counted.
+  cells touching an area of ``focus.path``, and it gives pixels to no other cell: elsewhere a cell is cut from the
+  other scenes as if it were not there); a cell without a valid pixel, or with fewer than ``min_valid_fraction`` of
+  its pixels valid (a sliver at a scene edge), is skipped and counted.
 * **Checked first.** Before any tile: the scenes' headers, each scene's native pixel against the grid's (upsampling
   beyond ``grid.max_resample_factor`` refused), the inventory and regions, and the split rules on the plan
   (`rtscore.data.tiling.plan`: with ``splits`` the rules of a given split, without it the derivation ingestion
@@ -53,16 +54,24 @@ from rtscore.data.inventory.object_pixels import join_ids
 from rtscore.data.splits.regions import derive_splits
 from rtscore.data.tiling.dates import LabelAges, check_label_ages
 from rtscore.data.tiling.files import metadata_csv, tile_lonlat, write_if_changed, write_tile
-from rtscore.data.tiling.inventory import Inventory, RegionOf, read_focus, read_inventory, tile_labels
+from rtscore.data.tiling.inventory import (
+    Focus,
+    Inventory,
+    RegionOf,
+    cell_scenes,
+    read_focus,
+    read_inventory,
+    tile_labels,
+)
 from rtscore.data.tiling.pixels import Datasets, GridCell, Scene, TilingError, grid_cells, render_pixels
 from rtscore.data.tiling.plan import (
     Placed,
     TileProbe,
     check_split_rules,
+    focus_estimates,
     kept,
     plan_line,
     scene_outlines,
-    with_estimates,
 )
 from rtscore.data.tiling.scenes import check_resampling, check_scenes, scene_paths
 from rtscore.data.tiling.state import (
@@ -213,22 +222,23 @@ def fingerprint(cfg: TilingConfig) -> str:
 # --------------------------------------------------------------------------------------------- the run
 
 
-def _plan(cfg: TilingConfig, scenes: list[Scene], inventory: Inventory) -> tuple[list[GridCell], int]:
+def _plan(
+    cfg: TilingConfig, scenes: list[Scene], inventory: Inventory, focus: Focus | None
+) -> tuple[list[GridCell], int]:
     """Candidate cells of every scene footprint (each once; a scene of ``focus.scenes`` gives only the cells
-    touching an area of ``focus.path``), and the polygons touching no scene footprint.
+    touching an area of ``focus.path``, its own with ``scene_column``), and the polygons touching no scene footprint.
 
     Raises:
-        TilingError: no polygon overlaps any scene; a focus file missing, a focus scene not among the scenes.
+        TilingError: no polygon overlaps any scene.
     """
     import shapely
 
-    focus = read_focus(cfg)
     seen: set[tuple[int, int]] = set()
     cells: list[GridCell] = []
     for s in scenes:
         only_near = focus is not None and focus.only_near(s.path)
         for c in grid_cells(s.bounds, cfg.grid.tile_size, cfg.grid.pixel_size):
-            if only_near and focus is not None and not focus.touches(c):
+            if only_near and focus is not None and not focus.touches(c, s.path):
                 continue
             if (c.col, c.row) not in seen:
                 seen.add((c.col, c.row))
@@ -314,14 +324,13 @@ class RunPlan:
     outside: int
     warnings: list[str]
     ages: LabelAges
+    focus: Focus | None = None  # config focus: its scenes give pixels only to the cells touching its areas
 
 
 def _checked_plan(cfg: TilingConfig, datasets: Datasets) -> RunPlan:
     """Every input and setting checked, in this order, before a tile is written (tile_scenes' Raises): the scenes'
     headers, their native pixel against the grid's, the inventory (its values, the labels' ages) and regions, the
-    cells, the split rules."""
-    import shapely
-
+    focus (its areas file, its scenes among the scenes), the cells, the split rules."""
     scenes = check_scenes(cfg, datasets)
     warnings = check_resampling(cfg, scenes, datasets)
     for w in warnings:
@@ -331,14 +340,15 @@ def _checked_plan(cfg: TilingConfig, datasets: Datasets) -> RunPlan:
     ages = check_label_ages(cfg, scenes, outlines, inventory, datasets)
     inventory = replace(inventory, stale=ages.stale)
     region_of = RegionOf(cfg, inventory)
-    cells, outside = _plan(cfg, scenes, inventory)
-    placed = with_estimates(_place(cfg, cells, inventory, region_of), inventory, shapely.union_all(outlines))
+    focus = read_focus(cfg)
+    cells, outside = _plan(cfg, scenes, inventory, focus)
+    placed = focus_estimates(_place(cfg, cells, inventory, region_of), inventory, outlines, scenes, focus)
     log.info(plan_line(len(cells), placed, cfg, len(scenes)))
-    split = check_split_rules(cfg, TileProbe(cfg, scenes, datasets, placed))
+    split = check_split_rules(cfg, TileProbe(cfg, scenes, datasets, placed, focus))
     for w in split.warnings:
         log.warning("rts tile: %s", w)
     warnings += ages.warnings + split.warnings
-    return RunPlan(scenes, inventory, cells, placed, outside, warnings, ages)
+    return RunPlan(scenes, inventory, cells, placed, outside, warnings, ages, focus)
 
 
 @dataclass
@@ -362,7 +372,8 @@ def _tile_all(root: Path, cfg: TilingConfig, plan: RunPlan, datasets: Datasets) 
             done.resumed += record.status == "written"
         else:
             (root / MANIFEST_JSON).unlink(missing_ok=True)  # "done" again only once this run is done
-            record = _tile(root, p.cell, plan.scenes, cfg, datasets, plan.inventory, p.touching, p.region)
+            scenes = cell_scenes(plan.focus, p.cell, plan.scenes)
+            record = _tile(root, p.cell, scenes, cfg, datasets, plan.inventory, p.touching, p.region)
             write_record(root, record)
         if record.status == "written":
             done.records.append(record)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from flows.cli.main import main
+from rtscore.config.base import ConfigError
 from rtscore.config.binding import InputBinding
 from rtscore.config.generation import GenerationConfig
 from rtscore.config.pipeline import SplitsConfig
@@ -202,7 +203,7 @@ def _region_twice(root: Path, tid: str) -> None:
 @pytest.mark.parametrize(
     ("corrupt", "message", "names_file"),
     [
-        (_bad_crs, "CRS EPSG:4326, trained on EPSG:3857", "PLANET-RGB"),
+        (_bad_crs, "CRS EPSG:4326, geotiff.crs is EPSG:3857; tiles need a projected CRS", "PLANET-RGB"),
         (_bad_size, "size must be 64x64 (its RGB raster's); got 32x32", "labels"),
         (_bad_bands, "needs at least 3 bands (R, G, B); this file has 2", "PLANET-RGB"),
         (_bad_dtype, "labels need 1 uint8 band; got 1 band(s) ['uint16']", "labels"),
@@ -362,6 +363,15 @@ def test_pipeline_config_points_generation_at_a_geotiff_root(tmp_path: Path) -> 
     }
     cfg = parse_pipeline_config(geo, base_dir=tmp_path)
     assert cfg.data.generation.val.geotiff.data_root == str(root.resolve())
+    # issue 38 (5): a root rts tile cut with other split rules (its tiling.json's config; only that part is read) is
+    # refused before the first split; the same rules pass
+    rules = {"min_val_regions": 2, "min_test_positives": 100, "min_val_positives": 20}
+    (root / "tiling.json").write_text(json.dumps({"config": {"split_rules": rules}}))
+    with pytest.raises(ConfigError, match=r"split_rules.min_test_positives is 100 in .*tiling.json, splits.min_test_"):
+        stages.generate_dataset(str(tmp_path / "geo"), cfg, "train")
+    assert not (tmp_path / "geo" / "datasets").exists()
+    rules["min_test_positives"] = cfg.splits.min_test_positives
+    (root / "tiling.json").write_text(json.dumps({"config": {"split_rules": rules}}))
     for split in ("train", "val", "test"):
         stages.generate_dataset(str(tmp_path / "geo"), cfg, split)
         generate_synthetic(getattr(synthetic.data.generation, split), tmp_path / f"syn_{split}.zarr")
@@ -582,6 +592,28 @@ def _refused(cfg: GenerationConfig, root: Path, tmp_path: Path, *expected: str) 
     return text
 
 
+def test_utm_training_tiles_are_sent_to_geotiff_crs_or_rts_tile_never_rts_warp(
+    cfg: GenerationConfig, root: Path, tmp_path: Path
+) -> None:
+    """Issue 38 (5): a data root's tiles in UTM, the generation config's geotiff.crs EPSG:3857: the refusal names the
+    key that accepts them (geotiff.crs) or the command that cuts them on one grid (rts tile), not rts warp, which makes
+    scenes to map, never training tiles."""
+    tid = _first(root)
+    p = root / "PLANET-RGB" / f"{tid}.tif"
+    with rasterio.open(p) as f:
+        data = f.read()
+    _rewrite(p, data, crs="EPSG:32606")
+    text = _refused(
+        cfg,
+        root,
+        tmp_path,
+        f"PLANET-RGB/{tid}.tif: CRS EPSG:32606, geotiff.crs is EPSG:3857; set geotiff.crs: EPSG:32606 in the "
+        "generation config if every tile of the root is in it, else cut the root again from its scenes with rts tile "
+        "--config <tiling config> (one grid.crs for every tile)",
+    )
+    assert "rts warp" not in text and "trained on" not in text
+
+
 def _polygon_file(path: Path, rings_lonlat: list[list[list[float]]], driver: str | None = None) -> None:
     """Polygons in lon/lat: GeoJSON without a crs member (RFC 7946), or another OGR format declaring EPSG:4326."""
     if driver is None:
@@ -726,7 +758,14 @@ def test_point1_band_order_by_colour_interpretation_or_the_configured_map(
     _rewrite(p, np.concatenate([rgb[::-1], np.full((1, 64, 64), 7, np.uint8)]))
     with rasterio.open(p, "r+") as f:
         f.colorinterp = [ColorInterp.undefined] * 4
-    _refused(cfg, root, tmp_path, f"PLANET-RGB/{tid}.tif", "say which band is which", "rgb_bands")
+    _refused(
+        cfg,
+        root,
+        tmp_path,
+        f"PLANET-RGB/{tid}.tif",
+        "say which band is which",
+        "map them with geotiff.rgb_bands: {rgb: [r, g, b], alpha: a|null} in the generation config",
+    )
     geo = GenerationConfig.model_validate(
         {
             "split": "train",
@@ -818,7 +857,16 @@ def test_case9_a_geographic_crs_and_disagreeing_pixel_sizes_are_refused(
             data, t = f.read(), f.transform
         _rewrite(p, data, transform=Affine(9.54, 0.0, t.c, 0.0, -9.54, t.f))
     _refused(
-        GenerationConfig.model_validate(geo), root, tmp_path, f"tile {odd}", "pixel size 9.54 x 9.54", "median is 4.77"
+        GenerationConfig.model_validate(geo),
+        root,
+        tmp_path,
+        f"tile {odd}",
+        "pixel size 9.54 x 9.54",
+        "median is 4.77",
+        # the fix names the command and the key (issue 38, point 5): not "set geotiff.pixel_size", which would refuse
+        # the same outliers against the set size
+        "cut the root again from its scenes with rts tile --config <tiling config> (one grid.pixel_size for every "
+        "tile), or, for a difference the model may learn across, widen geotiff.pixel_size_tolerance",
     )
 
 

@@ -11,7 +11,14 @@ from rasterio.transform import from_origin
 from rasterio.windows import Window
 
 from rtscore.config.binding import ExtraChannel, InputBinding, RasterBandMap, RasterContract
-from rtscore.data.raster.bands import RasterContractError, open_checked
+from rtscore.data.raster.bands import (
+    MAP_FIXES,
+    PREDICT_FIXES,
+    TILE_FIXES,
+    RasterContractError,
+    open_checked,
+    resolve_bands,
+)
 from tests.helpers import write_raster
 
 PX = 4.77
@@ -195,14 +202,15 @@ def test_without_alpha_mask_or_nodata_every_pixel_is_valid(tmp_path: Path) -> No
 
 
 def test_a_one_band_file_names_its_band_count_and_every_other_mismatch(tmp_path: Path) -> None:
-    """A 1-band file at the wrong pixel size: both problems at once, and no band map suggested (none can exist)."""
+    """A 1-band file at the wrong pixel size: both problems at once, no band map suggested (none can exist), and it
+    is not sent to rts warp, which refuses a raster without R, G, B (issue 38, point 5)."""
     p = write(tmp_path / "ndvi.tif", rgb(count=1), transform=from_origin(-15e6, 11e6, 30.0, 30.0))
     with pytest.raises(RasterContractError) as err, open_checked(CONTRACT, RGB_ONLY, p):
         pass
     msg = str(err.value)
     assert "ndvi.tif: needs at least 3 bands (R, G, B); this file has 1" in msg
-    assert "ndvi.tif: pixel size 30" in msg and "prepare it with rts warp (docs/geotiff.md)" in msg
-    assert "rgb_bands" not in msg and "rts tile" not in msg
+    assert "ndvi.tif: pixel size 30 (x) differs from the training pixel size 4.77 by more than 5%" in msg
+    assert "rts warp" not in msg and "rgb_bands" not in msg and "rts tile" not in msg
 
 
 def test_every_mismatch_of_a_file_is_listed_at_once(tmp_path: Path) -> None:
@@ -217,10 +225,94 @@ def test_every_mismatch_of_a_file_is_listed_at_once(tmp_path: Path) -> None:
         pass
     msg = str(err.value)
     for part in (
-        "landsat.tif: CRS EPSG:32606, trained on EPSG:3857; prepare it with rts warp",
+        "landsat.tif: CRS EPSG:32606, trained on EPSG:3857",
         "landsat.tif: pixel size 300 (x) differs from the training pixel size 4.77",
         "landsat.tif: needs at least 3 bands (R, G, B); this file has 2",
         "landsat.tif: bands are uint16, the model was trained on uint8",
         "landsat_extra.tif was not found",
     ):
         assert part in msg, part
+    assert "rts warp" not in msg  # it refuses 2 uint16 bands: no fix offered that runs it
+
+
+# ------------------------------------------------------------------ the fixes, in the words of where the user is
+UTM_30M = {"crs": "EPSG:32606", "transform": from_origin(500_000.0, 7_210_000.0, 30.0, 30.0)}
+RGBA = ["red", "green", "blue", "alpha"]
+UNTAGGED = ["gray", "undefined", "undefined", "undefined"]
+
+
+def refusal(p: Path, fixes: Any, contract: RasterContract = CONTRACT) -> str:
+    with pytest.raises(RasterContractError) as err, open_checked(contract, RGB_ONLY, p, fixes=fixes):
+        pass
+    return str(err.value)
+
+
+def test_a_scene_off_the_grid_is_sent_to_rts_warp_with_its_flags_once(tmp_path: Path) -> None:
+    """Issue 38 (5): rts predict, rts drift and rts map name the command and flags that put a scene on the grid."""
+    p = write(tmp_path / "utm.tif", rgb(count=4), interp=RGBA, **UTM_30M)
+    warp = (
+        "put it on the training grid with rts warp --config <the tiling config the training data was cut with> "
+        f"--scenes {p} --output <dir>"
+    )
+    for fixes in (PREDICT_FIXES, MAP_FIXES):
+        msg = refusal(p, fixes)
+        assert msg.startswith(f"{p}: CRS EPSG:32606, trained on EPSG:3857; {p}: pixel size 30 (x) differs"), msg
+        assert msg.endswith(f"from the training pixel size 4.77 by more than 5%; {warp} (docs/geotiff.md)"), msg
+        assert msg.count("rts warp") == 1
+
+
+def test_training_tiles_off_the_grid_are_sent_to_their_generation_config_or_rts_tile_never_rts_warp(
+    tmp_path: Path,
+) -> None:
+    """Issue 38 (5): ingestion reads a data root's tiles under the generation config's geotiff section: a tile in
+    UTM is fixed by geotiff.crs (every tile in it) or by cutting the root again with rts tile; in degrees, only the
+    latter; rts warp makes scenes to map, never training tiles."""
+    p = write(tmp_path / "utm.tif", rgb(count=4), interp=RGBA, **UTM_30M)
+    msg = refusal(p, TILE_FIXES)
+    recut = "cut the root again from its scenes with rts tile --config <tiling config>"
+    assert (
+        f"{p}: CRS EPSG:32606, geotiff.crs is EPSG:3857; set geotiff.crs: EPSG:32606 in the generation config if "
+        f"every tile of the root is in it, else {recut} (one grid.crs for every tile)"
+    ) in msg
+    assert (
+        f"{p}: pixel size 30 (x) differs from geotiff.pixel_size 4.77 by more than 5%; set geotiff.pixel_size to the "
+        f"tiles' pixel size in the generation config (or leave it empty: the split's median) if every tile has it, "
+        f"else {recut} (one grid.pixel_size for every tile)"
+    ) in msg
+    assert "rts warp" not in msg and "trained on" not in msg
+    lonlat = write(
+        tmp_path / "ll.tif", rgb(count=4), interp=RGBA, crs="EPSG:4326", transform=from_origin(-150, 70, 4e-5, 4e-5)
+    )
+    msg = refusal(lonlat, TILE_FIXES)
+    assert f"{lonlat}: CRS EPSG:4326, geotiff.crs is EPSG:3857; tiles need a projected CRS: {recut}" in msg
+    assert "set geotiff.crs" not in msg and "rts warp" not in msg
+
+
+def test_the_band_fix_speaks_the_language_of_where_the_user_is(tmp_path: Path) -> None:
+    """Issue 38 (5): an untagged 4-band file: rts predict and rts drift name their flag (--rgb-bands 2,1,0), rts map
+    (no such flag) the tiling config's rgb_bands and rts warp, ingestion the generation config's geotiff.rgb_bands,
+    rts tile and rts warp their tiling config's rgb_bands."""
+    p = write(tmp_path / "bgrn.tif", rgb(count=4), interp=UNTAGGED)
+    lead = "say which band is which (an R,G,B,NIR or B,G,R,NIR file reads wrongly as RGB + alpha); tag the bands, or "
+    predict = refusal(p, PREDICT_FIXES)
+    assert predict.endswith(
+        lead + "give their order with --rgb-bands R,G,B[,ALPHA] (0-based band indexes: --rgb-bands 2,1,0 for B,G,R,NIR)"
+    ), predict
+    assert "rgb_bands:" not in predict
+    in_map = refusal(p, MAP_FIXES)
+    assert (
+        lead + "map them with rgb_bands: {rgb: [r, g, b], alpha: a|null} in the tiling config the training data was "
+        f"cut with and put the scene through rts warp --config <that tiling config> --scenes {p} --output <dir>"
+    ) in in_map
+    assert "--rgb-bands" not in in_map
+    tiles = refusal(p, TILE_FIXES)
+    assert tiles.endswith(
+        lead + "map them with geotiff.rgb_bands: {rgb: [r, g, b], alpha: a|null} in the generation config"
+    ), tiles
+    import rasterio
+
+    with rasterio.open(p) as src, pytest.raises(RasterContractError) as err:
+        resolve_bands(src, p, None)  # rts tile, rts warp
+    assert str(err.value).endswith(
+        lead + "map them with rgb_bands: {rgb: [r, g, b], alpha: a|null} in the tiling config"
+    )

@@ -796,7 +796,7 @@ def test_cli_tiles_and_errors_are_one_line(mosaic: Path, capsys: pytest.CaptureF
 def test_the_example_config_loads_with_paths_relative_to_it() -> None:
     root = Path(__file__).resolve().parents[3]
     cfg = load_tiling_config(root / "configs" / "tiling" / "example.yaml")
-    assert cfg.output == str(root / "configs" / "tiling" / ".." / ".." / "data" / "my-tiles")
+    assert cfg.output == str(root / "data" / "my-tiles"), "../../data/my-tiles from configs/tiling/, its .. taken off"
     assert [e.name for e in cfg.extra] == ["ndvi"] and cfg.grid.pixel_size == 4.77 and cfg.grid.tile_size == 512
 
 
@@ -862,6 +862,23 @@ def test_split_rules_are_checked_on_the_plan_before_any_tile_and_every_problem_i
     assert ghost == "splits.test: region(s) that get no tile: 'ghost' (no grid cell of the scenes is in it)"
     assert "splits.test: about 2 tile(s) hold an RTS whole" in thin and "min_test_positives=100" in thin
     assert json.loads((tmp_path / "tiles" / "tiling.json").read_text())["warnings"] == out.warnings
+
+    # issue 38 (5): the same rules are the pipeline config's splits; a pipeline config that ingests this root with
+    # other values is refused, naming both files and each rule (the generate-dataset stage and rts data / rts run
+    # call this check before any split is generated: tests/data/geotiff, tests/flows/cli/test_main.py)
+    from rtscore.config.pipeline import parse_pipeline_config
+    from rtscore.data.tiling.rules import check_data_roots
+
+    gen = {"split": "train", "tile_size": 64, "source": "geotiff", "geotiff": {"data_root": str(tmp_path / "tiles")}}
+    pipeline = {"data": {"tile_size": 64, "generation": {"train": gen}}, "splits": {"min_val_regions": 2}}
+    with pytest.raises(ConfigError) as refused:
+        check_data_roots(parse_pipeline_config(pipeline), "pipeline.yaml")
+    assert str(refused.value).startswith(
+        f"split rules disagree: split_rules.min_val_regions is 1 in {tmp_path / 'tiles' / 'tiling.json'}, "
+        "splits.min_val_regions is 2 in pipeline.yaml. They are one rule each (min_val_regions)"
+    )
+    pipeline["splits"]["min_val_regions"] = 1
+    check_data_roots(parse_pipeline_config(pipeline), "pipeline.yaml")  # the same rules: accepted
 
 
 def test_without_splits_the_derivation_is_run_on_the_plan_and_refused_early(
@@ -1029,6 +1046,66 @@ def test_focus_cuts_its_scenes_only_around_its_areas_and_other_scenes_whole(tmp_
     assert not (tmp_path / "t3").exists() and not (tmp_path / "t4").exists()
 
 
+def tile_bytes(root: Path) -> dict[str, bytes]:
+    """Every tile file of a data root (images, EXTRA, labels), by its path under the root."""
+    return {
+        str(f.relative_to(root)): f.read_bytes()
+        for d in ("PLANET-RGB", "EXTRA", "labels")
+        if (root / d).is_dir()
+        for f in sorted((root / d).iterdir())
+    }
+
+
+def test_a_focus_scene_gives_no_pixel_to_a_cell_away_from_its_areas(tmp_path: Path) -> None:
+    """Issue 38: a focus scene filled the NoData of every cell it covers, so a review's added scene changed tiles far
+    from the judged objects. Scene a ends in a sliver of cell COL0 + 3 (a tile, mostly NoData); bb, a focus scene,
+    covers that cell whole: a's tiles are byte for byte those a alone gives, and bb gives only the area's cell."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", 3, strip_px=24)
+    grid_scene(tmp_path / "scenes" / "bb.tif", 6)
+    write_gpkg(tmp_path / "rts.gpkg", [cell_rts(COL0)], ["r"], crs="EPSG:3857", src="EPSG:3857")
+    write_gpkg(tmp_path / "areas.gpkg", [cell_rts(COL0 + 4, r=60)], ["r"], crs="EPSG:3857", src="EPSG:3857")
+    over = {"regions": {"name": "r"}, "splits": {"train": ["r"]}}
+    tile_scenes(config(tmp_path, **over, scenes=["scenes/a.tif"]), tmp_path / "alone")
+    focus = {"path": "areas.gpkg", "scenes": ["scenes/bb.tif"]}
+    both = config(tmp_path, **over, scenes=["scenes/a.tif", "scenes/bb.tif"], focus=focus, output="focused")
+    out = tile_scenes(both, tmp_path / "focused")
+    alone, focused = tile_bytes(tmp_path / "alone"), tile_bytes(tmp_path / "focused")
+    assert f"PLANET-RGB/c{COL0 + 3}_r{ROW0}.tif" in alone, "a's sliver is a tile of its own"
+    assert {k: focused[k] for k in alone} == alone, "a's tiles as a alone cuts them: bb fills no NoData of theirs"
+    assert set(focused) - set(alone) == {f"{d}/c{COL0 + 4}_r{ROW0}.tif" for d in ("PLANET-RGB", "labels")}
+    assert out.counts.estimated_tiles == 5, "the plan counts bb only in the area's cell"
+
+
+def test_with_a_scene_column_each_focus_scene_is_cut_only_around_its_own_areas(tmp_path: Path) -> None:
+    """Issue 38, a later round: scene bb (added by round 1) ends in a sliver of cell COL0 + 4, where its judged object
+    lies; cc, added by round 2, covers that cell whole. With focus.scene_column, cc gives pixels only around its own
+    area (COL0 + 5): round 1's tile is byte for byte what bb alone gives. Without it every area is every focus
+    scene's, and cc fills bb's NoData there."""
+    (tmp_path / "scenes").mkdir()
+    grid_scene(tmp_path / "scenes" / "a.tif", 2)
+    grid_scene(tmp_path / "scenes" / "bb.tif", 4, strip_px=24)
+    grid_scene(tmp_path / "scenes" / "cc.tif", 6)
+    write_gpkg(tmp_path / "rts.gpkg", [cell_rts(COL0)], ["r"], crs="EPSG:3857", src="EPSG:3857")
+    areas = [cell_rts(COL0 + 4, r=60), cell_rts(COL0 + 5, r=60)]  # the column "Region" names each area's scene
+    write_gpkg(tmp_path / "areas.gpkg", areas, ["bb.tif", "cc.tif"], crs="EPSG:3857", src="EPSG:3857")
+    write_gpkg(tmp_path / "round1.gpkg", areas[:1], ["bb.tif"], crs="EPSG:3857", src="EPSG:3857")
+    over = {"regions": {"name": "r"}, "splits": {"train": ["r"]}}
+    focus1 = {"path": "round1.gpkg", "scenes": ["scenes/bb.tif"]}
+    tile_scenes(config(tmp_path, **over, scenes=["scenes/a.tif", "scenes/bb.tif"], focus=focus1), tmp_path / "r1")
+    both = {"path": "areas.gpkg", "scenes": ["scenes/bb.tif", "scenes/cc.tif"]}
+    scenes = ["scenes/a.tif", "scenes/bb.tif", "scenes/cc.tif"]
+    tile_scenes(config(tmp_path, **over, scenes=scenes, focus={**both, "scene_column": "Region"}), tmp_path / "own")
+    tile_scenes(config(tmp_path, **over, scenes=scenes, focus=both), tmp_path / "any")
+    r1, own, any_ = (tile_bytes(tmp_path / d) for d in ("r1", "own", "any"))
+    sliver = f"PLANET-RGB/c{COL0 + 4}_r{ROW0}.tif"
+    assert sliver in r1 and {k: own[k] for k in r1} == r1, "round 1's tiles as round 1 cut them"
+    assert set(own) - set(r1) == {f"{d}/c{COL0 + 5}_r{ROW0}.tif" for d in ("PLANET-RGB", "labels")}
+    assert any_[sliver] != r1[sliver], "without scene_column cc fills bb's NoData in round 1's cell"
+    with pytest.raises(TilingError, match=r"focus.scene_column: .*round1.gpkg has no column 'scene'"):
+        tile_scenes(config(tmp_path, **over, scenes=scenes, focus={**focus1, "scene_column": "scene"}), tmp_path / "x")
+
+
 def test_lineage_is_recorded_and_part_of_the_identity_and_a_plain_config_keeps_its_settings(mosaic: Path) -> None:
     """A config without focus and lineage has the identity settings it had before they existed (no new keys); the
     lineage (not its parent's path) enters the identity and tiling.json records it."""
@@ -1112,7 +1189,8 @@ def test_rts_tile_to_ingestion_to_a_package(prefect_harness: None, tmp_path: Pat
     write_gpkg(tmp_path / "rts.gpkg", polys, regions)
     splits = {"train": ["north slope", "brooks foothills"], "val": ["yukon flats"], "test": ["seward lowland"]}
     extra = [{"name": "ndvi", "kind": "ndvi", "nir": {"band": 4}, "red": {"band": 0}}]
-    rules = {"min_val_regions": 1}  # the pipeline's below: a 2.4 km mosaic has one val region
+    rules = {"min_val_regions": 1, "min_test_positives": 1}  # the pipeline's below (refused unless the same): a 2.4 km
+    # mosaic has one val region
     doc = base_config(tmp_path, splits=splits, split_rules=rules, extra=extra)
     (tmp_path / "tile.yaml").write_text(yaml.safe_dump(doc))
     assert main(["tile", "--config", str(tmp_path / "tile.yaml")]) == 0

@@ -50,6 +50,16 @@ def test_generate_stats_validate_as_a_new_user_would(
     assert main(["validate", "--dataset", str(ds), "--config", str(pipeline)]) == 0
     assert "validation passed" in capsys.readouterr().out
     assert (ds / "validation" / "report.md").exists()
+    # Issue 38: a --stats file that does not exist is refused naming it; it fell back to the run's own stats (here
+    # in the datasets' parent, as in a run directory) and passed. Nothing is written.
+    (tmp_path / "normalization_stats.json").write_bytes((ds / "normalization_stats.json").read_bytes())
+    missing = tmp_path / "no-such-stats.json"
+    out = tmp_path / "report"
+    argv = ["validate", "--dataset", str(ds), "--config", str(pipeline), "--stats", str(missing), "--output", str(out)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert f"--stats {missing}: no such file" in captured.err and "validation passed" not in captured.out
+    assert not out.exists()
 
 
 def test_same_seed_twice_gives_identical_arrays(configs: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
@@ -243,6 +253,32 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path, capsys: 
     assert f"cannot write {blocker}/normalization_stats.json" in capsys.readouterr().err
 
 
+def test_a_run_directory_that_is_a_file_is_refused_by_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38: `--run` (or another run or output directory: --dir, map's --output) naming an existing file is
+    refused at once, naming it; `rts data` ended in a FileExistsError traceback, `rts train` blamed a missing
+    datasets/train.zarr. The file is left as it was."""
+    from flows.cli.main import COMMANDS
+    from flows.cli.options import options
+    from flows.fields import run_location
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    checked = []
+    for command in COMMANDS:
+        for opt in options(command.params):
+            if opt.flag == "--run" or opt.cli.parse is run_location:
+                with pytest.raises(SystemExit) as exit_:
+                    main([*command.name.split(), opt.flag, str(blocker)])
+                assert exit_.value.code == 2, command.name
+                err = capsys.readouterr().err
+                assert f"argument {opt.flag}: " in err and str(blocker) in err and "is a file" in err, (command, err)
+                checked.append(f"{command.name} {opt.flag}")
+    assert {"data --run", "train --run", "run --run", "noise-floor --run", "map --output"} <= set(checked), checked
+    assert blocker.read_text() == "x"
+
+
 # ------------------------------------------------------------------- flow commands: checked before any work
 FLOW_COMMANDS = [["data"], ["train"], ["run"], ["calibrate"], ["evaluate-test"], ["package", "build"]]
 
@@ -328,6 +364,33 @@ def test_missing_inputs_are_named_before_prefect_starts(
     ):
         assert main(argv) == 2, argv
         assert expected in _one_error(capsys.readouterr().err, argv[0])
+    assert not run.exists(), "nothing written"
+
+
+def test_a_data_root_cut_with_other_split_rules_is_refused_before_prefect_starts(
+    no_prefect: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38 (5): split rules are written in the tiling config (rts tile records them in the root's tiling.json)
+    and in the pipeline config; rts data and rts run refuse two values of one rule, naming both files, the rule and
+    both values, before Prefect starts and before anything is written."""
+    import json
+
+    from tests.helpers import geotiff_pipeline_config
+
+    root = tmp_path / "tiles"
+    root.mkdir()
+    rules = {"min_val_regions": 1, "min_test_positives": 2, "min_val_positives": 5}  # what rts tile checked
+    (root / "tiling.json").write_text(json.dumps({"config": {"split_rules": rules}}))
+    cfg = write_yaml(tmp_path / "p.yaml", geotiff_pipeline_config(str(root)))  # splits.min_test_positives: 2
+    run = tmp_path / "run"
+    for command in ("data", "run"):
+        assert main([command, "--config", str(cfg), "--run", str(run)]) == 2
+        err = _one_error(capsys.readouterr().err, command)
+        assert (
+            f"split_rules.min_val_regions is 1 in {root / 'tiling.json'}, splits.min_val_regions is 2 in {cfg}" in err
+        )
+        assert f"split_rules.min_val_positives is 5 in {root / 'tiling.json'}, splits.min_val_positives is 20" in err
+        assert "min_test_positives" not in err, "a rule both files give alike is not named"
     assert not run.exists(), "nothing written"
 
 
