@@ -58,9 +58,15 @@ def _attempts(out: Path) -> dict[tuple[str, int], list[dict[str, Any]]]:
 
 
 def _trained(out: Path) -> set[tuple[str, int]]:
-    """The variant x seeds whose training is recorded (their summary is in the manifest)."""
+    """The variant x seeds whose training is recorded: their summary in the manifest and their last attempt
+    completed (a kill between the two, which a loaded machine makes likely, leaves a stage that resumes)."""
+    attempts = _attempts(out)
     return {
-        (v, s) for v in VARIANTS for s in SEEDS if f"seeds/seed_{s}/run_summary.json" in _manifest(out / "variants" / v)
+        (v, s)
+        for v in VARIANTS
+        for s in SEEDS
+        if f"seeds/seed_{s}/run_summary.json" in _manifest(out / "variants" / v)
+        and attempts.get((v, s), [{}])[-1].get("status") == "completed"
     }
 
 

@@ -407,7 +407,8 @@ def test_a_warped_copy_of_a_parent_scene_is_cut_from_that_scene_or_refused_with_
     result = ingest_review(review, verdicts, str(world / "tile.yaml"), str(out))
     assert result.counts.confirmed == 1
     tile_yaml = yaml.safe_load((out / "review" / "tile.yaml").read_text())
-    assert tile_yaml["scenes"] == [str(world / "scenes" / "a.tif")] and "focus" not in tile_yaml, "the copy is A"
+    a_tif = os.path.relpath(world / "scenes" / "a.tif", out / "review")  # the round's paths are relative to it
+    assert tile_yaml["scenes"] == [a_tif] and "focus" not in tile_yaml, "the copy is A"
     assert_only_cells_differ(world / "tiles", out, {cell_id(found[31])})
     assert {r["Tile_id"]: r for r in metadata(out)}[cell_id(found[31])]["TrainClass"] == "positive"
 
