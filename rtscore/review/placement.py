@@ -354,8 +354,10 @@ def _names(p: PlacedObject, split_of: dict[str, str] | None = None) -> str:
 
 def check_tile_regions(plan: Plan, cfg: TilingConfig, parent_root: Path) -> None:
     """Regions from an inventory column or its buffered groups: a cell's region is that of the polygons in it (else
-    the nearest), so a confirmed polygon can change the region of a cell; refused when it changes the cell's split
-    (the parent's tiles and the judged objects' cells)."""
+    the nearest), so a confirmed polygon can change the region of a cell; refused when it changes the split of a cell
+    the next round cuts: the parent's tiles and the included objects' cells. The cells of objects left out (unsure,
+    held out) are not cut, so a nearest region they lose is no move (a first round on new ground moves them as a
+    rule: an empty cell takes the region of the nearest polygon, and a confirmed one is nearer)."""
     if cfg.regions.column is None and cfg.regions.groups is None:
         return
     confirmed = [p for p in plan.objects if p.outcome is not None and p.outcome.outcome == "confirmed"]
@@ -364,7 +366,8 @@ def check_tile_regions(plan: Plan, cfg: TilingConfig, parent_root: Path) -> None
     inv = _grown_inventory(plan, confirmed)
     region_of = RegionOf(cfg, inv)
     split_of = region_splits(plan.splits)
-    before: dict[tuple[int, int], str] = {k: str(v) for k, v in plan.cell_regions.items() if v is not None}
+    cut = {(c.col, c.row) for p in plan.objects if p.included for c in p.cells}
+    before = {k: str(v) for k, v in plan.cell_regions.items() if v is not None and k in cut}
     for row in _parent_rows(parent_root):
         m = re.fullmatch(r"c(-?\d+)_r(-?\d+)", row.get("Tile_id", ""))
         if m:

@@ -592,6 +592,28 @@ def test_regions_from_a_column_carry_into_the_inventory_and_a_split_moving_polyg
     assert row["RegionName"] == result.objects[0].region and row["TrainClass"] == "positive"
 
 
+def test_a_first_round_on_new_ground_with_regions_from_a_column_is_not_refused_for_cells_it_does_not_cut(
+    world: Path, tmp_path: Path
+) -> None:
+    """Issue 38: an empty cell takes the region of the nearest polygon, so a confirmed object on new ground is nearer
+    to the cell of a held-out object than the polygon that put it in test. That cell is not cut (the object is left
+    out), so its move is no reason to refuse the round; the confirmed object's own cell keeps its split (train)."""
+    doc = yaml.safe_load((world / "tile.yaml").read_text())
+    doc.update(regions={"column": "Region"}, polygons={"path": "rts-new.gpkg", "id_column": "UID"})
+    doc.update(splits={"train": ["west"], "test": ["east"]}, output="tiles-new")
+    near_1, beyond_3 = at(XB + 200, Y0 - 250, 21), at(XB + 1450, Y0 - 250, 22)  # west of object 1, east of object 3
+    write_gpkg(world / "rts-new.gpkg", [*INVENTORY, near_1, beyond_3], ["west", "west", "east", "west", "east"])
+    (world / "tile-new.yaml").write_text(yaml.safe_dump(doc))
+    tile_scenes(load_tiling_config(world / "tile-new.yaml"), world / "tiles-new")
+    v = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, {1: "rts", 3: "not_rts"}))
+    result = ingest_review(str(world / "review"), v, str(world / "tile-new.yaml"), str(tmp_path / "r2"), held_out="skip")
+    outcomes = {o.object_id: (o.outcome, o.split) for o in result.objects}
+    assert outcomes == {1: ("confirmed", "train"), 3: ("left_out_held_out", "test")}
+    rows = {r["Tile_id"]: r for r in metadata(tmp_path / "r2")}
+    assert rows[cell_id(OBJECTS[1])]["RegionName"] == "west" and cell_id(OBJECTS[3]) not in rows
+    assert_only_cells_differ(world / "tiles-new", tmp_path / "r2", {cell_id(OBJECTS[1])})
+
+
 def test_a_new_val_tile_overlapping_a_test_tile_is_refused_naming_both(world: Path, tmp_path: Path) -> None:
     """Spatial blocking pairs every two splits, val<->test included (issue 35: only train<->val/test were checked):
     with south a val region, object 5's new val cell on the ground of a parent test tile is refused naming both."""
