@@ -303,17 +303,24 @@ class FocusConfig(StrictModel):
     )
     scenes: list[str] = Field(
         ...,
-        min_length=1,
         description="Scenes (paths or globs, relative to the config file; each among `scenes`) cut only in the grid "
         "cells touching an area of `path`, and giving pixels to no other cell. The other scenes: every cell, each "
         "cell cut from them alone as without focus (a focus scene never fills their NoData there); in a cell touching "
-        "an area, every scene, in `scenes` order.",
+        "an area, every scene, in `scenes` order. Empty: every scene is cut whole (the areas still mark the cells "
+        "where `ignore_column`'s areas are 255).",
     )
     scene_column: str | None = Field(
         None,
         description="A column of `path` naming, per area, the file name of the scene it lies on: a focus scene is then "
         "cut only around the areas naming it (and those with a blank value), so a scene added in a later round never "
         "fills an earlier round's cells. Empty: every area is every focus scene's.",
+    )
+    ignore_column: str | None = Field(
+        None,
+        description="A column of `path` marking, with a non-zero value, areas that cut no cell and whose pixels are "
+        "255 (ignore) in every tile of a cell touching another area: objects a map found there that no one labelled "
+        "(judged unsure, held out, or not judged), so a tile cut for its judged objects does not call them "
+        "background. Empty: every area is a judged one.",
     )
 
 

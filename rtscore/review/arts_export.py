@@ -69,7 +69,6 @@ from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE
 from rtscore.mapping.objects_layer import OBJECTS_LAYER
 from rtscore.mapping.polygons import RtsObject
 from rtscore.mapping.scenes import read_scene_dates
-from rtscore.review.export import SceneRef, read_index
 from rtscore.review.manifest import (
     HEADER_FILE,
     MANIFEST_FILE,
@@ -80,6 +79,7 @@ from rtscore.review.manifest import (
     read_header,
 )
 from rtscore.review.objects_columns import ObjectColumns, read_columns, read_rows
+from rtscore.review.scene_plan import SceneRef, read_index
 from rtscore.review.verdict_file import read_verdicts
 from rtscore.review.verdicts import Verdict
 from rtscore.storage import atomic_write_text, sha256_file

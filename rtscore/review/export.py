@@ -7,8 +7,8 @@ is in ``index.geojson`` and (a local scene) opens under the package's raster con
 or holds this same review (else ``overwrite``).
 
 It reads the objects layer's attribute columns, not its geometries (rtscore.review.objects_columns), places the
-objects (with a tiling config: the region of the grid cell holding each centroid, and that region's split; for a
-stratified sample every object's, from geometries streamed a batch at a time, else the chosen objects' only),
+objects (with a tiling config: each chosen object's region and split as ingest places it, rtscore.review.regions;
+for a stratified sample every object's region for its stratum, from centroids streamed a batch at a time),
 selects on the columns (rtscore.review.select), and reads the geometries of the chosen objects only: at 10^6
 objects a stratified selection of 100 adds ~190 MiB to the process, not the ~1.75 GiB of every object read whole
 (bench/review_export_bench.py ``--select-only``). It writes the chips scene by scene (one scene open, or for a gs://
@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -43,8 +42,7 @@ from rtscore.config.deployment import DeploymentConfig
 from rtscore.config.splits import region_splits
 from rtscore.config.tiling import TilingConfig, load_tiling_config
 from rtscore.data.raster.bands import MAP_FIXES, CheckedRaster, RasterContractError, open_checked
-from rtscore.data.tiling.inventory import Inventory, RegionOf, read_inventory
-from rtscore.data.tiling.pixels import GridCell
+from rtscore.data.tiling.inventory import read_inventory
 from rtscore.errors import PipelineError
 from rtscore.identity.code import closure_hash
 from rtscore.inference.predict import input_contract
@@ -85,6 +83,8 @@ from rtscore.review.manifest import (
     review_id,
 )
 from rtscore.review.objects_columns import ObjectColumns, centroids, read_columns, read_rows
+from rtscore.review.regions import Place, RegionPlacer
+from rtscore.review.scene_plan import SceneRef, plan_by_scene, read_index
 from rtscore.review.select import select_rows
 from rtscore.storage import atomic_write_text, sha256_file
 from rtscore.storage.gcs import GS
@@ -95,13 +95,6 @@ WORK_FILE = ".export-work.jsonl"  # the chips written so far: {"review_id"} then
 GS_PREFIX = GS
 
 Extra = Callable[[Path], list[Path]]
-
-
-@dataclass(frozen=True, eq=False)
-class SceneRef:
-    scene_id: str
-    uri: str
-    footprint: Any  # shapely, EPSG:4326
 
 
 def export_review(
@@ -147,15 +140,14 @@ def export_review(
         uri=croot.uri, objects_sha256=sha256_file(objects_path), package_sha256=this, crs_wkt=crs.to_wkt()
     )
     tiling, cfg = _tiling(tiling_config)
-    chosen, regions, splits, inventory = _choose(layer, selection, cfg)
-    uids = None if cfg is None or inventory is None else inventory_overlaps(chosen, crs, cfg.grid.crs, inventory)
+    chosen, places = _choose(layer, selection, cfg)
     rid = review_id(ref, selection, [o.object_id for o in chosen])
-    plan = _plan(chosen, crs, read_index(_fetch(croot, INDEX_FILE)))
+    plan = plan_by_scene(chosen, crs, read_index(_fetch(croot, INDEX_FILE)))
     _precheck_local_scenes(plan, contract)
     oroot = CampaignRoot(output, cache_dir=cache_dir)
     done = _prepare_output(oroot.local, rid, overwrite)
     header = _header(rid, ref, selection, chips, tiling, len(chosen))
-    run = _ChipRun(oroot.local, rid, contract, crs, chips, regions, splits, uids, cache_dir)
+    run = _ChipRun(oroot.local, rid, contract, crs, chips, places, cache_dir)
     _write_chips(run, croot, plan, chosen, done)
     _finish(oroot, header, [o.object_id for o in chosen], extras)
     return header
@@ -185,16 +177,16 @@ def _package_that_mapped(pkg: Path, mapped_with: str, croot: CampaignRoot) -> tu
 
 def _choose(
     layer: ObjectColumns, selection: Selection, cfg: TilingConfig | None
-) -> tuple[list[RtsObject], dict[int, str | None], dict[str, str], Inventory | None]:
-    """The objects ``selection`` chooses (in review order), their regions, each region's split under the tiling
-    config, and the config's inventory; regions and splits empty and inventory None without a config.
+) -> tuple[list[RtsObject], dict[int, Place]]:
+    """The objects ``selection`` chooses (in review order) and the place of each under the tiling config (region,
+    regions, split, the inventory polygons it overlaps); no place without a config.
 
-    The choice reads the layer's columns; only the chosen objects are read whole. The regions drive the stratified
-    selection (every object's region then: from centroids streamed a batch of geometries at a time) and, with the
-    splits, each chip's manifest line, so a reviewer sees whether an object would land in train, val or test.
+    The choice reads the layer's columns; only the chosen objects are read whole. A stratified selection's strata
+    take every object's region (the centroid's cell: centroids streamed a batch of geometries at a time); each
+    chosen object is then placed by its outline as ingest places it (rtscore.review.regions), so a reviewer sees
+    the split ingest puts it in.
     """
     placer = _placer(cfg, layer) if cfg is not None and len(layer) else None
-    splits = region_splits(cfg.splits) if cfg is not None and cfg.splits else {}
     every = _every_region(layer, placer) if placer is not None and selection.mode == "stratified" else None
     rows = select_rows(layer.attrs, selection, every)
     try:
@@ -202,14 +194,8 @@ def _choose(
     except PipelineError as err:
         raise ReviewError(str(err)) from None
     if placer is None:
-        regions: dict[int, str | None] = {}
-    elif every is not None:
-        regions = {o.object_id: every[r] for o, r in zip(chosen, rows.tolist(), strict=True)}
-    else:
-        cents = [o.geometry.centroid for o in chosen]
-        found = placer.regions([c.x for c in cents], [c.y for c in cents])
-        regions = {o.object_id: r for o, r in zip(chosen, found, strict=True)}
-    return chosen, regions, splits, None if placer is None else placer.inventory
+        return chosen, {}
+    return chosen, {o.object_id: placer.place(o.geometry) for o in chosen}
 
 
 def _header(
@@ -234,17 +220,15 @@ def _header(
 @dataclass(frozen=True, eq=False)
 class _ChipRun:
     """What every chip of one export is cut with: the local review directory, the review id, the raster contract,
-    the campaign CRS, the chip settings, the objects' regions, the regions' splits and the inventory polygons each
-    object overlaps, and the scene cache."""
+    the campaign CRS, the chip settings, the objects' places (region, regions, split, the inventory polygons each
+    overlaps; none without a tiling config) and the scene cache."""
 
     out: Path
     rid: str
     contract: RasterContract
     crs: Any
     chips: ChipSettings
-    regions: Mapping[int, str | None]
-    splits: Mapping[str, str]
-    inventory_uids: Mapping[int, list[str]] | None  # None: no tiling config
+    places: Mapping[int, Place]
     cache_dir: str | Path | None
 
 
@@ -278,8 +262,7 @@ def _write_chips(
                 continue
             with _open_scene(scene, gs_scenes.get(scene.scene_id), run.contract, todo, run.cache_dir) as raster:
                 for o in todo:
-                    uids = None if run.inventory_uids is None else run.inventory_uids.get(o.object_id, [])
-                    line = _write_chip(raster, o, scene, run.crs, run.chips, (run.regions, run.splits, uids), out)
+                    line = _write_chip(raster, o, scene, run.crs, run.chips, run.places.get(o.object_id), out)
                     wf.write(line + "\n")
                     wf.flush()
             written_n += len(todo)
@@ -367,46 +350,16 @@ def _tiling(path: str | None) -> tuple[TilingRef | None, TilingConfig | None]:
     return TilingRef(path=str(path), sha256=sha256_file(Path(path)), splits=cfg.splits), cfg
 
 
-@dataclass(frozen=True, eq=False)
-class _Placer:
-    """The tiling config's region rule over points of the campaign CRS: the region of the grid cell holding a point
-    (None: outside every region), each cell's looked up once."""
-
-    cfg: TilingConfig
-    crs: Any
-    inventory: Inventory
-    region_of: RegionOf
-    cells: dict[tuple[int, int], str | None]
-
-    def regions(self, xs: list[float], ys: list[float]) -> list[str | None]:
-        from rasterio.warp import transform as warp
-
-        if not xs:
-            return []
-        gx, gy = warp(self.crs, self.cfg.grid.crs, xs, ys)
-        grid = self.cfg.grid
-        span = grid.tile_size * grid.pixel_size
-        out = []
-        for x, y in zip(gx, gy, strict=True):
-            key = (math.floor(x / span), math.floor(y / span))
-            if key not in self.cells:
-                cell = GridCell(key[0], key[1], grid.tile_size, grid.pixel_size)
-                self.cells[key] = self.region_of(cell, self.inventory.touching(cell))
-            out.append(self.cells[key])
-        return out
-
-
-def _placer(cfg: TilingConfig, layer: ObjectColumns) -> _Placer:
+def _placer(cfg: TilingConfig, layer: ObjectColumns) -> RegionPlacer:
     """The config's inventory and region rule, read once (refused as a tiling config error)."""
     try:
         inventory = read_inventory(cfg)
-        region_of = RegionOf(cfg, inventory)
+        return RegionPlacer(cfg, layer.crs, inventory, region_splits(cfg.splits) if cfg.splits else {})
     except PipelineError as err:
         raise ReviewError(f"tiling config: {err}") from None
-    return _Placer(cfg, layer.crs, inventory, region_of, {})
 
 
-def _every_region(layer: ObjectColumns, placer: _Placer) -> list[str | None]:
+def _every_region(layer: ObjectColumns, placer: RegionPlacer) -> list[str | None]:
     """Every row's region: the centroids of a batch of geometries at a time (memory bounded by the batch)."""
     out: list[str | None] = []
     try:
@@ -415,60 +368,6 @@ def _every_region(layer: ObjectColumns, placer: _Placer) -> list[str | None]:
     except PipelineError as err:
         raise ReviewError(str(err)) from None
     return out
-
-
-def inventory_overlaps(
-    objects: Sequence[RtsObject], crs: Any, grid_crs: Any, inventory: Inventory
-) -> dict[int, list[str]]:
-    """Object id -> the ids of the inventory polygons (on the grid CRS) it overlaps: a shared area, not only a
-    touching border; in inventory order."""
-    import shapely
-    from rasterio.warp import transform_geom
-    from shapely.geometry import mapping, shape
-
-    out: dict[int, list[str]] = {}
-    for o in objects:
-        g = shape(transform_geom(crs, grid_crs, mapping(o.geometry)))
-        hits = sorted(int(i) for i in inventory.tree.query(g, predicate="intersects"))
-        out[o.object_id] = [inventory.uids[i] for i in hits if not shapely.touches(g, inventory.geoms[i])]
-    return out
-
-
-def read_index(path: Path) -> dict[str, SceneRef]:
-    """The scenes of a campaign's index.geojson by id: each done scene's URI and footprint (EPSG:4326)."""
-    from shapely.geometry import shape
-
-    data = _read_json(path)
-    out = {}
-    for f in data.get("features") or []:
-        props = f.get("properties") or {}
-        sid, uri = props.get("scene_id"), props.get("uri")
-        if isinstance(sid, str) and isinstance(uri, str):
-            out[sid] = SceneRef(sid, uri, shape(f["geometry"]) if f.get("geometry") else None)
-    return out
-
-
-def _plan(chosen: Sequence[RtsObject], crs: Any, scenes: Mapping[str, SceneRef]) -> dict[SceneRef, list[RtsObject]]:
-    """Scene -> its objects (by object id), scenes by id: each object read from the scene of the index whose
-    footprint holds most of it."""
-    from rasterio.warp import transform_geom
-    from shapely.geometry import mapping, shape
-
-    plan: dict[str, list[RtsObject]] = {}
-    for o in chosen:
-        listed = [s for s in o.scene_ids if s in scenes]
-        if not listed:
-            raise ReviewError(
-                f"object {o.object_id}: its scene {', '.join(o.scene_ids) or '(none)'} is not in the campaign's "
-                f"{INDEX_FILE}; map the campaign again (rts map), then export"
-            )
-        best = listed[0]
-        if len(listed) > 1:
-            g = shape(transform_geom(crs, "EPSG:4326", mapping(o.geometry)))
-            areas = [(-(g.intersection(scenes[s].footprint).area if scenes[s].footprint else 0.0), s) for s in listed]
-            best = min(areas)[1]
-        plan.setdefault(best, []).append(o)
-    return {scenes[s]: sorted(plan[s], key=lambda o: o.object_id) for s in sorted(plan)}
 
 
 def _precheck_local_scenes(plan: Mapping[SceneRef, list[RtsObject]], contract: RasterContract) -> None:
@@ -599,11 +498,11 @@ def _write_chip(
     scene: SceneRef,
     crs: Any,
     settings: ChipSettings,
-    placed: tuple[Mapping[int, str | None], Mapping[str, str], list[str] | None],
+    place: Place | None,
     out: Path,
 ) -> str:
     """Write one object's chip and overlay; its work line (the manifest record and the overlay's sha256).
-    ``placed``: the objects' regions, the regions' splits, the inventory ids this object overlaps."""
+    ``place``: the object's region, split and inventory polygons (None: no tiling config)."""
     from rasterio.errors import RasterioError
     from rasterio.warp import transform_geom
     from shapely.geometry import mapping
@@ -621,15 +520,14 @@ def _write_chip(
     chip_rel, svg_rel = f"{CHIPS_DIR}/{o.object_id}.png", f"{CHIPS_DIR}/{o.object_id}.svg"
     write_atomic(out / chip_rel, png)
     write_atomic(out / svg_rel, svg.encode())
-    regions, splits, uids = placed
-    region = regions.get(o.object_id)
     obj = ReviewObject(
         object_id=o.object_id,
         scene_id=scene.scene_id,
         scene_uri=scene.uri,
-        region=region,
-        split=splits.get(region) if region is not None else None,
-        inventory_uids=uids,
+        region=place.region if place else None,
+        regions=place.regions if place else None,
+        split=place.split if place else None,
+        inventory_uids=place.inventory_uids if place else None,
         prob_mean=min(max(o.prob_mean, 0.0), 1.0),
         prob_max=min(max(o.prob_max, 0.0), 1.0),
         ground_area_m2=o.ground_area_m2,

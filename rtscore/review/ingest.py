@@ -39,13 +39,14 @@ from pydantic import Field
 
 from rtscore.config.base import StrictModel
 from rtscore.config.tiling import TilingConfig, load_tiling_config
+from rtscore.data.splits.blocking import SPLIT_ORDER
 from rtscore.data.tiling.rules import check_tiling_config
 from rtscore.data.tiling.run import TilingCounts, TilingManifest, fingerprint, tile_scenes
 from rtscore.data.tiling.state import FINGERPRINT, MANIFEST_JSON, STATE_DIR
 from rtscore.report import md_table
+from rtscore.review.left_out import left_out_areas
 from rtscore.review.manifest import ReviewError
 from rtscore.review.placement import (
-    SPLIT_ORDER,
     HeldOut,
     NewRegions,
     ObjectOutcome,
@@ -87,6 +88,11 @@ class IngestCounts(StrictModel):
         ..., description="split -> {confirmed, false_positives} of the objects added."
     )
     new_train_regions: list[str] = Field(default_factory=list, description="Regions added to train (new_regions).")
+    ignored: int = Field(
+        0,
+        description="The campaign's objects in the cells cut that no label covers (unsure, held out, not judged): "
+        "255 there (rtscore.review.left_out).",
+    )
 
 
 class IngestResult(StrictModel):
@@ -121,10 +127,12 @@ class IngestResult(StrictModel):
         c, t = self.counts, self.tiling
         held = f", {c.left_out_held_out} in val/test regions left out" if c.left_out_held_out else ""
         train = f"; regions added to train: {c.new_train_regions}" if c.new_train_regions else ""
+        ignored = f", {c.ignored} unlabelled object(s) in the cells cut ignored (255)" if c.ignored else ""
         return (
             f"wrote {self.output} (dataset version {self.version}, parent {self.parent}): {c.confirmed} confirmed RTS "
             f"added to the inventory, {c.false_positives} false positives cut as hard negatives, {c.unsure} unsure "
-            f"left out{held}{train}; {t.tiles} tiles ({t.positive} positive, {t.negative} negative){self.next_step()}"
+            f"left out{held}{ignored}{train}; {t.tiles} tiles ({t.positive} positive, {t.negative} negative)"
+            + self.next_step()
         )
 
     def next_step(self) -> str:
@@ -188,12 +196,12 @@ def ingest_review(
     out = Path(output).expanduser().absolute()
     _check_output(out, parent.root)
     plan = place_objects(src, cfg, cfg_path, held_out=held_out, new_regions=new_regions)
-    check_tile_regions(plan, cfg, parent.root)
-    check_footprints(plan, cfg, parent.root, src.verdicts_path, min_distance_m)
+    rnd = _Round(src, cfg, parent, plan)
+    _check_and_complete(rnd, min_distance_m)
     pipeline = pipeline_doc(Path(pipeline_config), out) if pipeline_config is not None else None
     name = _version(parent, version)
-    counts = _counts(plan)
-    verdict_name, tile_yaml, manifest = _write_version(out, _Round(src, cfg, parent, plan), name, counts, pipeline)
+    counts = _counts(plan, src.header.review_id)
+    verdict_name, tile_yaml, manifest = _write_version(out, rnd, name, counts, pipeline)
     result = IngestResult(
         version=name,
         output=str(out),
@@ -236,6 +244,15 @@ class _Round:
     cfg: TilingConfig
     parent: Parent
     plan: Plan
+
+
+def _check_and_complete(rnd: _Round, min_distance_m: float) -> None:
+    """The placed objects checked against the parent (regions, spatial blocking), then the campaign's unlabelled
+    objects in the cells they cut (``plan.ignore_areas``, rtscore.review.left_out)."""
+    plan = rnd.plan
+    check_tile_regions(plan, rnd.cfg, rnd.parent.root)
+    check_footprints(plan, rnd.cfg, rnd.parent.root, rnd.src.verdicts_path, min_distance_m)
+    plan.ignore_areas = left_out_areas(plan, rnd.src, rnd.cfg)
 
 
 def _write_version(
@@ -325,7 +342,7 @@ def _version(parent: Parent, given: str | None) -> str:
     return f"{m[1]}+r{int(m[2]) + 1}" if m else f"{base}+r1"
 
 
-def _counts(plan: Plan) -> IngestCounts:
+def _counts(plan: Plan, rid: str) -> IngestCounts:
     outcomes = [p.outcome for p in plan.objects if p.outcome is not None]
     per_split: dict[str, dict[str, int]] = {}
     for o in outcomes:
@@ -340,6 +357,7 @@ def _counts(plan: Plan) -> IngestCounts:
         left_out_held_out=sum(o.outcome == "left_out_held_out" for o in outcomes),
         per_split=dict(sorted(per_split.items(), key=lambda kv: SPLIT_ORDER.get(kv[0], 9))),
         new_train_regions=plan.new_train_regions,
+        ignored=sum(props.get("review_id") == rid for props, _ in plan.ignore_areas),
     )
 
 

@@ -102,8 +102,17 @@ class ReviewObject(StrictModel):
     object_id: int = Field(..., ge=1, description="The campaign's object id (objects.gpkg).")
     scene_id: str = Field(..., description="The scene the chip is read from.")
     scene_uri: str = Field(..., description="That scene's raster, as the campaign mapped it.")
-    region: str | None = Field(None, description="The region of the grid cell holding the object's centroid.")
-    split: str | None = Field(None, description="The split of that region (None: no tiling config or no split).")
+    region: str | None = Field(
+        None, description="The region of the grid cell holding the object's representative point (a point inside it)."
+    )
+    regions: list[str] | None = Field(
+        None, description="Every region of the grid cells the object touches (None: no tiling config, or before)."
+    )
+    split: str | None = Field(
+        None,
+        description="The strictest split (test, val, train) of those regions, as ingest places the object (None: no "
+        "tiling config or no split).",
+    )
     inventory_uids: list[str] | None = Field(
         None,
         description="The ids of the tiling config's inventory polygons the object overlaps (a shared area, not only "
@@ -133,8 +142,8 @@ def object_facts(obj: ReviewObject) -> dict[str, Any]:
     return obj.model_dump(
         mode="json",
         include={
-            "object_id", "scene_id", "region", "split", "inventory_uids", "prob_mean", "prob_max", "ground_area_m2",
-            "size_bin", "partial", "pixel_ground_m",
+            "object_id", "scene_id", "region", "regions", "split", "inventory_uids", "prob_mean", "prob_max",
+            "ground_area_m2", "size_bin", "partial", "pixel_ground_m",
         },
     )  # fmt: skip
 

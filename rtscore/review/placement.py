@@ -23,17 +23,17 @@ from rtscore.data.raster.warp import MANIFEST_SUFFIX as WARP_RECORD
 from rtscore.data.raster.warp import WarpedScene, warp_identity
 from rtscore.data.splits.blocking import BlockingError, Bounds, check_blocking, data_root_footprints
 from rtscore.data.tiling.inventory import Inventory, RegionOf, read_inventory
-from rtscore.data.tiling.pixels import GridCell, grid_cells
+from rtscore.data.tiling.pixels import GridCell
 from rtscore.data.tiling.scenes import scene_paths
 from rtscore.data.tiling.state import METADATA_CSV
 from rtscore.review.manifest import ReviewError, ReviewObject
+from rtscore.review.regions import RegionPlacer, grid_geometry, home_region, strictest_split, touched_cells
 from rtscore.review.review_inputs import ReviewInputs
 from rtscore.review.verdicts import Verdict
 
 log = logging.getLogger(__name__)
 
 HELD_OUT = ("val", "test")
-SPLIT_ORDER = {"train": 0, "val": 1, "test": 2}  # an object in cells of several splits takes the strictest
 
 HeldOut = Literal["refuse", "skip", "add"]
 NewRegions = Literal["refuse", "train"]
@@ -45,7 +45,9 @@ class ObjectOutcome(StrictModel):
 
     object_id: int
     verdict: Literal["rts", "not_rts", "unsure"]
-    region: str | None = Field(None, description="The region of the cell holding the object (None: unsure).")
+    region: str | None = Field(
+        None, description="The region of the cell holding the object's representative point (None: unsure)."
+    )
     split: str | None = Field(None, description="The strictest split of the cells it touches (None: unsure).")
     regions: list[str] = Field(default_factory=list, description="Every region of the cells it touches.")
     outcome: Outcome = Field(
@@ -90,6 +92,7 @@ class Plan:
     earlier_areas: list[dict[str, Any]]  # the earlier round's focus areas (grid CRS features), kept in focus
     inventory: Inventory
     cell_regions: dict[tuple[int, int], str | None]
+    ignore_areas: list[tuple[dict[str, Any], Any]] = field(default_factory=list)  # rtscore.review.left_out
 
 
 def place_objects(
@@ -120,17 +123,14 @@ def place_objects(
 def _place_on_grid(
     src: ReviewInputs, cfg: TilingConfig, inventory: Inventory
 ) -> tuple[list[PlacedObject], dict[tuple[int, int], str | None]]:
-    """Every judged object (in the verdicts' order) with the grid cells it touches and their regions.
+    """Every judged object (in the verdicts' order) with the grid cells it touches and their regions
+    (rtscore.review.regions, the rule the review page showed).
 
     An unsure object gets its outcome at once and no cells: nothing of it is cut. Each cell's region is asked of
     ``RegionOf`` once and kept (the second value), so objects sharing a cell agree and ingest reuses the answer.
     """
-    import shapely
-
-    region_of = RegionOf(cfg, inventory)
-    ts, px = cfg.grid.tile_size, cfg.grid.pixel_size
+    placer = RegionPlacer(cfg, src.header.campaign.crs_wkt, inventory, {})
     placed: list[PlacedObject] = []
-    cell_regions: dict[tuple[int, int], str | None] = {}
     for v in src.verdict_set.verdicts:
         p = PlacedObject(src.objects[v.object_id], v)
         placed.append(p)
@@ -138,12 +138,9 @@ def _place_on_grid(
             p.outcome = ObjectOutcome(object_id=v.object_id, verdict="unsure", outcome="left_out_unsure")
             continue
         p.geom = _grid_geometry(p.obj, src, cfg.grid.crs)
-        p.cells = [c for c in grid_cells(p.geom.bounds, ts, px) if p.geom.intersects(shapely.box(*c.bounds))]
-        for c in p.cells:
-            if (c.col, c.row) not in cell_regions:
-                cell_regions[(c.col, c.row)] = region_of(c, inventory.touching(c))
-        p.cell_regions = [cell_regions[(c.col, c.row)] for c in p.cells]
-    return placed, cell_regions
+        p.cells = touched_cells(p.geom, cfg)
+        p.cell_regions = [placer.cell_region(c) for c in p.cells]
+    return placed, placer.cells
 
 
 def _check_in_regions(judged: list[PlacedObject], src: ReviewInputs, cfg: TilingConfig, cfg_path: Path) -> None:
@@ -213,8 +210,8 @@ def _decide_outcomes(
     missing: list[str] = []
     for p in judged:
         regions = [str(r) for r in p.cell_regions]
-        home = _home_region(p, cfg)
-        split = max((split_of[r] for r in regions), key=lambda s: SPLIT_ORDER.get(s, 0))
+        home = str(home_region(p.geom, p.cells, p.cell_regions))
+        split = strictest_split(regions, split_of)
         skip = p in held and held_out == "skip"
         outcome: Outcome = (
             "left_out_held_out" if skip else "confirmed" if p.verdict.verdict == "rts" else "hard_negative"
@@ -319,24 +316,11 @@ def _grid_geometry(obj: ReviewObject, src: ReviewInputs, grid_crs: str) -> Any:
     """The object's outline (manifest geometry_wkt, campaign CRS) on the grid CRS."""
     import shapely
     from rasterio.crs import CRS
-    from rasterio.warp import transform_geom
 
     try:
-        geom = shapely.from_wkt(obj.geometry_wkt)
-        moved = transform_geom(CRS.from_wkt(src.header.campaign.crs_wkt), grid_crs, shapely.geometry.mapping(geom))
+        return grid_geometry(shapely.from_wkt(obj.geometry_wkt), CRS.from_wkt(src.header.campaign.crs_wkt), grid_crs)
     except Exception as err:  # shapely's and PROJ's errors for a broken outline or CRS
         raise ReviewError(f"{src.manifest_path}: object {obj.object_id}: geometry_wkt unusable ({err})") from None
-    return shapely.make_valid(shapely.geometry.shape(moved))
-
-
-def _home_region(p: PlacedObject, cfg: TilingConfig) -> str:
-    """The region of the cell holding the object's representative point (inside it)."""
-    point = p.geom.representative_point()
-    for c, r in zip(p.cells, p.cell_regions, strict=True):
-        x0, y0, x1, y1 = c.bounds
-        if x0 <= point.x < x1 and y0 <= point.y < y1:
-            return str(r)
-    return str(p.cell_regions[0])
 
 
 def _listed(items: list[str], most: int = 20) -> str:

@@ -111,8 +111,14 @@ def write_inventory(path: Path, plan: Plan, cfg: TilingConfig, rid: str) -> None
     _write_layer(path, geoms, columns, cfg.grid.crs)
 
 
-AREA_TEXT = ("verdict", "region", "split", "review_id", "scene")
+AREA_TEXT = ("verdict", "outcome", "region", "split", "review_id", "scene")
+AREA_IGNORE = "ignore"  # areas.gpkg: 1 on an area that cuts no cell and is 255 in the cells the others cut
 AREA_SCENE = "scene"  # areas.gpkg: the file name of the scene each area is cut from (focus.scene_column)
+
+
+def is_ignore_area(props: dict[str, Any] | None) -> bool:
+    """Whether an area of ``areas.gpkg`` (its properties) is an ignore area (``AREA_IGNORE`` set)."""
+    return bool(int((props or {}).get(AREA_IGNORE) or 0))
 
 
 def write_areas(path: Path, plan: Plan, crs: str, rid: str) -> None:
@@ -123,15 +129,22 @@ def write_areas(path: Path, plan: Plan, crs: str, rid: str) -> None:
     import numpy as np
     import shapely
 
-    rows = [(dict(f["properties"]), shapely.geometry.shape(f["geometry"])) for f in plan.earlier_areas]
+    rows = [
+        (dict(f["properties"]), shapely.geometry.shape(f["geometry"]))
+        for f in plan.earlier_areas
+        if not is_ignore_area(f.get("properties"))  # those still unjudged are in plan.ignore_areas
+    ]
     for p in plan.objects:
         if p.included and p.outcome is not None:
             o = p.outcome
-            props = {"object_id": o.object_id, "verdict": o.verdict, "region": o.region, "split": o.split}
-            rows.append(({**props, "review_id": rid, AREA_SCENE: p.scene.name if p.scene else ""}, p.geom))
+            props = {"object_id": o.object_id, "verdict": o.verdict, "outcome": o.outcome, "region": o.region}
+            props.update(split=o.split, review_id=rid, **{AREA_SCENE: p.scene.name if p.scene else ""})
+            rows.append((props, p.geom))
+    rows += plan.ignore_areas
     columns = {
         "object_id": np.array([int(r.get("object_id") or 0) for r, _ in rows], dtype=np.int64),
         **{k: np.array([str(r.get(k) or "") for r, _ in rows], dtype=object) for k in AREA_TEXT},
+        AREA_IGNORE: np.array([int(r.get(AREA_IGNORE) or 0) for r, _ in rows], dtype=np.int64),
     }
     _write_layer(path, [g for _, g in rows], columns, crs)
 
@@ -153,8 +166,9 @@ def next_tiling_config(cfg: TilingConfig, plan: Plan, lineage: dict[str, Any]) -
         doc["regions"] = {"column": GROUP_COLUMN}
     doc["scenes"] = [*cfg.scenes, *plan.added_scenes]
     doc.pop("focus", None)
-    if plan.focus_scenes:
-        doc["focus"] = {"path": AREAS_FILE, "scenes": plan.focus_scenes, "scene_column": AREA_SCENE}
+    if plan.focus_scenes or plan.ignore_areas:
+        focus = {"path": AREAS_FILE, "scenes": plan.focus_scenes, "scene_column": AREA_SCENE}
+        doc["focus"] = {**focus, "ignore_column": AREA_IGNORE}
     doc["splits"] = plan.splits
     doc["output"] = ".."
     doc["lineage"] = lineage

@@ -196,15 +196,16 @@ def test_uncertain_takes_the_packages_threshold_and_extras_run_after_the_manifes
     assert strat.selection.threshold == 0.5 and strat.n_objects == 6
 
 
-def test_regions_and_splits_come_from_the_tiling_grid_cell_of_the_centroid(
-    campaign: tuple[Path, Path], tmp_path: Path
-) -> None:
+def test_regions_and_splits_are_those_ingest_gives_the_object(campaign: tuple[Path, Path], tmp_path: Path) -> None:
+    """The page shows what ingest does (issue 38): the region of the cell holding a point inside the object, and the
+    strictest split of every cell it touches: an object across the train/test border is a test object."""
     c, pkg = campaign
     span = 128 * PIXEL
-    border = math.floor((ORIGIN_X + SIDE * PIXEL) / span) * span  # a grid line near the scenes' shared edge
+    _, objects = read_objects(c / "objects.gpkg")
+    lines = [math.ceil(o.geometry.bounds[0] / span) * span for o in objects]
+    border = next(x for x, o in zip(lines, objects, strict=True) if x < o.geometry.bounds[2])  # a grid line across one
     west, east = shapely.box(ORIGIN_X - 1e4, 1e7, border, 1.2e7), shapely.box(border, 1e7, ORIGIN_X + 1e4, 1.2e7)
     names = np.array(["west", "east", "far"], dtype=object)
-    _, objects = read_objects(c / "objects.gpkg")
     overlapping = shapely.buffer(objects[2].geometry, PIXEL)  # object 3 and any close neighbour
     top = max(objects[3].geometry.exterior.coords if objects[3].geometry.geom_type == "Polygon" else
               objects[3].geometry.geoms[0].exterior.coords, key=lambda xy: xy[1])  # fmt: skip
@@ -232,12 +233,16 @@ def test_regions_and_splits_come_from_the_tiling_grid_cell_of_the_centroid(
         str(c), str(pkg), str(tmp_path / "r"), Selection(), tiling_config=str(tmp_path / "tile.yaml")
     )
     assert header.tiling is not None and header.tiling.splits == cfg["splits"]
-    centroid_x = {o.object_id: o.geometry.centroid.x for o in objects}
     by_id = {o.object_id: o.geometry for o in objects}
+    across = 0
     for o in iter_objects(tmp_path / "r" / MANIFEST_FILE):
-        want = "west" if centroid_x[o.object_id] < border else "east"
-        assert (o.region, o.split) == (want, "train" if want == "west" else "test")
+        g = by_id[o.object_id]
+        regions = [r for r, on_side in (("east", g.bounds[2] > border), ("west", g.bounds[0] < border)) if on_side]
+        home = "west" if g.representative_point().x < border else "east"
+        assert (o.region, o.regions, o.split) == (home, regions, "test" if "east" in regions else "train")
+        across += len(regions) == 2
         # the inventory polygons it overlaps: a shared area, not a touching vertex
         overlaps = shapely.intersection(by_id[o.object_id], overlapping).area > 0
         assert o.inventory_uids == (["rts-1"] if overlaps else []), o.object_id
         assert shapely.touches(by_id[o.object_id], touching) == (o.object_id == 4)
+    assert across, "an object across the border: in test, whatever its point's region"

@@ -166,9 +166,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp
 
 
-def export_review(tmp: Path, found: dict[int, shapely.Polygon], scenes: dict[int, Path], name: str = "review") -> Path:
+def export_review(
+    tmp: Path,
+    found: dict[int, shapely.Polygon],
+    scenes: dict[int, Path],
+    name: str = "review",
+    exported: set[int] | None = None,
+) -> Path:
     """A campaign ``tmp/<name>-campaign`` (``tmp/campaign`` for ``review``) that found ``found`` (object id -> UTM
-    outline), each on its scene, and its review export ``tmp/<name>``, every object in it."""
+    outline), each on its scene, and its review export ``tmp/<name>``, every object in it (``exported``: those)."""
     campaign = tmp / ("campaign" if name == "review" else f"{name}-campaign")
     write_objects(campaign / "objects.gpkg", [rts_object(k, g, scenes[k].stem) for k, g in found.items()], UTM)
     (campaign / "summary.json").write_text(json.dumps({"mapping_identity": {"package_sha256": PACKAGE}}))
@@ -178,9 +184,9 @@ def export_review(tmp: Path, found: dict[int, shapely.Polygon], scenes: dict[int
         package_sha256=PACKAGE,
         crs_wkt=CRS.from_user_input(UTM).to_wkt(),
     )
-    objects = [review_object(k, g, str(scenes[k])) for k, g in found.items()]
+    objects = [review_object(k, g, str(scenes[k])) for k, g in found.items() if exported is None or k in exported]
     header = ReviewHeader(
-        review_id=review_id(ref, Selection(), list(found)),
+        review_id=review_id(ref, Selection(), [o.object_id for o in objects]),
         campaign=ref,
         selection=Selection(),
         chips=ChipSettings(),
@@ -308,6 +314,7 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
         "path": "areas.gpkg",
         "scenes": [f"{from_round}/b.tif"],
         "scene_column": "scene",  # each focus scene cut around its own objects only (issue 38)
+        "ignore_column": "ignore",  # unlabelled objects in the cells cut: 255 (tests/review/test_left_out.py)
     }
     assert tile_yaml["scenes"] == [f"{from_round}/scenes/a.tif", f"{from_round}/b.tif"]
     assert tile_yaml["lineage"]["parent"] == f"{from_round}/tiles"
@@ -606,7 +613,8 @@ def test_a_first_round_on_new_ground_with_regions_from_a_column_is_not_refused_f
     (world / "tile-new.yaml").write_text(yaml.safe_dump(doc))
     tile_scenes(load_tiling_config(world / "tile-new.yaml"), world / "tiles-new")
     v = write_verdicts(tmp_path / "v.geojson", verdict_doc(world, {1: "rts", 3: "not_rts"}))
-    result = ingest_review(str(world / "review"), v, str(world / "tile-new.yaml"), str(tmp_path / "r2"), held_out="skip")
+    config = str(world / "tile-new.yaml")
+    result = ingest_review(str(world / "review"), v, config, str(tmp_path / "r2"), held_out="skip")
     outcomes = {o.object_id: (o.outcome, o.split) for o in result.objects}
     assert outcomes == {1: ("confirmed", "train"), 3: ("left_out_held_out", "test")}
     rows = {r["Tile_id"]: r for r in metadata(tmp_path / "r2")}

@@ -64,19 +64,28 @@ def judge_in_the_browser(review: Path, truth: list[Any], out: Path, pressed: dic
     assert errors == []
 
 
-def labels_under(work: Path) -> dict[int, tuple[str, list[int]]]:
-    """Each judged object of round 2 (``tiles-r2/review/areas.gpkg``): its verdict and the label values of round 2's
-    new tiles (region ``south``) under it, pixels whose centre lies inside it (the labels' rule); [] where no new
-    tile holds a pixel of it."""
-    import numpy as np
+def area_rows(work: Path, ignore: int) -> dict[int, tuple[str, Any]]:
+    """The areas of round 2 (``tiles-r2/review/areas.gpkg``, EPSG:3857, the tiles' CRS): the judged objects added
+    (``ignore`` 0) or the unlabelled objects in their cells (1): object id -> (verdict, geometry)."""
     import pyogrio
-    import rasterio
     import shapely
+
+    meta, _, geoms, fields = pyogrio.raw.read(work / "tiles-r2" / "review" / "areas.gpkg")
+    c = dict(zip(meta["fields"], fields, strict=True))
+    rows = zip(c["object_id"], c["verdict"], c["ignore"], geoms, strict=True)
+    return {int(oid): (str(v), shapely.from_wkb(g)) for oid, v, flag, g in rows if int(flag) == ignore}
+
+
+def labels_under(work: Path, ignore: int = 0) -> dict[int, tuple[str, list[int]]]:
+    """Each judged object of round 2 (:func:`area_rows`; ``ignore`` 1: each unlabelled one): its verdict and the
+    label values of round 2's new tiles (region ``south``) under it, pixels whose centre lies inside it (the labels'
+    rule); [] where no new tile holds a pixel of it."""
+    import numpy as np
+    import rasterio
     from rasterio.features import geometry_mask
 
     root = work / "tiles-r2"
-    _, _, geoms, fields = pyogrio.raw.read(root / "review" / "areas.gpkg")  # EPSG:3857, the tiles' CRS
-    objects = {int(oid): (str(v), shapely.from_wkb(g)) for oid, v, g in zip(fields[0], fields[1], geoms, strict=True)}
+    objects = area_rows(work, ignore)
     with (root / "metadata.csv").open(newline="") as fh:
         new_tiles = [r["Tile_id"] for r in csv.DictReader(fh) if r["RegionName"] == "south"]
     values: dict[int, list[int]] = {oid: [] for oid in objects}
@@ -91,12 +100,10 @@ def labels_under(work: Path) -> dict[int, tuple[str, list[int]]]:
 
 def judged_cells(work: Path) -> set[str]:
     """The tiles of either round whose footprint holds part of a judged object (``tiles-r2/review/areas.gpkg``)."""
-    import pyogrio
     import rasterio
     import shapely
 
-    _, _, geoms, _ = pyogrio.raw.read(work / "tiles-r2" / "review" / "areas.gpkg")  # EPSG:3857, the tiles' CRS
-    areas = shapely.union_all(shapely.from_wkb(geoms))
+    areas = shapely.union_all([g for _, g in area_rows(work, 0).values()])
     cells = set()
     for root in (work / "tiles", work / "tiles-r2"):
         for label in (root / "labels").glob("*.tif"):
@@ -118,6 +125,10 @@ def assert_round_two_holds_the_verdicts(work: Path, pressed: dict[int, str]) -> 
     confirmed = {oid for oid, v in pressed.items() if v == "rts"}
     ingest = json.loads((work / "tiles-r2" / "review" / "ingest.json").read_text())
     outcomes = {o["object_id"]: (o["outcome"], o["split"]) for o in ingest["objects"]}
+    shown = {o.object_id: (o.region, o.regions) for o in iter_objects(work / "review" / MANIFEST_FILE)}
+    assert all(shown[o["object_id"]] == (o["region"], o["regions"]) for o in ingest["objects"]), (
+        "the page showed each judged object in the region(s) ingest placed it in"
+    )
     assert outcomes == {oid: ("confirmed" if v == "rts" else "hard_negative", "train") for oid, v in pressed.items()}, (
         "every judged object went to train: confirmed RTS or a hard negative"
     )
@@ -146,6 +157,10 @@ def assert_round_two_holds_the_verdicts(work: Path, pressed: dict[int, str]) -> 
         assert set(values) <= ({1, 255} if verdict == "rts" else {0, 255}), (oid, verdict, values)
     assert any(1 in values for _, values in under.values()), "a confirmed object labelled RTS in a new tile"
     assert any(0 in values for v, values in under.values() if v == "not_rts"), "a hard negative labelled 0"
+    # the campaign's other objects in those tiles (not judged): ignored, never background (issue 38)
+    unlabelled = labels_under(work, ignore=1)
+    assert any(values == [255] for _, values in unlabelled.values()), unlabelled
+    assert all(set(values) <= {255} for _, values in unlabelled.values()), unlabelled
     # round 2 trains on round 1's training tiles and the new ones; validates and tests on the same tiles
     splits = [
         json.loads((work / run / "validation" / "report.json").read_text())["splits"] for run in ("run-1", "run-2")

@@ -26,6 +26,7 @@ from rtscore.mapping.objects_layer import read_objects, write_objects
 from rtscore.mapping.polygons import RtsObject
 from rtscore.review.manifest import MANIFEST_FILE, Selection, iter_objects
 from rtscore.review.objects_columns import ObjectColumns, centroids, read_columns, read_rows
+from rtscore.review.regions import RegionPlacer
 from rtscore.review.select import PROB_BINS, Attributes, allocate, select, select_rows
 
 N_LAYER = 300
@@ -90,12 +91,16 @@ def reference_regions(objects: Sequence[RtsObject], crs: Any, cfg: Any) -> tuple
     return out, inventory
 
 
-def reference_choose(layer: ObjectColumns, selection: Selection, cfg: Any) -> tuple[Any, Any, Any, Any]:
-    """export._choose as it was: read_objects, every object's region, select()."""
+def reference_choose(layer: ObjectColumns, selection: Selection, cfg: Any) -> tuple[Any, Any]:
+    """export._choose as it was: read_objects, every object's region, select(); the chosen objects placed by their
+    outlines (rtscore.review.regions, the rule ingest uses)."""
     _, objects = read_objects(layer.path)
     regions, inventory = reference_regions(objects, layer.crs, cfg) if cfg is not None else ({}, None)
-    splits = region_splits(cfg.splits) if cfg is not None and cfg.splits else {}
-    return reference_select(objects, selection, regions), regions, splits, inventory
+    chosen = reference_select(objects, selection, regions)
+    if cfg is None:
+        return chosen, {}
+    placer = RegionPlacer(cfg, layer.crs, inventory, region_splits(cfg.splits) if cfg.splits else {})
+    return chosen, {o.object_id: placer.place(o.geometry) for o in chosen}
 
 
 # ------------------------------------------------------------------------------------------------ a layer

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,11 +171,13 @@ class RegionOf:
 @dataclass
 class Focus:
     """Config ``focus``: the scenes cut only in the grid cells touching one of its areas (on the grid CRS); with
-    ``scene_column``, each scene only around its own areas (``own``: resolved scene -> STRtree of them)."""
+    ``scene_column``, each scene only around its own areas (``own``: resolved scene -> STRtree of them). With
+    ``ignore_column``, the areas it marks (``ignore``) cut no cell: they are 255 in the cells the others cut."""
 
     scenes: set[Path]  # resolved
-    tree: Any  # shapely STRtree of the areas
+    tree: Any  # shapely STRtree of the areas that cut cells
     own: dict[Path, Any] | None = None
+    ignore: Any = None  # shapely STRtree of the ignore areas (None: none)
     _resolved: dict[Path, Path] = field(default_factory=dict)
 
     def _path(self, scene: Path) -> Path:
@@ -197,6 +199,15 @@ class Focus:
     def gives(self, scene: Path, cell: GridCell) -> bool:
         """Whether ``scene`` gives ``cell`` pixels: a scene not in focus always, a focus scene near its areas."""
         return not self.only_near(scene) or self.touches(cell, scene)
+
+    def ignored(self, cell: GridCell) -> list[Any]:
+        """The ignore areas in ``cell`` when it touches an area (a cell cut for the judged objects); else none: a
+        cell away from them is cut as without focus."""
+        import shapely
+
+        if self.ignore is None or not self.touches(cell):
+            return []
+        return [self.ignore.geometries[i] for i in self.ignore.query(shapely.box(*cell.bounds), predicate="intersects")]
 
 
 def cell_scenes(focus: Focus | None, cell: GridCell, scenes: list[Scene]) -> list[Scene]:
@@ -231,14 +242,31 @@ def read_focus(cfg: TilingConfig) -> Focus | None:
     strays = sorted(str(p) for p in focused - every)
     if strays:
         raise TilingError(f"focus.scenes: {strays} not among the config's scenes; list them in scenes too")
-    column = cfg.focus.scene_column
-    if column is None:
-        return Focus(focused, shapely.STRtree(areas))
-    if features and column not in (features[0].get("properties") or {}):
-        raise TilingError(f"focus.scene_column: {path} has no column {column!r}")
-    names = [str((f.get("properties") or {}).get(column) or "").strip() for f in features]
+    marked = [_flag(v) for v in _column(features, path, "ignore_column", cfg.focus.ignore_column)]
+    ignore = [a for a, m in zip(areas, marked, strict=True) if m]
+    ignore_tree = shapely.STRtree(ignore) if ignore else None
+    features = [f for f, m in zip(features, marked, strict=True) if not m]
+    areas = [a for a, m in zip(areas, marked, strict=True) if not m]
+    tree = shapely.STRtree(areas)
+    if cfg.focus.scene_column is None:
+        return Focus(focused, tree, ignore=ignore_tree)
+    names = [str(v or "").strip() for v in _column(features, path, "scene_column", cfg.focus.scene_column)]
     own = {s: shapely.STRtree([a for a, n in zip(areas, names, strict=True) if n in ("", s.name)]) for s in focused}
-    return Focus(focused, shapely.STRtree(areas), own)
+    return Focus(focused, tree, own, ignore_tree)
+
+
+def _column(features: list[dict[str, Any]], path: Path, key: str, column: str | None) -> list[Any]:
+    """Each feature's value of ``column`` (config ``focus.<key>``; all None without one), refused when absent."""
+    if column is None:
+        return [None] * len(features)
+    if features and column not in (features[0].get("properties") or {}):
+        raise TilingError(f"focus.{key}: {path} has no column {column!r}")
+    return [(f.get("properties") or {}).get(column) for f in features]
+
+
+def _flag(value: Any) -> bool:
+    """An ignore-column value: set unless empty, zero or false."""
+    return value not in (None, "", 0, "0", False, "false", "False")
 
 
 # --------------------------------------------------------------------------------------------- labels
@@ -259,12 +287,15 @@ class TileLabels:
         return format_object_pixels(self.object_pixels)
 
 
-def tile_labels(cell: GridCell, inventory: Inventory, touching: list[int], valid: np.ndarray) -> TileLabels:
+def tile_labels(
+    cell: GridCell, inventory: Inventory, touching: list[int], valid: np.ndarray, ignore: Sequence[Any] = ()
+) -> TileLabels:
     """The tile's labels (docs/inventories.md, "Classes, label types, dates, geometry"): a Positive outline is 1
     where the tile holds it whole on valid pixels, 255 over its extent where the tile edge cuts it or it runs into
     NoData (`rasterize_labels`' partial-object rule); a Positive bounding box, a stale label and a polygon flagged
     ``ignore`` are 255 over their extent; a Negative adds nothing (0 unless a Positive or an ignore is there);
-    NoData pixels are 255; pixels in a polygon's hole are outside it."""
+    NoData pixels are 255; pixels in a polygon's hole are outside it. ``ignore``: further areas (grid CRS) 255 over
+    their extent (:meth:`Focus.ignored`)."""
     from rasterio.features import geometry_mask
 
     n = cell.tile_size
@@ -286,6 +317,9 @@ def tile_labels(cell: GridCell, inventory: Inventory, touching: list[int], valid
         features.append({"type": "Feature", "geometry": f["geometry"], "properties": props, "uid": inventory.uids[i]})
         footprints.append(inside)
     label = rasterize_labels(features, cell.transform, n)
+    if ignore:
+        unlabelled = geometry_mask(list(ignore), out_shape=(n, n), transform=cell.transform, invert=True)
+        label[unlabelled] = IGNORE_INDEX
     label[~valid] = IGNORE_INDEX
     uids, pixels = [], []
     for f, inside in zip(features, footprints, strict=True):

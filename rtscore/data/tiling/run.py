@@ -373,7 +373,8 @@ def _tile_all(root: Path, cfg: TilingConfig, plan: RunPlan, datasets: Datasets) 
         else:
             (root / MANIFEST_JSON).unlink(missing_ok=True)  # "done" again only once this run is done
             scenes = cell_scenes(plan.focus, p.cell, plan.scenes)
-            record = _tile(root, p.cell, scenes, cfg, datasets, plan.inventory, p.touching, p.region)
+            ignore = plan.focus.ignored(p.cell) if plan.focus is not None else []
+            record = _tile(root, p.cell, scenes, cfg, datasets, plan.inventory, p.touching, ignore, p.region)
             write_record(root, record)
         if record.status == "written":
             done.records.append(record)
@@ -482,16 +483,18 @@ def _tile(
     datasets: Datasets,
     inventory: Inventory,
     touching: list[int],
+    ignore: list[Any],
     region: str,
 ) -> TileRecord:
     """Render and write one tile; its record (status written, empty: no valid pixel, or sparse: fewer than
-    min_valid_fraction, not written)."""
+    min_valid_fraction, not written). ``touching``: the inventory polygons touching the cell; ``ignore``: the focus's
+    ignore areas in it."""
     px = render_pixels(cell, scenes, cfg, datasets)
     if px is None:
         return TileRecord(tile_id=cell.tile_id, status="empty", files={})
     if not kept(px, cfg):
         return TileRecord(tile_id=cell.tile_id, status="sparse", files={}, valid_fraction=float(px.valid.mean()))
-    labels = tile_labels(cell, inventory, touching, px.valid)
+    labels = tile_labels(cell, inventory, touching, px.valid, ignore)
     files = write_tile(root, cell, px, labels.label, cfg)
     lon, lat = tile_lonlat(cell, cfg.grid.crs)
     row = {

@@ -120,6 +120,18 @@
     return Math.max(1, Math.floor(Math.min(aw / o.width, ah / o.height)));
   }
 
+  // An object across cells of several regions: its own region and the others its cells touch; its split is the
+  // strictest of theirs (what ingest puts it in), so say so.
+  function regionText(o) {
+    const others = (o.regions || []).filter((r) => r !== o.region);
+    return (o.region ?? "–") + (others.length ? " (also touches " + others.join(", ") + ")" : "");
+  }
+
+  function splitText(o) {
+    const several = (o.regions || []).length > 1;
+    return (o.split ?? "–") + (several && o.split ? " (the strictest of the regions it touches)" : "");
+  }
+
   function renderSingle() {
     const o = OBJS[cur];
     if (!o) return;
@@ -132,7 +144,7 @@
     stage.appendChild(box);
     $("obj-title").textContent = "Object " + o.object_id + "  (" + (cur + 1) + " of " + OBJS.length + ")";
     const rows = [
-      ["object id", o.object_id], ["scene", o.scene_id], ["region", o.region ?? "–"], ["split", o.split ?? "–"],
+      ["object id", o.object_id], ["scene", o.scene_id], ["region", regionText(o)], ["split", splitText(o)],
       ["inventory", o.inventory_uids == null ? "–" : (o.inventory_uids.join(", ") || "none overlapped")],
       ["prob mean", fmt(o.prob_mean, 3)], ["prob max", fmt(o.prob_max, 3)], ["ground area", area(o.ground_area_m2)],
       ["size bin", o.size_bin ?? "–"], ["partial", o.partial ? "yes (cut by the scene edge)" : "no"],
