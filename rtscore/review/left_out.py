@@ -42,8 +42,10 @@ def left_out_areas(plan: Plan, src: ReviewInputs, cfg: TilingConfig) -> list[tup
     if not included:
         return carried
     cells = shapely.STRtree([shapely.box(*c.bounds) for p in plan.objects if p.included for c in p.cells])
-    earlier = (shapely.geometry.shape(f["geometry"]) for f in plan.earlier_areas)
-    known = shapely.STRtree([*plan.inventory.geoms, *earlier])
+    judged_before = [
+        shapely.geometry.shape(f["geometry"]) for f in plan.earlier_areas if not is_ignore_area(f.get("properties"))
+    ]
+    known = shapely.STRtree([*plan.inventory.geoms, *judged_before, *(g for _, g in carried)])
     outcomes = {p.obj.object_id: p for p in plan.objects if p.outcome is not None}
     fresh = []
     for oid, geom in _campaign_objects(src, cfg, cells):
@@ -59,7 +61,9 @@ def left_out_areas(plan: Plan, src: ReviewInputs, cfg: TilingConfig) -> list[tup
 
 def _campaign_objects(src: ReviewInputs, cfg: TilingConfig, cells: Any) -> list[tuple[int, Any]]:
     """The objects of the campaign's layer touching a cell of ``cells`` (an STRtree of grid-CRS boxes): id and
-    outline on the grid CRS, by id. The layer is read through a mask of the cells (its spatial index), not whole."""
+    outline on the grid CRS, by id. The layer is read through its spatial index, one bounding box per cluster of
+    touching cells, never whole: a pan-Arctic review's cells are scattered, and one box around them all would read
+    every object."""
     import pyogrio
     import shapely
     from rasterio.crs import CRS
@@ -68,14 +72,18 @@ def _campaign_objects(src: ReviewInputs, cfg: TilingConfig, cells: Any) -> list[
     root = CampaignRoot(src.campaign)
     path = root.fetch(OBJECTS_FILE) or Path(root.path(OBJECTS_FILE))
     crs = CRS.from_wkt(src.header.campaign.crs_wkt)
-    boxes = [shapely.box(*transform_bounds(cfg.grid.crs, crs, *b.bounds, densify_pts=21)) for b in cells.geometries]
-    try:
-        _, _, wkbs, fields = pyogrio.raw.read(path, columns=["object_id"], mask=shapely.union_all(boxes))
-    except Exception as err:  # pyogrio's DataSourceError/FieldError: GDAL's reason inside
-        why = f"{type(err).__name__}: {err}"
-        raise ReviewError(f"{root.uri_of(OBJECTS_FILE)}: objects layer unreadable ({why})") from None
+    clusters = shapely.get_parts(shapely.union_all(list(cells.geometries)))
+    found: dict[int, bytes] = {}
+    for cluster in clusters:
+        bbox = transform_bounds(cfg.grid.crs, crs, *cluster.bounds, densify_pts=21)
+        try:
+            _, _, wkbs, fields = pyogrio.raw.read(path, columns=["object_id"], bbox=bbox)
+        except Exception as err:  # pyogrio's DataSourceError/FieldError: GDAL's reason inside
+            why = f"{type(err).__name__}: {err}"
+            raise ReviewError(f"{root.uri_of(OBJECTS_FILE)}: objects layer unreadable ({why})") from None
+        found.update(zip((int(v) for v in fields[0].tolist()), wkbs, strict=True))
     out = []
-    for oid, wkb in sorted(zip(fields[0].tolist(), wkbs, strict=True), key=lambda t: int(t[0])):
+    for oid, wkb in sorted(found.items()):
         moved = transform_geom(crs, cfg.grid.crs, shapely.geometry.mapping(shapely.from_wkb(wkb)))
         geom = shapely.make_valid(shapely.geometry.shape(moved))
         if len(cells.query(geom, "intersects")):
