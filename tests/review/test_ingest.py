@@ -86,10 +86,11 @@ OBJECTS = {
 SPLITS = {"train": ["west", "north"], "test": ["east"]}
 
 
-def write_regions(path: Path) -> None:
+def write_regions(path: Path, boxes: dict[str, shapely.Polygon] | None = None) -> None:
+    """A region file (UTM boxes by name): scene A's west and east, scene B's north and south unless ``boxes``."""
     import pyogrio
 
-    boxes = {
+    boxes = boxes or {
         "west": shapely.box(X0 - 3000, Y0 - 5000, X0 + 576, Y0 + 3000),
         "east": shapely.box(X0 + 576, Y0 - 5000, X0 + 1464, Y0 + 3000),
         "north": shapely.box(X0 + 1464, Y0 - 576, X0 + 6000, Y0 + 3000),

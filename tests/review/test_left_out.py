@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import shapely
 import yaml
@@ -34,6 +33,7 @@ from tests.review.test_ingest import (
     over,
     tile_label,
     verdict_doc,
+    write_regions,
     write_verdicts,
 )
 
@@ -55,24 +55,12 @@ FAR = blob(CX, CY - 600, 25, 35)  # two cells south: found, not judged, in no ce
 FOUND = {1: H, 2: U, 3: X, 4: S, 5: FAR}
 
 
-def write_regions(path: Path) -> None:
-    import pyogrio
-
-    boxes = {
-        "west": shapely.box(X0 - 3000, Y0 - 5000, X0 + 576, Y0 + 3000),
-        "east": shapely.box(X0 + 576, Y0 - 5000, X0 + 1464, Y0 + 3000),
-        "bwest": shapely.box(X0 + 1464, Y0 - 5000, WX1, Y0 + 3000),
-        "beast": shapely.box(WX1, Y0 - 5000, X0 + 6000, Y0 + 3000),
-    }
-    pyogrio.raw.write(
-        path,
-        geometry=np.array([shapely.to_wkb(b) for b in boxes.values()], dtype=object),
-        field_data=[np.array(list(boxes), dtype=object)],
-        fields=["name"],
-        crs=UTM,
-        driver="GPKG",
-        geometry_type="Polygon",
-    )
+REGIONS = {
+    "west": shapely.box(X0 - 3000, Y0 - 5000, X0 + 576, Y0 + 3000),
+    "east": shapely.box(X0 + 576, Y0 - 5000, X0 + 1464, Y0 + 3000),
+    "bwest": shapely.box(X0 + 1464, Y0 - 5000, WX1, Y0 + 3000),
+    "beast": shapely.box(WX1, Y0 - 5000, X0 + 6000, Y0 + 3000),
+}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +70,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_scene(tmp / "scenes" / "a.tif", X0, INVENTORY, size=SIZE, gsd=GSD, seed=1)
     write_scene(tmp / "b.tif", XB, list(FOUND.values()), size=SIZE, gsd=GSD, seed=2)
     write_gpkg(tmp / "rts.gpkg", INVENTORY, ["x"] * len(INVENTORY))
-    write_regions(tmp / "regions.gpkg")
+    write_regions(tmp / "regions.gpkg", REGIONS)
     doc = {
         "scenes": ["scenes/a.tif"],
         "polygons": {"path": "rts.gpkg", "id_column": "UID"},
