@@ -46,9 +46,9 @@ class ObjectOutcome(StrictModel):
     object_id: int
     verdict: Literal["rts", "not_rts", "unsure"]
     region: str | None = Field(
-        None, description="The region of the cell holding the object's representative point (None: unsure)."
+        None, description="The region of the cell holding the object's representative point (None: in no region)."
     )
-    split: str | None = Field(None, description="The strictest split of the cells it touches (None: unsure).")
+    split: str | None = Field(None, description="The strictest split of the cells it touches (None: no split).")
     regions: list[str] = Field(default_factory=list, description="Every region of the cells it touches.")
     outcome: Outcome = Field(
         ...,
@@ -106,7 +106,7 @@ def place_objects(
         )
     split_of = region_splits(cfg.splits)
     inventory = read_inventory(cfg)
-    placed, cell_regions = _place_on_grid(src, cfg, inventory)
+    placed, cell_regions = _place_on_grid(src, cfg, inventory, split_of)
     judged = [p for p in placed if p.verdict.verdict != "unsure"]
     _check_in_regions(judged, src, cfg, cfg_path)
     new_train = _new_train_regions(judged, split_of, src, cfg_path, new_regions)
@@ -121,25 +121,30 @@ def place_objects(
 
 
 def _place_on_grid(
-    src: ReviewInputs, cfg: TilingConfig, inventory: Inventory
+    src: ReviewInputs, cfg: TilingConfig, inventory: Inventory, split_of: dict[str, str]
 ) -> tuple[list[PlacedObject], dict[tuple[int, int], str | None]]:
     """Every judged object (in the verdicts' order) with the grid cells it touches and their regions
     (rtscore.review.regions, the rule the review page showed).
 
-    An unsure object gets its outcome at once and no cells: nothing of it is cut. Each cell's region is asked of
-    ``RegionOf`` once and kept (the second value), so objects sharing a cell agree and ingest reuses the answer.
+    An unsure object gets its outcome at once, placed as the page showed it, and no cells: nothing of it is cut.
+    Each cell's region is asked of ``RegionOf`` once and kept (the second value), so objects sharing a cell agree and
+    ingest reuses the answer.
     """
-    placer = RegionPlacer(cfg, src.header.campaign.crs_wkt, inventory, {})
+    placer = RegionPlacer(cfg, src.header.campaign.crs_wkt, inventory, split_of)
     placed: list[PlacedObject] = []
     for v in src.verdict_set.verdicts:
         p = PlacedObject(src.objects[v.object_id], v)
         placed.append(p)
-        if v.verdict == "unsure":
-            p.outcome = ObjectOutcome(object_id=v.object_id, verdict="unsure", outcome="left_out_unsure")
-            continue
         p.geom = _grid_geometry(p.obj, src, cfg.grid.crs)
-        p.cells = touched_cells(p.geom, cfg)
-        p.cell_regions = [placer.cell_region(c) for c in p.cells]
+        cells = touched_cells(p.geom, cfg)
+        regions = [placer.cell_region(c) for c in cells]
+        if v.verdict == "unsure":
+            where = placer.place_cells(p.geom, cells, regions)
+            p.outcome = ObjectOutcome(
+                object_id=v.object_id, verdict="unsure", outcome="left_out_unsure", **where.outcome_fields()
+            )
+            continue
+        p.cells, p.cell_regions = cells, regions
     return placed, placer.cells
 
 

@@ -32,6 +32,10 @@ class Place:
     split: str | None
     inventory_uids: list[str]
 
+    def outcome_fields(self) -> dict[str, Any]:
+        """Region, regions and split: what ingest records of an object (ObjectOutcome)."""
+        return {"region": self.region, "regions": self.regions, "split": self.split}
+
 
 def grid_geometry(geom: Any, crs: Any, grid_crs: Any) -> Any:
     """A shapely outline of ``crs`` on the grid CRS, made valid."""
@@ -104,12 +108,15 @@ class RegionPlacer:
         """The place of an outline of the campaign CRS (module docstring)."""
         on_grid = grid_geometry(geom, self.crs, self.cfg.grid.crs)
         cells = touched_cells(on_grid, self.cfg)
-        regions = [self.cell_region(c) for c in cells]
+        return self.place_cells(on_grid, cells, [self.cell_region(c) for c in cells])
+
+    def place_cells(self, geom: Any, cells: list[GridCell], regions: list[str | None]) -> Place:
+        """The place of a grid-CRS outline whose cells and their regions are known."""
         return Place(
-            home_region(on_grid, cells, regions),
+            home_region(geom, cells, regions),
             sorted({r for r in regions if r is not None}),
             strictest_split(regions, self.split_of),
-            self._overlapped(on_grid),
+            self._overlapped(geom),
         )
 
     def _overlapped(self, geom: Any) -> list[str]:

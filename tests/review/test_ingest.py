@@ -259,7 +259,7 @@ def test_verdicts_become_the_next_data_root_with_its_lineage(world: Path, tmp_pa
     assert outcomes == {
         1: ("confirmed", "north", "train"),
         2: ("hard_negative", "north", "train"),
-        3: ("left_out_unsure", None, None),
+        3: ("left_out_unsure", "north", "train"),  # placed as the page showed it, not cut
         4: ("left_out_held_out", "east", "test"),
     }
     rows = {r["Tile_id"]: r for r in metadata(out)}

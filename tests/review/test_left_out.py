@@ -102,7 +102,11 @@ def test_unlabelled_objects_in_a_cut_cell_are_ignored_and_a_later_verdict_labels
     r1 = tmp_path / "r1"
     result = ingest_review(str(world / "review"), verdicts, str(world / "tile.yaml"), str(r1), held_out="skip")
     outcomes = {o.object_id: (o.outcome, o.split) for o in result.objects}
-    assert outcomes == {1: ("hard_negative", "train"), 2: ("left_out_unsure", None), 4: ("left_out_held_out", "test")}
+    assert outcomes == {
+        1: ("hard_negative", "train"),
+        2: ("left_out_unsure", "train"),
+        4: ("left_out_held_out", "test"),
+    }
     assert result.counts.ignored == 3 and "3 unlabelled object(s) in the cells cut ignored (255)" in (
         result.summary_line()
     )

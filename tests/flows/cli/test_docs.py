@@ -134,3 +134,23 @@ def test_help_of_every_command(name: str, capsys: pytest.CaptureFixture[str]) ->
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: rts {name}")
+
+
+def test_the_first_runs_tiling_and_pipeline_blocks_hold_one_set_of_split_rules() -> None:
+    """Issue 38: docs/geotiff.md's first run pastes its pipeline block into a copy of quickstart_geotiff.yaml; with
+    step 1's tile.yaml, the split rules agree (rts run refuses two values for one rule), so the run starts as typed."""
+    import yaml
+
+    from rtscore.config.base import read_yaml
+    from rtscore.config.pipeline import parse_pipeline_config
+    from rtscore.config.tiling import TilingConfig
+    from rtscore.data.tiling.rules import rule_differences
+
+    section = (PROJECT_ROOT / "docs" / "geotiff.md").read_text().split("## A first run on your own scenes")[1]
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section.split("\n## ")[0], re.S)]
+    tiling = TilingConfig.model_validate(blocks[0])
+    copy = read_yaml(PROJECT_ROOT / "configs" / "quickstart_geotiff.yaml")
+    copy["data"] = {**copy["data"], **blocks[1]["data"]}
+    copy["channels"] = blocks[1]["channels"]
+    pipeline = parse_pipeline_config(copy, PROJECT_ROOT / "configs")
+    assert rule_differences(tiling.split_rules, pipeline.splits) == []
