@@ -84,7 +84,7 @@ from rtscore.review.manifest import (
 )
 from rtscore.review.objects_columns import ObjectColumns, centroids, read_columns, read_rows
 from rtscore.review.regions import Place, RegionPlacer
-from rtscore.review.scene_plan import SceneRef, plan_by_scene, read_index
+from rtscore.review.scene_plan import SceneRef, plan_by_scene, read_index, read_json_object
 from rtscore.review.select import select_rows
 from rtscore.storage import atomic_write_text, sha256_file
 from rtscore.storage.gcs import GS
@@ -300,20 +300,12 @@ def _fetch(root: CampaignRoot, rel: str) -> Path:
 def _mapped_package(summary: Path) -> str:
     """The package a campaign's summary.json names ('' when none)."""
     try:
-        package = MappedWith.model_validate(_read_json(summary)).package_sha256
+        package = MappedWith.model_validate(
+            read_json_object(summary, "a campaign summary (a JSON object)")
+        ).package_sha256
     except ValidationError as err:
         raise ReviewError(f"{summary}: not a campaign summary ({err.errors()[0]['msg']})") from None
     return package or ""
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ReviewError(f"{path}: not readable as JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ReviewError(f"{path}: not a campaign summary (a JSON object)")
-    return data
 
 
 def _read_columns(path: Path) -> ObjectColumns:

@@ -23,16 +23,22 @@ class SceneRef:
     footprint: Any  # shapely, EPSG:4326
 
 
-def read_index(path: Path) -> dict[str, SceneRef]:
-    """The scenes of a campaign's index.geojson by id: each done scene's URI and footprint (EPSG:4326)."""
-    from shapely.geometry import shape
-
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """A campaign's JSON file holding one object (``what`` it should be, for the refusal)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ReviewError(f"{path}: not readable as JSON ({err})") from None
     if not isinstance(data, dict):
-        raise ReviewError(f"{path}: not a campaign index (a GeoJSON object)")
+        raise ReviewError(f"{path}: not {what}")
+    return data
+
+
+def read_index(path: Path) -> dict[str, SceneRef]:
+    """The scenes of a campaign's index.geojson by id: each done scene's URI and footprint (EPSG:4326)."""
+    from shapely.geometry import shape
+
+    data = read_json_object(path, "a campaign index (a GeoJSON object)")
     out = {}
     for f in data.get("features") or []:
         props = f.get("properties") or {}
