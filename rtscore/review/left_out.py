@@ -21,6 +21,7 @@ from rtscore.mapping.campaign import OBJECTS_FILE
 from rtscore.mapping.outputs import CampaignRoot
 from rtscore.review.manifest import ReviewError
 from rtscore.review.placement import Plan
+from rtscore.review.regions import grid_geometry
 from rtscore.review.review_inputs import ReviewInputs
 from rtscore.review.round_files import AREA_IGNORE, is_ignore_area
 
@@ -34,17 +35,12 @@ def left_out_areas(plan: Plan, src: ReviewInputs, cfg: TilingConfig) -> list[tup
 
     included = {p.obj.object_id: p.geom for p in plan.objects if p.included}
     judged = shapely.STRtree(list(included.values()))
-    carried = []
-    for f in plan.earlier_areas:
-        geom = shapely.geometry.shape(f["geometry"])
-        if is_ignore_area(f.get("properties")) and not len(judged.query(geom, "intersects")):
-            carried.append((dict(f["properties"]), geom))
+    earlier = [(dict(f["properties"]), shapely.geometry.shape(f["geometry"])) for f in plan.earlier_areas]
+    judged_before = [g for props, g in earlier if not is_ignore_area(props)]
+    carried = [(props, g) for props, g in earlier if is_ignore_area(props) and not len(judged.query(g, "intersects"))]
     if not included:
         return carried
     cells = shapely.STRtree([shapely.box(*c.bounds) for p in plan.objects if p.included for c in p.cells])
-    judged_before = [
-        shapely.geometry.shape(f["geometry"]) for f in plan.earlier_areas if not is_ignore_area(f.get("properties"))
-    ]
     known = shapely.STRtree([*plan.inventory.geoms, *judged_before, *(g for _, g in carried)])
     outcomes = {p.obj.object_id: p for p in plan.objects if p.outcome is not None}
     fresh = []
@@ -67,7 +63,7 @@ def _campaign_objects(src: ReviewInputs, cfg: TilingConfig, cells: Any) -> list[
     import pyogrio
     import shapely
     from rasterio.crs import CRS
-    from rasterio.warp import transform_bounds, transform_geom
+    from rasterio.warp import transform_bounds
 
     root = CampaignRoot(src.campaign)
     path = root.fetch(OBJECTS_FILE) or Path(root.path(OBJECTS_FILE))
@@ -84,8 +80,7 @@ def _campaign_objects(src: ReviewInputs, cfg: TilingConfig, cells: Any) -> list[
         found.update(zip((int(v) for v in fields[0].tolist()), wkbs, strict=True))
     out = []
     for oid, wkb in sorted(found.items()):
-        moved = transform_geom(crs, cfg.grid.crs, shapely.geometry.mapping(shapely.from_wkb(wkb)))
-        geom = shapely.make_valid(shapely.geometry.shape(moved))
+        geom = grid_geometry(shapely.from_wkb(wkb), crs, cfg.grid.crs)
         if len(cells.query(geom, "intersects")):
             out.append((int(oid), geom))
     return out

@@ -15,6 +15,7 @@ from rtscore.data.geotiff.root import METADATA_CSV, SPLITS_YAML
 from rtscore.data.inventory.object_pixels import join_ids
 from rtscore.data.inventory.reader import InventoryFeature, canonical_mapping, canonical_values
 from rtscore.data.raster.bands import EXTRA_DIR, LABEL_DIR, RGB_DIR
+from rtscore.data.tiling.inventory import ignore_flag
 from rtscore.review.manifest import ReviewError
 from rtscore.review.placement import Plan
 
@@ -118,7 +119,7 @@ AREA_SCENE = "scene"  # areas.gpkg: the file name of the scene each area is cut 
 
 def is_ignore_area(props: dict[str, Any] | None) -> bool:
     """Whether an area of ``areas.gpkg`` (its properties) is an ignore area (``AREA_IGNORE`` set)."""
-    return bool(int((props or {}).get(AREA_IGNORE) or 0))
+    return ignore_flag((props or {}).get(AREA_IGNORE))
 
 
 def write_areas(path: Path, plan: Plan, crs: str, rid: str) -> None:

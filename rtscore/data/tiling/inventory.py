@@ -242,7 +242,7 @@ def read_focus(cfg: TilingConfig) -> Focus | None:
     strays = sorted(str(p) for p in focused - every)
     if strays:
         raise TilingError(f"focus.scenes: {strays} not among the config's scenes; list them in scenes too")
-    marked = [_flag(v) for v in _column(features, path, "ignore_column", cfg.focus.ignore_column)]
+    marked = [ignore_flag(v) for v in _column(features, path, "ignore_column", cfg.focus.ignore_column)]
     ignore = [a for a, m in zip(areas, marked, strict=True) if m]
     ignore_tree = shapely.STRtree(ignore) if ignore else None
     features = [f for f, m in zip(features, marked, strict=True) if not m]
@@ -264,8 +264,8 @@ def _column(features: list[dict[str, Any]], path: Path, key: str, column: str | 
     return [(f.get("properties") or {}).get(column) for f in features]
 
 
-def _flag(value: Any) -> bool:
-    """An ignore-column value: set unless empty, zero or false."""
+def ignore_flag(value: Any) -> bool:
+    """A value of ``focus.ignore_column``: set unless empty, zero or false."""
     return value not in (None, "", 0, "0", False, "false", "False")
 
 
