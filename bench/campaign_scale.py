@@ -857,7 +857,7 @@ def coordinator(spec: dict[str, Any]) -> None:
     """The fan-out of the K stub chunk runs (two scenes each), as map-region's: ``fan_out`` keyed by the parent id."""
     from bench.campaign_scale_stub import StubChunkParams
     from flows.fanout import Child, fan_out
-    from flows.params import MapDistributedParams
+    from flows.params.mapping import MapDistributedParams
 
     identity = bench_identity().model_dump_json()
     children = []

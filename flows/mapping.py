@@ -9,7 +9,7 @@ footprint index and summary from the log (:func:`~rtscore.mapping.campaign.finis
 summary (markdown artifact ``map-region-summary``) and the scene counts by status (table ``map-region-scenes``).
 
 ``map-chunk`` loads the package and maps the scenes map-region handed over (URI, identity, EXTRA raster, the time
-of each one's latest log record: :class:`flows.params.PlannedScene`) without listing the input or reading the other
+of each one's latest log record: :class:`flows.params.mapping.PlannedScene`) without listing the input or reading the other
 chunks' log files (:func:`rtscore.mapping.handover.run_planned_chunk`): it skips what an earlier run of the same
 chunk logged since the plan (a re-submitted or retried chunk run), checks each scene left against its planned
 identity on the worker (a scene changed since is a ``failed`` record naming the change) and maps the rest. A scene
@@ -28,7 +28,8 @@ from flows import ui
 from flows.common import flow_run_scope, run_name, run_namer
 from flows.failures import flow
 from flows.fanout import Child, FanOutError, absolute, fan_out
-from flows.params import MapChunkParams, MapRegionParams, PlannedScene, derived
+from flows.params import derived
+from flows.params.mapping import MapChunkParams, MapRegionParams, PlannedScene
 from flows.ui import create_markdown_artifact
 from rtscore.inference.predict import load_package
 from rtscore.mapping.campaign import (

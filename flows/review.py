@@ -8,7 +8,7 @@ from collections import Counter
 
 from flows.common import flow_run_scope, run_namer
 from flows.failures import flow
-from flows.params import ReviewExportParams, ReviewIngestParams
+from flows.params.review import ReviewExportParams, ReviewIngestParams
 from flows.ui import artifact_key, create_markdown_artifact
 from rtscore.mapping.outputs import CampaignRoot
 from rtscore.report import md_table

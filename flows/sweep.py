@@ -27,7 +27,8 @@ from flows.calibrate import package
 from flows.common import flow_run_scope, load_config, run_namer, run_stage
 from flows.failures import flow
 from flows.fanout import TRAIN_SEED, Child, fan_out, read_recorded, train_child
-from flows.params import PipelineParams, SweepParams, derived
+from flows.params import PipelineParams, derived
+from flows.params.sweep import SweepParams
 from flows.pipeline import Distributed, Local
 from flows.train import multi_seed_train
 from rtscore.config.pipeline import PipelineConfig

@@ -118,8 +118,12 @@ FLOWS_LAYERS: tuple[tuple[str, ...], ...] = (
 
 
 def flows_part(module: str) -> str:
-    """A flows module's place in FLOWS_LAYERS: ``flows.cli.main`` -> flows.cli, ``flows.ui`` -> flows.ui."""
-    return "flows.cli" if module == "flows.cli" or module.startswith("flows.cli.") else module
+    """A flows module's place in FLOWS_LAYERS: ``flows.cli.main`` -> flows.cli, ``flows.params.review`` ->
+    flows.params, ``flows.ui`` -> flows.ui."""
+    for package in ("flows.cli", "flows.params"):
+        if module == package or module.startswith(f"{package}."):
+            return package
+    return module
 
 
 def test_flows_point_down_their_layers_and_never_import_the_cli() -> None:

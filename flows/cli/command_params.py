@@ -1,7 +1,7 @@
 """The parameters of the library commands (`rts generate`, `stats`, `predict`, ...): one model per command, the
 single source of its options, their help and their checks (flows/cli/options.py derives the options).
 
-The pipeline commands take the flows' own parameter models (flows/params.py). Light to import: `rts --help`
+The pipeline commands take the flows' own parameter models (flows/params/). Light to import: `rts --help`
 builds every command's options from these models.
 """
 

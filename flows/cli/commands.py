@@ -26,7 +26,9 @@ from flows.cli.command_params import (
     VerifyParams,
     WarpParams,
 )
-from flows.params import SPLITS, MapParams, ReviewExportParams, ReviewIngestParams, TileParams
+from flows.params import SPLITS, TileParams
+from flows.params.mapping import MapParams
+from flows.params.review import ReviewExportParams, ReviewIngestParams
 from rtscore.errors import PipelineError
 from rtscore.storage import RunLayout, StorageError, check_writable
 

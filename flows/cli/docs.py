@@ -14,7 +14,8 @@ from flows.cli.main import COMMANDS, Command
 from flows.cli.options import Option, _kind, _without_none, options
 from rtscore.report import md_table
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
+PROJECT = Path(__file__).resolve().parents[2]
+DOC = PROJECT / "docs" / "commands.md"
 Q = "configs/quickstart.yaml"
 RUN = f"--config {Q} --run artifacts/my-run"
 PKG = "--package artifacts/quickstart/package"
@@ -96,7 +97,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 INTRO = """\
 Every command of the project is a subcommand of `rts` (`.venv/bin/rts` after `make install`); `rts --help` and
 `rts <command> --help` list the options. Each command has one parameter model, the single source of its options,
-their help, their checks and this page: the pipeline commands take the flows' own models (`flows/params.py`,
+their help, their checks and this page: the pipeline commands take the flows' own models (`flows/params/`,
 the same fields as the Prefect UI's form of that flow), the library commands theirs (`flows/cli/command_params.py`).
 An option not given leaves the field to the model's default; a value the model refuses is one line naming the
 option (exit 2) before any work.
@@ -202,7 +203,8 @@ def _section(c: Command) -> str:
     doc = " ".join((c.params.__doc__ or "").split())
     rows = [[f"`{o.flag}`", _value(o), _cell(o.field.description or "")] for o in options(c.params)]
     model = c.params.__name__
-    where = c.params.__module__.replace(".", "/") + ".py"  # the model's own module, wherever it lives
+    module = sys.modules[c.params.__module__]  # the model's own module (a package's is its __init__.py)
+    where = Path(str(module.__file__)).resolve().relative_to(PROJECT).as_posix()
     parts = [title, "", f"{c.help[0].upper()}{c.help[1:]}.", "", f"Parameters: [`{model}`](../{where}). {doc}"]
     if c.name in NOTES:
         parts += ["", NOTES[c.name]]

@@ -1,5 +1,5 @@
 """The pipeline commands of `rts` (data, train, run, calibrate, evaluate-test, package build): each takes its
-flow's own parameter model (flows/params.py), checks it before any work and runs the flow (an ephemeral local
+flow's own parameter model (flows/params/), checks it before any work and runs the flow (an ephemeral local
 Prefect API unless PREFECT_API_URL names a server). The flows are imported on use, so `rts --help` stays instant.
 """
 
@@ -8,15 +8,8 @@ from __future__ import annotations
 import os
 from typing import TypeVar
 
-from flows.params import (
-    DataParams,
-    MultiSeedParams,
-    PipelineParams,
-    RunParams,
-    SeedStageParams,
-    SweepCommandParams,
-    TrainParams,
-)
+from flows.params import DataParams, MultiSeedParams, PipelineParams, RunParams, SeedStageParams, TrainParams
+from flows.params.sweep import SweepCommandParams
 from rtscore.storage import RunLayout, absolute_location
 
 P = TypeVar("P", bound=RunParams)

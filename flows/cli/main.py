@@ -1,6 +1,6 @@
 """The `rts` command: every command of the project, each from one parameter model.
 
-Each command is a row of :data:`COMMANDS`: its name, its parameter model (flows/params.py for the pipeline
+Each command is a row of :data:`COMMANDS`: its name, its parameter model (flows/params/ for the pipeline
 commands, the same models the flows and the Prefect UI take; flows/cli/command_params.py for the library commands),
 the function that runs it and documented examples. The options, their help, their checks and docs/commands.md
 are derived from the model (flows/cli/options.py, flows/cli/docs.py), so none of them is a hand copy.
@@ -39,17 +39,10 @@ from flows.cli.command_params import (
 )
 from flows.cli.options import add_options, params_from
 from flows.form import FormModel
-from flows.params import (
-    DataParams,
-    MapParams,
-    PipelineParams,
-    ReviewExportParams,
-    ReviewIngestParams,
-    SeedStageParams,
-    SweepCommandParams,
-    TileParams,
-    TrainParams,
-)
+from flows.params import DataParams, PipelineParams, SeedStageParams, TileParams, TrainParams
+from flows.params.mapping import MapParams
+from flows.params.review import ReviewExportParams, ReviewIngestParams
+from flows.params.sweep import SweepCommandParams
 from rtscore.errors import PipelineError
 
 

@@ -18,7 +18,9 @@ from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools.validation import validate
 
 from flows.form import form_field, plain_text
-from flows.params import MapChunkParams, PipelineParams, SweepParams, TrainSeedParams
+from flows.params import PipelineParams, TrainSeedParams
+from flows.params.mapping import MapChunkParams
+from flows.params.sweep import SweepParams
 
 ROOT = Path(__file__).resolve().parents[2]
 AS_IN_CONFIG = "config"  # an optional switch left to the config, as the form shows it (flows.form.AS_IN_CONFIG)
@@ -146,7 +148,7 @@ def test_the_sweep_form_has_no_status_field_the_command_line_keeps_it(capsys: py
     assert "status" not in _schema("flows/sweep.py:sweep")["definitions"]["SweepParams"]["properties"]
     assert "status" not in SweepParams.model_fields
     from flows.cli.main import main
-    from flows.params import SweepCommandParams
+    from flows.params.sweep import SweepCommandParams
 
     cli = SweepCommandParams(sweep="s.yaml", status=True)
     assert cli.status and cli.flow_params() == SweepParams(sweep="s.yaml", sweep_dir=cli.sweep_dir)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from flows.fanout import idempotency_key
-from flows.params import FanOutSettings, MapChunkParams, MapRegionParams
+from flows.params import FanOutSettings
+from flows.params.mapping import MapChunkParams, MapRegionParams
 from rtscore.mapping.campaign import (
     DEFAULT_CHUNK_SIZE,
     OBJECTS_FILE,

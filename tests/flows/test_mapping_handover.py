@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from flows.params import MapChunkParams, MapRegionParams
+from flows.params.mapping import MapChunkParams, MapRegionParams
 from rtscore.mapping.campaign import CampaignPlan, prepare_campaign, run_campaign, scene_outputs
 from rtscore.mapping.campaign_log import LOG_DIR, CampaignLog, SceneRecord
 from rtscore.mapping.scenes import InputIdentity, Scene, identity_change, list_scenes, scene_now

@@ -18,17 +18,15 @@ from flows.params import (
     DistributedParams,
     FanOutSettings,
     LogitCacheParams,
-    MapChunkParams,
-    MapDistributedParams,
-    MapRegionParams,
     MultiSeedParams,
     PipelineParams,
     SeedStageParams,
-    SweepParams,
     TrainParams,
     TrainSeedParams,
     derived,
 )
+from flows.params.mapping import MapChunkParams, MapDistributedParams, MapRegionParams
+from flows.params.sweep import SweepParams
 from rtscore.config import load_pipeline_config, parse_pipeline_config
 from tests.flows.configs import tiny_training_config, write_config
 

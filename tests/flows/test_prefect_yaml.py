@@ -207,7 +207,7 @@ def test_mapping_deployments_map_region_on_cpu_fans_out_to_map_chunk_on_gpu() ->
     """Issue 14: map-region/rts-map-region on the CPU pool, map-chunk/stage-map-chunk on the GPU pool; the UI form
     takes the package, the input and the output; map-region's chunk deployment (its default and prefect.yaml's) is
     map-chunk's."""
-    from flows.params import MapChunkParams, MapDistributedParams, MapRegionParams
+    from flows.params.mapping import MapChunkParams, MapDistributedParams, MapRegionParams
 
     region, chunk = DEPLOYMENTS["rts-map-region"], DEPLOYMENTS["stage-map-chunk"]
     assert region["entrypoint"] == "flows/mapping.py:map_region" and region["work_pool"]["name"] == "cpu-process"
@@ -247,7 +247,8 @@ def test_the_mapping_forms_default_to_what_a_fresh_checkout_makes_with_its_first
 def test_sweep_deployment_on_cpu_fans_every_variant_and_seed_out_to_train_seed_on_gpu() -> None:
     """Issue 24: sweep/rts-sweep on the CPU pool, a typed form (SweepParams) whose defaults name a sweep file of the
     repository (planned here as the flow plans it) and, distributed, the GPU deployments of the right flows."""
-    from flows.params import DistributedParams, SweepParams, default_sweep_dir
+    from flows.params import DistributedParams
+    from flows.params.sweep import SweepParams, default_sweep_dir
     from rtscore.sweep.config import load_sweep_config
     from rtscore.sweep.plan import plan_sweep
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.review_export_bench import write_campaign
-from flows.params import ReviewExportParams, ReviewIngestParams
+from flows.params.review import ReviewExportParams, ReviewIngestParams
 from flows.review import review_export, review_ingest
 from rtscore.review import run
 from rtscore.review.manifest import (

@@ -39,7 +39,8 @@ def test_every_stage_flow_is_built_from_its_spec() -> None:
 
 def test_flow_runs_are_named_after_the_work_they_select() -> None:
     from flows.common import run_name, stage_run_name
-    from flows.params import MapChunkParams, PipelineParams
+    from flows.params import PipelineParams
+    from flows.params.mapping import MapChunkParams
     from rtscore.stages import BY_NAME
 
     base = {"config": "c.yaml", "run_dir": "runs/quick/"}

@@ -21,7 +21,7 @@ from tests.helpers import quick_training
 def test_until_decided_adds_the_seeds_the_rule_asks_for(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.params import SweepParams
+    from flows.params.sweep import SweepParams
     from flows.sweep import sweep
 
     def undecided_below_three(

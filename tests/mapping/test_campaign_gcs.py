@@ -13,7 +13,7 @@ import shapely
 
 from flows.cli.main import parser
 from flows.mapping import region
-from flows.params import MapRegionParams
+from flows.params.mapping import MapRegionParams
 from rtscore.inference.predict import load_package, predict_raster
 from rtscore.mapping.campaign import (
     INDEX_FILE,
