@@ -9,8 +9,8 @@ footprint index and summary from the log (:func:`~rtscore.mapping.campaign.finis
 summary (markdown artifact ``map-region-summary``) and the scene counts by status (table ``map-region-scenes``).
 
 ``map-chunk`` loads the package and maps the scenes map-region handed over (URI, identity, EXTRA raster, the time
-of each one's latest log record: :class:`flows.params.mapping.PlannedScene`) without listing the input or reading the other
-chunks' log files (:func:`rtscore.mapping.handover.run_planned_chunk`): it skips what an earlier run of the same
+of each one's latest log record: :class:`flows.params.mapping.PlannedScene`) without listing the input or reading the
+other chunks' log files (:func:`rtscore.mapping.handover.run_planned_chunk`): it skips what an earlier run of the same
 chunk logged since the plan (a re-submitted or retried chunk run), checks each scene left against its planned
 identity on the worker (a scene changed since is a ``failed`` record naming the change) and maps the rest. A scene
 that fails is a ``failed`` record, not a failed run. A run started by hand without ``scenes`` lists the input and

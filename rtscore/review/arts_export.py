@@ -20,23 +20,20 @@ ARTS's own files carry), one feature per object exported, every required ARTS fi
 - ``CentroidLat``, ``CentroidLon``, ``UID`` exactly as ARTS computes them (rtscore.data.inventory.arts), ``Area``
   in m² in an equal-area projection, ``BaseMapID`` the scene ids, ``LabelType`` Polygon.
 
-With a prior ARTS file, each new feature's ``UnknownRelationship`` lists the prior features it overlaps (a shared
-area of at least :data:`MIN_OVERLAP_M2`, not only a touching border), and ``<output stem>_relationships.csv`` lists
-each pair with the areas, for a person to sort into merged, split, new or stabilized. The contribution is checked
+With a prior ARTS file, each new feature's ``UnknownRelationship`` lists the prior features it overlaps, and a
+relationships CSV lists each pair (rtscore.review.arts_prior). The contribution is checked
 with the ARTS check before it replaces anything (``rtscore.data.inventory.check``), then renamed into place.
 """
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 import json
 import logging
 import math
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +49,6 @@ from rtscore.data.inventory.arts import (
     NEGATIVE,
     POLYGON,
     POSITIVE,
-    REQUIRED_FIELDS,
     DateError,
     DateRange,
     arts_uid,
@@ -61,7 +57,7 @@ from rtscore.data.inventory.arts import (
     parse_date_range,
     reproject,
 )
-from rtscore.data.inventory.check import ArtsFileError, check_arts, file_crs, read_arts_file
+from rtscore.data.inventory.check import check_arts
 from rtscore.data.raster.ground import ground_pixel_area_m2
 from rtscore.data.raster.scene_date import date_from_tags
 from rtscore.errors import PipelineError
@@ -69,10 +65,17 @@ from rtscore.mapping.campaign import INDEX_FILE, OBJECTS_FILE
 from rtscore.mapping.objects_layer import OBJECTS_LAYER
 from rtscore.mapping.polygons import RtsObject
 from rtscore.mapping.scenes import read_scene_dates
+from rtscore.review.arts_prior import (
+    AREA_DECIMALS,
+    ArtsExportError,
+    NewFeature,
+    read_prior,
+    relate,
+    write_relationships,
+)
 from rtscore.review.manifest import (
     HEADER_FILE,
     MANIFEST_FILE,
-    ReviewError,
     ReviewHeader,
     ReviewObject,
     iter_objects,
@@ -82,7 +85,7 @@ from rtscore.review.objects_columns import ObjectColumns, read_columns, read_row
 from rtscore.review.scene_plan import SceneRef, read_index
 from rtscore.review.verdict_file import read_verdicts
 from rtscore.review.verdicts import Verdict
-from rtscore.storage import atomic_write_text, sha256_file
+from rtscore.storage import sha256_file
 from rtscore.storage.files import os_errors
 
 _log = logging.getLogger(__name__)
@@ -90,22 +93,6 @@ _log = logging.getLogger(__name__)
 VERDICT_CLASSES = {"rts": POSITIVE, "not_rts": NEGATIVE}  # unsure: left out
 REGION_COLUMNS = ("RegionName", "region")  # an objects layer's own region column, when a person added one
 RESOLUTION_DECIMALS = 2  # BaseMapResolution: centimetres
-AREA_DECIMALS = 2
-MIN_OVERLAP_M2 = 0.01  # a shared area under this is a touching border (float noise of reprojected edges)
-RELATIONSHIPS_SUFFIX = "_relationships.csv"
-RELATIONSHIP_COLUMNS = (
-    "new_uid",
-    "object_id",
-    "prior_uid",
-    "overlap_m2",
-    "new_area_m2",
-    "prior_area_m2",
-    "relationship",  # left empty: merged, split, new or stabilized, for a person to fill in
-)
-
-
-class ArtsExportError(ReviewError):
-    """An ARTS export that cannot be made as asked; the message names the file, the object or scene, the field."""
 
 
 class ContributionSettings(StrictModel):
@@ -231,12 +218,11 @@ def export_arts(
         _fill(f, crs, regions[f.obj.object_id], scenes, settings)
     _check_unique(chosen)
     out = Path(output)
-    pairs = _relate(chosen, *prior_features) if prior_features is not None else None
+    pairs = _relate(chosen, prior_features) if prior_features is not None else None
     write_contribution(out, [(f.props, f.geom) for f in chosen])
     rel_path = None
     if pairs is not None:  # after the contribution: never a relationships file for a contribution not written
-        rel_path = out.with_name(out.stem + RELATIONSHIPS_SUFFIX)
-        _write_csv(rel_path, pairs)
+        rel_path = write_relationships(out, pairs)
     classes = Counter(f.train_class for f in chosen)
     return ArtsExportResult(
         output=str(out),
@@ -494,81 +480,14 @@ def _check_unique(features: Sequence[_Feature]) -> None:
         seen[uid] = oid
 
 
-# ------------------------------------------------------------------------------------------------ prior
-def read_prior(path: Path) -> tuple[list[str], list[Any]]:
-    """(UIDs, geometries in EPSG:3413) of a prior ARTS file's features (those without a UID or a polygon are left
-    out, counted in a warning; invalid polygons are made valid for the overlap).
-
-    Raises:
-        ArtsExportError: unreadable, or not an ARTS file (no UID or required fields, no CRS).
-    """
-    import shapely
-
-    try:
-        f = read_arts_file(path)
-    except ArtsFileError as err:
-        raise ArtsExportError(f"prior ARTS file: {err}") from None
-    lacking = [n for n in ("UID", *REQUIRED_FIELDS) if n not in f.columns]
-    if lacking:
-        raise ArtsExportError(
-            f"{path}: not an ARTS file (no {', '.join(lacking)} field); --prior takes ARTS's main file"
-        )
-    crs, _, _ = file_crs(f)
-    if crs is None:
-        raise ArtsExportError(f"{path}: declares no CRS (a shapefile needs its .prj); the overlaps cannot be placed")
-    uids, geoms = [], []
-    for r in f.rows:
-        uid, g = r.values.get("UID"), r.geometry
-        if (
-            not isinstance(uid, str)
-            or not uid.strip()
-            or g is None
-            or g.is_empty
-            or g.geom_type not in ("Polygon", "MultiPolygon")
-        ):
-            continue
-        g = reproject(g if g.is_valid else shapely.make_valid(g), crs, ARTS_CRS)
-        uids.append(uid.strip())
-        geoms.append(g)
-    if len(uids) < len(f.rows):
-        _log.warning(
-            "%s: %d feature(s) without a UID or a polygon left out of the overlaps", path, len(f.rows) - len(uids)
-        )
-    return uids, geoms
-
-
-def _relate(features: Sequence[_Feature], uids: Sequence[str], geoms: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Each feature's overlaps with the prior file's features (``uids``, ``geoms`` in EPSG:3413) into its
-    UnknownRelationship (largest overlap first); the rows of the relationships CSV."""
-    import shapely
-
-    tree = shapely.STRtree(geoms)
-    rows: list[tuple[Any, ...]] = []
-    for f in features:
-        pairs = []
-        for i in tree.query(f.geom, predicate="intersects").tolist():
-            shared = equal_area_m2(shapely.intersection(f.geom, geoms[i]), ARTS_CRS)
-            if shared >= MIN_OVERLAP_M2:
-                pairs.append((shared, uids[i], i))
-        pairs.sort(key=lambda p: (-p[0], p[1]))
-        if pairs:
-            f.props["UnknownRelationship"] = ",".join(u for _, u, _ in pairs)
-        for shared, uid, i in pairs:
-            prior_area = equal_area_m2(geoms[i], ARTS_CRS)
-            rows.append((f.props["UID"], f.obj.object_id, uid, _m2(shared), _m2(f.area_m2), _m2(prior_area), ""))
+def _relate(chosen: Sequence[_Feature], prior: tuple[list[str], list[Any]]) -> list[tuple[Any, ...]]:
+    """Each feature's UnknownRelationship set from its overlaps with the prior file's features; the rows of the
+    relationships CSV (rtscore.review.arts_prior)."""
+    new = [NewFeature(f.props["UID"], f.obj.object_id, f.geom, f.area_m2) for f in chosen]
+    relationships, rows = relate(new, *prior)
+    for f in chosen:
+        f.props["UnknownRelationship"] = relationships.get(f.props["UID"], f.props["UnknownRelationship"])
     return rows
-
-
-def _m2(v: float) -> str:
-    return f"{v:.{AREA_DECIMALS}f}"
-
-
-def _write_csv(path: Path, rows: Iterable[tuple[Any, ...]]) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(RELATIONSHIP_COLUMNS)
-    w.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
 
 
 # ------------------------------------------------------------------------------------------------ writing
